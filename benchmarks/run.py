@@ -1,0 +1,39 @@
+"""Run benchmarks: ``python -m benchmarks.run [NAME ...]`` (default: all registered).
+
+Each benchmark returns rows; the runner prints a table and writes ``benchmarks/results/NAME.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .common import ensure_clean_openblas_env, print_table, write_results
+
+# name -> module under benchmarks/ with a run() -> list[dict]
+REGISTRY = {
+    "demo": "benchmarks.demo",
+}
+
+
+def main(argv=None) -> int:
+    ensure_clean_openblas_env()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run ({', '.join(REGISTRY)})")
+    args = parser.parse_args(argv)
+    names = args.names or list(REGISTRY)
+    for name in names:
+        if name not in REGISTRY:
+            parser.error(f"unknown benchmark {name!r}; known: {', '.join(REGISTRY)}")
+    for name in names:
+        rows = importlib.import_module(REGISTRY[name]).run()
+        print(f"\n== {name}")
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        print_table(rows, columns)
+        path = write_results(name, rows)
+        print(f"(written to {path})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

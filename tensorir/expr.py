@@ -1,0 +1,553 @@
+"""Immutable expression nodes of TensorIR.
+
+Every node is a ``PrimExpr`` with a ``dtype`` string. Python operators build new nodes::
+
+    >>> from tensorir import var
+    >>> n = var("n")
+    >>> e = (n * 8 + 3) // 8
+    >>> e.dtype
+    'int64'
+
+``a == b`` builds an ``EQ`` node; its truth value (``bool(a == b)``) is structural equality, so
+expressions work as dict keys and in ``in`` tests. Variables compare by identity: two ``Var("n")``
+are different variables.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from . import dtype as dt
+
+
+class TIRError(Exception):
+    """An error about a particular IR node; ``.node`` is that node."""
+
+    def __init__(self, message: str, node: Any = None):
+        super().__init__(message)
+        self.node = node
+
+
+class Node:
+    """Base of every IR node: fields are fixed at construction (immutable)."""
+
+    _fields: tuple[str, ...] = ()
+    __slots__ = ()
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is immutable; build a new node instead")
+
+    def _init(self, **kwargs):
+        for k, v in kwargs.items():
+            object.__setattr__(self, k, v)
+
+    def replace(self, **changes):
+        """A copy of this node with some fields changed."""
+        kwargs = {f: getattr(self, f) for f in self._fields}
+        kwargs.update(changes)
+        return type(self)(**kwargs)
+
+    def script(self) -> str:
+        from .script import to_script
+        return to_script(self)
+
+    def __repr__(self):
+        try:
+            return self.script()
+        except Exception:  # printing must never hide the real error
+            return f"<{type(self).__name__}>"
+
+
+def _python_const(value, like: "PrimExpr | None" = None) -> "PrimExpr":
+    """Turn a Python scalar into an immediate, taking the dtype of the other operand."""
+    if isinstance(value, PrimExpr):
+        return value
+    if isinstance(value, bool):
+        return IntImm(int(value), "bool")
+    if isinstance(value, int):
+        if like is not None and (dt.is_integer(like.dtype) or dt.is_float(like.dtype)):
+            target = dt.element_of(like.dtype)
+            return FloatImm(float(value), target) if dt.is_float(target) else IntImm(value, target)
+        return IntImm(value, "int64")
+    if isinstance(value, float):
+        if like is not None and dt.is_float(like.dtype):
+            return FloatImm(value, dt.element_of(like.dtype))
+        if like is not None:
+            raise TIRError(f"cannot combine the Python float {value} with the {like.dtype} expression "
+                           f"{like!r}; cast one side with .astype()", like)
+        return FloatImm(value, "float32")
+    # numpy scalars
+    try:
+        import numpy as np
+        if isinstance(value, np.generic):
+            d = dt.from_numpy(value.dtype)
+            return FloatImm(float(value), d) if dt.is_float(d) else IntImm(int(value), d)
+    except ImportError:  # pragma: no cover
+        pass
+    raise TIRError(f"cannot use {type(value).__name__} {value!r} as an expression")
+
+
+def convert(value, like: "PrimExpr | None" = None) -> "PrimExpr":
+    """Convert a Python int/float/bool (or an expression) to a ``PrimExpr``."""
+    return _python_const(value, like)
+
+
+def _binary(cls, a, b):
+    if not isinstance(a, PrimExpr):
+        a = _python_const(a, b if isinstance(b, PrimExpr) else None)
+    if not isinstance(b, PrimExpr):
+        b = _python_const(b, a)
+    return cls(a, b)
+
+
+class PrimExpr(Node):
+    """Base of all expressions."""
+
+    __slots__ = ("dtype",)
+
+    # arithmetic
+    def __add__(self, other): return _binary(Add, self, other)
+    def __radd__(self, other): return _binary(Add, other, self)
+    def __sub__(self, other): return _binary(Sub, self, other)
+    def __rsub__(self, other): return _binary(Sub, other, self)
+    def __mul__(self, other): return _binary(Mul, self, other)
+    def __rmul__(self, other): return _binary(Mul, other, self)
+    def __truediv__(self, other): return _binary(Div, self, other)
+    def __rtruediv__(self, other): return _binary(Div, other, self)
+    def __floordiv__(self, other): return _binary(FloorDiv, self, other)
+    def __rfloordiv__(self, other): return _binary(FloorDiv, other, self)
+    def __mod__(self, other): return _binary(FloorMod, self, other)
+    def __rmod__(self, other): return _binary(FloorMod, other, self)
+
+    def __neg__(self):
+        zero = FloatImm(0.0, self.dtype) if dt.is_float(self.dtype) else IntImm(0, self.dtype)
+        return Sub(zero, self)
+
+    # comparisons
+    def __lt__(self, other): return _binary(LT, self, other)
+    def __le__(self, other): return _binary(LE, self, other)
+    def __gt__(self, other): return _binary(GT, self, other)
+    def __ge__(self, other): return _binary(GE, self, other)
+    def __eq__(self, other): return _binary(EQ, self, other)  # type: ignore[override]
+    def __ne__(self, other): return _binary(NE, self, other)  # type: ignore[override]
+
+    # logic (bool expressions)
+    def __and__(self, other): return _binary(And, self, other)
+    def __rand__(self, other): return _binary(And, other, self)
+    def __or__(self, other): return _binary(Or, self, other)
+    def __ror__(self, other): return _binary(Or, other, self)
+    def __invert__(self): return Not(self)
+
+    def __hash__(self):
+        from .structural import structural_hash
+        return structural_hash(self)
+
+    def __bool__(self):
+        raise TIRError(f"the truth value of the symbolic expression {self!r} is unknown; "
+                       "use tensorir.arith.can_prove() or structural_equal()", self)
+
+    def astype(self, dtype: str) -> "PrimExpr":
+        """Cast to ``dtype`` (no-op if it already has it)."""
+        dt.check(dtype)
+        return self if dtype == self.dtype else Cast(dtype, self)
+
+
+class Var(PrimExpr):
+    """A variable: a symbolic shape dimension, loop variable, or block iteration variable."""
+
+    _fields = ("name", "dtype")
+    __slots__ = ("name",)
+
+    def __init__(self, name: str, dtype: str = "int64"):
+        self._init(name=str(name), dtype=dt.check(dtype))
+
+    def __hash__(self):
+        return id(self)
+
+    def replace(self, **changes):  # a Var is defined by its identity; never copy it implicitly
+        if not changes:
+            return self
+        return Var(changes.get("name", self.name), changes.get("dtype", self.dtype))
+
+
+class IntImm(PrimExpr):
+    """An integer (or bool) constant."""
+
+    _fields = ("value", "dtype")
+    __slots__ = ("value",)
+
+    def __init__(self, value: int, dtype: str = "int64"):
+        dt.check(dtype)
+        if not (dt.is_integer(dtype) or dt.is_bool(dtype)):
+            raise TIRError(f"IntImm needs an integer or bool dtype, got {dtype}")
+        value = int(value)
+        if dt.is_bool(dtype):
+            value = 1 if value else 0
+        self._init(value=value, dtype=dtype)
+
+
+class FloatImm(PrimExpr):
+    """A floating-point constant."""
+
+    _fields = ("value", "dtype")
+    __slots__ = ("value",)
+
+    def __init__(self, value: float, dtype: str = "float32"):
+        dt.check(dtype)
+        if not dt.is_float(dtype):
+            raise TIRError(f"FloatImm needs a float dtype, got {dtype}")
+        self._init(value=float(value), dtype=dtype)
+
+
+class StringImm(PrimExpr):
+    """A string constant (messages of run-time checks)."""
+
+    _fields = ("value",)
+    __slots__ = ("value",)
+
+    def __init__(self, value: str):
+        self._init(value=str(value), dtype="handle")
+
+
+class BinaryOp(PrimExpr):
+    """Base of two-operand nodes; both operands must have the same dtype."""
+
+    _fields = ("a", "b")
+    __slots__ = ("a", "b")
+    symbol = "?"
+
+    def __init__(self, a: PrimExpr, b: PrimExpr):
+        a = convert(a, b if isinstance(b, PrimExpr) else None)
+        b = convert(b, a)
+        if a.dtype != b.dtype:
+            raise TIRError(f"{type(self).__name__}: operand dtypes differ: {a!r} is {a.dtype}, "
+                           f"{b!r} is {b.dtype}; cast one side with .astype()", a)
+        self._init(a=a, b=b, dtype=self._result_dtype(a.dtype))
+
+    def _result_dtype(self, operand_dtype: str) -> str:
+        return operand_dtype
+
+
+class Add(BinaryOp):
+    __slots__ = ()
+    symbol = "+"
+
+
+class Sub(BinaryOp):
+    __slots__ = ()
+    symbol = "-"
+
+
+class Mul(BinaryOp):
+    __slots__ = ()
+    symbol = "*"
+
+
+class Div(BinaryOp):
+    """True division for floats; truncating division for integers (C semantics)."""
+    __slots__ = ()
+    symbol = "/"
+
+
+class Mod(BinaryOp):
+    """Truncating remainder (C ``%``)."""
+    __slots__ = ()
+    symbol = "truncmod"
+
+
+class FloorDiv(BinaryOp):
+    """Integer division rounding towards minus infinity (Python ``//``)."""
+    __slots__ = ()
+    symbol = "//"
+
+    def _result_dtype(self, d):
+        return d
+
+
+class FloorMod(BinaryOp):
+    """Remainder of FloorDiv, with the sign of the divisor (Python ``%``)."""
+    __slots__ = ()
+    symbol = "%"
+
+
+class Min(BinaryOp):
+    __slots__ = ()
+    symbol = "min"
+
+
+class Max(BinaryOp):
+    __slots__ = ()
+    symbol = "max"
+
+
+class CmpOp(BinaryOp):
+    __slots__ = ()
+
+    def _result_dtype(self, d):
+        return dt.with_lanes("bool", dt.lanes(d))
+
+
+class EQ(CmpOp):
+    __slots__ = ()
+    symbol = "=="
+
+    def __bool__(self):
+        from .structural import structural_equal
+        return structural_equal(self.a, self.b)
+
+
+class NE(CmpOp):
+    __slots__ = ()
+    symbol = "!="
+
+    def __bool__(self):
+        from .structural import structural_equal
+        return not structural_equal(self.a, self.b)
+
+
+class LT(CmpOp):
+    __slots__ = ()
+    symbol = "<"
+
+
+class LE(CmpOp):
+    __slots__ = ()
+    symbol = "<="
+
+
+class GT(CmpOp):
+    __slots__ = ()
+    symbol = ">"
+
+
+class GE(CmpOp):
+    __slots__ = ()
+    symbol = ">="
+
+
+class And(BinaryOp):
+    __slots__ = ()
+    symbol = "and"
+
+    def __init__(self, a, b):
+        super().__init__(a, b)
+        if not dt.is_bool(self.a.dtype):
+            raise TIRError(f"And needs bool operands, got {self.a.dtype}", self)
+
+
+class Or(BinaryOp):
+    __slots__ = ()
+    symbol = "or"
+
+    def __init__(self, a, b):
+        super().__init__(a, b)
+        if not dt.is_bool(self.a.dtype):
+            raise TIRError(f"Or needs bool operands, got {self.a.dtype}", self)
+
+
+class Not(PrimExpr):
+    _fields = ("a",)
+    __slots__ = ("a",)
+
+    def __init__(self, a: PrimExpr):
+        a = convert(a)
+        if not dt.is_bool(a.dtype):
+            raise TIRError(f"Not needs a bool operand, got {a.dtype}", a)
+        self._init(a=a, dtype=a.dtype)
+
+
+class Select(PrimExpr):
+    """``true_value if condition else false_value``; both sides are evaluated."""
+
+    _fields = ("condition", "true_value", "false_value")
+    __slots__ = ("condition", "true_value", "false_value")
+
+    def __init__(self, condition: PrimExpr, true_value, false_value):
+        condition = convert(condition)
+        t = convert(true_value, false_value if isinstance(false_value, PrimExpr) else None)
+        f = convert(false_value, t)
+        if not dt.is_bool(condition.dtype):
+            raise TIRError(f"Select condition must be bool, got {condition.dtype}", condition)
+        if t.dtype != f.dtype:
+            raise TIRError(f"Select branches differ in dtype: {t.dtype} vs {f.dtype}", t)
+        self._init(condition=condition, true_value=t, false_value=f, dtype=t.dtype)
+
+
+class Cast(PrimExpr):
+    _fields = ("dtype", "value")
+    __slots__ = ("value",)
+
+    def __init__(self, dtype: str, value: PrimExpr):
+        self._init(dtype=dt.check(dtype), value=convert(value))
+
+
+# Intrinsics known to every back end; name -> number of arguments.
+INTRINSICS = {
+    "exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "sigmoid": 1, "erf": 1, "pow": 2,
+    "fabs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1, "exp2": 1, "log2": 1,
+    "trunc": 1, "if_then_else": 3,
+}
+FLOAT_INTRINSICS = {k for k in INTRINSICS if k != "if_then_else"}
+
+
+class Call(PrimExpr):
+    """A call to an intrinsic such as ``exp`` or ``if_then_else`` (which evaluates lazily)."""
+
+    _fields = ("dtype", "op", "args")
+    __slots__ = ("op", "args")
+
+    def __init__(self, dtype: str, op: str, args: Sequence):
+        args = tuple(convert(a) for a in args)
+        dt.check(dtype)
+        if op in INTRINSICS and len(args) != INTRINSICS[op]:
+            raise TIRError(f"intrinsic {op} takes {INTRINSICS[op]} argument(s), got {len(args)}")
+        if op in FLOAT_INTRINSICS:
+            for a in args:
+                if not dt.is_float(a.dtype):
+                    raise TIRError(f"intrinsic {op} needs float arguments, got {a!r} of {a.dtype}", a)
+        self._init(dtype=dtype, op=str(op), args=args)
+
+
+class BufferLoad(PrimExpr):
+    """``buffer[indices]``."""
+
+    _fields = ("buffer", "indices")
+    __slots__ = ("buffer", "indices")
+
+    def __init__(self, buffer, indices: Sequence):
+        indices = tuple(convert(i) for i in indices)
+        if len(indices) != len(buffer.shape):
+            raise TIRError(f"buffer {buffer.name} has {len(buffer.shape)} dimension(s) but is "
+                           f"indexed with {len(indices)}", buffer)
+        for i in indices:
+            if not dt.is_integer(i.dtype):
+                raise TIRError(f"index {i!r} of buffer {buffer.name} must be an integer, "
+                               f"got {i.dtype}", i)
+        self._init(buffer=buffer, indices=indices, dtype=buffer.dtype)
+
+
+class Let(PrimExpr):
+    """``body`` with ``var`` bound to ``value``."""
+
+    _fields = ("var", "value", "body")
+    __slots__ = ("var", "value", "body")
+
+    def __init__(self, var: Var, value: PrimExpr, body: PrimExpr):
+        value = convert(value)
+        if var.dtype != value.dtype:
+            raise TIRError(f"Let {var.name}: value dtype {value.dtype} differs from {var.dtype}", var)
+        self._init(var=var, value=value, body=convert(body), dtype=convert(body).dtype)
+
+
+class Reduce(PrimExpr):
+    """A commutative reduction, only legal as the whole body of a ``te.compute``.
+
+    ``combiner`` is one of ``sum``, ``prod``, ``max``, ``min``; ``axis`` a tuple of reduce IterVars.
+    """
+
+    _fields = ("combiner", "source", "axis", "condition", "init")
+    __slots__ = ("combiner", "source", "axis", "condition", "init")
+
+    def __init__(self, combiner: str, source: PrimExpr, axis: Sequence, condition=None, init=None):
+        if combiner not in ("sum", "prod", "max", "min"):
+            raise TIRError(f"unknown reduction combiner {combiner!r}")
+        source = convert(source)
+        init = None if init is None else convert(init, source)
+        cond = IntImm(1, "bool") if condition is None else convert(condition)
+        self._init(combiner=combiner, source=source, axis=tuple(axis), condition=cond, init=init,
+                   dtype=source.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Constructors used across the code base
+
+
+def const(value, dtype: str | None = None) -> PrimExpr:
+    """An immediate of the given dtype: ``const(3, "int64")``, ``const(0.5, "float32")``."""
+    if dtype is None:
+        return convert(value)
+    if dt.is_float(dtype):
+        return FloatImm(float(value), dtype)
+    return IntImm(int(value), dtype)
+
+
+def var(name: str, dtype: str = "int64") -> Var:
+    """A symbolic variable, e.g. a shape dimension: ``n = tensorir.var("n")``."""
+    return Var(name, dtype)
+
+
+def min_value(dtype: str) -> PrimExpr:
+    """The smallest value of a dtype (``-inf`` for floats): the identity of ``max``."""
+    import numpy as np
+    if dt.is_float(dtype):
+        return FloatImm(float("-inf"), dtype)
+    if dt.is_bool(dtype):
+        return IntImm(0, dtype)
+    return IntImm(int(np.iinfo(dt.to_numpy(dtype)).min), dtype)
+
+
+def max_value(dtype: str) -> PrimExpr:
+    """The largest value of a dtype (``+inf`` for floats): the identity of ``min``."""
+    import numpy as np
+    if dt.is_float(dtype):
+        return FloatImm(float("inf"), dtype)
+    if dt.is_bool(dtype):
+        return IntImm(1, dtype)
+    return IntImm(int(np.iinfo(dt.to_numpy(dtype)).max), dtype)
+
+
+def is_const_int(e, value: int | None = None) -> bool:
+    """True if ``e`` is an IntImm (with ``value``, if given)."""
+    return isinstance(e, IntImm) and (value is None or e.value == value)
+
+
+def as_int(e) -> int | None:
+    """The Python int of an IntImm (or int), else None."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, IntImm):
+        return e.value
+    return None
+
+
+def true() -> IntImm:
+    return IntImm(1, "bool")
+
+
+def false() -> IntImm:
+    return IntImm(0, "bool")
+
+
+def min_(a, b) -> PrimExpr:
+    return _binary(Min, a, b)
+
+
+def max_(a, b) -> PrimExpr:
+    return _binary(Max, a, b)
+
+
+def truncdiv(a, b) -> PrimExpr:
+    return _binary(Div, a, b)
+
+
+def truncmod(a, b) -> PrimExpr:
+    return _binary(Mod, a, b)
+
+
+def floordiv(a, b) -> PrimExpr:
+    return _binary(FloorDiv, a, b)
+
+
+def floormod(a, b) -> PrimExpr:
+    return _binary(FloorMod, a, b)
+
+
+def select(cond, t, f) -> PrimExpr:
+    return Select(cond, t, f)
+
+
+def call(op: str, *args, dtype: str | None = None) -> Call:
+    """Call an intrinsic; the result dtype defaults to the first argument's."""
+    args = [convert(a) for a in args]
+    if dtype is None:
+        dtype = args[1].dtype if op == "if_then_else" else args[0].dtype
+    return Call(dtype, op, args)

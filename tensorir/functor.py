@@ -1,0 +1,194 @@
+"""Generic traversal of the immutable IR: visitors, mutators and substitution.
+
+A mutator returns the *same* node object when nothing below it changed, so passes that touch
+little allocate little and identity checks (``new is old``) tell whether a pass did anything.
+
+Subclass ``IRMutator`` and define ``visit_<ClassName>(self, node)`` for the nodes you care about;
+call ``self.generic_visit(node)`` to recurse into the children.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from .expr import Node, PrimExpr, Var
+from .stmt import Buffer
+
+
+def children(node: Node):
+    """Yield the Node children of ``node`` (through tuples and buffer maps)."""
+    for f in node._fields:
+        yield from _nodes_in(getattr(node, f))
+
+
+def _nodes_in(value):
+    if isinstance(value, Node):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _nodes_in(v)
+
+
+class IRVisitor:
+    """Read-only pre-order traversal; ``visit_<ClassName>`` hooks, ``generic_visit`` recurses."""
+
+    def __init__(self):
+        self._seen_buffers: set[int] = set()
+
+    def visit(self, node):
+        fn = getattr(self, "visit_" + type(node).__name__, None)
+        if fn is not None:
+            return fn(node)
+        return self.generic_visit(node)
+
+    def generic_visit(self, node):
+        if isinstance(node, Buffer):
+            # a buffer's shape is visited once, however often the buffer is used
+            if id(node) in self._seen_buffers:
+                return
+            self._seen_buffers.add(id(node))
+        for c in children(node):
+            self.visit(c)
+
+
+class IRMutator:
+    """Rebuilding traversal; returns the same object where nothing changed.
+
+    Buffers are mutated once and memoized, so every reference to a buffer maps to the same new
+    buffer.
+    """
+
+    def __init__(self):
+        self.buffer_map: dict[Buffer, Buffer] = {}
+
+    def visit(self, node):
+        fn = getattr(self, "visit_" + type(node).__name__, None)
+        if fn is not None:
+            return fn(node)
+        return self.generic_visit(node)
+
+    def visit_Buffer(self, buf: Buffer):
+        if buf in self.buffer_map:
+            return self.buffer_map[buf]
+        new = self.generic_visit(buf)
+        self.buffer_map[buf] = new
+        return new
+
+    def visit_Var(self, v: Var):
+        return v
+
+    def _mutate_value(self, value):
+        if isinstance(value, Node):
+            return self.visit(value)
+        if isinstance(value, tuple):
+            new = tuple(self._mutate_value(v) for v in value)
+            if all(a is b for a, b in zip(new, value)):
+                return value
+            return new
+        return value
+
+    def generic_visit(self, node):
+        changed = {}
+        for f in node._fields:
+            old = getattr(node, f)
+            new = self._mutate_value(old)
+            if new is not old:
+                changed[f] = new
+        if not changed:
+            return node
+        return _rebuild(node, changed)
+
+
+def _rebuild(node, changed):
+    from .function import PrimFunc
+    if isinstance(node, PrimFunc):
+        if "buffer_map" in changed:
+            changed["buffer_map"] = dict(changed["buffer_map"])
+        return node.replace(**changed)
+    if isinstance(node, Buffer):
+        # a new buffer object: identity changes, which is what a substitution into a shape means
+        kw = {f: getattr(node, f) for f in node._fields}
+        kw.update(changed)
+        return Buffer(**kw)
+    kwargs = {f: getattr(node, f) for f in node._fields}
+    kwargs.update(changed)
+    if "annotations" in kwargs and isinstance(kwargs["annotations"], tuple):
+        kwargs["annotations"] = dict(kwargs["annotations"])
+    return type(node)(**kwargs)
+
+
+class _Substituter(IRMutator):
+    def __init__(self, vmap: Mapping[Var, PrimExpr] | Callable[[Var], PrimExpr | None]):
+        super().__init__()
+        self.vmap = vmap
+
+    def visit_Var(self, v):
+        if callable(self.vmap):
+            r = self.vmap(v)
+        else:
+            r = self.vmap.get(v)
+        return v if r is None else r
+
+
+def substitute(node, vmap):
+    """Replace variables in ``node``: ``vmap`` is a dict Var -> expr, or a function Var -> expr|None.
+
+    Examples
+    --------
+    >>> from tensorir import var
+    >>> i = var("i")
+    >>> substitute(i + 1, {i: i * 2})
+    i * 2 + 1
+    """
+    if not vmap:
+        return node
+    if isinstance(vmap, Mapping):
+        vmap = {k: (v if isinstance(v, Node) else _const(v, k)) for k, v in vmap.items()}
+    return _Substituter(vmap).visit(node)
+
+
+def _const(value, like: Var):
+    from .expr import convert
+    return convert(value, like)
+
+
+def post_order_visit(node, fn: Callable[[Node], None]) -> None:
+    """Call ``fn`` on every node below ``node`` (children first), buffers' shapes included once."""
+    seen: set[int] = set()
+
+    def rec(n):
+        if isinstance(n, Buffer):
+            if id(n) in seen:
+                return
+            seen.add(id(n))
+        for c in children(n):
+            rec(c)
+        fn(n)
+
+    rec(node)
+
+
+def free_vars(node) -> list[Var]:
+    """Variables used in ``node`` that ``node`` does not define (loop, iter and let vars are
+    defined), in first-use order."""
+    from .stmt import Block, For, LetStmt
+    from .expr import Let
+    defined: set[Var] = set()
+    out: dict[Var, None] = {}
+
+    def rec(n):
+        if isinstance(n, For):
+            defined.add(n.loop_var)
+        elif isinstance(n, Block):
+            for iv in n.iter_vars:
+                defined.add(iv.var)
+        elif isinstance(n, (LetStmt, Let)):
+            defined.add(n.var)
+        if isinstance(n, Var):
+            if n not in defined:
+                out.setdefault(n, None)
+            return
+        for c in children(n):
+            rec(c)
+
+    rec(node)
+    return [v for v in out if v not in defined]
