@@ -21,9 +21,9 @@ from . import dtype as dt
 from .expr import (BufferLoad, Call, FloatImm, IntImm, Max, Min, PrimExpr, Reduce, Select, TIRError,
                    Var, call, convert, max_value, min_value, var as _var)
 from .function import PrimFunc
-from .stmt import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, IterVar, Range,
-                   seq)
+from .stmt import (Block, BlockRealize, Buffer, BufferStore, For, IterVar, Range, is_true, seq)
 from .functor import post_order_visit, substitute
+from .schedule.regions import with_regions
 
 __all__ = ["var", "const", "placeholder", "compute", "reduce_axis", "sum", "max", "min", "prod",
            "if_then_else", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow", "abs",
@@ -358,33 +358,6 @@ def _toposort(outputs: Sequence[Tensor]) -> list[Tensor]:
     return order
 
 
-def _access_regions(body, skip: Buffer | None = None) -> list[BufferRegion]:
-    """Read regions of a block body: the accessed point when every access to a buffer has the
-    same indices, else the whole buffer (conservative; schedules refine regions themselves)."""
-    accesses: dict[int, list] = {}
-    buffers: dict[int, Buffer] = {}
-
-    def visit(n):
-        if isinstance(n, BufferLoad) and n.buffer is not skip:
-            accesses.setdefault(id(n.buffer), []).append(n.indices)
-            buffers[id(n.buffer)] = n.buffer
-
-    post_order_visit(body, visit)
-    regions = []
-    from .structural import structural_equal
-    for key, idx_list in accesses.items():
-        buf = buffers[key]
-        first = idx_list[0]
-        ranges = []
-        for d in range(buf.ndim):
-            if builtins.all(structural_equal(ix[d], first[d]) for ix in idx_list):
-                ranges.append(Range(first[d], IntImm(1, first[d].dtype)))
-            else:
-                ranges.append(Range(IntImm(0, buf.shape[d].dtype), buf.shape[d]))
-        regions.append(BufferRegion(buf, ranges))
-    return regions
-
-
 def _make_block(t: Tensor) -> For | BlockRealize:
     body = t.body
     reduce_axes = list(body.axis) if isinstance(body, Reduce) else []
@@ -402,22 +375,17 @@ def _make_block(t: Tensor) -> For | BlockRealize:
         src = substitute(body.source, vmap)
         cond = substitute(body.condition, vmap)
         ident = identity_of(body.combiner, body.dtype)
-        from .stmt import is_true
         if not is_true(cond):
             src = Select(cond, src, ident)
         start = ident if body.init is None else substitute(body.init, vmap)
         init = BufferStore(t.buffer, start, spatial_idx)
         stmt = BufferStore(t.buffer, combine(body.combiner, t.buffer[tuple(spatial_idx)], src),
                            spatial_idx)
-        reads_of = src
     else:
         value = substitute(body, vmap)
         stmt = BufferStore(t.buffer, value, spatial_idx)
-        reads_of = value
-    reads = _access_regions(reads_of, skip=t.buffer)
-    writes = [BufferRegion(t.buffer, [Range(v, IntImm(1, v.dtype)) for v in spatial_idx])]
-    block = Block(t.name, iter_vars, reads, writes, stmt, init=init,
-                  annotations=t.attrs or None)
+    block = with_regions(Block(t.name, iter_vars, [], [], stmt, init=init,
+                               annotations=t.attrs or None))
     nest = BlockRealize(loop_vars, None, block)
     for lv, iv in reversed(list(zip(loop_vars, iter_vars))):
         nest = For(lv, iv.dom.min, iv.dom.extent, "serial", nest)

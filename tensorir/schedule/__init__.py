@@ -1,0 +1,7 @@
+"""The schedule language of TensorIR: ``Schedule``, its random variables, traces and errors."""
+from .error import ScheduleError
+from .rv import BlockRV, ExprRV, LoopRV
+from .schedule import Schedule
+from .trace import Instruction, Trace
+
+__all__ = ["Schedule", "ScheduleError", "BlockRV", "LoopRV", "ExprRV", "Trace", "Instruction"]

@@ -1,0 +1,122 @@
+"""Sampling primitives: seeded random choices recorded as trace decisions.
+
+The decision a sampler draws is stored in its trace instruction; replaying a trace with a changed
+decision (``trace.with_decision``) is how the tuner's mutators move through the design space.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..expr import IntImm
+from .error import ScheduleError
+from .rv import ExprRV, LoopRV, traced
+
+
+def prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    if n > 1:
+        out.append(n)
+    return out
+
+
+def perfect_tilings(extent: int, n: int, max_innermost_factor: int) -> int:
+    """How many ways ``extent`` splits into ``n`` ordered factors with a bounded innermost one."""
+    count = 0
+
+    def rec(rest, k):
+        nonlocal count
+        if k == 1:
+            count += 1
+            return
+        for d in range(1, rest + 1):
+            if rest % d == 0:
+                rec(rest // d, k - 1)
+
+    for inner in range(1, min(extent, max_innermost_factor) + 1):
+        if extent % inner == 0:
+            rec(extent // inner, n - 1)
+    return count
+
+
+class SamplingPrimitives:
+    """``sample_perfect_tile`` and ``sample_categorical`` (``sample_compute_location`` lives with
+    the compute-location primitives, which know where a block may go)."""
+
+    @traced
+    def sample_perfect_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,
+                            decision: Sequence[int] | None = None) -> list[ExprRV]:
+        """Draw ``n`` factors whose product is the loop's (constant) extent, the innermost at most
+        ``max_innermost_factor``; returns them as ExprRVs for ``split``.
+
+        Examples
+        --------
+        >>> i, = sch.get_loops(sch.get_block("B"))           # doctest: +SKIP
+        >>> factors = sch.sample_perfect_tile(i, n=3, max_innermost_factor=8)
+        >>> sch.split(i, factors)
+        """
+        prim = "sample_perfect_tile"
+        for_node, _ = self._loop(loop, prim)
+        if not isinstance(for_node.extent, IntImm):
+            raise ScheduleError(prim, f"loop {for_node.loop_var.name} has the symbolic extent "
+                                f"{for_node.extent!r}; perfect tiles need a constant extent", for_node)
+        extent = for_node.extent.value
+        if n < 1:
+            raise ScheduleError(prim, f"n must be >= 1, got {n}")
+        if max_innermost_factor < 1:
+            raise ScheduleError(prim, f"max_innermost_factor must be >= 1, got {max_innermost_factor}")
+        if decision is not None:
+            factors = [int(f) for f in decision]
+            prod = 1
+            for f in factors:
+                prod *= f
+            if len(factors) != n or prod != extent or factors[-1] > max_innermost_factor \
+                    or min(factors) < 1:
+                raise ScheduleError(prim, f"decision {factors} is not a perfect {n}-tiling of "
+                                    f"{extent} with innermost <= {max_innermost_factor}", for_node)
+        else:
+            factors = self._draw_perfect_tile(extent, n, max_innermost_factor)
+        self._decision = list(factors)
+        return [self._expr_rv(f) for f in factors]
+
+    def _draw_perfect_tile(self, extent: int, n: int, max_inner: int) -> list[int]:
+        # distribute each prime factor to a random position, retrying while the innermost is too
+        # big; uniform over prime assignments, which favours balanced tiles like TVM's sampler
+        primes = prime_factors(extent)
+        for _ in range(64):
+            factors = [1] * n
+            for p in primes:
+                factors[int(self._rng.integers(0, n))] *= p
+            if factors[-1] <= max_inner:
+                return factors
+        # fall back: the largest admissible innermost divisor, the rest outermost
+        inner = max(d for d in range(1, min(extent, max_inner) + 1) if extent % d == 0)
+        return [extent // inner] + [1] * (n - 2) + [inner] if n > 1 else [extent]
+
+    @traced
+    def sample_categorical(self, candidates: Sequence[int], probs: Sequence[float],
+                           decision: int | None = None) -> ExprRV:
+        """Draw one of ``candidates`` with probabilities ``probs``; the decision is its index.
+
+        Examples
+        --------
+        >>> unroll = sch.sample_categorical([0, 16, 64, 512], [0.25] * 4)   # doctest: +SKIP
+        """
+        prim = "sample_categorical"
+        candidates = [int(c) for c in candidates]
+        probs = [float(p) for p in probs]
+        if not candidates or len(candidates) != len(probs):
+            raise ScheduleError(prim, f"{len(candidates)} candidates but {len(probs)} probabilities")
+        if any(p < 0 for p in probs) or sum(probs) <= 0:
+            raise ScheduleError(prim, f"probabilities must be >= 0 with a positive sum, got {probs}")
+        if decision is None:
+            total = sum(probs)
+            decision = int(self._rng.choice(len(candidates), p=[p / total for p in probs]))
+        elif not 0 <= int(decision) < len(candidates):
+            raise ScheduleError(prim, f"decision {decision} is not an index into {candidates}")
+        self._decision = int(decision)
+        return self._expr_rv(candidates[int(decision)])
