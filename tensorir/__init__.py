@@ -13,10 +13,16 @@ from .expr import (Add, And, BinaryOp, BufferLoad, Call, Cast, CmpOp, Div, EQ, F
                    PrimExpr, Reduce, Select, StringImm, Sub, TIRError, Var, const, convert,
                    floordiv, floormod, max_value, min_value, truncdiv, truncmod, var)
 from .stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferRegion, BufferStore,
-                   Evaluate, For, IfThenElse, IterVar, LetStmt, Range, SeqStmt, Stmt, decl_buffer)
+                   Evaluate, For, IfThenElse, IterVar, LetStmt, Range, SeqStmt, Stmt, decl_buffer,
+                   seq)
 from .function import IRModule, PrimFunc
 from .structural import assert_structural_equal, structural_equal, structural_hash
 from .functor import IRMutator, IRVisitor, post_order_visit, substitute
+from . import arith
 from . import te
+from . import transform
+from .parser import ParseError, parse
+from .interpret import interpret
+from .schedule import BlockRV, ExprRV, LoopRV, Schedule, ScheduleError, Trace
 
 __all__ = [n for n in dir() if not n.startswith("_")]

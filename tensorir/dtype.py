@@ -4,6 +4,7 @@ Strings keep the IR JSON-friendly and readable; these helpers are the only place
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -19,6 +20,7 @@ class DataTypeError(TypeError):
     """A dtype string that names no supported type."""
 
 
+@functools.lru_cache(maxsize=None)
 def parse(dtype: str) -> tuple[str, int, int]:
     """Split a dtype into (code, bits, lanes); code is one of bool/int/uint/float."""
     if dtype == HANDLE:

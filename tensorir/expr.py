@@ -61,6 +61,8 @@ def _python_const(value, like: "PrimExpr | None" = None) -> "PrimExpr":
     """Turn a Python scalar into an immediate, taking the dtype of the other operand."""
     if isinstance(value, PrimExpr):
         return value
+    if hasattr(value, "_as_expr"):  # an IterVar (te axis) stands for its variable
+        return value._as_expr()
     if isinstance(value, bool):
         return IntImm(int(value), "bool")
     if isinstance(value, int):

@@ -79,6 +79,8 @@ class _Equal:
         if isinstance(a, dict):
             return isinstance(b, dict) and self.eq(tuple(a.items()), tuple(b.items()))
         if not isinstance(a, Node):
+            if isinstance(a, float) and isinstance(b, float) and a != a:
+                return b != b  # NaN immediates are the same constant
             return type(a) is type(b) and a == b
         if type(a) is not type(b):
             return False

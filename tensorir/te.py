@@ -319,16 +319,20 @@ def if_then_else(cond, t, f) -> PrimExpr:
 
 def all(*conds) -> PrimExpr:
     """Logical and of conditions."""
-    out = convert(True)
-    for c in conds:
+    if not conds:
+        return convert(True)
+    out = convert(conds[0])
+    for c in conds[1:]:
         out = out & convert(c)
     return out
 
 
 def any(*conds) -> PrimExpr:
     """Logical or of conditions."""
-    out = convert(False)
-    for c in conds:
+    if not conds:
+        return convert(False)
+    out = convert(conds[0])
+    for c in conds[1:]:
         out = out | convert(c)
     return out
 

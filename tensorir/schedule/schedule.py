@@ -67,7 +67,7 @@ class Schedule(LoopPrimitives, ComputeLocationPrimitives, MemoryPrimitives, Redu
         self._seed = seed
         self._rng = np.random.default_rng(seed)
         self.trace = Trace()
-        self._targets: dict[str, Any] = {}  # RV name -> block name | loop Var | int
+        self._targets: dict[str, tuple] = {}  # RV name -> (RV, block name | loop Var | int)
         self._counter = 0
         self._depth = 0
         self._decision = None
@@ -115,7 +115,7 @@ class Schedule(LoopPrimitives, ComputeLocationPrimitives, MemoryPrimitives, Redu
     def _new_rv(self, cls, target) -> _RV:
         rv = cls(f"{cls.prefix}{self._counter}")
         self._counter += 1
-        self._targets[rv.name] = target
+        self._targets[rv.name] = (rv, target)
         return rv
 
     def _block_rv(self, name: str) -> BlockRV:
@@ -128,10 +128,12 @@ class Schedule(LoopPrimitives, ComputeLocationPrimitives, MemoryPrimitives, Redu
         return self._new_rv(ExprRV, int(value))
 
     def _target_of(self, rv: _RV, primitive: str):
-        try:
-            return self._targets[rv.name]
-        except (KeyError, AttributeError):
-            raise ScheduleError(primitive, f"{rv!r} does not belong to this schedule") from None
+        # the RV object itself must be the one this schedule (or the one it was copied from) made:
+        # another schedule's RV of the same name would otherwise resolve to a different loop
+        entry = self._targets.get(getattr(rv, "name", None))
+        if entry is None or entry[0] is not rv:
+            raise ScheduleError(primitive, f"{rv!r} does not belong to this schedule")
+        return entry[1]
 
     def get(self, rv):
         """What an RV stands for now: a Block, a For, or an int."""
@@ -178,8 +180,7 @@ class Schedule(LoopPrimitives, ComputeLocationPrimitives, MemoryPrimitives, Redu
     # -- trace encoding -----------------------------------------------------------------------------
     def _encode(self, value, primitive: str):
         if isinstance(value, _RV):
-            if value.name not in self._targets:
-                raise ScheduleError(primitive, f"{value!r} does not belong to this schedule")
+            self._target_of(value, primitive)
             return "$" + value.name
         if isinstance(value, (list, tuple)):
             return [self._encode(v, primitive) for v in value]
