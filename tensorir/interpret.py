@@ -14,7 +14,9 @@ iterations. Everything else runs as plain Python loops over numpy scalars. The d
 is conservative: a loop is vectorized only if every buffer written inside it is accessed, in
 some dimension, at an index that is the same expression for all accesses and separates the
 iterations (checked with a mixed-radix test on affine indices, or numerically over the
-iteration box); when in doubt the loop stays serial.
+iteration box); when in doubt the loop stays serial. Accesses whose indices are provably in
+bounds (interval bounds from the enclosing loops' ranges) are emitted as plain numpy indexing;
+all others are checked.
 
 A loop whose iterations all update one location with ``+``, ``*``, ``max`` or ``min``
 (``C[i, j] = C[i, j] + A[i, k] * B[k, j]`` over ``k``) may instead be evaluated as a numpy
@@ -284,7 +286,7 @@ def _bind_arguments(func: PrimFunc, arrays, var_values) -> _Call:
                                      f"{arr.shape} ({arr.size} elements) does not match buffer "
                                      f"shape {_fmt_shape(buf.shape)} = {shape}")
                 view = arr.reshape(shape)
-                if not np.shares_memory(view, arr):
+                if not np.may_share_memory(view, arr):  # reshape had to copy
                     view = view.copy()
                     call.copy_back.append((arr, view))
             else:
@@ -293,11 +295,12 @@ def _bind_arguments(func: PrimFunc, arrays, var_values) -> _Call:
             view = _strided_view(arr, buf, arr.shape, ienv, check.name)
         views.append(view)
 
+    scalars = set(func.scalar_params)  # (a list's ``in`` would compare Vars with ==)
     for v in ext_vars:
         if v not in env:
-            what = "scalar parameter" if v in func.scalar_params else "variable"
+            what = "scalar parameter" if v in scalars else "variable"
             raise ValueError(f"interpret: missing the value of {what} {v.name}; pass it "
-                             f"{'positionally or ' if v in func.scalar_params else ''}as a keyword "
+                             f"{'positionally or ' if v in scalars else ''}as a keyword "
                              f"({v.name}=...)")
     call.ext_vars = ext_vars
     call.args = views + [env[v] for v in ext_vars]
@@ -319,8 +322,8 @@ def _bind_dim(env, var, value, arg, what):
     value = _to_scalar(value, var.dtype, var.name)
     if var in env:
         if int(env[var]) != int(value):
-            raise ValueError(f"interpret: argument {arg}: {what} is {int(value)}, but {var.name} is "
-                             f"already {int(env[var])} (from another argument or keyword)")
+            raise ValueError(f"interpret: argument {arg}: {what} is {int(value)}, but {var.name} "
+                             f"is already {int(env[var])} (from another argument or keyword)")
     else:
         env[var] = value
 
@@ -341,7 +344,8 @@ def _strided_view(arr, buf, shape, ienv, name):
             all(n <= 1 or a == s * arr.itemsize for n, a, s in zip(shape, arr.strides, strides)):
         return arr  # the array already has the buffer's layout
     if any(s < 0 for s in strides):
-        raise ValueError(f"interpret: argument {name}: negative strides {strides} are not supported")
+        raise ValueError(f"interpret: argument {name}: negative strides {strides} are not "
+                         f"supported")
     span = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, strides))
     if not arr.flags.c_contiguous or arr.size < span:
         raise ValueError(f"interpret: argument {name}: buffer shape {tuple(shape)} with element "
@@ -803,7 +807,7 @@ def _alias_view(arr, shape, name, param):
         raise ValueError(f"buffer {name} (an alias of parameter {param}) has shape {shape}, "
                          f"which does not hold the {arr.size} elements of {param}")
     v = arr.reshape(shape)
-    if not np.shares_memory(v, arr):
+    if not np.may_share_memory(v, arr):
         raise ValueError(f"buffer {name} cannot be a view of parameter {param}")
     return v
 
@@ -990,7 +994,7 @@ def _injective(dims, vinfo, consts) -> bool:
     nd = len(vinfo)
     for k, (v, lo, ext) in enumerate(vinfo):
         if lo is None:
-            if any(v in free_vars(key.e) for h in exact for key in h):
+            if any(v in set(free_vars(key.e)) for h in exact for key in h):
                 return False
             continue
         env[v] = np.arange(lo, lo + ext, dtype=np.int64).reshape(_axshape(nd, k, ext))
@@ -1311,9 +1315,10 @@ class _Compiler:
             self.register_buffer(b, arr, private=False)
         self.declare_aliases()
         self.stmt(func.body, "None")
-        source = "\n\n".join(self.helpers + ["\n".join([header] + (self.lines or ["    pass"]))]) + "\n"
-        code = compile(source, f"<tensorir.interpret:{func.attr_dict.get('global_symbol', 'main')}>",
-                       "exec")
+        main = "\n".join([header] + (self.lines or ["    pass"]))
+        source = "\n\n".join(self.helpers + [main]) + "\n"
+        symbol = func.attr_dict.get("global_symbol", "main")
+        code = compile(source, f"<tensorir.interpret:{symbol}>", "exec")
         exec(code, self.ns)
         kernel = self.ns["_kernel"]
         kernel.source = source
@@ -1391,9 +1396,6 @@ class _Compiler:
             return
         if safe or not idx:
             self.emit(f"{info.arr}[{self.subscript(info, idx)}] = {val}")
-            return
-        if not idx:
-            self.emit(f"{info.arr}[()] = {val}")
             return
         temps = [self.tmp() for _ in idx]
         for t, i in zip(temps, idx):
@@ -1573,10 +1575,14 @@ class _Compiler:
         br = pat.realize
         saved = []
         if br is not None:
-            for iv, val in zip(br.block.iter_vars, br.iter_values):
+            normed = [self.norm(v) for v in br.iter_values]
+            for iv, val, nv in zip(br.block.iter_vars, br.iter_values, normed):
                 src = self.expr(val, m)
-                saved.append((iv.var, self.names.get(iv.var)))
+                if val.dtype != iv.var.dtype:
+                    src = f"({src}).astype({self.dtype_name(iv.var.dtype)})"
+                saved.append((iv.var, self.names.get(iv.var), self.defs.get(iv.var)))
                 self.emit(f"{self.bind_var(iv.var)} = {src}")
+                self.defs[iv.var] = nv
 
         def body(mp):
             store = pat.store
@@ -1596,8 +1602,8 @@ class _Compiler:
             body(m)
         else:
             self.masked(f"_mand({m}, {self.expr(br.predicate, m)})", body)
-        for var, old in saved:
-            self.restore(var, old, None)
+        for var, old_name, old_def in reversed(saved):
+            self.restore(var, old_name, old_def)
 
     # ---- planning: which loops run as numpy vectors
     def plan(self, loop: For):
@@ -1632,7 +1638,10 @@ class _Compiler:
             if buf.strides is not None and not _non_overlapping(buf, self.consts):
                 return False
             accs = [idx for b, idx, _ in info.accesses if b is buf]
-            if not accs[0] or not _separable(accs, vinfo, info.inner, self.consts):
+            # a buffer allocated inside outer vector loops has one copy per lane of those
+            # loops: only the lanes of the loops inside its allocation can collide
+            npre = self.bufs[buf].npre if buf in self.bufs else 0
+            if not _separable(accs, vinfo[npre:], info.inner, self.consts):
                 return False
         return True
 
@@ -1660,7 +1669,7 @@ class _Compiler:
             return None
         B = store.buffer
         idx = [_normalize(i, defs) for i in store.indices]
-        if any(_has_load(i) or k in free_vars(i) for i in idx):
+        if any(_has_load(i) or k in set(free_vars(i)) for i in idx):
             return None
 
         def is_self(x):
@@ -1683,7 +1692,7 @@ class _Compiler:
             if not all(structural_equal(_normalize(a, defs), b)
                        for a, b in zip(init.indices, idx)):
                 return None
-            if k in free_vars(_normalize(init.value, defs)):
+            if k in set(free_vars(_normalize(init.value, defs))):
                 return None
         return _ReducePattern(realize, store, op, f, init)
 
@@ -1820,7 +1829,8 @@ class _Compiler:
         if self.in_bounds(e.buffer, e.indices):
             return f"{info.arr}[{self.subscript(info, idx)}]"
         if self.axes:
-            return f"_vld({info.arr}, {info.pre}, ({''.join(i + ', ' for i in idx)}), {m}, {name!r})"
+            args = "".join(i + ", " for i in idx)
+            return f"_vld({info.arr}, {info.pre}, ({args}), {m}, {name!r})"
         if not idx:
             return f"{info.arr}[()]"
         temps = [self.tmp() for _ in idx]

@@ -1,7 +1,8 @@
 """The schedule language of TensorIR: ``Schedule``, its random variables, traces and errors."""
 from .error import ScheduleError
+from .intrinsics import TensorIntrin
 from .rv import BlockRV, ExprRV, LoopRV
 from .schedule import Schedule
 from .trace import Instruction, Trace
 
-__all__ = ["Schedule", "ScheduleError", "BlockRV", "LoopRV", "ExprRV", "Trace", "Instruction"]
+__all__ = ["Schedule", "ScheduleError", "TensorIntrin", "BlockRV", "LoopRV", "ExprRV", "Trace", "Instruction"]

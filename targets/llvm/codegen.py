@@ -1,0 +1,1311 @@
+"""Lowered TensorIR -> LLVM IR, through ``llvmlite.ir``.
+
+Input: PrimFuncs in the form ``tensorir.transform.lower`` produces (no blocks, flat 1-D buffers,
+attrs ``arg_buffers`` / ``shape_vars``). Each PrimFunc becomes
+
+* ``<symbol>.compute``: the loop nest, taking flat data pointers (``noalias``) and the values of
+  the shape variables and scalar parameters; it returns 0 or an error code;
+* ``<symbol>``: the exported entry of ``docs/abi.md``, which checks the packed arguments against
+  the function's constraints (``entry.EntryEmitter``) and calls the compute function.
+
+Loop kinds:
+
+* ``serial``: a plain loop.
+* ``unrolled``: copied ``extent`` times when the extent is a small constant, else a loop with
+  ``llvm.loop.unroll.full``.
+* ``vectorized``: the body is evaluated once on vectors of L lanes (the loop variable is
+  ``<base, base+1, ..., base+L-1>``): contiguous accesses become vector loads/stores, other
+  lane-varying accesses gathers/scatters, lane-varying conditions masks. A constant extent up to
+  64 is one vector step; longer or symbolic extents loop over L-lane steps with a masked tail.
+  Bodies that cannot be vectorized (inner loops, allocations, asserts, stores to a lane-invariant
+  address) fall back to a scalar loop carrying ``llvm.loop.vectorize.enable``.
+* ``parallel``: the body is outlined into ``i32 fn(i32 task, i32 num_tasks, ptr closure)`` and
+  run by the thread pool of ``threadpool`` over contiguous chunks; parallel loops nested in it
+  run serially.
+* ``thread_binding``: rejected (GPU only).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import llvmlite.ir as ir
+import numpy as np
+
+from tensorir import dtype as dt
+from tensorir.expr import (Add, BufferLoad, Call, Cast, CmpOp, Div, FloatImm, FloorDiv, FloorMod,
+                           IntImm, Let, Max, Min, Mod, Mul, Not, PrimExpr, Reduce, Select,
+                           StringImm, Sub, TIRError, Var)
+from tensorir.function import PrimFunc
+from tensorir.functor import free_vars, post_order_visit
+from tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore,
+                           Evaluate, For, IfThenElse, LetStmt, SeqStmt, Stmt)
+
+from ..runtime import abi
+from . import intrinsics
+from .entry import EntryEmitter, expr_str, fmt_escape as _fmt_escape
+from .fp16 import Float16
+from .softops import SoftOps
+from .irutil import (F32, F64, I1, I8, I32, I64, PTR, ModuleBuilder, const, element_type, gep,
+                     is_vector, lane_ids, lanes_of, set_loop_metadata, splat, vec_type)
+
+STACK_ALLOCA_LIMIT = 4096     # bytes: larger or symbolic intermediates use posix_memalign
+MAX_VECTOR_LANES = 64         # a constant vectorized extent up to this is one vector step
+MAX_UNROLL = 64               # unrolled loops longer than this get unroll metadata instead
+ALLOC_ALIGN = 64
+PARALLEL_LAUNCH = "tilecraft_rt_parallel_launch"
+RUNTIME_NUM_CORES = "tilecraft_rt_num_cores"
+
+
+@dataclass
+class CodegenOptions:
+    """What the code generator needs to know about the target."""
+
+    triple: str
+    data_layout: str
+    pointer_bits: int
+    native_f16: bool
+    vector_width: int          # bits of a vector register
+    num_cores: int | None      # baked-in default thread count (None: all cores at run time)
+    target_str: str
+    hw_div: dict = field(default_factory=lambda: {32: True, 64: True})  # see softops
+
+
+@dataclass
+class _VecCtx:
+    """The vectorized loop being emitted: its variable, lane count, active-lane mask."""
+
+    var: Var
+    lanes: int
+    mask: object = None                       # <lanes x i1> or None (all lanes)
+    lets: dict = field(default_factory=dict)  # let var -> its lane-varying value expression
+
+
+class _FnCtx:
+    """Per-LLVM-function state: builder, variables, buffers, live heap allocations."""
+
+    def __init__(self, fn: ir.Function, func_name: str):
+        self.fn = fn
+        self.func_name = func_name
+        # allocas go to their own first block (so loops do not grow the stack); code starts
+        # in the next one, and finish() links the two
+        self.entry = fn.append_basic_block("entry")
+        self.start = fn.append_basic_block("start")
+        self.builder = ir.IRBuilder(self.start)
+        self._alloca_builder = ir.IRBuilder(self.entry)
+        self.env: dict[Var, object] = {}
+        self.buffers: dict[Buffer, object] = {}
+        self.heap: list = []            # malloc'd pointers to free on an error return
+        self.nonneg: set[Var] = set()   # variables known to be >= 0
+        self.parallel_depth = 0
+        self.vec: _VecCtx | None = None
+
+    def alloca(self, ty, name: str = "", align: int | None = None):
+        """An alloca in the entry block, so loops do not grow the stack."""
+        slot = self._alloca_builder.alloca(ty, name=name)
+        slot.type = PTR  # opaque, so GEPs into it need no typed-pointer bookkeeping
+        if align:
+            slot.align = align
+        return slot
+
+    def finish(self):
+        self._alloca_builder.branch(self.start)
+
+
+@dataclass(eq=False)
+class BufferParam:
+    index: int
+    var: Var
+    name: str
+    flat: Buffer
+    orig: Buffer
+
+
+@dataclass(eq=False)
+class ScalarParam:
+    index: int
+    var: Var
+    name: str
+    dtype: str
+
+
+class CodeGenLLVM(EntryEmitter):
+    """Generate one LLVM module from lowered PrimFuncs.
+
+    Examples
+    --------
+    >>> cg = CodeGenLLVM(options)                 # doctest: +SKIP
+    >>> cg.add_function("main", lowered_func)     # doctest: +SKIP
+    >>> text = cg.finish()                        # doctest: +SKIP
+    """
+
+    def __init__(self, options: CodegenOptions):
+        self.opt = options
+        self.mb = ModuleBuilder("tilecraft", options.triple, options.data_layout,
+                                options.pointer_bits)
+        self.module = self.mb.module
+        self.f16 = Float16(options.native_f16)
+        self.soft = SoftOps(self.mb, options.hw_div, options.pointer_bits)
+        self.functions_meta: list[dict] = []
+        self.ctx: _FnCtx | None = None
+        self._outlined = 0
+        self._uses_parallel = False
+        self._init_globals()
+
+    # ------------------------------------------------------------------------------------------
+    # module-level pieces
+
+    def _init_globals(self):
+        mb = self.mb
+        err_ty = ir.ArrayType(I8, abi.ERROR_BUFFER_BYTES)
+        self.error_buffer = mb.global_var("tilecraft_error_buffer", err_ty, linkage="internal")
+        self.error_claimed = mb.global_var("tilecraft_error_claimed", I32, ir.Constant(I32, 0),
+                                           linkage="internal")
+        self.num_threads = mb.global_var(abi.NUM_THREADS_SYMBOL, I32,
+                                         ir.Constant(I32, int(self.opt.num_cores or 0)))
+        mb.global_var(abi.ABI_VERSION_SYMBOL, I32, ir.Constant(I32, abi.ABI_VERSION),
+                      constant=True)
+        getter = ir.Function(self.module, ir.FunctionType(PTR, []), abi.LAST_ERROR_SYMBOL)
+        getter.attributes.add("nounwind")
+        ir.IRBuilder(getter.append_basic_block("entry")).ret(self.error_buffer)
+        self.snprintf = mb.declare("snprintf", I32, [PTR, mb.intptr, PTR], var_arg=True)
+        self.memalign = mb.declare("posix_memalign", I32, [PTR, mb.intptr, mb.intptr])
+        self.free = mb.declare("free", ir.VoidType(), [PTR])
+
+    def _make_ctx(self, fn: ir.Function, func_name: str) -> _FnCtx:
+        return _FnCtx(fn, func_name)
+
+    @property
+    def uses_parallel(self) -> bool:
+        """Whether the module calls the thread-pool runtime (it must be linked or registered)."""
+        return self._uses_parallel
+
+    def finish(self, entry: str | None = None) -> str:
+        """Add the metadata symbol (``self.meta``) and return the module's LLVM IR text."""
+        names = [f["name"] for f in self.functions_meta]
+        if entry not in names:
+            entry = "main" if "main" in names else (names[0] if names else None)
+        self.meta = {"abi_version": abi.ABI_VERSION, "target": self.opt.target_str,
+                     "triple": self.opt.triple, "num_cores": self.opt.num_cores,
+                     "entry": entry, "functions": self.functions_meta}
+        data = bytearray(json.dumps(self.meta, sort_keys=True).encode("utf-8")) + b"\0"
+        ty = ir.ArrayType(I8, len(data))
+        self.mb.global_var(abi.METADATA_SYMBOL, ty, ir.Constant(ty, data), constant=True)
+        return str(self.module)
+
+    # ------------------------------------------------------------------------------------------
+    # types
+
+    def rtype(self, dtype: str, lanes: int = 1):
+        """The register type of a scalar dtype (bool i1, float16 computed as float)."""
+        code, bits, _ = dt.parse(dtype)
+        if dt.lanes(dtype) != 1:
+            raise TIRError(f"vector dtype {dtype} in lowered TIR; vectorize with a 'vectorized' "
+                           f"loop instead")
+        if code == "bool":
+            t = I1
+        elif code in ("int", "uint"):
+            t = ir.IntType(bits)
+        elif code == "float":
+            t = F64 if bits == 64 else F32
+        else:
+            raise TIRError(f"dtype {dtype} has no register type")
+        return vec_type(t, lanes)
+
+    def mtype(self, dtype: str):
+        """The in-memory type of a scalar dtype (bool as i8, float16 as half or i16)."""
+        code, bits, _ = dt.parse(dtype)
+        if code == "bool":
+            return I8
+        if code == "float" and bits == 16:
+            return self.f16.mem
+        return self.rtype(dtype)
+
+    @staticmethod
+    def itemsize(dtype: str) -> int:
+        return dt.itemsize(dtype)
+
+    # ------------------------------------------------------------------------------------------
+    # helpers on the current function
+
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.ctx.builder
+
+    def _new_block(self, name: str) -> ir.Block:
+        return self.ctx.fn.append_basic_block(name)
+
+    def _k(self, like, value):
+        """A constant with the (scalar or vector) type of ``like``."""
+        return const(like.type, value)
+
+    def _match(self, a, b_):
+        """Broadcast the scalar operand when the other is a vector."""
+        la, lb = lanes_of(a), lanes_of(b_)
+        if la == lb:
+            return a, b_
+        n = max(la, lb)
+        return splat(self.b, a, n), splat(self.b, b_, n)
+
+    def _scalar(self, v, what: str):
+        if is_vector(v):
+            raise TIRError(f"{what} varies across the lanes of a vectorized loop")
+        return v
+
+    def _round16(self, v, dtype: str):
+        return self.f16.round(self.b, v) if dtype == "float16" else v
+
+    def _to_i64(self, v, dtype: str):
+        """An index value as i64 (sign- or zero-extended)."""
+        ty = element_type(v.type)
+        if ty == I64:
+            return v
+        target = vec_type(I64, lanes_of(v))
+        if ty.width > 64:
+            return self.b.trunc(v, target)
+        return self.b.zext(v, target) if dt.is_uint(dtype) or dtype == "bool" else \
+            self.b.sext(v, target)
+
+    def _to_intptr(self, v64):
+        if self.mb.pointer_bits == 64:
+            return v64
+        return self.b.trunc(v64, self.mb.intptr)
+
+    # -- errors ---------------------------------------------------------------------------------
+    def _write_error(self, fmt: str, args: list):
+        """Write the message unless another thread already did (first failure wins)."""
+        b = self.b
+        res = b.cmpxchg(self.error_claimed, I32(0), I32(1), "seq_cst", "seq_cst")
+        won = b.extract_value(res, 1)
+        write_bb, done_bb = self._new_block("err.write"), self._new_block("err.written")
+        b.cbranch(won, write_bb, done_bb)
+        b.position_at_end(write_bb)
+        b.call(self.snprintf, [self.error_buffer, self.mb.intptr(abi.ERROR_BUFFER_BYTES),
+                               self.mb.cstring(fmt)] + list(args))
+        b.branch(done_bb)
+        b.position_at_end(done_bb)
+
+    def _return_error(self, code):
+        """Free live heap buffers and return ``code`` (an i32 value or int)."""
+        for p in reversed(self.ctx.heap):
+            self.b.call(self.free, [p])
+        self.b.ret(code if isinstance(code, ir.Value) else I32(code))
+
+    def _check(self, ok, fmt: str, args: list = (), code: int = -1):
+        """Continue when ``ok`` (i1) holds; otherwise report ``fmt % args`` and return."""
+        ok_bb, bad_bb = self._new_block("check.ok"), self._new_block("check.fail")
+        br = self.b.cbranch(ok, ok_bb, bad_bb)
+        br.set_weights([1 << 20, 1])
+        self.b.position_at_end(bad_bb)
+        self._write_error(fmt, list(args))
+        self._return_error(code)
+        self.b.position_at_end(ok_bb)
+
+    # ------------------------------------------------------------------------------------------
+    # functions
+
+    def add_function(self, name: str, func: PrimFunc) -> dict:
+        """Compile one lowered PrimFunc; returns its metadata entry."""
+        if not isinstance(func, PrimFunc):
+            raise TIRError(f"function {name}: expected a PrimFunc, got {type(func).__name__}", func)
+        _reject_unlowered(name, func)
+        symbol = abi.entry_symbol(name)
+        if any(f["symbol"] == symbol for f in self.functions_meta):
+            raise TIRError(f"two functions map to the C symbol {symbol}; rename {name!r}")
+        bparams, sparams = _classify_params(name, func)
+        bound = self._plan_binding(name, func, bparams, sparams)
+        compute = self._emit_compute(name, symbol, func, bparams, bound)
+        self.emit_entry(name, symbol, func, bparams, sparams, bound, compute)
+        meta = _function_metadata(name, symbol, func, bparams, sparams)
+        self.functions_meta.append(meta)
+        return meta
+
+    def _plan_binding(self, name, func, bparams, sparams) -> list[Var]:
+        """The variables the entry computes and passes on: scalar params, then shape vars."""
+        bound: list[Var] = [p.var for p in sparams]
+        known = set(bound)  # Vars hash by identity; a list's `in` would build EQ nodes
+        for p in bparams:
+            for d in p.orig.shape:
+                if isinstance(d, Var) and d not in known:
+                    bound.append(d)
+                    known.add(d)
+        for p in bparams:
+            for i, d in enumerate(p.orig.shape):
+                for v in free_vars(d):
+                    if v not in known:
+                        raise TIRError(f"{name}: dimension {i} of argument {p.name} is "
+                                       f"{expr_str(d)}, but {v.name} is neither a parameter nor "
+                                       f"a dimension of its own in any argument, so a caller "
+                                       f"cannot bind it", d)
+        return bound
+
+    def _emit_compute(self, name, symbol, func, bparams, bound) -> ir.Function:
+        arg_types = [PTR] * len(bparams) + [self.rtype(v.dtype) for v in bound]
+        fn = ir.Function(self.module, ir.FunctionType(I32, arg_types), f"{symbol}.compute")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for i, p in enumerate(bparams):
+            fn.args[i].add_attribute("noalias")
+            fn.args[i].name = p.name
+        self.ctx = _FnCtx(fn, name)
+        for p, arg in zip(bparams, fn.args):
+            self.ctx.buffers[p.flat] = arg
+        shape_vars = {d for p in bparams for d in p.orig.shape if isinstance(d, Var)}
+        for v, arg in zip(bound, fn.args[len(bparams):]):
+            arg.name = v.name
+            self.ctx.env[v] = arg
+            if v in shape_vars:
+                self.ctx.nonneg.add(v)  # the entry checked every dimension is >= 0
+        self.stmt(func.body)
+        if not self.b.block.is_terminated:
+            self.b.ret(I32(0))
+        self.ctx.finish()
+        self.ctx = None
+        return fn
+
+    # ------------------------------------------------------------------------------------------
+    # statements
+
+    def stmt(self, s: Stmt):
+        method = getattr(self, "_s_" + type(s).__name__, None)
+        if method is None:
+            raise TIRError(f"the LLVM back end cannot compile {type(s).__name__} statements "
+                           f"(is the function lowered?)", s)
+        method(s)
+
+    def _s_SeqStmt(self, s: SeqStmt):
+        for x in s.seq:
+            self.stmt(x)
+
+    def _s_Evaluate(self, s: Evaluate):
+        if isinstance(s.value, (IntImm, FloatImm)):
+            return
+        self.expr(s.value)
+
+    def _s_LetStmt(self, s: LetStmt):
+        v = self.expr(s.value)
+        self._bind(s.var, v, s.value, lambda: self.stmt(s.body))
+
+    def _bind(self, var: Var, v, value_expr, body):
+        ctx = self.ctx
+        old = ctx.env.get(var)
+        ctx.env[var] = v
+        if ctx.vec is not None and is_vector(v):
+            ctx.vec.lets[var] = value_expr
+        if self._nonneg(value_expr):
+            ctx.nonneg.add(var)
+        try:
+            return body()
+        finally:
+            if old is None:
+                ctx.env.pop(var, None)
+            else:
+                ctx.env[var] = old
+
+    def _s_AssertStmt(self, s: AssertStmt):
+        cond = self._scalar(self.expr(s.condition), "an assert condition")
+        msg = _fmt_escape(f"{self.ctx.func_name}: {s.message}")
+        self._check(cond, msg)
+        self.stmt(s.body)
+
+    def _s_IfThenElse(self, s: IfThenElse):
+        cond = self.expr(s.condition)
+        vec = self.ctx.vec
+        if is_vector(cond):
+            # lane-varying condition: run both sides under complementary masks
+            old = vec.mask
+            vec.mask = cond if old is None else self.b.and_(old, cond)
+            self.stmt(s.then_case)
+            if s.else_case is not None:
+                neg = self.b.not_(cond)
+                vec.mask = neg if old is None else self.b.and_(old, neg)
+                self.stmt(s.else_case)
+            vec.mask = old
+            return
+        then_bb = self._new_block("if.then")
+        end_bb = self._new_block("if.end")
+        else_bb = self._new_block("if.else") if s.else_case is not None else end_bb
+        self.b.cbranch(cond, then_bb, else_bb)
+        self.b.position_at_end(then_bb)
+        self.stmt(s.then_case)
+        self.b.branch(end_bb)
+        if s.else_case is not None:
+            self.b.position_at_end(else_bb)
+            self.stmt(s.else_case)
+            self.b.branch(end_bb)
+        self.b.position_at_end(end_bb)
+
+    def _s_BufferStore(self, s: BufferStore):
+        buf = s.buffer
+        ptr = self._buffer_ptr(buf, s)
+        index_e = s.indices[0]
+        value = self.expr(s.value)
+        vec = self.ctx.vec
+        if vec is None:
+            index = self._to_i64(self.expr(index_e), index_e.dtype)
+            addr = self.b.gep(ptr, [index], source_etype=self.mtype(buf.dtype))
+            self.b.store(self._to_mem(value, buf.dtype), addr, align=self.itemsize(buf.dtype))
+            return
+        stride = self._stride(index_e)
+        if stride == 0:  # excluded by _can_vectorize; kept as a guard
+            raise TIRError(f"store to {buf.name} at a lane-invariant index in a vectorized loop",
+                           s)
+        n = vec.lanes
+        index = splat(self.b, self._to_i64(self.expr(index_e), index_e.dtype), n)
+        mem = self._to_mem(splat(self.b, value, n), buf.dtype)
+        align = I32(self.itemsize(buf.dtype))
+        if stride == 1:
+            base = self.b.extract_element(index, I32(0))
+            addr = self.b.gep(ptr, [base], source_etype=self.mtype(buf.dtype))
+            if vec.mask is None:
+                self.b.store(mem, addr, align=self.itemsize(buf.dtype))
+            else:
+                fn = self.mb.intrinsic("masked.store", ir.VoidType(),
+                                       [mem.type, PTR, I32, vec_type(I1, n)], [mem.type, PTR])
+                self.b.call(fn, [mem, addr, align, vec.mask])
+            return
+        ptrs = self._vector_gep(ptr, index, self.mtype(buf.dtype))
+        mask = vec.mask if vec.mask is not None else const(vec_type(I1, n), 1)
+        fn = self.mb.intrinsic("masked.scatter", ir.VoidType(),
+                               [mem.type, ptrs.type, I32, vec_type(I1, n)], [mem.type, ptrs.type])
+        self.b.call(fn, [mem, ptrs, align, mask])
+
+    def _vector_gep(self, ptr, index_vec, elem_ty):
+        g = self.b.gep(ptr, [index_vec], source_etype=elem_ty)
+        g.type = ir.VectorType(PTR, lanes_of(index_vec))  # llvmlite types it as a scalar ptr
+        return g
+
+    def _buffer_ptr(self, buf: Buffer, node):
+        ptr = self.ctx.buffers.get(buf)
+        if ptr is None:
+            raise TIRError(f"{self.ctx.func_name}: buffer {buf.name} is used but is neither a "
+                           f"parameter nor allocated here", node)
+        if buf.ndim != 1:
+            raise TIRError(f"buffer {buf.name} has {buf.ndim} dimensions; lowered code accesses "
+                           f"flat 1-D buffers (run tensorir.transform.lower)", node)
+        return ptr
+
+    def _s_Allocate(self, s: Allocate):
+        buf = s.buffer
+        if buf.ndim != 1:
+            raise TIRError(f"Allocate of {buf.name}: the buffer has {buf.ndim} dimensions; "
+                           f"lowered code allocates flat buffers", s)
+        memty = self.mtype(buf.dtype)
+        size = buf.shape[0]
+        nbytes_const = size.value * self.itemsize(buf.dtype) if isinstance(size, IntImm) else None
+        if nbytes_const is not None and nbytes_const <= STACK_ALLOCA_LIMIT:
+            slot = self.ctx.alloca(ir.ArrayType(memty, max(size.value, 1)), name=buf.name,
+                                   align=max(ALLOC_ALIGN, buf.align))
+            self.ctx.buffers[buf] = slot
+            try:
+                self.stmt(s.body)
+            finally:
+                del self.ctx.buffers[buf]
+            return
+        count = self._to_i64(self._scalar(self.expr(size), "an allocation size"), size.dtype)
+        nbytes = self.b.mul(count, I64(self.itemsize(buf.dtype)))
+        nbytes = self.b.select(self.b.icmp_signed("<", nbytes, I64(1)), I64(1), nbytes)
+        slot = self.ctx.alloca(PTR, name=buf.name + ".slot")
+        rc = self.b.call(self.memalign, [slot, self.mb.intptr(max(ALLOC_ALIGN, buf.align)),
+                                         self._to_intptr(nbytes)])
+        self._check(self.b.icmp_signed("==", rc, I32(0)),
+                    f"{self.ctx.func_name}: out of memory allocating %lld bytes for buffer "
+                    f"{_fmt_escape(buf.name)}", [nbytes])
+        data = self.b.load(slot, typ=PTR)
+        self.ctx.heap.append(data)
+        self.ctx.buffers[buf] = data
+        try:
+            self.stmt(s.body)
+        finally:
+            del self.ctx.buffers[buf]
+            self.ctx.heap.pop()
+        self.b.call(self.free, [data])
+
+    # -- loops ----------------------------------------------------------------------------------
+    def _s_For(self, s: For):
+        if s.kind == "thread_binding":
+            raise TIRError(f"{self.ctx.func_name}: loop {s.loop_var.name} is bound to "
+                           f"{s.thread_tag}; thread bindings are for GPU targets (opencl, webgpu),"
+                           f" not the CPU target {self.opt.target_str!r}", s)
+        if self.ctx.vec is not None:  # _can_vectorize keeps loops out of vector bodies
+            raise TIRError(f"loop {s.loop_var.name} inside a vectorized loop", s)
+        if s.kind == "vectorized":
+            self._vector_loop(s)
+        elif s.kind == "parallel" and self.ctx.parallel_depth == 0:
+            self._parallel_loop(s)
+        elif s.kind == "unrolled":
+            self._unrolled_loop(s)
+        else:
+            self._serial_loop(s)
+
+    def _loop_var_nonneg(self, s: For) -> bool:
+        return self._nonneg(s.min)
+
+    def _serial_loop(self, s: For, metadata: list | None = None, lo=None, hi=None):
+        var = s.loop_var
+        b = self.b
+        if lo is None:
+            lo = self._scalar(self.expr(s.min), "a loop bound")
+            ext = self._scalar(self.expr(s.extent), "a loop extent")
+            hi = b.add(lo, ext)
+        pre = b.block
+        header = self._new_block(f"for.{var.name}")
+        body_bb = self._new_block(f"for.{var.name}.body")
+        exit_bb = self._new_block(f"for.{var.name}.end")
+        b.branch(header)
+        b.position_at_end(header)
+        phi = b.phi(lo.type, name=var.name)
+        phi.add_incoming(lo, pre)
+        cmp = b.icmp_unsigned if dt.is_uint(var.dtype) else b.icmp_signed
+        b.cbranch(cmp("<", phi, hi), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        if self._loop_var_nonneg(s):
+            self.ctx.nonneg.add(var)
+        self._bind(var, phi, None, lambda: self.stmt(s.body))
+        nxt = b.add(phi, ir.Constant(lo.type, 1))
+        phi.add_incoming(nxt, b.block)
+        back = b.branch(header)
+        if metadata:
+            set_loop_metadata(self.module, back, metadata)
+        b.position_at_end(exit_bb)
+
+    def _unrolled_loop(self, s: For):
+        ext = s.extent.value if isinstance(s.extent, IntImm) else None
+        if ext is None or ext > MAX_UNROLL:
+            self._serial_loop(s, [["llvm.loop.unroll.full"]])
+            return
+        lo = self._scalar(self.expr(s.min), "a loop bound")
+        if self._nonneg(s.min):
+            self.ctx.nonneg.add(s.loop_var)
+        for k in range(ext):
+            value = self.b.add(lo, ir.Constant(lo.type, k)) if k else lo
+            self._bind(s.loop_var, value, None, lambda: self.stmt(s.body))
+
+    # -- vectorized loops -----------------------------------------------------------------------
+    def _vector_loop(self, s: For):
+        ext = s.extent.value if isinstance(s.extent, IntImm) else None
+        if ext is not None and ext <= 1:
+            self._serial_loop(s)
+            return
+        if not self._can_vectorize(s):
+            self._serial_loop(s, [["llvm.loop.vectorize.enable", True]])
+            return
+        b = self.b
+        var = s.loop_var
+        lo = self._scalar(self.expr(s.min), "a loop bound")
+        ity = lo.type
+        if self._nonneg(s.min):
+            self.ctx.nonneg.add(var)
+        if ext is not None and ext <= MAX_VECTOR_LANES:
+            self._vector_step(s, lo, ext, None)
+            return
+        lanes = self._natural_lanes(s)
+        extent = self._scalar(self.expr(s.extent), "a loop extent")
+        steps = self._div(extent, ir.Constant(ity, lanes), True, False)
+        # the full L-lane steps
+        step_var = Var(var.name + ".step", var.dtype)
+        start, stop = ir.Constant(ity, 0), steps
+        pre = b.block
+        header, body_bb, exit_bb = (self._new_block(f"vfor.{var.name}"),
+                                    self._new_block(f"vfor.{var.name}.body"),
+                                    self._new_block(f"vfor.{var.name}.end"))
+        b.branch(header)
+        b.position_at_end(header)
+        phi = b.phi(ity, name=step_var.name)
+        phi.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", phi, stop), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        base = b.add(lo, b.mul(phi, ir.Constant(ity, lanes)))
+        self._vector_step(s, base, lanes, None)
+        nxt = b.add(phi, ir.Constant(ity, 1))
+        phi.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(exit_bb)
+        # the tail: one masked step over the remaining lanes
+        done = b.mul(steps, ir.Constant(ity, lanes))
+        rem = b.sub(extent, done)
+        if ext is not None and ext % lanes == 0:
+            return
+        tail_bb, end_bb = self._new_block(f"vfor.{var.name}.tail"), \
+            self._new_block(f"vfor.{var.name}.done")
+        b.cbranch(b.icmp_signed(">", rem, ir.Constant(ity, 0)), tail_bb, end_bb)
+        b.position_at_end(tail_bb)
+        mask = b.icmp_signed("<", lane_ids(ity, lanes), splat(b, rem, lanes))
+        self._vector_step(s, b.add(lo, done), lanes, mask)
+        b.branch(end_bb)
+        b.position_at_end(end_bb)
+
+    def _vector_step(self, s: For, base, lanes: int, mask):
+        """Emit the body once for lanes base .. base+lanes-1."""
+        ctx = self.ctx
+        ramp = self.b.add(splat(self.b, base, lanes), lane_ids(base.type, lanes))
+        ctx.vec = _VecCtx(s.loop_var, lanes, mask)
+        try:
+            self._bind(s.loop_var, ramp, None, lambda: self.stmt(s.body))
+        finally:
+            ctx.vec = None
+
+    def _natural_lanes(self, s: For) -> int:
+        bits = [8 if b.dtype == "bool" else dt.bits(b.dtype) for b in _stored_buffers(s.body)]
+        narrow = min(bits) if bits else 32
+        lanes = max(4, min(MAX_VECTOR_LANES, self.opt.vector_width // narrow))
+        return 1 << (lanes.bit_length() - 1)
+
+    def _can_vectorize(self, s: For) -> bool:
+        probe = _VecCtx(s.loop_var, 2)
+        saved = self.ctx.vec
+        self.ctx.vec = probe
+        try:
+            return self._vectorizable(s.body)
+        finally:
+            self.ctx.vec = saved
+
+    def _vectorizable(self, s) -> bool:
+        if isinstance(s, SeqStmt):
+            return all(self._vectorizable(x) for x in s.seq)
+        if isinstance(s, BufferStore):
+            return self._stride(s.indices[0]) != 0
+        if isinstance(s, LetStmt):
+            if self._stride(s.value) != 0:
+                self.ctx.vec.lets[s.var] = s.value
+            return self._vectorizable(s.body)
+        if isinstance(s, IfThenElse):
+            return self._vectorizable(s.then_case) and (s.else_case is None or
+                                                        self._vectorizable(s.else_case))
+        if isinstance(s, Evaluate):
+            return True
+        return False  # For, Allocate, AssertStmt: keep the scalar loop
+
+    def _stride(self, e) -> int | None:
+        """How ``e`` changes from one lane to the next: 0 (invariant), a constant, or None."""
+        vec = self.ctx.vec
+        if isinstance(e, Var):
+            if e is vec.var:
+                return 1
+            if e in vec.lets:
+                return self._stride(vec.lets[e])
+            return 0
+        if isinstance(e, (IntImm, FloatImm, StringImm)):
+            return 0
+        if isinstance(e, (Add, Sub)):
+            sa, sb = self._stride(e.a), self._stride(e.b)
+            if sa is None or sb is None:
+                return None
+            return sa + sb if isinstance(e, Add) else sa - sb
+        if isinstance(e, Mul):
+            sa, sb = self._stride(e.a), self._stride(e.b)
+            if sa == 0 and sb == 0:
+                return 0
+            if sa == 0 and isinstance(e.a, IntImm) and sb is not None:
+                return e.a.value * sb
+            if sb == 0 and isinstance(e.b, IntImm) and sa is not None:
+                return e.b.value * sa
+            return None
+        if isinstance(e, Cast):
+            sv = self._stride(e.value)
+            if sv == 0:
+                return 0
+            if dt.is_integer(e.dtype) and dt.is_integer(e.value.dtype) and \
+                    dt.bits(e.dtype) >= dt.bits(e.value.dtype):
+                return sv
+            return None
+        if isinstance(e, Let):
+            sv = self._stride(e.value)
+            if sv != 0:
+                vec.lets[e.var] = e.value
+            return self._stride(e.body)
+        if isinstance(e, BufferLoad):
+            return 0 if all(self._stride(i) == 0 for i in e.indices) else None
+        parts = [getattr(e, f) for f in e._fields]
+        subs = []
+        for p in parts:
+            if isinstance(p, PrimExpr):
+                subs.append(p)
+            elif isinstance(p, tuple):
+                subs.extend(x for x in p if isinstance(x, PrimExpr))
+        return 0 if all(self._stride(x) == 0 for x in subs) else None
+
+    # -- parallel loops -------------------------------------------------------------------------
+    def _parallel_loop(self, s: For):
+        self._uses_parallel = True
+        ctx = self.ctx
+        b = self.b
+        lo = self._scalar(self.expr(s.min), "a loop bound")
+        ext = self._scalar(self.expr(s.extent), "a loop extent")
+        # everything the body reads from this function travels in a closure struct
+        cap_vars = [v for v in free_vars(s) if v in ctx.env and v is not s.loop_var]
+        cap_bufs = [buf for buf in _used_buffers(s) if buf in ctx.buffers]
+        values = [ctx.env[v] for v in cap_vars] + [ctx.buffers[x] for x in cap_bufs] + [lo, ext]
+        closure_ty = ir.LiteralStructType([v.type for v in values])
+        closure = ctx.alloca(closure_ty, name="closure", align=8)
+        for i, v in enumerate(values):
+            b.store(v, gep(b, closure, [I32(0), I32(i)], closure_ty))
+        task_fn = self._outline(s, cap_vars, cap_bufs, closure_ty, lo.type)
+        # how many tasks: min(threads, extent); one task runs inline without the pool
+        nt = b.load(self.num_threads, typ=I32)
+        rt_cores = self.mb.declare(RUNTIME_NUM_CORES, I32, [])
+        nt_bb, have_bb = self._new_block("par.nthreads"), self._new_block("par.have")
+        pre = b.block
+        b.cbranch(b.icmp_signed(">", nt, I32(0)), have_bb, nt_bb)
+        b.position_at_end(nt_bb)
+        cores = b.call(rt_cores, [])
+        b.branch(have_bb)
+        b.position_at_end(have_bb)
+        threads = b.phi(I32)
+        threads.add_incoming(nt, pre)
+        threads.add_incoming(cores, nt_bb)
+        ext64 = self._to_i64(ext, s.extent.dtype)
+        threads64 = b.zext(threads, I64)
+        tasks64 = b.select(b.icmp_signed("<", ext64, threads64), ext64, threads64)
+        tasks = b.trunc(tasks64, I32)
+        run_bb, pool_bb, one_bb, done_bb = (self._new_block("par.run"), self._new_block("par.pool"),
+                                            self._new_block("par.inline"),
+                                            self._new_block("par.done"))
+        b.cbranch(b.icmp_signed(">", tasks, I32(0)), run_bb, done_bb)
+        b.position_at_end(run_bb)
+        b.cbranch(b.icmp_signed(">", tasks, I32(1)), pool_bb, one_bb)
+        b.position_at_end(pool_bb)
+        launch = self.mb.declare(PARALLEL_LAUNCH, I32, [PTR, PTR, I32])
+        rc_pool = b.call(launch, [task_fn, closure, tasks])
+        b.branch(done_bb)
+        b.position_at_end(one_bb)
+        rc_one = b.call(task_fn, [I32(0), I32(1), closure])
+        b.branch(done_bb)
+        b.position_at_end(done_bb)
+        rc = b.phi(I32)
+        rc.add_incoming(I32(0), have_bb)
+        rc.add_incoming(rc_pool, pool_bb)
+        rc.add_incoming(rc_one, one_bb)
+        ok_bb, bad_bb = self._new_block("par.ok"), self._new_block("par.fail")
+        b.cbranch(b.icmp_signed("==", rc, I32(0)), ok_bb, bad_bb)
+        b.position_at_end(bad_bb)
+        self._return_error(rc)  # the failing task already wrote the message
+        b.position_at_end(ok_bb)
+
+    def _outline(self, s: For, cap_vars, cap_bufs, closure_ty, ity) -> ir.Function:
+        outer = self.ctx
+        self._outlined += 1
+        fn = ir.Function(self.module, ir.FunctionType(I32, [I32, I32, PTR]),
+                         f"{outer.fn.name}.par{self._outlined}")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        task, ntasks, closure = fn.args
+        task.name, ntasks.name, closure.name = "task", "num_tasks", "closure"
+        ctx = _FnCtx(fn, outer.func_name)
+        ctx.parallel_depth = outer.parallel_depth + 1
+        ctx.nonneg = set(outer.nonneg)
+        self.ctx = ctx
+        b = self.b
+        fields = list(closure_ty.elements)
+
+        def load_field(i):
+            return b.load(gep(b, closure, [I32(0), I32(i)], closure_ty), typ=fields[i])
+
+        k = 0
+        for v in cap_vars:
+            ctx.env[v] = load_field(k)
+            k += 1
+        for x in cap_bufs:
+            ctx.buffers[x] = load_field(k)
+            k += 1
+        lo, ext = load_field(k), load_field(k + 1)
+        # task t of n runs the contiguous chunk [t*chunk, min((t+1)*chunk, extent))
+        t = b.sext(task, ity) if ity.width > 32 else task
+        n = b.sext(ntasks, ity) if ity.width > 32 else ntasks
+        chunk = self._div(b.sub(b.add(ext, n), ir.Constant(ity, 1)), n, True, False)
+        begin = b.mul(t, chunk)
+        end = b.add(begin, chunk)
+        end = b.select(b.icmp_signed("<", end, ext), end, ext)
+        self._serial_loop(s, None, lo=b.add(lo, begin), hi=b.add(lo, end))
+        b.ret(I32(0))
+        ctx.finish()
+        self.ctx = outer
+        return fn
+
+    # ------------------------------------------------------------------------------------------
+    # expressions
+
+    def expr(self, e: PrimExpr):
+        method = getattr(self, "_e_" + type(e).__name__, None)
+        if method is None:
+            raise TIRError(f"the LLVM back end cannot compile {type(e).__name__} expressions", e)
+        return method(e)
+
+    def _e_Var(self, e: Var):
+        v = self.ctx.env.get(e)
+        if v is None:
+            raise TIRError(f"{self.ctx.func_name}: variable {e.name} is used but not defined",
+                           e)
+        return v
+
+    def _e_IntImm(self, e: IntImm):
+        bits = dt.bits(e.dtype)
+        value = e.value
+        if bits > 1 and value >= 1 << (bits - 1):
+            value -= 1 << bits  # LLVM prints integer constants signed
+        return ir.Constant(self.rtype(e.dtype), value)
+
+    def _e_FloatImm(self, e: FloatImm):
+        value = e.value
+        if e.dtype == "float16":
+            value = float(np.float16(value))  # the constant as float16 holds it
+        return ir.Constant(self.rtype(e.dtype), value)
+
+    def _e_StringImm(self, e: StringImm):
+        raise TIRError(f"string constant {e.value!r} used as a value", e)
+
+    def _e_Reduce(self, e: Reduce):
+        raise TIRError("Reduce is a te node; lower the function before compiling it", e)
+
+    def _operands(self, e):
+        return self._match(self.expr(e.a), self.expr(e.b))
+
+    def _arith(self, e, fop: str, iop: str):
+        a, b_ = self._operands(e)
+        if dt.is_float(e.a.dtype):
+            return self._round16(getattr(self.b, fop)(a, b_), e.dtype)
+        return getattr(self.b, iop)(a, b_)
+
+    def _e_Add(self, e):
+        return self._arith(e, "fadd", "add")
+
+    def _e_Sub(self, e):
+        return self._arith(e, "fsub", "sub")
+
+    def _e_Mul(self, e):
+        return self._arith(e, "fmul", "mul")
+
+    def _e_Div(self, e: Div):
+        if dt.is_float(e.a.dtype):
+            return self._arith(e, "fdiv", "")
+        return self._int_divmod("div", e)
+
+    def _e_Mod(self, e: Mod):
+        if dt.is_float(e.a.dtype):
+            return self._arith(e, "frem", "")
+        return self._int_divmod("mod", e)
+
+    def _e_FloorDiv(self, e: FloorDiv):
+        if dt.is_float(e.a.dtype):
+            a, b_ = self._operands(e)
+            q = intrinsics.emit_math(self.mb, self.b, "floor", [self.b.fdiv(a, b_)])
+            return self._round16(q, e.dtype)
+        return self._int_divmod("floordiv", e)
+
+    def _e_FloorMod(self, e: FloorMod):
+        if dt.is_float(e.a.dtype):
+            a, b_ = self._operands(e)
+            b = self.b
+            r = b.frem(a, b_)
+            zero = self._k(r, 0.0)
+            fix = b.and_(b.fcmp_unordered("!=", r, zero),
+                         b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", b_, zero)))
+            return self._round16(b.select(fix, b.fadd(r, b_), r), e.dtype)
+        return self._int_divmod("floormod", e)
+
+    def _div(self, a, d, signed: bool, rem: bool):
+        """Truncating division or remainder: an instruction, or softops where the target would
+        otherwise call a compiler-runtime helper."""
+        if self.soft.division_is_soft(element_type(a.type).width, d):
+            return self.soft.divrem(self.b, a, d, signed, rem)
+        b = self.b
+        if signed:
+            return b.srem(a, d) if rem else b.sdiv(a, d)
+        return b.urem(a, d) if rem else b.udiv(a, d)
+
+    def _int_divmod(self, kind: str, e):
+        """Integer div/mod with TIR semantics; x / 0 and x % 0 give 0 (as numpy) instead of a trap."""
+        a, d = self._operands(e)
+        b = self.b
+        signed = dt.is_int(e.a.dtype)
+        dconst = e.b.value if isinstance(e.b, IntImm) else None
+        want_rem = kind in ("mod", "floormod")
+        if not signed:
+            if dconst:
+                return self._div(a, d, False, want_rem)
+            zero = b.icmp_unsigned("==", d, self._k(d, 0))
+            res = self._div(a, b.select(zero, self._k(d, 1), d), False, want_rem)
+            return b.select(zero, self._k(res, 0), res)
+        if dconst is not None and dconst > 0:
+            if self._nonneg(e.a):  # both operands >= 0: every flavour is the unsigned one
+                return self._div(a, d, False, want_rem)
+            if kind in ("div", "mod"):
+                return self._div(a, d, True, want_rem)
+            r = self._div(a, d, True, True)
+            neg = b.icmp_signed("<", r, self._k(r, 0))
+            if kind == "floordiv":
+                return b.sub(self._div(a, d, True, False), b.zext(neg, a.type))
+            return b.select(neg, b.add(r, d), r)
+        if dconst is not None and dconst < -1:
+            return self._signed_divmod(kind, a, d)
+        zero = b.icmp_signed("==", d, self._k(d, 0))
+        minus1 = b.icmp_signed("==", d, self._k(d, -1))
+        safe = b.select(b.or_(zero, minus1), self._k(d, 1), d)
+        res = self._signed_divmod(kind, a, safe)
+        by_minus1 = b.neg(a) if kind in ("div", "floordiv") else self._k(a, 0)
+        res = b.select(minus1, by_minus1, res)
+        return b.select(zero, self._k(res, 0), res)
+
+    def _signed_divmod(self, kind, a, d):
+        b = self.b
+        q, r = self._div(a, d, True, False), self._div(a, d, True, True)
+        if kind == "div":
+            return q
+        if kind == "mod":
+            return r
+        zero = self._k(r, 0)
+        adjust = b.and_(b.icmp_signed("!=", r, zero),
+                        b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", d, zero)))
+        if kind == "floordiv":
+            return b.sub(q, b.zext(adjust, q.type))
+        return b.select(adjust, b.add(r, d), r)
+
+    def _minmax(self, e, is_max: bool):
+        a, b_ = self._operands(e)
+        b = self.b
+        d = e.a.dtype
+        if dt.is_float(d):
+            pick = b.fcmp_ordered(">" if is_max else "<", a, b_)
+            r = b.select(pick, a, b_)
+            return b.select(b.fcmp_unordered("uno", a, a), a, r)  # NaN propagates, as in numpy
+        cmp = b.icmp_unsigned if (dt.is_uint(d) or d == "bool") else b.icmp_signed
+        return b.select(cmp(">" if is_max else "<", a, b_), a, b_)
+
+    def _e_Min(self, e):
+        return self._minmax(e, False)
+
+    def _e_Max(self, e):
+        return self._minmax(e, True)
+
+    def _cmp(self, e: CmpOp, op: str):
+        a, b_ = self._operands(e)
+        d = e.a.dtype
+        if dt.is_float(d):
+            if op == "!=":
+                return self.b.fcmp_unordered("!=", a, b_)
+            return self.b.fcmp_ordered(op, a, b_)
+        if dt.is_uint(d) or d == "bool":
+            return self.b.icmp_unsigned(op, a, b_)
+        return self.b.icmp_signed(op, a, b_)
+
+    def _e_EQ(self, e):
+        return self._cmp(e, "==")
+
+    def _e_NE(self, e):
+        return self._cmp(e, "!=")
+
+    def _e_LT(self, e):
+        return self._cmp(e, "<")
+
+    def _e_LE(self, e):
+        return self._cmp(e, "<=")
+
+    def _e_GT(self, e):
+        return self._cmp(e, ">")
+
+    def _e_GE(self, e):
+        return self._cmp(e, ">=")
+
+    def _e_And(self, e):
+        a, b_ = self._operands(e)
+        return self.b.and_(a, b_)
+
+    def _e_Or(self, e):
+        a, b_ = self._operands(e)
+        return self.b.or_(a, b_)
+
+    def _e_Not(self, e: Not):
+        return self.b.not_(self.expr(e.a))
+
+    def _e_Select(self, e: Select):
+        c = self.expr(e.condition)
+        t, f = self._match(self.expr(e.true_value), self.expr(e.false_value))
+        if is_vector(c) and not is_vector(t):
+            t, f = splat(self.b, t, lanes_of(c)), splat(self.b, f, lanes_of(c))
+        return self.b.select(c, t, f)
+
+    def _e_Let(self, e: Let):
+        v = self.expr(e.value)
+        return self._bind(e.var, v, e.value, lambda: self.expr(e.body))
+
+    def _e_Cast(self, e: Cast):
+        return self._cast(self.expr(e.value), e.value.dtype, e.dtype)
+
+    def _cast(self, v, src: str, dst: str):
+        if src == dst:
+            return v
+        b = self.b
+        n = lanes_of(v)
+        s_code, s_bits, _ = dt.parse(src)
+        d_code, d_bits, _ = dt.parse(dst)
+        target = self.rtype(dst, n)
+        if d_code == "bool":
+            if s_code == "float":
+                return b.fcmp_unordered("!=", v, self._k(v, 0.0))
+            return b.icmp_unsigned("!=", v, self._k(v, 0))
+        if s_code == "bool":
+            return b.uitofp(v, target) if d_code == "float" else b.zext(v, target)
+        if s_code in ("int", "uint") and d_code in ("int", "uint"):
+            if d_bits < s_bits:
+                return b.trunc(v, target)
+            if d_bits > s_bits:
+                return b.sext(v, target) if s_code == "int" else b.zext(v, target)
+            return v
+        if d_code == "float" and s_code in ("int", "uint"):
+            if s_bits == 64 and self.soft.soft_int64_float:
+                r = self.soft.int64_to_float(b, v, s_code == "int", target)
+            else:
+                r = b.sitofp(v, target) if s_code == "int" else b.uitofp(v, target)
+            return self._round16(r, dst)
+        if s_code == "float" and d_code in ("int", "uint"):
+            if d_bits == 64 and self.soft.soft_int64_float:
+                return self.soft.float_to_int64(b, v, d_code == "int", target)
+            return b.fptosi(v, target) if d_code == "int" else b.fptoui(v, target)
+        # float -> float (float16 computes as float32)
+        if element_type(v.type) == element_type(target):
+            r = v
+        elif isinstance(element_type(target), type(F64)):
+            r = b.fpext(v, target)
+        else:
+            r = b.fptrunc(v, target)
+        return self._round16(r, dst)
+
+    def _e_Call(self, e: Call):
+        if e.op == "if_then_else":
+            return self._if_then_else(e)
+        if e.op not in intrinsics.LLVM_INTRINSIC and e.op not in intrinsics.LIBM and \
+                e.op not in ("sigmoid", "rsqrt"):
+            raise TIRError(f"the LLVM back end does not know the intrinsic {e.op!r}", e)
+        args = [self.expr(a) for a in e.args]
+        if len(args) == 2:
+            args = list(self._match(*args))
+        src = e.args[0].dtype
+        out = intrinsics.emit_math(self.mb, self.b, e.op, args)
+        if src == "float16" and e.op not in intrinsics.EXACT_F16:
+            out = self.f16.round(self.b, out)
+        return self._cast(out, src, e.dtype) if e.dtype != src else out
+
+    def _if_then_else(self, e: Call):
+        cond_e, t_e, f_e = e.args
+        c = self.expr(cond_e)
+        b = self.b
+        vec = self.ctx.vec
+        if is_vector(c):
+            # both sides run, each under its mask, so guarded loads stay in bounds
+            old = vec.mask
+            vec.mask = c if old is None else b.and_(old, c)
+            t = self.expr(t_e)
+            neg = b.not_(c)
+            vec.mask = neg if old is None else b.and_(old, neg)
+            f = self.expr(f_e)
+            vec.mask = old
+            t, f = splat(b, t, lanes_of(c)), splat(b, f, lanes_of(c))
+            return b.select(c, t, f)
+        then_bb, else_bb, end_bb = (self._new_block("ite.then"), self._new_block("ite.else"),
+                                    self._new_block("ite.end"))
+        b.cbranch(c, then_bb, else_bb)
+        b.position_at_end(then_bb)
+        t = self.expr(t_e)
+        t_end = b.block
+        b.position_at_end(else_bb)
+        f = self.expr(f_e)
+        f_end = b.block
+        n = max(lanes_of(t), lanes_of(f))
+        b.position_at_end(t_end)
+        t = splat(b, t, n)
+        b.branch(end_bb)
+        b.position_at_end(f_end)
+        f = splat(b, f, n)
+        b.branch(end_bb)
+        b.position_at_end(end_bb)
+        phi = b.phi(t.type)
+        phi.add_incoming(t, t_end)
+        phi.add_incoming(f, f_end)
+        return phi
+
+    def _e_BufferLoad(self, e: BufferLoad):
+        buf = e.buffer
+        ptr = self._buffer_ptr(buf, e)
+        index_e = e.indices[0]
+        memty = self.mtype(buf.dtype)
+        align = self.itemsize(buf.dtype)
+        vec = self.ctx.vec
+        b = self.b
+        if vec is None or self._stride(index_e) == 0:
+            index = self._to_i64(self._scalar(self.expr(index_e), "an index"), index_e.dtype)
+            if vec is not None and vec.mask is not None:
+                return self._guarded_scalar_load(ptr, index, buf.dtype)
+            addr = b.gep(ptr, [index], source_etype=memty)
+            return self._from_mem(b.load(addr, typ=memty, align=align), buf.dtype)
+        n = vec.lanes
+        stride = self._stride(index_e)
+        index = splat(b, self._to_i64(self.expr(index_e), index_e.dtype), n)
+        vty = vec_type(memty, n)
+        if stride == 1:
+            base = b.extract_element(index, I32(0))
+            addr = b.gep(ptr, [base], source_etype=memty)
+            if vec.mask is None:
+                return self._from_mem(b.load(addr, typ=vty, align=align), buf.dtype)
+            fn = self.mb.intrinsic("masked.load", vty, [PTR, I32, vec_type(I1, n), vty],
+                                   [vty, PTR])
+            raw = b.call(fn, [addr, I32(align), vec.mask, const(vty, 0)])
+            return self._from_mem(raw, buf.dtype)
+        ptrs = self._vector_gep(ptr, index, memty)
+        mask = vec.mask if vec.mask is not None else const(vec_type(I1, n), 1)
+        fn = self.mb.intrinsic("masked.gather", vty, [ptrs.type, I32, vec_type(I1, n), vty],
+                               [vty, ptrs.type])
+        raw = b.call(fn, [ptrs, I32(align), mask, const(vty, 0)])
+        return self._from_mem(raw, buf.dtype)
+
+    def _guarded_scalar_load(self, ptr, index, dtype):
+        """A lane-invariant load under a mask: done only if some lane is active."""
+        b = self.b
+        vec = self.ctx.vec
+        memty = self.mtype(dtype)
+        any_fn = self.mb.intrinsic("vector.reduce.or", I1, [vec.mask.type], [vec.mask.type])
+        active = b.call(any_fn, [vec.mask])
+        pre = b.block
+        load_bb, end_bb = self._new_block("gload"), self._new_block("gload.end")
+        b.cbranch(active, load_bb, end_bb)
+        b.position_at_end(load_bb)
+        v = b.load(b.gep(ptr, [index], source_etype=memty), typ=memty,
+                   align=self.itemsize(dtype))
+        b.branch(end_bb)
+        b.position_at_end(end_bb)
+        phi = b.phi(memty)
+        phi.add_incoming(v, load_bb)
+        phi.add_incoming(ir.Constant(memty, 0), pre)
+        return self._from_mem(phi, dtype)
+
+    def _to_mem(self, v, dtype: str):
+        if dtype == "bool":
+            return self.b.zext(v, vec_type(I8, lanes_of(v)))
+        if dtype == "float16":
+            return self.f16.float_to_mem(self.b, v)
+        return v
+
+    def _from_mem(self, v, dtype: str):
+        if dtype == "bool":
+            return self.b.icmp_unsigned("!=", v, self._k(v, 0))
+        if dtype == "float16":
+            return self.f16.load_to_float(self.b, v)
+        return v
+
+    # ------------------------------------------------------------------------------------------
+    # analysis
+
+    def _nonneg(self, e) -> bool:
+        """A cheap proof that integer ``e`` is >= 0 (enables unsigned div/mod by constants)."""
+        if e is None:
+            return False
+        if isinstance(e, IntImm):
+            return e.value >= 0
+        if not dt.is_integer(e.dtype) and e.dtype != "bool":
+            return False
+        if dt.is_uint(e.dtype):
+            return True
+        if isinstance(e, Var):
+            return e in self.ctx.nonneg
+        if isinstance(e, (Add, Mul, Min)):
+            return self._nonneg(e.a) and self._nonneg(e.b)
+        if isinstance(e, Max):
+            return self._nonneg(e.a) or self._nonneg(e.b)
+        if isinstance(e, (FloorDiv, Div)):
+            return self._nonneg(e.a) and isinstance(e.b, IntImm) and e.b.value > 0
+        if isinstance(e, (FloorMod,)):
+            return isinstance(e.b, IntImm) and e.b.value > 0
+        if isinstance(e, Mod):
+            return self._nonneg(e.a)
+        if isinstance(e, Cast):
+            return self._nonneg(e.value) or dt.is_uint(e.value.dtype) or e.value.dtype == "bool"
+        if isinstance(e, Select):
+            return self._nonneg(e.true_value) and self._nonneg(e.false_value)
+        return False
+
+
+# ----------------------------------------------------------------------------------------------
+# function analysis
+
+
+def _reject_unlowered(name: str, func: PrimFunc):
+    def visit(n):
+        if isinstance(n, (Block, BlockRealize)):
+            raise TIRError(f"{name}: the function still has blocks; compile the output of "
+                           f"tensorir.transform.lower", n)
+    post_order_visit(func.body, visit)
+
+
+def _classify_params(name: str, func: PrimFunc):
+    attrs = func.attr_dict
+    handles = [p for p in func.params if p.dtype == dt.HANDLE]
+    originals = attrs.get("arg_buffers")
+    if originals is None:
+        originals = [func.buffer_of(h) for h in handles]
+    originals = list(originals)
+    if len(originals) != len(handles):
+        raise TIRError(f"{name}: attr arg_buffers lists {len(originals)} buffers for "
+                       f"{len(handles)} buffer parameters", func)
+    bparams, sparams = [], []
+    k = 0
+    for i, p in enumerate(func.params):
+        if p.dtype == dt.HANDLE:
+            flat = func.buffer_of(p)
+            orig = originals[k]
+            k += 1
+            if flat.ndim != 1:
+                raise TIRError(f"{name}: buffer parameter {flat.name} is not flat; compile the "
+                               f"output of tensorir.transform.lower", flat)
+            if orig.dtype != flat.dtype:
+                raise TIRError(f"{name}: argument {orig.name} is {orig.dtype} but its flat buffer "
+                               f"is {flat.dtype}", flat)
+            abi.dl_dtype(orig.dtype)
+            bparams.append(BufferParam(i, p, orig.name, flat, orig))
+        else:
+            if dt.lanes(p.dtype) != 1:
+                raise TIRError(f"{name}: scalar parameter {p.name} has vector dtype {p.dtype}", p)
+            sparams.append(ScalarParam(i, p, p.name, p.dtype))
+    return bparams, sparams
+
+
+def _stored_buffers(s) -> list[Buffer]:
+    out: dict[int, Buffer] = {}
+
+    def visit(n):
+        if isinstance(n, BufferStore):
+            out[id(n.buffer)] = n.buffer
+    post_order_visit(s, visit)
+    return list(out.values())
+
+
+def _used_buffers(s) -> list[Buffer]:
+    """Buffers ``s`` reads or writes that it does not allocate itself, in first-use order."""
+    used: dict[int, Buffer] = {}
+    allocated: set[int] = set()
+
+    def visit(n):
+        if isinstance(n, (BufferLoad, BufferStore)):
+            used.setdefault(id(n.buffer), n.buffer)
+        elif isinstance(n, Allocate):
+            allocated.add(id(n.buffer))
+    post_order_visit(s, visit)
+    return [b for k, b in used.items() if k not in allocated]
+
+
+def _function_metadata(name, symbol, func, bparams, sparams) -> dict:
+    written = {id(b) for b in _stored_buffers(func.body)}
+    params: list[dict | None] = [None] * len(func.params)
+    for p in bparams:
+        shape = [d.value if isinstance(d, IntImm) else expr_str(d) for d in p.orig.shape]
+        params[p.index] = {"name": p.name, "kind": "buffer", "dtype": p.orig.dtype,
+                           "shape": shape, "symbolic": [not isinstance(d, IntImm)
+                                                        for d in p.orig.shape],
+                           "written": id(p.flat) in written}
+    for p in sparams:
+        params[p.index] = {"name": p.name, "kind": "scalar", "dtype": p.dtype}
+    shape_vars = []
+    for p in bparams:
+        for d in p.orig.shape:
+            for v in free_vars(d):
+                if v.name not in shape_vars:
+                    shape_vars.append(v.name)
+    return {"name": name, "symbol": symbol, "params": params, "shape_vars": shape_vars}

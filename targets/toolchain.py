@@ -1,0 +1,90 @@
+"""External tools the LLVM back end needs for shared libraries: the ``ld.lld`` linker.
+
+Only ``Module.export_library`` links; running kernels on this machine (the JIT) needs no
+external tool. Nothing here imports LLVM.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+
+class ToolchainError(RuntimeError):
+    """A tool the build needs (``ld.lld``) is missing or failed."""
+
+
+def find_lld() -> str:
+    """The path of ``ld.lld`` (or the newest ``ld.lld-NN`` on PATH); ToolchainError if none."""
+    found = shutil.which("ld.lld")
+    if found:
+        return found
+    best, best_version = None, -1
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            m = re.fullmatch(r"ld\.lld-(\d+)", name)
+            path = os.path.join(directory, name)
+            if m and int(m.group(1)) > best_version and os.access(path, os.X_OK):
+                best, best_version = path, int(m.group(1))
+    if best is None:
+        raise ToolchainError("ld.lld was not found on PATH; it links shared libraries for "
+                             "export_library. Install lld (Debian/Ubuntu: apt-get install lld; "
+                             "macOS: brew install lld) or put ld.lld-NN on PATH.")
+    return best
+
+
+def link_shared(objects: list[bytes], output: str, needed: tuple[str, ...] = (),
+                stub_object: bytes | None = None) -> None:
+    """Link object files (bytes) into the shared library ``output``, written atomically.
+
+    Undefined symbols (``pthread_create``, ``snprintf``, ``expf``, ...) are left to the dynamic
+    loader. ``needed`` lists libraries to record as ``DT_NEEDED`` (``libm.so.6``) so that the
+    loader brings them in; no copy of them is needed here: each is stood in for by an empty
+    library with that soname, linked from ``stub_object`` (an empty object for the target).
+    ``-Bsymbolic`` makes the library use its own globals even if another library exports the
+    same names.
+    """
+    lld = find_lld()
+    output = os.path.abspath(os.fspath(output))
+    directory = os.path.dirname(output)
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tilecraft-link-") as tmp:
+        paths = []
+        for i, data in enumerate(objects):
+            p = os.path.join(tmp, f"obj{i}.o")
+            with open(p, "wb") as f:
+                f.write(data)
+            paths.append(p)
+        stubs = []
+        if needed:
+            stub_o = os.path.join(tmp, "stub.o")
+            with open(stub_o, "wb") as f:
+                f.write(stub_object)
+            for name in needed:
+                stub = os.path.join(tmp, name)
+                _run([lld, "-shared", "-soname", name, "-o", stub, stub_o])
+                stubs.append(stub)
+        fd, partial = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=directory)
+        os.close(fd)
+        cmd = [lld, "-shared", "-Bsymbolic", "-z", "noexecstack", "--build-id=sha1",
+               "--hash-style=both", "-soname", os.path.basename(output), "-o", partial, *paths,
+               *stubs]
+        try:
+            _run(cmd)
+            os.chmod(partial, 0o755)
+            os.replace(partial, output)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+
+
+def _run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ToolchainError(f"ld.lld failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
