@@ -11,6 +11,10 @@ from .function import PrimFunc
 from .stmt import Allocate, Block, Buffer, For, IterVar, LetStmt
 
 
+def _is_array(x) -> bool:
+    return type(x).__module__ == "numpy" and type(x).__name__ == "ndarray"
+
+
 def _definitions(node) -> list:
     """Vars and buffers that ``node`` defines, to be matched positionally."""
     if isinstance(node, For):
@@ -25,7 +29,13 @@ def _definitions(node) -> list:
         return [node.buffer]
     if isinstance(node, PrimFunc):
         return list(node.params) + [b for _, b in node.buffer_map]
-    return []
+    defs = getattr(node, "_definitions", None)  # higher IRs (relax) declare their own
+    return list(defs()) if defs is not None else []
+
+
+def _is_leaf(x) -> bool:
+    """Variables and buffers: compared through the definition map, not by fields."""
+    return isinstance(x, (Var, Buffer)) or getattr(type(x), "_identity_leaf", False)
 
 
 class _Equal:
@@ -38,6 +48,8 @@ class _Equal:
         if type(a) is not type(b):
             return False
         if isinstance(a, Var) and a.dtype != b.dtype:
+            return False
+        if getattr(type(a), "_identity_leaf", False) and not self.eq(a.struct_info, b.struct_info):
             return False
         prev = self.lhs_to_rhs.get(id(a))
         if prev is not None:
@@ -71,20 +83,24 @@ class _Equal:
         return False
 
     def eq(self, a, b) -> bool:
-        if a is b and not isinstance(a, (Var, Buffer)):
+        if a is b and not _is_leaf(a):
             return True
         if isinstance(a, (tuple, list)):
             return (isinstance(b, (tuple, list)) and len(a) == len(b)
                     and all(self.eq(x, y) for x, y in zip(a, b)))
         if isinstance(a, dict):
             return isinstance(b, dict) and self.eq(tuple(a.items()), tuple(b.items()))
+        if _is_array(a) or _is_array(b):
+            return (_is_array(a) and _is_array(b) and a.dtype == b.dtype and a.shape == b.shape
+                    and bool((a == b).all() if a.dtype.kind != "f" else
+                             ((a == b) | ((a != a) & (b != b))).all()))
         if not isinstance(a, Node):
             if isinstance(a, float) and isinstance(b, float) and a != a:
                 return b != b  # NaN immediates are the same constant
             return type(a) is type(b) and a == b
         if type(a) is not type(b):
             return False
-        if isinstance(a, (Var, Buffer)):
+        if _is_leaf(a):
             return self.leaf(a, b)
         for da, db in zip(_definitions(a), _definitions(b)):
             if not self.define(da, db):
@@ -131,9 +147,11 @@ class _Hasher:
             return hash(("seq",) + tuple(self.h(v) for v in x))
         if isinstance(x, dict):
             return self.h(tuple(x.items()))
+        if _is_array(x):
+            return hash(("ndarray", x.dtype.str, x.shape, x.tobytes()[:4096]))
         if not isinstance(x, Node):
             return hash((type(x).__name__, x))
-        if isinstance(x, (Var, Buffer)):
+        if _is_leaf(x):
             idx = self.defined.get(id(x))
             if idx is not None:
                 return hash(("def", idx, type(x).__name__))

@@ -1,0 +1,14 @@
+"""relax: the graph-level IR of tilecraft, with symbolic shapes.
+
+Build a model with ``BlockBuilder`` (or import one with ``relax.frontend``), leaving dims such as
+``batch`` or ``seq_len`` symbolic; ``relax.build(mod, target)`` optimizes and compiles it;
+``relax.VirtualMachine(exe, device)`` runs it for any size.
+"""
+from .struct_info import (FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo,
+                          StructInfo, TensorStructInfo, TupleStructInfo)
+from .expr import (Binding, BindingBlock, Call, Constant, DataflowBlock, DataflowVar, Expr,
+                   ExternFunc, Function, GlobalVar, If, MatchCast, PrimValue, RelaxError, SeqExpr,
+                   ShapeExpr, StringImm, Tuple, TupleGetItem, Var, VarBinding, const)
+from . import op
+from .block_builder import BlockBuilder, call_tir
+from tensorir.function import IRModule

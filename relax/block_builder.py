@@ -1,0 +1,332 @@
+"""``BlockBuilder``: build Relax functions in A-normal form, as in TVM.
+
+Examples
+--------
+>>> import numpy as np
+>>> from relax import BlockBuilder, Var, TensorStructInfo, const, op
+>>> bb = BlockBuilder()
+>>> x = Var("x", TensorStructInfo(("n", 4), "float32"))
+>>> with bb.function("main", [x]):
+...     with bb.dataflow():
+...         y = bb.emit(op.add(x, const(np.ones(4, "float32"))))
+...         gv = bb.emit_output(y)
+...     bb.emit_func_output(gv)
+>>> mod = bb.get()
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any, Callable, Sequence
+
+from tensorir import te
+from tensorir.expr import PrimExpr, Var as TirVar
+from tensorir.function import IRModule, PrimFunc
+from tensorir.functor import post_order_visit
+from tensorir.structural import structural_equal, structural_hash
+
+from .expr import (BindingBlock, Call, DataflowBlock, DataflowVar, Expr, Function, GlobalVar,
+                   MatchCast, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
+from .op.base import Op
+from .struct_info import (StructInfo, TensorStructInfo, TupleStructInfo, shape_of_sinfo)
+
+
+def call_tir(gvar: GlobalVar, args: Sequence[Expr] | Expr, out_sinfo, tir_vars=None) -> Call:
+    """Call the PrimFunc ``gvar`` on ``args``; the VM allocates outputs of ``out_sinfo``
+    (a TensorStructInfo, or a list of them for several outputs) and passes them last.
+
+    ``tir_vars``: values of symbolic variables the PrimFunc takes as scalar parameters.
+    """
+    if isinstance(out_sinfo, (list, tuple)):
+        out_sinfo = out_sinfo[0] if len(out_sinfo) == 1 else TupleStructInfo(out_sinfo)
+    if not isinstance(args, Tuple):
+        args = Tuple(list(args) if isinstance(args, (list, tuple)) else [args])
+    call_args = [gvar, args]
+    if tir_vars:
+        call_args.append(ShapeExpr(tir_vars))
+    return Call(Op.get("relax.call_tir"), call_args, sinfo_args=[out_sinfo])
+
+
+def _without_symbol(func: PrimFunc) -> PrimFunc:
+    attrs = func.attr_dict
+    attrs.pop("global_symbol", None)
+    return func.replace(attrs=attrs)
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
+    return name if not name[0].isdigit() else "v" + name
+
+
+class _FunctionScope:
+    def __init__(self, name, params, attrs):
+        self.name, self.params, self.attrs = name, list(params), dict(attrs or {})
+        self.blocks: list[BindingBlock] = []
+        self.bindings: list = []          # of the block being built
+        self.in_dataflow = False
+        self.done = False
+
+
+class BlockBuilder:
+    """Builds an IRModule of Relax functions and the PrimFuncs they call."""
+
+    def __init__(self, mod: IRModule | None = None):
+        self._funcs: dict[str, Any] = dict(mod.functions) if mod is not None else {}
+        # structural hash (global_symbol left out) -> [(name, func)] for reusing identical kernels
+        self._prim_by_hash: dict[int, list[tuple[str, PrimFunc]]] = {}
+        for name, f in self._funcs.items():
+            if isinstance(f, PrimFunc):
+                key = _without_symbol(f)
+                self._prim_by_hash.setdefault(structural_hash(key), []).append((name, key))
+        self._scope: _FunctionScope | None = None
+        self._bound: dict[int, Expr] = {}   # id(var) -> value it was bound to
+        self._names: dict[str, int] = {}
+
+    # -- names -------------------------------------------------------------------------------------
+    def _fresh(self, hint: str) -> str:
+        hint = _sanitize(hint)
+        n = self._names.get(hint, 0)
+        self._names[hint] = n + 1
+        return hint if n == 0 else f"{hint}{n}"
+
+    def _fresh_global(self, hint: str) -> str:
+        hint = _sanitize(hint)
+        if hint not in self._funcs:
+            return hint
+        k = 1
+        while f"{hint}{k}" in self._funcs:
+            k += 1
+        return f"{hint}{k}"
+
+    # -- functions -----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def function(self, name: str, params: Sequence[Var] | None = None, attrs: dict | None = None):
+        """Build the function ``name``; finish with ``emit_func_output``."""
+        if self._scope is not None:
+            raise RelaxError("BlockBuilder: functions cannot be nested")
+        for p in params or []:
+            if not isinstance(p, Var):
+                raise RelaxError(f"function {name}: parameter {p!r} is not a relax.Var")
+        self._scope = _FunctionScope(name, params or [], attrs)
+        try:
+            yield self
+            if not self._scope.done:
+                raise RelaxError(f"function {name}: emit_func_output was not called")
+        finally:
+            self._scope = None
+
+    @contextlib.contextmanager
+    def dataflow(self):
+        """A dataflow block: bindings are pure; only ``emit_output`` values leave it."""
+        s = self._require_scope("dataflow")
+        if s.in_dataflow:
+            raise RelaxError("BlockBuilder: dataflow blocks cannot be nested")
+        self._flush_block()
+        s.in_dataflow = True
+        try:
+            yield self
+        finally:
+            s.blocks.append(DataflowBlock(s.bindings))
+            s.bindings = []
+            s.in_dataflow = False
+
+    def _require_scope(self, what: str) -> _FunctionScope:
+        if self._scope is None:
+            raise RelaxError(f"BlockBuilder.{what} must be used inside `with bb.function(...)`")
+        return self._scope
+
+    def _flush_block(self):
+        s = self._scope
+        if s.bindings:
+            s.blocks.append(BindingBlock(s.bindings))
+            s.bindings = []
+
+    # -- bindings --------------------------------------------------------------------------------------
+    def emit(self, expr: Expr, name_hint: str = "lv") -> Var:
+        """Bind ``expr`` to a new variable (a DataflowVar inside a dataflow block)."""
+        s = self._require_scope("emit")
+        expr = self.normalize(expr)
+        cls = DataflowVar if s.in_dataflow else Var
+        var = cls(self._fresh(name_hint), expr.struct_info)
+        s.bindings.append(VarBinding(var, expr))
+        self._bound[id(var)] = expr
+        return var
+
+    def match_cast(self, value: Expr, struct_info: StructInfo, name_hint: str = "lv") -> Var:
+        """Bind ``value`` with the (more precise) ``struct_info``, checked at run time."""
+        s = self._require_scope("match_cast")
+        value = self.normalize(value)
+        cls = DataflowVar if s.in_dataflow else Var
+        var = cls(self._fresh(name_hint), struct_info)
+        s.bindings.append(MatchCast(var, value, struct_info))
+        return var
+
+    def emit_output(self, output, name_hint: str = "gv") -> Var:
+        """Inside a dataflow block: bind a value that is visible after the block."""
+        s = self._require_scope("emit_output")
+        if not s.in_dataflow:
+            raise RelaxError("emit_output is only for dataflow blocks; use emit outside them")
+        if isinstance(output, (list, tuple)):
+            output = Tuple(output)
+        output = self.normalize(output)
+        var = Var(self._fresh(name_hint), output.struct_info)
+        s.bindings.append(VarBinding(var, output))
+        self._bound[id(var)] = output
+        return var
+
+    def emit_func_output(self, output, params: Sequence[Var] | None = None) -> GlobalVar:
+        """Finish the function: its result is ``output`` (an Expr or a list, made a Tuple)."""
+        s = self._require_scope("emit_func_output")
+        if s.in_dataflow:
+            raise RelaxError("emit_func_output must come after the dataflow block")
+        if s.done:
+            raise RelaxError(f"function {s.name}: emit_func_output called twice")
+        if params is not None:
+            s.params = list(params)
+        if isinstance(output, (list, tuple)):
+            output = Tuple(output)
+        output = self.normalize(output)
+        self._flush_block()
+        self._check_dataflow_scoping(s, output)
+        func = Function(s.params, SeqExpr(s.blocks, output), attrs=dict(s.attrs, global_symbol=s.name))
+        self._funcs[s.name] = func
+        s.done = True
+        return GlobalVar(s.name, func.struct_info)
+
+    def _check_dataflow_scoping(self, s: _FunctionScope, output: Expr):
+        from tensorir.functor import children
+        local = set()
+        for blk in s.blocks:
+            if isinstance(blk, DataflowBlock):
+                local |= {id(b.var) for b in blk.bindings if isinstance(b.var, DataflowVar)}
+
+        def uses(e):
+            if isinstance(e, DataflowVar) and id(e) in local:
+                raise RelaxError(f"function {s.name}: the dataflow variable {e.name_hint} is used "
+                                 f"outside its dataflow block; pass it through emit_output", e)
+            if isinstance(e, Function):
+                return
+            for c in children(e):
+                if isinstance(c, Expr):
+                    uses(c)
+
+        for blk in s.blocks:
+            if not isinstance(blk, DataflowBlock):
+                for b in blk.bindings:
+                    uses(b.value)
+        uses(output)
+
+    def lookup_binding(self, var: Var) -> Expr | None:
+        """The value ``var`` was bound to by this builder, if any."""
+        return self._bound.get(id(var))
+
+    def normalize(self, expr) -> Expr:
+        """Check an expression can be bound (lists become Tuples)."""
+        if isinstance(expr, (list, tuple)):
+            expr = Tuple([self.normalize(e) for e in expr])
+        if not isinstance(expr, Expr):
+            raise RelaxError(f"cannot bind {expr!r}: not a Relax expression")
+        return expr
+
+    # -- TensorIR functions -----------------------------------------------------------------------------
+    def add_func(self, func, name_hint: str) -> GlobalVar:
+        """Add a function to the module (an identical PrimFunc already there is reused)."""
+        if isinstance(func, PrimFunc):
+            key = _without_symbol(func)
+            h = structural_hash(key)
+            for name, other in self._prim_by_hash.get(h, []):
+                if structural_equal(other, key):
+                    return GlobalVar(name)
+            name = self._fresh_global(name_hint)
+            func = func.with_attr("global_symbol", name)
+            self._prim_by_hash.setdefault(h, []).append((name, key))
+        else:
+            name = self._fresh_global(name_hint)
+        self._funcs[name] = func
+        return GlobalVar(name, getattr(func, "struct_info", None))
+
+    def update_func(self, gvar: GlobalVar | str, func) -> None:
+        name = gvar.name_hint if isinstance(gvar, GlobalVar) else gvar
+        self._funcs[name] = func
+
+    def call_te(self, te_func: Callable, *args, primfunc_name_hint: str | None = None,
+                **kwargs) -> Call:
+        """Run ``te_func`` on te placeholders standing for the tensor arguments, turn the result
+        into a PrimFunc, add it to the module and return the ``call_tir`` of it.
+
+        Tensor-valued Relax arguments (also inside lists) become placeholders of their symbolic
+        shapes; other arguments (ints, floats, strings, PrimExprs) pass through unchanged.
+        """
+        placeholders: list[te.Tensor] = []
+        relax_args: list[Expr] = []
+
+        def convert(a):
+            if isinstance(a, Expr):
+                si = a.struct_info
+                if not isinstance(si, TensorStructInfo):
+                    raise RelaxError(f"emit_te: argument {a!r} must be a tensor, got {si!r}", a)
+                shape = shape_of_sinfo(si, f"emit_te argument {getattr(a, 'name_hint', a)!r}")
+                name = _sanitize(getattr(a, "name_hint", "") or f"p{len(placeholders)}")
+                ph = te.placeholder(shape, si.dtype, self._unique_placeholder_name(
+                    name, placeholders))
+                placeholders.append(ph)
+                relax_args.append(a)
+                return ph
+            if isinstance(a, (list, tuple)):
+                return type(a)(convert(x) for x in a)
+            return a
+
+        te_args = [convert(a) for a in args]
+        te_kwargs = {k: convert(v) for k, v in kwargs.items()}
+        outs = te_func(*te_args, **te_kwargs)
+        single = isinstance(outs, te.Tensor)
+        out_list = [outs] if single else list(outs)
+        if not out_list or not all(isinstance(o, te.Tensor) for o in out_list):
+            raise RelaxError(f"emit_te: {getattr(te_func, '__name__', te_func)} must return a te "
+                             f"Tensor or a list of them, got {outs!r}")
+        # an output may be one of the inputs (identity): copy it so the kernel writes its output
+        inputs_by_id = {id(p) for p in placeholders}
+        fixed = []
+        for o in out_list:
+            if id(o) in inputs_by_id or o.op == "placeholder":
+                o = te.compute(o.shape, lambda *i, _o=o: _o[i], o.name + "_copy")
+            fixed.append(o)
+        out_list = fixed
+        # symbolic vars the outputs need that no input shape binds: scalar parameters
+        bound = set()
+        for p in placeholders:
+            for d in p.shape:
+                post_order_visit(d, lambda n: bound.add(n) if isinstance(n, TirVar) else None)
+        extra: list[TirVar] = []
+        for o in out_list:
+            for d in o.shape:
+                def visit(n):
+                    if isinstance(n, TirVar) and n not in bound and n not in extra:
+                        extra.append(n)
+                post_order_visit(d, visit)
+        func = te.create_prim_func(placeholders + out_list + extra)
+        name = primfunc_name_hint or getattr(te_func, "__name__", None) or out_list[0].name
+        gvar = self.add_func(func, name if name != "<lambda>" else out_list[0].name)
+        out_sinfo = [TensorStructInfo(o.shape, o.dtype) for o in out_list]
+        return call_tir(gvar, relax_args, out_sinfo, tir_vars=extra or None)
+
+    @staticmethod
+    def _unique_placeholder_name(name, existing):
+        names = {p.name for p in existing}
+        if name not in names:
+            return name
+        k = 1
+        while f"{name}_{k}" in names:
+            k += 1
+        return f"{name}_{k}"
+
+    def emit_te(self, te_func: Callable, *args, name_hint: str = "lv", **kwargs) -> Var:
+        """``emit(call_te(te_func, *args, **kwargs))``."""
+        return self.emit(self.call_te(te_func, *args, **kwargs), name_hint=name_hint)
+
+    # -- result ------------------------------------------------------------------------------------------
+    def get(self) -> IRModule:
+        """The module built so far."""
+        if self._scope is not None and not self._scope.done:
+            raise RelaxError(f"BlockBuilder.get: function {self._scope.name} is not finished")
+        return IRModule(self._funcs)
