@@ -144,12 +144,14 @@ class CodeGenLLVM(EntryEmitter):
         self.mb = ModuleBuilder("tilecraft", options.triple, options.data_layout,
                                 options.pointer_bits)
         self.module = self.mb.module
+        intrinsics.configure(self.mb, triple=options.triple, vector_width=options.vector_width)
         self.f16 = Float16(options.native_f16)
         self.soft = SoftOps(self.mb, options.hw_div, options.pointer_bits)
         self.functions_meta: list[dict] = []
         self.ctx: _FnCtx | None = None
         self._outlined = 0
         self._uses_parallel = False
+        self._scopes: dict[Buffer, tuple] = {}   # buffer -> (its scope list, all other scopes)
         self._init_globals()
 
     # ------------------------------------------------------------------------------------------
@@ -350,18 +352,51 @@ class CodeGenLLVM(EntryEmitter):
         self.ctx = _FnCtx(fn, name)
         for p, arg in zip(bparams, fn.args):
             self.ctx.buffers[p.flat] = arg
+        body = compact_local_allocations(func.body)
+        allocated: dict[Buffer, None] = {}
+        post_order_visit(body, lambda n: allocated.setdefault(n.buffer)
+                         if isinstance(n, Allocate) else None)
+        self._alias_scopes(symbol, [p.flat for p in bparams] + list(allocated))
         shape_vars = {d for p in bparams for d in p.orig.shape if isinstance(d, Var)}
         for v, arg in zip(bound, fn.args[len(bparams):]):
             arg.name = v.name
             self.ctx.env[v] = arg
             if v in shape_vars:
                 self.ctx.nonneg.add(v)  # the entry checked every dimension is >= 0
-        self.stmt(func.body)
+        self.stmt(body)
         if not self.b.block.is_terminated:
             self.b.ret(I32(0))
         self.ctx.finish()
         self.ctx = None
         return fn
+
+    def _alias_scopes(self, symbol: str, buffers: list[Buffer]) -> None:
+        """One LLVM alias scope per buffer of the function (scoped-noalias metadata).
+
+        Distinct buffers never overlap (arguments by the ABI, intermediates by allocation), and
+        saying so lets LLVM keep loaded values in registers across stores to other buffers and
+        hoist loads out of loops -- also in outlined parallel bodies and for heap
+        intermediates, where the pointers come from a closure or from ``posix_memalign`` and
+        carry no ``noalias`` attribute.
+        """
+        m = self.module
+        self._scopes = {}
+        if len(buffers) < 2:
+            return
+        domain = m.add_metadata([ir.MetaDataString(m, f"tilecraft.{symbol}")])
+        scopes = [m.add_metadata([ir.MetaDataString(m, f"tilecraft.{symbol}.{k}.{b.name}"),
+                                  domain]) for k, b in enumerate(buffers)]
+        for k, b in enumerate(buffers):
+            others = [sc for j, sc in enumerate(scopes) if j != k]
+            self._scopes[b] = (m.add_metadata([scopes[k]]), m.add_metadata(others))
+
+    def _tag(self, instr, buf: Buffer):
+        """Attach ``buf``'s alias scope to a load, store or masked memory intrinsic."""
+        md = self._scopes.get(buf)
+        if md is not None:
+            instr.set_metadata("alias.scope", md[0])
+            instr.set_metadata("noalias", md[1])
+        return instr
 
     # ------------------------------------------------------------------------------------------
     # statements
@@ -444,7 +479,8 @@ class CodeGenLLVM(EntryEmitter):
         if vec is None:
             index = self._to_i64(self.expr(index_e), index_e.dtype)
             addr = self.b.gep(ptr, [index], source_etype=self.mtype(buf.dtype))
-            self.b.store(self._to_mem(value, buf.dtype), addr, align=self.itemsize(buf.dtype))
+            self._tag(self.b.store(self._to_mem(value, buf.dtype), addr,
+                                   align=self.itemsize(buf.dtype)), buf)
             return
         stride = self._stride(index_e)
         if stride == 0:  # excluded by _can_vectorize; kept as a guard
@@ -458,17 +494,17 @@ class CodeGenLLVM(EntryEmitter):
             base = self.b.extract_element(index, I32(0))
             addr = self.b.gep(ptr, [base], source_etype=self.mtype(buf.dtype))
             if vec.mask is None:
-                self.b.store(mem, addr, align=self.itemsize(buf.dtype))
+                self._tag(self.b.store(mem, addr, align=self.itemsize(buf.dtype)), buf)
             else:
                 fn = self.mb.intrinsic("masked.store", ir.VoidType(),
                                        [mem.type, PTR, I32, vec_type(I1, n)], [mem.type, PTR])
-                self.b.call(fn, [mem, addr, align, vec.mask])
+                self._tag(self.b.call(fn, [mem, addr, align, vec.mask]), buf)
             return
         ptrs = self._vector_gep(ptr, index, self.mtype(buf.dtype))
         mask = vec.mask if vec.mask is not None else const(vec_type(I1, n), 1)
         fn = self.mb.intrinsic("masked.scatter", ir.VoidType(),
                                [mem.type, ptrs.type, I32, vec_type(I1, n)], [mem.type, ptrs.type])
-        self.b.call(fn, [mem, ptrs, align, mask])
+        self._tag(self.b.call(fn, [mem, ptrs, align, mask]), buf)
 
     def _vector_gep(self, ptr, index_vec, elem_ty):
         g = self.b.gep(ptr, [index_vec], source_etype=elem_ty)
@@ -863,7 +899,10 @@ class CodeGenLLVM(EntryEmitter):
     def _arith(self, e, fop: str, iop: str):
         a, b_ = self._operands(e)
         if dt.is_float(e.a.dtype):
-            return self._round16(getattr(self.b, fop)(a, b_), e.dtype)
+            # `contract` lets the back end fuse a multiply feeding an add into one FMA (what
+            # -ffp-contract=fast does in C compilers; numpy's BLAS fuses too)
+            flags = ("contract",) if fop in ("fadd", "fsub", "fmul") else ()
+            return self._round16(getattr(self.b, fop)(a, b_, flags=flags), e.dtype)
         return getattr(self.b, iop)(a, b_)
 
     def _e_Add(self, e):
@@ -1134,9 +1173,10 @@ class CodeGenLLVM(EntryEmitter):
         if vec is None or self._stride(index_e) == 0:
             index = self._to_i64(self._scalar(self.expr(index_e), "an index"), index_e.dtype)
             if vec is not None and vec.mask is not None:
-                return self._guarded_scalar_load(ptr, index, buf.dtype)
+                return self._guarded_scalar_load(ptr, index, buf)
             addr = b.gep(ptr, [index], source_etype=memty)
-            return self._from_mem(b.load(addr, typ=memty, align=align), buf.dtype)
+            return self._from_mem(self._tag(b.load(addr, typ=memty, align=align), buf),
+                                  buf.dtype)
         n = vec.lanes
         stride = self._stride(index_e)
         index = splat(b, self._to_i64(self.expr(index_e), index_e.dtype), n)
@@ -1145,20 +1185,22 @@ class CodeGenLLVM(EntryEmitter):
             base = b.extract_element(index, I32(0))
             addr = b.gep(ptr, [base], source_etype=memty)
             if vec.mask is None:
-                return self._from_mem(b.load(addr, typ=vty, align=align), buf.dtype)
+                return self._from_mem(self._tag(b.load(addr, typ=vty, align=align), buf),
+                                      buf.dtype)
             fn = self.mb.intrinsic("masked.load", vty, [PTR, I32, vec_type(I1, n), vty],
                                    [vty, PTR])
-            raw = b.call(fn, [addr, I32(align), vec.mask, const(vty, 0)])
+            raw = self._tag(b.call(fn, [addr, I32(align), vec.mask, const(vty, 0)]), buf)
             return self._from_mem(raw, buf.dtype)
         ptrs = self._vector_gep(ptr, index, memty)
         mask = vec.mask if vec.mask is not None else const(vec_type(I1, n), 1)
         fn = self.mb.intrinsic("masked.gather", vty, [ptrs.type, I32, vec_type(I1, n), vty],
                                [vty, ptrs.type])
-        raw = b.call(fn, [ptrs, I32(align), mask, const(vty, 0)])
+        raw = self._tag(b.call(fn, [ptrs, I32(align), mask, const(vty, 0)]), buf)
         return self._from_mem(raw, buf.dtype)
 
-    def _guarded_scalar_load(self, ptr, index, dtype):
+    def _guarded_scalar_load(self, ptr, index, buf: Buffer):
         """A lane-invariant load under a mask: done only if some lane is active."""
+        dtype = buf.dtype
         b = self.b
         vec = self.ctx.vec
         memty = self.mtype(dtype)
@@ -1168,8 +1210,8 @@ class CodeGenLLVM(EntryEmitter):
         load_bb, end_bb = self._new_block("gload"), self._new_block("gload.end")
         b.cbranch(active, load_bb, end_bb)
         b.position_at_end(load_bb)
-        v = b.load(b.gep(ptr, [index], source_etype=memty), typ=memty,
-                   align=self.itemsize(dtype))
+        v = self._tag(b.load(b.gep(ptr, [index], source_etype=memty), typ=memty,
+                             align=self.itemsize(dtype)), buf)
         b.branch(end_bb)
         b.position_at_end(end_bb)
         phi = b.phi(memty)
@@ -1309,3 +1351,255 @@ def _function_metadata(name, symbol, func, bparams, sparams) -> dict:
                 if v.name not in shape_vars:
                     shape_vars.append(v.name)
     return {"name": name, "symbol": symbol, "params": params, "shape_vars": shape_vars}
+
+
+# ----------------------------------------------------------------------------------------------
+# local buffers: allocated in the loop that uses them, at the size one iteration needs
+
+
+def compact_local_allocations(body: Stmt) -> Stmt:
+    """Allocate each ``local`` intermediate inside the innermost loop holding all its accesses,
+    shrunk to the elements one iteration of that loop touches (what TVM's buffer allocation at
+    the accesses' lowest common ancestor and buffer compaction do, here on lowered code).
+
+    ``cache_write(block, 0, "local")`` then ``reverse_compute_at(..., jo)`` leaves, after
+    lowering, a root allocation as large as the output, indexed like
+    ``C_local[i_0 * 12 * N + i_1 * N + j_0 * 32 + j_1]``. A register-blocked micro-kernel needs
+    it to be the ``12 x 32`` tile of one ``(i_0, j_0)`` iteration: a small stack array accessed
+    at constant offsets once its loops are unrolled and vectorized, which LLVM's SROA turns
+    into registers. This pass makes that ``C_local[i_1 * 32 + j_1]`` inside the ``j_0`` loop.
+
+    It only moves a buffer when the move cannot be observed:
+
+    * every index is affine in the loop variables (constant positive coefficients) plus terms
+      free of loop variables that are the same in every access;
+    * each loop outside the common one contributes the same term to every access, and the
+      loops' terms do not overlap in the mixed-radix sense (each coefficient is larger than the
+      span of all smaller ones), so no two iterations of those loops share an element and no
+      value flows from one iteration to the next;
+    * the compacted buffer -- dense over the inner terms -- fits ``STACK_ALLOCA_LIMIT`` (so it
+      costs nothing per iteration).
+
+    The loop chosen is the innermost common one that is not ``vectorized`` (an allocation
+    inside a vector body would make it scalar). Other buffers are left alone.
+    """
+    return _LocalCompactor().visit(body)
+
+
+class _LocalCompactor:
+    """Bottom-up over ``Allocate`` statements (inner allocations are compacted first)."""
+
+    def visit(self, s: Stmt) -> Stmt:
+        if isinstance(s, Allocate):
+            body = self.visit(s.body)
+            if s.buffer.scope == "local":
+                moved = _compact_allocation(s.buffer, body)
+                if moved is not None:
+                    return moved
+            return s if body is s.body else s.replace(body=body)
+        if isinstance(s, For):
+            body = self.visit(s.body)
+            return s if body is s.body else s.replace(body=body)
+        if isinstance(s, SeqStmt):
+            seq_ = tuple(self.visit(x) for x in s.seq)
+            return s if all(a is b for a, b in zip(seq_, s.seq)) else s.replace(seq=seq_)
+        if isinstance(s, IfThenElse):
+            t = self.visit(s.then_case)
+            e = None if s.else_case is None else self.visit(s.else_case)
+            if t is s.then_case and e is s.else_case:
+                return s
+            return s.replace(then_case=t, else_case=e)
+        if isinstance(s, (LetStmt, AssertStmt)):
+            body = self.visit(s.body)
+            return s if body is s.body else s.replace(body=body)
+        return s
+
+
+def _affine(e: PrimExpr, loop_vars) -> tuple[dict, list, int] | None:
+    """``e`` as ``(coefficients of loop vars, loop-invariant terms, constant)``, or None."""
+    if isinstance(e, IntImm):
+        return {}, [], e.value
+    if isinstance(e, Var):
+        return ({e: 1}, [], 0) if e in loop_vars else ({}, [e], 0)
+    if isinstance(e, (Add, Sub)):
+        a, b = _affine(e.a, loop_vars), _affine(e.b, loop_vars)
+        if a is None or b is None:
+            return None
+        sign = 1 if isinstance(e, Add) else -1
+        coeffs = dict(a[0])
+        for v, c in b[0].items():
+            coeffs[v] = coeffs.get(v, 0) + sign * c
+        inv = a[1] + (b[1] if sign == 1 else [Mul(IntImm(-1, t.dtype), t) for t in b[1]])
+        return {v: c for v, c in coeffs.items() if c}, inv, a[2] + sign * b[2]
+    if isinstance(e, Mul):
+        for k, other in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(k, IntImm):
+                r = _affine(other, loop_vars)
+                if r is None:
+                    return None
+                return ({v: c * k.value for v, c in r[0].items() if c * k.value},
+                        [Mul(k, t) for t in r[1]], r[2] * k.value)
+    if any(v in loop_vars for v in free_vars(e)):
+        return None
+    return {}, [e], 0
+
+
+def _compact_allocation(buf: Buffer, body: Stmt) -> Stmt | None:
+    """``body`` with ``buf`` allocated (compacted) inside its accesses' common loop, or None."""
+    from tensorir.arith import Analyzer
+    from tensorir.expr import convert
+    from tensorir.functor import IRMutator, children
+    from tensorir.stmt import Range
+
+    accesses: list[tuple[tuple, PrimExpr]] = []
+    bound_inside: set[Var] = set()
+    ok = [True]
+
+    def rec(n, loops):
+        if isinstance(n, Buffer):
+            return
+        if isinstance(n, For):
+            bound_inside.add(n.loop_var)
+            rec(n.min, loops)
+            rec(n.extent, loops)
+            rec(n.body, loops + (n,))
+            return
+        if isinstance(n, (LetStmt, Let)):
+            bound_inside.add(n.var)
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer is buf:
+            if len(n.indices) != 1:
+                ok[0] = False
+            else:
+                accesses.append((loops, n.indices[0]))
+        if isinstance(n, Allocate) and n.buffer is buf:
+            ok[0] = False
+        for c in children(n):
+            rec(c, loops)
+
+    rec(body, ())
+    if not ok[0] or not accesses:
+        return None
+    prefix = list(accesses[0][0])
+    for loops, _ in accesses[1:]:
+        k = 0
+        while k < min(len(prefix), len(loops)) and prefix[k] is loops[k]:
+            k += 1
+        del prefix[k:]
+    while prefix and prefix[-1].kind == "vectorized":
+        prefix.pop()
+    if not prefix:
+        return None
+    home = prefix[-1]
+    outer = {f.loop_var for f in prefix}
+    loop_of: dict[Var, For] = {}
+    for loops, _ in accesses:
+        for f in loops:
+            if loop_of.setdefault(f.loop_var, f) is not f:
+                return None  # one variable for two loops: ranges would be ambiguous
+    loop_vars = set(loop_of)
+    ana = Analyzer()
+    for v, f in loop_of.items():
+        ana.bind(v, Range(f.min, f.extent))
+
+    # per access: loop-var slots (coefficient -> digit expression) and the invariant part
+    decomposed = []
+    for loops, index in accesses:
+        if any(v in bound_inside and v not in loop_vars for v in free_vars(index)):
+            return None  # a let-bound value of the body
+        r = _affine(index, loop_vars)
+        if r is None:
+            return None
+        coeffs, inv, const_ = r
+        if any(c < 0 for c in coeffs.values()):
+            return None
+        decomposed.append((coeffs, inv, const_))
+    # the outer loops' terms and the invariant part: the same in every access
+    c0, inv0, _ = decomposed[0]
+    outer_terms = {v: c for v, c in c0.items() if v in outer}
+    inv_sum0 = sum(inv0, convert(0)) if inv0 else convert(0)
+    for coeffs, inv, _ in decomposed:
+        if {v: c for v, c in coeffs.items() if v in outer} != outer_terms:
+            return None
+        inv_sum = sum(inv, convert(0)) if inv else convert(0)
+        if not ana.can_prove_equal(inv_sum, inv_sum0):
+            return None
+    outer_slots = {}
+    for v, c in outer_terms.items():
+        if c in outer_slots:
+            return None
+        outer_slots[c] = v
+
+    def inner_digits(coeffs, const_):
+        digits: dict[int, PrimExpr] = {}
+        for v, c in sorted(coeffs.items(), key=lambda t: t[1]):
+            if v not in outer:
+                digits[c] = v if c not in digits else digits[c] + v
+        if const_:
+            digits[1] = convert(const_) if 1 not in digits else digits[1] + const_
+        return digits
+
+    ranges: dict[int, list[int]] = {}
+    for coeffs, _, const_ in decomposed:
+        for c, d in inner_digits(coeffs, const_).items():
+            if c in outer_slots:
+                return None  # an inner loop shares a slot with an outer one: windows overlap
+            b = ana.const_int_bound(d)
+            lo, hi = int(b.min_value), int(b.max_value)
+            if abs(lo) >= 1 << 62 or abs(hi) >= 1 << 62:
+                return None  # unbounded
+            cur = ranges.setdefault(c, [lo, hi])
+            cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
+    # the mixed-radix check over every slot, outer loops included
+    slots = [(c, tuple(ranges[c])) for c in ranges]
+    for c, v in outer_slots.items():
+        b = ana.const_int_bound(v)
+        slots.append((c, (int(b.min_value), int(b.max_value))))
+    slots.sort(key=lambda t: -t[0])
+    span = 0  # the largest difference the slots below the current one can make
+    for k in range(len(slots) - 1, -1, -1):
+        c, (lo, hi) = slots[k]
+        if c <= span:
+            return None
+        if k > 0:  # only the largest slot may be unbounded (a symbolic outer loop)
+            if abs(lo) >= 1 << 62 or abs(hi) >= 1 << 62:
+                return None
+            span += c * (hi - lo)
+    # the dense layout over the inner slots, largest coefficient outermost
+    inner = sorted(ranges, reverse=True)
+    strides, size = {}, 1
+    for c in reversed(inner):
+        strides[c] = size
+        size *= ranges[c][1] - ranges[c][0] + 1
+    if size * dt.itemsize(buf.dtype) > STACK_ALLOCA_LIMIT:
+        return None
+    new_buf = Buffer(buf.name, (size,), buf.dtype, scope=buf.scope, align=buf.align)
+
+    def new_index(index):
+        coeffs, _, const_ = _affine(index, loop_vars)
+        e = convert(0)
+        for c, d in inner_digits(coeffs, const_).items():
+            e = e + (d - ranges[c][0]) * strides[c]
+        return ana.simplify(e)
+
+    class Rewrite(IRMutator):
+        def visit_BufferLoad(self, n: BufferLoad):
+            n = self.generic_visit(n)
+            if n.buffer is new_buf:
+                return n.replace(indices=(new_index(n.indices[0]),))
+            return n
+
+        def visit_BufferStore(self, n: BufferStore):
+            n = self.generic_visit(n)
+            if n.buffer is new_buf:
+                return n.replace(indices=(new_index(n.indices[0]),))
+            return n
+
+        def visit_For(self, n: For):
+            new = self.generic_visit(n)
+            if n is home:
+                new = new.replace(body=Allocate(new_buf, new.body))
+            return new
+
+    rw = Rewrite()
+    rw.buffer_map[buf] = new_buf
+    return rw.visit(body)
