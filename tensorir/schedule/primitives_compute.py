@@ -679,6 +679,12 @@ class ComputeLocationPrimitives:
                         ...
         """
         br, _ = self._block(block, "compute_at")
+        special = self._special_location(loop, "compute_at")
+        if special == "root":
+            return  # a sampled location meaning "stay where it is"
+        if special == "inline":
+            self._set_func(compute_inline(self.func, br.block.name))
+            return
         for_node, _ = self._loop(loop, "compute_at")
         self._set_func(compute_at(self.func, br.block.name, for_node.loop_var,
                                   bool(preserve_unit_loops)))
@@ -738,28 +744,35 @@ class ComputeLocationPrimitives:
                         D[vi, vj] = T.max(C[vi, vj], 0.0)
         """
         br, _ = self._block(block, "reverse_compute_at")
+        special = self._special_location(loop, "reverse_compute_at")
+        if special == "root":
+            return
+        if special == "inline":
+            self._set_func(reverse_compute_inline(self.func, br.block.name))
+            return
         for_node, _ = self._loop(loop, "reverse_compute_at")
         self._set_func(reverse_compute_at(self.func, br.block.name, for_node.loop_var,
                                           bool(preserve_unit_loops)))
 
     @traced
     def sample_compute_location(self, block: BlockRV, decision: int | None = None
-                                ) -> LoopRV | None:
+                                ) -> LoopRV:
         """Draw, uniformly, a place to compute ``block``: one of the loops above its consumers
         where ``compute_at`` is legal, its current place (the root), or inlined into its
         consumers (only if ``compute_inline`` is legal).
 
         The decision is the index of the loop among the loops above the consumers (outermost =
         0, as ``get_loops`` of the consumer lists them), ``-1`` for the root, ``-2`` for inline.
-        A loop decision returns its ``LoopRV`` and changes nothing: the caller then calls
-        ``compute_at(block, loop)``. The root returns None and changes nothing. Inline returns
-        None *and inlines the block* (so that replaying the trace, or a trace whose decision a
-        mutator changed, gives the same program without a separate instruction). The tuner's
-        ``RandomComputeLocation`` rule therefore reads::
+        It always returns a LoopRV and never changes the schedule: for the root and inline
+        choices a *location* RV that ``compute_at`` understands (as in TVM: ``compute_at`` at the
+        root location does nothing, at the inline location inlines the block). So the tuner's
+        ``RandomComputeLocation`` rule is always::
 
             loop = sch.sample_compute_location(block)
-            if loop is not None:
-                sch.compute_at(block, loop)
+            sch.compute_at(block, loop)
+
+        and a mutator may switch a decision between loops, root and inline: the trace replays
+        either way.
 
         Parameters
         ----------
@@ -771,8 +784,7 @@ class ComputeLocationPrimitives:
         Examples
         --------
         >>> loop = sch.sample_compute_location(sch.get_block("B"))       # doctest: +SKIP
-        >>> if loop is not None:
-        ...     sch.compute_at(sch.get_block("B"), loop)
+        >>> sch.compute_at(sch.get_block("B"), loop)
         """
         prim = "sample_compute_location"
         br, _ = self._block(block, prim)
@@ -789,8 +801,7 @@ class ComputeLocationPrimitives:
             pick = matching[0]
         self._decision = pick[0]
         if pick[0] == -2:
-            self._set_func(compute_inline(self.func, name))
-            return None
+            return self._location_rv("inline")
         if pick[1] is None:
-            return None
+            return self._location_rv("root")
         return self._loop_rv(pick[1])

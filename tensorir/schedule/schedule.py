@@ -127,6 +127,18 @@ class Schedule(LoopPrimitives, ComputeLocationPrimitives, MemoryPrimitives, Redu
     def _expr_rv(self, value: int) -> ExprRV:
         return self._new_rv(ExprRV, int(value))
 
+    def _location_rv(self, kind: str) -> LoopRV:
+        """A LoopRV for a sampled compute location that is no loop: "root" or "inline"."""
+        return self._new_rv(LoopRV, _Location(kind))
+
+    def _special_location(self, rv, primitive: str) -> str | None:
+        """"root" / "inline" if ``rv`` is such a location RV, else None."""
+        if isinstance(rv, LoopRV):
+            target = self._target_of(rv, primitive)
+            if isinstance(target, _Location):
+                return target.kind
+        return None
+
     def _target_of(self, rv: _RV, primitive: str):
         # the RV object itself must be the one this schedule (or the one it was copied from) made:
         # another schedule's RV of the same name would otherwise resolve to a different loop
@@ -163,6 +175,9 @@ class Schedule(LoopPrimitives, ComputeLocationPrimitives, MemoryPrimitives, Redu
         if not isinstance(rv, LoopRV):
             raise ScheduleError(primitive, f"expected a loop, got {rv!r}")
         var = self._target_of(rv, primitive)
+        if isinstance(var, _Location):
+            raise ScheduleError(primitive, f"{rv.name} is the {var.kind!r} compute location, not "
+                                f"a loop; only compute_at / reverse_compute_at accept it")
         try:
             return tree.find_loop(self.func, var)
         except KeyError:
@@ -304,6 +319,14 @@ class Schedule(LoopPrimitives, ComputeLocationPrimitives, MemoryPrimitives, Redu
 
     def get_root(self) -> Block:
         return self.func.body.block if isinstance(self.func.body, BlockRealize) else None
+
+
+class _Location:
+    """What a location LoopRV stands for: the root (stay) or inline."""
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str):
+        self.kind = kind
 
 
 def _decode_object(type_name: str, data):

@@ -16,6 +16,7 @@ from tensorir.expr import FloatImm
 from tensorir.interpret import interpret
 from tensorir.schedule import LoopRV, Schedule, ScheduleError, Trace
 from tensorir.schedule import tree
+from tensorir.structural import structural_equal
 from tensorir.schedule.regions import with_regions
 from tensorir.stmt import BufferStore
 from tensorir.structural import structural_equal
@@ -453,13 +454,14 @@ def test_sample_compute_location_candidates_and_replay():
         loop = sch.sample_compute_location(b)
         decision = sch.trace.instructions[-1].decision
         seen.add(decision)
+        assert isinstance(loop, LoopRV)
         if decision >= 0:
-            assert isinstance(loop, LoopRV)
             c_loops = sch.get_loops(sch.get_block("C"))
             assert sch.get(loop) is sch.get(c_loops[decision])
-            sch.compute_at(b, loop)
-        else:
-            assert loop is None
+        else:  # a location RV (root / inline): not a loop
+            with pytest.raises(ScheduleError, match="compute location"):
+                sch.get(loop)
+        sch.compute_at(b, loop)  # the tuner's rule: always compute_at the sampled location
         if decision == -2:
             assert "B" not in block_names(sch.func)  # the inline decision inlines
         assert_same(f, sch.func)
@@ -473,13 +475,22 @@ def test_sample_compute_location_decisions():
     loop = sch.sample_compute_location(sch.get_block("B"), decision=1)
     assert sch.get(loop) is sch.get(sch.get_loops(sch.get_block("C"))[1])
     sch = Schedule(f)
-    assert sch.sample_compute_location(sch.get_block("B"), decision=-1) is None
-    assert "B" in block_names(sch.func)
+    root = sch.sample_compute_location(sch.get_block("B"), decision=-1)
+    sch.compute_at(sch.get_block("B"), root)
+    assert "B" in block_names(sch.func) and structural_equal(f, sch.func)
+    with pytest.raises(ScheduleError, match="root"):
+        sch.split(root, [None, 2])  # a location RV is no loop
+    sch = Schedule(f)
+    inline = sch.sample_compute_location(sch.get_block("B"), decision=-2)
+    assert "B" in block_names(sch.func)  # sampling changes nothing
+    sch.compute_at(sch.get_block("B"), inline)
+    assert "B" not in block_names(sch.func)
+    sch = Schedule(f)
     assert_rejected(sch, lambda s: s.sample_compute_location(s.get_block("B"), decision=5),
                     "sample_compute_location", "'B'", "decision 5")
     # a block writing an output cannot be inlined nor moved: only the root is left
     sch = Schedule(f)
-    assert sch.sample_compute_location(sch.get_block("C")) is None
+    sch.sample_compute_location(sch.get_block("C"))
     assert sch.trace.instructions[-1].decision == -1
 
 
