@@ -292,13 +292,12 @@ class BlockBuilder:
                 o = te.compute(o.shape, lambda *i, _o=o: _o[i], o.name + "_copy")
             fixed.append(o)
         out_list = fixed
-        # symbolic vars the outputs need that no input shape binds: scalar parameters
-        bound = set()
-        for p in placeholders:
-            for d in p.shape:
-                post_order_visit(d, lambda n: bound.add(n) if isinstance(n, TirVar) else None)
+        # symbolic vars the kernel needs that no input shape binds: scalar parameters
+        # only a dim that IS a variable binds it (from the argument's shape); a variable seen only
+        # inside a compound dim such as n * 3 must be passed to the kernel as a scalar
+        bound = {d for p in placeholders for d in p.shape if isinstance(d, TirVar)}
         extra: list[TirVar] = []
-        for o in out_list:
+        for o in placeholders + out_list:
             for d in o.shape:
                 def visit(n):
                     if isinstance(n, TirVar) and n not in bound and n not in extra:

@@ -120,7 +120,9 @@ class Constant(Expr):
             d = dt.from_numpy(arr.dtype)
         except TypeError as err:
             raise RelaxError(f"constant of unsupported dtype {arr.dtype}: {err}") from None
-        arr = np.ascontiguousarray(arr)
+        arr = np.require(arr, requirements='C')  # keeps 0-d arrays 0-d
+        if arr is data:
+            arr = arr.copy()
         arr.setflags(write=False)
         self._init(data=arr, struct_info=TensorStructInfo(arr.shape, d))
 

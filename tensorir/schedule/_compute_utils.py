@@ -13,7 +13,7 @@ from .. import arith
 from ..expr import And, BufferLoad, IntImm, PrimExpr, Var, true
 from ..function import PrimFunc
 from ..functor import IRMutator, free_vars, post_order_visit, substitute
-from ..stmt import (Allocate, Block, BlockRealize, Buffer, BufferStore, For, IfThenElse, LetStmt,
+from ..stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore, For, IfThenElse, LetStmt,
                     Range, SeqStmt, Stmt, is_true, seq)
 from . import tree
 from .error import ScheduleError
@@ -117,6 +117,9 @@ def remove_block(func: PrimFunc, br: BlockRealize, ancestors: tuple, primitive: 
         # the block was all its scope held; a scope needs a body
         raise ScheduleError(primitive, f"removing block {br.block.name!r} would leave block "
                             f"{parent.name!r} with an empty body", br.block)
+    if isinstance(parent, AssertStmt) and parent.body is top:
+        # keep the run-time check (it may guard what follows it) with an empty body
+        return tree.replace(func, top, Evaluate(IntImm(0, "int32")))
     return tree.replace(func, top, None)
 
 

@@ -80,7 +80,8 @@ def _eval(e, values, mod, env, check_interpret):
         return _eval(e.tuple_value, values, mod, env, check_interpret)[e.index]
     if isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == "relax.call_tir":
         gvar, tup = e.args[0], e.args[1]
-        ins = [np.ascontiguousarray(_eval(a, values, mod, env, check_interpret)) for a in tup.fields]
+        ins = [np.require(_eval(a, values, mod, env, check_interpret), requirements='C')
+               for a in tup.fields]
         func = mod[gvar.name_hint]
         # bind symbolic dims from the argument shapes of this PrimFunc's own buffers
         local = dict(env)
