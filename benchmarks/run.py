@@ -13,6 +13,9 @@ from .common import ensure_clean_openblas_env, print_table, write_results
 # name -> module under benchmarks/ with a run() -> list[dict]
 REGISTRY = {
     "demo": "benchmarks.demo",
+    "rpc_overhead": "benchmarks.rpc_overhead",
+    "gemm_cpu": "benchmarks.gemm_cpu",
+    "ops_cpu": "benchmarks.ops_cpu",
 }
 
 

@@ -245,6 +245,10 @@ class Call(Expr):
 class Binding(Node):
     __slots__ = ()
 
+    def script(self) -> str:
+        from .printer import to_script
+        return to_script(self)
+
 
 class VarBinding(Binding):
     """``var = value``."""
@@ -274,6 +278,10 @@ class MatchCast(Binding):
 class BindingBlock(Node):
     _fields = ("bindings",)
     __slots__ = ("bindings",)
+
+    def script(self) -> str:
+        from .printer import to_script
+        return to_script(self)
 
     def __init__(self, bindings: Sequence[Binding]):
         self._init(bindings=tuple(bindings))

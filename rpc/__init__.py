@@ -1,0 +1,33 @@
+"""rpc: run and time kernels on remote boards (Raspberry Pi, Jetson, phones) over TCP.
+
+* ``python -m rpc.server --host 127.0.0.1 --port 9090 --key rasp4`` — the board side; it needs
+  only Python >= 3.9 and numpy.
+* ``python -m rpc.tracker --host 127.0.0.1 --port 9190`` — a queue of boards per key.
+* ``rpc.connect(host, port, token=None) -> Session`` and
+  ``rpc.connect_tracker(host, port).request(key, timeout=...) -> Session`` — the client.
+
+A ``Session`` uploads files, loads kernel libraries, moves arrays and calls and times kernels
+on the board: ``sess.upload(path)``, ``sess.load_module(name)``, ``sess.array(x, sess.cpu(0))``,
+``mod["main"](*arrays)``, ``mod.time_evaluator("main", dev, number, repeat)(*arrays)``.
+See ``docs/rpc.md``.
+
+Examples
+--------
+>>> import numpy as np, rpc                                                  # doctest: +SKIP
+>>> with rpc.connect("127.0.0.1", 9090) as sess:                             # doctest: +SKIP
+...     mod = sess.load_module(sess.upload("add.so"))
+...     a = sess.array(np.arange(8, dtype="float32")); b = sess.empty((8,), "float32")
+...     mod["main"](a, b)
+...     b.numpy()
+"""
+from .protocol import (ConnectionClosed, IdleTimeout, ProtocolError, RPCError, RPCTimeoutError,
+                       VERSION as PROTOCOL_VERSION)
+from .auth import AuthenticationError
+from .client import (RemoteDevice, RemoteError, RemoteFunction, RemoteModule, RemoteNDArray,
+                     ServerBusy, Session, SessionLost, TrackerClient, TrackerError, connect,
+                     connect_tracker)
+
+__all__ = ["connect", "connect_tracker", "Session", "TrackerClient", "RemoteDevice",
+           "RemoteNDArray", "RemoteModule", "RemoteFunction", "RPCError", "ProtocolError",
+           "ConnectionClosed", "RPCTimeoutError", "IdleTimeout", "AuthenticationError",
+           "RemoteError", "SessionLost", "ServerBusy", "TrackerError", "PROTOCOL_VERSION"]

@@ -1,0 +1,1 @@
+"""Emulated boards for testing RPC without hardware (see ``emulated_board.py``)."""

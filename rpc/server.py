@@ -1,0 +1,699 @@
+"""The board side of RPC: accept sessions, run each in its own process, register with a tracker.
+
+    python -m rpc.server --host 127.0.0.1 --port 9090 --key rasp4 [--tracker HOST:PORT]
+                         [--token-file F] [--insecure]
+
+Process layout::
+
+    server (main process)        accepts connections, authenticates them, talks to the tracker
+      └─ launcher                forked at start-up, single-threaded: one child per session
+           ├─ session 1          serves one client (rpc.worker): uploads, modules, arrays, calls
+           └─ session 2
+
+The main process never runs client code. A session process that dies — a kernel's segmentation
+fault, a kernel killed for running past its time limit — is reported by the launcher, and the
+main process sends the client an ``ERROR`` frame saying what happened (it keeps a copy of every
+session's socket for this). Sessions are forked from the launcher rather than from the main
+process because the main process has threads, and because a board's Python may not be able to
+``exec`` a fresh interpreter (an emulated board under ``qemu-user`` cannot): the launcher is
+forked before any thread starts and has numpy and the runtime already imported, so a session
+starts in milliseconds.
+
+Only the standard library, numpy and ``targets.runtime`` are imported: no LLVM, no compiler.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+from .auth import (AuthenticationError, check_bind_security, is_loopback, load_token, new_nonce,
+                   server_digest, verify)
+from .protocol import (AUTH, ERROR, EVENT, HELLO, PING, PONG, REPLY, REQUEST, VERSION, WELCOME,
+                       ConnectionClosed, IdleTimeout, RPCError, recv_frame, send_frame)
+from .worker import SessionLimits, platform_info, run_session
+
+log = logging.getLogger("rpc.server")
+
+HANDSHAKE_MAX_FRAME = 64 << 10
+TRACKER_MAX_FRAME = 1 << 20
+
+
+def parse_hostport(text: str, default_port: int = 9190) -> tuple[str, int]:
+    """``"HOST:PORT"`` (or ``"[v6]:PORT"``, or ``"HOST"``) -> (host, port)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    else:
+        host, port = text, ""
+    try:
+        port = int(port) if port else default_port
+    except ValueError:
+        raise ValueError(f"bad address {text!r}: the port must be a number (HOST:PORT)") from None
+    if not host or not 0 < port < 65536:
+        raise ValueError(f"bad address {text!r}: expected HOST:PORT")
+    return host, port
+
+
+def describe_exit(status: dict) -> tuple[bool, str]:
+    """(abnormal, words) for a session process's exit status from the launcher."""
+    sig = status.get("signal")
+    if sig is not None:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        if sig == signal.SIGALRM:
+            return True, (f"the session process was killed ({name}): the call ran past its time "
+                          f"limit")
+        if sig == signal.SIGSEGV:
+            return True, (f"the session process crashed with a segmentation fault ({name}): a "
+                          f"kernel or library accessed invalid memory")
+        if sig in (signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT):
+            return True, f"the session process crashed ({name})"
+        return True, f"the session process was killed by {name}"
+    code = status.get("code", 0)
+    if code:
+        return True, f"the session process exited with code {code}"
+    return False, "the session ended"
+
+
+class _Reject(Exception):
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class _SessionRecord:
+    __slots__ = ("id", "conn", "addr", "ticket", "pid", "started")
+
+    def __init__(self, sid, conn, addr, ticket):
+        self.id, self.conn, self.addr, self.ticket = sid, conn, addr, ticket
+        self.pid = None
+        self.started = time.monotonic()
+
+
+class RPCServer:
+    """An RPC server: ``RPCServer(host, port, key).start()`` then ``serve_forever()``.
+
+    Parameters
+    ----------
+    host, port : str, int
+        Where to listen. Port 0 picks a free port (see ``.port`` after ``start()``).
+    key : str
+        The device key clients ask a tracker for (``"rasp4"``).
+    tracker : (str, int), optional
+        Register with this tracker, and again whenever the link is lost.
+    token : bytes, optional
+        Require the HMAC challenge-response with this shared secret.
+    insecure : bool
+        Allow listening beyond loopback without a token.
+    max_sessions : int
+        Sessions open at once; more connections are refused with "server busy".
+    limits : SessionLimits
+        Per-session limits: upload and array sizes, memory, idle and call timeouts.
+
+    ``start()`` forks the session launcher, so call it before starting threads of your own.
+
+    Examples
+    --------
+    >>> server = RPCServer("127.0.0.1", 0, "local")   # doctest: +SKIP
+    >>> server.start(); server.port                    # doctest: +SKIP
+    40123
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 9090, key: str = "default", *,
+                 tracker: tuple[str, int] | None = None, token: bytes | None = None,
+                 insecure: bool = False, max_sessions: int = 4, max_pending: int = 16,
+                 limits: SessionLimits | None = None, handshake_timeout: float = 10.0,
+                 custom_addr: str | None = None, tracker_retry: float = 2.0,
+                 work_root: str | None = None):
+        if not isinstance(key, str) or not key or len(key) > 128:
+            raise ValueError(f"key must be a non-empty string of at most 128 characters, "
+                             f"got {key!r}")
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
+        self.host, self.port, self.key = host, int(port), key
+        self.tracker = tracker
+        self.token = token
+        self.insecure = insecure
+        self.max_sessions = int(max_sessions)
+        self.max_pending = int(max_pending)
+        self.limits = limits or SessionLimits()
+        self.handshake_timeout = float(handshake_timeout)
+        self.custom_addr = custom_addr
+        self.tracker_retry = float(tracker_retry)
+        self.work_root = work_root or tempfile.gettempdir()
+        self.info = platform_info()
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)   # sessions ending, leases arriving
+        self._sessions: dict[int, _SessionRecord] = {}
+        self._pending = 0
+        self._next_sid = 1
+        self._tickets: dict[str, float] = {}     # pending tracker leases: ticket -> deadline
+        self._stop = threading.Event()
+        self._listen = None
+        self._ctrl = None
+        self._ctrl_wlock = threading.Lock()
+        self._launcher_pid = None
+        self._tracker_sock = None
+        self._tracker_wlock = threading.Lock()
+        self.registered = threading.Event()
+
+    # -- life cycle -----------------------------------------------------------------------------
+    def start(self) -> "RPCServer":
+        """Bind, fork the launcher and start the tracker link; returns self.
+
+        Call it from the main thread (the launcher installs signal handlers).
+        """
+        check_bind_security(self.host, self.token, self.insecure)
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        self._listen = socket.create_server((self.host, self.port), family=family, backlog=64)
+        self.port = self._listen.getsockname()[1]
+        self._listen.settimeout(0.5)
+        ctrl, child_ctrl = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the launcher
+            code = 1
+            try:
+                self._listen.close()
+                ctrl.close()
+                code = _launcher_main(child_ctrl, self.limits, self.work_root, self.info)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        child_ctrl.close()
+        self._ctrl = ctrl
+        self._launcher_pid = pid
+        threading.Thread(target=self._ctrl_loop, name="rpc-launcher-link", daemon=True).start()
+        if self.tracker is not None:
+            threading.Thread(target=self._tracker_loop, name="rpc-tracker-link",
+                             daemon=True).start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Accept connections until ``stop()`` (or SIGTERM / Ctrl-C in the command-line tool)."""
+        while not self._stop.is_set():
+            try:
+                conn, addr = self._listen.accept()
+            except socket.timeout:
+                continue
+            except OSError as err:
+                if self._stop.is_set():
+                    break
+                log.warning("accept failed: %s", err)  # e.g. out of file descriptors: wait
+                time.sleep(0.1)
+                continue
+            with self._lock:
+                busy = self._pending >= self.max_pending
+                if not busy:
+                    self._pending += 1
+            if busy:
+                _reject(conn, "ServerBusy", f"server busy: {self.max_pending} connections are "
+                                            f"being authenticated")
+                continue
+            threading.Thread(target=self._handshake, args=(conn, addr), daemon=True,
+                             name="rpc-handshake").start()
+
+    def stop(self) -> None:
+        """Stop accepting, end the launcher (which ends the sessions) and the tracker link."""
+        self._stop.set()
+        for s in (self._listen, self._ctrl, self._tracker_sock):
+            if s is not None:
+                try:  # shutdown first: it wakes a thread blocked reading the socket
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                _close(s)
+        if self._launcher_pid:
+            deadline = time.monotonic() + 10.0  # the launcher ends its sessions, then itself
+            try:
+                while os.waitpid(self._launcher_pid, os.WNOHANG)[0] == 0:
+                    if time.monotonic() > deadline:
+                        os.kill(self._launcher_pid, signal.SIGKILL)
+                        os.waitpid(self._launcher_pid, 0)
+                        break
+                    time.sleep(0.05)
+            except (ChildProcessError, ProcessLookupError):
+                pass
+            self._launcher_pid = None
+
+    @property
+    def sessions_open(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    # -- handshake ------------------------------------------------------------------------------
+    def _handshake(self, conn: socket.socket, addr) -> None:
+        sid = None
+        ticket = None
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            deadline = time.monotonic() + self.handshake_timeout
+            nonce = new_nonce()
+            send_frame(conn, HELLO, {"server": "tilecraft-rpc", "protocol": VERSION,
+                                     "key": self.key, "nonce": nonce.hex(),
+                                     "auth": "hmac-sha256" if self.token else "none"},
+                       timeout=self.handshake_timeout)
+            frame = recv_frame(conn, timeout=self.handshake_timeout,
+                               max_frame=HANDSHAKE_MAX_FRAME, expect=[AUTH], deadline=deadline)
+            if frame.type == ERROR:
+                raise ConnectionClosed("client gave up during the handshake")
+            meta = frame.meta
+            if self.token is not None and not verify(self.token, nonce, meta.get("digest"),
+                                                     "client"):
+                log.warning("authentication failed from %s", addr[0])
+                raise _Reject("AuthenticationError", "authentication failed: this server needs "
+                                                     "a token and the client's answer was "
+                                                     "missing or wrong")
+            ticket = meta.get("ticket")
+            if ticket is not None:
+                self._claim_ticket(ticket, deadline)
+            with self._cv:
+                # A session that just ended may not be reaped yet: wait a moment for its slot.
+                wait_until = min(deadline, time.monotonic() + 1.0)
+                while len(self._sessions) >= self.max_sessions:
+                    left = wait_until - time.monotonic()
+                    if left <= 0:
+                        raise _Reject("ServerBusy", f"server busy: {len(self._sessions)} sessions "
+                                                    f"are open, the limit is {self.max_sessions}")
+                    self._cv.wait(left)
+                sid = self._next_sid
+                self._next_sid += 1
+                rec = _SessionRecord(sid, conn, addr, ticket)
+                self._sessions[sid] = rec
+            welcome = {"session": sid, "key": self.key, "platform": self.info,
+                       "limits": self.limits.to_json()}
+            client_nonce = meta.get("nonce")
+            if self.token is not None and isinstance(client_nonce, str):
+                try:
+                    welcome["server_digest"] = server_digest(self.token,
+                                                             bytes.fromhex(client_nonce)).hex()
+                except ValueError:
+                    pass
+            send_frame(conn, WELCOME, welcome, timeout=self.handshake_timeout)
+            with self._ctrl_wlock:
+                socket.send_fds(self._ctrl, [json.dumps({"cmd": "start", "id": sid}).encode()],
+                                [conn.fileno()])
+            if ticket is not None:
+                self._tracker_event({"event": "start", "ticket": ticket})
+            log.info("session %d from %s:%d%s", sid, addr[0], addr[1],
+                     f" (lease {ticket[:8]})" if ticket else "")
+            sid = None  # the session owns the connection now
+            ticket = None
+        except _Reject as r:
+            _reject(conn, r.kind, str(r))
+        except (RPCError, OSError) as err:  # junk, half frames, vanished clients: drop them
+            log.info("handshake with %s failed: %s", addr[0], err)
+            if isinstance(err, RPCError) and not isinstance(err, ConnectionClosed):
+                _reject(conn, type(err).__name__, f"handshake failed: {err}")
+            else:
+                _close(conn)
+        finally:
+            with self._cv:
+                self._pending -= 1
+                if sid is not None:  # reserved but never handed to the launcher
+                    self._sessions.pop(sid, None)
+                    self._cv.notify_all()
+            if ticket is not None:  # a claimed lease that did not become a session
+                self._tracker_event({"event": "end", "ticket": ticket})
+
+    def _claim_ticket(self, ticket, deadline: float) -> None:
+        if not isinstance(ticket, str) or not 0 < len(ticket) <= 128:
+            raise _Reject("LeaseError", "malformed lease ticket")
+        # The tracker sends the lease to us just before it answers the client, so the client
+        # can be here first: wait a little for it.
+        wait_until = min(deadline, time.monotonic() + 2.0)
+        with self._cv:
+            while ticket not in self._tickets:
+                left = wait_until - time.monotonic()
+                if left <= 0:
+                    raise _Reject("LeaseError", "unknown or expired lease ticket: ask the tracker "
+                                                "again")
+                self._cv.wait(left)
+            del self._tickets[ticket]
+
+    # -- the launcher link ----------------------------------------------------------------------
+    def _ctrl_loop(self) -> None:
+        while True:
+            try:
+                data = self._ctrl.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                if not self._stop.is_set():
+                    log.error("the session launcher exited; stopping the server")
+                    self._stop.set()
+                    try:
+                        self._listen.close()
+                    except OSError:
+                        pass
+                return
+            msg = json.loads(data)
+            if msg.get("event") == "started":
+                with self._lock:
+                    rec = self._sessions.get(msg["id"])
+                    if rec is not None:
+                        rec.pid = msg["pid"]
+            elif msg.get("event") in ("ended", "failed"):
+                with self._cv:
+                    rec = self._sessions.pop(msg["id"], None)
+                    self._cv.notify_all()
+                if rec is None:
+                    continue
+                if msg["event"] == "failed":
+                    abnormal, words = True, f"the server could not start a session: " \
+                                            f"{msg.get('message')}"
+                else:
+                    abnormal, words = describe_exit(msg.get("status", {}))
+                level = logging.WARNING if abnormal else logging.INFO
+                log.log(level, "session %d ended after %.1f s: %s", rec.id,
+                        time.monotonic() - rec.started, words)
+                threading.Thread(target=_finish_connection, args=(rec.conn, abnormal, words),
+                                 daemon=True).start()
+                if rec.ticket is not None:
+                    self._tracker_event({"event": "end", "ticket": rec.ticket})
+
+    # -- the tracker link -----------------------------------------------------------------------
+    def _tracker_event(self, meta: dict) -> None:
+        with self._tracker_wlock:
+            sock = self._tracker_sock
+            if sock is None:
+                return  # re-registration reports the current state instead
+            try:
+                send_frame(sock, EVENT, meta, timeout=5.0)
+            except (RPCError, OSError):
+                pass
+
+    def _active_tickets(self) -> list[str]:
+        with self._lock:
+            return [r.ticket for r in self._sessions.values() if r.ticket is not None]
+
+    def _tracker_loop(self) -> None:
+        host, port = self.tracker
+        address = self.custom_addr or self.host
+        announced = False
+        while not self._stop.is_set():
+            sock = None
+            try:
+                sock = socket.create_connection((host, port), timeout=5.0)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                send_frame(sock, REQUEST, {"op": "register", "key": self.key, "host": address,
+                                           "port": self.port, "slots": 1,
+                                           "leases": self._active_tickets(),
+                                           "info": self.info}, timeout=5.0)
+                reply = recv_frame(sock, timeout=10.0, max_frame=TRACKER_MAX_FRAME,
+                                   expect=[REPLY])
+                if reply.type == ERROR:
+                    raise RPCError(f"the tracker refused the registration: "
+                                   f"{reply.meta.get('message')}")
+                ping_interval = float(reply.meta.get("ping_interval", 5.0))
+                with self._tracker_wlock:
+                    self._tracker_sock = sock
+                self.registered.set()
+                log.info("registered with the tracker at %s:%d as %r", host, port, self.key)
+                announced = False
+                self._tracker_session(sock, ping_interval)
+            except (RPCError, OSError) as err:
+                if not self._stop.is_set() and not announced:
+                    log.warning("tracker %s:%d: %s; retrying every %g s", host, port, err,
+                                self.tracker_retry)
+                    announced = True
+            finally:
+                self.registered.clear()
+                with self._tracker_wlock:
+                    self._tracker_sock = None
+                if sock is not None:
+                    _close(sock)
+            self._stop.wait(self.tracker_retry)
+
+    def _tracker_session(self, sock: socket.socket, ping_interval: float) -> None:
+        # The tracker pings every ping_interval; silence for much longer means it is gone
+        # even if the connection looks open (a half-open link after a crash or a cable pull).
+        silent_limit = 3 * ping_interval + 5.0
+        last_heard = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                frame = recv_frame(sock, timeout=10.0, idle_timeout=1.0,
+                                   max_frame=TRACKER_MAX_FRAME)
+            except IdleTimeout:
+                self._expire_tickets()
+                if time.monotonic() - last_heard > silent_limit:
+                    raise RPCError(f"the tracker has been silent for {silent_limit:g} s")
+                continue
+            last_heard = time.monotonic()
+            if frame.type == PING:
+                with self._tracker_wlock:
+                    send_frame(sock, PONG, {"id": frame.meta.get("id")}, timeout=5.0)
+            elif frame.type == EVENT and frame.meta.get("event") == "lease":
+                ticket, ttl = frame.meta.get("ticket"), frame.meta.get("ttl", 10.0)
+                if isinstance(ticket, str) and type(ttl) in (int, float):
+                    with self._cv:
+                        self._tickets[ticket] = time.monotonic() + float(ttl)
+                        self._cv.notify_all()
+            elif frame.type == ERROR:
+                raise RPCError(f"the tracker says: {frame.meta.get('message')}")
+            self._expire_tickets()
+
+    def _expire_tickets(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            gone = [t for t, d in self._tickets.items() if d < now]
+            for t in gone:
+                del self._tickets[t]
+        for t in gone:
+            self._tracker_event({"event": "expired", "ticket": t})
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def _reject(conn: socket.socket, kind: str, message: str) -> None:
+    """Tell a client why it is refused (best effort, never blocking long), then close."""
+    try:
+        send_frame(conn, ERROR, {"type": kind, "message": message}, timeout=1.0)
+        conn.shutdown(socket.SHUT_WR)
+    except (RPCError, OSError):
+        pass
+    _close(conn)
+
+
+def _finish_connection(conn: socket.socket, abnormal: bool, words: str) -> None:
+    """After a session process ended: report a crash to the client, then close our copy."""
+    try:
+        if abnormal:
+            send_frame(conn, ERROR, {"type": "SessionLost", "message": words}, timeout=2.0)
+        conn.shutdown(socket.SHUT_WR)
+        # Read what the client still sends until it hangs up (briefly), so that closing does not
+        # reset the connection and destroy the error message before the client reads it.
+        deadline = time.monotonic() + 2.0
+        conn.settimeout(0.5)
+        while time.monotonic() < deadline:
+            if not conn.recv(1 << 16):
+                break
+    except (RPCError, OSError):
+        pass
+    _close(conn)
+
+
+# -- the launcher (a forked, single-threaded process) ---------------------------------------------
+def _launcher_main(ctrl: socket.socket, limits: SessionLimits, work_root: str, info: dict) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the main process decides when to stop
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    wake_w.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno())
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    children: dict[int, tuple[int, str]] = {}
+
+    def tell(msg: dict) -> None:
+        try:
+            ctrl.send(json.dumps(msg).encode())
+        except OSError:
+            pass
+
+    running = True
+    kill_at = None  # when sessions still alive after SIGTERM get SIGKILL
+    while running or children:
+        if kill_at is not None and time.monotonic() > kill_at:
+            for pid in children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            kill_at = float("inf")
+        try:
+            ready, _, _ = select.select([ctrl, wake_r] if running else [wake_r], [], [], 1.0)
+        except InterruptedError:
+            ready = []
+        if wake_r in ready:
+            try:
+                while wake_r.recv(4096):
+                    pass
+            except (BlockingIOError, OSError):
+                pass
+        if running and ctrl in ready:
+            try:
+                data, fds, _, _ = socket.recv_fds(ctrl, 1 << 16, 4)
+            except OSError:
+                data, fds = b"", []
+            if not data:  # the server is gone: end its sessions
+                running = False
+                kill_at = time.monotonic() + 5.0
+                for pid in children:
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            else:
+                msg = json.loads(data)
+                sid = msg.get("id")
+                if not fds:
+                    tell({"event": "failed", "id": sid, "message": "no socket received"})
+                else:
+                    for extra in fds[1:]:
+                        os.close(extra)
+                    _fork_session(fds[0], sid, ctrl, wake_r, wake_w, limits, work_root, info,
+                                  children, tell)
+        # reap every session that ended
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                children.clear()
+                break
+            if pid == 0:
+                break
+            sid, workdir = children.pop(pid, (None, None))
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+            if os.WIFSIGNALED(status):
+                st = {"signal": os.WTERMSIG(status)}
+            else:
+                st = {"code": os.WEXITSTATUS(status)}
+            if sid is not None:
+                tell({"event": "ended", "id": sid, "pid": pid, "status": st})
+    return 0
+
+
+def _fork_session(fd, sid, ctrl, wake_r, wake_w, limits, work_root, info, children, tell):
+    try:
+        workdir = tempfile.mkdtemp(prefix=f"tilecraft-rpc-{sid}-", dir=work_root)
+        pid = os.fork()
+    except OSError as err:
+        os.close(fd)
+        tell({"event": "failed", "id": sid, "message": str(err)})
+        return
+    if pid == 0:  # the session
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            for s in (ctrl, wake_r, wake_w):
+                s.close()
+            code = run_session(socket.socket(fileno=fd), workdir, limits, info)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(fd)
+    children[pid] = (sid, workdir)
+    tell({"event": "started", "id": sid, "pid": pid})
+
+
+# -- command line ---------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rpc.server", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=9090, help="port (0: any free port; default 9090)")
+    p.add_argument("--key", default="default", help="device key, e.g. rasp4 (default 'default')")
+    p.add_argument("--tracker", metavar="HOST:PORT", help="register with this tracker")
+    p.add_argument("--custom-addr", metavar="HOST",
+                   help="the address clients should use to reach this server (told to the "
+                        "tracker; default: --host, or what the tracker sees)")
+    p.add_argument("--token-file", metavar="FILE", help="require HMAC authentication with the "
+                                                        "token in FILE")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow listening beyond loopback without a token")
+    p.add_argument("--max-sessions", type=int, default=4, help="sessions open at once (4)")
+    p.add_argument("--max-upload-mb", type=float, default=256, help="largest upload (256 MiB)")
+    p.add_argument("--max-array-mb", type=float, default=256, help="largest array (256 MiB)")
+    p.add_argument("--max-memory-mb", type=float, default=1024,
+                   help="arrays one session may hold in all (1024 MiB)")
+    p.add_argument("--session-timeout", type=float, default=600,
+                   help="end a session idle this many seconds (600)")
+    p.add_argument("--frame-timeout", type=float, default=30,
+                   help="give up on a frame whose data stops arriving for this long (30 s)")
+    p.add_argument("--max-call-seconds", type=float, default=600,
+                   help="kill a session whose kernel call runs longer (600 s)")
+    p.add_argument("--handshake-timeout", type=float, default=10, help="(10 s)")
+    p.add_argument("--tracker-retry", type=float, default=2.0,
+                   help="seconds between attempts to reach the tracker (2)")
+    p.add_argument("--work-dir", help="where session directories go (default: the system's "
+                                      "temporary directory)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s: %(message)s")
+    mib = 1 << 20
+    try:
+        token = load_token(args.token_file) if args.token_file else None
+        tracker = parse_hostport(args.tracker) if args.tracker else None
+        limits = SessionLimits(max_frame=int(max(args.max_upload_mb, args.max_array_mb) * mib)
+                               + (1 << 20),
+                               max_upload=int(args.max_upload_mb * mib),
+                               max_disk=int(max(4 * args.max_upload_mb, 1024) * mib),
+                               max_array=int(args.max_array_mb * mib),
+                               max_memory=int(args.max_memory_mb * mib),
+                               idle_timeout=args.session_timeout,
+                               frame_timeout=args.frame_timeout,
+                               max_call_seconds=args.max_call_seconds)
+        server = RPCServer(args.host, args.port, args.key, tracker=tracker, token=token,
+                           insecure=args.insecure, max_sessions=args.max_sessions,
+                           limits=limits, handshake_timeout=args.handshake_timeout,
+                           custom_addr=args.custom_addr, tracker_retry=args.tracker_retry,
+                           work_root=args.work_dir)
+        server.start()
+    except (AuthenticationError, ValueError, OSError) as err:
+        print(f"rpc.server: error: {err}", file=sys.stderr)
+        return 2
+    if token is None and not is_loopback(args.host):
+        print(f"rpc.server: warning: listening on {args.host} WITHOUT authentication "
+              f"(--insecure): anyone who can reach this port can run code here", file=sys.stderr)
+    signal.signal(signal.SIGTERM, lambda signum, frame: server._stop.set())
+    print(f"rpc server listening on {server.host}:{server.port} key={server.key}"
+          f"{' auth=hmac' if token else ''}"
+          f"{f' tracker={tracker[0]}:{tracker[1]}' if tracker else ''}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
