@@ -12,3 +12,8 @@ from .expr import (Binding, BindingBlock, Call, Constant, DataflowBlock, Dataflo
 from . import op
 from .block_builder import BlockBuilder, call_tir
 from tensorir.function import IRModule
+from . import analysis, printer, transform
+from .transform import get_pipeline
+from .build import build
+from .vm import VMArgumentError, VirtualMachine
+from .executable import Executable, load_executable

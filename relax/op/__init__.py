@@ -5,3 +5,12 @@ legalization to ``tensorir.te`` and a fusion pattern kind. ``Op.list_ops()`` lis
 """
 from .base import Op, OpPattern, call, get, register_op
 from . import builtin
+from .linear_algebra import *
+from . import image
+from . import elementwise, reduction, nn
+from .elementwise import *
+from .reduction import *
+from .manipulate import *
+from .index import *
+from .create import *
+from .misc import *

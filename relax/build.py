@@ -1,0 +1,627 @@
+"""``relax.build``: optimize a Relax module, schedule and compile its kernels, and produce the VM
+program — an ``Executable``.
+
+Steps:
+
+1. the graph pipeline: ``relax.get_pipeline()`` (``relax.transform``) by default, or the
+   ``pipeline`` given; then ``LegalizeOps`` again, so that no operator is left without a kernel;
+2. ``StaticPlanBlockMemory`` (with ``upper_bounds`` for symbolic dims);
+3. a schedule for every PrimFunc the program calls: the database's (``database.query_schedule``)
+   when it has one, else the default schedules of ``relax.default_schedules``;
+4. all kernels compiled into one ``targets.build`` module (one shared library when exported);
+5. each Relax function translated into a VM instruction list (``relax.vm``).
+
+Examples
+--------
+>>> exe = relax.build(mod, "llvm")                            # doctest: +SKIP
+>>> vm = relax.VirtualMachine(exe, targets.cpu(0))            # doctest: +SKIP
+>>> vm["main"](x)                                             # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+import targets
+from targets import Target
+from tensorir.expr import (Add, And, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE, GT,
+                           IntImm, LE, LT, Max, Min, Mod, Mul, NE, Not, Or, PrimExpr, Select, Sub,
+                           Var as TirVar)
+from tensorir.function import IRModule, PrimFunc
+from tensorir.functor import post_order_visit
+
+from .executable import PROGRAM_VERSION, Executable
+from .expr import (Call, Constant, Expr, ExternFunc, Function, GlobalVar, If, MatchCast,
+                   PrimValue, RelaxError, SeqExpr, ShapeExpr, Tuple, TupleGetItem, Var, VarBinding)
+from .op.base import Op
+from .struct_info import (PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
+                          TupleStructInfo)
+from .transform import LegalizeOps, get_pipeline
+from .transform.static_plan_block_memory import StaticPlanBlockMemory
+from .vm_builtins import BUILTINS, OP_BUILTINS
+from . import default_schedules
+
+# ---------------------------------------------------------------------------------------------
+# the graph pipeline
+
+
+def default_pipeline() -> Callable[[IRModule], IRModule]:
+    """``relax.get_pipeline()``: legalization, constant folding, fusion."""
+    return get_pipeline()
+
+
+def legalize(mod: IRModule) -> IRModule:
+    """``LegalizeOps()``: after a custom pipeline too, so no operator is left without a kernel."""
+    return LegalizeOps()(mod)
+
+
+def _run_pipeline(mod: IRModule, pipeline) -> IRModule:
+    if pipeline is None or pipeline == "default":
+        pipeline = default_pipeline()
+    if callable(pipeline):
+        return pipeline(mod)
+    if isinstance(pipeline, (list, tuple)):
+        for p in pipeline:
+            mod = p(mod)
+        return mod
+    raise TypeError(f"relax.build: pipeline must be a callable IRModule -> IRModule, a list of "
+                    f"them or None, got {pipeline!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# scheduling
+
+
+def _called_kernels(mod: IRModule) -> list[str]:
+    names: list[str] = []
+
+    def visit(n):
+        if isinstance(n, Call) and isinstance(n.op, Op) and \
+                n.op.name in ("relax.call_tir", "relax.call_tir_dps"):
+            g = n.args[0]
+            if g.name_hint not in names:
+                names.append(g.name_hint)
+    for f in mod.functions.values():
+        if isinstance(f, Function):
+            post_order_visit(f, visit)
+    return names
+
+
+def _as_prim_func(result, name: str) -> PrimFunc:
+    from tensorir.schedule import Schedule
+    if isinstance(result, Schedule):
+        return result.mod[result._func_name]
+    if isinstance(result, IRModule):
+        funcs = [f for f in result.functions.values() if isinstance(f, PrimFunc)]
+        if len(funcs) != 1:
+            raise ValueError(f"relax.build: the database returned a module of {len(funcs)} "
+                             f"functions for kernel {name}")
+        return funcs[0]
+    if isinstance(result, PrimFunc):
+        return result
+    raise TypeError(f"relax.build: database.query_schedule returned {type(result).__name__} for "
+                    f"kernel {name}; expected a Schedule, PrimFunc, IRModule or None")
+
+
+def schedule_kernels(mod: IRModule, target: Target, database=None,
+                     kernels: Sequence[str] | None = None) -> dict[str, PrimFunc]:
+    """Schedule each kernel: ``database.query_schedule(func, target)`` (a Schedule, PrimFunc or
+    None) first, else ``default_schedules.apply(func, target)``."""
+    out = {}
+    for name in kernels if kernels is not None else _called_kernels(mod):
+        func = mod[name]
+        if not isinstance(func, PrimFunc):
+            raise RelaxError(f"relax.build: call_tir of {name}, which is not a PrimFunc")
+        scheduled = None
+        if database is not None:
+            query = getattr(database, "query_schedule", None)
+            if query is None:
+                raise TypeError("relax.build: database must have query_schedule(func, target) "
+                                "returning a Schedule, PrimFunc or None")
+            result = query(func, target)
+            if result is not None:
+                scheduled = _as_prim_func(result, name)
+        if scheduled is None:
+            scheduled = default_schedules.apply(func, target)
+        out[name] = scheduled
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# VM code generation
+
+_EXPR_OPS = [(Add, "add"), (Sub, "sub"), (Mul, "mul"), (FloorDiv, "floordiv"),
+             (FloorMod, "floormod"), (Div, "div"), (Mod, "mod"), (Min, "min"), (Max, "max"),
+             (LT, "lt"), (LE, "le"), (EQ, "eq"), (NE, "ne"), (GT, "gt"), (GE, "ge"),
+             (And, "and"), (Or, "or")]
+
+
+def _text(e: PrimExpr) -> str:
+    if isinstance(e, IntImm):
+        return str(e.value)
+    if isinstance(e, TirVar):
+        return e.name
+    try:
+        from tensorir.script import expr_to_str  # type: ignore[attr-defined]
+        return expr_to_str(e)
+    except Exception:
+        return repr(e)
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(_text(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+class _FunctionCodegen:
+    """One Relax function -> its VM program entry."""
+
+    def __init__(self, name: str, func: Function, mod: IRModule, program: "_ProgramCodegen"):
+        self.name, self.func, self.mod, self.prog = name, func, mod, program
+        self.num_regs = 1          # register 0: the frame's pool list
+        self.var_reg: dict[int, int] = {}
+        self.tir_reg: dict = {}    # symbolic tir Var -> register
+        self.code: list = []
+
+    def new_reg(self) -> int:
+        r = self.num_regs
+        self.num_regs += 1
+        return r
+
+    def emit(self, *ins):
+        self.code.append(list(ins))
+
+    # -- shape expressions ------------------------------------------------------------------
+    def expr(self, e: PrimExpr, where: str = ""):
+        if isinstance(e, IntImm):
+            return bool(e.value) if e.dtype == "bool" else int(e.value)
+        if isinstance(e, FloatImm):
+            return float(e.value)
+        if isinstance(e, TirVar):
+            reg = self.tir_reg.get(e)
+            if reg is None:
+                raise RelaxError(f"relax.build: function {self.name}: the symbolic variable "
+                                 f"{e.name}{' in ' + where if where else ''} is used before it "
+                                 f"is defined; bind it through a parameter's shape or "
+                                 f"match_cast", e)
+            return ["r", reg]
+        for cls, op in _EXPR_OPS:
+            if type(e) is cls:
+                return [op, self.expr(e.a, where), self.expr(e.b, where)]
+        if isinstance(e, Not):
+            return ["not", self.expr(e.a, where)]
+        if isinstance(e, Select):
+            return ["select", self.expr(e.condition, where), self.expr(e.true_value, where),
+                    self.expr(e.false_value, where)]
+        if isinstance(e, Cast):
+            return ["cast", e.dtype, self.expr(e.value, where)]
+        raise RelaxError(f"relax.build: function {self.name}: the shape expression {e!r} "
+                         f"cannot be evaluated by the VM", e)
+
+    def shape(self, dims, where: str = "") -> list:
+        return [self.expr(d, where) for d in dims]
+
+    # -- match specs ------------------------------------------------------------------------
+    def spec(self, sinfo: StructInfo, what: str, define: bool) -> dict:
+        """The match spec of ``sinfo``; plain symbolic dims not bound yet become binds when
+        ``define`` (else it is an error to use them)."""
+        if isinstance(sinfo, TensorStructInfo):
+            spec = {"kind": "tensor", "ndim": sinfo.ndim, "dtype": sinfo.dtype}
+            if sinfo.shape is not None:
+                spec["dims"] = self._dims(sinfo.shape, what, define)
+                spec["shape_text"] = _shape_text(sinfo.shape)
+            return spec
+        if isinstance(sinfo, ShapeStructInfo):
+            spec = {"kind": "shape", "ndim": sinfo.ndim}
+            if sinfo.values is not None:
+                spec["dims"] = self._dims(sinfo.values, what, define)
+            return spec
+        if isinstance(sinfo, TupleStructInfo):
+            return {"kind": "tuple", "fields": [self.spec(f, f"{what}[{i}]", define)
+                                                for i, f in enumerate(sinfo.fields)]}
+        if isinstance(sinfo, PrimStructInfo):
+            spec = {"kind": "prim", "dtype": sinfo.dtype}
+            if sinfo.value is not None:
+                spec["value"] = self._dims([sinfo.value], what, define)[0]
+            return spec
+        return {"kind": "object"}
+
+    def _dims(self, dims, what: str, define: bool) -> list:
+        out = []
+        for d in dims:
+            if isinstance(d, TirVar) and d not in self.tir_reg and define:
+                reg = self.new_reg()
+                self.tir_reg[d] = reg
+                out.append(["bind", reg])
+            else:
+                out.append(("check", d))
+        return out
+
+    def resolve_checks(self, spec: dict, what: str):
+        """Turn the pending ("check", expr) entries into program form, once every bind is known."""
+        for key in ("dims",):
+            if key in spec:
+                spec[key] = [self._check_entry(a, what) for a in spec[key]]
+        if "value" in spec:
+            spec["value"] = self._check_entry(spec["value"], what)
+        for f in spec.get("fields", []):
+            self.resolve_checks(f, what)
+
+    def _check_entry(self, a, what: str):
+        if isinstance(a, tuple) and a[0] == "check":
+            d = a[1]
+            return ["check", self.expr(d, what), _text(d)]
+        return a
+
+    # -- functions --------------------------------------------------------------------------
+    def generate(self) -> dict:
+        func = self.func
+        param_regs, specs, names = [], [], []
+        for p in func.params:
+            reg = self.new_reg()
+            self.var_reg[id(p)] = reg
+            param_regs.append(reg)
+            names.append(p.name_hint)
+            specs.append(self.spec(p.struct_info, f"argument {p.name_hint}", define=True))
+        for p, spec in zip(func.params, specs):
+            self.resolve_checks(spec, f"argument {p.name_hint}")
+        # binds (and rank / dtype checks) of every parameter first, then the dependent checks
+        for p, reg, spec in zip(func.params, param_regs, specs):
+            self.emit("match", reg, f"argument {p.name_hint}", spec, "bind")
+        for p, reg, spec in zip(func.params, param_regs, specs):
+            if _has_checks(spec):
+                self.emit("match", reg, f"argument {p.name_hint}", spec, "check")
+        ret = self.value(func.body)
+        return {"params": names, "param_regs": param_regs, "param_specs": specs,
+                "num_regs": self.num_regs, "code": self.code, "ret": ret}
+
+    # -- expressions ------------------------------------------------------------------------
+    def value(self, e: Expr) -> int:
+        """Compile ``e``; the register that holds its value."""
+        if isinstance(e, Var):
+            reg = self.var_reg.get(id(e))
+            if reg is None:
+                raise RelaxError(f"relax.build: function {self.name}: variable {e.name_hint} is "
+                                 f"used before it is defined", e)
+            return reg
+        if isinstance(e, SeqExpr):
+            for blk in e.blocks:
+                for b in blk.bindings:
+                    self.binding(b)
+            return self.value(e.body)
+        if isinstance(e, Constant):
+            r = self.new_reg()
+            self.emit("const", r, self.prog.constant(e))
+            return r
+        if isinstance(e, ShapeExpr):
+            r = self.new_reg()
+            self.emit("shape", r, self.shape(e.values, "a shape"))
+            return r
+        if isinstance(e, PrimValue):
+            r = self.new_reg()
+            self.emit("prim", r, self.expr(e.value, "a scalar"))
+            return r
+        if isinstance(e, Tuple):
+            fields = [self.value(f) for f in e.fields]
+            r = self.new_reg()
+            self.emit("tuple", r, fields)
+            return r
+        if isinstance(e, TupleGetItem):
+            src = self.value(e.tuple_value)
+            index = e.index
+            si = e.tuple_value.struct_info
+            if index < 0 and isinstance(si, TupleStructInfo):
+                index += len(si.fields)
+            r = self.new_reg()
+            self.emit("get_item", r, src, index)
+            return r
+        if isinstance(e, If):
+            return self.if_(e)
+        if isinstance(e, Call):
+            return self.call(e)
+        if isinstance(e, (GlobalVar, ExternFunc, Function)):
+            raise RelaxError(f"relax.build: function {self.name}: a function value "
+                             f"({type(e).__name__}) can only be called, not stored", e)
+        raise RelaxError(f"relax.build: function {self.name}: cannot compile "
+                         f"{type(e).__name__} for the VM", e)
+
+    def binding(self, b):
+        if isinstance(b, MatchCast):
+            src = self.value(b.value)
+            what = f"match_cast {b.var.name_hint}"
+            spec = self.spec(b.struct_info, what, define=True)
+            self.resolve_checks(spec, what)
+            self.emit("match", src, what, spec, "both")
+            self.var_reg[id(b.var)] = src
+        elif isinstance(b, VarBinding):
+            self.var_reg[id(b.var)] = self.value(b.value)
+        else:
+            raise RelaxError(f"relax.build: unknown binding {type(b).__name__}", b)
+
+    def if_(self, e: If) -> int:
+        cond = self.value(e.cond)
+        saved = self.code
+        self.code = []
+        then_ret = self.value(e.true_branch)
+        then_code, self.code = self.code, []
+        else_ret = self.value(e.false_branch)
+        else_code = self.code
+        self.code = saved
+        r = self.new_reg()
+        self.emit("if", r, cond, then_code, then_ret, else_code, else_ret)
+        return r
+
+    def call(self, e: Call) -> int:
+        op = e.op
+        if isinstance(op, Op):
+            name = op.name
+            if name == "relax.call_tir":
+                return self.call_tir(e)
+            if name == "relax.call_tir_dps":
+                return self.call_tir_dps(e)
+            if name == "relax.memory.alloc_storage":
+                size = e.args[0].values[0]
+                r = self.new_reg()
+                static = isinstance(size, IntImm)
+                self.emit("alloc_storage", r, self.expr(size, "a storage size"), static)
+                return r
+            if name == "relax.memory.alloc_tensor":
+                storage = self.value(e.args[0])
+                offset = e.args[1].value if isinstance(e.args[1], PrimValue) else IntImm(0, "int64")
+                r = self.new_reg()
+                self.emit("alloc_tensor", r, storage, self.expr(offset), self.shape(
+                    e.args[2].values, "an allocation"), e.attr_dict["dtype"])
+                return r
+            if name == "relax.builtin.alloc_tensor":
+                r = self.new_reg()
+                self.emit("alloc", r, self.shape(e.args[0].values, "an allocation"),
+                          e.attr_dict["dtype"])
+                return r
+            builtin = OP_BUILTINS.get(name)
+            if builtin is not None and op.legalize is None:
+                return self.builtin(builtin, e)
+            if op.legalize is not None:
+                raise RelaxError(f"relax.build: function {self.name}: operator {name} reached "
+                                 f"code generation unlegalized; the pipeline must run "
+                                 f"LegalizeOps", e)
+            raise RelaxError(f"relax.build: function {self.name}: operator {name} has no "
+                             f"legalization and is not a VM builtin, so it cannot be "
+                             f"compiled", e)
+        if isinstance(op, ExternFunc):
+            if op.global_symbol not in BUILTINS:
+                raise RelaxError(f"relax.build: function {self.name}: unknown VM builtin "
+                                 f"{op.global_symbol!r}; known: {sorted(BUILTINS)}", e)
+            return self.builtin(op.global_symbol, e)
+        if isinstance(op, GlobalVar):
+            callee = self.mod.functions.get(op.name_hint)
+            if isinstance(callee, Function):
+                args = [self.value(a) for a in e.args]
+                r = self.new_reg()
+                self.emit("call_func", r, op.name_hint, args)
+                return r
+            if isinstance(callee, PrimFunc):
+                raise RelaxError(f"relax.build: function {self.name}: call the PrimFunc "
+                                 f"{op.name_hint} through relax.call_tir", e)
+            raise RelaxError(f"relax.build: function {self.name}: no function "
+                             f"{op.name_hint} in the module", e)
+        raise RelaxError(f"relax.build: function {self.name}: calls of {type(op).__name__} "
+                         f"values (closures) are not supported by the VM", e)
+
+    def builtin(self, name: str, e: Call) -> int:
+        args = [self.value(a) for a in e.args]
+        attrs = {}
+        for k, v in e.attrs:
+            attrs[k] = _json_attr(v, name, k)
+        r = self.new_reg()
+        self.emit("builtin", r, name, args, attrs)
+        return r
+
+    def _kernel_args(self, e: Call, gvar: GlobalVar, args: Sequence[Expr], outs_si,
+                     tir_vars) -> tuple[list, list]:
+        kname = gvar.name_hint
+        func = self.mod.functions.get(kname)
+        if not isinstance(func, PrimFunc):
+            raise RelaxError(f"relax.build: function {self.name}: call_tir of {kname}, which is "
+                             f"not a PrimFunc of the module", e)
+        buffers = func.buffers
+        scalars = func.scalar_params
+        if len(buffers) != len(args) + len(outs_si):
+            raise RelaxError(f"relax.build: function {self.name}: call_tir of {kname} passes "
+                             f"{len(args)} argument(s) and {len(outs_si)} output(s); the PrimFunc "
+                             f"has {len(buffers)} buffer parameter(s)", e)
+        if len(scalars) != len(tir_vars):
+            raise RelaxError(f"relax.build: function {self.name}: call_tir of {kname} passes "
+                             f"{len(tir_vars)} tir var(s); the PrimFunc takes {len(scalars)} "
+                             f"scalar parameter(s)", e)
+        sinfos = [a.struct_info for a in args] + list(outs_si)
+        for buf, si in zip(buffers, sinfos):
+            if isinstance(si, TensorStructInfo):
+                if si.ndim >= 0 and si.ndim != len(buf.shape):
+                    raise RelaxError(f"relax.build: function {self.name}: {kname} expects "
+                                     f"{buf.name} of rank {len(buf.shape)}, got {si!r}", e)
+                if si.dtype != buf.dtype:
+                    raise RelaxError(f"relax.build: function {self.name}: {kname} expects "
+                                     f"{buf.name} of dtype {buf.dtype}, got {si!r}", e)
+        self.prog.kernel(kname)
+        return [self.value(a) for a in args], [self.expr(v, "tir_vars") for v in tir_vars]
+
+    def call_tir(self, e: Call) -> int:
+        gvar, tup = e.args[0], e.args[1]
+        tir_vars = e.args[2].values if len(e.args) > 2 else ()
+        out_si = e.sinfo_args[0]
+        outs_si = _leaves(out_si)  # a (nested) tuple of outputs: the kernel takes them flat
+        arg_regs, scalars = self._kernel_args(e, gvar, tup.fields, outs_si, tir_vars)
+        out_regs = []
+        for si in outs_si:
+            if not isinstance(si, TensorStructInfo) or si.shape is None:
+                raise RelaxError(f"relax.build: function {self.name}: call_tir of "
+                                 f"{gvar.name_hint} needs outputs of known shape, got {si!r}", e)
+            r = self.new_reg()
+            self.emit("alloc", r, self.shape(si.shape, f"the output of {gvar.name_hint}"),
+                      si.dtype)
+            out_regs.append(r)
+        self.emit("call_kernel", gvar.name_hint, arg_regs + out_regs, scalars)
+        return self._nest(out_si, iter(out_regs))
+
+    def _nest(self, sinfo, regs) -> int:
+        """The register of a value shaped like ``sinfo`` from the flat output registers."""
+        if isinstance(sinfo, TupleStructInfo):
+            fields = [self._nest(f, regs) for f in sinfo.fields]
+            r = self.new_reg()
+            self.emit("tuple", r, fields)
+            return r
+        return next(regs)
+
+    def call_tir_dps(self, e: Call) -> int:
+        gvar, tup, out = e.args[0], e.args[1], e.args[2]
+        tir_vars = e.args[3].values if len(e.args) > 3 else ()
+        outs = _leaf_exprs(out)
+        arg_regs, scalars = self._kernel_args(e, gvar, tup.fields, [o.struct_info for o in outs],
+                                              tir_vars)
+        out_regs = [self.value(o) for o in outs]
+        self.emit("call_kernel", gvar.name_hint, arg_regs + out_regs, scalars)
+        return self.value(out) if isinstance(out, Tuple) else out_regs[0]
+
+
+def _leaf_exprs(e) -> list:
+    if isinstance(e, Tuple):
+        return [x for f in e.fields for x in _leaf_exprs(f)]
+    return [e]
+
+
+def _leaves(sinfo) -> list:
+    if isinstance(sinfo, TupleStructInfo):
+        return [x for f in sinfo.fields for x in _leaves(f)]
+    return [sinfo]
+
+
+def _is_symbolic_check(a) -> bool:
+    return isinstance(a, list) and len(a) > 1 and a[0] == "check" and isinstance(a[1], list)
+
+
+def _has_checks(spec: dict) -> bool:
+    """Whether ``spec`` has checks that depend on symbolic variables (constants are checked
+    with the binds)."""
+    if any(_is_symbolic_check(a) for a in spec.get("dims", []) or []):
+        return True
+    if _is_symbolic_check(spec.get("value")):
+        return True
+    return any(_has_checks(f) for f in spec.get("fields", []))
+
+
+def _json_attr(v, builtin: str, key: str):
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, IntImm):
+        return int(v.value)
+    if isinstance(v, FloatImm):
+        return float(v.value)
+    if isinstance(v, (tuple, list)):
+        return [_json_attr(x, builtin, key) for x in v]
+    raise RelaxError(f"relax.build: attribute {key}={v!r} of {builtin} cannot be stored in the "
+                     f"VM program (plain numbers, strings and lists only)")
+
+
+class _ProgramCodegen:
+    def __init__(self, mod: IRModule):
+        self.mod = mod
+        self.constants: list[np.ndarray] = []
+        self._const_index: dict[int, int] = {}
+        self._const_by_value: dict[tuple, int] = {}
+        self._keep: list = []
+        self.kernels: list[str] = []
+
+    def constant(self, c: Constant) -> int:
+        """The index of ``c`` in the constant pool (equal constants are stored once)."""
+        data = c.data
+        index = self._const_index.get(id(data))
+        if index is None:
+            key = (data.dtype.str, data.shape,
+                   hashlib.sha1(np.ascontiguousarray(data).view(np.uint8).data).hexdigest())
+            index = self._const_by_value.get(key)
+            if index is None:
+                index = self._const_by_value[key] = len(self.constants)
+                self.constants.append(data)
+            self._const_index[id(data)] = index
+            self._keep.append(data)  # ids stay unique while the pool is being built
+        return index
+
+    def kernel(self, name: str):
+        if name not in self.kernels:
+            self.kernels.append(name)
+
+    def generate(self) -> dict:
+        functions = {}
+        for name, func in self.mod.functions.items():
+            if isinstance(func, Function):
+                functions[name] = _FunctionCodegen(name, func, self.mod, self).generate()
+        if not functions:
+            raise RelaxError("relax.build: the module has no Relax function")
+        return {"version": PROGRAM_VERSION, "functions": functions, "kernels": self.kernels}
+
+
+def vm_codegen(mod: IRModule) -> tuple[dict, list]:
+    """The VM program (JSON data) and constants of a legalized, planned module."""
+    gen = _ProgramCodegen(mod)
+    program = gen.generate()
+    return program, gen.constants
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=None,
+          upper_bounds: Mapping[str, int] | None = None, pipeline=None) -> Executable:
+    """Compile a Relax module into an ``Executable`` for ``target``.
+
+    Parameters
+    ----------
+    mod : IRModule
+        Relax functions (and the PrimFuncs they call), e.g. from ``BlockBuilder.get()`` or a
+        frontend.
+    target : Target | str | dict
+        ``"llvm"`` (this machine) or any LLVM target (``"raspberry-pi/4b-aarch64"``): a
+        cross-compiled executable is exported here and run on its board.
+    database : optional
+        Tuning records: any object with ``query_schedule(func, target)`` returning a
+        ``tensorir.Schedule`` (or scheduled PrimFunc) for a kernel it knows, else None.
+        Kernels it does not cover get the default schedules (``relax.default_schedules``).
+    upper_bounds : dict[str, int], optional
+        Upper bounds of symbolic dims by name (``{"n": 64}``): memory is planned statically at
+        them (see ``StaticPlanBlockMemory``).
+    pipeline : callable | list | None
+        The graph passes, ``IRModule -> IRModule``; None: ``relax.get_pipeline()``.
+        ``LegalizeOps`` always runs after it.
+
+    Returns
+    -------
+    Executable
+        Run it with ``relax.VirtualMachine(exe, targets.cpu(0))``; ``exe.export_library(path)``
+        writes one file.
+
+    Examples
+    --------
+    >>> exe = build(mod, "llvm", upper_bounds={"n": 64})          # doctest: +SKIP
+    >>> vm = VirtualMachine(exe, targets.cpu(0))                  # doctest: +SKIP
+    >>> y = vm["main"](np.random.rand(7, 64).astype("float32"))   # doctest: +SKIP
+    """
+    if not isinstance(mod, IRModule):
+        raise TypeError(f"relax.build takes an IRModule, got {type(mod).__name__}")
+    target = target if isinstance(target, Target) else Target(target)
+    if target.kind != "llvm":
+        raise targets.TargetError(f"relax.build: the VM runs kernels on the CPU; target "
+                                  f"{target} is not supported yet")
+    mod = _run_pipeline(mod, pipeline)
+    mod = legalize(mod)
+    mod = StaticPlanBlockMemory(upper_bounds)(mod)
+    program, constants = vm_codegen(mod)
+    kernels = program["kernels"]
+    module = None
+    if kernels:
+        scheduled = schedule_kernels(mod, target, database, kernels)
+        module = targets.build(IRModule(scheduled), target)
+    return Executable(program, constants, module, str(target))
+
+
+__all__ = ["build", "vm_codegen", "schedule_kernels", "legalize", "default_pipeline"]

@@ -1,0 +1,401 @@
+"""Default CPU schedules: what ``relax.build`` applies to every kernel no tuning record covers,
+so that an untuned build is already reasonably fast.
+
+Generic rules, applied block by block to a ``te.create_prim_func``-style kernel (a root block
+whose children are loop nests of one block each):
+
+1. **Inline** cheap intermediate producers (padding, broadcasts, elementwise stages read by a
+   single consumer) into their consumers (``compute_inline``).
+2. **Spatial blocks** (elementwise, broadcast, injective): the innermost loop is vectorized
+   (``vector_width / bits`` lanes; the code generator handles any extent, with a masked tail),
+   the loops outside it are fused and run in parallel when the work is large enough.
+3. **Matmul-like reductions** (the output's last index ``j`` appears in the inputs only as their
+   last index, or not at all — matmul, batch matmul, dense, NCHW convolutions): a register tile
+   ``MR x lanes``: ``i`` split by ``MR``, ``j`` by the vector lanes, the reduction loops moved
+   between the tile loops and the tile, the reduction decomposed (init outside the reduction),
+   the tile rows unrolled and the lanes vectorized, the outer loops fused and parallel.
+4. **Other reductions** (row sums and maxima, norms): the spatial loops fused and parallel, the
+   reduction serial inside.
+
+Every rule is a sequence of checked ``Schedule`` primitives, so a rule that does not apply stops
+with a ``ScheduleError`` and leaves a correct program; a kernel that already has parallel,
+vectorized or thread-bound loops (a hand schedule) is left alone.
+
+Examples
+--------
+>>> from tensorir import te
+>>> A = te.placeholder((64, 64), "float32", "A")
+>>> B = te.compute((64, 64), lambda i, j: A[i, j] * 2.0, "B")
+>>> f = apply(te.create_prim_func([A, B]), Target("llvm -mcpu=skylake-avx512"))
+>>> [l.kind for l in _loops_of(f)]
+['parallel', 'vectorized']
+"""
+from __future__ import annotations
+
+import warnings
+
+from targets import Target
+from tensorir import dtype as dt
+from tensorir.expr import Add, BufferLoad, Call, IntImm, PrimExpr, Sub, Var
+from tensorir.function import PrimFunc
+from tensorir.functor import post_order_visit
+from tensorir.schedule import Schedule, ScheduleError
+from tensorir.schedule import tree
+from tensorir.stmt import Block, BlockRealize, BufferStore, For
+
+MR = 6                    # rows of the register tile of matmul-like reductions
+MIN_PARALLEL_WORK = 4096  # output elements below which a parallel launch costs more than it saves
+SYMBOLIC_EXTENT = 64      # what a symbolic extent counts as in the work estimate
+
+
+def _loops_of(func: PrimFunc) -> list[For]:
+    out = []
+    post_order_visit(func.body, lambda n: out.append(n) if isinstance(n, For) else None)
+    return out[::-1]
+
+
+def is_scheduled(func: PrimFunc) -> bool:
+    """Whether ``func`` is marked scheduled or already has non-serial loops."""
+    attrs = func.attr_dict
+    if attrs.get("tir.is_scheduled") or attrs.get("is_scheduled"):
+        return True
+    return any(f.kind != "serial" for f in _loops_of(func))
+
+
+def apply(func: PrimFunc, target: Target) -> PrimFunc:
+    """``func`` with the default schedule for ``target`` (unchanged for non-CPU targets and
+    kernels that are already scheduled)."""
+    if target.kind != "llvm" or is_scheduled(func):
+        return func
+    try:
+        sch = Schedule(func)
+        _schedule(sch, target)
+        return sch.func
+    except ScheduleError:
+        return func
+    except Exception as err:  # a bug in a rule must not break the build: keep the kernel as is
+        warnings.warn(f"default schedule of {func.attr_dict.get('global_symbol', '?')} failed "
+                      f"({type(err).__name__}: {err}); the kernel is left unscheduled")
+        return func
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _root_children(sch: Schedule) -> list[BlockRealize]:
+    body = sch.func.body
+    if not isinstance(body, BlockRealize):
+        return []
+    return tree.child_block_realizes(body.block.body)
+
+
+def _intermediates(sch: Schedule) -> set:
+    body = sch.func.body
+    return {id(b) for b in body.block.alloc_buffers} if isinstance(body, BlockRealize) else set()
+
+
+def _is_spatial(block: Block) -> bool:
+    return all(iv.kind == "spatial" for iv in block.iter_vars)
+
+
+def _is_cheap(block: Block) -> bool:
+    """No transcendental calls: data movement and plain arithmetic."""
+    found = []
+    post_order_visit(block.body, lambda n: found.append(n) if isinstance(n, Call) and
+                     n.op not in ("if_then_else",) else None)
+    return not found
+
+
+def _consumers(children: list[BlockRealize], block: Block) -> int:
+    mine = {id(w.buffer) for w in block.writes}
+    return sum(1 for br in children if br.block is not block and
+               any(id(r.buffer) in mine for r in br.block.reads))
+
+
+def _inline(sch: Schedule) -> None:
+    changed = True
+    while changed:
+        changed = False
+        inter = _intermediates(sch)
+        children = _root_children(sch)
+        for br in children:
+            blk = br.block
+            if not _is_spatial(blk) or blk.init is not None or len(blk.writes) != 1 or \
+                    id(blk.writes[0].buffer) not in inter:
+                continue
+            if not (_is_cheap(blk) or _consumers(children, blk) <= 1):
+                continue
+            try:
+                sch.compute_inline(sch.get_block(blk.name))
+            except ScheduleError:
+                continue
+            changed = True
+            break
+
+
+def _extent(loop: For) -> int | None:
+    return loop.extent.value if isinstance(loop.extent, IntImm) else None
+
+
+def _work(loops: list[For]) -> int:
+    w = 1
+    for f in loops:
+        e = _extent(f)
+        w *= SYMBOLIC_EXTENT if e is None else e
+    return w
+
+
+def _lanes(block: Block, target: Target) -> int:
+    bits = [8 if w.buffer.dtype == "bool" else dt.bits(w.buffer.dtype) for w in block.writes]
+    return max(4, target.vector_width // max(bits or [32]))
+
+
+def _schedule(sch: Schedule, target: Target) -> None:
+    _inline(sch)
+    for br in _root_children(sch):
+        blk = br.block
+        if not any(b.block.name == blk.name for b in _root_children(sch)):
+            continue  # inlined into a tile by an earlier block's rule
+        try:
+            if _is_spatial(blk):
+                _schedule_spatial(sch, blk.name, target)
+            elif not _schedule_matmul_like(sch, blk.name, target):
+                _schedule_reduction(sch, blk.name, target)
+        except ScheduleError:
+            continue  # this block keeps what was applied (each primitive preserves semantics)
+
+
+def _loop_nodes(sch: Schedule, rvs) -> list[For]:
+    return [sch.get(rv) for rv in rvs]
+
+
+def _schedule_spatial(sch: Schedule, name: str, target: Target) -> None:
+    block = sch.get_block(name)
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    nodes = _loop_nodes(sch, loops)
+    lanes = _lanes(sch.get(block), target)
+    work = _work(nodes)
+    if len(loops) == 1:
+        ext = _extent(nodes[0])
+        if ext is not None and ext <= lanes:
+            sch.vectorize(loops[0])
+            return
+        outer, inner = sch.split(loops[0], [None, lanes * 4])
+        if work >= MIN_PARALLEL_WORK:
+            sch.parallel(outer)
+        sch.vectorize(inner)
+        return
+    if _extent(nodes[-1]) != 1:
+        sch.vectorize(_vector_inner(sch, loops[-1], lanes))
+    if work >= MIN_PARALLEL_WORK:
+        outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+        sch.parallel(outer)
+
+
+def _unit_stride(e: PrimExpr, v: Var) -> bool:
+    """Whether ``e`` is ``v`` plus terms that do not use ``v`` (``x + rx - 1``)."""
+    if e is v:
+        return True
+    if isinstance(e, Add):
+        return (_unit_stride(e.a, v) and not _uses(e.b, v)) or \
+            (_unit_stride(e.b, v) and not _uses(e.a, v))
+    if isinstance(e, Sub):
+        return _unit_stride(e.a, v) and not _uses(e.b, v)
+    return False
+
+
+def _uses(e: PrimExpr, v: Var) -> bool:
+    found = []
+    post_order_visit(e, lambda n: found.append(n) if n is v else None)
+    return bool(found)
+
+
+def _matmul_axes(block: Block):
+    """(i, j) iter var indices of a matmul-like reduction block, or None."""
+    if len(block.writes) != 1 or block.init is None:
+        return None
+    store = block.body
+    if not isinstance(store, BufferStore) or not store.indices:
+        return None
+    iter_vars = [iv.var for iv in block.iter_vars]
+    spatial = [iv.var for iv in block.iter_vars if iv.kind == "spatial"]
+    vj = store.indices[-1]
+    if not isinstance(vj, Var) or vj not in spatial:
+        return None
+    loads = []
+    post_order_visit(store.value, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+    independent = 0
+    for load in loads:
+        if load.buffer is store.buffer:
+            continue
+        # only unit-stride last-index uses of j (or none) keep the j lanes contiguous
+        idx = load.indices
+        for k, e in enumerate(idx):
+            if _uses(e, vj) and (k != len(idx) - 1 or not _unit_stride(e, vj)):
+                return None
+        if not any(_uses(e, vj) for e in idx):
+            independent += 1
+    if independent == 0:
+        return None
+    j = iter_vars.index(vj)
+    # the row axis of the tile: the spatial iter var of the index before j
+    i = None
+    if len(store.indices) >= 2 and isinstance(store.indices[-2], Var) and \
+            store.indices[-2] in spatial:
+        i = iter_vars.index(store.indices[-2])
+    return i, j
+
+
+def _loop_of_iter(sch: Schedule, block_rv, loops, iv_index: int):
+    """The loop whose variable is exactly the binding of the iter var ``iv_index``."""
+    br = tree.find_block(sch.func, sch.get(block_rv).name)[0]
+    value = br.iter_values[iv_index]
+    for rv in loops:
+        if sch.get(rv).loop_var is value:
+            return rv
+    return None
+
+
+def _split_lanes(sch: Schedule, loop, extent: int | None, lanes: int):
+    """(outer, inner) for the vectorized loop of a tile: two vectors wide when that divides
+    the extent, a constant multiple of the lanes of up to four vectors whole, else vector-wide
+    with a masked tail (LLVM handles odd-sized vectors badly, and masked lanes keep the
+    accumulators out of registers, so the tail is the last resort)."""
+    if extent is not None:
+        if extent <= lanes or (extent % lanes == 0 and extent <= 4 * lanes and
+                               extent % (2 * lanes) != 0) or extent == 2 * lanes:
+            return None, loop
+        if extent % (2 * lanes) == 0:
+            return tuple(sch.split(loop, [None, 2 * lanes]))
+        return tuple(sch.split(loop, [None, lanes]))
+    return tuple(sch.split(loop, [None, 2 * lanes]))
+
+
+def _vector_inner(sch: Schedule, loop, lanes: int):
+    """The loop to vectorize for an innermost spatial ``loop``: itself, or for a constant
+    extent of a few odd-sized vectors (35), its vector-wide inner part (the code generator
+    masks the tail of longer and symbolic loops itself)."""
+    ext = _extent(sch.get(loop))
+    if ext is None or ext <= lanes or ext % lanes == 0 or ext > 64:
+        return loop
+    return sch.split(loop, [None, lanes])[1]
+
+
+def _schedule_matmul_like(sch: Schedule, name: str, target: Target) -> bool:
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    axes = _matmul_axes(blk)
+    if axes is None:
+        return False
+    i_idx, j_idx = axes
+    loops = sch.get_loops(block)
+    kinds = {}
+    for rv in loops:
+        kinds[rv.name] = None
+    spatial_loops, reduce_loops = [], []
+    br = tree.find_block(sch.func, name)[0]
+    for rv in loops:
+        var = sch.get(rv).loop_var
+        kind = None
+        for iv, value in zip(blk.iter_vars, br.iter_values):
+            if _uses(value, var):
+                kind = iv.kind if kind in (None, iv.kind) else "mixed"
+        if kind == "spatial":
+            spatial_loops.append(rv)
+        elif kind == "reduce":
+            reduce_loops.append(rv)
+        else:
+            return False
+    # te's order: every spatial loop outside every reduction loop
+    if not reduce_loops or loops[:len(spatial_loops)] != spatial_loops:
+        return False
+    lj = _loop_of_iter(sch, block, loops, j_idx)
+    li = _loop_of_iter(sch, block, loops, i_idx) if i_idx is not None else None
+    if lj is None:
+        return False
+    lanes = _lanes(blk, target)
+    mr = MR if target.vector_width >= 512 or target.arch in ("aarch64", "arm") else 4
+    ej = _extent(sch.get(lj))
+    jo, ji = _split_lanes(sch, lj, ej, lanes)
+    io = ii = None
+    if li is not None:
+        ei = _extent(sch.get(li))
+        if ei is None:
+            io, ii = sch.split(li, [None, mr])       # rows beyond n: a predicate, not a mask
+        elif ei > mr:
+            d = max(f for f in range(1, mr + 1) if ei % f == 0)
+            io, ii = sch.split(li, [None, d if d >= (mr + 1) // 2 else mr])
+        else:
+            io, ii = None, li
+    outer = [rv for rv in spatial_loops if rv is not lj and rv is not li]
+    outer += [rv for rv in (io, jo) if rv is not None]
+    tile = [rv for rv in (ii, ji) if rv is not None]
+    sch.reorder(*outer, *reduce_loops, *tile)
+    # the accumulators of one tile live in a local buffer (registers once unrolled and
+    # vectorized) written back after the reduction
+    write_back = None
+    if outer:
+        write_back = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(write_back, outer[-1])
+        _fuse_epilogue(sch, write_back)
+    init = sch.decompose_reduction(block, reduce_loops[0])
+    if ii is not None:
+        sch.unroll(ii)
+    sch.vectorize(ji)
+    for b in (init, write_back):
+        if b is None:
+            continue
+        own = sch.get_loops(b)[len(outer):]
+        for rv in own[:-1]:
+            if _extent(sch.get(rv)) is not None:
+                sch.unroll(rv)
+        if own:
+            sch.vectorize(own[-1])
+    if outer and _work(_loop_nodes(sch, outer + tile)) >= MIN_PARALLEL_WORK // 4:
+        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        sch.parallel(fused)
+    return True
+
+
+def _fuse_epilogue(sch: Schedule, write_back) -> None:
+    """Compute an elementwise consumer of the tile's result (bias, activation) in the tile's
+    write-back, from the accumulators, so the result never goes to memory before it: the
+    consumer is inlined into the write-back (``reverse_compute_inline``) when it is the only
+    reader of an intermediate result."""
+    wb = sch.get(write_back)
+    out = wb.writes[0].buffer
+    if id(out) not in _intermediates(sch):
+        return
+    readers = [br for br in _root_children(sch) if br.block is not wb and
+               any(r.buffer is out for r in br.block.reads)]
+    if len(readers) != 1 or not _is_spatial(readers[0].block):
+        return
+    try:
+        sch.reverse_compute_inline(sch.get_block(readers[0].block.name))
+    except ScheduleError:
+        pass  # not elementwise over the result: it is scheduled on its own
+
+
+def _schedule_reduction(sch: Schedule, name: str, target: Target) -> None:
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    loops = sch.get_loops(block)
+    br = tree.find_block(sch.func, name)[0]
+    spatial = []
+    for rv in loops:
+        var = sch.get(rv).loop_var
+        kinds = {iv.kind for iv, v in zip(blk.iter_vars, br.iter_values) if _uses(v, var)}
+        if kinds != {"spatial"}:
+            break
+        spatial.append(rv)
+    if not spatial:
+        return
+    if _work(_loop_nodes(sch, loops)) < MIN_PARALLEL_WORK:
+        return
+    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    sch.parallel(fused)
+
+
+__all__ = ["apply", "is_scheduled"]

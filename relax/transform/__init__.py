@@ -1,0 +1,26 @@
+"""Relax graph passes: each is a callable ``IRModule -> IRModule`` that leaves its input alone.
+
+- ``LegalizeOps()``: operator calls -> ``call_tir`` of TensorIR kernels.
+- ``FoldConstant()``: calls on constants are evaluated at compile time.
+- ``DeadCodeElimination(entry_functions=None)``: unused bindings and functions go.
+- ``CanonicalizeBindings()``: copies and trivial ``match_cast``s are replaced by their source.
+- ``FuseOps(fuse_opt_level=2, max_fuse_depth=256)``: TVM's operator fusion into ``Primitive``
+  functions.
+- ``FuseTIR()``: each ``Primitive`` function becomes one PrimFunc.
+- ``get_pipeline(name="default")``: the default sequence; ``Sequential(passes, check=False)``.
+
+``ExprMutator`` is the base for writing more passes.
+"""
+from .base import ExprMutator, Pass, RewriteBuilder, Sequential
+from .legalize_ops import LegalizeOps
+from .fold_constant import FoldConstant
+from .dead_code_elimination import DeadCodeElimination
+from .canonicalize_bindings import CanonicalizeBindings
+from .fuse_ops import FuseOps
+from .fuse_tir import FuseTIR
+from .pipeline import get_pipeline
+from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
+
+__all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
+           "StaticPlanBlockMemory", "plan_summary",
+           "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline"]

@@ -1,0 +1,248 @@
+"""``FoldConstant``: evaluate at compile time what only depends on constants.
+
+- ``R.call_tir(f, (c0, c1, ...))`` with constant arguments (and constant ``tir_vars``) runs the
+  kernel once: small ones with ``tensorir.interpret``, others compiled with ``targets.build``
+  for the host; the call becomes a ``Constant`` (a ``Tuple`` of them for several outputs).
+- An operator call with constant arguments is legalized on the side and evaluated the same way
+  (operators without a legalization, the VM builtins, are left alone).
+- ``(a, b)[0]`` and ``t[0]`` where ``t = (a, b)`` fold to ``a``; a variable bound to a constant is
+  replaced by the constant where it is used (``DeadCodeElimination`` then drops the binding).
+
+A kernel that fails on the constants (an out-of-bounds index, a failing assert) is not folded:
+the program keeps the call and fails where it would have run.
+
+Examples
+--------
+>>> # lv = R.call_tir(cls.add, (metadata[0], metadata[1]), ...) ; gv = R.add(x, lv)
+>>> # after FoldConstant: gv = R.add(x, metadata[2])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import targets
+from tensorir import arith
+from tensorir.interpret import interpret
+from tensorir.expr import FloatImm, IntImm, TIRError, Var as TirVar
+from tensorir.function import IRModule, PrimFunc
+from tensorir.functor import substitute
+
+from ..analysis import is_call_tir
+from ..expr import (Call, Constant, Expr, PrimValue, ShapeExpr, StringImm, Tuple,
+                    TupleGetItem, Var)
+from ..op.base import Op
+from ..struct_info import TensorStructInfo, TupleStructInfo
+from .base import ExprMutator, Pass, RewriteBuilder
+
+__all__ = ["FoldConstant", "run_call_tir"]
+
+_INTERPRET_ELEMENTS = 4096   # kernels touching at most this many elements run in the interpreter
+
+
+class FoldConstant(Pass):
+    """Fold calls whose arguments are all constants into constants.
+
+    Examples
+    --------
+    >>> new_mod = FoldConstant()(mod)   # doctest: +SKIP
+    """
+
+    name = "FoldConstant"
+
+    def transform_module(self, mod: IRModule) -> IRModule:
+        return _Folder(mod).visit_module()
+
+
+class _CannotFold(Exception):
+    pass
+
+
+def _bind_dims(dims, shape, env):
+    for d, s in zip(dims, shape):
+        if isinstance(d, TirVar) and d not in env:
+            env[d] = IntImm(int(s), d.dtype)
+
+
+def _static_dims(dims, env) -> tuple[int, ...]:
+    out = []
+    for d in dims:
+        v = arith.simplify(substitute(d, env)) if env else d
+        if not isinstance(v, IntImm):
+            raise _CannotFold(f"dimension {d!r} is not known at compile time")
+        out.append(v.value)
+    return tuple(out)
+
+
+_BUILD_CACHE: dict[int, tuple] = {}
+
+
+def run_call_tir(func: PrimFunc, call: Call, inputs, tir_values=()) -> list[np.ndarray]:
+    """Run the kernel of ``call`` (an ``R.call_tir`` of ``func``) on numpy ``inputs``.
+
+    Output shapes come from the call's ``out_sinfo``, with symbolic dims bound from the inputs'
+    shapes through the kernel's buffers. Returns the outputs, one array per output.
+
+    Examples
+    --------
+    >>> # outs = run_call_tir(mod["add"], call, [np.ones(4, "float32"), np.ones(4, "float32")])
+    """
+    out_si = call.sinfo_args[0]
+    outs_si = list(out_si.fields) if isinstance(out_si, TupleStructInfo) else [out_si]
+    bufs = func.buffers
+    if len(bufs) != len(inputs) + len(outs_si):
+        raise _CannotFold(f"the kernel takes {len(bufs)} buffers, the call passes "
+                          f"{len(inputs)} inputs and {len(outs_si)} outputs")
+    env: dict = {}
+    for p, v in zip(func.scalar_params, tir_values):
+        env[p] = IntImm(int(v), p.dtype)
+    for buf, x in zip(bufs, inputs):
+        if len(buf.shape) != x.ndim:
+            raise _CannotFold(f"buffer {buf.name} is {len(buf.shape)}-d, the argument {x.ndim}-d")
+        _bind_dims(buf.shape, x.shape, env)
+    outs = []
+    for si, buf in zip(outs_si, bufs[len(inputs):]):
+        if not isinstance(si, TensorStructInfo):
+            raise _CannotFold(f"output {si!r} is not a tensor")
+        try:
+            shape = si.static_shape()
+            if shape is None:
+                raise _CannotFold("symbolic output")
+        except _CannotFold:
+            shape = _static_dims(buf.shape, env)
+        outs.append(np.empty(shape, dtype=np.dtype(buf.dtype) if buf.dtype != "bool" else bool))
+    # (np.ascontiguousarray would turn a 0-d constant into a 1-d array)
+    arrays = [x if x.flags.c_contiguous else np.array(x, order="C") for x in map(np.asarray,
+                                                                                 inputs)]
+    scalars = [int(v) for v in tir_values]
+    total = sum(a.size for a in arrays) + sum(o.size for o in outs)
+    if total <= _INTERPRET_ELEMENTS:
+        interpret(func, *arrays, *outs, *scalars)
+    else:
+        key = id(func)
+        cached = _BUILD_CACHE.get(key)
+        if cached is None or cached[0] is not func:
+            symbol = func.attr_dict.get("global_symbol", "main")
+            cached = (func, symbol, targets.build(func, "llvm"))
+            _BUILD_CACHE[key] = cached
+            if len(_BUILD_CACHE) > 64:
+                _BUILD_CACHE.pop(next(iter(_BUILD_CACHE)))
+        _, symbol, built = cached
+        built[symbol](*arrays, *outs, *scalars)
+    return outs
+
+
+def _const_value(e: Expr):
+    """The numpy value of a compile-time constant argument, or raise _CannotFold."""
+    if isinstance(e, Constant):
+        return e.data
+    raise _CannotFold(f"{type(e).__name__} is not a constant")
+
+
+def _is_const_arg(e: Expr) -> bool:
+    if isinstance(e, Constant) or isinstance(e, StringImm):
+        return True
+    if isinstance(e, ShapeExpr):
+        return all(isinstance(d, IntImm) for d in e.values)
+    if isinstance(e, PrimValue):
+        return isinstance(e.value, (IntImm, FloatImm))
+    if isinstance(e, Tuple):
+        return all(_is_const_arg(f) for f in e.fields)
+    return False
+
+
+def _to_expr(outs: list[np.ndarray], out_si) -> Expr:
+    if isinstance(out_si, TupleStructInfo):
+        return Tuple([Constant(o) for o in outs])
+    return Constant(outs[0])
+
+
+class _Folder(ExprMutator):
+    def visit_var_(self, v: Var) -> Expr:
+        v2 = super().visit_var_(v)
+        if isinstance(v2, Var):
+            bound = self.builder.lookup_binding(v2)
+            if isinstance(bound, Constant):
+                return bound
+        return v2
+
+    def visit_tuple_getitem_(self, t: TupleGetItem) -> Expr:
+        value = self.visit_expr(t.tuple_value)
+        tup = value
+        if isinstance(value, Var):
+            tup = self.builder.lookup_binding(value)
+        if isinstance(tup, Tuple):
+            field = tup.fields[t.index]
+            if self.builder.visible(field):
+                return field
+        if value is t.tuple_value:
+            return t
+        return TupleGetItem(value, t.index)
+
+    def visit_call_(self, call: Call) -> Expr:
+        call = super().visit_call_(call)
+        if not isinstance(call.op, Op):
+            return call
+        try:
+            if is_call_tir(call):
+                return self._fold_call_tir(call, self.builder)
+            if call.op.legalize is not None and all(_is_const_arg(a) for a in call.args) \
+                    and any(isinstance(a, Constant) for a in call.args):
+                return self._fold_op(call)
+        except (_CannotFold, TIRError, RuntimeError, IndexError, ValueError, ZeroDivisionError,
+                FloatingPointError):
+            # not foldable, or the kernel fails on these constants: keep the call, which fails
+            # where it runs (if it ever does)
+            return call
+        return call
+
+    def _fold_call_tir(self, call: Call, builder) -> Expr:
+        gv, args = call.args[0], call.args[1]
+        if not isinstance(args, Tuple) or not all(isinstance(a, Constant) for a in args.fields):
+            raise _CannotFold("non-constant arguments")
+        tir_values = []
+        if len(call.args) == 3:
+            if not _is_const_arg(call.args[2]):
+                raise _CannotFold("symbolic tir_vars")
+            tir_values = [d.value for d in call.args[2].values]
+        func = builder.get_func(gv.name_hint)
+        if not isinstance(func, PrimFunc):
+            raise _CannotFold(f"{gv.name_hint} is not a PrimFunc")
+        outs = run_call_tir(func, call, [a.data for a in args.fields], tir_values)
+        return _to_expr(outs, call.sinfo_args[0])
+
+    def _fold_op(self, call: Call) -> Expr:
+        """Legalize ``call`` into a scratch module and evaluate what it emits."""
+        scratch = RewriteBuilder(IRModule({}))
+        scratch.begin_block(True)
+        try:
+            result = call.op.legalize(scratch, call)
+        finally:
+            emitted = scratch.end_block()
+        values: dict[int, Expr] = {}
+
+        def resolve(e):
+            if isinstance(e, Var):
+                if id(e) not in values:
+                    raise _CannotFold(f"{e.name_hint} is not constant")
+                return values[id(e)]
+            if isinstance(e, Tuple):
+                return Tuple([resolve(f) for f in e.fields])
+            if isinstance(e, TupleGetItem):
+                t = resolve(e.tuple_value)
+                if isinstance(t, Tuple):
+                    return t.fields[e.index]
+                raise _CannotFold("tuple item of a non-tuple")
+            if isinstance(e, Call) and is_call_tir(e):
+                args = Tuple([resolve(a) for a in e.args[1].fields])
+                new = Call(e.op, [e.args[0], args] + list(e.args[2:]), e.attrs, e.sinfo_args)
+                return self._fold_call_tir(new, scratch)
+            if isinstance(e, Constant) or _is_const_arg(e):
+                return e
+            raise _CannotFold(f"{type(e).__name__} in a legalization")
+
+        for b in emitted:
+            values[id(b.var)] = resolve(b.value)
+        folded = resolve(result)
+        if not isinstance(folded, (Constant, Tuple)):
+            raise _CannotFold("not a constant")
+        return folded
