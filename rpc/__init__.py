@@ -9,6 +9,8 @@
 A ``Session`` uploads files, loads kernel libraries, moves arrays and calls and times kernels
 on the board: ``sess.upload(path)``, ``sess.load_module(name)``, ``sess.array(x, sess.cpu(0))``,
 ``mod["main"](*arrays)``, ``mod.time_evaluator("main", dev, number, repeat)(*arrays)``.
+Plugins add session operations (``rpc.worker.register_op``, ``python -m rpc.server --plugin
+MODULE``, ``sess.call_plugin(name, ...)``): ``relax.rpc_plugin`` runs Relax executables on a board.
 See ``docs/rpc.md``.
 
 Examples
@@ -23,11 +25,12 @@ Examples
 from .protocol import (ConnectionClosed, IdleTimeout, ProtocolError, RPCError, RPCTimeoutError,
                        VERSION as PROTOCOL_VERSION)
 from .auth import AuthenticationError
-from .client import (RemoteDevice, RemoteError, RemoteFunction, RemoteModule, RemoteNDArray,
-                     ServerBusy, Session, SessionLost, TrackerClient, TrackerError, connect,
-                     connect_tracker)
+from .client import (PluginReply, RemoteDevice, RemoteError, RemoteFunction, RemoteModule,
+                     RemoteNDArray, ServerBusy, Session, SessionLost, TrackerClient, TrackerError,
+                     connect, connect_tracker)
 
 __all__ = ["connect", "connect_tracker", "Session", "TrackerClient", "RemoteDevice",
-           "RemoteNDArray", "RemoteModule", "RemoteFunction", "RPCError", "ProtocolError",
-           "ConnectionClosed", "RPCTimeoutError", "IdleTimeout", "AuthenticationError",
-           "RemoteError", "SessionLost", "ServerBusy", "TrackerError", "PROTOCOL_VERSION"]
+           "RemoteNDArray", "RemoteModule", "RemoteFunction", "PluginReply", "RPCError",
+           "ProtocolError", "ConnectionClosed", "RPCTimeoutError", "IdleTimeout",
+           "AuthenticationError", "RemoteError", "SessionLost", "ServerBusy", "TrackerError",
+           "PROTOCOL_VERSION"]

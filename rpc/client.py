@@ -27,13 +27,13 @@ import numpy as np
 from targets.runtime import BenchmarkResult, Device
 
 from .auth import AuthenticationError, as_token, client_digest, new_nonce, verify
-from .protocol import (AUTH, ERROR, HELLO, REPLY, REQUEST, VERSION, WELCOME, ConnectionClosed,
-                       ProtocolError, RPCError, RPCTimeoutError, decode_array, encode_array,
-                       recv_frame, send_frame)
+from .protocol import (AUTH, ERROR, HELLO, MAX_BLOBS, REPLY, REQUEST, VERSION, WELCOME,
+                       ConnectionClosed, ProtocolError, RPCError, RPCTimeoutError, decode_array,
+                       encode_array, recv_frame, send_frame)
 
 __all__ = ["connect", "connect_tracker", "Session", "RemoteDevice", "RemoteNDArray",
-           "RemoteModule", "RemoteFunction", "TrackerClient", "RemoteError", "SessionLost",
-           "ServerBusy", "TrackerError"]
+           "RemoteModule", "RemoteFunction", "PluginReply", "TrackerClient", "RemoteError",
+           "SessionLost", "ServerBusy", "TrackerError"]
 
 # Seconds the client waits beyond a call's own time limit for the server to report on it.
 _CALL_MARGIN = 10.0
@@ -63,7 +63,7 @@ class TrackerError(RPCError):
     """The tracker refused a request or none of its servers became free in time."""
 
 
-_REMOTE_TYPES: dict[str, type] = {}
+_REMOTE_TYPES: dict[tuple, type] = {}
 _BUILTIN = {"ValueError": ValueError, "TypeError": TypeError, "KeyError": KeyError,
             "IndexError": IndexError, "FileNotFoundError": FileNotFoundError,
             "MemoryError": MemoryError, "NotImplementedError": NotImplementedError,
@@ -81,15 +81,27 @@ def _remote_error(meta: dict) -> RPCError:
         return ServerBusy(message)
     if kind == "ProtocolError":
         return ProtocolError(f"the server reports a protocol error: {message}")
-    base = _BUILTIN.get(kind)
-    if base is None:
+    # The remote class if it is a common built-in one, else the built-in classes it derives
+    # from (a library's ``VMArgumentError(ValueError, TypeError)`` is caught by ``except
+    # ValueError`` here too); the message then starts with the remote class's name.
+    bases = meta.get("bases") if isinstance(meta.get("bases"), list) else []
+    builtin = [_BUILTIN[b] for b in [kind] + bases if isinstance(b, str) and b in _BUILTIN]
+    if not builtin:
         err = RemoteError(f"{kind}: {message}")
         err.remote_type = kind
         return err
-    cls = _REMOTE_TYPES.get(kind)
+    if kind not in _BUILTIN:
+        message = f"{kind}: {message}"
+    key = (kind, tuple(builtin))
+    cls = _REMOTE_TYPES.get(key)
     if cls is None:
-        cls = _REMOTE_TYPES[kind] = type(f"Remote{kind}", (RemoteError, base),
-                                         {"remote_type": kind})
+        # a base already implied by an earlier one would break the MRO: keep the most derived
+        chosen = [b for b in builtin if not any(o is not b and issubclass(o, b) for o in builtin)]
+        try:
+            cls = type(f"Remote{kind}", (RemoteError, *chosen), {"remote_type": kind})
+        except TypeError:  # incompatible layouts (two OSError-like bases): the first only
+            cls = type(f"Remote{kind}", (RemoteError, chosen[0]), {"remote_type": kind})
+        _REMOTE_TYPES[key] = cls
     return cls(message)
 
 
@@ -263,6 +275,20 @@ class RemoteModule:
         return f"<rpc.RemoteModule {self.name!r} functions={self.function_names}>"
 
 
+class PluginReply:
+    """What a plugin operation answered (``Session.call_plugin``): ``meta``, its JSON object,
+    and ``arrays``, numpy copies of the arrays it sent back."""
+
+    __slots__ = ("meta", "arrays")
+
+    def __init__(self, meta: dict, arrays: list):
+        self.meta = meta
+        self.arrays = arrays
+
+    def __repr__(self):
+        return f"PluginReply({self.meta!r}, arrays={[a.shape for a in self.arrays]})"
+
+
 class Session:
     """A session on an RPC server. Make one with ``rpc.connect`` or a tracker's ``request``.
 
@@ -279,6 +305,9 @@ class Session:
     call_timeout : float
         Default time limit of a kernel call or timing run, in seconds; the server kills the
         session process past it (``SessionLost``).
+    plugins : list[str] or None
+        The plugin operations the server has (``--plugin``; see ``call_plugin``); None for a
+        server too old to say.
     """
 
     def __init__(self, sock: socket.socket, welcome: dict, timeout: float,
@@ -295,6 +324,9 @@ class Session:
         self.platform = welcome.get("platform", {})
         self.limits = welcome.get("limits", {})
         self.max_frame = int(self.limits.get("max_frame", 512 << 20)) + (1 << 20)
+        # None: a server from before plugins, which cannot say
+        plugins = welcome.get("plugins")
+        self.plugins = list(plugins) if isinstance(plugins, list) else None
 
     # -- plumbing -------------------------------------------------------------------------------
     def _request(self, op: str, meta: dict | None = None, blobs: Sequence = (),
@@ -466,6 +498,88 @@ class Session:
 
     def _as_remote(self, dev) -> RemoteDevice:
         return dev if isinstance(dev, RemoteDevice) else RemoteDevice(self, dev.kind, dev.index)
+
+    # -- plugins --------------------------------------------------------------------------------
+    def call_plugin(self, op: str, /, *, arrays: Sequence = (), timeout: float | None = None,
+                    **args) -> PluginReply:
+        """Run the plugin operation ``op`` on the board (see ``rpc.worker.register_op``).
+
+        Parameters
+        ----------
+        op : str
+            The operation, ``"<plugin>.<op>"``; the server must have been started with the
+            plugin (``python -m rpc.server --plugin MODULE``).
+        arrays : sequence
+            Input arrays: ``RemoteNDArray`` of this session (passed by handle) or anything
+            ``np.asarray`` takes (sent with the request).
+        timeout : float, optional
+            Time limit of the operation on the board (default ``call_timeout``); past it the
+            board kills the session process (``SessionLost``).
+        **args
+            The operation's JSON arguments.
+
+        Returns a ``PluginReply``: ``.meta`` (the operation's JSON answer) and ``.arrays``
+        (numpy arrays it sent back). A plugin typically wraps this in a typed client API
+        (``relax.rpc_plugin.RemoteVirtualMachine``).
+
+        Examples
+        --------
+        >>> reply = sess.call_plugin("example.scale", factor=2.0,
+        ...                          arrays=[np.ones(3, "float32")])     # doctest: +SKIP
+        >>> reply.arrays[0]                                            # doctest: +SKIP
+        array([2., 2., 2.], dtype=float32)
+        """
+        if not isinstance(op, str) or "." not in op:
+            raise ValueError(f"call_plugin: {op!r} is not a plugin operation name "
+                             f"('<plugin>.<op>')")
+        if self.plugins is not None and op not in self.plugins:
+            raise ValueError(f"the server at {self.address[0]}:{self.address[1]} has no "
+                             f"operation {op!r}: start it with --plugin MODULE, the module "
+                             f"that registers it (it has: {', '.join(self.plugins) or 'none'})")
+        specs, blobs = [], []
+        nbytes = 0
+        for i, a in enumerate(arrays):
+            if isinstance(a, RemoteNDArray):
+                if a.session is not self:
+                    raise ValueError(f"{op}: array {i} belongs to another session")
+                specs.append({"handle": a.handle})
+                continue
+            arr = a.numpy() if hasattr(a, "numpy") and not isinstance(a, np.ndarray) else a
+            arr = np.asarray(arr)
+            self._check_array_size(arr.nbytes, arr.shape, arr.dtype.name)
+            meta, blob = encode_array(arr)
+            specs.append(meta)
+            blobs.append(blob)
+            nbytes += blob.nbytes
+        if len(blobs) > MAX_BLOBS:
+            raise ValueError(f"{op}: {len(blobs)} arrays sent with one request; at most "
+                             f"{MAX_BLOBS}: copy the others to the board first with sess.array")
+        t = self.call_timeout if timeout is None else float(timeout)
+        frame = self._request(op, {"args": args, "arrays": specs, "timeout": t}, blobs,
+                              timeout=t + _CALL_MARGIN + nbytes / 1e6, what=op)
+        metas = frame.meta.get("arrays", [])
+        if not isinstance(metas, list) or len(metas) != len(frame.blobs):
+            raise ProtocolError(f"{op}: the reply describes {len(metas)} arrays and carries "
+                                f"{len(frame.blobs)} blobs")
+        out = [decode_array(m, b, self.max_frame).copy() for m, b in zip(metas, frame.blobs)]
+        meta = {k: v for k, v in frame.meta.items() if k != "arrays"}
+        return PluginReply(meta, out)
+
+    def release(self, handle: int) -> None:
+        """Free an object a plugin keeps on the board (``OpContext.put``), with the next
+        request; a plugin's client half calls it when its proxy object is dropped."""
+        self._release(int(handle))
+
+    def remote_array(self, desc: dict) -> RemoteNDArray:
+        """The ``RemoteNDArray`` of an array a plugin kept on the board (the description its
+        handler made with ``OpContext.put_array``: ``{"handle", "dtype", "shape", "device"}``).
+        It is freed on the board when dropped here, like any remote array."""
+        try:
+            kind, index = desc.get("device", ["cpu", 0])
+            return RemoteNDArray(self, int(desc["handle"]), tuple(int(s) for s in desc["shape"]),
+                                 str(desc["dtype"]), RemoteDevice(self, kind, int(index)))
+        except (AttributeError, KeyError, TypeError, ValueError) as err:
+            raise ProtocolError(f"malformed remote array description {desc!r}: {err}") from None
 
     def close(self) -> None:
         """End the session: the board drops its objects and files. Safe to call twice."""

@@ -333,6 +333,18 @@ def decode_array(meta: dict, blob, max_bytes: int = DEFAULT_MAX_FRAME) -> np.nda
 
 
 def error_meta(err: BaseException) -> dict:
-    """The metadata of an ERROR frame describing an exception."""
+    """The metadata of an ERROR frame describing an exception.
+
+    ``bases`` names the built-in exception classes the exception derives from (for a library's
+    ``VMArgumentError(ValueError, TypeError)``: ``["ValueError", "TypeError"]``), so that the
+    client can raise something that ``except ValueError`` catches, as it would locally.
+
+    Examples
+    --------
+    >>> error_meta(ValueError("bad shape"))
+    {'type': 'ValueError', 'message': 'bad shape', 'bases': []}
+    """
     msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-    return {"type": type(err).__name__, "message": str(msg)}
+    bases = [c.__name__ for c in type(err).__mro__[1:]
+             if c.__module__ == "builtins" and c not in (Exception, BaseException, object)]
+    return {"type": type(err).__name__, "message": str(msg), "bases": bases}

@@ -1,7 +1,7 @@
 """The board side of RPC: accept sessions, run each in its own process, register with a tracker.
 
     python -m rpc.server --host 127.0.0.1 --port 9090 --key rasp4 [--tracker HOST:PORT]
-                         [--token-file F] [--insecure]
+                         [--token-file F] [--insecure] [--plugin MODULE ...]
 
 Process layout::
 
@@ -20,6 +20,9 @@ forked before any thread starts and has numpy and the runtime already imported, 
 starts in milliseconds.
 
 Only the standard library, numpy and ``targets.runtime`` are imported: no LLVM, no compiler.
+``--plugin MODULE`` (repeatable) imports a module that adds session operations
+(``rpc.worker.register_op``; ``relax.rpc_plugin`` runs Relax executables) in the main process
+before the launcher is forked, so every session has them; nothing is imported unless asked for.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ from .auth import (AuthenticationError, check_bind_security, is_loopback, load_t
                    server_digest, verify)
 from .protocol import (AUTH, ERROR, EVENT, HELLO, PING, PONG, REPLY, REQUEST, VERSION, WELCOME,
                        ConnectionClosed, IdleTimeout, RPCError, recv_frame, send_frame)
-from .worker import SessionLimits, platform_info, run_session
+from .worker import SessionLimits, load_plugins, platform_info, plugin_ops, run_session
 
 log = logging.getLogger("rpc.server")
 
@@ -125,6 +128,10 @@ class RPCServer:
         Sessions open at once; more connections are refused with "server busy".
     limits : SessionLimits
         Per-session limits: upload and array sizes, memory, idle and call timeouts.
+    plugins : sequence of str
+        Modules to import in ``start()``, before the launcher is forked, so that the session
+        operations they register (``rpc.worker.register_op``) exist in every session:
+        ``plugins=["relax.rpc_plugin"]``.
 
     ``start()`` forks the session launcher, so call it before starting threads of your own.
 
@@ -140,7 +147,7 @@ class RPCServer:
                  insecure: bool = False, max_sessions: int = 4, max_pending: int = 16,
                  limits: SessionLimits | None = None, handshake_timeout: float = 10.0,
                  custom_addr: str | None = None, tracker_retry: float = 2.0,
-                 work_root: str | None = None):
+                 work_root: str | None = None, plugins=()):
         if not isinstance(key, str) or not key or len(key) > 128:
             raise ValueError(f"key must be a non-empty string of at most 128 characters, "
                              f"got {key!r}")
@@ -157,6 +164,9 @@ class RPCServer:
         self.custom_addr = custom_addr
         self.tracker_retry = float(tracker_retry)
         self.work_root = work_root or tempfile.gettempdir()
+        if isinstance(plugins, str):
+            plugins = [plugins]
+        self.plugins = list(plugins)
         self.info = platform_info()
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)   # sessions ending, leases arriving
@@ -180,6 +190,9 @@ class RPCServer:
         Call it from the main thread (the launcher installs signal handlers).
         """
         check_bind_security(self.host, self.token, self.insecure)
+        # Plugins first: the launcher (and every session forked from it) inherits their
+        # operations, and a plugin that does not import stops the server before it listens.
+        load_plugins(self.plugins)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         self._listen = socket.create_server((self.host, self.port), family=family, backlog=64)
         self.port = self._listen.getsockname()[1]
@@ -299,7 +312,7 @@ class RPCServer:
                 rec = _SessionRecord(sid, conn, addr, ticket)
                 self._sessions[sid] = rec
             welcome = {"session": sid, "key": self.key, "platform": self.info,
-                       "limits": self.limits.to_json()}
+                       "limits": self.limits.to_json(), "plugins": plugin_ops()}
             client_nonce = meta.get("nonce")
             if self.token is not None and isinstance(client_nonce, str):
                 try:
@@ -653,6 +666,9 @@ def main(argv=None) -> int:
                    help="seconds between attempts to reach the tracker (2)")
     p.add_argument("--work-dir", help="where session directories go (default: the system's "
                                       "temporary directory)")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE, which adds session operations, before serving "
+                        "(repeatable), e.g. --plugin relax.rpc_plugin")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -674,7 +690,7 @@ def main(argv=None) -> int:
                            insecure=args.insecure, max_sessions=args.max_sessions,
                            limits=limits, handshake_timeout=args.handshake_timeout,
                            custom_addr=args.custom_addr, tracker_retry=args.tracker_retry,
-                           work_root=args.work_dir)
+                           work_root=args.work_dir, plugins=args.plugin)
         server.start()
     except (AuthenticationError, ValueError, OSError) as err:
         print(f"rpc.server: error: {err}", file=sys.stderr)
@@ -685,7 +701,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: server._stop.set())
     print(f"rpc server listening on {server.host}:{server.port} key={server.key}"
           f"{' auth=hmac' if token else ''}"
-          f"{f' tracker={tracker[0]}:{tracker[1]}' if tracker else ''}", flush=True)
+          f"{f' tracker={tracker[0]}:{tracker[1]}' if tracker else ''}"
+          f"{' plugins=' + ','.join(args.plugin) if args.plugin else ''}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

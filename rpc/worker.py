@@ -22,10 +22,20 @@ time           module, function, device, number, repeat,   results (seconds per 
                min_repeat_ms, args, timeout
 free           handles
 close                                                      (then the session ends)
+PLUGIN.OP      args (JSON object), arrays, timeout         the handler's reply (+ array blobs)
 =============  ==========================================  =====================================
 
 ``args`` is a list of ``["a", handle]`` (an array), ``["i", int]`` or ``["f", float]``. Any
 request may carry ``"free": [handles]`` to release objects the client dropped.
+
+Plugins add operations: a module that calls :func:`register_op` at import time, imported by the
+server (``python -m rpc.server --plugin MODULE``) before it forks the session launcher, so every
+session has its handlers. A plugin operation's name has a dot (``relax.vm_call``); its request
+carries ``args`` (a JSON object) and ``arrays`` (each ``{"handle": h}``, an array of the session,
+or ``{"dtype", "shape"}``, whose bytes are the request's next blob); the handler gets an
+:class:`OpContext` (the session's directory, objects and arrays), the args and the arrays, and
+returns a JSON object and, optionally, arrays to send back (their descriptions are the reply's
+``arrays``, their bytes its blobs). The client calls one with ``Session.call_plugin``.
 
 A ``call`` or ``time`` runs under ``timeout`` seconds of ``SIGALRM`` with its default action,
 so a kernel stuck in native code is killed by the kernel, which needs no cooperation from it;
@@ -33,6 +43,7 @@ the server sees the signal and tells the client.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import re
@@ -40,17 +51,98 @@ import shutil
 import signal
 import socket
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from targets.runtime import Device, array as nd_array, empty as nd_empty, load_module
+from targets.runtime import (Device, Module, NDArray, array as nd_array, empty as nd_empty,
+                             load_module)
 
 from .protocol import (ERROR, REPLY, REQUEST, ConnectionClosed, IdleTimeout, ProtocolError,
                        RPCError, RPCTimeoutError, check_array_meta, decode_array, encode_array,
                        error_meta, recv_frame, send_frame)
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}$")
+_OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+# Operations added by plugins: name -> handler(ctx, args, arrays). Filled at import time of the
+# plugin modules, in the server process before it forks, so sessions inherit it.
+_PLUGIN_OPS: dict[str, Callable] = {}
+
+
+def register_op(name: str, handler: Callable, *, replace: bool = False) -> Callable:
+    """Add a session operation (call it at import time of a plugin module).
+
+    Parameters
+    ----------
+    name : str
+        A dotted name, ``"<plugin>.<op>"`` (``"relax.vm_call"``), so it never shadows a
+        built-in operation.
+    handler : callable
+        ``handler(ctx, args, arrays)``: ``ctx`` an :class:`OpContext`, ``args`` the request's
+        JSON object, ``arrays`` its input arrays (``targets.NDArray`` for arrays of the
+        session, read-only numpy arrays for those sent with the request). It returns a JSON
+        object, or ``(json_object, arrays)`` to send arrays back (numpy arrays or NDArrays).
+        An exception it raises goes back to the client as the same kind of error and the
+        session goes on; it runs under the request's time limit.
+    replace : bool
+        Allow replacing another handler registered under ``name``.
+
+    Returns the handler, so it works as a decorator factory's result.
+
+    Examples
+    --------
+    >>> def scale(ctx, args, arrays):
+    ...     return {}, [np.asarray(arrays[0]) * args["factor"]]
+    >>> register_op("example.scale", scale)             # doctest: +SKIP
+    >>> "example.scale" in plugin_ops()                   # doctest: +SKIP
+    True
+    """
+    if not isinstance(name, str) or not _OP_NAME.match(name):
+        raise ValueError(f"plugin operation name {name!r} must be dotted identifiers, "
+                         f"'<plugin>.<op>' (e.g. 'relax.vm_call')")
+    if not callable(handler):
+        raise TypeError(f"register_op({name!r}): the handler must be callable, got "
+                        f"{type(handler).__name__}")
+    old = _PLUGIN_OPS.get(name)
+    if old is not None and old is not handler and not replace:
+        raise ValueError(f"plugin operation {name!r} is already registered (by "
+                         f"{getattr(old, '__module__', '?')}); pass replace=True to replace it")
+    _PLUGIN_OPS[name] = handler
+    return handler
+
+
+def plugin_ops() -> list[str]:
+    """The names of the operations plugins registered in this process, sorted."""
+    return sorted(_PLUGIN_OPS)
+
+
+def load_plugins(modules) -> list[str]:
+    """Import plugin modules (``--plugin MODULE``) so they register their operations.
+
+    Returns the operation names registered by them. Raises ``ValueError`` naming the module when
+    one cannot be imported or registers nothing.
+
+    Examples
+    --------
+    >>> load_plugins(["relax.rpc_plugin"])             # doctest: +SKIP
+    ['relax.load_executable', 'relax.vm_call', 'relax.vm_profile', 'relax.vm_time']
+    """
+    added = []
+    for name in modules:
+        before = set(_PLUGIN_OPS)
+        try:
+            importlib.import_module(name)
+        except Exception as err:
+            raise ValueError(f"plugin {name!r} could not be imported: {type(err).__name__}: "
+                             f"{err}") from err
+        new = sorted(set(_PLUGIN_OPS) - before)
+        if not new and not any(getattr(h, "__module__", None) == name
+                               for h in _PLUGIN_OPS.values()):
+            raise ValueError(f"plugin {name!r} registered no operation (it should call "
+                             f"rpc.worker.register_op at import time)")
+        added += new
+    return added
 
 
 class SessionLimits:
@@ -141,9 +233,16 @@ class Session:
                 self._free(frame.meta.get("free", ()))
                 op = frame.meta.get("op")
                 handler = self.ops.get(op) if isinstance(op, str) else None
-                if handler is None:
-                    raise ValueError(f"unknown operation {op!r}; known: {', '.join(self.ops)}")
-                meta, blobs = handler(frame.meta, frame.blobs)
+                if handler is None and isinstance(op, str) and op in _PLUGIN_OPS:
+                    meta, blobs = self._plugin_op(op, frame.meta, frame.blobs)
+                elif handler is None:
+                    hint = (" (a plugin operation: start the server with --plugin MODULE, the "
+                            "module that registers it)" if isinstance(op, str) and "." in op
+                            else "")
+                    raise ValueError(f"unknown operation {op!r}{hint}; known: "
+                                     f"{', '.join(list(self.ops) + plugin_ops())}")
+                else:
+                    meta, blobs = handler(frame.meta, frame.blobs)
             except _Halt:
                 self._send(REPLY, {})
                 return 0
@@ -173,21 +272,30 @@ class Session:
         self.objects[handle] = obj
         return handle
 
-    def _get(self, handle, kind: str):
+    def _get(self, handle, kind: str, cls: type | None = None):
         obj = self.objects.get(handle) if type(handle) is int else None
         if obj is None:
             raise ValueError(f"no {kind} with handle {handle!r} in this session (freed?)")
-        want = "array" if kind == "array" else "module"
-        if (want == "array") != (type(obj).__name__ == "NDArray"):
+        cls = cls or (NDArray if kind == "array" else Module)
+        if not isinstance(obj, cls):
             raise ValueError(f"handle {handle} is not a {kind}")
         return obj
+
+    def _put_array(self, nd: NDArray) -> int:
+        if self.memory + nd.nbytes > self.limits.max_memory:
+            raise MemoryError(f"an array of {nd.nbytes} bytes would bring the session's arrays "
+                              f"to {self.memory + nd.nbytes} bytes; the limit is "
+                              f"{self.limits.max_memory}")
+        handle = self._put(nd)
+        self.memory += nd.nbytes
+        return handle
 
     def _free(self, handles):
         if not isinstance(handles, (list, tuple)):
             raise ValueError("'free' must be a list of handles")
         for h in handles:
             obj = self.objects.pop(h, None) if type(h) is int else None
-            if obj is not None and type(obj).__name__ == "NDArray":
+            if isinstance(obj, NDArray):
                 self.memory -= obj.nbytes
 
     @staticmethod
@@ -238,7 +346,7 @@ class Session:
 
     # -- operations -----------------------------------------------------------------------------
     def op_info(self, meta, blobs):
-        return dict(self.info, workdir=os.path.basename(self.workdir)), ()
+        return dict(self.info, workdir=os.path.basename(self.workdir), plugins=plugin_ops()), ()
 
     def op_upload(self, meta, blobs):
         name = check_file_name(meta.get("name"))
@@ -297,9 +405,7 @@ class Session:
             nd = nd_array(data, dev)
         else:
             nd = nd_empty(shape, dtype, dev)
-        handle = self._put(nd)
-        self.memory += nd.nbytes
-        return {"handle": handle}, ()
+        return {"handle": self._put_array(nd)}, ()
 
     def op_get(self, meta, blobs):
         nd = self._get(meta.get("handle"), "array")
@@ -346,6 +452,118 @@ class Session:
 
     def op_close(self, meta, blobs):
         raise _Halt()
+
+    def _plugin_op(self, op: str, meta: dict, blobs):
+        """Run a plugin's handler: decode its arrays, run it under the time limit, encode the
+        arrays it sends back."""
+        args = meta.get("args", {})
+        if not isinstance(args, dict):
+            raise ValueError(f"{op}: 'args' must be a JSON object, got {type(args).__name__}")
+        specs = meta.get("arrays", [])
+        if not isinstance(specs, list):
+            raise ValueError(f"{op}: 'arrays' must be a list")
+        arrays = []
+        next_blob = 0
+        for i, spec in enumerate(specs):
+            if isinstance(spec, dict) and "handle" in spec:
+                arrays.append(self._get(spec["handle"], "array"))
+                continue
+            if next_blob >= len(blobs):
+                raise ValueError(f"{op}: array {i} has no blob (the request carries "
+                                 f"{len(blobs)})")
+            try:
+                arrays.append(decode_array(spec, blobs[next_blob], self.limits.max_array))
+            except ValueError as err:
+                raise ValueError(f"{op}: array {i}: {err}") from None
+            next_blob += 1
+        if next_blob != len(blobs):
+            raise ValueError(f"{op}: the request carries {len(blobs)} blobs for {next_blob} "
+                             f"arrays")
+        ctx = OpContext(self, op)
+        with _alarm(self._timeout(meta)):
+            out = _PLUGIN_OPS[op](ctx, args, arrays)
+        reply, send = (out, ()) if isinstance(out, dict) else \
+            (out if isinstance(out, tuple) and len(out) == 2 else (out, ()))
+        if not isinstance(reply, dict):
+            raise TypeError(f"{op}: the plugin's handler returned {type(reply).__name__}, not a "
+                            f"JSON object (or an (object, arrays) pair)")
+        metas, out_blobs = [], []
+        for arr in send:
+            arr_meta, blob = encode_array(arr.numpy() if isinstance(arr, NDArray) else arr)
+            metas.append(arr_meta)
+            out_blobs.append(blob)
+        if "arrays" in reply:
+            raise ValueError(f"{op}: a plugin's reply may not use the key 'arrays' (the arrays "
+                             f"sent back are described there)")
+        return dict(reply, arrays=metas), out_blobs
+
+
+class OpContext:
+    """What a plugin operation's handler sees of its session.
+
+    Attributes
+    ----------
+    op : str
+        The operation's name.
+    workdir : str
+        The session's private directory (uploads are there; removed when the session ends).
+    limits : SessionLimits
+    info : dict
+        The board's description (``platform_info()``).
+
+    Examples
+    --------
+    >>> def load(ctx, args, arrays):                                  # doctest: +SKIP
+    ...     thing = load_my_format(ctx.file_path(args["name"]))
+    ...     return {"handle": ctx.put(thing)}
+    """
+
+    def __init__(self, session: "Session", op: str):
+        self._session = session
+        self.op = op
+        self.workdir = session.workdir
+        self.limits = session.limits
+        self.info = session.info
+
+    def file_path(self, name) -> str:
+        """The path of the uploaded file ``name`` (a plain file name) in the session directory;
+        ``FileNotFoundError`` if there is none."""
+        name = check_file_name(name)
+        path = os.path.join(self.workdir, name)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no uploaded file {name!r} in this session; upload it first")
+        return path
+
+    def put(self, obj) -> int:
+        """Keep ``obj`` in the session; returns its handle (the client frees it like an array).
+        Arrays go through ``put_array``, which counts their memory."""
+        if isinstance(obj, NDArray):
+            return self._session._put_array(obj)
+        return self._session._put(obj)
+
+    def get(self, handle, cls: type, what: str | None = None):
+        """The object of ``handle``, which must be an instance of ``cls``; ``ValueError``
+        naming ``what`` otherwise."""
+        return self._session._get(handle, what or cls.__name__, cls)
+
+    def put_array(self, nd) -> dict:
+        """Keep an array (``targets.NDArray`` or numpy) in the session, counted against its
+        memory limit; returns its description for the reply, ``{"handle", "dtype", "shape",
+        "device"}``, which the client turns into a ``RemoteNDArray`` with
+        ``Session.remote_array``."""
+        if not isinstance(nd, NDArray):
+            nd = nd_array(np.asarray(nd), Device("cpu", 0))
+        handle = self._session._put_array(nd)
+        return {"handle": handle, "dtype": nd.dtype, "shape": [int(s) for s in nd.shape],
+                "device": [nd.device.kind, nd.device.index]}
+
+    def array(self, handle) -> NDArray:
+        """The session's array of ``handle``."""
+        return self._session._get(handle, "array")
+
+    def device(self, spec) -> Device:
+        """A ``targets.Device`` from ``[kind, index]`` (``None``: the CPU)."""
+        return Session._device(spec)
 
 
 class _alarm:
