@@ -538,7 +538,7 @@ class _ProgramCodegen:
         index = self._const_index.get(id(data))
         if index is None:
             key = (data.dtype.str, data.shape,
-                   hashlib.sha1(np.ascontiguousarray(data).view(np.uint8).data).hexdigest())
+                   hashlib.sha1(np.require(data, requirements="C").tobytes()).hexdigest())
             index = self._const_by_value.get(key)
             if index is None:
                 index = self._const_by_value[key] = len(self.constants)

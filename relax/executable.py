@@ -155,7 +155,7 @@ class Executable:
             for i, c in enumerate(self.constants):
                 name = f"constants/{i}.bin"
                 le = c.astype(c.dtype.newbyteorder("<"), copy=False)
-                zf.writestr(name, np.ascontiguousarray(le).tobytes())
+                zf.writestr(name, np.require(le, requirements="C").tobytes())
                 consts_meta.append({"file": name, "dtype": c.dtype.name, "shape": list(c.shape)})
             meta = {"format": FORMAT, "format_version": FORMAT_VERSION,
                     "program_version": PROGRAM_VERSION, "abi_version": abi.ABI_VERSION,
@@ -173,7 +173,7 @@ class Executable:
 
 
 def _frozen(c) -> np.ndarray:
-    arr = np.ascontiguousarray(c)
+    arr = np.require(c, requirements="C")
     if arr.flags.writeable or arr.base is not None:
         from targets.runtime.ndarray import aligned_empty
         out = aligned_empty(arr.shape, arr.dtype)

@@ -205,7 +205,7 @@ def _to_value(x, spec: dict, fname: str, what: str):
             return x
         if isinstance(x, np.ndarray):
             if not x.flags.c_contiguous or not x.flags.aligned or not x.dtype.isnative:
-                x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+                x = np.require(x.astype(x.dtype.newbyteorder("="), copy=False), requirements=["C", "A"])
             return as_ndarray(x)
         if isinstance(x, NDArray):
             return x

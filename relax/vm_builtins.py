@@ -94,14 +94,14 @@ def _ndarray(x, what: str) -> NDArray:
     if isinstance(x, NDArray):
         return x
     if isinstance(x, np.ndarray):
-        return as_ndarray(np.ascontiguousarray(x))
+        return as_ndarray(np.require(x, requirements="C"))
     raise ValueError(f"{what}: expected a tensor, got {type(x).__name__}")
 
 
 def wrap_array(arr: np.ndarray) -> NDArray:
     """A numpy result as an NDArray (copied to aligned memory unless already contiguous)."""
     if not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr)
+        arr = np.require(arr, requirements="C")
     return as_ndarray(arr)
 
 
