@@ -6,7 +6,10 @@ folds back: ``(i // 4) * 4 + i % 4 -> i``, ``(i*7 + j) // 7 -> i`` when ``0 <= j
 Comparisons, ``Min``, ``Max`` and ``Select`` are decided from bounds: the constant interval of
 every atom (from ``bind``, ``update_bound``, ``with_constraint`` and the atom's own shape) and,
 when that is not enough, linear *facts* such as ``n - 1 - i >= 0`` that a symbolic range
-``i in [0, n)`` gives.
+``i in [0, n)`` gives, and case splits of ``min`` / ``max`` / ``select`` terms: ``min(u, h - 1) <
+h`` holds because its second operand is ``< h``, and the clamp check ``max(min(u, h - 1), 0) < h``
+simplifies to ``0 < h``. The proof search is bounded (facts chained, cases split, nesting) and a
+search that would re-enter itself gives up: the answer is then "not proven", never a wrong proof.
 
 Everything is exact integer reasoning under the usual premise of index analysis: integer
 arithmetic does not overflow (unsigned types included: ``x - 1`` of a ``uint`` is not assumed to
@@ -48,6 +51,11 @@ from .linear import add_const
 _MEMO_LIMIT = 1 << 16
 _EXPAND_LIMIT = 16  # most pairwise products expanded when multiplying two sums
 _PROOF_DEPTH = 2  # facts chained per proof
+_CASE_SPLITS = 4  # min / max / select atoms split into cases per proof
+# Proofs nest: a proof needs the bounds of an atom, the bounds need the atom's operands
+# simplified, and simplifying them (a min, a division) starts proofs of its own. Past this many
+# nested proof searches a proof falls back to constant bounds ("unknown", never a wrong "true").
+_MAX_PROOF_NESTING = 12
 
 _SCALAR_INT: dict[str, bool] = {}
 
@@ -116,8 +124,15 @@ class Analyzer:
         self._canon_memo: dict[int, tuple] = {}
         self._simpl_memo: dict[int, tuple] = {}
         self._bound_memo: dict[tuple, tuple[int, int]] = {}
-        self._prove_memo: dict[tuple, bool] = {}
+        self._prove_memo: dict[tuple, tuple[bool, int]] = {}
         self._vars_memo: dict[tuple, tuple] = {}
+        # Re-entrancy guards of the proof search (see _canon and _prove_nonneg): the ids of
+        # expressions being canonicalized, the proofs in progress, how deeply proof searches
+        # nest, and a count of the searches cut short (their failures are not memoized).
+        self._canon_active: set[int] = set()
+        self._proving: set[tuple] = set()
+        self._proof_nesting = 0
+        self._cutoffs = 0
 
     # =========================================================================================
     # knowledge
@@ -215,7 +230,13 @@ class Analyzer:
                            cond)
         saved = (dict(self._extra_bound), list(self._facts), dict(self._known))
         with _deep_recursion():
-            self._assume(self._simpl(cond))
+            simplified = self._simpl(cond)
+            self._assume(simplified)
+            if simplified is not cond:
+                # Simplifying may split a comparison of a min / max into its undecided case
+                # (``max(x, 0) < n`` into ``0 < n`` where ``x < n`` is known): keep the facts
+                # of the comparison as written too, they bound the whole min / max.
+                self._assume(cond)
         self._changed()
         try:
             yield self
@@ -282,7 +303,8 @@ class Analyzer:
             old = self._extra_bound.get(key)
             self._extra_bound[key] = new if old is None else ib.intersect(old, new)
             return
-        self._facts.append(f)
+        if all(g.key != f.key for g in self._facts):
+            self._facts.append(f)
 
     def _facts_list(self) -> list[Sum]:
         if self._all_facts is None:
@@ -475,11 +497,24 @@ class Analyzer:
     def _canon(self, e: PrimExpr) -> Sum:
         if type(e) is IntImm:
             return Sum.of_const(e.value, e.dtype)
-        hit = self._canon_memo.get(id(e))
+        eid = id(e)
+        hit = self._canon_memo.get(eid)
         if hit is not None and hit[0] is e:
             return hit[1]
-        fn = _CANON.get(type(e))
-        r = fn(self, e) if fn is not None else self._atom_of(self._simpl_children(e))
+        active = self._canon_active
+        if eid in active:
+            # Re-entered while canonicalizing ``e`` itself: a proof about ``e`` (is this min's
+            # left side <= its right?) used a fact whose atoms contain ``e``, and their bounds
+            # need ``e`` simplified. Take ``e`` as it is, an opaque atom: equal to itself, so
+            # sound, only less precise -- instead of recursing forever.
+            self._cutoffs += 1
+            return Sum.of_atom(e, e.dtype)
+        active.add(eid)
+        try:
+            fn = _CANON.get(type(e))
+            r = fn(self, e) if fn is not None else self._atom_of(self._simpl_children(e))
+        finally:
+            active.discard(eid)
         if not r.terms:  # a folded constant wraps like the machine operation would
             w = wrap_int(r.const, e.dtype)
             if w != r.const:
@@ -950,18 +985,48 @@ class Analyzer:
             kind, d = LE, sub(b, a)
         else:
             kind, d = t, sub(a, b)
-        d = self._normalize(d)
-        decided = self._decide(kind, d)
-        if decided is not None:
-            return _bool(decided, e.dtype)
-        return self._cmp_expr(kind, d, e.dtype)
+        return self._cmp_sum(kind, self._normalize(d), e.dtype, _CASE_SPLITS)
 
-    def _decide(self, kind, d: Sum) -> bool | None:
+    def _cmp_sum(self, kind, d: Sum, dtype: str, splits: int) -> PrimExpr:
+        """``d <kind> 0`` simplified: decided, split at a min / max, or as it is."""
+        decided = self._decide(kind, d, splits)
+        if decided is not None:
+            return _bool(decided, dtype)
+        if splits > 0 and (kind is LT or kind is LE):
+            r = self._split_cmp(kind, d, dtype, splits)
+            if r is not None:
+                return r
+        return self._cmp_expr(kind, d, dtype)
+
+    def _split_cmp(self, kind, d: Sum, dtype: str, splits: int) -> PrimExpr | None:
+        """``d <kind> 0`` with ``d == c * op(x, y) + r`` as the ``or`` / ``and`` of the cases
+        ``c*x + r <kind> 0`` and ``c*y + r <kind> 0`` (``min(x, y) < z`` iff ``x < z or y <
+        z``; ``max(x, y) < z`` iff ``x < z and y < z``), when a case is decided: the bounds
+        check ``max(min(u, h - 1), 0) < h`` becomes ``0 < h``. None when no case is decided
+        (the split would only make the condition longer)."""
+        for key, (a, c) in d.terms.items():
+            t = type(a)
+            if t is not Min and t is not Max:
+                continue
+            is_or = (t is Min) == (c > 0)
+            rest = Sum({k: v for k, v in d.terms.items() if k != key}, d.const, d.dtype)
+            cases = [self._normalize(sum_add(rest, self._canon(x), c)) for x in (a.a, a.b)]
+            for k in (0, 1):
+                decided = self._decide(kind, cases[k], splits - 1)
+                if decided is not None:
+                    if decided == is_or:  # true or _, false and _
+                        return _bool(is_or, dtype)
+                    # false or other, true and other
+                    return self._cmp_sum(kind, cases[1 - k], dtype, splits - 1)
+            return None
+        return None
+
+    def _decide(self, kind, d: Sum, splits: int = _CASE_SPLITS) -> bool | None:
         """Truth of ``d <kind> 0`` if it can be proven either way, else None."""
         if d.is_const():
             return {LT: d.const < 0, LE: d.const <= 0, EQ: d.const == 0, NE: d.const != 0}[kind]
         if kind is NE:
-            r = self._decide(EQ, d)
+            r = self._decide(EQ, d, splits)
             return None if r is None else not r
         lo, hi = self._bound_sum(d)
         if kind is LT:
@@ -984,24 +1049,29 @@ class Analyzer:
                 g = gcd(g, c)
             if d.const % g:
                 return False
-        if not self._facts_list() and not any(type(a) is Split and a.upper is None
+        if not self._facts_list() and not any((type(a) is Split and a.upper is None)
+                                              or type(a) in _CASE_ATOMS
                                               for a, _ in d.terms.values()):
             return None  # nothing beyond the constant bounds to reason with
         neg = scale(d, -1)
+
+        def prove(x: Sum) -> bool:
+            return self._prove_nonneg(x, _PROOF_DEPTH, splits)
+
         if kind is LT:
-            if self._prove_nonneg(add_const(neg, -1)):
+            if prove(add_const(neg, -1)):
                 return True
-            if self._prove_nonneg(d):
+            if prove(d):
                 return False
         elif kind is LE:
-            if self._prove_nonneg(neg):
+            if prove(neg):
                 return True
-            if self._prove_nonneg(add_const(d, -1)):
+            if prove(add_const(d, -1)):
                 return False
         else:
-            if self._prove_nonneg(add_const(d, -1)) or self._prove_nonneg(add_const(neg, -1)):
+            if prove(add_const(d, -1)) or prove(add_const(neg, -1)):
                 return False
-            if self._prove_nonneg(d) and self._prove_nonneg(neg):
+            if prove(d) and prove(neg):
                 return True
         return None
 
@@ -1156,41 +1226,91 @@ class Analyzer:
     def _prove_pos(self, s: Sum) -> bool:
         return self._prove_nonneg(add_const(s, -1))
 
-    def _prove_nonneg(self, s: Sum, depth: int = _PROOF_DEPTH) -> bool:
+    def _prove_nonneg(self, s: Sum, depth: int = _PROOF_DEPTH,
+                      splits: int = _CASE_SPLITS) -> bool:
         """True only if ``s >= 0`` wherever the known bounds and facts hold.
 
-        Beyond constant bounds, each step (up to ``depth``) either subtracts a known fact
-        ``f >= 0`` scaled to cancel a term, or replaces a ``k * (x // c)`` term by its linear
-        bound (``x - c + 1 <= c * (x // c) <= x``); every step keeps the proof sound.
+        Beyond constant bounds, each step either (up to ``splits`` times) splits a ``min`` /
+        ``max`` / ``select`` term into the cases of its operands, or (up to ``depth`` times)
+        subtracts a known fact ``f >= 0`` scaled to cancel a term, or replaces a
+        ``k * (x // c)`` term by its linear bound (``x - c + 1 <= c * (x // c) <= x``); every
+        step keeps the proof sound. A search that would re-enter itself, or nest deeper than
+        ``_MAX_PROOF_NESTING``, gives up (False: "not proven").
         """
-        lo, _ = self._bound_sum(s)
+        lo, hi = self._bound_sum(s)
         if lo >= 0:
             return True
-        if depth == 0 or not s.terms:
+        if hi < 0 or not s.terms:
+            return False  # negative everywhere (or a constant): no search will prove it
+        cases = splits > 0 and any(type(a) in _CASE_ATOMS for a, _ in s.terms.values())
+        if depth == 0 and not cases:
             return False
         key = (s.key, depth)
         hit = self._prove_memo.get(key)
-        if hit is not None:
-            return hit
-        result = self._prove_by_facts(s, depth) or self._prove_by_relaxing(s, depth)
-        if len(self._prove_memo) >= _MEMO_LIMIT:
-            self._prove_memo.clear()
-        self._prove_memo[key] = result
+        # (result, splits it was searched with): a proof holds whatever the budget, a failure
+        # stands for budgets up to the one it had
+        if hit is not None and (hit[0] or hit[1] >= splits):
+            return hit[0]
+        key = (s.key, depth, splits)
+        if key in self._proving or self._proof_nesting >= _MAX_PROOF_NESTING:
+            self._cutoffs += 1
+            return False
+        cut_before = self._cutoffs
+        self._proving.add(key)
+        self._proof_nesting += 1
+        try:
+            result = ((cases and self._prove_by_cases(s, depth, splits))
+                      or (depth > 0 and (self._prove_by_facts(s, depth, splits)
+                                         or self._prove_by_relaxing(s, depth, splits))))
+        finally:
+            self._proof_nesting -= 1
+            self._proving.discard(key)
+        # a failure of a search cut short may succeed when asked again from elsewhere
+        if result or self._cutoffs == cut_before:
+            if len(self._prove_memo) >= _MEMO_LIMIT:
+                self._prove_memo.clear()
+            self._prove_memo[key[:2]] = (result, splits)
         return result
 
-    def _prove_by_facts(self, s: Sum, depth: int) -> bool:
+    def _prove_by_cases(self, s: Sum, depth: int, splits: int) -> bool:
+        """Split the first ``min`` / ``max`` / ``select`` term of ``s`` into its operands.
+
+        With ``s == c * op(x, y) + r``: ``c * min(x, y) + r >= 0`` iff both ``c*x + r >= 0``
+        and ``c*y + r >= 0`` when ``c > 0`` (and ``c * max`` when ``c < 0``); ``c * max(x, y)
+        + r >= 0`` follows from either (``c * min`` for ``c < 0``). A select needs both
+        branches. So ``min(u, h - 1) < h`` holds by its second operand and ``max(min(u, h -
+        1), 0) < h`` needs ``h >= 1``.
+        """
+        for key, (a, c) in s.terms.items():
+            t = type(a)
+            if t not in _CASE_ATOMS:
+                continue
+            if t is Select:
+                both, x, y = True, a.true_value, a.false_value
+            else:
+                both, x, y = (t is Min) == (c > 0), a.a, a.b
+            rest = Sum({k: v for k, v in s.terms.items() if k != key}, s.const, s.dtype)
+            sx = self._normalize(sum_add(rest, self._canon(x), c))
+            if self._prove_nonneg(sx, depth, splits - 1) != both:
+                return not both  # either: one case proven; both: one case failed
+            sy = self._normalize(sum_add(rest, self._canon(y), c))
+            return self._prove_nonneg(sy, depth, splits - 1)
+        return False
+
+    def _prove_by_facts(self, s: Sum, depth: int, splits: int = _CASE_SPLITS) -> bool:
         for f in self._facts_list():
             for k, (_, c) in s.terms.items():
                 fc = f.coeff(k)
                 if fc == 0 or (fc > 0) != (c > 0):
                     continue
                 # |fc|*s - |c|*f >= 0 and f >= 0 imply s >= 0; the shared term cancels
-                if self._prove_nonneg(sub(scale(s, abs(fc)), scale(f, abs(c))), depth - 1):
+                if self._prove_nonneg(sub(scale(s, abs(fc)), scale(f, abs(c))), depth - 1,
+                                      splits):
                     return True
                 break
         return False
 
-    def _prove_by_relaxing(self, s: Sum, depth: int) -> bool:
+    def _prove_by_relaxing(self, s: Sum, depth: int, splits: int = _CASE_SPLITS) -> bool:
         for key, (a, k) in s.terms.items():
             if type(a) is not Split or a.upper is not None:
                 continue
@@ -1202,7 +1322,7 @@ class Analyzer:
             sb.add(x, k)
             if k > 0:
                 sb.const -= k * (c - 1)
-            if self._prove_nonneg(self._normalize(sb.finish()), depth - 1):
+            if self._prove_nonneg(self._normalize(sb.finish()), depth - 1, splits):
                 return True
         return False
 
@@ -1434,6 +1554,8 @@ def _substitute_var(body: PrimExpr, var: Var, value: PrimExpr) -> PrimExpr:
 
 
 _CMP_SET = frozenset(_CMP_TYPES)
+# atoms a proof may split into the cases of their operands (_prove_by_cases)
+_CASE_ATOMS = frozenset((Min, Max, Select))
 
 _CANON = {
     IntImm: Analyzer._canon_imm,

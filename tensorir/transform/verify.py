@@ -13,7 +13,9 @@ vars replaced by their iter values, and the conditions that guard the access (en
   loop provably non-empty, no guard in the way) where ``idx >= n`` or ``idx < 0`` is provable;
 * otherwise (e.g. symbolic dims that may disagree): an ``AssertStmt`` checking the access at
   run time, hoisted out of the loops over which the index is affine (the check then covers the
-  loop's extreme values, and holds trivially when the loop is empty).
+  loop's extreme values, and holds trivially when the loop is empty) or over which the check,
+  simplified with the loop ranges known, does not depend on the loop variable (a clamped index
+  ``max(min(i - 2, n - 1), 0) < n`` needs only ``0 < n``).
 
 A ``Select`` whose condition was needed to keep a load of one of its branches in bounds is
 turned into ``if_then_else``, which evaluates only the branch taken, so the guarded load is
@@ -99,8 +101,11 @@ class _Check:
     hi_idx: PrimExpr | None        # None: the upper bound is proven
     empties: list                  # "loop is empty" conditions of the loops hoisted over
     guards: list                   # expression guards (local form) the access runs under
+    invariant: PrimExpr | None = None  # replaces the bounds test once hoisted as loop-invariant
 
-    def condition(self) -> PrimExpr:
+    def bounds_condition(self) -> PrimExpr:
+        if self.invariant is not None:
+            return self.invariant
         parts = []
         if self.lo_idx is not None:
             parts.append(self.lo_idx >= 0)
@@ -109,6 +114,10 @@ class _Check:
         cond = parts[0]
         for p in parts[1:]:
             cond = cond & p
+        return cond
+
+    def condition(self) -> PrimExpr:
+        cond = self.bounds_condition()
         for g in self.guards:
             cond = Or(Not(g), cond)
         for e in self.empties:
@@ -122,7 +131,8 @@ class _Check:
     def substituted(self, vmap: dict) -> "_Check":
         s = lambda e: None if e is None else subst(e, vmap)  # noqa: E731
         return _Check(self.buffer, self.dim, self.shown_index, s(self.extent), s(self.lo_idx),
-                      s(self.hi_idx), [s(e) for e in self.empties], [s(g) for g in self.guards])
+                      s(self.hi_idx), [s(e) for e in self.empties], [s(g) for g in self.guards],
+                      s(self.invariant))
 
 
 def _show(e: PrimExpr) -> str:
@@ -269,6 +279,8 @@ class _Verifier(IRMutator):
         v = loop.loop_var
         if any(uses_any(e, [v]) for e in check.empties) or uses_any(check.extent, [v]):
             return None
+        if check.invariant is not None:
+            return self._eliminate_invariant(check, loop)
         last = loop.min + loop.extent - 1
 
         def extreme(idx, want_max):
@@ -286,12 +298,26 @@ class _Verifier(IRMutator):
         lo, ok_lo = extreme(check.lo_idx, False)
         hi, ok_hi = extreme(check.hi_idx, True)
         if not (ok_lo and ok_hi):
-            return None
+            return self._eliminate_invariant(check, loop)
+        return _Check(check.buffer, check.dim, check.shown_index, check.extent, lo, hi,
+                      self._empties(check, loop), check.guards)
+
+    def _empties(self, check: _Check, loop: For) -> list:
         empties = list(check.empties)
         if not self.base.can_prove(loop.extent >= 1):
             empties.append(loop.extent <= 0)
-        return _Check(check.buffer, check.dim, check.shown_index, check.extent, lo, hi,
-                      empties, check.guards)
+        return empties
+
+    def _eliminate_invariant(self, check: _Check, loop: For) -> _Check | None:
+        """Hoist a check whose index is not affine in the loop var (a clamp such as
+        ``max(min(i - 2, n - 1), 0)``) when, simplified with the loop ranges known, its bounds
+        test no longer depends on the var (``n >= 1``): it holds in every iteration iff it
+        holds before the loop."""
+        cond = self.ana.simplify(check.bounds_condition())
+        if uses_any(cond, [loop.loop_var]):
+            return None
+        return _Check(check.buffer, check.dim, check.shown_index, check.extent, None, None,
+                      self._empties(check, loop), check.guards, cond)
 
     # ------------------------------------------------------------------ expressions
     def visit_BufferLoad(self, e: BufferLoad):

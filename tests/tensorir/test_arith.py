@@ -16,8 +16,8 @@ from tensorir import Range, var
 from tensorir import arith
 from tensorir.expr import (EQ, GE, GT, LE, LT, NE, Add, And, BufferLoad, Call, Cast, Div,
                            FloatImm, FloorDiv, FloorMod, IntImm, Let, Max, Min, Mod, Mul, Not, Or,
-                           Select, Sub, TIRError, Var, floordiv, floormod, max_, min_, select,
-                           truncdiv, truncmod)
+                           PrimExpr, Select, Sub, TIRError, Var, floordiv, floormod, max_, min_,
+                           select, truncdiv, truncmod)
 from tensorir.stmt import Buffer
 from tensorir.structural import structural_equal
 
@@ -790,3 +790,309 @@ def test_simplify_sound_with_symbolic_ranges(e, shape, constraint, use_constrain
         v = evaluate(e, p)
         assert evaluate(r, p) == v, (p,)
         assert bnd.min_value <= v <= bnd.max_value, (p,)
+
+
+# ---------------------------------------------------------------------------------------------
+# regressions: nested min / max of symbolic bounds (proof search recursion, case splitting)
+
+
+def _clamp(x, lo, hi):
+    return max_(min_(x, hi), lo)
+
+
+def test_self_referential_clamp_fact_does_not_recurse():
+    # A fact that mentions the clamp being simplified (an assert of the clamped index, as
+    # Simplify assumes inside the assert's body) used to send the fact search back into
+    # simplifying the same min: RecursionError.
+    nn = var("n")
+    ana = arith.Analyzer()
+    ana.update_bound(nn, 0, None)
+    ana.bind(i, Range(0, nn + 3))
+    clamp = _clamp(i - 2, 0, nn - 1)
+    with ana.with_constraint(clamp < nn):
+        r = ana.simplify(min_(i - 2, nn - 1))
+        c = ana.simplify(clamp)
+        assert ana.can_prove(clamp >= 0)
+        assert ana.can_prove(clamp < nn)
+        assert ana.can_prove(nn >= 1)  # the fact implies it
+        for nv in range(1, 6):
+            for iv in range(nv + 3):
+                p = {nn: nv, i: iv}
+                assert evaluate(r, p) == min(iv - 2, nv - 1)
+                assert evaluate(c, p) == max(min(iv - 2, nv - 1), 0)
+    # a fact that simplification leaves about the clamp itself
+    fact = nn - 3 < clamp
+    with ana.with_constraint(fact):
+        r = ana.simplify(min_(i - 2, nn - 1))
+        for nv in range(0, 6):
+            for iv in range(nv + 3):
+                p = {nn: nv, i: iv}
+                if evaluate(fact, p):
+                    assert evaluate(r, p) == min(iv - 2, nv - 1)
+
+
+def test_symbolic_div_extent_with_clamp_fact_does_not_recurse():
+    a, b, c = var("a"), var("b"), var("c")
+    ext = floordiv(a * b * c, a * b * 8)
+    ana = arith.Analyzer()
+    for v in (a, b, c):
+        ana.update_bound(v, 0, None)
+    ana.bind(i, Range(0, ext))
+    clamp = _clamp(i * 8 - 1, 0, c - 1)
+    with ana.with_constraint(clamp < c):
+        ana.simplify(min_(i * 8 - 1, c - 1))
+        assert ana.can_prove(clamp < c)
+        assert not ana.can_prove(i * 8 - 1 < c - 1)
+
+
+def test_min_max_against_bounds_by_case_split():
+    h, u, x, cc = var("h"), var("u"), var("x"), var("cc")
+    ana = arith.Analyzer()
+    ana.update_bound(h, 1, None)
+    assert ana.can_prove(min_(u, h - 1) < h)
+    assert ana.can_prove(min_(u, h - 1) <= h - 1)
+    assert ana.can_prove(_clamp(u, 0, h - 1) < h)
+    assert ana.can_prove(_clamp(u, 0, h - 1) >= 0)
+    assert ana.can_prove(min_(max_(u, 0), h - 1) < h)
+    assert ana.can_prove(min_(max_(u, 0), h - 1) >= 0)
+    assert ana.can_prove(max_(x, 0) >= 0)
+    assert ana.can_prove(min_(x, cc) <= cc)
+    assert ana.can_prove(max_(x, cc) >= cc)
+    assert ana.can_prove(min_(x, cc) <= max_(x, cc))
+    xf = var("xf", "float32")
+    assert ana.can_prove(_clamp(Cast("int64", Call("float32", "floor", [xf])), 0, h - 1) < h)
+    # and not what does not hold
+    assert not ana.can_prove(min_(u, h) < h)
+    assert not ana.can_prove(max_(u, 0) < h)
+    assert not ana.can_prove(min_(x, cc) < cc)
+    # h may be 0 without the bound: then clamp(u, 0, h - 1) == 0 is not < h
+    plain = arith.Analyzer()
+    plain.update_bound(h, 0, None)
+    assert plain.can_prove(min_(u, h - 1) < h)
+    assert not plain.can_prove(_clamp(u, 0, h - 1) < h)
+
+
+def test_clamped_index_in_loop_proven():
+    nn = var("n")
+    ana = arith.Analyzer()
+    ana.update_bound(nn, 1, None)
+    ana.bind(i, Range(0, nn + 3))
+    for e in (_clamp(i - 2, 0, nn - 1), min_(max_(i - 2, 0), nn - 1)):
+        assert ana.can_prove(e >= 0)
+        assert ana.can_prove(e < nn)
+    assert ana.can_prove(0 <= max_(min_(i, nn - 1), 0))
+
+
+def test_simplify_clamp_assert_inside_loop():
+    # Simplify learns an assert's condition for its body: a clamped-index check inside a loop
+    # (what VerifyMemoryAccess used to leave per element) sent it into the recursion
+    from tensorir import interpret, transform
+    from tensorir.function import PrimFunc
+    from tensorir.stmt import AssertStmt, BufferStore, For
+    nn = var("n")
+    A = Buffer("A", (nn,), "float32")
+    B = Buffer("B", (nn + 3,), "float32")
+    ha, hb = var("A_h", "handle"), var("B_h", "handle")
+    x = var("x")
+    clamp = _clamp(x - 2, 0, nn - 1)
+    body = For(x, 0, nn + 3, "serial",
+               AssertStmt(clamp < nn, "clamp in bounds",
+                          BufferStore(B, BufferLoad(A, (clamp,)), (x,))))
+    f = transform.Simplify(PrimFunc([ha, hb], body, {ha: A, hb: B}))
+    a = np.arange(4, dtype="float32") + 1
+    b = np.zeros(7, "float32")
+    interpret(f, a, b, n=4)
+    np.testing.assert_array_equal(b, a[np.clip(np.arange(7) - 2, 0, 3)])
+    with pytest.raises((RuntimeError, IndexError)):
+        interpret(f, np.zeros(0, "float32"), np.zeros(3, "float32"), n=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([Min, Max]), st.sampled_from([Min, Max]), st.integers(-3, 3),
+       st.integers(-3, 3), st.integers(-2, 2), st.sampled_from([LT, LE, GT, GE, EQ, NE]),
+       st.integers(-2, 2), st.booleans())
+def test_nested_min_max_proofs_are_sound(outer, inner, c1, c2, c3, cmp, off, in_loop):
+    # outer(inner(i + c1, n + c2), c3) <cmp> n + off, with n >= 1 and i in [0, n + 3) or free
+    nn = var("n")
+    ana = arith.Analyzer()
+    ana.update_bound(nn, 1, None)
+    if in_loop:
+        ana.bind(i, Range(0, nn + 3))
+    e = outer(inner(i + c1, nn + c2), IntImm(c3))
+    cond = cmp(e, nn + off)
+    for c, want in ((cond, True), (Not(cond), False)):
+        if ana.can_prove(c):
+            for nv in range(1, 7):
+                for iv in (range(nv + 3) if in_loop else range(-8, 12)):
+                    assert bool(evaluate(cond, {nn: nv, i: iv})) == want, (nv, iv)
+
+
+# lowering kernels that clamp with symbolic dims
+
+
+def _asserts(func):
+    """``[(assert, number of loops around it)]`` of a lowered function."""
+    from tensorir.stmt import AssertStmt, For
+    found = []
+
+    def walk(node, loops):
+        if isinstance(node, AssertStmt):
+            found.append((node, loops))
+        if isinstance(node, For):
+            loops += 1
+        for f in getattr(node, "_fields", ()):
+            v = getattr(node, f)
+            for x in (v if isinstance(v, tuple) else (v,)):
+                if hasattr(x, "_fields") and not isinstance(x, PrimExpr):
+                    walk(x, loops)
+
+    walk(func.body, 0)
+    return found
+
+
+def test_lower_symbolic_pad_clamp():
+    from tensorir import interpret, te, transform
+    nn = te.var("n")
+    A = te.placeholder((nn,), "float32", "A")
+    B = te.compute((nn + 3,), lambda x: A[te.max(te.min(x - 2, nn - 1), 0)], "B")
+    f = transform.lower(te.create_prim_func([A, B]))
+    # the clamp needs only n >= 1: one check before the loop, not one per element
+    (check, loops), = _asserts(f)
+    assert loops == 0
+    assert [evaluate(check.condition, {nn: v}) for v in range(4)] == [0, 1, 1, 1]
+    rng = np.random.default_rng(0)
+    for nv in (1, 5):
+        a = rng.standard_normal(nv).astype("float32")
+        b = np.zeros(nv + 3, "float32")
+        interpret(f, a, b, n=nv)
+        np.testing.assert_array_equal(b, a[np.clip(np.arange(nv + 3) - 2, 0, nv - 1)])
+    with pytest.raises((RuntimeError, IndexError)):  # n == 0: A[0] does not exist
+        interpret(f, np.zeros(0, "float32"), np.zeros(3, "float32"), n=0)
+
+
+def _bilinear_kernel():
+    from tensorir import te
+    h, w, oh, ow = te.var("h"), te.var("w"), te.var("oh"), te.var("ow")
+    A = te.placeholder((h, w), "float32", "A")
+
+    def coord(o, size, osize):
+        return (Cast("float32", o) + 0.5) * Cast("float32", size) / Cast("float32", osize) - 0.5
+
+    def clamp(e, size):
+        return te.max(te.min(e, size - 1), 0)
+
+    def fcompute(y, x):
+        fy, fx = coord(y, h, oh), coord(x, w, ow)
+        y0 = Cast("int64", te.floor(fy))
+        x0 = Cast("int64", te.floor(fx))
+        ya, yb = clamp(y0, h), clamp(y0 + 1, h)
+        xa, xb = clamp(x0, w), clamp(x0 + 1, w)
+        dy, dx = fy - te.floor(fy), fx - te.floor(fx)
+        top = A[ya, xa] * (1.0 - dx) + A[ya, xb] * dx
+        bot = A[yb, xa] * (1.0 - dx) + A[yb, xb] * dx
+        return top * (1.0 - dy) + bot * dy
+
+    B = te.compute((oh, ow), fcompute, "B")
+    return A, B
+
+
+def _bilinear_numpy(a, oh, ow):
+    h, w = a.shape
+    f32 = np.float32
+    fy = (np.arange(oh, dtype=f32) + f32(0.5)) * f32(h) / f32(oh) - f32(0.5)
+    fx = (np.arange(ow, dtype=f32) + f32(0.5)) * f32(w) / f32(ow) - f32(0.5)
+    y0, x0 = np.floor(fy).astype(np.int64), np.floor(fx).astype(np.int64)
+    ya, yb = np.clip(y0, 0, h - 1), np.clip(y0 + 1, 0, h - 1)
+    xa, xb = np.clip(x0, 0, w - 1), np.clip(x0 + 1, 0, w - 1)
+    dy = (fy - np.floor(fy))[:, None]
+    dx = (fx - np.floor(fx))[None, :]
+    top = a[ya][:, xa] * (1 - dx) + a[ya][:, xb] * dx
+    bot = a[yb][:, xa] * (1 - dx) + a[yb][:, xb] * dx
+    return top * (1 - dy) + bot * dy
+
+
+def test_lower_symbolic_bilinear_resize():
+    from tensorir import interpret, te, transform
+    A, B = _bilinear_kernel()
+    f = transform.lower(te.create_prim_func([A, B]))
+    assert [loops for _, loops in _asserts(f)] == [0, 0]  # "h >= 1", "w >= 1", once each
+    rng = np.random.default_rng(1)
+    for (hv, wv, ohv, owv) in ((3, 4, 7, 5), (6, 5, 2, 3), (1, 1, 2, 2)):
+        a = rng.standard_normal((hv, wv)).astype("float32")
+        b = np.zeros((ohv, owv), "float32")
+        interpret(f, a, b, h=hv, w=wv, oh=ohv, ow=owv)
+        np.testing.assert_allclose(b, _bilinear_numpy(a, ohv, owv), rtol=1e-5, atol=1e-5)
+
+
+def test_verify_symbolic_div_extent_with_clamp():
+    from tensorir import interpret, te, transform
+    a, b, c = te.var("a"), te.var("b"), te.var("c")
+    A = te.placeholder((a, b, c), "float32", "A")
+    B = te.compute((a, b, floordiv(a * b * c, a * b * 8)),
+                   lambda x, y, z: A[x, y, te.max(te.min(z * 8 - 1, c - 1), 0)], "B")
+    f = transform.lower(te.create_prim_func([A, B]))
+    assert [loops for _, loops in _asserts(f)] == [0]
+    av, bv, cv = 2, 3, 21
+    arr = np.random.default_rng(2).standard_normal((av, bv, cv)).astype("float32")
+    out = np.zeros((av, bv, cv // 8), "float32")
+    interpret(f, arr, out, a=av, b=bv, c=cv)
+    np.testing.assert_array_equal(out, arr[:, :, np.clip(np.arange(cv // 8) * 8 - 1, 0, cv - 1)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(bool_exprs(depth=2), st.integers(0, 1), st.booleans())
+def test_simplify_bool_sound_with_symbolic_ranges(e, shape, clamp):
+    # comparisons of min / max against symbolic bounds are split into cases: check the result
+    a, b, c = VARS
+    nn = var("n")
+    if clamp:  # make the min / max interesting: clamp a var into [0, n)
+        e = e.replace(a=_clamp(e.a, 0, nn - 1)) if type(e) in (LT, LE, GT, GE, EQ, NE) else e
+    ana = arith.Analyzer()
+    ana.update_bound(nn, 0, None)
+    ana.bind(a, Range(0, nn + 2) if shape else Range(-1, 4))
+    ana.bind(b, Range(0, nn))
+    r = ana.simplify(e)
+    rng = random.Random(1)
+    for _ in range(120):
+        p = {nn: rng.randint(0, 5), a: rng.randint(-1, 7), b: rng.randint(0, 5),
+             c: rng.randint(-9, 9)}
+        if not ((0 <= p[a] < p[nn] + 2) if shape else (-1 <= p[a] < 3)) or not p[b] < p[nn]:
+            continue
+        assert bool(evaluate(r, p)) == bool(evaluate(e, p)), (p,)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([Min, Max]), st.sampled_from([Min, Max]), st.integers(-1, 2),
+       st.integers(-3, 3), st.integers(-2, 1), st.integers(-1, 2), st.integers(0, 3))
+def test_lowered_clamp_checks_are_exact(outer, inner, scale, shift, c_hi, lo, extra):
+    # A[outer(inner(i * scale + shift, n + c_hi), lo)] over i in [0, n + extra): whatever
+    # the verifier proves, hoists or checks, running the kernel must fail exactly when an
+    # index is out of bounds
+    from tensorir import interpret, te, transform
+    nn = te.var("n")
+    A = te.placeholder((nn,), "float32", "A")
+
+    def index(x):
+        return outer(inner(x * scale + shift, nn + c_hi), IntImm(lo))
+
+    B = te.compute((nn + extra,), lambda x: A[index(x)], "B")
+    try:
+        f = transform.lower(te.create_prim_func([A, B]))
+    except transform.OutOfBoundsError:
+        f = None
+    pick = {Min: min, Max: max}
+    for nv in range(0, 5):
+        idx = [pick[outer](pick[inner](x * scale + shift, nv + c_hi), lo)
+               for x in range(nv + extra)]
+        ok = all(0 <= t < nv for t in idx)
+        if f is None:  # provably out of bounds: only when it is so for every n that runs
+            assert not ok or not idx
+            continue
+        a = np.arange(nv, dtype="float32") + 1
+        out = np.zeros(nv + extra, "float32")
+        if ok:
+            interpret(f, a, out, n=nv)
+            np.testing.assert_array_equal(out, a[idx] if idx else out)
+        else:
+            with pytest.raises((RuntimeError, IndexError)):
+                interpret(f, a, out, n=nv)
