@@ -148,13 +148,13 @@ def _copysign(mb, b, mag, sign):
 # exp
 
 _LOG2E = 1.44269502162933349609375
-_LN2_HI = 0.693145751953125           # 16 significant bits: n * _LN2_HI is exact for |n| < 2^8
+_LN2_HI = 0.693145751953125           # 15 significant bits: n * _LN2_HI is exact for |n| < 2^9
 _LN2_LO = 1.428606765330187045e-06    # ln 2 - _LN2_HI
 _ROUND_MAGIC = 12582912.0             # 1.5 * 2^23: adding it rounds to an integer in the low bits
 # e^r = 1 + r + r^2 P(r) on |r| <= ln(2)/2, relative error 3e-9 (before float32 rounding)
 _EXP_P = [1.381459878757596e-3, 8.368716575205326e-3, 4.166838899254799e-2,
           1.666652113199234e-1, 4.999999403953552e-1]
-_EXP_HI = 88.72283935546875           # largest float32 x with a finite exp(x)
+_EXP_HI = 88.72283172607422           # largest float32 x with a finite exp(x) (0x42b17217)
 _EXP_LO = -104.0                      # exp(x) rounds to 0 below this
 
 
@@ -257,6 +257,7 @@ def fast_tanh_f32(mb: ModuleBuilder, b: ir.IRBuilder, x):
     s = b.fmul(x, x)
     p = _poly(mb, b, s, _TANH_P)
     small = _fma(mb, b, b.fmul(p, s), x, x)
+    small = _copysign(mb, b, small, x)  # tanh(-0) = -0 (the fma gives +0)
     return b.select(b.fcmp_ordered("<", ax, const(ty, 0.625)), small, big)
 
 
