@@ -332,6 +332,10 @@ def _schedule_matmul_like(sch: Schedule, name: str, target: Target) -> bool:
     outer = [rv for rv in spatial_loops if rv is not lj and rv is not li]
     outer += [rv for rv in (io, jo) if rv is not None]
     tile = [rv for rv in (ii, ji) if rv is not None]
+    # loops of constant extent outside the symbolic ones: they are fused and run in parallel
+    # whatever the symbolic sizes (one row tile at batch 1 still uses every core)
+    outer = [rv for rv in outer if _extent(sch.get(rv)) is not None] + \
+        [rv for rv in outer if _extent(sch.get(rv)) is None]
     sch.reorder(*outer, *reduce_loops, *tile)
     # the accumulators of one tile live in a local buffer (registers once unrolled and
     # vectorized) written back after the reduction
@@ -354,7 +358,16 @@ def _schedule_matmul_like(sch: Schedule, name: str, target: Target) -> bool:
         if own:
             sch.vectorize(own[-1])
     if outer and _work(_loop_nodes(sch, outer + tile)) >= MIN_PARALLEL_WORK // 4:
-        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        # Fuse only up to the first symbolic extent: a fused index ``f // (n // 6)`` is not
+        # affine in a loop var, which keeps the code generator from shrinking the accumulator
+        # tile to registers and from partitioning the tile loop on its ``i < n`` tail test.
+        prefix = []
+        for rv in outer:
+            prefix.append(rv)
+            if _extent(sch.get(rv)) is None:
+                break
+        fused = sch.fuse(*prefix) if len(prefix) > 1 and \
+            all(_extent(sch.get(rv)) is not None for rv in prefix) else prefix[0]
         sch.parallel(fused)
     return True
 

@@ -57,10 +57,12 @@ Examples
 """
 from .convert_blocks import ConvertBlocksToLoops, LowerInitBlock
 from .flatten import FlattenBuffers, flat_buffer, linear_index
+from .loop_partition import LoopPartition
 from .pipeline import DEFAULT_PASSES, lower
 from .simplify import Simplify
 from .verify import OutOfBoundsError, VerifyMemoryAccess
 
-__all__ = ["ConvertBlocksToLoops", "DEFAULT_PASSES", "FlattenBuffers", "LowerInitBlock",
+__all__ = ["ConvertBlocksToLoops", "DEFAULT_PASSES", "FlattenBuffers", "LoopPartition",
+           "LowerInitBlock",
            "OutOfBoundsError", "Simplify", "VerifyMemoryAccess", "flat_buffer", "linear_index",
            "lower"]

@@ -5,11 +5,13 @@ from ..expr import TIRError
 from ..function import IRModule, PrimFunc
 from .convert_blocks import ConvertBlocksToLoops
 from .flatten import FlattenBuffers
+from .loop_partition import LoopPartition
 from .simplify import Simplify
 from .verify import VerifyMemoryAccess
 
 # The passes of ``lower``, in order (names for printing and for tests).
-DEFAULT_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, Simplify, FlattenBuffers, Simplify)
+DEFAULT_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, LoopPartition, Simplify, FlattenBuffers,
+                  Simplify)
 
 
 def _lower_func(func: PrimFunc) -> PrimFunc:
