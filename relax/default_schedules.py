@@ -36,16 +36,17 @@ import warnings
 
 from targets import Target
 from tensorir import dtype as dt
-from tensorir.expr import Add, BufferLoad, Call, IntImm, PrimExpr, Sub, Var
+from tensorir.expr import Add, BufferLoad, Call, FloorDiv, IntImm, PrimExpr, Sub, Var
 from tensorir.function import PrimFunc
 from tensorir.functor import post_order_visit
 from tensorir.schedule import Schedule, ScheduleError
 from tensorir.schedule import tree
-from tensorir.stmt import Block, BlockRealize, BufferStore, For
+from tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
 
 MR = 6                    # rows of the register tile of matmul-like reductions
 MIN_PARALLEL_WORK = 4096  # output elements below which a parallel launch costs more than it saves
 SYMBOLIC_EXTENT = 64      # what a symbolic extent counts as in the work estimate
+GEMV_MAX_ROWS = 3         # symbolic row counts up to this run rows on a 1-row micro-kernel
 
 
 def _loops_of(func: PrimFunc) -> list[For]:
@@ -64,13 +65,25 @@ def is_scheduled(func: PrimFunc) -> bool:
 
 def apply(func: PrimFunc, target: Target) -> PrimFunc:
     """``func`` with the default schedule for ``target`` (unchanged for non-CPU targets and
-    kernels that are already scheduled)."""
+    kernels that are already scheduled).
+
+    A kernel whose matmul-like block has a symbolic row count ``n`` gets two versions of its
+    body, ``if n <= GEMV_MAX_ROWS: <row-vector version> else: <register-tile version>``: a tile of ``MR``
+    rows at ``n = 1`` would be all tail (masked rows and a row test per reduction step), so
+    small ``n`` runs each row on its own predicate-free ``1 x width`` micro-kernel instead.
+    """
     if target.kind != "llvm" or is_scheduled(func):
         return func
     try:
         sch = Schedule(func)
         _schedule(sch, target)
-        return sch.func
+        rows = _symbolic_rows(sch.func)
+        if rows is None:
+            return sch.func
+        small = Schedule(func)
+        if not _schedule(small, target, gemv_rows=rows):
+            return sch.func  # no block took the row-vector schedule: one version
+        return _versioned(rows <= IntImm(GEMV_MAX_ROWS, rows.dtype), small.func, sch.func)
     except ScheduleError:
         return func
     except Exception as err:  # a bug in a rule must not break the build: keep the kernel as is
@@ -150,8 +163,12 @@ def _lanes(block: Block, target: Target) -> int:
     return max(4, target.vector_width // max(bits or [32]))
 
 
-def _schedule(sch: Schedule, target: Target) -> None:
+def _schedule(sch: Schedule, target: Target, gemv_rows: PrimExpr | None = None) -> int:
+    """Schedule every block; ``gemv_rows``: matmul-like blocks with that (symbolic) row extent
+    get the row-vector schedule (``_schedule_gemv``) instead of the register tile. Returns how
+    many blocks got it."""
     _inline(sch)
+    gemv = 0
     for br in _root_children(sch):
         blk = br.block
         if not any(b.block.name == blk.name for b in _root_children(sch)):
@@ -159,10 +176,14 @@ def _schedule(sch: Schedule, target: Target) -> None:
         try:
             if _is_spatial(blk):
                 _schedule_spatial(sch, blk.name, target)
-            elif not _schedule_matmul_like(sch, blk.name, target):
-                _schedule_reduction(sch, blk.name, target)
+            else:
+                done = _schedule_matmul_like(sch, blk.name, target, gemv_rows)
+                if not done:
+                    _schedule_reduction(sch, blk.name, target)
+                gemv += done == "gemv"
         except ScheduleError:
             continue  # this block keeps what was applied (each primitive preserves semantics)
+    return gemv
 
 
 def _loop_nodes(sch: Schedule, rvs) -> list[For]:
@@ -283,7 +304,10 @@ def _vector_inner(sch: Schedule, loop, lanes: int):
     return sch.split(loop, [None, lanes])[1]
 
 
-def _schedule_matmul_like(sch: Schedule, name: str, target: Target) -> bool:
+def _schedule_matmul_like(sch: Schedule, name: str, target: Target,
+                          gemv_rows: PrimExpr | None = None) -> bool | str:
+    """The register tile of a matmul-like block (True), its row-vector schedule when its row
+    extent is ``gemv_rows`` ("gemv"), or False when the block is not matmul-like."""
     block = sch.get_block(name)
     blk = sch.get(block)
     axes = _matmul_axes(blk)
@@ -316,6 +340,10 @@ def _schedule_matmul_like(sch: Schedule, name: str, target: Target) -> bool:
     if lj is None:
         return False
     lanes = _lanes(blk, target)
+    if gemv_rows is not None and li is not None and \
+            _gemv_width(sch.get(li), sch.get(lj), lanes, gemv_rows) is not None:
+        return _schedule_gemv(sch, block, spatial_loops, reduce_loops, li, lj, lanes,
+                              _gemv_width(sch.get(li), sch.get(lj), lanes, gemv_rows))
     mr = MR if target.vector_width >= 512 or target.arch in ("aarch64", "arm") else 4
     ej = _extent(sch.get(lj))
     jo, ji = _split_lanes(sch, lj, ej, lanes)
@@ -370,6 +398,81 @@ def _schedule_matmul_like(sch: Schedule, name: str, target: Target) -> bool:
             all(_extent(sch.get(rv)) is not None for rv in prefix) else prefix[0]
         sch.parallel(fused)
     return True
+
+
+GEMV_VECTORS = 16   # vectors per row of the row-vector micro-kernel (16 x 16 lanes: 256 floats)
+
+
+def _gemv_width(li: For, lj: For, lanes: int, rows: PrimExpr) -> int | None:
+    """Columns per row-vector micro-kernel for a tile with row loop ``li`` and column loop
+    ``lj``: a multiple of ``2 * lanes`` dividing the column extent into at least two parallel
+    parts, when the row extent is ``rows``; else None."""
+    ej = _extent(lj)
+    if _extent(li) is not None or not bool(li.extent == rows) or ej is None:
+        return None
+    for vectors in (GEMV_VECTORS, GEMV_VECTORS // 2, GEMV_VECTORS // 4, 2):
+        width = vectors * lanes
+        if ej % width == 0 and ej // width >= 2:
+            return width
+    return None
+
+
+def _schedule_gemv(sch: Schedule, block, spatial_loops, reduce_loops, li, lj, lanes: int,
+                   width: int) -> str:
+    """The row-vector schedule of a matmul-like block with few rows: the columns split into
+    parallel strips of ``width``; in each, a row loop outside the reduction and a ``1 x width``
+    tile (``width / (2 lanes)`` unrolled vectors of ``2 lanes``) inside it. No row is masked and
+    the reduction reads one contiguous ``width``-float run of the weights per step (a whole
+    strip of cache lines, which the hardware prefetcher follows; a ``2 lanes`` tile would
+    touch one new 4 KiB page per step)."""
+    jo, jm, ji = sch.split(lj, [None, width // (2 * lanes), 2 * lanes])
+    outer = [rv for rv in spatial_loops if rv is not lj and rv is not li]
+    outer = [rv for rv in outer if _extent(sch.get(rv)) is not None] + [jo] + \
+        [rv for rv in outer if _extent(sch.get(rv)) is None] + [li]
+    sch.reorder(*outer, *reduce_loops, jm, ji)
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, li)
+    _fuse_epilogue(sch, write_back)
+    init = sch.decompose_reduction(block, reduce_loops[0])
+    sch.unroll(jm)
+    sch.vectorize(ji)
+    for b in (init, write_back):
+        own = sch.get_loops(b)[len(outer):]
+        for rv in own[:-1]:
+            if _extent(sch.get(rv)) is not None:
+                sch.unroll(rv)
+        if own:
+            sch.vectorize(own[-1])
+    prefix = outer[:outer.index(jo) + 1]
+    if _work(_loop_nodes(sch, prefix + [jm, ji] + reduce_loops)) >= 16 * MIN_PARALLEL_WORK:
+        sch.parallel(sch.fuse(*prefix) if len(prefix) > 1 else prefix[0])
+    return "gemv"
+
+
+def _symbolic_rows(func: PrimFunc) -> PrimExpr | None:
+    """The row extent of the first register tile of ``func`` (a scheduled kernel) whose rows
+    are split from a symbolic extent: the ``n`` of ``for i_0 in range((n + 5) // 6)``."""
+    for loop in _loops_of(func):
+        ext = loop.extent
+        # (n + MR - 1) // MR: the outer row loop of a symbolic split
+        if isinstance(ext, FloorDiv) and isinstance(ext.b, IntImm) and \
+                ext.b.value in (MR, 4) and isinstance(ext.a, Add) and \
+                isinstance(ext.a.b, IntImm) and ext.a.b.value == ext.b.value - 1 and \
+                isinstance(ext.a.a, Var):
+            return ext.a.a
+    return None
+
+
+def _versioned(cond: PrimExpr, then_func: PrimFunc, else_func: PrimFunc) -> PrimFunc:
+    """One function running ``then_func``'s body when ``cond`` holds, else ``else_func``'s
+    (two schedules of one kernel: same parameters and buffers)."""
+    a, b = then_func.body, else_func.body
+    # intermediates neither schedule replaced are the same Buffer in both: allocated once
+    alloc = list(b.block.alloc_buffers)
+    alloc += [x for x in a.block.alloc_buffers if not any(x is y for y in alloc)]
+    root = b.block.replace(body=IfThenElse(cond, a.block.body, b.block.body),
+                           alloc_buffers=tuple(alloc))
+    return else_func.replace(body=b.replace(block=root))
 
 
 def _fuse_epilogue(sch: Schedule, write_back) -> None:

@@ -120,3 +120,40 @@ def test_conv2d_relu_symbolic_batch(pad):
     _check(te.create_prim_func([X, Wt, R]),
            lambda r, b: ([_f32(r, b, C, H, W_), _f32(r, O, C, K, K)], (b, O, OH, OW)),
            lambda x, w: np.maximum(_conv_ref(x, w, pad), 0), [{"b": 1}, {"b": 2}])
+
+
+@pytest.mark.parametrize("m", [64, 35])
+def test_matmul_symbolic_rows_small_and_tails(m):
+    """Symbolic rows: the row-vector version (few rows) and the register tile with its tails."""
+    n = te.var("n")
+    A = te.placeholder((n, 33), "float32", "A")
+    W = te.placeholder((33, m), "float32", "W")
+    bias = te.placeholder((m,), "float32", "bias")
+    k = te.reduce_axis((0, 33), "k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
+    D = te.compute((n, m), lambda i, j: te.max(C[i, j] + bias[j], 0.0), "D")
+    g = _check(te.create_prim_func([A, W, bias, D]),
+               lambda r, n: ([_f32(r, n, 33), _f32(r, 33, m), _f32(r, m)], (n, m)),
+               lambda a, w, b: np.maximum(a @ w + b, 0),
+               [{"n": v} for v in (1, 2, 5, 6, 7, 13, 64)])
+    # 64 columns split into two 32-wide strips: a row-vector version for n <= GEMV_MAX_ROWS
+    assert (f"if n <= {ds.GEMV_MAX_ROWS}" in g.script()) == (m == 64)
+
+
+def test_matmul_1024_symbolic_rows_versions():
+    """The MLP's layer shape: both versions are register-tiled and correct at 1 and 7 rows."""
+    n = te.var("n")
+    A = te.placeholder((n, 1024), "float32", "A")
+    W = te.placeholder((1024, 1024), "float32", "W")
+    k = te.reduce_axis((0, 1024), "k")
+    C = te.compute((n, 1024), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
+    g = ds.apply(te.create_prim_func([A, W, C]), TARGET)
+    text = g.script()
+    assert f"if n <= {ds.GEMV_MAX_ROWS}" in text and "T.where" in text
+    mod = targets.build(g, "llvm")
+    for rows in (1, 7):
+        rng = np.random.default_rng(rows)
+        a, w = _f32(rng, rows, 1024), _f32(rng, 1024, 1024)
+        out = np.zeros((rows, 1024), "float32")
+        mod["main"](a, w, out)
+        np.testing.assert_allclose(out, a @ w, rtol=1e-3, atol=1e-3)
