@@ -16,6 +16,7 @@ REGISTRY = {
     "rpc_overhead": "benchmarks.rpc_overhead",
     "gemm_cpu": "benchmarks.gemm_cpu",
     "ops_cpu": "benchmarks.ops_cpu",
+    "relax_cpu": "benchmarks.relax_cpu",
 }
 
 

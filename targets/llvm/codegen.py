@@ -20,8 +20,13 @@ Loop kinds:
   Bodies that cannot be vectorized (inner loops, allocations, asserts, stores to a lane-invariant
   address) fall back to a scalar loop carrying ``llvm.loop.vectorize.enable``.
 * ``parallel``: the body is outlined into ``i32 fn(i32 task, i32 num_tasks, ptr closure)`` and
-  run by the thread pool of ``threadpool`` over contiguous chunks; parallel loops nested in it
-  run serially.
+  run by the thread pool of ``threadpool``: each task runs its own contiguous region of the
+  iterations, in a few chunks, then helps with the chunks other tasks have not claimed yet
+  (``_claim_chunks``); parallel loops nested in it run serially.
+
+Before emitting, ``compact_local_allocations`` moves ``local`` buffers into the loops that use
+them (so accumulator tiles become registers). Loads and stores carry one alias scope per
+buffer, and reduction updates ``acc + a * b`` become fused multiply-adds.
 * ``thread_binding``: rejected (GPU only).
 """
 from __future__ import annotations
@@ -54,6 +59,9 @@ MAX_VECTOR_LANES = 64         # a constant vectorized extent up to this is one v
 MAX_UNROLL = 64               # unrolled loops longer than this get unroll metadata instead
 ALLOC_ALIGN = 64
 PARALLEL_LAUNCH = "tilecraft_rt_parallel_launch"
+MAX_TASKS = 256               # the thread pool runs at most this many tasks (255 workers + caller)
+CHUNKS_PER_TASK = 4           # a parallel loop is claimed in n * 4 chunks (see _claim_chunks)
+FMA_METADATA = "tilecraft.fma"    # tags a multiply and add to fuse (see _accumulate)
 RUNTIME_NUM_CORES = "tilecraft_rt_num_cores"
 
 
@@ -152,6 +160,7 @@ class CodeGenLLVM(EntryEmitter):
         self._outlined = 0
         self._uses_parallel = False
         self._scopes: dict[Buffer, tuple] = {}   # buffer -> (its scope list, all other scopes)
+        self._fma_tags = 0
         self._init_globals()
 
     # ------------------------------------------------------------------------------------------
@@ -444,8 +453,29 @@ class CodeGenLLVM(EntryEmitter):
         self.stmt(s.body)
 
     def _s_IfThenElse(self, s: IfThenElse):
-        cond = self.expr(s.condition)
         vec = self.ctx.vec
+        if vec is not None and vec.mask is None and s.else_case is None:
+            full = self._all_lanes(s.condition)
+            if full is not None:
+                # a tail predicate (`i_0 * 16 + i_1 < n`): one scalar test at the extreme lane
+                # runs whole vectors without masks; only a partial step builds the mask
+                full_bb, part_bb, end_bb = (self._new_block("vif.full"),
+                                            self._new_block("vif.part"),
+                                            self._new_block("vif.end"))
+                self.b.cbranch(full, full_bb, part_bb)
+                self.b.position_at_end(full_bb)
+                self.stmt(s.then_case)
+                self.b.branch(end_bb)
+                self.b.position_at_end(part_bb)
+                vec.mask = self.expr(s.condition)
+                try:
+                    self.stmt(s.then_case)
+                finally:
+                    vec.mask = None
+                self.b.branch(end_bb)
+                self.b.position_at_end(end_bb)
+                return
+        cond = self.expr(s.condition)
         if is_vector(cond):
             # lane-varying condition: run both sides under complementary masks
             old = vec.mask
@@ -470,11 +500,48 @@ class CodeGenLLVM(EntryEmitter):
             self.b.branch(end_bb)
         self.b.position_at_end(end_bb)
 
+    def _all_lanes(self, cond):
+        """A scalar i1 saying that every lane of the vectorized loop satisfies ``cond``, for an
+        integer comparison whose sides are affine in the lane (or an ``And`` of such and
+        lane-invariant terms); None for any other condition. An affine difference is monotonic
+        over the lanes, so the comparison at the first or the last lane decides."""
+        from tensorir.expr import GE, GT, LE, LT, And
+        vec = self.ctx.vec
+        if isinstance(cond, And):
+            parts = [self._all_lanes(x) if self._stride(x) != 0 else x for x in (cond.a, cond.b)]
+            if any(p is None for p in parts) or all(isinstance(p, PrimExpr) for p in parts):
+                return None
+            vals = [self._scalar_at(p, 0) if isinstance(p, PrimExpr) else p for p in parts]
+            return self.b.and_(vals[0], vals[1])
+        if not isinstance(cond, (LT, LE, GT, GE)) or not dt.is_integer(cond.a.dtype):
+            return None
+        sa, sb = self._stride(cond.a), self._stride(cond.b)
+        if sa is None or sb is None or sa == sb or \
+                any(v in vec.lets and v is not vec.var for v in free_vars(cond)):
+            return None  # (a let-bound lane value would need its own scalar binding)
+        # a < b (a <= b) must hold where a - b is largest; a > b (a >= b) where it is smallest
+        largest = (sa > sb) == isinstance(cond, (LT, LE))
+        return self._scalar_at(cond, vec.lanes - 1 if largest else 0)
+
+    def _scalar_at(self, e, lane: int):
+        """``e`` evaluated as a scalar at one lane of the vectorized loop."""
+        ctx = self.ctx
+        vec, ramp = ctx.vec, ctx.env[ctx.vec.var]
+        ctx.vec = None
+        ctx.env[vec.var] = self.b.extract_element(ramp, I32(lane))
+        try:
+            return self.expr(e)
+        finally:
+            ctx.env[vec.var] = ramp
+            ctx.vec = vec
+
     def _s_BufferStore(self, s: BufferStore):
         buf = s.buffer
         ptr = self._buffer_ptr(buf, s)
         index_e = s.indices[0]
-        value = self.expr(s.value)
+        value = self._accumulate(s)
+        if value is None:
+            value = self.expr(s.value)
         vec = self.ctx.vec
         if vec is None:
             index = self._to_i64(self.expr(index_e), index_e.dtype)
@@ -505,6 +572,39 @@ class CodeGenLLVM(EntryEmitter):
         fn = self.mb.intrinsic("masked.scatter", ir.VoidType(),
                                [mem.type, ptrs.type, I32, vec_type(I1, n)], [mem.type, ptrs.type])
         self._tag(self.b.call(fn, [mem, ptrs, align, mask]), buf)
+
+    def _accumulate(self, s: BufferStore):
+        """``X[i] = X[i] + a * b`` (a reduction's update, float32/64) as a multiply and an
+        add tagged for fusion into one FMA.
+
+        A fused multiply-add is what makes a GEMM or convolution inner loop run at the FMA
+        units' rate (and it rounds once, as BLAS does). Only accumulations into the stored
+        element are fused: elementwise expressions keep numpy's separately rounded multiply and
+        add. The pair is emitted as ``%m = fmul x, y`` and ``%r = fadd acc, %m``, both tagged
+        with one ``!tilecraft.fma`` node of their own; for a target with FMA instructions the
+        compiler (``compiler.fuse_tagged_fma``) turns the pair into ``llvm.fma(x, y, acc)``
+        before optimizing. Returns None when ``s`` is not such an update.
+        """
+        v = s.value
+        if not isinstance(v, Add) or s.buffer.dtype not in ("float32", "float64"):
+            return None
+        for acc, prod in ((v.a, v.b), (v.b, v.a)):
+            if isinstance(acc, BufferLoad) and acc.buffer is s.buffer and \
+                    isinstance(prod, Mul) and prod.dtype == v.dtype and \
+                    len(acc.indices) == len(s.indices) and \
+                    all(bool(x == y) for x, y in zip(acc.indices, s.indices)):
+                ops = [self.expr(acc), self.expr(prod.a), self.expr(prod.b)]
+                n = max(lanes_of(v) for v in ops)
+                a, x, y = (splat(self.b, v, n) for v in ops)  # all defined before the fmul
+                m = self.b.fmul(x, y)
+                r = self.b.fadd(a, m)
+                self._fma_tags += 1
+                tag = self.module.add_metadata([ir.MetaDataString(self.module,
+                                                                  f"fma{self._fma_tags}")])
+                m.set_metadata(FMA_METADATA, tag)
+                r.set_metadata(FMA_METADATA, tag)
+                return r
+        return None
 
     def _vector_gep(self, ptr, index_vec, elem_ty):
         g = self.b.gep(ptr, [index_vec], source_etype=elem_ty)
@@ -771,7 +871,10 @@ class CodeGenLLVM(EntryEmitter):
         # everything the body reads from this function travels in a closure struct
         cap_vars = [v for v in free_vars(s) if v in ctx.env and v is not s.loop_var]
         cap_bufs = [buf for buf in _used_buffers(s) if buf in ctx.buffers]
-        values = [ctx.env[v] for v in cap_vars] + [ctx.buffers[x] for x in cap_bufs] + [lo, ext]
+        # one claim counter per task (see _outline), zeroed below once the task count is known
+        counters = ctx.alloca(ir.ArrayType(I32, MAX_TASKS), name="par.claimed", align=64)
+        values = [ctx.env[v] for v in cap_vars] + [ctx.buffers[x] for x in cap_bufs] + \
+            [lo, ext, counters]
         closure_ty = ir.LiteralStructType([v.type for v in values])
         closure = ctx.alloca(closure_ty, name="closure", align=8)
         for i, v in enumerate(values):
@@ -793,7 +896,10 @@ class CodeGenLLVM(EntryEmitter):
         ext64 = self._to_i64(ext, s.extent.dtype)
         threads64 = b.zext(threads, I64)
         tasks64 = b.select(b.icmp_signed("<", ext64, threads64), ext64, threads64)
+        tasks64 = b.select(b.icmp_signed(">", tasks64, I64(MAX_TASKS)), I64(MAX_TASKS), tasks64)
         tasks = b.trunc(tasks64, I32)
+        memset = self.mb.intrinsic("memset", ir.VoidType(), [PTR, I8, I64, I1], [PTR, I64])
+        b.call(memset, [counters, I8(0), b.mul(tasks64, I64(4)), I1(0)])
         run_bb, pool_bb, one_bb, done_bb = (self._new_block("par.run"), self._new_block("par.pool"),
                                             self._new_block("par.inline"),
                                             self._new_block("par.done"))
@@ -844,19 +950,65 @@ class CodeGenLLVM(EntryEmitter):
         for x in cap_bufs:
             ctx.buffers[x] = load_field(k)
             k += 1
-        lo, ext = load_field(k), load_field(k + 1)
-        # task t of n runs the contiguous chunk [t*chunk, min((t+1)*chunk, extent))
-        t = b.sext(task, ity) if ity.width > 32 else task
-        n = b.sext(ntasks, ity) if ity.width > 32 else ntasks
-        chunk = self._div(b.sub(b.add(ext, n), ir.Constant(ity, 1)), n, True, False)
-        begin = b.mul(t, chunk)
-        end = b.add(begin, chunk)
-        end = b.select(b.icmp_signed("<", end, ext), end, ext)
-        self._serial_loop(s, None, lo=b.add(lo, begin), hi=b.add(lo, end))
+        lo, ext, counters = load_field(k), load_field(k + 1), load_field(k + 2)
+        self._claim_chunks(s, task, ntasks, lo, ext, counters, ity)
         b.ret(I32(0))
         ctx.finish()
         self.ctx = outer
         return fn
+
+    def _claim_chunks(self, s: For, task, ntasks, lo, ext, counters, ity):
+        """The body of task ``t`` of ``n``: its own ``CHUNKS_PER_TASK`` contiguous chunks of the
+        iteration space in order, then whatever chunks of the other tasks are still unclaimed.
+
+        Each task's region (``K`` chunks, chunk ``j`` covering ``[j * extent / (n * K),
+        (j + 1) * extent / (n * K))``) is what a balanced static split would give it, so on an idle
+        machine every task runs exactly its own region, with the same cache locality from call to
+        call. A chunk is claimed with an atomic increment of its region's counter; a task that
+        finishes early takes the others' remaining chunks, so a core slowed down by another
+        process delays the loop by at most about one chunk, not by its whole share.
+        """
+        b = self.b
+        fn = self.ctx.fn
+        K = CHUNKS_PER_TASK
+        n = b.sext(ntasks, ity) if ity.width > 32 else ntasks
+        total = b.mul(n, ir.Constant(ity, K))
+        victim_bb, claim_bb, run_bb, next_bb, done_bb = (
+            fn.append_basic_block("steal.victim"), fn.append_basic_block("steal.claim"),
+            fn.append_basic_block("steal.run"), fn.append_basic_block("steal.next"),
+            fn.append_basic_block("steal.done"))
+        entry = b.block
+        b.branch(victim_bb)
+        # for s in 0 .. n-1: region u = (t + s) mod n
+        b.position_at_end(victim_bb)
+        step = b.phi(I32, name="steal.s")
+        step.add_incoming(I32(0), entry)
+        b.cbranch(b.icmp_signed("<", step, ntasks), claim_bb, done_bb)
+        b.position_at_end(claim_bb)
+        u = b.add(task, step)
+        u = b.select(b.icmp_signed(">=", u, ntasks), b.sub(u, ntasks), u)
+        counter = b.gep(counters, [b.zext(u, I64)], source_etype=I32)
+        c = b.atomic_rmw("add", counter, I32(1), "monotonic")
+        b.cbranch(b.icmp_signed("<", c, I32(K)), run_bb, next_bb)
+        b.position_at_end(run_bb)
+        u_i = b.sext(u, ity) if ity.width > 32 else u
+        c_i = b.sext(c, ity) if ity.width > 32 else c
+        # chunk j covers [j * extent / (n K), (j + 1) * extent / (n K)): sizes differ by at most
+        # one iteration, so the tasks' regions are balanced (34 iterations: 17 + 17, not 20 + 14)
+        # (in 64 bits: j * extent overflows a 32-bit loop variable's type)
+        wide = I64 if ity.width < 64 else ity
+        j = b.add(b.mul(u_i, ir.Constant(ity, K)), c_i)
+        j, ext_w, total_w = (b.sext(v, wide) if ity.width < 64 else v for v in (j, ext, total))
+        begin = self._div(b.mul(j, ext_w), total_w, True, False)
+        end = self._div(b.mul(b.add(j, ir.Constant(wide, 1)), ext_w), total_w, True, False)
+        if ity.width < 64:
+            begin, end = b.trunc(begin, ity), b.trunc(end, ity)
+        self._serial_loop(s, None, lo=b.add(lo, begin), hi=b.add(lo, end))
+        b.branch(claim_bb)
+        b.position_at_end(next_bb)
+        step.add_incoming(b.add(step, I32(1)), next_bb)
+        b.branch(victim_bb)
+        b.position_at_end(done_bb)
 
     # ------------------------------------------------------------------------------------------
     # expressions
@@ -899,10 +1051,7 @@ class CodeGenLLVM(EntryEmitter):
     def _arith(self, e, fop: str, iop: str):
         a, b_ = self._operands(e)
         if dt.is_float(e.a.dtype):
-            # `contract` lets the back end fuse a multiply feeding an add into one FMA (what
-            # -ffp-contract=fast does in C compilers; numpy's BLAS fuses too)
-            flags = ("contract",) if fop in ("fadd", "fsub", "fmul") else ()
-            return self._round16(getattr(self.b, fop)(a, b_, flags=flags), e.dtype)
+            return self._round16(getattr(self.b, fop)(a, b_), e.dtype)
         return getattr(self.b, iop)(a, b_)
 
     def _e_Add(self, e):
@@ -1373,10 +1522,10 @@ def compact_local_allocations(body: Stmt) -> Stmt:
 
     * every index is affine in the loop variables (constant positive coefficients) plus terms
       free of loop variables that are the same in every access;
-    * each loop outside the common one contributes the same term to every access, and the
-      loops' terms do not overlap in the mixed-radix sense (each coefficient is larger than the
-      span of all smaller ones), so no two iterations of those loops share an element and no
-      value flows from one iteration to the next;
+    * each loop around the accesses down to the common one has a term in every index, the
+      same in every access, and the loops' terms do not overlap in the mixed-radix sense (each
+      coefficient is larger than the span of all smaller ones), so no two iterations of those
+      loops share an element and no value flows from one iteration to the next;
     * the compacted buffer -- dense over the inner terms -- fits ``STACK_ALLOCA_LIMIT`` (so it
       costs nothing per iteration).
 
@@ -1444,25 +1593,43 @@ def _affine(e: PrimExpr, loop_vars) -> tuple[dict, list, int] | None:
     return {}, [e], 0
 
 
+def _negation(c):
+    """``not c`` for an integer comparison (to assume in an else branch), else None."""
+    from tensorir.expr import GE, GT, LE, LT
+    flip = {LT: GE, LE: GT, GT: LE, GE: LT}
+    t = flip.get(type(c))
+    return None if t is None else t(c.a, c.b)
+
+
 def _compact_allocation(buf: Buffer, body: Stmt) -> Stmt | None:
     """``body`` with ``buf`` allocated (compacted) inside its accesses' common loop, or None."""
+    import contextlib
+
     from tensorir.arith import Analyzer
     from tensorir.expr import convert
     from tensorir.functor import IRMutator, children
     from tensorir.stmt import Range
 
-    accesses: list[tuple[tuple, PrimExpr]] = []
+    # every access: (node, enclosing loops, index, conditions known to hold there)
+    accesses: list[tuple] = []
     bound_inside: set[Var] = set()
     ok = [True]
 
-    def rec(n, loops):
+    def rec(n, loops, conds):
         if isinstance(n, Buffer):
             return
         if isinstance(n, For):
             bound_inside.add(n.loop_var)
-            rec(n.min, loops)
-            rec(n.extent, loops)
-            rec(n.body, loops + (n,))
+            rec(n.min, loops, conds)
+            rec(n.extent, loops, conds)
+            rec(n.body, loops + (n,), conds)
+            return
+        if isinstance(n, IfThenElse):
+            rec(n.condition, loops, conds)
+            rec(n.then_case, loops, conds + (n.condition,))
+            if n.else_case is not None:
+                neg = _negation(n.condition)
+                rec(n.else_case, loops, conds + ((neg,) if neg is not None else ()))
             return
         if isinstance(n, (LetStmt, Let)):
             bound_inside.add(n.var)
@@ -1470,17 +1637,17 @@ def _compact_allocation(buf: Buffer, body: Stmt) -> Stmt | None:
             if len(n.indices) != 1:
                 ok[0] = False
             else:
-                accesses.append((loops, n.indices[0]))
+                accesses.append((n, loops, n.indices[0], conds))
         if isinstance(n, Allocate) and n.buffer is buf:
             ok[0] = False
         for c in children(n):
-            rec(c, loops)
+            rec(c, loops, conds)
 
-    rec(body, ())
+    rec(body, (), ())
     if not ok[0] or not accesses:
         return None
-    prefix = list(accesses[0][0])
-    for loops, _ in accesses[1:]:
+    prefix = list(accesses[0][1])
+    for _, loops, _, _ in accesses[1:]:
         k = 0
         while k < min(len(prefix), len(loops)) and prefix[k] is loops[k]:
             k += 1
@@ -1492,65 +1659,79 @@ def _compact_allocation(buf: Buffer, body: Stmt) -> Stmt | None:
     home = prefix[-1]
     outer = {f.loop_var for f in prefix}
     loop_of: dict[Var, For] = {}
-    for loops, _ in accesses:
+    for _, loops, _, _ in accesses:
         for f in loops:
-            if loop_of.setdefault(f.loop_var, f) is not f:
-                return None  # one variable for two loops: ranges would be ambiguous
+            g = loop_of.setdefault(f.loop_var, f)
+            if g is not f and not (bool(g.min == f.min) and bool(g.extent == f.extent)):
+                return None  # one variable for two loops of different ranges
     loop_vars = set(loop_of)
+    if any(v in bound_inside and v not in loop_vars
+           for _, _, index, _ in accesses for v in free_vars(index)):
+        return None  # an index uses a let-bound value of the body
     ana = Analyzer()
     for v, f in loop_of.items():
         ana.bind(v, Range(f.min, f.extent))
 
-    # per access: loop-var slots (coefficient -> digit expression) and the invariant part
-    decomposed = []
-    for loops, index in accesses:
-        if any(v in bound_inside and v not in loop_vars for v in free_vars(index)):
-            return None  # a let-bound value of the body
+    # the outer loops' terms: from an access that has them all (the others must agree once
+    # their branch conditions are known: a tail branch may hold ``i_0 = 170`` substituted)
+    outer_terms = None
+    for _, _, index, _ in accesses:
         r = _affine(index, loop_vars)
-        if r is None:
-            return None
-        coeffs, inv, const_ = r
-        if any(c < 0 for c in coeffs.values()):
-            return None
-        decomposed.append((coeffs, inv, const_))
-    # the outer loops' terms and the invariant part: the same in every access
-    c0, inv0, _ = decomposed[0]
-    outer_terms = {v: c for v, c in c0.items() if v in outer}
-    inv_sum0 = sum(inv0, convert(0)) if inv0 else convert(0)
-    for coeffs, inv, _ in decomposed:
-        if {v: c for v, c in coeffs.items() if v in outer} != outer_terms:
-            return None
-        inv_sum = sum(inv, convert(0)) if inv else convert(0)
-        if not ana.can_prove_equal(inv_sum, inv_sum0):
-            return None
+        if r is not None and all(r[0].get(v, 0) > 0 for v in outer):
+            outer_terms = {v: r[0][v] for v in outer}
+            break
+    if outer_terms is None:
+        return None  # a loop whose iterations all share the elements, or non-affine indices
+    base = sum((v * c for v, c in outer_terms.items()), convert(0))
     outer_slots = {}
     for v, c in outer_terms.items():
         if c in outer_slots:
             return None
         outer_slots[c] = v
 
-    def inner_digits(coeffs, const_):
-        digits: dict[int, PrimExpr] = {}
-        for v, c in sorted(coeffs.items(), key=lambda t: t[1]):
-            if v not in outer:
+    # per access: the index relative to the outer terms, as inner slots (coefficient -> digit)
+    decomposed = []   # (node, coefficient -> digit, its bounds)
+    inv_sum0 = None
+    for node, _, index, conds in accesses:
+        with contextlib.ExitStack() as stack:
+            for c in conds:
+                stack.enter_context(ana.with_constraint(c))
+            rel = ana.simplify(index - base)
+            if any(v in outer for v in free_vars(rel)):
+                return None
+            r = _affine(rel, loop_vars)
+            if r is None or any(c <= 0 for c in r[0].values()):
+                return None
+            coeffs, inv, const_ = r
+            inv_sum = sum(inv, convert(0)) if inv else convert(0)
+            if inv_sum0 is None:
+                inv_sum0 = inv_sum
+            elif not ana.can_prove_equal(inv_sum, inv_sum0):
+                return None
+            digits: dict[int, PrimExpr] = {}
+            for v, c in coeffs.items():
                 digits[c] = v if c not in digits else digits[c] + v
-        if const_:
-            digits[1] = convert(const_) if 1 not in digits else digits[1] + const_
-        return digits
-
-    ranges: dict[int, list[int]] = {}
-    for coeffs, _, const_ in decomposed:
-        for c, d in inner_digits(coeffs, const_).items():
-            if c in outer_slots:
-                return None  # an inner loop shares a slot with an outer one: windows overlap
-            b = ana.const_int_bound(d)
-            lo, hi = int(b.min_value), int(b.max_value)
-            if abs(lo) >= 1 << 62 or abs(hi) >= 1 << 62:
-                return None  # unbounded
-            cur = ranges.setdefault(c, [lo, hi])
-            cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
+            if const_:
+                digits[1] = convert(const_) if 1 not in digits else digits[1] + const_
+            bounds = {}
+            for c, d in digits.items():
+                if c in outer_slots:
+                    return None  # an inner loop shares a slot with an outer one: windows overlap
+                b = ana.const_int_bound(d)
+                lo, hi = int(b.min_value), int(b.max_value)
+                if abs(lo) >= 1 << 62 or abs(hi) >= 1 << 62:
+                    return None  # unbounded
+                bounds[c] = (lo, hi)
+        decomposed.append((node, digits, bounds))
+    inner_slots = sorted({c for _, digits, _ in decomposed for c in digits}, reverse=True)
+    ranges = {}
+    for c in inner_slots:
+        # an access without this slot has the digit 0 there
+        los = [b[c][0] if c in b else 0 for _, _, b in decomposed]
+        his = [b[c][1] if c in b else 0 for _, _, b in decomposed]
+        ranges[c] = (min(los), max(his))
     # the mixed-radix check over every slot, outer loops included
-    slots = [(c, tuple(ranges[c])) for c in ranges]
+    slots = [(c, ranges[c]) for c in inner_slots]
     for c, v in outer_slots.items():
         b = ana.const_int_bound(v)
         slots.append((c, (int(b.min_value), int(b.max_value))))
@@ -1565,34 +1746,33 @@ def _compact_allocation(buf: Buffer, body: Stmt) -> Stmt | None:
                 return None
             span += c * (hi - lo)
     # the dense layout over the inner slots, largest coefficient outermost
-    inner = sorted(ranges, reverse=True)
     strides, size = {}, 1
-    for c in reversed(inner):
+    for c in reversed(inner_slots):
         strides[c] = size
         size *= ranges[c][1] - ranges[c][0] + 1
     if size * dt.itemsize(buf.dtype) > STACK_ALLOCA_LIMIT:
         return None
-    new_buf = Buffer(buf.name, (size,), buf.dtype, scope=buf.scope, align=buf.align)
-
-    def new_index(index):
-        coeffs, _, const_ = _affine(index, loop_vars)
+    new_index: dict[int, PrimExpr] = {}
+    for node, digits, _ in decomposed:
         e = convert(0)
-        for c, d in inner_digits(coeffs, const_).items():
-            e = e + (d - ranges[c][0]) * strides[c]
-        return ana.simplify(e)
+        for c in inner_slots:
+            e = e + (digits.get(c, convert(0)) - ranges[c][0]) * strides[c]
+        e = ana.simplify(e)
+        old = new_index.setdefault(id(node), e)
+        if old is not e and not bool(old == e):
+            return None  # one node object in two places that need different indices
+    new_buf = Buffer(buf.name, (size,), buf.dtype, scope=buf.scope, align=buf.align)
 
     class Rewrite(IRMutator):
         def visit_BufferLoad(self, n: BufferLoad):
+            index = new_index.get(id(n)) if n.buffer is buf else None
             n = self.generic_visit(n)
-            if n.buffer is new_buf:
-                return n.replace(indices=(new_index(n.indices[0]),))
-            return n
+            return n if index is None else n.replace(indices=(index,))
 
         def visit_BufferStore(self, n: BufferStore):
+            index = new_index.get(id(n)) if n.buffer is buf else None
             n = self.generic_visit(n)
-            if n.buffer is new_buf:
-                return n.replace(indices=(new_index(n.indices[0]),))
-            return n
+            return n if index is None else n.replace(indices=(index,))
 
         def visit_For(self, n: For):
             new = self.generic_visit(n)

@@ -7,6 +7,7 @@ thread-pool runtime, when parallel loops need it) into one shared library with `
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import llvmlite.binding as llvm
@@ -18,7 +19,7 @@ from ..runtime.module import Module
 from ..target import Target, TargetError, arch_of_triple, host_triple
 from ..toolchain import link_shared
 from . import threadpool
-from .codegen import CodeGenLLVM, CodegenOptions
+from .codegen import FMA_METADATA, CodeGenLLVM, CodegenOptions
 from .irutil import ModuleBuilder
 from .softops import hardware_division
 
@@ -31,6 +32,13 @@ _X86_F16C_CPUS = {"ivybridge", "haswell", "broadwell", "skylake", "skylake-avx51
                   "raptorlake", "sapphirerapids", "graniterapids", "znver1", "znver2", "znver3",
                   "znver4", "znver5", "x86-64-v3", "x86-64-v4", "bdver1", "bdver2", "bdver3",
                   "bdver4", "btver2", "core-avx-i", "core-avx2"}
+_X86_FMA_CPUS = {"haswell", "broadwell", "skylake", "skylake-avx512", "cascadelake", "cooperlake",
+                 "icelake-client", "icelake-server", "tigerlake", "alderlake", "raptorlake",
+                 "sapphirerapids", "graniterapids", "znver1", "znver2", "znver3", "znver4",
+                 "znver5", "x86-64-v3", "x86-64-v4", "bdver2", "bdver3", "bdver4", "core-avx2"}
+_ARM_FMA_CPUS = {"cortex-a7", "cortex-a12", "cortex-a15", "cortex-a17", "cortex-a32",
+                 "cortex-a35", "cortex-a53", "cortex-a55", "cortex-a57", "cortex-a72",
+                 "cortex-a73", "cortex-a75", "cortex-a76"}
 _ARM_FP16_CPUS = {"cortex-a7", "cortex-a12", "cortex-a15", "cortex-a17", "cortex-a32",
                   "cortex-a35", "cortex-a53", "cortex-a55", "cortex-a57", "cortex-a72",
                   "cortex-a73", "cortex-a75", "cortex-a76"}
@@ -107,6 +115,24 @@ class MachineConfig:
         return ""
 
     @property
+    def has_fma(self) -> bool:
+        """Whether the CPU has fused multiply-add instructions (``llvm.fma`` is then one
+        instruction; elsewhere it would be a call to libm's ``fmaf``)."""
+        feats = set(self.features.split(","))
+        if self.arch == "aarch64":
+            return True
+        if self.arch in ("x86_64", "x86"):
+            if "-fma" in feats:
+                return False
+            return bool({"+fma", "+avx512f", "+fma4"} & feats) or self.cpu in _X86_FMA_CPUS
+        if self.arch == "arm":
+            return bool({"+vfp4", "+neon-vfpv4", "+vfp4d16", "+fp-armv8"} & feats) or \
+                self.cpu in _ARM_FMA_CPUS
+        if self.arch.startswith("riscv"):
+            return "+f" in feats or "+d" in feats
+        return False
+
+    @property
     def native_f16(self) -> bool:
         feats = set(self.features.split(","))
         if self.arch == "aarch64":
@@ -179,7 +205,82 @@ def _ensure_runtime_engine():
         _RUNTIME_ENGINE = (engine, mod, tm)
 
 
-def _parse(text: str) -> llvm.ModuleRef:
+_NAME = r'%(?:[-\w.$]+|"[^"]*")'
+_FMA_LINE = re.compile(r"^(\s*)(" + _NAME + r") = (fmul|fadd) (.*), !" + re.escape(FMA_METADATA)
+                       + r" (!\d+)\s*$")
+_LLVM_TYPE_SUFFIX = {"float": "f32", "double": "f64"}
+
+
+def _split_operands(text: str) -> list[str]:
+    """``"<16 x float> %a, %b"`` -> ``["%a", "%b"]`` (the type prefix dropped); commas inside
+    ``<...>``, ``[...]``, ``{...}`` (vector constants) do not split."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "<[{(":
+            depth += 1
+        elif ch in ">]})":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur.strip())
+    return parts
+
+
+def _fma_type(first_operand: str) -> tuple[str, str, str] | None:
+    """``"<16 x float> %a"`` -> ``("<16 x float>", "%a", "v16f32")``; None for other types."""
+    m = re.match(r"^(<(\d+) x (float|double)>|float|double) (.+)$", first_operand)
+    if m is None:
+        return None
+    if m.group(2):
+        return m.group(1), m.group(4), f"v{m.group(2)}{_LLVM_TYPE_SUFFIX[m.group(3)]}"
+    return m.group(1), m.group(4), _LLVM_TYPE_SUFFIX[m.group(1)]
+
+
+def fuse_tagged_fma(text: str) -> str:
+    """Turn each multiply-add pair the code generator tagged ``!tilecraft.fma`` (a reduction's
+    ``acc + x * y``, see ``CodeGenLLVM._accumulate``) into one ``llvm.fma`` call.
+
+    ``%m = fmul T x, y`` becomes ``%m = call T @llvm.fma(x, y, acc)`` and ``%r = fadd T acc, %m``
+    becomes a no-op ``bitcast`` of ``%m``. Lines that do not form a complete pair are left as
+    they are. Only for targets with FMA instructions (elsewhere ``llvm.fma`` is a libm call).
+    """
+    lines = text.split("\n")
+    pairs: dict[str, dict] = {}
+    for k, line in enumerate(lines):
+        m = _FMA_LINE.match(line)
+        if m is not None:
+            pairs.setdefault(m.group(5), {})[m.group(3)] = (k, m.group(1), m.group(2), m.group(4))
+    declared: dict[str, str] = {}
+    for pair in pairs.values():
+        if set(pair) != {"fmul", "fadd"}:
+            continue
+        kmul, indent, mname, mops = pair["fmul"]
+        kadd, _, rname, aops = pair["fadd"]
+        mparts, aparts = _split_operands(mops), _split_operands(aops)
+        if len(mparts) != 2 or len(aparts) != 2:
+            continue
+        t = _fma_type(mparts[0])
+        ta = _fma_type(aparts[0])
+        if t is None or ta is None or ta[0] != t[0] or aparts[1] != mname:
+            continue
+        ty, x, sfx = t
+        y, acc = mparts[1], ta[1]
+        lines[kmul] = (f"{indent}{mname} = call {ty} @llvm.fma.{sfx}({ty} {x}, {ty} {y}, "
+                       f"{ty} {acc})")
+        lines[kadd] = f"{indent}{rname} = bitcast {ty} {mname} to {ty}"
+        declared[sfx] = ty
+    for sfx, ty in declared.items():
+        if f"@llvm.fma.{sfx}(" not in text:
+            lines.append(f"declare {ty} @llvm.fma.{sfx}({ty}, {ty}, {ty})")
+    return "\n".join(lines)
+
+
+def _parse(text: str, fma: bool = False) -> llvm.ModuleRef:
+    if fma:
+        text = fuse_tagged_fma(text)
     try:
         mod = llvm.parse_assembly(text)
         mod.verify()
@@ -213,7 +314,7 @@ class LLVMModule(Module):
         if self._uses_parallel:
             _ensure_runtime_engine()
         tm = self._config.machine(jit=True, pic=False)
-        mod = _parse(self._raw_ir)
+        mod = _parse(self._raw_ir, self._config.has_fma)
         optimize(mod, tm, self._config.opt_level)
         self._opt_ir = str(mod)
         self._tm = tm
@@ -225,7 +326,7 @@ class LLVMModule(Module):
     def _compile_object(self) -> tuple[bytes, str]:
         """An object file (PIC) with the thread-pool runtime linked in when it is needed."""
         tm = self._config.machine(jit=False, pic=True)
-        mod = _parse(self._raw_ir)
+        mod = _parse(self._raw_ir, self._config.has_fma)
         if self._uses_parallel:
             rt = _parse(runtime_ir(self._config, str(tm.target_data), "hidden"))
             mod.link_in(rt)

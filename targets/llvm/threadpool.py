@@ -14,7 +14,11 @@ int32_t num_tasks)``
 The pool is persistent: workers are created on first need (up to ``MAX_WORKERS``), detached,
 and then wait for jobs, spinning briefly on an atomic generation counter before sleeping on a
 condition variable, so launching a small kernel costs microseconds, not a ``pthread_create``.
-Launches from several threads are serialized by a lock. After ``fork()`` (noticed through
+Launches from several threads are serialized by a lock. Each worker task is *claimed*
+(an atomic exchange on its slot) by its worker or, once the caller has finished task 0, by the
+caller, which runs every task no worker has started: a worker descheduled by another process
+(or still waking up) then delays nothing, and a worker that wakes up late finds its slot taken
+and does not touch the finished job. After ``fork()`` (noticed through
 ``getpid()``) the child starts a fresh pool. Mutexes and condition variables are zero-initialized
 storage of 64 bytes, which is ``PTHREAD_MUTEX_INITIALIZER`` / ``PTHREAD_COND_INITIALIZER`` on
 glibc and musl and larger than either's objects on every supported architecture.
@@ -84,6 +88,8 @@ class _Runtime:
         self.job_error = g("job_error", I32, I32(0))
         self.cores = g("cores", I32, I32(0))
         self.gen0 = g("worker_gen0", ir.ArrayType(I32, MAX_WORKERS + 1))
+        # per task slot: the job word while the task is unclaimed, 0 once a thread took it
+        self.slot_job = g("slot_job", ir.ArrayType(I32, MAX_WORKERS + 1))
         self.task_ty = ir.FunctionType(I32, [I32, I32, PTR])
 
     # -- small builders -------------------------------------------------------------------------
@@ -205,7 +211,14 @@ class _Runtime:
         w.add_incoming(w_sleep, bb["sleep.got"])
         b.store(w, my_slot)
         nt = b.and_(w, I32(TASK_MASK))
-        b.cbranch(b.icmp_signed("<", idx, nt), bb["run"], bb["wait"])
+        claim_bb = fn.append_basic_block("claim")
+        b.cbranch(b.icmp_signed("<", idx, nt), claim_bb, bb["wait"])
+        # the launching thread may have run this task itself already (this worker was slow to
+        # wake): then the job, its closure included, may be gone -- leave it alone
+        b.position_at_end(claim_bb)
+        slot = b.gep(self.slot_job, [I32(0), idx])  # typed: atomics need the element type
+        claimed = b.cmpxchg(slot, w, I32(0), "acq_rel", "monotonic")
+        b.cbranch(b.extract_value(claimed, 1), bb["run"], bb["wait"])
         b.position_at_end(bb["run"])
         task = b.load(self.job_fn, typ=self.task_ty.as_pointer())
         closure = b.load(self.job_closure, typ=PTR)
@@ -300,11 +313,35 @@ class _Runtime:
         self._store(b, b.sub(ntasks, I32(1)), self.pending)
         old_word = self._load(b, self.job, "monotonic")
         next_gen = b.add(b.and_(old_word, I32(~TASK_MASK)), I32(TASK_MASK + 1))
+        word = b.or_(next_gen, ntasks)
+        self._for_slots(b, ntasks, lambda slot, i: self._store(b, word, slot, "monotonic"))
         b.call(self.lock_fn, [self.pool_lock])
-        self._store(b, b.or_(next_gen, ntasks), self.job)
+        self._store(b, word, self.job)
         b.call(self.unlock_fn, [self.pool_lock])
         b.call(self.broadcast_fn, [self.work_cv])
         r0 = self._call(b, task, [I32(0), ntasks, closure])
+
+        # tasks whose worker has not started yet (descheduled by another process, or still
+        # waking up) run here, so the launch waits only for workers that are running a task
+        def run_unclaimed(slot, i):
+            claimed = b.cmpxchg(slot, word, I32(0), "acq_rel", "monotonic")
+            run_bb = fn.append_basic_block("steal.run")
+            next_bb = fn.append_basic_block("steal.next")
+            b.cbranch(b.extract_value(claimed, 1), run_bb, next_bb)
+            b.position_at_end(run_bb)
+            rc = self._call(b, task, [i, ntasks, closure])
+            err_bb = fn.append_basic_block("steal.err")
+            count_bb = fn.append_basic_block("steal.count")
+            b.cbranch(b.icmp_signed("!=", rc, I32(0)), err_bb, count_bb)
+            b.position_at_end(err_bb)
+            b.cmpxchg(self.job_error, I32(0), rc, "acq_rel", "monotonic")
+            b.branch(count_bb)
+            b.position_at_end(count_bb)
+            b.atomic_rmw("sub", self.pending, I32(1), "acq_rel")
+            b.branch(next_bb)
+            b.position_at_end(next_bb)
+
+        self._for_slots(b, ntasks, run_unclaimed)
         b.store(I32(0), k_slot)
         b.branch(bb["wait"])
         # wait for the other tasks: spin, then sleep
@@ -332,6 +369,23 @@ class _Runtime:
         err = self._load(b, self.job_error)
         b.call(self.unlock_fn, [self.launch_lock])
         b.ret(b.select(b.icmp_signed("!=", r0, I32(0)), r0, err))
+
+    def _for_slots(self, b, ntasks, body):
+        """Emit ``body(slot_pointer, i)`` for the worker task slots ``i`` in ``[1, ntasks)``."""
+        fn = b.function
+        pre = b.block
+        head, loop, done = (fn.append_basic_block("slots"), fn.append_basic_block("slots.body"),
+                            fn.append_basic_block("slots.done"))
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I32)
+        i.add_incoming(I32(1), pre)
+        b.cbranch(b.icmp_signed("<", i, ntasks), loop, done)
+        b.position_at_end(loop)
+        body(b.gep(self.slot_job, [I32(0), i]), i)
+        i.add_incoming(b.add(i, I32(1)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
 
     @staticmethod
     def _call(b, fnptr, args):
