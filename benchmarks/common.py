@@ -54,6 +54,10 @@ def side_by_side(ours: Callable[[], object], peer: Callable[[], object], number:
     a, b = [], []
     for _ in range(rounds):
         for fn, out in ((ours, a), (peer, b)):
+            # let the other side's worker threads go idle first: onnxruntime's pool spin-waits
+            # after each run and would otherwise steal a core from whatever runs next
+            time.sleep(0.05)
+            fn()
             t0 = time.perf_counter()
             for _ in range(number):
                 fn()

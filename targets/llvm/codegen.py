@@ -1521,7 +1521,9 @@ def compact_local_allocations(body: Stmt) -> Stmt:
     It only moves a buffer when the move cannot be observed:
 
     * every index is affine in the loop variables (constant positive coefficients) plus terms
-      free of loop variables that are the same in every access;
+      free of loop variables that are the same in every access (an access under an
+      ``IfThenElse`` is read with its branch's condition known, so a tail copy in which
+      lowering substituted ``i_0 = 170`` still has the term ``i_0 * 6144``);
     * each loop around the accesses down to the common one has a term in every index, the
       same in every access, and the loops' terms do not overlap in the mixed-radix sense (each
       coefficient is larger than the span of all smaller ones), so no two iterations of those
