@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import llvmlite.ir as ir
 import numpy as np
 
+from tensorir.transform.loop_partition import affine_terms
 from tensorir import dtype as dt
 from tensorir.expr import (Add, BufferLoad, Call, Cast, CmpOp, Div, FloatImm, FloorDiv, FloorMod,
                            IntImm, Let, Max, Min, Mod, Mul, Not, PrimExpr, Reduce, Select,
@@ -1566,35 +1567,6 @@ class _LocalCompactor:
         return s
 
 
-def _affine(e: PrimExpr, loop_vars) -> tuple[dict, list, int] | None:
-    """``e`` as ``(coefficients of loop vars, loop-invariant terms, constant)``, or None."""
-    if isinstance(e, IntImm):
-        return {}, [], e.value
-    if isinstance(e, Var):
-        return ({e: 1}, [], 0) if e in loop_vars else ({}, [e], 0)
-    if isinstance(e, (Add, Sub)):
-        a, b = _affine(e.a, loop_vars), _affine(e.b, loop_vars)
-        if a is None or b is None:
-            return None
-        sign = 1 if isinstance(e, Add) else -1
-        coeffs = dict(a[0])
-        for v, c in b[0].items():
-            coeffs[v] = coeffs.get(v, 0) + sign * c
-        inv = a[1] + (b[1] if sign == 1 else [Mul(IntImm(-1, t.dtype), t) for t in b[1]])
-        return {v: c for v, c in coeffs.items() if c}, inv, a[2] + sign * b[2]
-    if isinstance(e, Mul):
-        for k, other in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(k, IntImm):
-                r = _affine(other, loop_vars)
-                if r is None:
-                    return None
-                return ({v: c * k.value for v, c in r[0].items() if c * k.value},
-                        [Mul(k, t) for t in r[1]], r[2] * k.value)
-    if any(v in loop_vars for v in free_vars(e)):
-        return None
-    return {}, [e], 0
-
-
 def _negation(c):
     """``not c`` for an integer comparison (to assume in an else branch), else None."""
     from tensorir.expr import GE, GT, LE, LT
@@ -1678,7 +1650,7 @@ def _compact_allocation(buf: Buffer, body: Stmt) -> Stmt | None:
     # their branch conditions are known: a tail branch may hold ``i_0 = 170`` substituted)
     outer_terms = None
     for _, _, index, _ in accesses:
-        r = _affine(index, loop_vars)
+        r = affine_terms(index, loop_vars)
         if r is not None and all(r[0].get(v, 0) > 0 for v in outer):
             outer_terms = {v: r[0][v] for v in outer}
             break
@@ -1701,7 +1673,7 @@ def _compact_allocation(buf: Buffer, body: Stmt) -> Stmt | None:
             rel = ana.simplify(index - base)
             if any(v in outer for v in free_vars(rel)):
                 return None
-            r = _affine(rel, loop_vars)
+            r = affine_terms(rel, loop_vars)
             if r is None or any(c <= 0 for c in r[0].values()):
                 return None
             coeffs, inv, const_ = r

@@ -44,14 +44,15 @@ def _as_negative(c):
     return c.b - c.a - 1
 
 
-def _affine(e: PrimExpr, loop_vars) -> tuple[dict, list, int] | None:
-    """``e`` as ``(coefficients of loop_vars, invariant terms, constant)``, or None."""
+def affine_terms(e: PrimExpr, loop_vars) -> tuple[dict, list, int] | None:
+    """``e`` as ``(coefficients of loop_vars, invariant terms, constant)``, or None when it is
+    not affine in ``loop_vars`` (shared with the LLVM code generator's loop partitioning)."""
     if isinstance(e, IntImm):
         return {}, [], e.value
     if isinstance(e, Var):
         return ({e: 1}, [], 0) if e in loop_vars else ({}, [e], 0)
     if isinstance(e, (Add, Sub)):
-        a, b = _affine(e.a, loop_vars), _affine(e.b, loop_vars)
+        a, b = affine_terms(e.a, loop_vars), affine_terms(e.b, loop_vars)
         if a is None or b is None:
             return None
         sign = 1 if isinstance(e, Add) else -1
@@ -63,7 +64,7 @@ def _affine(e: PrimExpr, loop_vars) -> tuple[dict, list, int] | None:
     if isinstance(e, Mul):
         for k, other in ((e.a, e.b), (e.b, e.a)):
             if isinstance(k, IntImm):
-                r = _affine(other, loop_vars)
+                r = affine_terms(other, loop_vars)
                 if r is None:
                     return None
                 return ({v: c * k.value for v, c in r[0].items() if c * k.value},
@@ -128,7 +129,7 @@ class _Partitioner:
             return None
         divs = _DivAtoms(v)
         e = divs.visit(e)
-        r = _affine(e, {v, *divs.atoms})
+        r = affine_terms(e, {v, *divs.atoms})
         if r is None:
             return None
         used = [x for x in (v, *divs.atoms) if r[0].get(x, 0) != 0]
