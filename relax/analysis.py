@@ -27,6 +27,7 @@ from .expr import (Binding, BindingBlock, Call, Constant, DataflowBlock, Dataflo
                    ShapeExpr, StringImm, Tuple, TupleGetItem, Var, VarBinding)
 from .op.base import Op, OpPattern
 from .printer import to_script as _show
+from .expr import tir_vars_in  # noqa: F401  (re-exported: part of the analysis API)
 from .struct_info import (FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo,
                           StructInfo, TensorStructInfo, TupleStructInfo)
 
@@ -143,33 +144,6 @@ def all_global_vars(expr) -> list[GlobalVar]:
     """GlobalVars referenced in ``expr`` (call_tir targets and called functions), by name."""
     out: dict[str, GlobalVar] = {}
     _walk(expr, lambda v: None, lambda v: None, lambda g: out.setdefault(g.name_hint, g))
-    return list(out.values())
-
-
-def tir_vars_in(node) -> list[TirVar]:
-    """Symbolic (TensorIR) variables used under a Relax node or struct info, in first-use order
-    (through variables' struct infos; PrimFuncs are not entered)."""
-    out: dict[int, TirVar] = {}
-    seen: set[int] = set()
-
-    def visit(x):
-        if isinstance(x, (list, tuple)):
-            for y in x:
-                visit(y)
-            return
-        if isinstance(x, TirVar):
-            out.setdefault(id(x), x)
-            return
-        if isinstance(x, (Var, GlobalVar)):
-            visit(x.struct_info)
-            return
-        if not isinstance(x, Node) or isinstance(x, PrimFunc) or id(x) in seen:
-            return
-        seen.add(id(x))
-        for f in x._fields:
-            visit(getattr(x, f))
-
-    visit(node)
     return list(out.values())
 
 

@@ -15,7 +15,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tensorir import dtype as dt
-from tensorir.expr import Node, PrimExpr, TIRError, convert
+from tensorir.expr import Node, PrimExpr, TIRError, Var as _TirVar, convert
+from tensorir.function import PrimFunc
 
 from .struct_info import (FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo,
                           StructInfo, TensorStructInfo, TupleStructInfo, make_shape)
@@ -342,3 +343,30 @@ class Function(Expr):
 
 def is_prim_expr_value(x) -> bool:
     return isinstance(x, PrimExpr)
+
+
+def tir_vars_in(node) -> list[_TirVar]:
+    """Symbolic (TensorIR) variables used under a Relax node or struct info, in first-use order
+    (through variables' struct infos; PrimFuncs are not entered)."""
+    out: dict[int, _TirVar] = {}
+    seen: set[int] = set()
+
+    def visit(x):
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                visit(y)
+            return
+        if isinstance(x, _TirVar):
+            out.setdefault(id(x), x)
+            return
+        if isinstance(x, (Var, GlobalVar)):
+            visit(x.struct_info)
+            return
+        if not isinstance(x, Node) or isinstance(x, PrimFunc) or id(x) in seen:
+            return
+        seen.add(id(x))
+        for f in x._fields:
+            visit(getattr(x, f))
+
+    visit(node)
+    return list(out.values())

@@ -66,6 +66,7 @@ from tensorir.script import INDENT, RESERVED_NAMES, _Printer, sanitize, string_l
 from .expr import (Binding, BindingBlock, Call, Constant, DataflowBlock, DataflowVar, Expr,
                    ExternFunc, Function, GlobalVar, If, MatchCast, PrimValue, SeqExpr, ShapeExpr,
                    StringImm, Tuple, TupleGetItem, Var, VarBinding)
+from .expr import tir_vars_in
 from .op.base import Op
 from .struct_info import (FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo,
                           StructInfo, TensorStructInfo, TupleStructInfo)
@@ -217,12 +218,12 @@ class _RelaxPrinter:
 
     def declare_free(self, node):
         """Name the symbolic dims and Relax vars used in a loose expression (no declarations)."""
-        for tv in _tir_vars_in(node):
+        for tv in tir_vars_in(node):
             self.define(tv, tv.name)
 
     def declare_tir_vars(self, func: Function):
         """Name every symbolic dim of ``func`` and print ``n = T.int64()`` for each."""
-        for tv in _tir_vars_in(func):
+        for tv in tir_vars_in(func):
             if tv.__class__ is TirVar:
                 name = self.define(tv, tv.name)
                 self.emit(f"{name} = T.{tv.dtype}()")
@@ -435,7 +436,7 @@ class _RelaxPrinter:
         self.tir.namer.push()
         params = []
         # symbolic dims first, so a parameter named like a dim gets the suffix
-        dims = [tv for tv in _tir_vars_in(f) if tv.__class__ is TirVar]
+        dims = [tv for tv in tir_vars_in(f) if tv.__class__ is TirVar]
         for tv in dims:
             self.define(tv, tv.name)
         for p in f.params:
@@ -455,27 +456,3 @@ class _RelaxPrinter:
         self.tir.namer.pop()
 
 
-def _tir_vars_in(node) -> list[TirVar]:
-    """Symbolic (TensorIR) variables used anywhere under a Relax node, in first-use order."""
-    out: dict[int, TirVar] = {}
-    seen: set[int] = set()
-
-    def visit(x):
-        if isinstance(x, (list, tuple)):
-            for y in x:
-                visit(y)
-            return
-        if isinstance(x, TirVar):
-            out.setdefault(id(x), x)
-            return
-        if isinstance(x, (Var, GlobalVar)):
-            visit(x.struct_info)
-            return
-        if not isinstance(x, Node) or isinstance(x, PrimFunc) or id(x) in seen:
-            return
-        seen.add(id(x))
-        for f in x._fields:
-            visit(getattr(x, f))
-
-    visit(node)
-    return list(out.values())
