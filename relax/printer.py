@@ -61,7 +61,8 @@ from tensorir.expr import Node, PrimExpr, Var as TirVar
 from tensorir.function import IRModule, PrimFunc
 # the TensorIR printer's internals: one namer for Relax names and symbolic dims, and the
 # PrimFunc printer at the module's indentation (as tensorir.script's own module printer does)
-from tensorir.script import INDENT, RESERVED_NAMES, _Printer, sanitize, string_literal
+from tensorir.script import (INDENT, RESERVED_NAMES, _Printer, sanitize, string_literal,
+                             unique_name)
 
 from .expr import (Binding, BindingBlock, Call, Constant, DataflowBlock, DataflowVar, Expr,
                    ExternFunc, Function, GlobalVar, If, MatchCast, PrimValue, SeqExpr, ShapeExpr,
@@ -154,12 +155,7 @@ def module_script(mod: IRModule) -> str:
     shared = _RelaxPrinter(in_module=True)  # metadata numbering across the module
     chunks = []
     for key, fn in mod.functions.items():
-        base = sanitize(key)
-        def_name, k = base, 0
-        while def_name in used:
-            k += 1
-            def_name = f"{base}_{k}"
-        used.add(def_name)
+        def_name = unique_name(sanitize(key), used)
         if isinstance(fn, PrimFunc):
             tp = _Printer(depth=1)
             extra = "" if def_name == key else f"(name={string_literal(key)})"

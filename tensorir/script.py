@@ -148,6 +148,16 @@ def _to_script(node) -> str:
 # names
 
 
+def unique_name(base: str, used: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``... whichever is not in ``used``; records it there."""
+    name, k = base, 0
+    while name in used:
+        k += 1
+        name = f"{base}_{k}"
+    used.add(name)
+    return name
+
+
 def sanitize(name: str) -> str:
     """A Python identifier close to ``name`` (ASCII letters, digits and ``_``)."""
     s = re.sub(r"[^0-9A-Za-z_]", "_", str(name))
@@ -788,12 +798,7 @@ class _Printer:
         used: set[str] = set(RESERVED_NAMES)
         chunks = []
         for key, fn in mod.functions.items():
-            base = sanitize(key)
-            def_name, k = base, 0
-            while def_name in used:
-                k += 1
-                def_name = f"{base}_{k}"
-            used.add(def_name)
+            def_name = unique_name(sanitize(key), used)
             if isinstance(fn, PrimFunc):
                 p = _Printer(depth=1)
                 extra = "" if def_name == key else f"(name={string_literal(key)})"
