@@ -1,0 +1,36 @@
+"""What every frontend shares: the error raised for operators and attributes we cannot import."""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+
+class UnsupportedError(NotImplementedError):
+    """A model uses operators or attributes that the frontend cannot express in Relax.
+
+    ``problems`` lists every unsupported use in the model (not only the first one), each a short
+    line naming the node, its op type and the opset; the message holds them all.
+
+    Examples
+    --------
+    >>> try:
+    ...     relax.frontend.from_onnx(model)
+    ... except relax.frontend.UnsupportedError as err:
+    ...     for line in err.problems:
+    ...         print(line)
+    """
+
+    def __init__(self, frontend: str, problems: Sequence[str]):
+        self.frontend = frontend
+        self.problems = list(problems)
+        count = len(self.problems)
+        head = (f"{frontend}: the model uses {count} unsupported "
+                f"{'operator' if count == 1 else 'operators'} or attributes:")
+        super().__init__("\n  ".join([head] + self.problems))
+
+
+def unique_in_order(items: Iterable[str]) -> list:
+    """``items`` without repeats, first occurrence first."""
+    seen = {}
+    for item in items:
+        seen.setdefault(item, None)
+    return list(seen)
