@@ -13,6 +13,8 @@ cpu(0)
 """
 from __future__ import annotations
 
+from typing import Any
+
 DEVICE_TYPES = {"cpu": 1, "opencl": 4, "vulkan": 7, "webgpu": 15}
 DEVICE_NAMES = {v: k for k, v in DEVICE_TYPES.items()}
 
@@ -58,10 +60,15 @@ class Device:
     @property
     def exist(self) -> bool:
         """Whether this device is present (the CPU always is)."""
-        return self.kind == "cpu" and self.index == 0
+        if self.kind == "cpu":
+            return self.index == 0
+        runtime = _DEVICE_RUNTIMES.get(self.kind)
+        return bool(runtime is not None and runtime.exist(self.index))
 
     def sync(self) -> None:
         """Wait for queued work on the device to finish (nothing to wait for on the CPU)."""
+        if self.kind != "cpu":
+            device_runtime(self.kind).sync(self.index)
 
     def __eq__(self, other):
         return isinstance(other, Device) and (self.kind, self.index) == (other.kind, other.index)
@@ -73,9 +80,41 @@ class Device:
         return f"{self.kind}({self.index})"
 
 
+# Device back ends (targets.opencl_backend, targets.webgpu_backend) register a runtime for their
+# kind when their package is imported; ``targets.array``/``targets.empty``, ``Device.exist`` and
+# ``Device.sync`` dispatch to it. A runtime has ``array(np_array, device)``,
+# ``empty(shape, dtype, device)``, ``exist(index) -> bool`` and ``sync(index)``; it loads its
+# driver library (pyopencl, wgpu) only when one of these is first called.
+_DEVICE_RUNTIMES: dict[str, Any] = {}
+
+
+def register_device_runtime(kind: str, runtime: Any) -> None:
+    """Make ``runtime`` serve arrays and synchronization for devices of ``kind``."""
+    if kind not in DEVICE_TYPES or kind == "cpu":
+        raise ValueError(f"cannot register a runtime for device kind {kind!r}")
+    _DEVICE_RUNTIMES[kind] = runtime
+
+
+def device_runtime(kind: str) -> Any:
+    """The runtime registered for ``kind``; ValueError if there is none."""
+    runtime = _DEVICE_RUNTIMES.get(kind)
+    if runtime is None:
+        raise ValueError(f"no runtime for {kind} devices is available in this process")
+    return runtime
+
+
 def cpu(index: int = 0) -> Device:
     """The host CPU: ``targets.cpu(0)``."""
     return Device("cpu", index)
+
+
+def webgpu(index: "int | str" = 0) -> Device:
+    """A WebGPU adapter: ``targets.webgpu(0)`` is the high-performance one, then the others in
+    the order wgpu lists them; a string picks the first whose name contains it
+    (``targets.webgpu("llvmpipe")``). The adapter is opened when first used."""
+    if isinstance(index, str):
+        index = device_runtime("webgpu").find(index)
+    return Device("webgpu", index)
 
 
 def device(kind: "str | int", index: int = 0) -> Device:

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .device import Device, cpu
+from .device import Device, cpu, device_runtime
 
 ALIGNMENT = 64
 SUPPORTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -142,8 +142,7 @@ def array(source, device: Device | None = None) -> NDArray:
     src = np.asarray(source)
     _dtype_name(src.dtype)
     if device.kind != "cpu":
-        raise ValueError(f"targets.array: no runtime for {device} in this module; use that "
-                         f"device's runtime")
+        return device_runtime(device.kind).array(src, device)
     out = aligned_empty(src.shape, src.dtype)
     np.copyto(out, src)
     return NDArray(out, device)
@@ -156,6 +155,5 @@ def empty(shape: Sequence[int], dtype="float32", device: Device | None = None) -
         shape = (shape,)
     name = _dtype_name(dtype)
     if device.kind != "cpu":
-        raise ValueError(f"targets.empty: no runtime for {device} in this module; use that "
-                         f"device's runtime")
+        return device_runtime(device.kind).empty(shape, name, device)
     return NDArray(aligned_empty(shape, name), device)
