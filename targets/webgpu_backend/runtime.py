@@ -1,0 +1,523 @@
+"""The WebGPU runtime, through ``wgpu`` (wgpu-native): adapters, devices, arrays, pipelines.
+
+``targets.webgpu(i)`` names adapter ``i``: 0 is the one wgpu picks for
+``power_preference="high-performance"``, then the other adapters in the order wgpu lists them
+(on this machine: lavapipe on Vulkan, then llvmpipe on OpenGL). ``targets.webgpu("llvmpipe")``
+picks by name. ``wgpu`` is imported when an adapter is first needed, so ``import targets`` works
+without it.
+
+A ``GPUDevice`` is opened on an adapter on first use. It requests the WebGPU *spec's default*
+limits (8 storage buffers per stage, 256 invocations per workgroup, 16 KiB of workgroup storage,
+65535 workgroups per dimension, 128 MiB per storage binding, 256 MiB per buffer) — not the
+adapter's, so code that runs here also runs in a browser — raised only where a WebGPU target
+built or loaded in this process declares more (``Target("webgpu -max-storage-buffers=16")``),
+as far as the adapter allows. Features: ``timestamp-query`` whenever the adapter has it (it only
+serves ``time_evaluator``), ``shader-f16`` only when a target declares ``supports_float16``.
+A module that needs more than the device was opened with, or a feature it lacks, fails with a
+``WebGPUError`` naming the limit or feature before anything is dispatched.
+
+Examples
+--------
+>>> import numpy as np, targets
+>>> dev = targets.webgpu(0)                                     # doctest: +SKIP
+>>> a = targets.array(np.arange(4, dtype="float32"), dev)       # doctest: +SKIP
+>>> a.numpy()                                                   # doctest: +SKIP
+array([0., 1., 2., 3.], dtype=float32)
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import threading
+from collections import OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..runtime.device import Device, register_device_runtime
+from ..runtime.ndarray import NDArray, _dtype_name
+from . import storage
+
+# The WebGPU specification's default limits, by wgpu's names: what a browser grants unasked.
+SPEC_LIMITS = {
+    "max-bind-groups": 4,
+    "max-bindings-per-bind-group": 1000,
+    "max-buffer-size": 268435456,
+    "max-storage-buffer-binding-size": 134217728,
+    "max-uniform-buffer-binding-size": 65536,
+    "max-storage-buffers-per-shader-stage": 8,
+    "max-uniform-buffers-per-shader-stage": 12,
+    "max-dynamic-storage-buffers-per-pipeline-layout": 4,
+    "max-dynamic-uniform-buffers-per-pipeline-layout": 8,
+    "max-compute-workgroup-storage-size": 16384,
+    "max-compute-invocations-per-workgroup": 256,
+    "max-compute-workgroup-size-x": 256,
+    "max-compute-workgroup-size-y": 256,
+    "max-compute-workgroup-size-z": 64,
+    "max-compute-workgroups-per-dimension": 65535,
+    "min-storage-buffer-offset-alignment": 256,
+    "min-uniform-buffer-offset-alignment": 256,
+}
+# For these a smaller value is the stronger requirement.
+_ALIGNMENT_LIMITS = {"min-storage-buffer-offset-alignment", "min-uniform-buffer-offset-alignment"}
+
+
+class WebGPUError(RuntimeError):
+    """No adapter, a missing feature, a limit the device does not have, a failed dispatch."""
+
+
+class WGSLCompileError(WebGPUError):
+    """The WebGPU implementation rejected generated WGSL; the message quotes the line it names."""
+
+
+# ---------------------------------------------------------------------------------------------
+# wgpu, loaded on first use
+
+_WGPU = None
+_LOCK = threading.RLock()
+
+
+def _quiet_environment() -> None:
+    """Mesa's loaders complain on stderr when XDG_RUNTIME_DIR is unset; give them a private one."""
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return
+    path = os.path.join(tempfile.gettempdir(), f"tilecraft-xdg-{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        if os.stat(path).st_uid == os.getuid():
+            os.environ["XDG_RUNTIME_DIR"] = path
+    except OSError:
+        pass
+
+
+def wgpu_module():
+    """The ``wgpu`` package (imported on first call); WebGPUError if it is not installed."""
+    global _WGPU
+    if _WGPU is None:
+        with _LOCK:
+            if _WGPU is None:
+                _quiet_environment()
+                try:
+                    import wgpu  # the back end's driver library, needed only to run kernels
+                except ImportError as err:
+                    raise WebGPUError(f"the WebGPU runtime needs the wgpu package "
+                                      f"(pip install wgpu): {err}") from None
+                _WGPU = wgpu
+    return _WGPU
+
+
+# ---------------------------------------------------------------------------------------------
+# adapters
+
+_ADAPTERS: list | None = None
+
+
+def _adapter_key(adapter) -> tuple:
+    info = adapter.info
+    return (info.get("backend_type"), info.get("device"), info.get("vendor_id"),
+            info.get("device_id"), info.get("adapter_type"))
+
+
+def _adapter_list() -> list:
+    global _ADAPTERS
+    if _ADAPTERS is None:
+        with _LOCK:
+            if _ADAPTERS is None:
+                wgpu = wgpu_module()
+                try:
+                    listed = list(wgpu.gpu.enumerate_adapters_sync())
+                except Exception as err:  # a broken driver must not take the process down
+                    raise WebGPUError(f"wgpu could not list adapters: {err}") from None
+                try:
+                    best = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+                except Exception:
+                    best = None
+                ordered = []
+                if best is not None:
+                    ordered.append(best)
+                    key = _adapter_key(best)
+                    listed = [a for a in listed if _adapter_key(a) != key] + \
+                        [a for a in listed if _adapter_key(a) == key][1:]
+                ordered.extend(listed)
+                _ADAPTERS = ordered
+    return _ADAPTERS
+
+
+def adapter_name(adapter) -> str:
+    info = adapter.info
+    return f"{info.get('device') or info.get('vendor') or '?'} ({info.get('backend_type')})"
+
+
+def list_adapters() -> list[dict[str, Any]]:
+    """What ``targets.webgpu(i)`` can name: index, name, backend, type, features, limits.
+
+    Examples
+    --------
+    >>> [a["name"] for a in list_adapters()]           # doctest: +SKIP
+    ['llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)', 'llvmpipe (LLVM 15.0.6, 256 bits) (OpenGL)']
+    """
+    out = []
+    for i, a in enumerate(_adapter_list()):
+        out.append({"index": i, "name": adapter_name(a), "backend": a.info.get("backend_type"),
+                    "type": a.info.get("adapter_type"), "features": sorted(a.features),
+                    "limits": dict(a.limits)})
+    return out
+
+
+def num_adapters() -> int:
+    """How many adapters wgpu finds (0 when wgpu or a driver is missing)."""
+    try:
+        return len(_adapter_list())
+    except WebGPUError:
+        return 0
+
+
+def find_adapter(name: str) -> int:
+    """The index of the first adapter whose name (or backend) contains ``name``, case-insensitive."""
+    needle = name.lower()
+    names = []
+    for i, a in enumerate(_adapter_list()):
+        text = adapter_name(a)
+        names.append(text)
+        if needle in text.lower() or needle in (a.info.get("vendor") or "").lower():
+            return i
+    raise WebGPUError(f"no WebGPU adapter matches {name!r}; adapters: "
+                      f"{', '.join(names) if names else 'none'}")
+
+
+# ---------------------------------------------------------------------------------------------
+# what targets ask of the device
+
+_REQUESTED_LIMITS: dict[str, int] = {}
+_REQUESTED_FEATURES: set[str] = set()
+
+
+def target_limits(target) -> dict[str, int]:
+    """The device limits a WebGPU target needs: the spec defaults, raised where it declares more."""
+    limits = dict(SPEC_LIMITS)
+    lim = target.limits
+    threads = int(lim.get("max_threads_per_block") or 0)
+    if threads > limits["max-compute-invocations-per-workgroup"]:
+        limits["max-compute-invocations-per-workgroup"] = threads
+        limits["max-compute-workgroup-size-x"] = max(limits["max-compute-workgroup-size-x"],
+                                                     threads)
+        limits["max-compute-workgroup-size-y"] = max(limits["max-compute-workgroup-size-y"],
+                                                     threads)
+    shared = int(lim.get("max_shared_memory_per_block") or 0)
+    limits["max-compute-workgroup-storage-size"] = max(
+        limits["max-compute-workgroup-storage-size"], shared)
+    buffers = int(lim.get("max_storage_buffers_per_shader_stage") or 0)
+    limits["max-storage-buffers-per-shader-stage"] = max(
+        limits["max-storage-buffers-per-shader-stage"], buffers)
+    return limits
+
+
+def target_features(target) -> set[str]:
+    return {"shader-f16"} if target.supports_float16 else set()
+
+
+def note_target(target) -> None:
+    """Remember what a built or loaded module's target needs, for devices opened later."""
+    with _LOCK:
+        for k, v in target_limits(target).items():
+            if k in _ALIGNMENT_LIMITS:
+                continue
+            if v > _REQUESTED_LIMITS.get(k, SPEC_LIMITS[k]):
+                _REQUESTED_LIMITS[k] = v
+        _REQUESTED_FEATURES.update(target_features(target))
+
+
+# ---------------------------------------------------------------------------------------------
+# devices
+
+_WGSL_LINE = re.compile(r"wgsl:(\d+):(\d+)")
+
+
+class DeviceContext:
+    """One opened ``GPUDevice`` on one adapter, with its queue and pipeline cache."""
+
+    PIPELINE_CACHE_SIZE = 256
+
+    def __init__(self, index: int):
+        adapters = _adapter_list()
+        if not adapters:
+            raise WebGPUError("no WebGPU adapter found: install a Vulkan, Metal or D3D12 driver "
+                              "(Debian: mesa-vulkan-drivers for the lavapipe software adapter)")
+        if index >= len(adapters):
+            raise WebGPUError(f"webgpu({index}) does not exist: {len(adapters)} adapter(s): "
+                              + ", ".join(f"{i}: {adapter_name(a)}"
+                                          for i, a in enumerate(adapters)))
+        self.index = index
+        self.adapter = adapters[index]
+        self.name = adapter_name(self.adapter)
+        supported = dict(self.adapter.limits)
+        with _LOCK:
+            wanted = dict(SPEC_LIMITS)
+            wanted.update(_REQUESTED_LIMITS)
+            wanted_features = set(_REQUESTED_FEATURES)
+        limits = {}
+        for k, v in wanted.items():
+            if k not in supported:
+                continue
+            if k in _ALIGNMENT_LIMITS:
+                limits[k] = max(v, supported[k])
+            else:
+                limits[k] = min(v, supported[k])
+        features = {"timestamp-query"} | wanted_features
+        features &= set(self.adapter.features)
+        try:
+            self.device = self.adapter.request_device_sync(required_features=sorted(features),
+                                                           required_limits=limits)
+        except Exception as err:
+            raise WebGPUError(f"could not open a device on adapter {self.name}: {err}") from None
+        self.queue = self.device.queue
+        self.limits = dict(self.device.limits)
+        self.features = set(self.device.features)
+        self.has_timestamps = "timestamp-query" in self.features
+        self._pipelines: OrderedDict = OrderedDict()
+        self._wgpu = wgpu_module()
+
+    def __repr__(self):
+        return f"<webgpu({self.index}) {self.name}>"
+
+    # -- requirements -------------------------------------------------------------------------
+    def check_requirements(self, what: str, limits: dict[str, int], features: Sequence[str]):
+        """Raise WebGPUError if this device lacks a feature or a limit ``what`` needs."""
+        for f in features:
+            if f not in self.features:
+                if f in self.adapter.features:
+                    raise WebGPUError(
+                        f"{what} needs the WebGPU feature {f!r}, but webgpu({self.index}) "
+                        f"({self.name}) was opened without it: build or load the module before "
+                        f"the first array is made on the device")
+                raise WebGPUError(f"{what} needs the WebGPU feature {f!r}, which adapter "
+                                  f"webgpu({self.index}) ({self.name}) does not have")
+        for k, v in limits.items():
+            if k in _ALIGNMENT_LIMITS or k not in self.limits:
+                continue
+            if v > self.limits[k]:
+                top = self.adapter.limits.get(k, 0)
+                if v > top:
+                    raise WebGPUError(f"{what} needs the device limit {k} = {v}, but adapter "
+                                      f"webgpu({self.index}) ({self.name}) supports at most {top}")
+                raise WebGPUError(f"{what} needs the device limit {k} = {v}, but "
+                                  f"webgpu({self.index}) was opened with {self.limits[k]}: build "
+                                  f"or load the module before the first array is made on the "
+                                  f"device")
+
+    # -- pipelines ----------------------------------------------------------------------------
+    def pipeline(self, wgsl: str, entry: str = "main", label: str = ""):
+        """A compute pipeline for ``wgsl`` (cached by source); WGSLCompileError on bad WGSL."""
+        key = (hashlib.sha256(wgsl.encode()).hexdigest(), entry)
+        with _LOCK:
+            hit = self._pipelines.get(key)
+            if hit is not None:
+                self._pipelines.move_to_end(key)
+                return hit
+        try:
+            module = self.device.create_shader_module(label=label, code=wgsl)
+            pipe = self.device.create_compute_pipeline(
+                label=label, layout="auto", compute={"module": module, "entry_point": entry})
+        except Exception as err:
+            raise WGSLCompileError(explain_wgsl_error(str(err), wgsl, label)) from None
+        with _LOCK:
+            self._pipelines[key] = pipe
+            while len(self._pipelines) > self.PIPELINE_CACHE_SIZE:
+                self._pipelines.popitem(last=False)
+        return pipe
+
+    # -- buffers --------------------------------------------------------------------------------
+    def create_buffer(self, nbytes: int, what: str = "array"):
+        size = max(16, (int(nbytes) + 3) // 4 * 4)  # bindings need a multiple of 4 bytes
+        cap = min(self.limits.get("max-buffer-size", size),
+                  self.limits.get("max-storage-buffer-binding-size", size))
+        if size > cap:
+            raise WebGPUError(f"{what} needs {nbytes} bytes on webgpu({self.index}), over the "
+                              f"device's buffer limit of {cap} bytes (max-buffer-size / "
+                              f"max-storage-buffer-binding-size)")
+        usage = self._wgpu.BufferUsage
+        return self.device.create_buffer(
+            size=size, usage=usage.STORAGE | usage.COPY_SRC | usage.COPY_DST)
+
+    def uniform_buffer(self, data: bytes):
+        usage = self._wgpu.BufferUsage
+        size = max(16, (len(data) + 15) // 16 * 16)
+        buf = self.device.create_buffer(size=size, usage=usage.UNIFORM | usage.COPY_DST)
+        self.queue.write_buffer(buf, 0, data + bytes(size - len(data)))
+        return buf
+
+    def write(self, buffer, data: np.ndarray) -> None:
+        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        pad = (-raw.size) % 4
+        if pad:
+            raw = np.concatenate([raw, np.zeros(pad, np.uint8)])
+        if raw.size:
+            self.queue.write_buffer(buffer, 0, raw)
+
+    def read(self, buffer, nbytes: int) -> np.ndarray:
+        if nbytes == 0:
+            return np.zeros(0, np.uint8)
+        size = (nbytes + 3) // 4 * 4
+        data = self.queue.read_buffer(buffer, 0, size)
+        return np.frombuffer(data, np.uint8)[:nbytes]
+
+    def sync(self) -> None:
+        self.queue.on_submitted_work_done_sync()
+
+
+def explain_wgsl_error(message: str, wgsl: str, label: str = "") -> str:
+    """The implementation's message, with the WGSL line it names quoted."""
+    lines = wgsl.splitlines()
+    quoted = []
+    for m in _WGSL_LINE.finditer(message):
+        n = int(m.group(1))
+        if 1 <= n <= len(lines) and n not in quoted:
+            quoted.append(n)
+    text = f"WGSL of {label or 'a kernel'} was rejected by the WebGPU implementation:\n{message}"
+    for n in quoted[:3]:
+        text += f"\n  line {n}: {lines[n - 1].strip()}"
+    return text
+
+
+_CONTEXTS: dict[int, DeviceContext] = {}
+
+
+def context(index: int) -> DeviceContext:
+    """The opened device of adapter ``index`` (opened on first call)."""
+    ctx = _CONTEXTS.get(index)
+    if ctx is None:
+        with _LOCK:
+            ctx = _CONTEXTS.get(index)
+            if ctx is None:
+                ctx = DeviceContext(index)
+                _CONTEXTS[index] = ctx
+    return ctx
+
+
+# ---------------------------------------------------------------------------------------------
+# arrays
+
+
+class WebGPUNDArray(NDArray):
+    """An array in a ``GPUBuffer`` of a WebGPU device.
+
+    Elements are kept in their storage dtype (``storage.STORAGE_DTYPE``: 8/16-bit integers and
+    bool widened to 32 bits, 64-bit integers narrowed to 32); ``.numpy()`` converts back.
+    Operations are queued on the device: ``.numpy()`` waits for the kernels before it.
+    """
+
+    __slots__ = ("_shape", "_dtype", "_buffer", "_ctx", "_nbytes")
+
+    def __init__(self, ctx: DeviceContext, buffer, shape: Sequence[int], dtype: str):
+        self._data = None
+        self._device = Device("webgpu", ctx.index)
+        self._ptr = 0
+        self._ctx = ctx
+        self._buffer = buffer
+        self._shape = tuple(int(s) for s in shape)
+        self._dtype = dtype
+        self._nbytes = int(np.prod(self._shape, dtype=np.int64)) * \
+            np.dtype(storage.storage_dtype(dtype)).itemsize
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self._dtype).itemsize
+
+    @property
+    def storage_nbytes(self) -> int:
+        """Bytes the elements take on the device (widened dtypes take 4 per element)."""
+        return self._nbytes
+
+    @property
+    def data_ptr(self) -> int:
+        raise ValueError("a WebGPU array has no host address")
+
+    @property
+    def buffer(self):
+        """The ``wgpu.GPUBuffer`` holding the elements."""
+        return self._buffer
+
+    def numpy(self) -> np.ndarray:
+        raw = self._ctx.read(self._buffer, self._nbytes)
+        sdt = np.dtype(storage.storage_dtype(self._dtype))
+        flat = np.frombuffer(raw.tobytes(), sdt) if raw.size else np.zeros(0, sdt)
+        return storage.from_device_bytes(flat, self._dtype).reshape(self._shape).copy()
+
+    asnumpy = numpy
+
+    def copyfrom(self, source) -> "WebGPUNDArray":
+        src = source.numpy() if isinstance(source, NDArray) else np.asarray(source)
+        if tuple(src.shape) != self._shape:
+            raise ValueError(f"copyfrom: source shape {tuple(src.shape)} differs from the array's "
+                             f"{self._shape}")
+        if src.dtype.name != self._dtype:
+            raise ValueError(f"copyfrom: source dtype {src.dtype.name} differs from the array's "
+                             f"{self._dtype}; convert it first with .astype()")
+        self._ctx.write(self._buffer, storage.to_device_bytes(src))
+        return self
+
+    def copyto(self, target) -> NDArray:
+        if isinstance(target, NDArray):
+            return target.copyfrom(self.numpy())
+        from ..runtime.ndarray import array
+        return array(self.numpy(), target)
+
+    def __repr__(self):
+        return f"<tilecraft.NDArray shape={self._shape}, {self._dtype}, {self._device}>"
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+
+class WebGPURuntime:
+    """What ``targets.array`` / ``targets.empty`` / ``Device`` use for ``webgpu`` devices."""
+
+    def array(self, src: np.ndarray, device: Device) -> WebGPUNDArray:
+        ctx = context(device.index)
+        dtype = _dtype_name(src.dtype)
+        data = storage.to_device_bytes(src)
+        buf = ctx.create_buffer(data.nbytes, f"an array of shape {tuple(src.shape)} {dtype}")
+        ctx.write(buf, data)
+        return WebGPUNDArray(ctx, buf, src.shape, dtype)
+
+    def empty(self, shape, dtype: str, device: Device) -> WebGPUNDArray:
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"array shape {shape} has a negative dimension")
+        ctx = context(device.index)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * \
+            np.dtype(storage.storage_dtype(dtype)).itemsize
+        buf = ctx.create_buffer(nbytes, f"an array of shape {shape} {dtype}")
+        return WebGPUNDArray(ctx, buf, shape, dtype)
+
+    def exist(self, index: int) -> bool:
+        return index < num_adapters()
+
+    def sync(self, index: int) -> None:
+        if index in _CONTEXTS:
+            _CONTEXTS[index].sync()
+
+    def find(self, name: str) -> int:
+        return find_adapter(name)
+
+
+register_device_runtime("webgpu", WebGPURuntime())
