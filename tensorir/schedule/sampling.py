@@ -1,13 +1,21 @@
 """Sampling primitives: seeded random choices recorded as trace decisions.
 
 The decision a sampler draws is stored in its trace instruction; replaying a trace with a changed
-decision (``trace.with_decision``) is how the tuner's mutators move through the design space.
+decision (``trace.with_decision``) is how the tuner's mutators move through the design space, and
+replaying it with its decisions dropped (``trace.with_decisions_dropped()``) draws a fresh point
+of the same design space.
+
+``sample_perfect_tile`` needs a constant extent. ``sample_tile`` works on any loop, symbolic
+extents included: it draws the *inner* factors of a tiling (for ``split(loop, [None, *inner])``)
+at a representative value of the extent (``shape_hints``), and its decisions stay valid for every
+value (the outer loop is ``ceildiv(extent, product)`` and the split's predicate guards the tail).
+``enter_postproc`` marks where a tuner's postprocessing starts in a trace.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..expr import IntImm
+from ..expr import IntImm, PrimExpr, Var
 from .error import ScheduleError
 from .rv import ExprRV, LoopRV, traced
 
@@ -43,9 +51,34 @@ def perfect_tilings(extent: int, n: int, max_innermost_factor: int) -> int:
     return count
 
 
+def representative_extent(extent: PrimExpr | int, shape_hints: dict | None) -> int | None:
+    """The value of a loop extent with the symbolic shape variables named in ``shape_hints``
+    replaced by their hinted values; None if it stays symbolic.
+
+    Examples
+    --------
+    >>> from tensorir import var
+    >>> n = var("n")
+    >>> representative_extent((n + 15) // 16, {"n": 64})
+    4
+    """
+    if isinstance(extent, int):
+        return extent
+    if isinstance(extent, IntImm):
+        return extent.value
+    from .. import arith
+    from ..functor import free_vars, substitute
+    hints = shape_hints or {}
+    vmap = {v: IntImm(int(hints[v.name]), v.dtype) for v in free_vars(extent)
+            if isinstance(v, Var) and v.name in hints}
+    value = arith.simplify(substitute(extent, vmap)) if vmap else extent
+    return value.value if isinstance(value, IntImm) else None
+
+
 class SamplingPrimitives:
-    """``sample_perfect_tile`` and ``sample_categorical`` (``sample_compute_location`` lives with
-    the compute-location primitives, which know where a block may go)."""
+    """``sample_perfect_tile``, ``sample_tile``, ``sample_categorical`` and the trace marker
+    ``enter_postproc`` (``sample_compute_location`` lives with the compute-location primitives,
+    which know where a block may go)."""
 
     @traced
     def sample_perfect_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,
@@ -96,6 +129,74 @@ class SamplingPrimitives:
         # fall back: the largest admissible innermost divisor, the rest outermost
         inner = max(d for d in range(1, min(extent, max_inner) + 1) if extent % d == 0)
         return [extent // inner] + [1] * (n - 2) + [inner] if n > 1 else [extent]
+
+    @traced
+    def sample_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,
+                    shape_hints: dict | None = None,
+                    decision: Sequence[int] | None = None) -> list[ExprRV]:
+        """Draw the ``n - 1`` inner factors of an ``n``-level tiling of ``loop``, for
+        ``split(loop, [None, *factors])``; the extent may be symbolic.
+
+        The factors are a perfect tiling of the loop's extent at a representative value: the
+        constant extent, or the symbolic one with ``shape_hints`` (``{"n": 64}``) substituted.
+        The outermost factor is left to ``split`` (``ceildiv(extent, product)``), so every
+        decision (any positive factors, the innermost at most ``max_innermost_factor``) replays
+        on the function for any value of the shape variables: where the product does not divide
+        the extent, the split's predicate guards the tail.
+
+        Parameters
+        ----------
+        loop : LoopRV
+        n : int
+            The number of tile levels (>= 2); ``n - 1`` factors are drawn.
+        max_innermost_factor : int
+            Upper bound of the innermost factor.
+        shape_hints : dict[str, int], optional
+            Representative values of the symbolic shape variables in the extent. Only used to
+            draw; a replayed decision does not need them.
+        decision : list of int, optional
+            Replay these factors instead of drawing.
+
+        Examples
+        --------
+        >>> n = te.var("n")                                          # doctest: +SKIP
+        >>> i, = sch.get_loops(sch.get_block("B"))                  # doctest: +SKIP
+        >>> inner = sch.sample_tile(i, n=3, max_innermost_factor=16, shape_hints={"n": 64})
+        >>> i0, i1, i2 = sch.split(i, [None, *inner])              # doctest: +SKIP
+        """
+        prim = "sample_tile"
+        for_node, _ = self._loop(loop, prim)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise ScheduleError(prim, f"n must be an int >= 2, got {n!r}", for_node)
+        if max_innermost_factor < 1:
+            raise ScheduleError(prim, f"max_innermost_factor must be >= 1, got "
+                                f"{max_innermost_factor}", for_node)
+        if decision is not None:
+            factors = [int(f) for f in decision]
+            if len(factors) != n - 1 or min(factors) < 1 or factors[-1] > max_innermost_factor:
+                raise ScheduleError(prim, f"decision {factors} is not {n - 1} positive inner "
+                                    f"factors with the innermost <= {max_innermost_factor}",
+                                    for_node)
+        else:
+            extent = representative_extent(for_node.extent, shape_hints)
+            if extent is None:
+                raise ScheduleError(prim, f"loop {for_node.loop_var.name} has the symbolic extent "
+                                    f"{for_node.extent!r} and shape_hints {shape_hints!r} do not "
+                                    f"give all of its variables a value", for_node)
+            factors = self._draw_perfect_tile(max(extent, 1), n, max_innermost_factor)[1:]
+        self._decision = list(factors)
+        return [self._expr_rv(f) for f in factors]
+
+    @traced
+    def enter_postproc(self) -> None:
+        """Mark the start of postprocessing in the trace (TVM's ``EnterPostproc``); changes
+        nothing. ``trace.without_postproc()`` gives the instructions before the mark, which a
+        tuner replays with new decisions before running its postprocessors again.
+
+        Examples
+        --------
+        >>> sch.enter_postproc()                                     # doctest: +SKIP
+        """
 
     @traced
     def sample_categorical(self, candidates: Sequence[int], probs: Sequence[float],

@@ -5,7 +5,9 @@ random variables by name (``"b0"``, ``"l3"``, ``"v5"``); attrs are plain JSON va
 instruction's ``decision`` is what it drew. ``Trace.to_json()`` gives plain data;
 ``Trace.from_json(data).apply(func)`` replays it on the original function and returns a new
 Schedule. Replacing a decision (``trace.with_decision(i, d)``) replays with the new choice: this is
-how the tuner's mutators explore.
+how the tuner's mutators explore. ``trace.with_decisions_dropped()`` makes the sampling
+instructions draw again when replayed (a fresh sample of the same design space), and
+``trace.without_postproc()`` cuts the trace at the ``enter_postproc`` mark.
 """
 from __future__ import annotations
 
@@ -77,6 +79,37 @@ class Trace:
             raise ValueError(f"instruction {index} ({t.instructions[index].kind}) makes no decision")
         t.instructions[index].decision = copy.deepcopy(decision)
         return t
+
+    def with_decisions_dropped(self, indices=None) -> "Trace":
+        """A copy whose sampling instructions (all, or those at ``indices``) have no decision:
+        replaying it draws them again from the schedule's seeded RNG.
+
+        Examples
+        --------
+        >>> fresh = sch.trace.with_decisions_dropped()               # doctest: +SKIP
+        >>> other = fresh.apply(func, seed=7)                        # doctest: +SKIP
+        """
+        t = Trace(copy.deepcopy(self.instructions))
+        chosen = None if indices is None else {int(i) for i in indices}
+        for i, inst in enumerate(t.instructions):
+            if chosen is None or i in chosen:
+                inst.decision = None
+        return t
+
+    @property
+    def postproc_index(self) -> int | None:
+        """Index of the first ``enter_postproc`` instruction, or None."""
+        for i, inst in enumerate(self.instructions):
+            if inst.kind == "enter_postproc":
+                return i
+        return None
+
+    def without_postproc(self) -> "Trace":
+        """A copy of the instructions before the first ``enter_postproc`` mark (all of them if
+        there is none)."""
+        end = self.postproc_index
+        insts = self.instructions if end is None else self.instructions[:end]
+        return Trace(copy.deepcopy(insts))
 
     def apply(self, func_or_mod, seed: int | None = None, func_name: str | None = None):
         """Replay on ``func_or_mod`` (the original, unscheduled function): a new Schedule."""
