@@ -11,5 +11,10 @@ __all__ = ["TuneError"]
 # --- SPACE: design space (schedule rules, postprocessors, mutators, space generator) ---------
 
 # --- MEASURE: database, builder, runners ------------------------------------------------------
+from .arg_info import ArgInfo, args_info, output_indices, random_inputs, reference_outputs
+from .database import Database, TuningRecord, Workload, workload_hash
+
+__all__ += ["ArgInfo", "args_info", "output_indices", "random_inputs", "reference_outputs",
+            "Database", "TuningRecord", "Workload", "workload_hash"]
 
 # --- SEARCH: cost model, search, task scheduler, tuning drivers -------------------------------
