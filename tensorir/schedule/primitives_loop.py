@@ -271,8 +271,13 @@ def set_loop_kind(func: PrimFunc, loop_var: Var, kind: str,
                                     f"{br.block.name} binds {iv.var.name} = {value!r}, which is "
                                     f"not affine in its loops", loop)
     if kind == "thread_binding":
+        # A loop nested in another loop of the same threadIdx axis stands for the same thread
+        # (TVM's cooperative fetch: a shared-memory copy under the compute's threadIdx loop
+        # spread over the threads again). Block indices cannot repeat.
+        cooperative = thread_tag.startswith("threadIdx")
         for s, _ in list(tree.walk(loop.body)) + [(a, None) for a in ancestors]:
-            if isinstance(s, For) and s.kind == "thread_binding" and s.thread_tag == thread_tag:
+            if isinstance(s, For) and s.kind == "thread_binding" and s.thread_tag == thread_tag \
+                    and not cooperative:
                 raise ScheduleError(prim, f"cannot bind loop {name} to {thread_tag}: loop "
                                     f"{s.loop_var.name} of the same nest is already bound to it",
                                     loop)

@@ -10,8 +10,13 @@ the input is never modified):
   reduce loops; predicates to ``IfThenElse``; ``alloc_buffers`` to ``Allocate``).
 * ``FlattenBuffers`` — every buffer one-dimensional, indices linearized.
 * ``Simplify`` — arithmetic simplification with loop ranges and conditions known.
+* ``CompactBufferAllocation`` — shared / local intermediates shrunk to the tile they touch.
 * ``lower(func_or_mod, target=None)`` — the default pipeline: ``VerifyMemoryAccess ->
-  ConvertBlocksToLoops -> Simplify -> FlattenBuffers -> Simplify``.
+  ConvertBlocksToLoops -> Simplify -> FlattenBuffers -> Simplify`` (GPU targets:
+  ``GPU_PASSES``).
+* ``split_host_device`` / ``lower_device(func, target)`` — device lowering: host program and
+  GPU kernels (``HostDeviceSplit``), checked against the target's limits; see
+  ``tensorir.transform.device`` and ``docs/lowering.md``.
 
 The lowered form
 ----------------
@@ -55,14 +60,18 @@ Examples
 >>> f = transform.lower(te.create_prim_func([A, B]))
 >>> # for i in range(4): { B[i] = 0.0; for k in range(8): B[i] = B[i] + A[i * 8 + k] }
 """
+from .compact import CompactBufferAllocation
 from .convert_blocks import ConvertBlocksToLoops, LowerInitBlock
+from .device import (DeviceKernel, DeviceLimitError, HostDeviceSplit, LaunchKernel,
+                     split_host_device)
 from .flatten import FlattenBuffers, flat_buffer, linear_index
 from .loop_partition import LoopPartition
-from .pipeline import DEFAULT_PASSES, lower
+from .pipeline import DEFAULT_PASSES, GPU_PASSES, lower, lower_device
 from .simplify import Simplify
 from .verify import OutOfBoundsError, VerifyMemoryAccess
 
-__all__ = ["ConvertBlocksToLoops", "DEFAULT_PASSES", "FlattenBuffers", "LoopPartition",
-           "LowerInitBlock",
+__all__ = ["CompactBufferAllocation", "ConvertBlocksToLoops", "DEFAULT_PASSES", "DeviceKernel",
+           "DeviceLimitError", "FlattenBuffers", "GPU_PASSES", "HostDeviceSplit", "LaunchKernel",
+           "LoopPartition", "LowerInitBlock", "lower_device", "split_host_device",
            "OutOfBoundsError", "Simplify", "VerifyMemoryAccess", "flat_buffer", "linear_index",
            "lower"]

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from ..expr import TIRError
 from ..function import IRModule, PrimFunc
+from .compact import CompactBufferAllocation
 from .convert_blocks import ConvertBlocksToLoops
+from .device import GPU_KINDS, HostDeviceSplit, split_host_device
 from .flatten import FlattenBuffers
 from .loop_partition import LoopPartition
 from .simplify import Simplify
@@ -12,10 +14,27 @@ from .verify import VerifyMemoryAccess
 # The passes of ``lower``, in order (names for printing and for tests).
 DEFAULT_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, LoopPartition, Simplify, FlattenBuffers,
                   Simplify)
+# For GPU targets (``opencl``, ``webgpu``): shared / local tiles compacted to constant sizes,
+# no loop partitioning (a partitioned thread-bound nest would become two kernels).
+GPU_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, Simplify, CompactBufferAllocation,
+              FlattenBuffers, Simplify)
 
 
-def _lower_func(func: PrimFunc) -> PrimFunc:
-    for p in DEFAULT_PASSES:
+def target_kind(target) -> str | None:
+    """The kind of a target given as a ``targets.Target``, a dict or a string (tensorir does
+    not import ``targets``)."""
+    if target is None:
+        return None
+    if isinstance(target, str):
+        return target.split()[0] if target.strip() else None
+    if isinstance(target, dict):
+        return target.get("kind")
+    return getattr(target, "kind", None)
+
+
+def _lower_func(func: PrimFunc, target=None) -> PrimFunc:
+    passes = GPU_PASSES if target_kind(target) in GPU_KINDS else DEFAULT_PASSES
+    for p in passes:
         func = p(func)
     return func
 
@@ -23,9 +42,11 @@ def _lower_func(func: PrimFunc) -> PrimFunc:
 def lower(func_or_mod, target=None):
     """Lower a PrimFunc (or every PrimFunc of an IRModule) to the form code generators consume.
 
-    Runs ``VerifyMemoryAccess -> ConvertBlocksToLoops -> Simplify -> FlattenBuffers ->
-    Simplify``; see the ``tensorir.transform`` module docstring for the exact output form.
-    ``target`` is accepted for target-specific passes and currently changes nothing.
+    Runs ``VerifyMemoryAccess -> ConvertBlocksToLoops -> LoopPartition -> Simplify ->
+    FlattenBuffers -> Simplify``; see the ``tensorir.transform`` module docstring for the exact
+    output form. For a GPU target (kind ``opencl`` / ``webgpu``) the pipeline is
+    ``GPU_PASSES``: ``CompactBufferAllocation`` shrinks shared / local tiles and loops are not
+    partitioned; ``lower_device`` then splits host and kernels.
 
     Parameters
     ----------
@@ -57,9 +78,30 @@ def lower(func_or_mod, target=None):
     True
     """
     if isinstance(func_or_mod, IRModule):
-        return IRModule({name: _lower_func(f) if isinstance(f, PrimFunc) else f
+        return IRModule({name: _lower_func(f, target) if isinstance(f, PrimFunc) else f
                          for name, f in func_or_mod.functions.items()})
     if isinstance(func_or_mod, PrimFunc):
-        return _lower_func(func_or_mod)
+        return _lower_func(func_or_mod, target)
     raise TIRError(f"lower: expected a PrimFunc or an IRModule, got "
                    f"{type(func_or_mod).__name__}", func_or_mod)
+
+
+def lower_device(func: PrimFunc, target=None) -> HostDeviceSplit:
+    """Lower ``func`` for a GPU and split it into host program and kernels.
+
+    ``lower(func, target)`` (skipped when ``func`` is already lowered), then
+    ``split_host_device(func, target)``, which checks the kernels against ``target``'s limits.
+    See ``docs/lowering.md``, "Device lowering".
+
+    Examples
+    --------
+    >>> split = lower_device(scheduled_func, targets.Target("opencl"))     # doctest: +SKIP
+    >>> [k.name for k in split.kernels]                                  # doctest: +SKIP
+    ['main_kernel0']
+    """
+    if not isinstance(func, PrimFunc):
+        raise TIRError(f"lower_device takes a PrimFunc, got {type(func).__name__}", func)
+    if "arg_buffers" not in func.attr_dict:
+        kind = target_kind(target)
+        func = _lower_func(func, target if kind in GPU_KINDS else "opencl")
+    return split_host_device(func, target)

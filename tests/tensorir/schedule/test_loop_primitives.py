@@ -635,8 +635,11 @@ def test_kind_conflicts():
                     "already bound to threadIdx.x")
     assert_rejected(sch, lambda: sch.parallel(i), r"^parallel:", r"loop i\b", "already")
     assert_rejected(sch, lambda: sch.unroll(i), r"^unroll:", r"loop i\b", "thread binding")
-    assert_rejected(sch, lambda: sch.bind(k, "threadIdx.x"), r"^bind:", r"loop k\b",
-                    r"loop i of the same nest is already bound to it")
+    sch.bind(j, "blockIdx.x")
+    # nested threadIdx loops of one axis are the same threads (cooperative fetch); blockIdx
+    # axes cannot repeat
+    assert_rejected(sch, lambda: sch.bind(k, "blockIdx.x"), r"^bind:", r"loop k\b",
+                    r"loop j of the same nest is already bound to it")
     assert_rejected(sch, lambda: sch.bind(j, "warp.x"), r"^bind:", r"loop j\b",
                     "unknown thread axis")
     sch.vectorize(k)
