@@ -68,10 +68,13 @@ def build(func_or_mod, target: "Target | str | dict" = "llvm") -> Module:
         from .llvm.compiler import build_llvm  # loads llvmlite only when compiling
         return build_llvm(lower_module(mod, target), target)
     try:
-        backend = importlib.import_module(f"{__package__}.{target.kind}")
+        # the back end packages are targets.opencl_backend and targets.webgpu_backend
+        # (targets.webgpu / targets.opencl are the device functions)
+        backend = importlib.import_module(f"{__package__}.{target.kind}_backend")
     except ImportError as err:
         raise TargetError(f"no code generator for target kind {target.kind!r}: {err}") from None
     build_fn = getattr(backend, "build_module", None)
     if build_fn is None:
-        raise TargetError(f"targets.{target.kind} has no build_module(mod, target) function")
+        raise TargetError(f"targets.{target.kind}_backend has no build_module(mod, target) "
+                          f"function")
     return build_fn(mod, target)

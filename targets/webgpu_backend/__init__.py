@@ -1,11 +1,23 @@
 """The WebGPU back end: TIR -> WGSL code generation and a runtime on ``wgpu``.
 
+* ``build_module(mod, target)`` — what ``targets.build(..., "webgpu")`` calls: device lowering,
+  one WGSL compute shader per kernel (``wgsl``), the host program as JSON (``build``).
+* ``WebGPUModule`` — call, time (``time_evaluator`` with timestamp queries), ``get_source()``
+  (WGSL), ``export_library(path)`` (JSON; ``targets.load_module`` reads it back).
+* The runtime (``runtime``): adapters (``targets.webgpu(i)``, ``list_adapters()``), devices
+  opened with the WebGPU spec's default limits, arrays, a pipeline cache.
+
 Importing this package does not import ``wgpu``; the runtime loads it when an adapter is first
 needed. See ``docs/gpu.md`` (WebGPU) for adapters, limits and the WGSL it emits.
 """
 from . import storage
 from .runtime import (SPEC_LIMITS, DeviceContext, WebGPUError, WebGPUNDArray, WGSLCompileError,
                       context, find_adapter, list_adapters, num_adapters)
+from .wgsl import WebGPUBuildError, WebGPULimitError
+from .build import build_module
+from .module import WebGPUFunction, WebGPUModule, load_webgpu_module
 
 __all__ = ["storage", "SPEC_LIMITS", "DeviceContext", "WebGPUError", "WebGPUNDArray",
-           "WGSLCompileError", "context", "find_adapter", "list_adapters", "num_adapters"]
+           "WGSLCompileError", "WebGPUBuildError", "WebGPULimitError", "build_module",
+           "WebGPUFunction", "WebGPUModule", "load_webgpu_module", "context", "find_adapter",
+           "list_adapters", "num_adapters"]

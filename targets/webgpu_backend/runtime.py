@@ -278,6 +278,7 @@ class DeviceContext:
         self.has_timestamps = "timestamp-query" in self.features
         self._pipelines: OrderedDict = OrderedDict()
         self._wgpu = wgpu_module()
+        self._sync_buffer = None
 
     def __repr__(self):
         return f"<webgpu({self.index}) {self.name}>"
@@ -308,25 +309,36 @@ class DeviceContext:
                                   f"device")
 
     # -- pipelines ----------------------------------------------------------------------------
-    def pipeline(self, wgsl: str, entry: str = "main", label: str = ""):
-        """A compute pipeline for ``wgsl`` (cached by source); WGSLCompileError on bad WGSL."""
-        key = (hashlib.sha256(wgsl.encode()).hexdigest(), entry)
+    def pipeline(self, wgsl: str, layout: Sequence[tuple[int, str]] = (), label: str = ""):
+        """A compute pipeline (entry ``main``) for ``wgsl`` with bind group 0 laid out as
+        ``layout`` — ``(binding, "storage" | "read-only-storage" | "uniform")`` pairs — and its
+        bind group layout; cached by source. WGSLCompileError on WGSL the implementation rejects.
+        """
+        key = (hashlib.sha256(wgsl.encode()).hexdigest(), tuple(layout))
         with _LOCK:
             hit = self._pipelines.get(key)
             if hit is not None:
                 self._pipelines.move_to_end(key)
                 return hit
+        wgpu = self._wgpu
         try:
             module = self.device.create_shader_module(label=label, code=wgsl)
+        except Exception as err:
+            raise WGSLCompileError(explain_wgsl_error(str(err), wgsl, label)) from None
+        try:
+            bgl = self.device.create_bind_group_layout(entries=[
+                {"binding": b, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}}
+                for b, t in layout])
+            playout = self.device.create_pipeline_layout(bind_group_layouts=[bgl])
             pipe = self.device.create_compute_pipeline(
-                label=label, layout="auto", compute={"module": module, "entry_point": entry})
+                label=label, layout=playout, compute={"module": module, "entry_point": "main"})
         except Exception as err:
             raise WGSLCompileError(explain_wgsl_error(str(err), wgsl, label)) from None
         with _LOCK:
-            self._pipelines[key] = pipe
+            self._pipelines[key] = (pipe, bgl)
             while len(self._pipelines) > self.PIPELINE_CACHE_SIZE:
                 self._pipelines.popitem(last=False)
-        return pipe
+        return pipe, bgl
 
     # -- buffers --------------------------------------------------------------------------------
     def create_buffer(self, nbytes: int, what: str = "array"):
@@ -364,7 +376,12 @@ class DeviceContext:
         return np.frombuffer(data, np.uint8)[:nbytes]
 
     def sync(self) -> None:
-        self.queue.on_submitted_work_done_sync()
+        """Wait until the work submitted so far has finished."""
+        # Reading a buffer back maps it after every earlier submission is done (the queue runs
+        # in order); wgpu 0.32's on_submitted_work_done_sync does not work with its wgpu-native.
+        if self._sync_buffer is None:
+            self._sync_buffer = self.create_buffer(4, "a sync word")
+        self.queue.read_buffer(self._sync_buffer, 0, 4)
 
 
 def explain_wgsl_error(message: str, wgsl: str, label: str = "") -> str:
