@@ -22,10 +22,11 @@ array([1., 1., 1., 1., 1.], dtype=float32)
 from .target import ELF_MACHINE, TAGS, Target, TargetError, host_triple
 from .toolchain import ToolchainError, find_lld
 from .runtime import (BenchmarkResult, Device, Function, LibraryModule, Module, NDArray, array,
-                      cpu, device, empty, load_module, webgpu)
+                      cpu, device, empty, load_module, opencl, webgpu)
 from . import webgpu_backend  # registers the webgpu device runtime (wgpu loads on first use)
+from . import opencl_backend  # registers the opencl device runtime (pyopencl loads on first use)
 from .build_module import build
 
 __all__ = ["Target", "TargetError", "TAGS", "ELF_MACHINE", "host_triple", "ToolchainError",
            "find_lld", "BenchmarkResult", "Device", "Function", "LibraryModule", "Module",
-           "NDArray", "array", "cpu", "device", "empty", "load_module", "webgpu", "build"]
+           "NDArray", "array", "cpu", "device", "empty", "load_module", "opencl", "webgpu", "build"]

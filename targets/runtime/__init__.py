@@ -2,10 +2,10 @@
 
 It imports with numpy and ctypes alone (no LLVM), so the board side of ``rpc`` can use it.
 """
-from .device import Device, cpu, device, webgpu
+from .device import Device, cpu, device, opencl, webgpu
 from .ndarray import NDArray, array, empty
 from .module import BenchmarkResult, Function, LibraryModule, Module, load_module
 from . import abi
 
-__all__ = ["Device", "cpu", "device", "webgpu", "NDArray", "array", "empty", "BenchmarkResult",
+__all__ = ["Device", "cpu", "device", "opencl", "webgpu", "NDArray", "array", "empty", "BenchmarkResult",
            "Function", "LibraryModule", "Module", "load_module", "abi"]

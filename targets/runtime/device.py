@@ -108,6 +108,15 @@ def cpu(index: int = 0) -> Device:
     return Device("cpu", index)
 
 
+def opencl(index: "int | str" = 0) -> Device:
+    """An OpenCL device: ``targets.opencl(0)`` is the first GPU over all platforms, then the
+    other devices (CPUs such as PoCL); a string picks the first device whose platform, vendor or
+    device name contains it (``targets.opencl("NVIDIA")``)."""
+    if isinstance(index, str):
+        index = device_runtime("opencl").find(index)
+    return Device("opencl", index)
+
+
 def webgpu(index: "int | str" = 0) -> Device:
     """A WebGPU adapter: ``targets.webgpu(0)`` is the high-performance one, then the others in
     the order wgpu lists them; a string picks the first whose name contains it

@@ -138,7 +138,7 @@ def array(source, device: Device | None = None) -> NDArray:
     """
     device = device or cpu(0)
     if isinstance(source, NDArray):
-        source = source._data
+        source = source._data if source.device.kind == "cpu" else source.numpy()
     src = np.asarray(source)
     _dtype_name(src.dtype)
     if device.kind != "cpu":

@@ -1,0 +1,407 @@
+"""The OpenCL runtime, through ``pyopencl``: devices, arrays, program cache, launches, timing.
+
+``targets.opencl(i)`` numbers the devices of *all* platforms: first every GPU (platforms in
+the order the ICD loader lists them), then the other devices (CPUs such as PoCL, accelerators).
+``targets.opencl("NVIDIA")`` picks the first device whose platform, vendor or device name
+contains the text (case-insensitive). ``pyopencl`` is imported when a device is first needed,
+so ``import targets`` works without it; no platform at all is an ``OpenCLError`` saying so.
+
+Each device gets one context and one in-order command queue with profiling enabled, so
+``time_evaluator`` reads the device's own timestamps. Programs are cached per (source, device):
+a module is compiled for a device the first time it runs there. A compile error from the
+driver is an ``OpenCLBuildError`` quoting the source line it names.
+
+Examples
+--------
+>>> import numpy as np, targets
+>>> dev = targets.opencl(0)                                      # doctest: +SKIP
+>>> a = targets.array(np.arange(4, dtype="float32"), dev)        # doctest: +SKIP
+>>> a.numpy()                                                    # doctest: +SKIP
+array([0., 1., 2., 3.], dtype=float32)
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..runtime.device import Device, register_device_runtime
+from ..runtime.ndarray import NDArray, _dtype_name
+
+
+class OpenCLError(RuntimeError):
+    """No OpenCL library or platform, an unknown device, a missing device feature."""
+
+
+class OpenCLBuildError(OpenCLError):
+    """The driver's compiler rejected a program; the message quotes the line it names."""
+
+
+_CL = None
+_LOCK = threading.RLock()
+
+
+def cl_module():
+    """``pyopencl``, imported on first use."""
+    global _CL
+    if _CL is None:
+        with _LOCK:
+            if _CL is None:
+                os.environ.setdefault("PYOPENCL_NO_CACHE", "0")
+                try:
+                    import pyopencl  # noqa: F401  (loaded only when a device is used)
+                except ImportError as err:
+                    raise OpenCLError(f"the OpenCL back end needs pyopencl (pip install "
+                                      f"pyopencl): {err}") from None
+                _CL = pyopencl
+    return _CL
+
+
+# ---------------------------------------------------------------------------------------------
+# devices
+
+_DEVICES: list | None = None
+
+
+def _device_list() -> list:
+    """(platform, device) of every OpenCL device: GPUs first, then the others."""
+    global _DEVICES
+    if _DEVICES is None:
+        cl = cl_module()
+        try:
+            platforms = cl.get_platforms()
+        except Exception as err:   # pyopencl raises LogicError(PLATFORM_NOT_FOUND_KHR)
+            raise OpenCLError(f"no OpenCL platform found ({err}); install a driver such as "
+                              f"the vendor's ICD or PoCL (Debian: pocl-opencl-icd)") from None
+        gpus, others = [], []
+        for p in platforms:
+            try:
+                devices = p.get_devices()
+            except Exception:
+                continue
+            for d in devices:
+                (gpus if d.type & cl.device_type.GPU else others).append((p, d))
+        _DEVICES = gpus + others
+    if not _DEVICES:
+        raise OpenCLError("no OpenCL device found: the platforms list no devices")
+    return _DEVICES
+
+
+def list_devices() -> list[dict[str, Any]]:
+    """Every device, in ``targets.opencl(i)`` order: index, name, platform, type, limits."""
+    cl = cl_module()
+    out = []
+    for i, (p, d) in enumerate(_device_list()):
+        out.append({"index": i, "name": d.name.strip(), "platform": p.name.strip(),
+                    "vendor": d.vendor.strip(), "type": cl.device_type.to_string(d.type),
+                    "max_work_group_size": int(d.max_work_group_size),
+                    "local_mem_size": int(d.local_mem_size),
+                    "fp16": "cl_khr_fp16" in d.extensions,
+                    "fp64": "cl_khr_fp64" in d.extensions})
+    return out
+
+
+def find_device(name: str) -> int:
+    """The index of the first device whose platform, vendor or device name contains ``name``."""
+    want = name.lower()
+    devs = _device_list()
+    for i, (p, d) in enumerate(devs):
+        if want in f"{p.name} {p.vendor} {d.name} {d.vendor}".lower():
+            return i
+    names = [f"{i}: {d.name.strip()} ({p.name.strip()})" for i, (p, d) in enumerate(devs)]
+    raise OpenCLError(f"no OpenCL device matches {name!r}; devices: {'; '.join(names)}")
+
+
+class DeviceContext:
+    """One OpenCL device: context, profiling queue, limits, compiled programs."""
+
+    def __init__(self, index: int):
+        cl = cl_module()
+        devs = _device_list()
+        if index >= len(devs):
+            raise OpenCLError(f"opencl({index}) does not exist: {len(devs)} OpenCL device(s) "
+                              f"found ({', '.join(d.name.strip() for _, d in devs)})")
+        self.index = index
+        self.platform, self.device = devs[index]
+        self.cl = cl
+        self.context = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.context, self.device,
+                                     properties=cl.command_queue_properties.PROFILING_ENABLE)
+        d = self.device
+        self.name = d.name.strip()
+        self.platform_name = self.platform.name.strip()
+        self.extensions = set(d.extensions.split())
+        self.max_work_group_size = int(d.max_work_group_size)
+        self.max_work_item_sizes = tuple(int(x) for x in d.max_work_item_sizes)
+        self.local_mem_size = int(d.local_mem_size)
+        self.is_gpu = bool(d.type & cl.device_type.GPU)
+        self.programs: dict[str, Any] = {}
+
+    def __repr__(self):
+        return f"<OpenCL device {self.index}: {self.name} ({self.platform_name})>"
+
+    def limits(self) -> dict[str, Any]:
+        """The device's limits by the names ``split_host_device`` checks."""
+        return {"max_threads_per_block": self.max_work_group_size,
+                "max_block_dims": self.max_work_item_sizes,
+                "max_shared_memory_per_block": self.local_mem_size}
+
+    # -- memory ------------------------------------------------------------------------------
+    def create_buffer(self, nbytes: int, what: str):
+        cl = self.cl
+        try:
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(int(nbytes), 4))
+        except Exception as err:
+            raise OpenCLError(f"{self.name}: cannot allocate {nbytes} bytes for {what}: {err}") \
+                from None
+
+    def write(self, buffer, data: np.ndarray) -> None:
+        if data.nbytes:
+            self.cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(data), is_blocking=True)
+
+    def read(self, buffer, out: np.ndarray) -> np.ndarray:
+        if out.nbytes:
+            self.cl.enqueue_copy(self.queue, out, buffer, is_blocking=True)
+        return out
+
+    def copy(self, dst, src, nbytes: int) -> None:
+        if nbytes:
+            self.cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
+
+    def sync(self) -> None:
+        self.queue.finish()
+
+    # -- programs ----------------------------------------------------------------------------
+    def program(self, source: str, extensions: Sequence[str] = ()):
+        """The program of ``source`` built for this device (cached by source)."""
+        key = hashlib.sha1(source.encode()).hexdigest()
+        prog = self.programs.get(key)
+        if prog is not None:
+            return prog
+        for ext in extensions:
+            if ext not in self.extensions:
+                what = {"cl_khr_fp16": "float16", "cl_khr_fp64": "float64"}.get(ext, ext)
+                raise OpenCLError(f"the module uses {what}, which needs the {ext} extension; "
+                                  f"{self.name} ({self.platform_name}) does not report it")
+        cl = self.cl
+        try:
+            prog = cl.Program(self.context, source).build(options=["-cl-std=CL1.2"])
+        except Exception as err:
+            raise OpenCLBuildError(explain_build_error(str(err), source, self.name)) from None
+        self.programs[key] = prog
+        return prog
+
+
+def explain_build_error(log: str, source: str, device: str) -> str:
+    """The compiler's log with the source lines it names quoted."""
+    lines = source.splitlines()
+    quoted = []
+    for m in re.finditer(r"(?:<source>|input):(\d+):(\d+): (error|warning)?:? ?([^\n]*)", log):
+        ln = int(m.group(1))
+        if 1 <= ln <= len(lines) and (m.group(3) or "error") == "error":
+            quoted.append(f"  line {ln}: {lines[ln - 1].strip()}\n    -> {m.group(4).strip()}")
+    head = f"the OpenCL compiler of {device} rejected the generated program"
+    if quoted:
+        return head + ":\n" + "\n".join(quoted[:8]) + "\n\nfull log:\n" + log.strip()[-4000:]
+    return head + ":\n" + log.strip()[-4000:]
+
+
+_CONTEXTS: dict[int, DeviceContext] = {}
+
+
+def context(index: int) -> DeviceContext:
+    """The (cached) ``DeviceContext`` of ``opencl(index)``."""
+    ctx = _CONTEXTS.get(index)
+    if ctx is None:
+        with _LOCK:
+            ctx = _CONTEXTS.get(index)
+            if ctx is None:
+                ctx = _CONTEXTS[index] = DeviceContext(index)
+    return ctx
+
+
+# ---------------------------------------------------------------------------------------------
+# arrays
+
+
+class OpenCLNDArray(NDArray):
+    """An array in an OpenCL buffer. ``.numpy()`` waits for queued kernels and copies out.
+
+    ``bool`` elements are one byte, as in numpy. A view (``_view``) shares its base's buffer.
+    """
+
+    __slots__ = ("_ctx", "_buffer", "_shape", "_dtype", "_base")
+
+    def __init__(self, ctx: DeviceContext, buffer, shape: Sequence[int], dtype: str, base=None):
+        self._data = None
+        self._device = Device("opencl", ctx.index)
+        self._ptr = 0
+        self._ctx = ctx
+        self._buffer = buffer
+        self._shape = tuple(int(s) for s in shape)
+        self._dtype = dtype
+        self._base = base
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self._dtype).itemsize
+
+    @property
+    def data_ptr(self) -> int:
+        raise ValueError("an OpenCL array has no host address")
+
+    @property
+    def buffer(self):
+        """The ``pyopencl.Buffer`` holding the elements."""
+        return self._buffer
+
+    def _view(self, shape: Sequence[int], dtype: str | None = None) -> "OpenCLNDArray":
+        """Another shape (and dtype) over the same buffer, from its start."""
+        return OpenCLNDArray(self._ctx, self._buffer, shape, dtype or self._dtype,
+                             self._base or self)
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self._shape, dtype=self._dtype)
+        return self._ctx.read(self._buffer, out)
+
+    asnumpy = numpy
+
+    def copyfrom(self, source) -> "OpenCLNDArray":
+        if isinstance(source, OpenCLNDArray) and source._ctx is self._ctx:
+            if source.shape != self._shape or source.dtype != self._dtype:
+                raise ValueError(f"copyfrom: source {source.shape} {source.dtype} differs from "
+                                 f"the array's {self._shape} {self._dtype}")
+            self._ctx.copy(self._buffer, source._buffer, self.nbytes)
+            return self
+        src = source.numpy() if isinstance(source, NDArray) else np.asarray(source)
+        if tuple(src.shape) != self._shape:
+            raise ValueError(f"copyfrom: source shape {tuple(src.shape)} differs from the array's "
+                             f"{self._shape}")
+        if src.dtype.name != self._dtype:
+            raise ValueError(f"copyfrom: source dtype {src.dtype.name} differs from the array's "
+                             f"{self._dtype}; convert it first with .astype()")
+        self._ctx.write(self._buffer, src)
+        return self
+
+    def copyto(self, target) -> NDArray:
+        if isinstance(target, NDArray):
+            return target.copyfrom(self)
+        from ..runtime.ndarray import array
+        if isinstance(target, Device) and target == self._device:
+            out = OpenCLRuntime().empty(self._shape, self._dtype, target)
+            return out.copyfrom(self)
+        return array(self.numpy(), target)
+
+    def __repr__(self):
+        return f"<tilecraft.NDArray shape={self._shape}, {self._dtype}, {self._device}>"
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+
+class OpenCLRuntime:
+    """What ``targets.array`` / ``targets.empty`` / ``Device`` use for ``opencl`` devices."""
+
+    def array(self, src: np.ndarray, device: Device) -> OpenCLNDArray:
+        ctx = context(device.index)
+        dtype = _dtype_name(src.dtype)
+        src = np.ascontiguousarray(src)
+        buf = ctx.create_buffer(src.nbytes, f"an array of shape {tuple(src.shape)} {dtype}")
+        ctx.write(buf, src)
+        return OpenCLNDArray(ctx, buf, src.shape, dtype)
+
+    def empty(self, shape, dtype: str, device: Device) -> OpenCLNDArray:
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"array shape {shape} has a negative dimension")
+        ctx = context(device.index)
+        dtype = _dtype_name(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        buf = ctx.create_buffer(nbytes, f"an array of shape {shape} {dtype}")
+        return OpenCLNDArray(ctx, buf, shape, dtype)
+
+    def exist(self, index: int) -> bool:
+        try:
+            return index < len(_device_list())
+        except OpenCLError:
+            return False
+
+    def sync(self, index: int) -> None:
+        if index in _CONTEXTS:
+            _CONTEXTS[index].sync()
+
+    def find(self, name: str) -> int:
+        return find_device(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# a module's kernels on one device
+
+
+class LoadedProgram:
+    """A module's program built for one device: launches, error flags, event timing."""
+
+    def __init__(self, ctx: DeviceContext, source: str, extensions: Sequence[str],
+                 kernel_names: Sequence[str]):
+        self.ctx = ctx
+        self.cl = ctx.cl
+        prog = ctx.program(source, extensions)
+        self.kernels = {name: getattr(prog, name) for name in kernel_names}
+        self._err = None
+        self._zero = np.zeros(1, np.int32)
+
+    def launch(self, name: str, arrays: list, scalars: list, grid, block):
+        k = self.kernels[name]
+        args = []
+        for a in arrays:
+            if a._ctx is not self.ctx:
+                raise ValueError(f"kernel {name}: an argument lives on {a.device}, the kernel "
+                                 f"runs on opencl({self.ctx.index})")
+            args.append(a._buffer)
+        args += [np.int32(v) for v in scalars]
+        k.set_args(*args)
+        gsize = tuple(int(g) * int(b) for g, b in zip(grid, block))
+        return self.cl.enqueue_nd_range_kernel(self.ctx.queue, k, gsize, tuple(block))
+
+    def error_buffer(self):
+        if self._err is None:
+            self._err = OpenCLRuntime().empty((1,), "int32", Device("opencl", self.ctx.index))
+        self.ctx.write(self._err._buffer, self._zero)
+        return self._err
+
+    def read_error(self, err) -> int:
+        return int(err.numpy()[0])
+
+    @staticmethod
+    def elapsed(events) -> float:
+        events[-1].wait()
+        return (events[-1].profile.end - events[0].profile.start) * 1e-9
+
+
+register_device_runtime("opencl", OpenCLRuntime())
+
+
+__all__ = ["DeviceContext", "LoadedProgram", "OpenCLBuildError", "OpenCLError", "OpenCLNDArray",
+           "OpenCLRuntime", "cl_module", "context", "explain_build_error", "find_device",
+           "list_devices"]
