@@ -386,8 +386,6 @@ class ExportedProgramImporter:
                     self.env[node] = self.constant(tensor, target)
             except Unsupported as err:
                 self.problems.append(f"input {node.name} ({target}): {err}")
-        if self.problems:
-            raise common.UnsupportedError(FRONTEND, self.problems)
 
         all_params = params + [v for v, _ in param_values]
         attrs = {}
@@ -457,7 +455,8 @@ class ExportedProgramImporter:
             value = fn(self, a)
             return self._finish(node, value)
         except Unsupported as err:
-            self.problems.append(f"node {node.name} ({key}): {err}")
+            if node.users:                     # a result nobody uses does not matter
+                self.problems.append(f"node {node.name} ({key}): {err}")
             return FAILED
         except RelaxError as err:
             raise RelaxError(f"{FRONTEND}: node {node.name} ({key}): {err}") from err

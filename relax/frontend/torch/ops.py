@@ -339,7 +339,9 @@ for _nm, _fn in [("eq", R.equal), ("ne", R.not_equal), ("lt", R.less), ("le", R.
     register(_nm)(_binary(_fn, compare=True))
 for _nm, _fn in [("logical_and", R.logical_and), ("logical_or", R.logical_or),
                  ("logical_xor", R.logical_xor), ("bitwise_and", R.logical_and),
-                 ("bitwise_or", R.logical_or), ("bitwise_xor", R.logical_xor)]:
+                 ("bitwise_or", R.logical_or), ("bitwise_xor", R.logical_xor),
+                 ("__and__", R.logical_and), ("__or__", R.logical_or),
+                 ("__xor__", R.logical_xor)]:
     register(_nm)(_binary(_fn, logical=True))
 
 
@@ -1022,6 +1024,11 @@ def _transpose(ctx, a):
     axes = list(range(n))
     axes[d0], axes[d1] = axes[d1], axes[d0]
     return R.permute_dims(x, axes)
+
+
+@register("mT", "mH", "adjoint")
+def _mT(ctx, a):
+    return _transpose_last(ctx, a["self"])
 
 
 @register("t", "t_copy", "numpy_T")
