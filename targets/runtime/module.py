@@ -557,6 +557,16 @@ def _host_arch() -> str:
     return arch_of_triple(host_triple())
 
 
+# Loaders of non-ELF module files (the GPU back ends' JSON modules): (sniff, load) pairs, where
+# sniff(first 256 bytes) says whether load(path) reads the file. Back ends register on import.
+_MODULE_LOADERS: list = []
+
+
+def register_module_loader(sniff, load) -> None:
+    """Let ``load_module`` read files for which ``sniff(first_bytes)`` is true with ``load``."""
+    _MODULE_LOADERS.append((sniff, load))
+
+
 def load_module(path: str) -> Module:
     """Load a kernel library written by ``Module.export_library``.
 
@@ -572,6 +582,12 @@ def load_module(path: str) -> Module:
     path = os.path.abspath(os.fspath(path))
     if not os.path.exists(path):
         raise FileNotFoundError(f"no kernel library at {path}")
+    if _MODULE_LOADERS:
+        with open(path, "rb") as f:
+            head = f.read(256)
+        for sniff, load in _MODULE_LOADERS:
+            if sniff(head):
+                return load(path)
     try:
         header = read_elf_file_header(path)
     except NotELFError:

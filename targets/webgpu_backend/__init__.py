@@ -21,3 +21,8 @@ __all__ = ["storage", "SPEC_LIMITS", "DeviceContext", "WebGPUError", "WebGPUNDAr
            "WGSLCompileError", "WebGPUBuildError", "WebGPULimitError", "build_module",
            "WebGPUFunction", "WebGPUModule", "load_webgpu_module", "context", "find_adapter",
            "list_adapters", "num_adapters"]
+
+from ..runtime.module import register_module_loader as _register_module_loader
+from .module import is_webgpu_module_file as _is_webgpu_module_file
+
+_register_module_loader(_is_webgpu_module_file, load_webgpu_module)

@@ -73,6 +73,14 @@ def _kernel_limits(target) -> dict:
     linearizes any grid over 65535 workgroups per dimension."""
     lim = dict(target.limits)
     lim.pop("max_compute_workgroups_per_dimension", None)
+    # Target.limits lists the spec's per-dimension sizes; a target that declares more threads
+    # or shared memory raises them too (as the device request does, runtime.target_limits)
+    threads = lim["max_threads_per_block"]
+    lim["max_compute_invocations_per_workgroup"] = threads
+    for axis in "xy":
+        key = f"max_compute_workgroup_size_{axis}"
+        lim[key] = max(lim.get(key, 0), threads)
+    lim["max_compute_workgroup_storage_size"] = lim["max_shared_memory_per_block"]
     lim["kind"] = "webgpu"
     return lim
 
@@ -188,7 +196,7 @@ class _HostProgram:
             self._ref(err_buf, f"e{k}")
         nonneg = [v for v, h in zip(kernel.scalar_params, kernel.host_scalars)
                   if isinstance(h, E.Var) and h in set(self.func.attr_dict.get("shape_vars", ()))]
-        src = emit_kernel(kernel, bindings, self.target.limits,
+        src = emit_kernel(kernel, bindings, _kernel_limits(self.target),
                           supports_float16=self.target.supports_float16, nonneg_scalars=nonneg)
         # the uniform's first fields are the scalar parameters, in order: re-express their
         # values with the host program's unique names

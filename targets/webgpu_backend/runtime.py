@@ -413,6 +413,27 @@ def context(index: int) -> DeviceContext:
     return ctx
 
 
+def close_device(index: int) -> None:
+    """Forget the opened device of adapter ``index``; the next use opens a new one, with the
+    limits and features the targets built so far ask for. Arrays and modules used on the old
+    device must not be used again."""
+    with _LOCK:
+        ctx = _CONTEXTS.pop(index, None)
+    if ctx is not None:
+        try:
+            ctx.device.destroy()
+        except Exception:
+            pass
+
+
+def adapter_features(index: int) -> set[str]:
+    """The features adapter ``index`` offers (without opening a device)."""
+    adapters = _adapter_list()
+    if index >= len(adapters):
+        raise WebGPUError(f"webgpu({index}) does not exist: {len(adapters)} adapter(s)")
+    return set(adapters[index].features)
+
+
 # ---------------------------------------------------------------------------------------------
 # arrays
 

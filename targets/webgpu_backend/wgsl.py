@@ -254,6 +254,7 @@ class KernelEmitter:
         self.uniform: list[dict] = []
         self.binding_of: dict[int, tuple[Binding, int]] = {}
         self.unroll_budget = UNROLL_BODY_LIMIT
+        self.unrolling = 0
         for b in bindings:
             for k, buf in enumerate(b.buffers):
                 self.binding_of[id(buf)] = (b, k)
@@ -451,7 +452,17 @@ class KernelEmitter:
         self.line(f"{target[0]} = {value};")
 
     def s_IfThenElse(self, s):
-        self.line(f"if ({self.expr(s.condition)}) {{")
+        cond = s.condition
+        if self.unrolling:
+            try:
+                cond = self.ana.simplify(cond)
+            except TIRError:
+                pass
+            if E.is_const_int(cond, 1):
+                return self.stmt(s.then_case)
+            if E.is_const_int(cond, 0):
+                return self.stmt(s.else_case) if s.else_case is not None else None
+        self.line(f"if ({self.expr(cond)}) {{")
         self.indent += 1
         with self.ana.with_constraint(s.condition):
             self.stmt(s.then_case)
@@ -503,6 +514,7 @@ class KernelEmitter:
             size = _stmt_size(s.body) * ext
             if size <= self.unroll_budget:
                 self.unroll_budget -= size
+                self.unrolling += 1
                 for k in range(lo, lo + ext):
                     self.local_vars[id(v)] = _int_literal(k, v.dtype, v)
                     self.ana.bind(v, E.IntImm(k, v.dtype))
@@ -511,6 +523,7 @@ class KernelEmitter:
                     self.stmt(s.body)
                     self.indent -= 1
                     self.line("}")
+                self.unrolling -= 1
                 self.ana.bind(v, Range(s.min, s.extent))
                 return
         name = self.names.get(v, "v_")
@@ -531,6 +544,12 @@ class KernelEmitter:
     def index(self, idx, buf) -> str:
         if not dt.is_integer(idx.dtype):
             raise WebGPUBuildError(f"index {idx!r} of {buf.name} is not an integer", idx)
+        if self.unrolling and not isinstance(idx, (E.IntImm, E.Var)):
+            # unrolled copies see their loop variables as constants: fold them
+            try:
+                idx = self.ana.simplify(idx)
+            except TIRError:
+                pass
         return self._as_i32(self.expr(idx), idx.dtype)
 
     @staticmethod
