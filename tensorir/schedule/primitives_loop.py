@@ -257,15 +257,13 @@ def set_loop_kind(func: PrimFunc, loop_var: Var, kind: str,
             if not uses_var(value, loop_var):
                 continue
             if iv.kind != "spatial":
-                hint = ""
                 if kind == "thread_binding" and thread_tag.startswith("threadIdx"):
-                    hint = ("; cross-thread reduction is not supported by this compiler's "
-                            "lowering (rfactor the reduction and bind the spatial loop of the "
-                            "rfactor block)")
+                    continue   # a cross-thread reduction (transform.LowerCrossThreadReduction)
                 raise ScheduleError(prim, f"cannot {_VERBS[kind]} loop {name}: it is bound to the "
                                     f"reduction iter var {iv.var.name} of block {br.block.name}; "
                                     f"only loops bound to spatial iter vars can be made "
-                                    f"{_target(kind, thread_tag)}{hint}", loop)
+                                    f"{_target(kind, thread_tag)} (a reduction loop can be bound "
+                                    f"to threadIdx: a cross-thread reduction)", loop)
             if not is_quasi_affine(value, scope_vars):
                 raise ScheduleError(prim, f"cannot {_VERBS[kind]} loop {name}: block "
                                     f"{br.block.name} binds {iv.var.name} = {value!r}, which is "
@@ -657,8 +655,8 @@ class LoopPrimitives:
         ----------
         loop : LoopRV
             A serial loop; the rules of ``parallel`` apply. Binding a reduction loop to
-            ``threadIdx`` (a cross-thread reduction, which TVM allows) is rejected: this
-            compiler's lowering does not implement cross-thread reductions.
+            ``threadIdx`` makes a cross-thread reduction (the threads share the reduction;
+            ``transform.LowerCrossThreadReduction`` lowers it for GPU targets).
         thread_axis : str
             One of ``blockIdx.x/y/z``, ``threadIdx.x/y/z``, ``vthread`` (``vthread.x/y/z``).
             A nest may bind each thread axis once.

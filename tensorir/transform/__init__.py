@@ -10,6 +10,8 @@ the input is never modified):
   reduce loops; predicates to ``IfThenElse``; ``alloc_buffers`` to ``Allocate``).
 * ``FlattenBuffers`` — every buffer one-dimensional, indices linearized.
 * ``Simplify`` — arithmetic simplification with loop ranges and conditions known.
+* ``LowerCrossThreadReduction`` — reductions over threadIdx-bound loops: partial results per
+  thread, then a tree over the threads in shared memory.
 * ``CompactBufferAllocation`` — shared / local intermediates shrunk to the tile they touch.
 * ``lower(func_or_mod, target=None)`` — the default pipeline: ``VerifyMemoryAccess ->
   ConvertBlocksToLoops -> Simplify -> FlattenBuffers -> Simplify`` (GPU targets:
@@ -62,6 +64,7 @@ Examples
 """
 from .compact import CompactBufferAllocation
 from .convert_blocks import ConvertBlocksToLoops, LowerInitBlock
+from .cross_thread_reduction import LowerCrossThreadReduction
 from .device import (DeviceKernel, DeviceLimitError, HostDeviceSplit, LaunchKernel,
                      split_host_device)
 from .flatten import FlattenBuffers, flat_buffer, linear_index
@@ -72,6 +75,6 @@ from .verify import OutOfBoundsError, VerifyMemoryAccess
 
 __all__ = ["CompactBufferAllocation", "ConvertBlocksToLoops", "DEFAULT_PASSES", "DeviceKernel",
            "DeviceLimitError", "FlattenBuffers", "GPU_PASSES", "HostDeviceSplit", "LaunchKernel",
-           "LoopPartition", "LowerInitBlock", "lower_device", "split_host_device",
+           "LoopPartition", "LowerCrossThreadReduction", "LowerInitBlock", "lower_device", "split_host_device",
            "OutOfBoundsError", "Simplify", "VerifyMemoryAccess", "flat_buffer", "linear_index",
            "lower"]

@@ -5,6 +5,7 @@ from ..expr import TIRError
 from ..function import IRModule, PrimFunc
 from .compact import CompactBufferAllocation
 from .convert_blocks import ConvertBlocksToLoops
+from .cross_thread_reduction import LowerCrossThreadReduction
 from .device import GPU_KINDS, HostDeviceSplit, split_host_device
 from .flatten import FlattenBuffers
 from .loop_partition import LoopPartition
@@ -14,10 +15,11 @@ from .verify import VerifyMemoryAccess
 # The passes of ``lower``, in order (names for printing and for tests).
 DEFAULT_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, LoopPartition, Simplify, FlattenBuffers,
                   Simplify)
-# For GPU targets (``opencl``, ``webgpu``): shared / local tiles compacted to constant sizes,
+# For GPU targets (``opencl``, ``webgpu``): reductions over threadIdx-bound loops lowered to
+# a tree over the threads, shared / local tiles compacted to constant sizes,
 # no loop partitioning (a partitioned thread-bound nest would become two kernels).
-GPU_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, Simplify, CompactBufferAllocation,
-              FlattenBuffers, Simplify)
+GPU_PASSES = (VerifyMemoryAccess, LowerCrossThreadReduction, ConvertBlocksToLoops, Simplify,
+              CompactBufferAllocation, FlattenBuffers, Simplify)
 
 
 def target_kind(target) -> str | None:

@@ -201,3 +201,26 @@ def test_global_intermediate_is_a_host_allocation_between_two_kernels():
     l0, l1 = _launches(split)
     assert [b.name for b in l0.buffers] == ["A", "B"]
     assert [b.name for b in l1.buffers] == ["C", "B"]   # parameters first, then temporaries
+
+
+def test_cross_thread_reduction_lowers_to_a_tree_with_barriers():
+    n = te.var("n")
+    A = te.placeholder((n, 100), "float32", "A")
+    k = te.reduce_axis((0, 100), "k")
+    B = te.compute((n,), lambda i: te.max(A[i, k], axis=k), "B")
+    sch = Schedule(te.create_prim_func([A, B]))
+    i, kk = sch.get_loops(sch.get_block("B"))
+    ko, ki = sch.split(kk, [None, 24])          # 24 threads: not a power of two
+    sch.reorder(i, ki, ko)
+    sch.bind(i, "blockIdx.x")
+    sch.bind(ki, "threadIdx.x")
+    k0, = lower_device(sch.mod["main"], LIMITS).kernels
+    assert k0.block == (24, 1, 1)
+    assert [b.name for b in k0.shared_buffers] == ["B_red"]
+    stores = _stmts(k0.func.body, BufferStore)
+    # partial init + update, the slot write, 5 tree steps (16, 8, 4, 2, 1), the result
+    assert [s.buffer.name for s in stores] == ["B_in_thread"] * 2 + ["B_red"] * 6 + ["B"]
+    top = k0.func.body
+    while isinstance(top, Allocate):
+        top = top.body
+    assert sum(is_barrier(s) for s in top.seq) == 6
