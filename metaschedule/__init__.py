@@ -14,7 +14,13 @@ __all__ = ["TuneError"]
 from .arg_info import ArgInfo, args_info, output_indices, random_inputs, reference_outputs
 from .database import Database, TuningRecord, Workload, workload_hash
 
+from .builder import BuilderInput, BuilderResult, LocalBuilder
+from .runner import LocalRunner, RunnerInput, RunnerResult
+from .rpc_runner import RPCRunner
+
 __all__ += ["ArgInfo", "args_info", "output_indices", "random_inputs", "reference_outputs",
-            "Database", "TuningRecord", "Workload", "workload_hash"]
+            "Database", "TuningRecord", "Workload", "workload_hash", "BuilderInput",
+            "BuilderResult", "LocalBuilder", "LocalRunner", "RunnerInput", "RunnerResult",
+            "RPCRunner"]
 
 # --- SEARCH: cost model, search, task scheduler, tuning drivers -------------------------------

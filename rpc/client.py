@@ -238,12 +238,15 @@ class RemoteModule:
         return self[self.entry_name](*args)
 
     def time_evaluator(self, name: str, dev=None, number: int = 10, repeat: int = 3,
-                       min_repeat_ms: float = 0, timeout: float | None = None):
+                       min_repeat_ms: float = 0, timeout: float | None = None,
+                       cache_flush_bytes: int = 0):
         """A function that times ``name`` on the board's own clock, like ``Module.time_evaluator``.
 
         Returns a callable taking the kernel's arguments and returning a
         ``targets.BenchmarkResult`` (seconds per call: ``.mean``, ``.median``, ``.results``).
         The network is not in the timings: the board runs the ``number x repeat`` calls itself.
+        With ``cache_flush_bytes``, the board writes a buffer of that size before each repeat
+        (bigger than its caches: every repeat starts with cold caches).
 
         Examples
         --------
@@ -265,7 +268,9 @@ class RemoteModule:
                                            "device": spec, "number": int(number),
                                            "repeat": int(repeat),
                                            "min_repeat_ms": float(min_repeat_ms),
-                                           "args": sess._pack_args(args, name), "timeout": t},
+                                           "args": sess._pack_args(args, name), "timeout": t,
+                                           **({"cache_flush_bytes": int(cache_flush_bytes)}
+                                              if cache_flush_bytes else {})},
                                   timeout=t + _CALL_MARGIN, what=f"timing {name}")
             return BenchmarkResult(frame.meta["results"])
 

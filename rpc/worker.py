@@ -19,7 +19,8 @@ get            handle                                      array meta (+ blob)
 set            handle (+ blob)
 call           module, function, args, timeout
 time           module, function, device, number, repeat,   results (seconds per call)
-               min_repeat_ms, args, timeout
+               min_repeat_ms, args, timeout,
+               cache_flush_bytes (optional)
 free           handles
 close                                                      (then the session ends)
 PLUGIN.OP      args (JSON object), arrays, timeout         the handler's reply (+ array blobs)
@@ -439,12 +440,25 @@ class Session:
                              f"{repeat!r}")
         if type(min_ms) not in (int, float) or min_ms < 0:
             raise ValueError(f"min_repeat_ms must be >= 0, got {min_ms!r}")
+        flush = meta.get("cache_flush_bytes", 0)
+        if type(flush) is not int or not 0 <= flush <= self.limits.max_array:
+            raise ValueError(f"cache_flush_bytes must be an integer in [0, "
+                             f"{self.limits.max_array}], got {flush!r}")
         args = self._args(meta.get("args"))
         evaluator = mod.time_evaluator(name, dev, number=number, repeat=repeat,
-                                       min_repeat_ms=min_ms)
+                                       min_repeat_ms=min_ms,
+                                       f_preproc=self._cache_flusher(flush) if flush else None)
         with _alarm(self._timeout(meta)):
             result = evaluator(*args)
         return {"results": list(result.results)}, ()
+
+    def _cache_flusher(self, nbytes: int):
+        """Writes a buffer of ``nbytes`` (kept for the session): run before each repeat, it
+        evicts the kernel's data from the caches, so every repeat starts cold."""
+        buf = getattr(self, "_flush_buffer", None)
+        if buf is None or buf.size != nbytes:
+            buf = self._flush_buffer = np.zeros(nbytes, np.uint8)
+        return lambda: np.add(buf, 1, out=buf)
 
     def op_free(self, meta, blobs):
         self._free(meta.get("handles", ()))

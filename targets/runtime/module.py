@@ -438,7 +438,8 @@ class Module:
         raise NotImplementedError
 
     def time_evaluator(self, name: str, device: Device | None = None, number: int = 10,
-                       repeat: int = 3, min_repeat_ms: float = 0) -> "Any":
+                       repeat: int = 3, min_repeat_ms: float = 0,
+                       f_preproc: "Any" = None) -> "Any":
         """A function that runs ``name`` ``number`` times per repeat and returns the timings.
 
         Parameters
@@ -453,6 +454,9 @@ class Module:
             Measurements taken; ``.results`` has one entry per repeat.
         min_repeat_ms : float
             If one repeat takes less than this, ``number`` grows until it does not.
+        f_preproc : callable, optional
+            Called with no arguments before each repeat, outside the timed region (the tuner
+            flushes the CPU caches with it, as TVM's ``f_preproc``).
 
         Examples
         --------
@@ -479,6 +483,8 @@ class Module:
             clock = time.perf_counter
             for _ in range(repeat):
                 while True:
+                    if f_preproc is not None:
+                        f_preproc()
                     start = clock()
                     for _ in range(n):
                         rc = cfunc(values, codes, count)
