@@ -1,0 +1,6 @@
+"""``python -m tilecraft ...``: the same as the ``tilecraft`` command."""
+import sys
+
+from .cli import main
+
+sys.exit(main())
