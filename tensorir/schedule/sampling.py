@@ -134,28 +134,30 @@ class SamplingPrimitives:
     def sample_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,
                     shape_hints: dict | None = None,
                     decision: Sequence[int] | None = None) -> list[ExprRV]:
-        """Draw the ``n - 1`` inner factors of an ``n``-level tiling of ``loop``, for
+        """Draw an ``n``-level tiling of ``loop`` and return its ``n - 1`` inner factors, for
         ``split(loop, [None, *factors])``; the extent may be symbolic.
 
         The factors are a perfect tiling of the loop's extent at a representative value: the
         constant extent, or the symbolic one with ``shape_hints`` (``{"n": 64}``) substituted.
-        The outermost factor is left to ``split`` (``ceildiv(extent, product)``), so every
-        decision (any positive factors, the innermost at most ``max_innermost_factor``) replays
-        on the function for any value of the shape variables: where the product does not divide
-        the extent, the split's predicate guards the tail.
+        The decision records all ``n`` factors, the outermost one at that representative value
+        (so a mutator can move factors between levels), but only the inner ones are returned:
+        the outer loop is left to ``split`` (``ceildiv(extent, product)``), so every decision
+        (any positive factors, the innermost at most ``max_innermost_factor``) replays on the
+        function for any value of the shape variables; where the product does not divide the
+        extent, the split's predicate guards the tail.
 
         Parameters
         ----------
         loop : LoopRV
         n : int
-            The number of tile levels (>= 2); ``n - 1`` factors are drawn.
+            The number of tile levels (>= 2).
         max_innermost_factor : int
             Upper bound of the innermost factor.
         shape_hints : dict[str, int], optional
             Representative values of the symbolic shape variables in the extent. Only used to
             draw; a replayed decision does not need them.
         decision : list of int, optional
-            Replay these factors instead of drawing.
+            Replay these ``n`` factors instead of drawing (the first is informational).
 
         Examples
         --------
@@ -173,19 +175,18 @@ class SamplingPrimitives:
                                 f"{max_innermost_factor}", for_node)
         if decision is not None:
             factors = [int(f) for f in decision]
-            if len(factors) != n - 1 or min(factors) < 1 or factors[-1] > max_innermost_factor:
-                raise ScheduleError(prim, f"decision {factors} is not {n - 1} positive inner "
-                                    f"factors with the innermost <= {max_innermost_factor}",
-                                    for_node)
+            if len(factors) != n or min(factors) < 1 or factors[-1] > max_innermost_factor:
+                raise ScheduleError(prim, f"decision {factors} is not {n} positive factors "
+                                    f"with the innermost <= {max_innermost_factor}", for_node)
         else:
             extent = representative_extent(for_node.extent, shape_hints)
             if extent is None:
                 raise ScheduleError(prim, f"loop {for_node.loop_var.name} has the symbolic extent "
                                     f"{for_node.extent!r} and shape_hints {shape_hints!r} do not "
                                     f"give all of its variables a value", for_node)
-            factors = self._draw_perfect_tile(max(extent, 1), n, max_innermost_factor)[1:]
+            factors = self._draw_perfect_tile(max(extent, 1), n, max_innermost_factor)
         self._decision = list(factors)
-        return [self._expr_rv(f) for f in factors]
+        return [self._expr_rv(f) for f in factors[1:]]
 
     @traced
     def enter_postproc(self) -> None:
