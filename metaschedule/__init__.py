@@ -9,6 +9,26 @@ from .errors import TuneError
 __all__ = ["TuneError"]
 
 # --- SPACE: design space (schedule rules, postprocessors, mutators, space generator) ---------
+from .schedule_rule import (AddRFactor, AutoBind, AutoInline, CrossThreadReduction,
+                            MultiLevelTiling, MultiLevelTilingWithIntrin,
+                            ParallelVectorizeUnroll, RandomComputeLocation, ReuseConfig,
+                            ScheduleRule, SpaceContext)
+from .postproc import (DisallowDynamicLoop, Postproc, RewriteCooperativeFetch,
+                       RewritePackedLayout, RewriteParallelVectorizeUnroll,
+                       RewriteReductionBlock, RewriteTensorize, RewriteUnboundBlock,
+                       VerifyGPUCode)
+from .mutator import (MutateComputeLocation, MutateParallel, MutateThreadBinding,
+                      MutateTileSize, MutateUnroll, Mutator)
+from .space_generator import SpaceGenerator, default_space
+
+__all__ += ["ScheduleRule", "SpaceContext", "AutoInline", "MultiLevelTiling",
+            "MultiLevelTilingWithIntrin", "ReuseConfig", "ParallelVectorizeUnroll",
+            "RandomComputeLocation", "CrossThreadReduction", "AddRFactor", "AutoBind",
+            "Postproc", "DisallowDynamicLoop", "RewriteCooperativeFetch", "RewritePackedLayout",
+            "RewriteParallelVectorizeUnroll", "RewriteReductionBlock", "RewriteTensorize",
+            "RewriteUnboundBlock", "VerifyGPUCode", "Mutator", "MutateTileSize", "MutateUnroll",
+            "MutateParallel", "MutateComputeLocation", "MutateThreadBinding", "SpaceGenerator",
+            "default_space"]
 
 # --- MEASURE: database, builder, runners ------------------------------------------------------
 from .arg_info import ArgInfo, args_info, output_indices, random_inputs, reference_outputs

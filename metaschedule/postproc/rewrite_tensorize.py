@@ -1,0 +1,102 @@
+"""``RewriteTensorize``: compute the register tile of a block annotated by
+``MultiLevelTilingWithIntrin`` with a tensor intrinsic, now that its size is known.
+
+The update ``C[i, j] += A[i, k] * B[k, j]`` over the ``MR x NR`` tile becomes
+``outer_product_f32_{isa}_{MR}x{NR}`` and its init (after ``RewriteReductionBlock``)
+``fill_zero_f32_{isa}_{MR}x{NR}``; the blocks that read the tile's accumulators back (the write
+cache, or a fused epilogue) get their rows unrolled and columns vectorized.
+
+A tile that cannot be tensorized -- a partial tile at the edge of the iteration space (its block
+has a predicate), an operand whose layout does not match the intrinsic's, a dtype or an ISA
+without a family member -- is computed by the same loops the intrinsic's implementation is made
+of: rows unrolled, columns vectorized. So the schedule is always finished, and on full tiles it
+runs the micro-kernel.
+"""
+from __future__ import annotations
+
+from tensorir.schedule import Schedule, ScheduleError
+from tensorir.schedule.intrinsics import ISA_LANES, TensorIntrin, target_isas
+
+from ..schedule_rule import analysis as A
+from ..schedule_rule.base import ANN_TENSORIZE
+from .base import Postproc
+
+MAX_VECTOR_LANES = 64
+
+
+class RewriteTensorize(Postproc):
+    """Tensorize annotated register tiles (TVM's ``RewriteTensorize``).
+
+    Examples
+    --------
+    >>> RewriteTensorize().apply(sch)                   # doctest: +SKIP
+    True
+    """
+
+    def apply(self, sch: Schedule) -> bool:
+        isas = target_isas(self.context.target) if self.context else []
+        for br in list(A.all_blocks(sch.func)):
+            family = dict(br.block.annotations).get(ANN_TENSORIZE)
+            if family is None:
+                continue
+            name = br.block.name
+            try:
+                self._rewrite(sch, name, str(family), isas)
+            except ScheduleError:
+                return False
+        return True
+
+    def _rewrite(self, sch: Schedule, name: str, family: str, isas: list[str]) -> None:
+        info = A.find_block_info(sch.func, name)
+        acc = info.block.writes[0].buffer
+        blocks = [(name, "outer_product")]
+        init = name + "_init"
+        if any(br.block.name == init for br in A.all_blocks(sch.func)):
+            blocks.append((init, "fill_zero"))
+        for bname, kind in blocks:
+            binfo = A.find_block_info(sch.func, bname)
+            if len(binfo.loops) < 2:
+                continue
+            mr, nr = (A.const_extent(binfo.loops[-2]), A.const_extent(binfo.loops[-1]))
+            done = False
+            dtype = acc.dtype
+            if mr and nr and dtype == "float32" and family == "outer_product":
+                for isa in isas:
+                    if nr % ISA_LANES[isa]:
+                        continue
+                    intrin = f"{kind}_f32_{isa}_{mr}x{nr}"
+                    TensorIntrin.get(intrin)
+                    block = sch.get_block(bname)
+                    loops = sch.get_loops(block)
+                    try:
+                        sch.tensorize(loops[-2], intrin)
+                        done = True
+                        break
+                    except ScheduleError:
+                        continue
+            if not done:
+                _unroll_rows_vectorize_columns(sch, bname)
+        # the write-back of the accumulators (the cache block or a fused epilogue)
+        for br in list(A.all_blocks(sch.func)):
+            if br.block.name in (name, init):
+                continue
+            if any(r.buffer is acc for r in br.block.reads):
+                _unroll_rows_vectorize_columns(sch, br.block.name)
+
+
+def _unroll_rows_vectorize_columns(sch: Schedule, name: str) -> None:
+    info = A.find_block_info(sch.func, name)
+    if len(info.loops) < 2:
+        return
+    rows, cols = info.loops[-2], info.loops[-1]
+    if rows.kind != "serial" or cols.kind != "serial":
+        return
+    block = sch.get_block(name)
+    loops = sch.get_loops(block)
+    if A.const_extent(cols) is not None and A.const_extent(cols) <= MAX_VECTOR_LANES:
+        try:
+            sch.vectorize(loops[-1])
+        except ScheduleError:
+            pass
+    if A.const_extent(rows) is not None and A.const_extent(rows) <= 16:
+        sch.unroll(loops[-2])

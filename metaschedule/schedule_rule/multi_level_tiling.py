@@ -1,0 +1,402 @@
+"""``MultiLevelTiling``: tile a reduction block with data reuse (GEMM, conv, batch matmul)
+into a multi-level loop nest, with caches, and ``MultiLevelTilingWithIntrin``: the same with
+a register tile computed by a tensorized micro-kernel (``tensorir.schedule.intrinsics``).
+
+The structure string names the tile levels from the outside in: ``S`` a level of every spatial
+loop, ``R`` a level of every reduce loop. Each loop is split into as many tiles as its letter
+occurs (``sample_tile``: the inner factors are sampled, the outermost inferred, so symbolic
+extents tile too) and the tiles are reordered level by level:
+
+* CPU ``"SSRSRS"``: ``S0 S1 R0 S2 R1 S3``; the innermost spatial tile ``S3`` is what
+  ``RewriteParallelVectorizeUnroll`` vectorizes and unrolls, ``S0`` what it parallelizes. The
+  output tile may be accumulated in a ``local`` write cache (``reuse_write``) written back after
+  level 1 or 2 (``levels``), or an elementwise consumer (bias, activation) computed there
+  instead. A read operand indexed by the innermost spatial variable and reduce variables only
+  (``B[k, j]`` of a GEMM, the weight of an NHWC conv) may be *packed* (``pack="may"``): copied
+  per ``S0`` panel into ``B_global[j // P, k, j % P]`` (``RewritePackedLayout`` fixes ``P`` to
+  the final inner tile), so the inner loops stream contiguous vectors.
+* GPU ``"SSSRRSRS"``: ``S0 S1 S2 R0 R1 S3 R2 S4``; ``S0`` is fused and bound to
+  ``blockIdx.x``, ``S1`` to ``vthread.x``, ``S2`` to ``threadIdx.x`` (``tile_binds``); every
+  input is read through a ``shared`` cache computed at ``R0`` (``reuse_read``) whose copy loops
+  ``RewriteCooperativeFetch`` spreads over the threads, and the output tile accumulates in a
+  ``local`` cache written back at ``S2``.
+
+The micro-kernel rule keeps the CPU structure but fixes the innermost level: the register tile
+``MR x NR`` (``sample_categorical`` over the intrinsic family's sizes for the target's vector
+unit), packed ``B`` panels of width ``NR``, the accumulators in a ``local`` write cache after
+level 2, and the block annotated for ``RewriteTensorize`` -- exactly the structure of the hand
+GEMM schedule of ``docs/gemm-tutorial.md`` (``benchmarks/schedules/gemm.py``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorir.expr import Add, BufferLoad, Cast, Mul, Var
+from tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
+
+from . import analysis as A
+from .base import (ANN_COOPERATIVE_FETCH, ANN_PACK, ANN_TENSORIZE, ANN_TILED, ScheduleRule)
+
+
+@dataclass(frozen=True)
+class ReuseConfig:
+    """A cache level of ``MultiLevelTiling``: ``req`` "no" / "may" (branch with and without) /
+    "must"; ``levels``: tile levels (1-based) after which the cache is computed; ``scope``."""
+
+    req: str = "no"
+    levels: tuple = ()
+    scope: str = "global"
+
+    def __post_init__(self):
+        if self.req not in ("no", "may", "must"):
+            raise ValueError(f"ReuseConfig.req must be 'no', 'may' or 'must', got {self.req!r}")
+        object.__setattr__(self, "levels", tuple(int(x) for x in self.levels))
+        if self.req != "no" and not self.levels:
+            raise ValueError("ReuseConfig: a cache needs at least one level")
+
+
+@dataclass
+class _Operands:
+    """The roles in ``C[...] = C[...] + X * Y`` of a block: X's read index, Y's read index, the
+    spatial iter var ``j`` indexing Y (and the last dim of C), ``i`` indexing X."""
+
+    x_index: int
+    y_index: int
+    y_dim: int
+    i_var: Var | None
+    j_var: Var
+
+
+class MultiLevelTiling(ScheduleRule):
+    """Multi-level tiling of reduction blocks with data reuse (TVM's ``MultiLevelTiling``).
+
+    Parameters
+    ----------
+    structure : str
+        ``"SSRSRS"`` (CPU) or ``"SSSRRSRS"`` (GPU), or any string of S and R.
+    tile_binds : tuple of str, optional
+        Thread axes the first spatial levels are fused and bound to (GPU).
+    max_innermost_factor : int
+        Bound of the innermost tile of each loop.
+    vector_load_lens : tuple of int, optional
+        Vector lengths the cooperative fetch of shared caches samples from (GPU).
+    reuse_read, reuse_write : ReuseConfig, optional
+        The read caches (GPU: shared, "must", level 4) and write cache (CPU: local, "may",
+        levels 1 and 2; GPU: local, "must", level 3).
+    pack : str
+        ``"no"``, ``"may"`` or ``"must"``: pack the operand indexed by the innermost spatial
+        variable into panels (CPU).
+
+    Examples
+    --------
+    >>> rule = MultiLevelTiling("SSRSRS", reuse_write=ReuseConfig("may", (1, 2), "local"))
+    """
+
+    def __init__(self, structure: str = "SSRSRS", tile_binds=None, max_innermost_factor: int = 64,
+                 vector_load_lens=None, reuse_read: ReuseConfig | None = None,
+                 reuse_write: ReuseConfig | None = None, pack: str = "no"):
+        if not structure or set(structure) - {"S", "R"} or "S" not in structure:
+            raise ValueError(f"MultiLevelTiling: structure must be a string of S and R with at "
+                             f"least one S, got {structure!r}")
+        if pack not in ("no", "may", "must"):
+            raise ValueError(f"MultiLevelTiling: pack must be 'no', 'may' or 'must', got {pack!r}")
+        self.structure = structure
+        self.tile_binds = tuple(tile_binds or ())
+        if len(self.tile_binds) > structure.count("S"):
+            raise ValueError("MultiLevelTiling: more tile_binds than spatial levels")
+        self.max_innermost_factor = int(max_innermost_factor)
+        self.vector_load_lens = tuple(vector_load_lens or ())
+        self.reuse_read = reuse_read or ReuseConfig()
+        self.reuse_write = reuse_write or ReuseConfig()
+        self.pack = pack
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(structure={self.structure!r}, tile_binds="
+                f"{self.tile_binds}, pack={self.pack!r})")
+
+    # -- applicability ---------------------------------------------------------------------------
+    def _applicable(self, sch: Schedule, block: BlockRV) -> A.BlockInfo | None:
+        info = A.block_info(sch, block)
+        b = info.block
+        if A.is_root(info) or not A.is_subroot(info) or A.is_thread_bound(info):
+            return None
+        if dict(b.annotations).get(ANN_TILED) is not None:
+            return None
+        if not A.is_reduction(b) or not A.has_data_reuse(b):
+            return None
+        if A.trivial_binding(info) is None or len(info.loops) != len(b.iter_vars):
+            return None
+        kinds = A.loop_iter_kinds(info)
+        if any(k not in ("S", "R") for k in kinds) or "S" not in kinds:
+            return None
+        return info
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        info = self._applicable(sch, block)
+        if info is None:
+            return [sch]
+        ops = _operands(info) if self.pack != "no" else None
+        packs = {"no": [False], "may": [False, True], "must": [True]}[self.pack]
+        if ops is None:
+            packs = [False] if self.pack != "must" else []
+        writes = {"no": [None], "may": [None, *self.reuse_write.levels],
+                  "must": list(self.reuse_write.levels)}[self.reuse_write.req]
+        out = []
+        for pack in packs:
+            for level in writes:
+                s = sch.copy()
+                try:
+                    self._tile(s, block, level, ops if pack else None)
+                except ScheduleError:
+                    continue  # this branch is illegal for this block: drop it
+                out.append(s)
+        return out or [sch]
+
+    # -- the transformation ------------------------------------------------------------------
+    def _inner_tiles(self, sch: Schedule, info: A.BlockInfo, loops: list[LoopRV]) -> dict:
+        """Hook of the micro-kernel rule: loop index -> (levels of the S tiles it fixes)."""
+        return {}
+
+    def _tile(self, sch: Schedule, block: BlockRV, write_level: int | None,
+              pack_ops: _Operands | None) -> None:
+        ctx = self.context
+        hints = ctx.shape_hints if ctx else {}
+        info = A.block_info(sch, block)
+        name = info.block.name
+        consumer = A.elementwise_consumer(sch, info) if write_level is not None else None
+        pack = None
+        if pack_ops is not None:
+            pack = sch.cache_read(block, pack_ops.y_index, "global")
+            sch.annotate(pack, ANN_PACK, [name, pack_ops.y_dim])
+        write_back = None
+        if write_level is not None:
+            write_back = sch.cache_write(block, 0, self.reuse_write.scope)
+            if consumer is not None:
+                try:
+                    sch.compute_inline(write_back)
+                    write_back = sch.get_block(consumer)
+                except ScheduleError:
+                    pass
+        loops = sch.get_loops(block)
+        now = A.block_info(sch, block)
+        kinds = A.loop_iter_kinds(now)
+        by_loop = {id(f.loop_var): v for v, f in (A.trivial_binding(now) or {}).items()}
+        loop_ivars = [by_loop.get(id(f.loop_var)) for f in now.loops]
+        n_s, n_r = self.structure.count("S"), self.structure.count("R")
+        fixed = self._inner_tiles(sch, now, loops)
+        per_loop: list[list[LoopRV]] = []
+        for idx, (loop, kind) in enumerate(zip(loops, kinds)):
+            n = n_s if kind == "S" else n_r
+            if idx in fixed:
+                inner_rv, levels_left = fixed[idx]
+                outer, inner = sch.split(loop, [None, inner_rv])
+                tiles = self._split(sch, outer, levels_left, hints) + [inner]
+                tiles += [None] * (n - len(tiles))
+            elif kind == "S" and fixed:
+                # the register tile is the whole innermost level: other spatial loops get none
+                tiles = self._split(sch, loop, n - 1, hints) + [None]
+            else:
+                tiles = self._split(sch, loop, n, hints)
+            per_loop.append(tiles)
+        # group the tiles by level: level t of the structure takes tile #(count of its letter so
+        # far) of every loop of that kind
+        levels: list[list[LoopRV]] = []
+        seen = {"S": 0, "R": 0}
+        for letter in self.structure:
+            t = seen[letter]
+            seen[letter] += 1
+            levels.append([tiles[t] for tiles, kind in zip(per_loop, kinds)
+                           if kind == letter and tiles[t] is not None])
+        if fixed:
+            # the register tile in (i, j) order: i's tile before j's whatever the loop order
+            last_s = len(self.structure) - 1 - self.structure[::-1].index("S")
+            levels[last_s] = self._register_tile_order(levels[last_s])
+        order = [l for lv in levels for l in lv]
+        sch.reorder(*order)
+        # bind the first spatial levels to thread axes (fused)
+        s_levels = [i for i, c in enumerate(self.structure) if c == "S"]
+        for axis, lv in zip(self.tile_binds, s_levels):
+            group = levels[lv]
+            fused = sch.fuse(*group) if len(group) > 1 else group[0]
+            sch.bind(fused, axis)
+            levels[lv] = [fused]
+        if write_back is not None:
+            at = levels[write_level - 1]
+            sch.reverse_compute_at(write_back, at[-1], preserve_unit_loops=True)
+        if self.reuse_read.req != "no":
+            self._read_caches(sch, block, levels)
+        if pack is not None:
+            panel = next((tiles[0] for tiles, kind, v in zip(per_loop, kinds, loop_ivars)
+                          if v is pack_ops.j_var and kind == "S"), None)
+            if panel is not None:
+                try:
+                    sch.compute_at(pack, panel, preserve_unit_loops=True)
+                except ScheduleError:
+                    pass  # stays at the root: all of the operand is packed first
+        sch.annotate(block, ANN_TILED, self.structure)
+
+    def _register_tile_order(self, loops: list[LoopRV]) -> list[LoopRV]:
+        return loops
+
+    def _split(self, sch: Schedule, loop: LoopRV, n: int, hints: dict) -> list[LoopRV]:
+        if n <= 1:
+            return [loop]
+        inner = sch.sample_tile(loop, n, self.max_innermost_factor, hints or None)
+        return sch.split(loop, [None, *inner])
+
+    def _read_caches(self, sch: Schedule, block: BlockRV, levels) -> None:
+        cfg = self.reuse_read
+        level = cfg.levels[0]
+        at = levels[level - 1][-1]
+        b = sch.get(block)
+        written = {id(w.buffer) for w in b.writes}
+        buffers = [r.buffer for r in b.reads if id(r.buffer) not in written]
+        for buf in buffers:
+            idx = next(i for i, r in enumerate(sch.get(block).reads) if r.buffer is buf)
+            cache = sch.cache_read(block, idx, cfg.scope)
+            sch.compute_at(cache, at, preserve_unit_loops=True)
+            own = _own_loops(sch, cache, at)
+            if not own:
+                continue
+            fused = sch.fuse(*own) if len(own) > 1 else own[0]
+            if self.vector_load_lens:
+                lens = list(self.vector_load_lens)
+                v = sch.sample_categorical(lens, [1.0 / len(lens)] * len(lens))
+                sch.annotate(fused, ANN_COOPERATIVE_FETCH, v)
+            else:
+                sch.annotate(fused, ANN_COOPERATIVE_FETCH, 1)
+
+
+def _own_loops(sch: Schedule, block: BlockRV, at: LoopRV) -> list[LoopRV]:
+    """The loops of ``block`` below the loop ``at`` (those compute_at made)."""
+    loops = sch.get_loops(block)
+    at_var = sch.get(at).loop_var
+    for i, l in enumerate(loops):
+        if sch.get(l).loop_var is at_var:
+            return loops[i + 1:]
+    return loops
+
+
+def _strip(e):
+    return e.value if isinstance(e, Cast) else e
+
+
+def _operands(info: A.BlockInfo) -> _Operands | None:
+    """Recognize ``C[..., i, j] = C[..., i, j] + X * Y`` with ``j`` (the innermost spatial iter
+    var) indexing one dim of Y exactly and absent from X, Y indexed by ``j`` and reduce vars
+    only, and ``i`` (the next spatial var of C's indices) indexing X."""
+    b = info.block
+    body = b.body
+    from tensorir.stmt import BufferStore
+    if not isinstance(body, BufferStore) or not isinstance(body.value, Add):
+        return None
+    prod = body.value.b if isinstance(body.value.b, Mul) else body.value.a
+    rest = body.value.a if prod is body.value.b else body.value.b
+    if not isinstance(prod, Mul) or not (isinstance(rest, BufferLoad) and rest.buffer is
+                                         body.buffer):
+        return None
+    loads = [_strip(prod.a), _strip(prod.b)]
+    if not all(isinstance(x, BufferLoad) for x in loads) or not body.indices:
+        return None
+    spatial = {id(iv.var): iv.var for iv in b.iter_vars if iv.kind == "spatial"}
+    reduce_ = {id(iv.var) for iv in b.iter_vars if iv.kind == "reduce"}
+    j = body.indices[-1]
+    if not isinstance(j, Var) or id(j) not in spatial:
+        return None
+    i = body.indices[-2] if len(body.indices) >= 2 else None
+    if i is not None and (not isinstance(i, Var) or id(i) not in spatial):
+        i = None
+    for y, x in ((loads[1], loads[0]), (loads[0], loads[1])):
+        dims = [d for d, e in enumerate(y.indices) if e is j]
+        if len(dims) != 1:
+            continue
+        others = [e for d, e in enumerate(y.indices) if d != dims[0]]
+        if not all(isinstance(e, Var) and id(e) in reduce_ for e in others):
+            continue
+        if any(A.uses_var(e, j) for e in x.indices):
+            continue
+        if i is not None and not any(A.uses_var(e, i) for e in x.indices):
+            i = None
+        reads = [r.buffer for r in b.reads]
+        xi = next((n for n, r in enumerate(reads) if r is x.buffer), None)
+        yi = next((n for n, r in enumerate(reads) if r is y.buffer), None)
+        if xi is None or yi is None or xi == yi:
+            return None
+        return _Operands(xi, yi, dims[0], i, j)
+    return None
+
+
+class MultiLevelTilingWithIntrin(MultiLevelTiling):
+    """``MultiLevelTiling`` whose innermost level is a register tile computed by a tensorized
+    outer-product micro-kernel (``outer_product_f32_{isa}_{MR}x{NR}``), with packed panels of
+    the ``B`` operand and the accumulators in a ``local`` cache: the BLAS kernel structure of
+    ``benchmarks/schedules/gemm.py`` as a design space.
+
+    ``MR`` (rows, unrolled) and ``NR`` (columns, a multiple of the vector lanes) are sampled
+    with ``sample_categorical``; ``RewriteTensorize`` picks the intrinsic of the final sizes.
+
+    Parameters
+    ----------
+    mr_candidates : tuple of int
+        Register-tile rows to sample from.
+    nr_vectors : tuple of int
+        Register-tile columns to sample from, in vectors of the target's lanes.
+    max_innermost_factor : int
+        Bound of the other innermost tiles.
+
+    Examples
+    --------
+    >>> rule = MultiLevelTilingWithIntrin(mr_candidates=(4, 6, 8), nr_vectors=(2, 4))
+    """
+
+    def __init__(self, mr_candidates=tuple(range(1, 9)), nr_vectors=(1, 2, 3, 4),
+                 max_innermost_factor: int = 64):
+        super().__init__("SSRSRS", max_innermost_factor=max_innermost_factor,
+                         reuse_write=ReuseConfig("must", (2,), "local"), pack="must")
+        self.mr_candidates = tuple(int(m) for m in mr_candidates)
+        self.nr_vectors = tuple(int(v) for v in nr_vectors)
+        self._swap = False
+
+    def __repr__(self):
+        return (f"MultiLevelTilingWithIntrin(mr_candidates={self.mr_candidates}, "
+                f"nr_vectors={self.nr_vectors})")
+
+    def _applicable(self, sch: Schedule, block: BlockRV):
+        info = super()._applicable(sch, block)
+        if info is None:
+            return None
+        ops = _operands(info)
+        if ops is None or ops.i_var is None:
+            return None
+        return info
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        if self._applicable(sch, block) is None:
+            return [sch]
+        out = [s for s in super().apply(sch, block) if s is not sch]
+        for s in out:
+            s.annotate(block, ANN_TENSORIZE, "outer_product")
+        # the untouched schedule goes on too: MultiLevelTiling offers the plain tilings
+        return out + [sch]
+
+    def _inner_tiles(self, sch: Schedule, info: A.BlockInfo, loops):
+        ops = _operands(info)
+        binding = A.trivial_binding(info)
+        pos = {id(f.loop_var): n for n, f in enumerate(info.loops)}
+        i_idx, j_idx = pos[id(binding[ops.i_var].loop_var)], pos[id(binding[ops.j_var].loop_var)]
+        hints = self.context.shape_hints if self.context else {}
+        dtype = info.block.writes[0].buffer.dtype
+        lanes = self.context.lanes(dtype) if self.context else 4
+        ei = A.extent_value(info.loops[i_idx], hints)
+        ej = A.extent_value(info.loops[j_idx], hints)
+        mrs = [m for m in self.mr_candidates if ei is None or m <= max(ei, 1)] or [1]
+        nrs = [lanes * v for v in self.nr_vectors if ej is None or lanes * v <= max(ej, lanes)]
+        nrs = nrs or [lanes]
+        mr = sch.sample_categorical(mrs, [1.0 / len(mrs)] * len(mrs))
+        nr = sch.sample_categorical(nrs, [1.0 / len(nrs)] * len(nrs))
+        self._swap = j_idx < i_idx
+        n = self.structure.count("S") - 1
+        return {i_idx: (mr, n), j_idx: (nr, n)}
+
+    def _register_tile_order(self, loops):
+        return list(reversed(loops)) if self._swap else loops
