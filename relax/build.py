@@ -41,7 +41,7 @@ from .struct_info import (PrimStructInfo, ShapeStructInfo, StructInfo, TensorStr
 from .transform import LegalizeOps, get_pipeline
 from .transform.static_plan_block_memory import StaticPlanBlockMemory
 from .vm_builtins import BUILTINS, OP_BUILTINS
-from . import default_schedules
+from . import default_schedules, gpu_schedules
 
 # ---------------------------------------------------------------------------------------------
 # the graph pipeline
@@ -124,7 +124,8 @@ def schedule_kernels(mod: IRModule, target: Target, database=None,
             if result is not None:
                 scheduled = _as_prim_func(result, name)
         if scheduled is None:
-            scheduled = default_schedules.apply(func, target)
+            scheduled = (gpu_schedules.apply(func, target) if target.kind in
+                         gpu_schedules.GPU_KINDS else default_schedules.apply(func, target))
         out[name] = scheduled
     return out
 
@@ -609,9 +610,8 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
     if not isinstance(mod, IRModule):
         raise TypeError(f"relax.build takes an IRModule, got {type(mod).__name__}")
     target = target if isinstance(target, Target) else Target(target)
-    if target.kind != "llvm":
-        raise targets.TargetError(f"relax.build: the VM runs kernels on the CPU; target "
-                                  f"{target} is not supported yet")
+    if target.kind not in ("llvm",) + gpu_schedules.GPU_KINDS:
+        raise targets.TargetError(f"relax.build: no VM support for target {target}")
     mod = _run_pipeline(mod, pipeline)
     mod = legalize(mod)
     mod = StaticPlanBlockMemory(upper_bounds)(mod)

@@ -51,6 +51,7 @@ from targets.runtime.module import BenchmarkResult
 from targets.runtime.ndarray import NDArray
 
 from .executable import Executable
+from . import vm_gpu
 from .vm_builtins import BUILTINS, aligned_bytes, as_ndarray, empty, read_condition
 
 _ALIGN = 64
@@ -246,6 +247,15 @@ def _to_value(x, spec: dict, fname: str, what: str):
 _CPU = cpu(0)
 
 
+def _on_device(v, device):
+    """Tensors of an argument value copied to ``device`` (the GPU VM's boundary)."""
+    if isinstance(v, NDArray):
+        return vm_gpu.to_device(v, device)
+    if isinstance(v, tuple):
+        return tuple(_on_device(x, device) for x in v)
+    return v
+
+
 class _Ctx:
     """What closures of one function share."""
 
@@ -351,9 +361,12 @@ class VirtualMachine:
         device = device or cpu(0)
         if not isinstance(device, Device):
             raise TypeError(f"VirtualMachine: device must be a targets.Device, got {device!r}")
-        if device.kind != "cpu":
-            raise ValueError(f"VirtualMachine: this executable's kernels run on the CPU, not on "
-                             f"{device}")
+        kind = (exe.target.split() or ["llvm"])[0]
+        want = "cpu" if kind == "llvm" else kind
+        if device.kind != want:
+            where = "the CPU" if want == "cpu" else f"an {want} device (built for {kind})"
+            raise ValueError(f"VirtualMachine: this executable's kernels run on {where}, not "
+                             f"on {device}")
         reason = exe.unavailable_reason()
         if reason:
             raise RuntimeError(f"VirtualMachine: cannot run this executable here: {reason}")
@@ -362,7 +375,9 @@ class VirtualMachine:
         self._pool = StoragePool()
         self._static_storage: dict[tuple, np.ndarray] = {}
         self.static_storage_bytes = 0
-        self._constants = [as_ndarray(c) for c in exe.constants]
+        self._gpu = device.kind != "cpu"   # tensors live on the device (relax.vm_gpu)
+        self._constants = (vm_gpu.upload_constants(self) if self._gpu else
+                           [as_ndarray(c) for c in exe.constants])
         self._kernel_fns: dict[str, Any] = {}
         self._functions: dict[str, _Function] = {}
         self._profiled: dict[str, _Function] | None = None
@@ -498,6 +513,8 @@ class VirtualMachine:
         return fn
 
     def _decode(self, ins: list, ctx: _Ctx) -> Callable:
+        if self._gpu and ins[0] in vm_gpu.GPU_OPS:
+            return vm_gpu.GPU_OPS[ins[0]](self, ctx, *ins[1:])
         method = getattr(self, "_op_" + ins[0], None)
         if method is None:
             raise ValueError(f"{ctx.name}: unknown VM instruction {ins[0]!r}")
@@ -510,7 +527,14 @@ class VirtualMachine:
         convert = phase == "bind"  # a parameter: the caller's value becomes a VM value
         matcher = _compile_match(spec, fname, what, binds, checks, ctx.origins)
 
-        if convert:
+        if convert and self._gpu:
+            dev = self.device
+
+            def match(regs):
+                v = _to_value(regs[src], spec, fname, what)
+                regs[src] = v = _on_device(v, dev)
+                matcher(v, regs)
+        elif convert:
             def match(regs):
                 regs[src] = v = _to_value(regs[src], spec, fname, what)
                 matcher(v, regs)
@@ -664,10 +688,11 @@ class VirtualMachine:
         then_c = tuple(self._decode(i, ctx) for i in then_code)
         else_c = tuple(self._decode(i, ctx) for i in else_code)
         fname = ctx.name
+        gpu = self._gpu
 
         def if_(regs):
             try:
-                c = read_condition(regs[cond])
+                c = read_condition(regs[cond]) if not gpu else vm_gpu.condition(regs[cond])
             except ValueError as err:
                 raise ValueError(f"{fname}: {err}") from None
             if c:
@@ -752,17 +777,20 @@ def _compile_match(spec: dict, fname: str, what: str, binds: bool, checks: bool,
 
     def match_tensor(v, regs):
         if kind == "tensor":
-            if type(v) is not NDArray:
+            if type(v) is NDArray:
+                arr = v._data
+            elif isinstance(v, NDArray):
+                arr = v            # a device array: shape, ndim and dtype, no host data
+            else:
                 raise VMArgumentError(f"{fname}: {what} must be a tensor, got {_describe(v)}")
-            arr = v._data
             shape = arr.shape
             if check_kind:
                 if ndim >= 0 and arr.ndim != ndim:
                     raise VMArgumentError(f"{fname}: {what} has rank {arr.ndim} (shape "
                                           f"{tuple(shape)}), expected rank {ndim}"
                                           f"{' ' + shape_text if shape_text else ''}")
-                if np_dtype is not None and arr.dtype != np_dtype:
-                    raise VMArgumentError(f"{fname}: {what} has dtype {arr.dtype.name}, "
+                if np_dtype is not None and np.dtype(arr.dtype) != np_dtype:
+                    raise VMArgumentError(f"{fname}: {what} has dtype {np.dtype(arr.dtype).name}, "
                                           f"expected {dtype}")
         else:
             if type(v) is not tuple:

@@ -302,6 +302,13 @@ class _Splitter:
     def host(self, s: Stmt) -> Stmt:
         if is_no_op(s):
             return s
+        if isinstance(s, Allocate):
+            if s.buffer.scope == "global":       # a device temporary of the host program
+                return Allocate(s.buffer, self.host(s.body))
+            self.outer_allocs.append(s.buffer)
+            body = self.host(s.body)
+            self.outer_allocs.pop()
+            return body
         if not _contains_thread_loop(s):
             return self.kernel(s, single_thread=True)
         if isinstance(s, SeqStmt):
@@ -340,13 +347,6 @@ class _Splitter:
         if isinstance(s, AssertStmt):
             self._host_expr(s.condition, f"the check {s.message!r}")
             return AssertStmt(s.condition, s.message, self.host(s.body))
-        if isinstance(s, Allocate):
-            if s.buffer.scope == "global":
-                return Allocate(s.buffer, self.host(s.body))
-            self.outer_allocs.append(s.buffer)
-            body = self.host(s.body)
-            self.outer_allocs.pop()
-            return body
         raise TIRError(f"split_host_device: unexpected host statement {type(s).__name__}", s)
 
     def _host_expr(self, e: PrimExpr, what: str):
@@ -612,13 +612,14 @@ class _State:
         return _State(self.reads | other.reads, self.writes | other.writes)
 
     def conflicts(self, reads, writes) -> bool:
-        return bool((set(reads) & self.writes) or (set(writes) & self.reads) or
-                    (set(writes) & self.writes))
+        # read-after-write and write-after-read; two writes without a read between them need
+        # no barrier (each phase of a cooperative stage writes its own elements)
+        return bool((set(reads) & self.writes) or (set(writes) & self.reads))
 
 
 class _Sync:
     """Insert work-group barriers (TVM's ThreadSync for the shared scope), conservatively:
-    between any write of a shared buffer and a later read or write of it, and between a read
+    between any write of a shared buffer and a later read of it, and between a read
     and a later write, with loop-carried dependences seen by a second pass over loop bodies.
     Barriers go only into control flow that does not depend on threadIdx."""
 

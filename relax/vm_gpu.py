@@ -1,0 +1,200 @@
+"""The VM on a GPU device (``relax.VirtualMachine(exe, targets.opencl(0))``): the instructions
+that touch tensors, for device arrays.
+
+An executable built for an ``opencl`` (or ``webgpu``) target runs with every tensor of the
+program on the device: arguments in host memory (numpy arrays, CPU NDArrays) are copied to the
+device when the function is entered — the one host-to-device copy at the boundary — constants
+once per VM, storages and fresh tensors are device allocations, planned tensors are views of
+their storage, kernels are the GPU module's functions (``targets.runtime.device_module``).
+Results are device NDArrays; ``.numpy()`` copies one back. The builtins that have no device
+version (``tensor_to_shape``, ``print``, an ``If`` condition) read their tensor back to the host.
+
+``relax.vm`` calls these through ``GPU_OPS`` when its device is not the CPU; everything else
+(shape arithmetic, tuples, calls, matching) is shared with the CPU VM.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from targets.runtime.device import device_runtime
+from targets.runtime.ndarray import NDArray
+
+from .vm_builtins import BUILTINS, as_ndarray, read_condition
+
+
+def to_device(x, device, what: str = "a tensor"):
+    """``x`` as an array on ``device`` (copied when it is elsewhere)."""
+    if isinstance(x, NDArray) and x.device == device:
+        return x
+    if isinstance(x, NDArray):
+        x = x.numpy()
+    return device_runtime(device.kind).array(np.ascontiguousarray(x), device)
+
+
+def to_host(x):
+    """Device arrays inside ``x`` (a value of the VM) as CPU NDArrays."""
+    if isinstance(x, NDArray) and x.device.kind != "cpu":
+        return as_ndarray(np.ascontiguousarray(x.numpy()))
+    if isinstance(x, tuple):
+        return tuple(to_host(v) for v in x)
+    return x
+
+
+def _view(storage, shape: tuple, dtype: str, device):
+    """A tensor of ``shape`` over ``storage`` (a device array of bytes) from its start; a fresh
+    array when the back end has no views or the storage is too small."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    view = getattr(storage, "_view", None)
+    if view is not None and nbytes <= storage.nbytes:
+        return view(shape, dtype)
+    return device_runtime(device.kind).empty(shape, dtype, device)
+
+
+def upload_constants(vm) -> list:
+    return [to_device(c, vm.device) for c in vm.exe.constants]
+
+
+def op_const(vm, ctx, dst: int, index: int) -> Callable:
+    c = vm._constants[index]
+
+    def const(regs):
+        regs[dst] = c
+    return const
+
+
+def op_alloc(vm, ctx, dst: int, shape, dtype: str) -> Callable:
+    from .vm import compile_shape
+    static, shp = compile_shape(shape)
+    rt, dev = device_runtime(vm.device.kind), vm.device
+
+    def alloc(regs):
+        regs[dst] = rt.empty(shp if static else shp(regs), dtype, dev)
+    return alloc
+
+
+def op_alloc_storage(vm, ctx, dst: int, size, static: bool) -> Callable:
+    from .vm import _as_closure, compile_expr
+    rt, dev = device_runtime(vm.device.kind), vm.device
+    if static:
+        key = (ctx.name, dst)
+        buf = vm._static_storage.get(key)
+        if buf is None:
+            buf = vm._static_storage[key] = rt.empty((max(int(size), 1),), "uint8", dev)
+            vm.static_storage_bytes += int(size)
+
+        def alloc_static(regs):
+            regs[dst] = buf
+        return alloc_static
+    size_fn = _as_closure(compile_expr(size))
+    pool = vm._pool.free     # given back at the end of the call, by byte size
+
+    def alloc_pool(regs):
+        n = max(int(size_fn(regs)), 1)
+        free = pool.get(n)
+        regs[dst] = free.pop() if free else rt.empty((n,), "uint8", dev)
+        regs[0].append(regs[dst])
+    return alloc_pool
+
+
+def op_alloc_tensor(vm, ctx, dst: int, storage: int, offset, shape, dtype: str) -> Callable:
+    from .vm import compile_expr, compile_shape
+    static_shape, shp = compile_shape(shape)
+    off_c, off = compile_expr(offset)
+    if not off_c or off != 0:
+        raise ValueError(f"{ctx.name}: the GPU VM needs tensors at offset 0 of their storage")
+    dev = vm.device
+    last = [None, None, None]
+
+    def alloc_tensor(regs):
+        st = regs[storage]
+        s = shp if static_shape else shp(regs)
+        if st is last[0] and s == last[1]:
+            regs[dst] = last[2]
+            return
+        t = _view(st, s, dtype, dev)
+        last[0], last[1], last[2] = st, s, t
+        regs[dst] = t
+    return alloc_tensor
+
+
+def op_call_kernel(vm, ctx, kname: str, tensor_regs: list, scalars: list) -> Callable:
+    from .vm import _as_closure, compile_expr
+    kfn = vm._kernel(kname)
+    fname = ctx.name
+    scalar_fns = [_as_closure(compile_expr(e)) for e in scalars]
+    regs_t = tuple(tensor_regs)
+
+    def call(regs):
+        args = [regs[r] for r in regs_t] + [f(regs) for f in scalar_fns]
+        try:
+            kfn(*args)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{fname}: kernel {kname}: {err}") from None
+    if ctx.timers is None:
+        return call
+    timers, clock, dev = ctx.timers, time.perf_counter, vm.device
+
+    def timed_call(regs):
+        start = clock()
+        call(regs)
+        dev.sync()
+        elapsed = clock() - start
+        entry = timers.get(kname)
+        timers[kname] = (1, elapsed) if entry is None else (entry[0] + 1, entry[1] + elapsed)
+    return timed_call
+
+
+_DEVICE_BUILTINS = {"vm.builtin.shape_of", "vm.builtin.make_tuple", "vm.builtin.tuple_getitem",
+                    "vm.builtin.null_value"}
+
+
+def op_builtin(vm, ctx, dst: int, name: str, arg_regs: list, attrs: dict) -> Callable:
+    fn = BUILTINS.get(name)
+    if fn is None:
+        raise ValueError(f"{ctx.name}: the program calls the unknown VM builtin {name!r}")
+    fname, dev = ctx.name, vm.device
+    attrs = dict(attrs or {})
+    rt = device_runtime(dev.kind)
+
+    if name == "vm.builtin.reshape":
+        def reshape(regs):
+            x, shape = regs[arg_regs[0]], tuple(int(s) for s in regs[arg_regs[1]])
+            if int(np.prod(shape, dtype=np.int64)) != x.size:
+                raise ValueError(f"{fname}: reshape: cannot view a tensor of shape {x.shape} "
+                                 f"as {shape}")
+            view = getattr(x, "_view", None)
+            regs[dst] = view(shape) if view is not None else to_device(
+                x.numpy().reshape(shape), dev)
+        return reshape
+    if name == "vm.builtin.copy":
+        def copy(regs):
+            x = regs[arg_regs[0]]
+            regs[dst] = rt.empty(x.shape, x.dtype, dev).copyfrom(x)
+        return copy
+
+    def builtin(regs):
+        args = [regs[r] for r in arg_regs]
+        if name not in _DEVICE_BUILTINS:
+            args = [to_host(a) for a in args]
+        try:
+            out = fn(*args, **attrs)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{fname}: {name}: {err}") from None
+        if isinstance(out, NDArray) and out.device.kind == "cpu":
+            out = to_device(out, dev)
+        regs[dst] = out
+    return builtin
+
+
+def condition(value) -> bool:
+    return read_condition(to_host(value))
+
+
+GPU_OPS = {"const": op_const, "alloc": op_alloc, "alloc_storage": op_alloc_storage,
+           "alloc_tensor": op_alloc_tensor, "call_kernel": op_call_kernel,
+           "builtin": op_builtin}
+
+__all__ = ["GPU_OPS", "to_device", "to_host", "upload_constants", "condition"]
