@@ -68,6 +68,35 @@ class _Lost(Exception):
     """The session went away before the candidate's kernel ran: measure it elsewhere."""
 
 
+class _RunState:
+    """What the workers of one ``run`` share: the queue, the results, what is left."""
+
+    def __init__(self, inputs, results, todo, cleanup: bool):
+        self.inputs, self.results, self.todo = inputs, results, todo
+        self.cleanup = cleanup
+        self.left = todo.qsize()
+        self.done = threading.Event()   # every candidate has its result
+        self.lock = threading.Lock()
+        self.lost_once: set[int] = set()
+
+    def lost(self, i: int) -> bool:
+        """Note that candidate ``i`` lost its board before running; True the second time."""
+        with self.lock:
+            if i in self.lost_once:
+                return True
+            self.lost_once.add(i)
+            return False
+
+    def finish(self, i: int, result: RunnerResult) -> None:
+        self.results[i] = result
+        if self.cleanup:
+            remove_artifact(self.inputs[i].artifact_path)
+        with self.lock:
+            self.left -= 1
+            if self.left <= 0:
+                self.done.set()
+
+
 class RPCRunner:
     """Measure candidates on the boards of ``key`` registered with a tracker.
 
@@ -203,65 +232,55 @@ class RPCRunner:
             n = min(n, self.max_workers)
         self.last_num_workers = n
         self._last_open_error = None
-        stop = threading.Event()
-        threads = [threading.Thread(target=self._worker, args=(inputs, results, todo, stop),
-                                    name=f"rpc-runner-{k}", daemon=True) for k in range(n)]
+        state = _RunState(inputs, results, todo, self.cleanup)
+        threads = [threading.Thread(target=self._worker, args=(state,), name=f"rpc-runner-{k}",
+                                    daemon=True) for k in range(n)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         why = self._last_open_error
         for i, r in enumerate(results):
-            if r is None:
-                results[i] = RunnerResult(None, f"no board of key {self.key!r} was available to "
-                                                f"measure it (within {self.request_timeout:g} s)"
-                                          + (f": {why}" if why else ""))
-                if self.cleanup:
-                    remove_artifact(inputs[i].artifact_path)
+            if r is None:   # every worker gave up waiting for a board
+                state.finish(i, RunnerResult(
+                    None, f"no board of key {self.key!r} was available to measure it (within "
+                          f"{self.request_timeout:g} s)" + (f": {why}" if why else "")))
         return results  # type: ignore[return-value]
 
-    def _worker(self, inputs, results, todo: "queue.Queue[int]", stop: threading.Event):
+    def _worker(self, state: "_RunState") -> None:
+        """Measure candidates from the queue on one board. A worker holds a session only while
+        it has one: when its board goes away it puts its candidate back (unless the kernel had
+        started: then the trial failed) and waits for another board."""
         sess = None
         used = 0
-        retry: int | None = None
-        lost_once: set[int] = set()
         try:
-            while True:
-                if retry is not None:
-                    i, retry = retry, None
-                else:
-                    try:
-                        i = todo.get_nowait()
-                    except queue.Empty:
-                        stop.set()   # workers waiting for a board need not wait any more
-                        return
+            while not state.done.is_set():
                 if sess is None or used >= self.trials_per_session:
                     if sess is not None:
                         _close(sess)
-                    sess, used = self._open(stop), 0
+                    sess, used = self._open(state.done), 0
                     if sess is None:
-                        todo.put(i)   # another worker may still have a board
-                        return
+                        return   # no board within request_timeout, or nothing left to do
                 try:
-                    result, alive = self._measure(sess, inputs[i])
+                    i = state.todo.get(timeout=0.05)
+                except queue.Empty:
+                    continue     # the others' candidates may still come back
+                try:
+                    result, alive = self._measure(sess, state.inputs[i])
                 except _Lost as err:
                     _close(sess)
                     sess = None
-                    if i in lost_once:   # lost twice before it could run: give up on it
-                        results[i] = RunnerResult(None, f"lost the board twice while putting "
-                                                        f"the candidate on it: {err}")
+                    if state.lost(i):   # lost twice before it could run: give up on it
+                        state.finish(i, RunnerResult(None, f"lost the board twice while putting "
+                                                           f"the candidate on it: {err}"))
                     else:
-                        lost_once.add(i)
-                        retry = i
-                        continue
-                else:
-                    results[i] = result
-                    used += 1
-                    if not alive:
-                        _close(sess)
-                        sess = None
-                if self.cleanup:
-                    remove_artifact(inputs[i].artifact_path)
+                        state.todo.put(i)
+                    continue
+                used += 1
+                state.finish(i, result)
+                if not alive:
+                    _close(sess)
+                    sess = None
         finally:
             if sess is not None:
                 _close(sess)
