@@ -29,7 +29,7 @@ from .base import OpPattern, as_expr, call as _make_call, register_op
 from .manipulate import (_call_prim, _call_te, _fmt, _fmt_dim, _imm, _norm_axis, _prim_func,
                          _prod, _te_reshape, _tensor_arg)
 
-__all__ = ["cumsum", "topk", "shape_of", "shape_to_tensor"]
+__all__ = ["cumsum", "topk", "shape_of", "shape_to_tensor", "tensor_to_shape"]
 
 
 def _row_nest(shape, axis: int, name: str, make_body, reads, writes) -> tuple:
@@ -309,3 +309,30 @@ def _legalize_shape_to_tensor(bb, call: Call):
 
 register_op("relax.shape_to_tensor", _infer_shape_to_tensor, _legalize_shape_to_tensor,
             OpPattern.INJECTIVE, doc="A shape value as a 1-D int64 tensor.")
+
+
+def tensor_to_shape(x: Expr) -> Call:
+    """The values of a 1-D integer tensor ``x`` as a shape value (the inverse of
+    ``shape_to_tensor``), for shapes computed at run time (ONNX ``Reshape`` of a computed
+    shape). The dims are unknown until run time: ``match_cast`` the result to a
+    ``ShapeStructInfo`` of fresh symbolic variables to name them. A VM builtin.
+
+    Examples
+    --------
+    >>> t = Var("t", TensorStructInfo((3,), "int64"))
+    >>> tensor_to_shape(t).struct_info.ndim
+    3
+    """
+    return _make_call("relax.tensor_to_shape", [as_expr(x)])
+
+
+def _infer_tensor_to_shape(call: Call) -> StructInfo:
+    si = _tensor_arg(call, 0)
+    if si.ndim not in (-1, 1) or not (si.dtype.startswith("int") or si.dtype.startswith("uint")):
+        raise RelaxError(f"{call.op.name}: expects a 1-D integer tensor, got {si!r}", call)
+    n = si.shape[0] if si.shape is not None else None
+    return ShapeStructInfo(ndim=n.value if isinstance(n, IntImm) else -1)
+
+
+register_op("relax.tensor_to_shape", _infer_tensor_to_shape, None, OpPattern.OPAQUE,
+            doc="A 1-D integer tensor as a shape value (a VM builtin: not legalized).")
