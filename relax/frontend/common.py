@@ -19,9 +19,12 @@ class UnsupportedError(NotImplementedError):
     ...         print(line)
     """
 
-    def __init__(self, frontend: str, problems: Sequence[str]):
+    def __init__(self, frontend: str, problems: Sequence[str],
+                 constant_inputs: Sequence[str] = ()):
         self.frontend = frontend
         self.problems = list(problems)
+        # graph inputs that would have to be constants (initializers) for the model to import
+        self.constant_inputs = list(constant_inputs)
         count = len(self.problems)
         head = (f"{frontend}: the model uses {count} unsupported "
                 f"{'operator' if count == 1 else 'operators'} or attributes:")
