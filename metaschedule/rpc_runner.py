@@ -168,6 +168,15 @@ class RPCRunner:
     def __repr__(self):
         return f"RPCRunner(tracker='{self.host}:{self.port}', key={self.key!r})"
 
+    def close(self) -> None:
+        """Nothing to release: sessions end with each ``run`` (for symmetry with LocalRunner)."""
+
+    def __enter__(self) -> "RPCRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # -- boards -----------------------------------------------------------------------------
     def num_servers(self) -> int:
         """Boards of ``key`` registered with the tracker now (free or busy)."""

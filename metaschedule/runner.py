@@ -215,8 +215,10 @@ def _measure_here(req: dict, flush) -> dict:
                               req.get("rtol"), req.get("atol"))
         if msg is not None:
             return {"error": f"wrong result: {msg}", "wrong": True}
+    # CPU caches matter to CPU kernels; a GPU kernel's data lives in device memory
     timer = mod.time_evaluator(fname, dev, number=req["number"], repeat=req["repeat"],
-                               min_repeat_ms=req["min_repeat_ms"], f_preproc=flush)
+                               min_repeat_ms=req["min_repeat_ms"],
+                               f_preproc=flush if req["target_kind"] == "llvm" else None)
     return {"run_secs": list(timer(*call_args).results)}
 
 
