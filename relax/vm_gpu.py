@@ -31,7 +31,7 @@ def to_device(x, device, what: str = "a tensor"):
         return x
     if isinstance(x, NDArray):
         x = x.numpy()
-    return device_runtime(device.kind).array(np.ascontiguousarray(x), device)
+    return device_runtime(device.kind).array(np.require(x, requirements="C"), device)
 
 
 def to_host(x):

@@ -295,7 +295,12 @@ class CodegenC:
         lanes = f.extent.value if isinstance(f.extent, E.IntImm) else None
         if lanes not in self.VECTOR_LANES:
             return False
-        stores = f.body.seq if isinstance(f.body, S.SeqStmt) else (f.body,)
+        body = f.body
+        guard = None
+        if isinstance(body, S.IfThenElse) and body.else_case is None and \
+                not E_uses(body.condition, f.loop_var):
+            guard, body = body.condition, body.then_case   # a tail test outside the vector
+        stores = body.seq if isinstance(body, S.SeqStmt) else (body,)
         if not all(isinstance(s, S.BufferStore) for s in stores):
             return False
         v = f.loop_var
@@ -312,11 +317,17 @@ class CodegenC:
             if any(b in stored for b in _loaded_buffers(st.value)):
                 return False
         lo = f.min
+        if guard is not None:
+            self.emit(f"if ({self.expr(guard)}) {{")
+            self.depth += 1
         for st, base in plans:
             base = arith.simplify(E.Add(base, lo)) if not _is_zero(lo) else base
             vec = self._vexpr(st.value, v, lanes, lo)
             ptr = f"{self.name_of(st.buffer, st.buffer.name)} + {self.expr(base)}"
             self.emit(self.vector_store(lanes, vec, ptr))
+        if guard is not None:
+            self.depth -= 1
+            self.emit("}")
         return True
 
     def _vectorizable(self, e, v) -> bool:

@@ -12,6 +12,11 @@ from .runtime import LoadedProgram, OpenCLError, context
 FORMAT = "tilecraft-opencl-module"
 
 
+def is_opencl_module_file(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is an ``OpenCLModule.export_library`` file."""
+    return head.startswith(b'{"format": "' + FORMAT.encode())
+
+
 class OpenCLModule(DeviceModule):
     """Functions of ``targets.build(..., "opencl")``: ``mod["main"](*arrays)`` with arrays on
     an OpenCL device; ``mod.get_source()`` is the OpenCL C program; the program is compiled
@@ -47,6 +52,7 @@ class OpenCLModule(DeviceModule):
 
     @staticmethod
     def load(path: str) -> "OpenCLModule":
+        """Read a file written by ``export_library`` (``targets.load_module`` calls this)."""
         with open(path, "rb") as f:
             data = json.loads(f.read().decode())
         if data.get("format") != FORMAT:
@@ -55,4 +61,4 @@ class OpenCLModule(DeviceModule):
                             data["extensions"], data["kernel_names"])
 
 
-__all__ = ["OpenCLModule", "FORMAT"]
+__all__ = ["OpenCLModule", "FORMAT", "is_opencl_module_file"]

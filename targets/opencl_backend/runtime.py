@@ -161,7 +161,8 @@ class DeviceContext:
 
     def write(self, buffer, data: np.ndarray) -> None:
         if data.nbytes:
-            self.cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(data), is_blocking=True)
+            self.cl.enqueue_copy(self.queue, buffer, np.require(data, requirements="C"),
+                                 is_blocking=True)
 
     def read(self, buffer, out: np.ndarray) -> np.ndarray:
         if out.nbytes:
@@ -200,10 +201,15 @@ def explain_build_error(log: str, source: str, device: str) -> str:
     """The compiler's log with the source lines it names quoted."""
     lines = source.splitlines()
     quoted = []
-    for m in re.finditer(r"(?:<source>|input):(\d+):(\d+): (error|warning)?:? ?([^\n]*)", log):
-        ln = int(m.group(1))
-        if 1 <= ln <= len(lines) and (m.group(3) or "error") == "error":
-            quoted.append(f"  line {ln}: {lines[ln - 1].strip()}\n    -> {m.group(4).strip()}")
+    # NVIDIA: "<kernel>:2:10: error: msg"; PoCL (clang): "error: /tmp/x.cl:2:10: msg"
+    pattern = re.compile(r"^\s*(error: )?\S*?:(\d+):(\d+):\s*(error|warning)?:?\s*(.*)$")
+    for text in log.splitlines():
+        m = pattern.match(text)
+        if not m or m.group(4) == "warning" or not (m.group(1) or m.group(4)):
+            continue
+        ln = int(m.group(2))
+        if 1 <= ln <= len(lines):
+            quoted.append(f"  line {ln}: {lines[ln - 1].strip()}\n    -> {m.group(5).strip()}")
     head = f"the OpenCL compiler of {device} rejected the generated program"
     if quoted:
         return head + ":\n" + "\n".join(quoted[:8]) + "\n\nfull log:\n" + log.strip()[-4000:]
@@ -326,7 +332,7 @@ class OpenCLRuntime:
     def array(self, src: np.ndarray, device: Device) -> OpenCLNDArray:
         ctx = context(device.index)
         dtype = _dtype_name(src.dtype)
-        src = np.ascontiguousarray(src)
+        src = np.require(src, requirements="C")     # (ascontiguousarray makes 0-d 1-d)
         buf = ctx.create_buffer(src.nbytes, f"an array of shape {tuple(src.shape)} {dtype}")
         ctx.write(buf, src)
         return OpenCLNDArray(ctx, buf, src.shape, dtype)
@@ -367,7 +373,7 @@ class LoadedProgram:
         self.ctx = ctx
         self.cl = ctx.cl
         prog = ctx.program(source, extensions)
-        self.kernels = {name: getattr(prog, name) for name in kernel_names}
+        self.kernels = {name: self.cl.Kernel(prog, name) for name in kernel_names}
         self._err = None
         self._zero = np.zeros(1, np.int32)
 

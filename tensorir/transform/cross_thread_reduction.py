@@ -31,8 +31,8 @@ from __future__ import annotations
 from ..expr import Add, And, BufferLoad, IntImm, Max, Min, Mul, PrimExpr, TIRError
 from ..function import PrimFunc
 from ..functor import IRMutator, IRVisitor
-from ..stmt import (Allocate, BlockRealize, Buffer, BufferStore, For, IfThenElse, Stmt, is_true,
-                    seq)
+from ..stmt import (Allocate, AssertStmt, BlockRealize, Buffer, BufferStore, For, IfThenElse,
+                    Stmt, is_true, seq)
 from ..structural import structural_equal
 from ._common import prim_func_pass, subst, uses_any
 
@@ -121,6 +121,10 @@ def _lower_one(chain: list[For], br: BlockRealize) -> Stmt:
         if f.kind == "parallel":
             _fail(br, f"reduce loop {f.loop_var.name} is parallel")
     body = block.body
+    checks = []     # run-time checks VerifyMemoryAccess put around the update: keep them there
+    while isinstance(body, AssertStmt):
+        checks.append(body)
+        body = body.body
     if not isinstance(body, BufferStore):
         _fail(br, "its body must be one store B[...] = B[...] op value")
     buf = body.buffer
@@ -164,6 +168,8 @@ def _lower_one(chain: list[For], br: BlockRealize) -> Stmt:
     zero = [IntImm(0, "int64")]
     acc = BufferLoad(partial, zero)
     update: Stmt = BufferStore(partial, _combine(kind, acc, rhs), zero)
+    for chk in reversed(checks):
+        update = AssertStmt(subst(chk.condition, vmap), chk.message, update)
     if reduce_guard:
         update = IfThenElse(_all(reduce_guard), update)
     for f in reversed(serial):

@@ -381,8 +381,8 @@ class _Splitter:
         thread_only = [v for tag, v in tvars.items() if tag.startswith("threadIdx")]
         body = _Sync(name, thread_only).run(body)
         body, messages, err_buf = _DeviceAsserts(self.host_vars).run(body)
-        for buf in reversed(shared):
-            body = Allocate(buf, body)
+        for buf in reversed([b for b in shared if b.scope == "shared"]):
+            body = Allocate(buf, body)      # (local ones are declared by _Hoist already)
         # parameters: global buffers, then the host scalars the body mentions
         buffers = [b for b in _buffers_used(body) if b.scope == "global" and b is not err_buf]
         order = {b: i for i, b in enumerate(self.func.buffers)}

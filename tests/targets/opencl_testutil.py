@@ -1,0 +1,16 @@
+"""Shared by the OpenCL tests: the device (skipping with the reason when there is none)."""
+from __future__ import annotations
+
+import pytest
+
+import targets
+
+
+def opencl_device():
+    """``targets.opencl(0)``, or a skip naming why there is no OpenCL device."""
+    try:
+        from targets.opencl_backend import list_devices
+        list_devices()
+    except Exception as err:   # no pyopencl, no platform, no device
+        pytest.skip(f"no OpenCL platform: {err}")
+    return targets.opencl(0)
