@@ -44,3 +44,14 @@ __all__ += ["ArgInfo", "args_info", "output_indices", "random_inputs", "referenc
             "RPCRunner"]
 
 # --- SEARCH: cost model, search, task scheduler, tuning drivers -------------------------------
+from .feature import FEATURE_NAMES, PerStoreFeature, count_flop, describe_features
+from .cost_model import CostModel, RandomModel, XGBModel
+from .search import EvolutionarySearch, TuneContext, compute_reference
+from .task_scheduler import GradientTaskScheduler, RoundRobin, TaskScheduler
+from .tune import Task, apply_best, tune_tasks, tune_tir
+from .plot import plot_tuning_curve, tuning_curve
+
+__all__ += ["PerStoreFeature", "FEATURE_NAMES", "describe_features", "count_flop",
+            "CostModel", "XGBModel", "RandomModel", "EvolutionarySearch", "TuneContext",
+            "compute_reference", "TaskScheduler", "GradientTaskScheduler", "RoundRobin", "Task",
+            "tune_tir", "tune_tasks", "apply_best", "plot_tuning_curve", "tuning_curve"]

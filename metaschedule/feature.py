@@ -1012,6 +1012,44 @@ class PerStoreFeature:
         return out.astype(np.float32)
 
 
+def count_flop(func: PrimFunc | IRModule, shape_vars: Mapping[str, int] | None = None) -> float:
+    """Floating-point operations of one call of ``func`` (a multiply-add counts 2, an
+    intrinsic 1), its symbolic dims at ``shape_vars``; integer operations when it has no float
+    ones (so that a GFLOP/s figure of an integer kernel reads as GOP/s).
+
+    Examples
+    --------
+    >>> from tensorir import te
+    >>> A = te.placeholder((8, 4), "float32", "A")
+    >>> k = te.reduce_axis((0, 4), "k")
+    >>> B = te.compute((8,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), "B")
+    >>> count_flop(te.create_prim_func([A, B]))
+    64.0
+    """
+    if isinstance(func, IRModule):
+        prims = [f for f in func.functions.values() if isinstance(f, PrimFunc)]
+        if len(prims) != 1:
+            raise ValueError(f"count_flop: expected a module of one PrimFunc, got {len(prims)}")
+        func = prims[0]
+    if "arg_buffers" not in func.attr_dict:
+        func = lower(func)
+    env = _Env(shape_vars or {})
+    col = _Collector(env)
+    col.visit(func.body)
+    flops = ints = 0.0
+    for info in col.stores:
+        cv = info.counts.values
+        trip = info.guard_fraction * math.prod(max(l.extent, 0.0) for l in info.loops)
+        flops += trip * (2 * cv.get("float_mad", 0) + cv.get("float_addsub", 0) +
+                         cv.get("float_mul", 0) + cv.get("float_divmod", 0) +
+                         cv.get("float_math_func", 0) + cv.get("float_minmax", 0) +
+                         cv.get("float_other_func", 0))
+        if not dt.is_float(info.store.buffer.dtype):
+            ints += trip * (2 * cv.get("int_mad", 0) + cv.get("int_addsub", 0) +
+                            cv.get("int_mul", 0) + cv.get("int_minmax", 0))
+    return float(round(flops if flops > 0 else ints))
+
+
 def analytic_cost(features: np.ndarray) -> float:
     """The analytic model's estimated cycles of one function from its feature rows (the sum of
     the stores' ``est_cycles``): lower is faster."""
@@ -1020,4 +1058,4 @@ def analytic_cost(features: np.ndarray) -> float:
 
 
 __all__ = ["PerStoreFeature", "FEATURE_NAMES", "FEATURE_DOCS", "NUM_FEATURES", "MachineModel",
-           "analytic_cost", "describe_features", "DEFAULT_SYMBOLIC_EXTENT"]
+           "analytic_cost", "count_flop", "describe_features", "DEFAULT_SYMBOLIC_EXTENT"]

@@ -82,3 +82,17 @@ def measure_candidate(sch: Schedule, args, target="llvm", number: int = 5) -> fl
     np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
     ev = mod.time_evaluator("main", targets.cpu(0), number=number, repeat=3)
     return float(min(ev(a, b, c).results))
+
+
+def small_space():
+    """A CPU design space with short unrolling and small inner tiles: candidates build in a
+    fraction of a second, so tuning tests take seconds."""
+    from metaschedule import (AutoInline, MultiLevelTiling, ParallelVectorizeUnroll,
+                              ReuseConfig, SpaceGenerator)
+    return SpaceGenerator(rules=[
+        AutoInline(),
+        MultiLevelTiling("SSRSRS", max_innermost_factor=16,
+                         reuse_write=ReuseConfig("may", (1, 2), "local")),
+        ParallelVectorizeUnroll(max_jobs_per_core=16, max_vectorize_extent=16,
+                                unroll_max_steps=(0, 16)),
+    ])

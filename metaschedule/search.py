@@ -1,0 +1,466 @@
+"""``EvolutionarySearch``: which candidates of a design space to measure next.
+
+One call of ``generate_candidates(num)`` (TVM's ``EvolutionarySearch``):
+
+1. **Initial population** (``population_size``): the best measured schedules of the workload
+   from the database (``init_measured_ratio`` of it; a second run starts from the first's
+   best), filled with random samples of the design spaces (``SpaceGenerator.sample``).
+2. **Evolution** (``genetic_num_iters`` rounds): the cost model scores the population; parents
+   are drawn with a probability that falls with their rank, and each child is a mutation of its
+   parent (``SpaceGenerator.mutate``, with probability ``genetic_mutate_prob``) or the parent
+   itself. Every scheduled function is identified by the structural hash of its IR
+   (``database.workload_hash``), so schedules that differ only in their traces count once.
+3. **Selection** (ε-greedy): the best-scored unmeasured candidates seen during evolution,
+   except for a fraction ``eps_greedy`` drawn at random from the random samples, so that a
+   wrong cost model cannot keep the search away from a part of the space forever.
+
+``measure_candidates`` builds and runs a batch (the builder and runner of ``metaschedule``),
+checks every candidate's outputs against the reference — the *unscheduled* function built with
+``targets.build`` and run on the same ``random_inputs`` — commits a ``TuningRecord`` for each
+(a failed or wrong one with its error, so it is never measured again), and returns the results.
+A candidate that is fast but wrong is rejected and logged: it never becomes the best.
+
+Examples
+--------
+>>> ctx = TuneContext(func, Target("llvm"), default_space("llvm"), XGBModel(),
+...                   Database("tune/"))                                   # doctest: +SKIP
+>>> search = EvolutionarySearch(population_size=64)                        # doctest: +SKIP
+>>> search.initialize(ctx)                                                 # doctest: +SKIP
+>>> batch = search.generate_candidates(16)                                 # doctest: +SKIP
+>>> results = measure_candidates(ctx, batch, LocalBuilder(), LocalRunner())  # doctest: +SKIP
+>>> search.notify(batch, results)                                          # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+import targets
+from targets import Target
+from tensorir.function import IRModule, PrimFunc
+from tensorir.schedule import Schedule, Trace
+
+from .arg_info import ArgInfo, args_info, output_indices, random_inputs, reference_outputs
+from .builder import BuilderInput
+from .cost_model import CostModel
+from .database import Database, TuningRecord, Workload, target_key, workload_hash
+from .errors import TuneError
+from .feature import PerStoreFeature
+from .runner import RunnerInput
+
+__all__ = ["Candidate", "MeasureResult", "TuneContext", "EvolutionarySearch",
+           "measure_candidates", "compute_reference", "trace_key"]
+
+LOG = logging.getLogger("metaschedule")
+
+
+def trace_key(trace: Trace) -> str:
+    """A canonical text of a trace (its decisions included): equal traces, equal keys."""
+    return json.dumps(trace.to_json(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class Candidate:
+    """A finished schedule the search may measure."""
+
+    sch: Schedule
+    shash: str                          # structural hash of the scheduled function
+    features: np.ndarray
+    score: float = 0.0
+    source: str = "random"              # "random", "mutation", "database"
+
+    @property
+    def trace(self) -> Trace:
+        return self.sch.trace
+
+
+@dataclass
+class MeasureResult:
+    """What measuring one candidate gave: seconds per repeat, or an error."""
+
+    run_secs: list[float] | None
+    error: str | None = None
+    wrong: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.run_secs)
+
+    @property
+    def mean_secs(self) -> float:
+        return float(np.mean(self.run_secs)) if self.ok else math.inf
+
+
+@dataclass
+class TuneContext:
+    """Everything the search of one task needs.
+
+    ``shape_vars`` are the representative values of the function's symbolic dims (the task's
+    shape hints): tile sizes are drawn, features computed and candidates measured at them.
+    """
+
+    func: PrimFunc
+    target: Target
+    space: object                       # SpaceGenerator
+    cost_model: CostModel
+    database: Database
+    shape_vars: dict = field(default_factory=dict)
+    name: str = "main"
+    seed: int = 0
+    workload: Workload | None = None
+    args_info: list[ArgInfo] | None = None
+    reference: list[np.ndarray] | None = None
+    rng: np.random.Generator | None = None
+    flop: float = 0.0
+
+    def __post_init__(self):
+        if not isinstance(self.target, Target):
+            self.target = Target(self.target)
+        if self.workload is None:
+            self.workload = self.database.commit_workload(self.func)
+        if self.rng is None:
+            self.rng = np.random.default_rng(self.seed)
+        if self.args_info is None:
+            self.args_info = args_info(self.func, self.shape_vars)
+
+    @property
+    def group(self) -> str:
+        """The cost-model group of the task: its workload hash."""
+        return self.workload.shash
+
+
+# ---------------------------------------------------------------------------------------------
+# the reference result
+
+
+def compute_reference(func: PrimFunc, infos: Sequence[ArgInfo], seed: int,
+                      shape_vars: dict | None = None) -> list[np.ndarray] | None:
+    """The outputs of the unscheduled ``func`` on ``random_inputs(infos, seed)`` (aligned with
+    ``output_indices(func)``): built with ``targets.build`` for this machine; the numpy
+    interpreter if that fails; None (with a warning) when neither can run it."""
+    arrays = random_inputs(infos, seed)
+    call_args = [a[()].item() if info.scalar else a for a, info in zip(arrays, infos)]
+    try:
+        mod = targets.build(func, Target("llvm"))
+        mod["main"](*call_args)
+        return [call_args[i] for i in output_indices(func)]
+    except Exception as err:  # noqa: BLE001 - fall back to the interpreter, then to no check
+        build_err = err
+    try:
+        return reference_outputs(func, infos, seed)
+    except Exception as err:  # noqa: BLE001
+        warnings.warn(f"no reference result for {func.attr_dict.get('global_symbol', 'main')}: "
+                      f"building the unscheduled function failed ({build_err}) and so did the "
+                      f"interpreter ({err}); candidates are measured without a correctness "
+                      f"check", RuntimeWarning, stacklevel=2)
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the search
+
+
+class EvolutionarySearch:
+    """Evolutionary search guided by a cost model (see the module docstring).
+
+    Parameters
+    ----------
+    population_size : int
+        Candidates per generation.
+    init_measured_ratio : float
+        Share of the initial population taken from the database's best records.
+    init_min_unmeasured : int
+        Random samples in the initial population, at least.
+    genetic_num_iters : int
+        Generations per call of ``generate_candidates``.
+    genetic_mutate_prob : float
+        Probability that a child is a mutation (else a copy of its parent).
+    genetic_max_fail_count : int
+        Failed mutations tolerated per child before the generation ends early.
+    eps_greedy : float
+        Share of each batch drawn at random from the random samples.
+
+    Examples
+    --------
+    >>> search = EvolutionarySearch(population_size=64, genetic_num_iters=2)
+    >>> search.eps_greedy
+    0.05
+    """
+
+    def __init__(self, population_size: int = 128, init_measured_ratio: float = 0.2,
+                 init_min_unmeasured: int = 16, genetic_num_iters: int = 3,
+                 genetic_mutate_prob: float = 0.85, genetic_max_fail_count: int = 4,
+                 eps_greedy: float = 0.05):
+        if population_size < 1:
+            raise ValueError(f"population_size must be >= 1, got {population_size}")
+        if not 0.0 <= init_measured_ratio <= 1.0 or not 0.0 <= eps_greedy <= 1.0 or \
+                not 0.0 <= genetic_mutate_prob <= 1.0:
+            raise ValueError("init_measured_ratio, eps_greedy and genetic_mutate_prob are "
+                             "probabilities in [0, 1]")
+        self.population_size = int(population_size)
+        self.init_measured_ratio = float(init_measured_ratio)
+        self.init_min_unmeasured = int(init_min_unmeasured)
+        self.genetic_num_iters = int(genetic_num_iters)
+        self.genetic_mutate_prob = float(genetic_mutate_prob)
+        self.genetic_max_fail_count = int(genetic_max_fail_count)
+        self.eps_greedy = float(eps_greedy)
+        self.ctx: TuneContext | None = None
+
+    # -- state ----------------------------------------------------------------------------------
+    def initialize(self, ctx: TuneContext) -> None:
+        """Generate the design spaces of ``ctx.func`` and load what the database has measured.
+
+        Raises
+        ------
+        TuneError
+            For a target the design space does not support (from ``SpaceGenerator``).
+        """
+        self.ctx = ctx
+        self.spaces = ctx.space.generate(ctx.func, ctx.target, ctx.shape_vars or None)
+        if not self.spaces:
+            raise TuneError(f"{ctx.name}: the design space of the function is empty")
+        self.extractor = PerStoreFeature(ctx.target, ctx.shape_vars)
+        self.measured: set[str] = set()          # structural hashes measured in this run
+        self.measured_traces: set[str] = set()   # trace keys measured in this or earlier runs
+        for rec in ctx.database.get_all_tuning_records():
+            if rec.workload.shash == ctx.workload.shash and \
+                    rec.target == target_key(ctx.target):
+                self.measured_traces.add(trace_key(rec.trace))
+        self.tunable = any(inst.decision is not None for s in self.spaces
+                           for inst in s.trace.instructions)
+        self.exhausted = False
+        self.stats = {"sampled": 0, "sample_failed": 0, "mutated": 0, "mutate_failed": 0,
+                      "duplicates": 0}
+
+    def _seed(self) -> int:
+        return int(self.ctx.rng.integers(0, 2**31 - 1))
+
+    def _candidate(self, sch: Schedule | None, source: str) -> Candidate | None:
+        if sch is None:
+            return None
+        try:
+            shash = workload_hash(sch.func)
+            feats = self.extractor.extract_one(sch.func)
+        except Exception as err:  # noqa: BLE001 - a schedule that does not lower is no candidate
+            LOG.debug("%s: dropped a candidate that does not lower: %s", self.ctx.name, err)
+            return None
+        return Candidate(sch, shash, feats, source=source)
+
+    def _is_measured(self, c: Candidate) -> bool:
+        return c.shash in self.measured or trace_key(c.trace) in self.measured_traces
+
+    # -- the initial population -----------------------------------------------------------------
+    def _from_database(self, k: int) -> list[Candidate]:
+        ctx = self.ctx
+        out = []
+        if k <= 0:
+            return out
+        for rec in ctx.database.get_top_k(ctx.workload, ctx.target, k):
+            sch = ctx.space.finish(rec.trace, ctx.func, ctx.target, ctx.shape_vars or None)
+            c = self._candidate(sch, "database")
+            if c is not None:
+                self.measured.add(c.shash)
+                out.append(c)
+        return out
+
+    def _random(self, n: int, seen: set[str]) -> list[Candidate]:
+        ctx = self.ctx
+        out: list[Candidate] = []
+        fails = 0
+        max_fails = max(2 * n, 16)
+        while len(out) < n and fails < max_fails:
+            space = self.spaces[int(ctx.rng.integers(0, len(self.spaces)))]
+            sch = ctx.space.sample(space, ctx.func, ctx.target, self._seed(),
+                                   ctx.shape_vars or None)
+            c = self._candidate(sch, "random")
+            if c is None:
+                self.stats["sample_failed"] += 1
+                fails += 1
+                continue
+            self.stats["sampled"] += 1
+            if c.shash in seen:
+                self.stats["duplicates"] += 1
+                fails += 1
+                continue
+            seen.add(c.shash)
+            out.append(c)
+        return out
+
+    # -- scoring and evolution ------------------------------------------------------------------
+    def _score(self, cands: list[Candidate]) -> None:
+        if not cands:
+            return
+        scores = self.ctx.cost_model.predict_features([c.features for c in cands],
+                                                      group=self.ctx.group)
+        for c, s in zip(cands, scores):
+            c.score = float(s)
+
+    def _parent_probs(self, cands: list[Candidate]) -> np.ndarray:
+        """Selection probabilities falling with the rank: the best is drawn about e^2 times
+        as often as the median."""
+        n = len(cands)
+        order = np.argsort([-c.score for c in cands], kind="stable")
+        rank = np.empty(n)
+        rank[order] = np.arange(n)
+        p = np.exp(-4.0 * rank / max(n, 1))
+        return p / p.sum()
+
+    def _evolve(self, population: list[Candidate], pool: dict[str, Candidate]) -> list[Candidate]:
+        ctx = self.ctx
+        for _ in range(self.genetic_num_iters):
+            self._score(population)
+            for c in population:
+                if not self._is_measured(c):
+                    pool.setdefault(c.shash, c)
+            probs = self._parent_probs(population)
+            children: list[Candidate] = []
+            seen: set[str] = set()
+            fails = 0
+            max_fails = self.population_size * self.genetic_max_fail_count
+            while len(children) < self.population_size and fails < max_fails:
+                parent = population[int(ctx.rng.choice(len(population), p=probs))]
+                if ctx.rng.random() < self.genetic_mutate_prob:
+                    sch = ctx.space.mutate(parent.trace, ctx.func, ctx.target, ctx.rng,
+                                           ctx.shape_vars or None)
+                    child = self._candidate(sch, "mutation")
+                    if child is None:
+                        self.stats["mutate_failed"] += 1
+                        fails += 1
+                        continue
+                    self.stats["mutated"] += 1
+                    if child.shash in pool:       # seen before: reuse its features and score
+                        child = pool[child.shash]
+                else:
+                    child = parent
+                if child.shash in seen:
+                    self.stats["duplicates"] += 1
+                    fails += 1
+                    continue
+                seen.add(child.shash)
+                children.append(child)
+            if not children:
+                break
+            population = children
+        self._score(population)
+        for c in population:
+            if not self._is_measured(c):
+                pool.setdefault(c.shash, c)
+        return population
+
+    # -- the batch ------------------------------------------------------------------------------
+    def generate_candidates(self, num: int) -> list[Candidate]:
+        """The next ``num`` (or fewer, when the space runs out) unmeasured candidates."""
+        if self.ctx is None:
+            raise TuneError("EvolutionarySearch.generate_candidates before initialize(ctx)")
+        if num <= 0 or self.exhausted:
+            return []
+        n_db = int(self.population_size * self.init_measured_ratio)
+        population = self._from_database(n_db)
+        seen = {c.shash for c in population}
+        n_random = max(self.population_size - len(population), self.init_min_unmeasured)
+        randoms = self._random(n_random, seen)
+        population += randoms
+        if not population:
+            self.exhausted = True
+            return []
+        pool: dict[str, Candidate] = {}
+        if self.tunable and self.genetic_num_iters > 0:
+            self._evolve(population, pool)
+        else:
+            self._score(population)
+            for c in population:
+                if not self._is_measured(c):
+                    pool.setdefault(c.shash, c)
+        ranked = sorted(pool.values(), key=lambda c: -c.score)
+        n_random_pick = int(round(num * self.eps_greedy)) if len(ranked) > num else 0
+        picks = ranked[:num - n_random_pick]
+        chosen = {c.shash for c in picks}
+        rest = [c for c in randoms if c.shash not in chosen and not self._is_measured(c)]
+        order = self.ctx.rng.permutation(len(rest)) if rest else []
+        for i in order[:n_random_pick]:
+            picks.append(rest[int(i)])
+            chosen.add(rest[int(i)].shash)
+        for c in ranked[num - n_random_pick:]:      # top up when the random share ran short
+            if len(picks) >= num:
+                break
+            if c.shash not in chosen:
+                picks.append(c)
+                chosen.add(c.shash)
+        if not picks:
+            self.exhausted = True
+        return picks
+
+    def notify(self, candidates: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
+        """Record measured candidates and teach the cost model their run times."""
+        if len(candidates) != len(results):
+            raise ValueError(f"notify: {len(candidates)} candidates but {len(results)} results")
+        for c in candidates:
+            self.measured.add(c.shash)
+            self.measured_traces.add(trace_key(c.trace))
+        if candidates:
+            self.ctx.cost_model.update_features(
+                [c.features for c in candidates],
+                [r.mean_secs if r.ok else None for r in results], group=self.ctx.group)
+
+
+# ---------------------------------------------------------------------------------------------
+# measurement
+
+
+def measure_candidates(ctx: TuneContext, candidates: Sequence[Candidate], builder, runner,
+                       logger: logging.Logger | None = None) -> list[MeasureResult]:
+    """Build and run ``candidates``, check them against ``ctx.reference``, commit a record per
+    candidate to ``ctx.database``; the results, in order.
+
+    Raises
+    ------
+    TuneError
+        When the builder or runner itself fails (raises) rather than a candidate.
+    """
+    log = logger or LOG
+    if not candidates:
+        return []
+    try:
+        built = builder.build([BuilderInput(c.sch.mod, ctx.target) for c in candidates])
+    except Exception as err:  # noqa: BLE001
+        raise TuneError(f"{ctx.name}: the builder {type(builder).__name__} failed: "
+                        f"{type(err).__name__}: {err}") from err
+    results: list[MeasureResult | None] = [None] * len(candidates)
+    run_idx, run_inputs = [], []
+    for i, b in enumerate(built):
+        if b.error_msg is not None or b.artifact_path is None:
+            results[i] = MeasureResult(None, f"build error: {b.error_msg}")
+        else:
+            run_idx.append(i)
+            run_inputs.append(RunnerInput(b.artifact_path, ctx.target, list(ctx.args_info),
+                                          dict(ctx.shape_vars), ctx.seed, ctx.reference))
+    if run_inputs:
+        try:
+            ran = runner.run(run_inputs)
+        except Exception as err:  # noqa: BLE001
+            raise TuneError(f"{ctx.name}: the runner {type(runner).__name__} failed: "
+                            f"{type(err).__name__}: {err}") from err
+        for i, r in zip(run_idx, ran):
+            if r.error_msg is None and r.run_secs:
+                results[i] = MeasureResult([float(t) for t in r.run_secs])
+            else:
+                results[i] = MeasureResult(None, r.error_msg or "no run time", bool(r.wrong))
+    now = time.time()
+    for c, r in zip(candidates, results):
+        ctx.database.commit_tuning_record(TuningRecord(
+            trace=c.trace, workload=ctx.workload, target=target_key(ctx.target),
+            run_secs=r.run_secs if r.ok else None, args_info=list(ctx.args_info),
+            shape_vars=dict(ctx.shape_vars) or None, error=r.error, timestamp=now))
+        if r.wrong:
+            log.warning("%s: rejected a wrong candidate (%s); trace:\n%s", ctx.name, r.error,
+                        c.trace)
+        elif not r.ok:
+            log.info("%s: candidate failed: %s", ctx.name, r.error)
+    return results
