@@ -103,8 +103,27 @@ def _check(vm, sess, inputs: dict, rtol: float, atol: float) -> float:
     return worst
 
 
-def measure(z, target: str, threads: int, rounds: int, quiet: bool = False) -> dict:
-    """One zoo row (see the module docstring)."""
+def _tuned(mod, target, z, trials: int, row: dict):
+    """A VM of the model built with ``relax.tune``'s database, or None (noted in ``row``)
+    while the tuner does not exist."""
+    import relax
+    import tempfile
+    if not hasattr(relax, "tune"):
+        row["tuned_note"] = "relax.tune is not available yet"
+        return None
+    work_dir = os.path.join(tempfile.gettempdir(), f"tilecraft-zoo-tune-{z.name}")
+    t0 = time.perf_counter()
+    db = relax.tune(mod, target, max_trials=trials, work_dir=work_dir)
+    exe = relax.build(mod, target, database=db, upper_bounds=z.upper_bounds or None)
+    row["tune_s"] = time.perf_counter() - t0
+    row["tune_trials"] = trials
+    return relax.VirtualMachine(exe)
+
+
+def measure(z, target: str, threads: int, rounds: int, quiet: bool = False,
+            tune_trials: int = 0) -> dict:
+    """One zoo row (see the module docstring); ``tune_trials`` > 0 adds a tuned column
+    (``relax.tune`` with that many trials, then ``relax.build(..., database=...)``)."""
     import relax
     from relax.frontend import from_onnx
     from tilecraft.timing import calls_per_round, interleaved
@@ -125,7 +144,15 @@ def measure(z, target: str, threads: int, rounds: int, quiet: bool = False) -> d
     sizes = [tuple(a.shape) for a in z.inputs.values()]
     row["check"] = (f"allclose onnxruntime rtol {rtol:g} atol {atol:g} (max abs diff "
                     f"{worst:.1e}; {1 + len(z.extra_inputs)} input set(s))")
+    tuned_vm = None
+    if tune_trials:
+        tuned_vm = _tuned(mod, target, z, tune_trials, row)
+        if tuned_vm is not None:
+            _check(tuned_vm, sess, z.inputs, rtol, atol)
     fns, args = _timed_fns(vm, sess, z.torch_module, z.inputs, threads)
+    if tuned_vm is not None:
+        tfn = tuned_vm["main"]
+        fns["tuned"] = lambda: tfn(*args)
     number = calls_per_round(fns["tilecraft"], 0.3)
     names = list(fns)
     times = dict(zip(names, interleaved([fns[n] for n in names], number, rounds)))
@@ -135,6 +162,9 @@ def measure(z, target: str, threads: int, rounds: int, quiet: bool = False) -> d
     row["torch_ms"] = times["torch"] * 1e3 if "torch" in times else None
     row["vs_ort"] = times["onnxruntime"] / times["tilecraft"]
     row["vs_torch"] = times["torch"] / times["tilecraft"] if "torch" in times else None
+    if "tuned" in times:
+        row["tuned_ms"] = times["tuned"] * 1e3
+        row["tuned_vs_ort"] = times["onnxruntime"] / times["tuned"]
     prof = vm.profile(*args, number=max(2, min(number, 10)))
     kinds: dict[str, float] = {}
     kernels: dict[str, float] = {}
@@ -170,21 +200,28 @@ def _fmt(v, digits=2):
 
 
 def markdown_table(rows: list[dict], target: str, note: str = "") -> str:
-    lines = [f"Zoo on `{target}` (untuned, batch 1). ratio = peer time / tilecraft time "
+    tuned = any("tuned_ms" in r for r in rows)
+    cols = ["model", "inputs", "tilecraft ms", "onnxruntime ms", "PyTorch ms"] + \
+        (["tuned ms"] if tuned else []) + \
+        ["vs ORT", "vs PyTorch", "target", "build s", "kernels", "where the time goes"]
+    align = ["---", "---"] + ["---:"] * (5 if tuned else 4) + ["---:", "---", "---:", "---:",
+                                                              "---"]
+    lines = [f"Zoo on `{target}` (untuned, batch 1). vs = peer time / tilecraft time "
              f"(above 1: tilecraft is faster). {note}".strip(), "",
-             "| model | inputs | tilecraft ms | onnxruntime ms | PyTorch ms | vs ORT | vs PyTorch "
-             "| target | build s | kernels | where the time goes |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+             "| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | | | | | | | failed | | | {r['error'][:120]} |")
+            cells = [r["model"]] + [""] * (len(cols) - 2) + [r["error"][:160]]
+            cells[cols.index("target")] = "failed"
+            lines.append("| " + " | ".join(cells) + " |")
             continue
-        goal = f"{'>' if r['model'] in AHEAD_MODELS else '>='} {r['target_vs_ort']:.2f} " \
-               f"{'met' if r['target_met'] else 'missed'}"
-        lines.append(f"| {r['model']} | {r['inputs']} | {_fmt(r['tilecraft_ms'])} | "
-                     f"{_fmt(r['onnxruntime_ms'])} | {_fmt(r['torch_ms'])} | "
-                     f"{_fmt(r['vs_ort'])} | {_fmt(r['vs_torch'])} | {goal} | "
-                     f"{_fmt(r['build_s'], 1)} | {r['kernels']} | {r['top_kinds']} |")
+        goal = (f"{'>' if r['model'] in AHEAD_MODELS else '>='} {r['target_vs_ort']:.2f} "
+                f"{'met' if r['target_met'] else 'missed'}")
+        cells = [r["model"], r["inputs"], _fmt(r["tilecraft_ms"]), _fmt(r["onnxruntime_ms"]),
+                 _fmt(r["torch_ms"])] + ([_fmt(r.get("tuned_ms"))] if tuned else []) + \
+            [_fmt(r["vs_ort"]), _fmt(r["vs_torch"]), goal, _fmt(r["build_s"], 1),
+             str(r["kernels"]), r["top_kinds"]]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -234,7 +271,8 @@ def paths(target: str) -> dict[str, str]:
     return {ext: os.path.join(RESULTS_DIR, f"zoo-{tag}.{ext}") for ext in ("json", "md", "png")}
 
 
-def run(names=None, target: str = "llvm", quiet: bool = False) -> list[dict]:
+def run(names=None, target: str = "llvm", quiet: bool = False,
+        tune_trials: int = 0) -> list[dict]:
     """Measure ``names`` (default: the whole zoo); write the JSON, table and chart; return the
     rows. A model that fails gets a row with its ``error`` (the others still run)."""
     from tilecraft.progress import iterate
@@ -250,7 +288,7 @@ def run(names=None, target: str = "llvm", quiet: bool = False) -> list[dict]:
         t0 = time.perf_counter()
         try:
             z = ZOO[name]()
-            row = measure(z, target, threads, rounds, quiet)
+            row = measure(z, target, threads, rounds, quiet, tune_trials)
         except Exception as err:  # keep going: one broken model must not hide the others
             row = {"model": name, "error": f"{type(err).__name__}: {err}".splitlines()[0],
                    "traceback": traceback.format_exc()[-2000:]}
@@ -260,7 +298,7 @@ def run(names=None, target: str = "llvm", quiet: bool = False) -> list[dict]:
             msg = row.get("error") or (f"{row['tilecraft_ms']:.2f} ms vs onnxruntime "
                                        f"{row['onnxruntime_ms']:.2f} ms ({row['vs_ort']:.2f}x)")
             print(f"  {name}: {msg}", file=sys.stderr, flush=True)
-    write(rows, target)
+        write([row], target)           # after each model: a long run keeps what it measured
     return rows
 
 
@@ -297,6 +335,9 @@ def main(argv=None) -> int:
     parser.add_argument("--show", action="store_true", help="print the last table")
     parser.add_argument("--list", action="store_true", help="list the models")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--tune-trials", type=int, default=0,
+                        help="also tune each model with relax.tune (that many trials) and "
+                             "time the tuned build")
     args = parser.parse_args(argv)
     if args.list:
         from .models import ZOO
@@ -312,7 +353,7 @@ def main(argv=None) -> int:
             print(f.read())
         return 0
     names = [n.strip() for n in args.models.split(",")] if args.models else None
-    rows = run(names, args.target, args.quiet)
+    rows = run(names, args.target, args.quiet, args.tune_trials)
     with open(p["md"], encoding="utf-8") as f:
         print(f.read())
     print(f"(written to {p['json']}, {p['md']}, {p['png']})")

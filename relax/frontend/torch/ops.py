@@ -945,12 +945,10 @@ def _embedding(ctx, a):
     return R.take(a["weight"], idx, axis=0)
 
 
-@register("upsample_nearest1d", "upsample_nearest2d", "upsample_bilinear2d", "upsample_bicubic2d",
-          "_upsample_nearest_exact2d", "_upsample_bilinear2d_aa")
+@register("upsample_nearest2d", "upsample_bilinear2d", "upsample_bicubic2d",
+          "_upsample_nearest_exact2d")
 def _upsample(ctx, a):
     name = ctx.node.target._schema.name.split("::")[1]
-    if name in ("_upsample_bilinear2d_aa", "upsample_nearest1d"):
-        raise Unsupported(f"{name} is not supported")
     x = a.get("input", a.get("self"))
     out = _out_shape(ctx)
     size = out[-2:]
