@@ -1,7 +1,11 @@
 """RPCRunner on loopback trackers and servers (and on two emulated arm64 boards): candidates
 measured on every board of a key, checked against the reference, and the faults of remote
 tuning — a kernel that crashes or hangs on the board, a board killed mid-run, no board at all,
-an unreachable tracker — each costing at most the trial in flight."""
+an unreachable tracker — each costing at most the trial in flight; ``tune_tir`` through the
+runner on two loopback servers, and (``-m slow``) on two emulated boards.
+
+The emulated-board tests run when the board's root file system is built
+(``rpc/board/emulated_board.py``) and are skipped with the reason otherwise."""
 import os
 import shutil
 import sys
@@ -276,3 +280,62 @@ def test_aarch64_candidates_measured_on_two_emulated_boards(two_boards, builder)
         assert r.error_msg is None, r.error_msg
         assert r.run_secs and r.run_secs[0] > 0
     assert all(_sessions(p) >= 1 for p in boards)    # both boards measured
+
+
+# -- tune_tir through the RPCRunner ----------------------------------------------------------------
+TUNE_SEARCH = {"population_size": 8, "genetic_num_iters": 1}
+
+
+def _check_tuned(db, func, target, trials, rng):
+    """Every trial is in the database; the ones that ran were checked against the reference on
+    the board; the best schedule computes A @ B."""
+    import targets
+    from metaschedule import apply_best
+    recs = db.get_all_tuning_records()
+    assert len(recs) == trials
+    ok = [r for r in recs if r.ok]
+    assert len(ok) >= trials // 2, [r.error for r in recs]
+    assert all(r.target == str(targets.Target(target)) for r in recs)
+    sch = apply_best(db, func, target)
+    assert sch is not None
+    mod = targets.build(sch.mod, "llvm")     # the same schedule, for this machine
+    a = rng.uniform(-1, 1, (64, 32)).astype("float32")
+    b = rng.uniform(-1, 1, (32, 64)).astype("float32")
+    c = np.empty((64, 64), "float32")
+    mod["main"](a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_tune_tir_over_two_loopback_servers(cluster, tmp_path, rng):
+    from metaschedule import tune_tir
+    from search_testutil import small_space
+    a, b = cluster.add(2)
+    runner = cluster.runner(number=2, repeat=1, min_repeat_ms=0, cache_flush_bytes=1 << 20,
+                            cleanup=True)
+    func = gemm()
+    db = tune_tir(func, "llvm", max_trials=8, work_dir=tmp_path, num_trials_per_iter=4,
+                  space=small_space(), runner=runner, seed=0, progress=False,
+                  search=TUNE_SEARCH)
+    assert runner.last_num_workers == 2
+    assert _sessions(a) >= 1 and _sessions(b) >= 1
+    _check_tuned(db, func, "llvm", 8, rng)
+
+
+@pytest.mark.slow
+def test_tune_tir_on_two_emulated_boards(two_boards, tmp_path, rng):
+    """The short remote tune of the RPC issue: candidates cross-compiled for a Raspberry Pi 4
+    here, measured and checked on two emulated arm64 boards (about a minute with the boards'
+    start: ``-m slow``; CI runs the loopback tune above and the emulated batch measurement)."""
+    from metaschedule import tune_tir
+    from search_testutil import small_space
+    tracker, boards = two_boards
+    target = "raspberry-pi/4b-aarch64"
+    runner = RPCRunner((HOST, tracker.port), BOARD_KEY, timeout_sec=60, number=2, repeat=1,
+                       min_repeat_ms=0, cache_flush_bytes=1 << 20, request_timeout=120,
+                       session_timeout=120)
+    func = gemm()
+    db = tune_tir(func, target, max_trials=8, work_dir=tmp_path, num_trials_per_iter=4,
+                  space=small_space(), runner=runner, seed=0, progress=False,
+                  search=TUNE_SEARCH)
+    assert runner.last_num_workers == 2
+    _check_tuned(db, func, target, 8, rng)
