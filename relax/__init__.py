@@ -17,3 +17,4 @@ from .transform import get_pipeline
 from .build import build
 from .vm import VMArgumentError, VirtualMachine
 from .executable import Executable, load_executable
+from .tune import extract_tasks, tune

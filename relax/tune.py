@@ -1,0 +1,150 @@
+"""Tuning a whole Relax model: ``relax.extract_tasks`` and ``relax.tune``.
+
+``extract_tasks(mod, target)`` runs the same steps as ``relax.build`` up to scheduling — the
+graph pipeline, ``LegalizeOps``, ``StaticPlanBlockMemory`` — and turns every kernel the program
+calls into a ``metaschedule.Task``: identical kernels (the same structural hash, whatever their
+names) become one task whose ``weight`` is how many call sites they have; a kernel's symbolic
+dims get shape hints from ``shape_hints``, else ``upper_bounds``, else
+``metaschedule.DEFAULT_SHAPE_HINT``. Kernels that already carry a schedule (hand-written ones)
+are left out. ``tune(mod, target, max_trials, work_dir)`` tunes those tasks with
+``metaschedule.tune_tasks`` and returns the database, which ``relax.build(mod, target,
+database=db)`` then uses for every kernel it covers (the rest get the default schedules).
+
+Examples
+--------
+>>> db = relax.tune(mod, "llvm", max_trials=2000, work_dir="tune_mlp/",
+...                 upper_bounds={"batch": 64})                             # doctest: +SKIP
+>>> exe = relax.build(mod, "llvm", database=db, upper_bounds={"batch": 64})  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Mapping
+
+from targets import Target
+from tensorir.function import IRModule, PrimFunc
+from tensorir.functor import post_order_visit
+
+import metaschedule
+from metaschedule import Database, Task
+from metaschedule.database import workload_hash
+from metaschedule.space_generator import DEFAULT_SHAPE_HINT, shape_vars
+
+from .build import _called_kernels, _run_pipeline, legalize
+from .default_schedules import is_scheduled
+from .expr import Call, Function, RelaxError
+from .op.base import Op
+from .transform.static_plan_block_memory import StaticPlanBlockMemory
+
+__all__ = ["extract_tasks", "tune"]
+
+
+def _prepare(mod: IRModule, target: Target, upper_bounds, pipeline) -> IRModule:
+    """What ``relax.build`` schedules: the module after its pipeline, legalization and memory
+    planning."""
+    if "target" in inspect.signature(_run_pipeline).parameters:
+        mod = _run_pipeline(mod, pipeline, target=target)
+    else:
+        mod = _run_pipeline(mod, pipeline)
+    mod = legalize(mod)
+    return StaticPlanBlockMemory(upper_bounds)(mod)
+
+
+def _call_counts(mod: IRModule) -> dict[str, int]:
+    counts: dict[str, int] = {}
+
+    def visit(n):
+        if isinstance(n, Call) and isinstance(n.op, Op) and \
+                n.op.name in ("relax.call_tir", "relax.call_tir_dps"):
+            name = n.args[0].name_hint
+            counts[name] = counts.get(name, 0) + 1
+    for f in mod.functions.values():
+        if isinstance(f, Function):
+            post_order_visit(f, visit)
+    return counts
+
+
+def extract_tasks(mod: IRModule, target="llvm", *, upper_bounds: Mapping[str, int] | None = None,
+                  shape_hints: Mapping[str, int] | None = None, pipeline=None) -> list[Task]:
+    """The tuning tasks of a Relax module: one per distinct kernel, weighted by its calls.
+
+    Parameters
+    ----------
+    mod : IRModule
+        The Relax module, as given to ``relax.build``.
+    target : Target | str
+    upper_bounds : dict[str, int], optional
+        As for ``relax.build`` (memory planning); also the shape hints of symbolic dims that
+        ``shape_hints`` does not name.
+    shape_hints : dict[str, int], optional
+        Representative values of symbolic dims by name (``{"batch": 16}``).
+    pipeline : optional
+        As for ``relax.build``.
+
+    Returns
+    -------
+    list of metaschedule.Task
+        In the order the program first calls them.
+
+    Examples
+    --------
+    >>> tasks = relax.extract_tasks(mod, "llvm", upper_bounds={"batch": 64})   # doctest: +SKIP
+    >>> [(t.name, t.weight) for t in tasks]                                    # doctest: +SKIP
+    [('fused_matmul_add_relu', 2), ('fused_matmul_add', 1)]
+    """
+    if not isinstance(mod, IRModule):
+        raise TypeError(f"relax.extract_tasks takes an IRModule, got {type(mod).__name__}")
+    target = target if isinstance(target, Target) else Target(target)
+    prepared = _prepare(mod, target, upper_bounds, pipeline)
+    counts = _call_counts(prepared)
+    hints_in = {str(k): int(v) for k, v in (upper_bounds or {}).items()}
+    hints_in.update({str(k): int(v) for k, v in (shape_hints or {}).items()})
+    tasks: dict[str, Task] = {}
+    for name in _called_kernels(prepared):
+        func = prepared[name]
+        if not isinstance(func, PrimFunc):
+            raise RelaxError(f"relax.extract_tasks: call_tir of {name}, which is not a PrimFunc")
+        if is_scheduled(func):
+            continue
+        shash = workload_hash(func)
+        if shash in tasks:
+            tasks[shash].weight += counts.get(name, 1)
+            continue
+        hints = {v.name: hints_in.get(v.name, DEFAULT_SHAPE_HINT) for v in shape_vars(func)}
+        tasks[shash] = Task(name, func, weight=counts.get(name, 1), shape_hints=hints or None)
+    return list(tasks.values())
+
+
+def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", *,
+         runner=None, builder=None, upper_bounds: Mapping[str, int] | None = None,
+         shape_hints: Mapping[str, int] | None = None, pipeline=None,
+         num_trials_per_iter: int = 64, max_trials_per_task: int | None = None,
+         cost_model="xgb", space=None, search=None, task_scheduler="gradient",
+         seed: int | None = None, progress: bool = True) -> Database:
+    """Tune every kernel of a Relax model; the tuning database for ``relax.build``.
+
+    ``max_trials`` is the budget of the whole model, shared by its tasks through the gradient
+    task scheduler (``metaschedule.tune_tasks``, whose other parameters these are).
+
+    Raises
+    ------
+    metaschedule.TuneError
+        When the model has no kernel to tune, or as ``tune_tasks``.
+
+    Examples
+    --------
+    >>> db = relax.tune(mod, "llvm", max_trials=500, work_dir="tune/")        # doctest: +SKIP
+    >>> exe = relax.build(mod, "llvm", database=db)                           # doctest: +SKIP
+    """
+    target = target if isinstance(target, Target) else Target(target)
+    tasks = extract_tasks(mod, target, upper_bounds=upper_bounds, shape_hints=shape_hints,
+                          pipeline=pipeline)
+    if not tasks:
+        raise metaschedule.TuneError("relax.tune: the module calls no kernel that can be tuned "
+                                     "(no call_tir of an unscheduled PrimFunc)")
+    return metaschedule.tune_tasks(tasks, target, max_trials, work_dir=work_dir,
+                                   num_trials_per_iter=num_trials_per_iter,
+                                   max_trials_per_task=max_trials_per_task, builder=builder,
+                                   runner=runner, cost_model=cost_model, space=space,
+                                   search=search, task_scheduler=task_scheduler, seed=seed,
+                                   progress=progress)
