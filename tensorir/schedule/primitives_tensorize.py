@@ -458,6 +458,9 @@ class _Matcher:
                             f"tensorized)")
         for div, riv in zip(db.iter_vars, rb.iter_vars):
             self.vmap[div.var] = riv.var
+            # the inner iter vars' ranges let accesses such as a packed operand's
+            # B[(vj_o * 32 + vj_i) // 32, k, (vj_o * 32 + vj_i) % 32] simplify to base + vj_i
+            self.ana.bind(riv.var, riv.dom)
         if (db.init is None) != (rb.init is None):
             has = "has" if rb.init is not None else "has no"
             raise _Mismatch(f"block {rb.name} {has} init, the intrinsic's block "
