@@ -29,7 +29,7 @@ from typing import Mapping
 
 import numpy as np
 
-from targets import Target
+from targets import Target, TargetError
 from tensorir.expr import TIRError, Var
 from tensorir.function import IRModule, PrimFunc
 from tensorir.functor import free_vars
@@ -54,11 +54,18 @@ DEFAULT_SHAPE_HINT = 64
 
 
 def _target(target) -> Target:
-    t = target if isinstance(target, Target) else Target(target)
-    if t.kind not in CPU_KINDS + GPU_KINDS:
-        raise TuneError(f"no schedule rules for target kind {t.kind!r} ({t}); the design "
-                        f"space supports {', '.join(CPU_KINDS + GPU_KINDS)}")
-    return t
+    supported = ", ".join(CPU_KINDS + GPU_KINDS)
+    if isinstance(target, (str, dict)):
+        try:
+            target = Target(target)
+        except TargetError as err:
+            raise TuneError(f"no schedule rules for target {target!r}: {err}; the design space "
+                            f"supports the kinds {supported}") from None
+    kind = getattr(target, "kind", None)
+    if not isinstance(target, Target) or kind not in CPU_KINDS + GPU_KINDS:
+        raise TuneError(f"no schedule rules for target {target!r} (kind {kind!r}); the design "
+                        f"space supports the kinds {supported}")
+    return target
 
 
 def _func(func_or_mod) -> PrimFunc:

@@ -37,8 +37,8 @@ class RewriteTensorize(Postproc):
         isas = target_isas(self.context.target) if self.context else []
         for br in list(A.all_blocks(sch.func)):
             family = dict(br.block.annotations).get(ANN_TENSORIZE)
-            if family is None:
-                continue
+            if family is None or not A.is_reduction(br.block):
+                continue  # (decompose_reduction copies the annotation to the init block)
             name = br.block.name
             try:
                 self._rewrite(sch, name, str(family), isas)
