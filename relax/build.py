@@ -47,9 +47,10 @@ from . import default_schedules, gpu_schedules
 # the graph pipeline
 
 
-def default_pipeline() -> Callable[[IRModule], IRModule]:
-    """``relax.get_pipeline()``: legalization, constant folding, fusion."""
-    return get_pipeline()
+def default_pipeline(target: "Target | str | None" = None) -> Callable[[IRModule], IRModule]:
+    """``relax.get_pipeline(target=target)``: inference decompositions, constant folding,
+    weight packing (CPU), legalization, fusion."""
+    return get_pipeline(target=target)
 
 
 def legalize(mod: IRModule) -> IRModule:
@@ -57,9 +58,9 @@ def legalize(mod: IRModule) -> IRModule:
     return LegalizeOps()(mod)
 
 
-def _run_pipeline(mod: IRModule, pipeline) -> IRModule:
+def _run_pipeline(mod: IRModule, pipeline, target=None) -> IRModule:
     if pipeline is None or pipeline == "default":
-        pipeline = default_pipeline()
+        pipeline = default_pipeline(target)
     if callable(pipeline):
         return pipeline(mod)
     if isinstance(pipeline, (list, tuple)):
@@ -612,7 +613,7 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
     target = target if isinstance(target, Target) else Target(target)
     if target.kind not in ("llvm",) + gpu_schedules.GPU_KINDS:
         raise targets.TargetError(f"relax.build: no VM support for target {target}")
-    mod = _run_pipeline(mod, pipeline)
+    mod = _run_pipeline(mod, pipeline, target)
     mod = legalize(mod)
     mod = StaticPlanBlockMemory(upper_bounds)(mod)
     program, constants = vm_codegen(mod)

@@ -32,6 +32,7 @@ Examples
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 from targets import Target
@@ -42,6 +43,9 @@ from tensorir.functor import post_order_visit
 from tensorir.schedule import Schedule, ScheduleError
 from tensorir.schedule import tree
 from tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
+
+from .transform.packed_kernels import (RULE_CONV_NCHW, RULE_CONV_NHWC, RULE_DENSE, RULE_PAD,
+                                       SCHEDULE_RULE)
 
 MR = 6                    # rows of the register tile of matmul-like reductions
 MIN_PARALLEL_WORK = 4096  # output elements below which a parallel launch costs more than it saves
@@ -125,6 +129,27 @@ def _consumers(children: list[BlockRealize], block: Block) -> int:
                any(id(r.buffer) in mine for r in br.block.reads))
 
 
+def _rule(block: Block) -> str | None:
+    """The ``"schedule_rule"`` annotation of a block (set by the packed kernels of
+    ``relax.transform.packed_kernels``), or None."""
+    value = dict(block.annotations or {}).get(SCHEDULE_RULE)
+    return getattr(value, "value", value)
+
+
+def _ann_int(block: Block, key: str) -> int:
+    value = dict(block.annotations or {})[key]
+    return int(getattr(value, "value", value))
+
+
+def _feeds_tile(children: list[BlockRealize], block: Block) -> bool:
+    """Whether ``block``'s result is read by a convolution or dense block (inlined there it
+    would be recomputed in the micro-kernel's inner loop)."""
+    mine = {id(w.buffer) for w in block.writes}
+    return any(_rule(br.block) in (RULE_CONV_NCHW, RULE_CONV_NHWC, RULE_DENSE)
+               for br in children if br.block is not block and
+               any(id(r.buffer) in mine for r in br.block.reads))
+
+
 def _inline(sch: Schedule) -> None:
     changed = True
     while changed:
@@ -135,6 +160,8 @@ def _inline(sch: Schedule) -> None:
             blk = br.block
             if not _is_spatial(blk) or blk.init is not None or len(blk.writes) != 1 or \
                     id(blk.writes[0].buffer) not in inter:
+                continue
+            if _rule(blk) is not None or _feeds_tile(children, blk):
                 continue
             if not (_is_cheap(blk) or _consumers(children, blk) <= 1):
                 continue
@@ -174,7 +201,16 @@ def _schedule(sch: Schedule, target: Target, gemv_rows: PrimExpr | None = None) 
         if not any(b.block.name == blk.name for b in _root_children(sch)):
             continue  # inlined into a tile by an earlier block's rule
         try:
-            if _is_spatial(blk):
+            rule = _rule(blk)
+            if rule == RULE_CONV_NCHW:
+                _schedule_conv_nchw(sch, blk.name, target)
+            elif rule == RULE_CONV_NHWC:
+                _schedule_conv_nhwc(sch, blk.name, target)
+            elif rule == RULE_DENSE:
+                gemv += _schedule_dense(sch, blk.name, target, gemv_rows) == "gemv"
+            elif rule == RULE_PAD:
+                _schedule_pad(sch, blk.name, target)
+            elif _is_spatial(blk):
                 _schedule_spatial(sch, blk.name, target)
             else:
                 done = _schedule_matmul_like(sch, blk.name, target, gemv_rows)
@@ -211,8 +247,20 @@ def _schedule_spatial(sch: Schedule, name: str, target: Target) -> None:
     if _extent(nodes[-1]) != 1:
         sch.vectorize(_vector_inner(sch, loops[-1], lanes))
     if work >= MIN_PARALLEL_WORK:
-        outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-        sch.parallel(outer)
+        sch.parallel(_parallel_outer(sch, loops[:-1]))
+
+
+def _parallel_outer(sch: Schedule, loops: list):
+    """The loop to run in parallel over the outer ``loops`` of a nest: the constant loops after
+    the last symbolic one, fused, else that symbolic loop (the ones before it stay serial).
+    A fused symbolic index (``f // 3584 < n``) is one the verifier cannot prove in bounds, and
+    it keeps its check in the inner loop."""
+    symbolic = [k for k, rv in enumerate(loops) if _extent(sch.get(rv)) is None]
+    start = symbolic[-1] + 1 if symbolic else 0
+    const = loops[start:]
+    if not const:
+        return loops[-1]
+    return sch.fuse(*const) if len(const) > 1 else const[0]
 
 
 def _unit_stride(e: PrimExpr, v: Var) -> bool:
@@ -512,6 +560,203 @@ def _schedule_reduction(sch: Schedule, name: str, target: Target) -> None:
         return
     fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
     sch.parallel(fused)
+
+
+# ---------------------------------------------------------------------------------------------
+# the kernels on packed weights (relax.transform.packed_kernels), by their "schedule_rule"
+
+MAX_UNROLLED_FMAS = 256   # unroll a convolution's kernel rows too while the body stays this small
+
+
+def _cores(target: Target) -> int:
+    return target.num_cores or os.cpu_count() or 1
+
+
+def _tile_tail(sch: Schedule, block_rv, outer_count: int) -> list:
+    """The loops of ``block_rv`` below its first ``outer_count`` loops."""
+    return sch.get_loops(block_rv)[outer_count:]
+
+
+def _finish_tile_block(sch: Schedule, block_rv, outer_count: int) -> None:
+    """Unroll the constant loops of an init or write-back block inside a tile and vectorize its
+    innermost loop."""
+    own = _tile_tail(sch, block_rv, outer_count)
+    for rv in own[:-1]:
+        if _extent(sch.get(rv)) is not None:
+            sch.unroll(rv)
+    if own:
+        sch.vectorize(own[-1])
+
+
+def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
+    """The flat direct NCHW convolution (``benchmarks/schedules/conv2d.py``'s recipe):
+
+    ``R`` output channels x ``V`` vectors of ``L`` flat positions accumulate in a ``local``
+    tile (registers) over the reduction ``(rc, ry, rx)``, the taps, channels and vectors
+    unrolled and the lanes vectorized, so the inner loop over input channels is
+    ``KH * KW * R * V`` FMAs on registers; the (batch, position-tile) loops run in parallel
+    (with the channel blocks too when there are few position tiles). When the block writes
+    NCHW itself (no junk columns), its elementwise epilogue is computed in the write-back.
+    """
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    r, v, lanes = (_ann_int(blk, k) for k in ("oc_block", "vectors", "lanes"))
+    loops = sch.get_loops(block)
+    direct = len(loops) == 7
+    if direct:
+        b, o, y, x, rc, ry, rx = loops
+        p = sch.fuse(y, x)
+    elif len(loops) == 6:
+        b, o, p, rc, ry, rx = loops
+    else:
+        raise ScheduleError("conv2d_nchw", f"block {name}: unexpected loop nest", blk)
+    o0, o1 = sch.split(o, [None, r])
+    p0, p1, p2 = sch.split(p, [None, v, lanes])
+    # Parallel over the position tiles when there are enough (each tile's input run is then
+    # reused by all channel blocks in one core's cache), else over the channel blocks. Loops
+    # are not fused: a fused index (f // P0) is not affine, which would keep the code
+    # generator from shrinking the accumulators to one tile (registers).
+    if _extent(sch.get(p0)) >= 4 * _cores(target) or \
+            _extent(sch.get(p0)) >= _extent(sch.get(o0)):
+        sch.reorder(b, p0, o0, rc, ry, rx, o1, p1, p2)
+        sch.parallel(p0)
+        tile = o0
+    else:
+        sch.reorder(b, o0, p0, rc, ry, rx, o1, p1, p2)
+        sch.parallel(o0)
+        tile = p0
+    outer = 3
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, tile)
+    if direct:
+        _fuse_epilogue(sch, acc)
+    init = sch.decompose_reduction(block, rc)
+    taps = (_extent(sch.get(ry)) or 1) * (_extent(sch.get(rx)) or 1)
+    for loop in [rx, o1, p1] + ([ry] if taps * r * v <= MAX_UNROLLED_FMAS else []):
+        sch.unroll(loop)
+    sch.vectorize(p2)
+    _finish_tile_block(sch, init, outer)
+    # the write-back in the accumulation's (R, V, L) shape, so the tile stays in registers
+    own = _tile_tail(sch, acc, outer)
+    rows = [rv for rv in own if _extent(sch.get(rv)) != 1]
+    if len(rows) > 2:
+        rows = [rows[0], sch.fuse(*rows[1:])]
+    if len(rows) == 2 and _extent(sch.get(rows[1])) == v * lanes:
+        _, wl = sch.split(rows[1], [v, lanes])
+        for rv in _tile_tail(sch, acc, outer)[:-1]:
+            sch.unroll(rv)
+        sch.vectorize(wl)
+    else:
+        _finish_tile_block(sch, acc, outer)
+
+
+def _schedule_pad(sch: Schedule, name: str, target: Target) -> None:
+    """A padding / phase-plane copy: rows vectorized, the loops above them parallel."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    loops = sch.get_loops(block)
+    ann = dict(blk.annotations or {})
+    if "row_width" in ann:           # flat planes (n, c, [a, b,] q): split q into rows
+        *outer, q = loops
+        _, col = sch.split(q, [None, _ann_int(blk, "row_width")])
+        sch.vectorize(col)
+    else:                            # NHWC (n, y, x, c)
+        *outer, c = loops
+        outer = outer[:2]
+        sch.vectorize(c)
+    if _work(_loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
+def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
+    """The NHWC convolution: a tile of ``rows`` output pixels x ``width`` channels (one packed
+    panel) accumulates in registers over ``(ry, rx, rc)``: per step ``rows`` broadcast inputs,
+    ``width / lanes`` vector loads of the panel, ``rows * width / lanes`` FMAs. Image rows
+    (with the batch) run in parallel; the epilogue is computed in the write-back."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    rows, width = _ann_int(blk, "rows"), _ann_int(blk, "width")
+    loops = sch.get_loops(block)
+    if len(loops) != 7:
+        raise ScheduleError("conv2d_nhwc", f"block {name}: unexpected loop nest", blk)
+    b, y, x, o, ry, rx, rc = loops
+    x0, x1 = sch.split(x, [None, rows])
+    o0, o1 = sch.split(o, [None, width])
+    sch.reorder(b, y, x0, o0, ry, rx, rc, x1, o1)
+    # one parallel loop, not a fused one (see _schedule_conv_nchw): the image rows, or the
+    # first of the loops below them with enough iterations
+    par = next((rv for rv in (y, x0, o0) if (_extent(sch.get(rv)) or 0) >= 2 * _cores(target)),
+               y)
+    sch.parallel(par)
+    outer = 4
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, o0)
+    _fuse_epilogue(sch, acc)
+    init = sch.decompose_reduction(block, ry)
+    sch.unroll(x1)
+    sch.vectorize(o1)
+    if (_extent(sch.get(rx)) or 1) * rows * width // max(1, _lanes(blk, target)) <= \
+            MAX_UNROLLED_FMAS:
+        sch.unroll(rx)
+    _finish_tile_block(sch, init, outer)
+    _finish_tile_block(sch, acc, outer)
+
+
+def _schedule_dense(sch: Schedule, name: str, target: Target,
+                    gemv_rows: PrimExpr | None = None) -> str:
+    """``x @ W`` on panels ``[N/NR, K, NR]``: an ``MR x NR`` register tile (6 x 64 with
+    AVX-512: 24 accumulators, four vector loads of one contiguous panel run and six broadcasts
+    per step of ``k``), panels outermost and parallel so that a panel stays in cache while the
+    row tiles stream over it, the epilogue computed in the write-back. Few rows (at most
+    ``GEMV_MAX_ROWS``, static, or the symbolic ``gemv_rows`` of the small version) run a row
+    at a time on a ``1 x NR`` tile with the rows outside the reduction, nothing masked."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    width = _ann_int(blk, "width")
+    loops = sch.get_loops(block)
+    *lead, i, j, k = loops
+    ei = _extent(sch.get(i))
+    gemv = gemv_rows is not None and ei is None and bool(sch.get(i).extent == gemv_rows)
+    jo, ji = sch.split(j, [None, width])
+    mr = MR if target.vector_width >= 512 or target.arch in ("aarch64", "arm") else 4
+    if gemv:
+        io, ii = None, i
+        order = [jo] + lead + [i, k, ji]
+        tile_loop = i
+    else:
+        if ei is None:
+            io, ii = sch.split(i, [None, mr])
+        elif ei > mr:
+            d = max(f for f in range(1, mr + 1) if ei % f == 0)
+            io, ii = sch.split(i, [None, d if d >= (mr + 1) // 2 else mr])
+        else:
+            io, ii = None, i
+        order = [jo] + lead + ([io] if io is not None else []) + [k, ii, ji]
+        tile_loop = io if io is not None else (lead[-1] if lead else jo)
+    sch.reorder(*order)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, tile_loop)
+    _fuse_epilogue(sch, acc)
+    init = sch.decompose_reduction(block, k)
+    if not gemv:
+        sch.unroll(ii)
+    sch.vectorize(ji)
+    outer = len(sch.get_loops(init)) - (1 if gemv else 2)
+    _finish_tile_block(sch, init, outer)
+    _finish_tile_block(sch, acc, outer)
+    # parallel: the panels when there are enough of them, else the row tiles
+    panels = _extent(sch.get(jo)) or 1
+    rows_work = _work(_loop_nodes(sch, lead + ([io] if io is not None else [])))
+    if panels * rows_work * width * (_extent(sch.get(k)) or SYMBOLIC_EXTENT) < \
+            16 * MIN_PARALLEL_WORK:
+        return "gemv" if gemv else "tile"
+    if panels >= 2 * _cores(target) or (io is None and not lead):
+        sch.parallel(jo)
+    elif io is not None:
+        sch.parallel(io)
+    else:
+        sch.parallel(jo)
+    return "gemv" if gemv else "tile"
 
 
 __all__ = ["apply", "is_scheduled"]

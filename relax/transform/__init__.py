@@ -7,6 +7,9 @@
 - ``FuseOps(fuse_opt_level=2, max_fuse_depth=256)``: TVM's operator fusion into ``Primitive``
   functions.
 - ``FuseTIR()``: each ``Primitive`` function becomes one PrimFunc.
+- ``DecomposeOpsForInference()``: inference ``batch_norm`` becomes a per-channel scale and shift.
+- ``FoldScaleAxis()``: constant per-channel scales fold into conv2d / matmul / linear weights.
+- ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
 - ``get_pipeline(name="default")``: the default sequence; ``Sequential(passes, check=False)``.
 
 ``ExprMutator`` is the base for writing more passes.
@@ -18,9 +21,13 @@ from .dead_code_elimination import DeadCodeElimination
 from .canonicalize_bindings import CanonicalizeBindings
 from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
+from .decompose_ops import DecomposeOpsForInference
+from .fold_scale_axis import FoldScaleAxis
+from .alter_layout import AlterLayout
 from .pipeline import get_pipeline
 from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
-           "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline"]
+           "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
+           "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout"]

@@ -4,15 +4,20 @@ Examples
 --------
 >>> from relax.transform import get_pipeline
 >>> seq = get_pipeline()
->>> [p.name for p in seq.passes][:3]
-['LegalizeOps', 'FoldConstant', 'DeadCodeElimination']
+>>> [p.name for p in seq.passes][:4]
+['DecomposeOpsForInference', 'FoldConstant', 'FoldScaleAxis', 'AlterLayout']
 """
 from __future__ import annotations
 
+from targets import Target
+
+from .alter_layout import AlterLayout
 from .base import Sequential
 from .canonicalize_bindings import CanonicalizeBindings
 from .dead_code_elimination import DeadCodeElimination
+from .decompose_ops import DecomposeOpsForInference
 from .fold_constant import FoldConstant
+from .fold_scale_axis import FoldScaleAxis
 from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
 from .legalize_ops import LegalizeOps
@@ -20,18 +25,25 @@ from .legalize_ops import LegalizeOps
 __all__ = ["get_pipeline", "PIPELINES"]
 
 
-def _default(check: bool = False) -> Sequential:
+def _default(check: bool = False, target: "Target | str | None" = None) -> Sequential:
+    target = target if isinstance(target, Target) else Target(target or "llvm")
     passes = [
+        DecomposeOpsForInference(),  # inference batch_norm -> per-channel scale and shift
+        FoldConstant(),              # ... computed now from constant statistics
+        FoldScaleAxis(),             # constant per-channel scales -> into conv / dense weights
+    ]
+    if target.kind == "llvm":
+        passes.append(AlterLayout(target))   # conv / dense -> kernels on packed weights
+    passes += [
         LegalizeOps(),            # operators -> call_tir of TensorIR kernels (+ "op_pattern")
-        FoldConstant(),           # kernels on constants run now
+        FoldConstant(),           # kernels on constants run now (the weight packing too)
         DeadCodeElimination(),    # ... and what they replaced goes away
         CanonicalizeBindings(),   # copies and no-op match_casts
         FuseOps(),                # groups -> Primitive functions
         FuseTIR(),                # each Primitive function -> one PrimFunc
         DeadCodeElimination(),
-        # Insertion point for the VM side: memory planning (StaticPlanBlockMemory) and layout
-        # passes are appended here by relax.build / the VM engineer, after fusion so that they
-        # see the final kernels.
+        # Memory planning (StaticPlanBlockMemory) runs in relax.build, after fusion, so that it
+        # sees the final kernels.
     ]
     return Sequential(passes, name="default", check=check)
 
@@ -39,23 +51,28 @@ def _default(check: bool = False) -> Sequential:
 PIPELINES = {"default": _default, "default_build": _default}
 
 
-def get_pipeline(name: str = "default", check: bool = False) -> Sequential:
+def get_pipeline(name: str = "default", check: bool = False,
+                 target: "Target | str | None" = None) -> Sequential:
     """The named pass pipeline (``"default"``), as a ``Sequential``.
 
     Parameters
     ----------
     name : str
-        ``"default"``: LegalizeOps, FoldConstant, DeadCodeElimination, CanonicalizeBindings,
+        ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, AlterLayout (CPU
+        targets only), LegalizeOps, FoldConstant, DeadCodeElimination, CanonicalizeBindings,
         FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).
+    target : Target | str | None
+        The target the module is built for; None means this machine (``"llvm"``). It decides
+        whether ``AlterLayout`` runs (CPU targets) and the tiles of its kernels.
 
     Examples
     --------
-    >>> mod2 = get_pipeline()(mod)   # doctest: +SKIP
+    >>> mod2 = get_pipeline(target="llvm")(mod)   # doctest: +SKIP
     """
     try:
         make = PIPELINES[name]
     except KeyError:
         raise ValueError(f"unknown pipeline {name!r}; known: {sorted(PIPELINES)}") from None
-    return make(check=check)
+    return make(check=check, target=target)

@@ -1,0 +1,216 @@
+"""``AlterLayout``: give convolutions and dense layers the packed weight layouts their fast CPU
+kernels read, packing the weights once at build time (TVM's ``AlterOpLayout``, onnxruntime's
+weight pre-packing).
+
+Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
+
+- ``relax.nn.conv2d`` (2-D, float32, static channels and image size; any batch, stride,
+  padding, dilation and groups; NCHW or NHWC data with the output in the same layout; any
+  kernel layout) becomes two kernel calls: ``pack_conv2d_*_weight`` on the weight and
+  ``conv2d_nchw`` / ``conv2d_nhwc`` on the data and the packed weight
+  (``relax.transform.packed_kernels``: the flat direct convolution with the weight as
+  ``[O/R, I, KH, KW, R]`` for NCHW, a pixels x channels tile with ``[O/NR, KH, KW, I, NR]`` for
+  NHWC);
+- ``relax.matmul(x, W)`` and ``relax.linear(x, W, b)`` with a constant 2-D ``W`` become
+  ``pack_dense_weight`` on ``W`` (panels ``[N/NR, K, NR]``) and ``dense`` (plus ``add`` of the
+  bias for ``linear``).
+
+The packed kernels carry ``"op_pattern"`` ``OUT_EWISE_FUSABLE``, so ``FuseOps`` still fuses
+their elementwise epilogues (bias, scale, activations, residual adds); the packing kernels are
+``INJECTIVE``. When the weight is a constant, ``FoldConstant`` runs its packing kernel at build
+time and the executable holds the packed weight: no packing runs per inference. (A
+convolution whose weight is computed at run time packs it on every call, which costs little
+next to the convolution.)
+
+Other targets, dtypes and shapes are left as they are (their operators are legalized as
+usual).
+
+Examples
+--------
+>>> # lv = R.nn.conv2d(x, metadata[0], padding=[1, 1, 1, 1])
+>>> # becomes
+>>> # lv1 = R.call_tir(pack_conv2d_nchw_weight, (metadata[0],), out_sinfo=R.Tensor((16, 64, 3, 3, 4)))
+>>> # lv = R.call_tir(conv2d_nchw, (x, lv1), out_sinfo=R.Tensor((n, 64, 56, 56)))
+>>> # new_mod = AlterLayout("llvm")(mod)
+"""
+from __future__ import annotations
+
+from targets import Target
+from tensorir.expr import IntImm
+from tensorir.function import IRModule, PrimFunc
+
+from ..expr import Call, Constant, Expr
+from ..op import add
+from ..op.base import Op, OpPattern
+from ..struct_info import TensorStructInfo
+from .base import ExprMutator, Pass
+from . import packed_kernels as pk
+
+__all__ = ["AlterLayout", "cpu_tile_params"]
+
+
+def cpu_tile_params(target: Target, dtype: str = "float32") -> tuple[int, int]:
+    """``(lanes, vector registers)`` of ``target`` for ``dtype``: 16 lanes and 32 registers
+    with AVX-512, 8 and 16 with AVX2, 4 and 32 on AArch64 NEON.
+
+    Examples
+    --------
+    >>> cpu_tile_params(Target("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2"))
+    (8, 16)
+    """
+    bits = 32 if dtype == "float32" else 64
+    lanes = max(4, target.vector_width // bits)
+    registers = 32 if target.vector_width >= 512 or target.arch == "aarch64" else 16
+    return lanes, registers
+
+
+class AlterLayout(Pass):
+    """Rewrite conv2d / matmul / linear into kernels on packed weights (see the module
+    docstring).
+
+    Parameters
+    ----------
+    target : Target | str | None
+        The target the kernels are for (it sets the vector lanes and register tile); None
+        means this machine (``"llvm"``). Targets other than ``llvm`` leave the module as it is.
+    ops : iterable of str, optional
+        Which operators to rewrite (default all three: ``"relax.nn.conv2d"``,
+        ``"relax.matmul"``, ``"relax.linear"``).
+
+    Examples
+    --------
+    >>> new_mod = AlterLayout("llvm")(mod)   # doctest: +SKIP
+    """
+
+    name = "AlterLayout"
+    OPS = ("relax.nn.conv2d", "relax.matmul", "relax.linear")
+
+    def __init__(self, target: "Target | str | None" = None, ops=None):
+        self.target = target if isinstance(target, Target) else Target(target or "llvm")
+        self.ops = frozenset(ops if ops is not None else self.OPS)
+        unknown = self.ops - set(self.OPS)
+        if unknown:
+            raise ValueError(f"AlterLayout: cannot rewrite {sorted(unknown)}; known: "
+                             f"{list(self.OPS)}")
+
+    def transform_module(self, mod: IRModule) -> IRModule:
+        if self.target.kind != "llvm":
+            return mod
+        return _Alter(mod, self.target, self.ops).visit_module()
+
+
+def _static_shape(e: Expr):
+    si = e.struct_info
+    if not isinstance(si, TensorStructInfo) or si.shape is None:
+        return None
+    return si.shape
+
+
+def _ints(dims) -> list[int] | None:
+    out = []
+    for d in dims:
+        if not isinstance(d, IntImm):
+            return None
+        out.append(d.value)
+    return out
+
+
+class _Alter(ExprMutator):
+    def __init__(self, mod: IRModule, target: Target, ops):
+        super().__init__(mod)
+        self.target = target
+        self.ops = ops
+        self.lanes, self.registers = cpu_tile_params(target)
+
+    def visit_call_(self, call: Call) -> Expr:
+        call = super().visit_call_(call)
+        if not isinstance(call.op, Op) or call.op.name not in self.ops or \
+                not self.builder.building:
+            return call
+        if call.op.name == "relax.nn.conv2d":
+            return self.conv2d(call) or call
+        return self.dense(call) or call
+
+    # -- helpers ------------------------------------------------------------------------------
+    def kernel(self, te_func, *args, name: str, pattern: int, **kwargs) -> Call:
+        """``call_te`` of ``te_func`` with the kernel's ``"op_pattern"`` set."""
+        c = self.builder.call_te(te_func, *args, primfunc_name_hint=name, **kwargs)
+        gname = c.args[0].name_hint
+        func = self.builder.get_func(gname)
+        if isinstance(func, PrimFunc) and "op_pattern" not in func.attr_dict:
+            self.builder.update_func(gname, func.with_attr("op_pattern", int(pattern)))
+        return c
+
+    # -- conv2d -------------------------------------------------------------------------------
+    def conv2d(self, call: Call) -> Expr | None:
+        a = call.attr_dict
+        data, weight = call.args
+        layout, klayout = a["data_layout"], a["kernel_layout"]
+        if layout not in ("NCHW", "NHWC") or a["out_layout"] != layout:
+            return None
+        dsi, wsi = data.struct_info, weight.struct_info
+        out_si = call.struct_info
+        if not all(isinstance(s, TensorStructInfo) for s in (dsi, wsi, out_si)) or \
+                not dsi.dtype == wsi.dtype == out_si.dtype == "float32":
+            return None
+        dshape, wshape = _static_shape(data), _static_shape(weight)
+        if dshape is None or wshape is None or len(dshape) != 4 or len(wshape) != 4:
+            return None
+        dims = _ints([dshape[layout.index(c)] for c in "CHW"])
+        wdims = _ints(wshape)
+        if dims is None or wdims is None:
+            return None
+        c, h, w = dims
+        kd = {ch: wdims[klayout.index(ch)] for ch in "OIHW"}
+        g = pk.ConvGeometry(in_channels=c, height=h, width=w, out_channels=kd["O"],
+                            kernel=(kd["H"], kd["W"]), strides=tuple(a["strides"]),
+                            padding=tuple(a["padding"]), dilation=tuple(a["dilation"]),
+                            groups=a["groups"])
+        if g.in_per_group != kd["I"] or g.out_h < 1 or g.out_w < 1:
+            return None   # the operator's own checks report these
+        if layout == "NCHW":
+            plan = pk.plan_conv2d_nchw(g, self.lanes, self.registers)
+            packed = self.builder.emit(self.kernel(
+                pk.pack_conv2d_nchw_weight, weight, klayout, plan.oc_block,
+                name="pack_conv2d_nchw_weight", pattern=OpPattern.INJECTIVE))
+            return self.kernel(pk.conv2d_nchw_packed, data, packed, plan, "float32",
+                               name="conv2d_nchw", pattern=OpPattern.OUT_EWISE_FUSABLE)
+        plan = pk.plan_conv2d_nhwc(g, self.lanes, self.registers)
+        if plan is None:
+            return None
+        packed = self.builder.emit(self.kernel(
+            pk.pack_conv2d_nhwc_weight, weight, klayout, plan.width,
+            name="pack_conv2d_nhwc_weight", pattern=OpPattern.INJECTIVE))
+        return self.kernel(pk.conv2d_nhwc_packed, data, packed, plan, "float32",
+                           name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
+
+    # -- matmul / linear ----------------------------------------------------------------------
+    def dense(self, call: Call) -> Expr | None:
+        linear = call.op.name == "relax.linear"
+        x, weight = call.args[0], call.args[1]
+        bias = call.args[2] if linear and len(call.args) > 2 else None
+        if not isinstance(weight, Constant):
+            return None
+        xsi, wsi, out_si = x.struct_info, weight.struct_info, call.struct_info
+        if not all(isinstance(s, TensorStructInfo) for s in (xsi, wsi, out_si)) or \
+                not xsi.dtype == wsi.dtype == out_si.dtype == "float32":
+            return None
+        xshape = _static_shape(x)
+        if xshape is None or len(xshape) < 2 or len(wsi.shape) != 2:
+            return None
+        k_dim = xshape[-1]
+        kn = _ints(wsi.shape)
+        if not isinstance(k_dim, IntImm) or kn is None:
+            return None
+        k, n = (kn[1], kn[0]) if linear else kn
+        if k != k_dim.value:
+            return None
+        width = pk.dense_panel_width(n, self.lanes, self.registers)
+        packed = self.builder.emit(self.kernel(
+            pk.pack_dense_weight, weight, width, linear, name="pack_dense_weight",
+            pattern=OpPattern.INJECTIVE))
+        out = self.kernel(pk.dense_packed, x, packed, n, "float32", name="dense",
+                          pattern=OpPattern.OUT_EWISE_FUSABLE)
+        if bias is None:
+            return out
+        return add(self.builder.emit(out), bias)

@@ -1,0 +1,541 @@
+"""Kernels on pre-packed weights, in ``tensorir.te``: what ``AlterLayout`` puts in place of
+``conv2d``, ``matmul`` and ``linear`` on CPU targets, and the packing kernels that put their
+weights in the packed layouts (which ``FoldConstant`` runs at build time).
+
+Each kernel marks its main blocks with the annotation ``"schedule_rule"`` (TVM's name for a
+block-level schedule hint), which ``relax.default_schedules`` reads to give the block its
+dedicated recipe:
+
+- ``conv2d_nchw`` (``RULE_CONV_NCHW``), the *flat* direct convolution of
+  ``benchmarks/schedules/conv2d.py`` generalised to strides, padding, dilation and groups. The
+  zero-padded input is stored row after row per channel (``data_pad[n, c, q]``,
+  ``q = row * Wq + col``), so each tap ``(ry, rx)`` of the output run ``p = oh * Wq + ow`` is
+  the contiguous run ``data_pad[n, c, p + ry * Wq + rx]``: a tile of ``R`` output channels x
+  ``V`` vectors of positions accumulates in registers while the reduction over
+  ``(c, ry, rx)`` streams by, one vector load per tap and vector, one broadcast weight per tap
+  and channel. A stride ``s`` splits the input into its ``s x s`` phase planes first
+  (``data_pad[n, c, a, b, q]`` holds input rows ``s i + a`` and columns ``s j + b``), which makes
+  every tap a stride-1 run again. Positions with ``ow >= OW`` (``Wq - OW`` junk columns per
+  row) are computed and dropped by the copy to NCHW; when there are none (``1x1`` convolutions
+  without padding) the kernel reads the input in place and writes NCHW directly, so the
+  epilogue is applied to the accumulators. The weight is packed ``OIHW -> [O/R, I, KH, KW, R]``
+  (``OIHW{R}o``): the ``R`` weights of one tap are adjacent, and the tile streams its weights.
+- ``conv2d_nhwc`` (``RULE_CONV_NHWC``): a GEMM-like tile of output pixels x output channels;
+  the weight packed ``[ceil(O/NR), KH, KW, I, NR]`` so that a tile's ``NR`` channels of one tap
+  and input channel are one contiguous vector run.
+- ``dense`` (``RULE_DENSE``): ``matmul(x, W)`` / ``linear`` with ``W`` packed into panels
+  ``[ceil(N/NR), K, NR]`` (the ``[n // 16, k, 16]`` packing of the GEMM recipe,
+  ``docs/gemm-tutorial.md``), zero-padded to whole panels.
+
+Examples
+--------
+>>> from tensorir import te
+>>> g = ConvGeometry(in_channels=64, height=56, width=56, out_channels=64, kernel=(3, 3),
+...                  strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+>>> plan = plan_conv2d_nchw(g, lanes=16, registers=32)
+>>> (plan.oc_block, plan.vectors, plan.row_width, plan.direct_out)
+(4, 4, 58, False)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorir import te
+from tensorir.expr import IntImm, PrimExpr
+
+__all__ = ["SCHEDULE_RULE", "RULE_CONV_NCHW", "RULE_CONV_NHWC", "RULE_DENSE", "RULE_PAD",
+           "ConvGeometry", "NchwPlan", "plan_conv2d_nchw", "conv2d_nchw_packed",
+           "pack_conv2d_nchw_weight", "NhwcPlan", "plan_conv2d_nhwc", "conv2d_nhwc_packed",
+           "pack_conv2d_nhwc_weight", "dense_panel_width", "dense_packed", "pack_dense_weight"]
+
+SCHEDULE_RULE = "schedule_rule"
+RULE_CONV_NCHW = "tilecraft.conv2d_nchw_flat"
+RULE_CONV_NHWC = "tilecraft.conv2d_nhwc_packed"
+RULE_DENSE = "tilecraft.dense_packed"
+RULE_PAD = "tilecraft.conv2d_pad"     # a padding / phase-plane stage, kept (not inlined)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# geometry
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """The static attributes of one 2-D convolution (the batch may stay symbolic).
+
+    ``padding`` is ``(top, left, bottom, right)``; ``kernel``, ``strides`` and ``dilation`` are
+    ``(h, w)`` pairs.
+    """
+
+    in_channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel: tuple
+    strides: tuple
+    padding: tuple
+    dilation: tuple
+    groups: int
+
+    @property
+    def in_per_group(self) -> int:
+        return self.in_channels // self.groups
+
+    @property
+    def out_per_group(self) -> int:
+        return self.out_channels // self.groups
+
+    @property
+    def padded(self) -> tuple[int, int]:
+        pt, pl, pb, pr = self.padding
+        return self.height + pt + pb, self.width + pl + pr
+
+    @property
+    def out_h(self) -> int:
+        return (self.padded[0] - self.dilation[0] * (self.kernel[0] - 1) - 1) // \
+            self.strides[0] + 1
+
+    @property
+    def out_w(self) -> int:
+        return (self.padded[1] - self.dilation[1] * (self.kernel[1] - 1) - 1) // \
+            self.strides[1] + 1
+
+    @property
+    def is_depthwise(self) -> bool:
+        return self.in_per_group == 1 and self.out_per_group == 1
+
+    def macs(self) -> int:
+        """Multiply-adds per image."""
+        return (self.out_channels * self.out_h * self.out_w * self.in_per_group *
+                self.kernel[0] * self.kernel[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# NCHW: the flat direct convolution
+
+
+@dataclass(frozen=True)
+class NchwPlan:
+    """How ``conv2d_nchw_packed`` lays one convolution out (see the module docstring).
+
+    Attributes
+    ----------
+    oc_block, vectors, lanes : int
+        The register tile: ``R`` output channels x ``V`` vectors of ``L`` positions.
+    phased : bool
+        A stride above 1: the input is split into its phase planes.
+    row_width : int
+        ``Wq``: the flat row stride of the (phase-plane) input and of the flat output.
+    out_len : int
+        Flat output positions per channel (``out_h * Wq`` rounded up to whole tiles), or
+        ``out_h * out_w`` when ``direct_out``.
+    plane_len : int
+        Flat input length per channel and phase plane (whole rows, zero beyond the image).
+    direct_in : bool
+        The input is read in place (no padding stage).
+    direct_out : bool
+        No junk columns: the convolution writes NCHW itself (and the epilogue is applied to
+        its accumulators).
+    """
+
+    geometry: ConvGeometry
+    oc_block: int
+    vectors: int
+    lanes: int
+    phased: bool
+    row_width: int
+    out_len: int
+    plane_len: int
+    direct_in: bool
+    direct_out: bool
+
+    def row_offset(self, ry: int) -> tuple[int, int]:
+        """(phase, row offset) of the kernel row ``ry``."""
+        g = self.geometry
+        t = ry * g.dilation[0]
+        return (t % g.strides[0], t // g.strides[0])
+
+    def col_offset(self, rx: int) -> tuple[int, int]:
+        g = self.geometry
+        t = rx * g.dilation[1]
+        return (t % g.strides[1], t // g.strides[1])
+
+
+def _nchw_layout(g: ConvGeometry, tile: int, direct_out_ok: bool):
+    """(phased, Wq, out_len, plane_len, direct_in, direct_out) for tiles of ``tile`` positions,
+    or None when the direct output is asked for and does not fit."""
+    sh, sw = g.strides
+    phased = sh > 1 or sw > 1
+    hp, wp = g.padded
+    wq = _ceil_div(wp, sw) if phased else wp
+    oh, ow = g.out_h, g.out_w
+    max_off = ((g.kernel[0] - 1) * g.dilation[0] // sh) * wq + \
+        (g.kernel[1] - 1) * g.dilation[1] // sw
+    if direct_out_ok:
+        # the output written in place: no junk columns, whole tiles, and each tile a rectangle
+        # of the (oh, ow) plane (a multiple of rows, or a part of one row)
+        if wq != ow or (oh * ow) % tile or (tile % ow and ow % tile):
+            return None
+        out_len = oh * ow
+    else:
+        out_len = _ceil_div(oh * wq, tile) * tile
+    plane_len = _ceil_div(out_len + max_off, wq) * wq
+    direct_in = (not phased and g.padding == (0, 0, 0, 0) and wq == g.width and
+                 out_len + max_off <= g.height * g.width)
+    if direct_in:
+        plane_len = g.height * g.width
+    return phased, wq, out_len, plane_len, direct_in, direct_out_ok
+
+
+def plan_conv2d_nchw(g: ConvGeometry, lanes: int, registers: int,
+                     oc_block: int | None = None, vectors: int | None = None) -> NchwPlan:
+    """Choose the register tile and the flat layout of an NCHW convolution.
+
+    The tile ``R x V`` (``R`` dividing the output channels, ``R * V`` accumulators, at most 24
+    with 32 vector registers and 12 with 16) is scored by the work it does per useful output
+    (junk columns, positions rounded up to whole tiles), how many accumulators it keeps busy
+    (12 hide the FMA latency with 32 registers, 8 with 16) and its loads per FMA
+    (``(R + V) / (R V)``); each copy stage (padding, the copy to NCHW) costs about half a cycle
+    per element against ``I * KH * KW / L`` cycles of FMAs. Ties go to the smaller tile.
+
+    Examples
+    --------
+    >>> g = ConvGeometry(256, 56, 56, 64, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    >>> p = plan_conv2d_nchw(g, 16, 32)
+    >>> (p.direct_in, p.direct_out)
+    (True, True)
+    """
+    budget = 24 if registers >= 32 else 12
+    want = 12 if registers >= 32 else 8
+    useful = g.out_h * g.out_w
+    # a copy stage moves each element through memory once: about half a cycle, against
+    # ``I * KH * KW / L`` cycles of FMAs per output element
+    copy_cost = 0.5 * lanes / (g.in_per_group * g.kernel[0] * g.kernel[1])
+    best = None
+    rs = [oc_block] if oc_block else [r for r in _divisors(g.out_channels) if r <= budget]
+    for r in rs:
+        vs = [vectors] if vectors else range(1, budget // r + 1)
+        for v in vs:
+            tile = v * lanes
+            for direct in (True, False):
+                lay = _nchw_layout(g, tile, direct)
+                if lay is None:
+                    continue
+                phased, wq, out_len, plane_len, direct_in, direct_out = lay
+                acc = r * v
+                work = useful / out_len
+                busy = min(acc, want) / want
+                loads = acc / max(acc, r + v)
+                copies = (0 if direct_in else 1) + (0 if direct_out else 1)
+                score = work * busy * loads / (1 + copies * copy_cost)
+                key = (round(score, 4), -acc, -abs(r - 4))
+                if best is None or key > best[0]:
+                    best = (key, NchwPlan(g, r, v, lanes, phased, wq, out_len, plane_len,
+                                          direct_in, direct_out))
+    if best is None:
+        raise ValueError(f"conv2d: no register tile fits {g}")
+    return best[1]
+
+
+def pack_conv2d_nchw_weight(weight: te.Tensor, kernel_layout: str, oc_block: int) -> te.Tensor:
+    """``weight`` (any kernel layout of the letters ``OIHW``) as ``[O/R, I, KH, KW, R]``.
+
+    Examples
+    --------
+    >>> w = te.placeholder((64, 32, 3, 3), "float32", "w")
+    >>> [int(d) for d in pack_conv2d_nchw_weight(w, "OIHW", 4).shape]
+    [16, 32, 3, 3, 4]
+    """
+    dims = {c: weight.shape[kernel_layout.index(c)] for c in "OIHW"}
+    o = _as_int(dims["O"])
+    if o % oc_block:
+        raise ValueError(f"pack_conv2d_nchw_weight: {oc_block} does not divide {o} channels")
+
+    def f(ob, i, kh, kw, r):
+        at = {"O": ob * oc_block + r, "I": i, "H": kh, "W": kw}
+        return weight[tuple(at[c] for c in kernel_layout)]
+
+    return te.compute((o // oc_block, dims["I"], dims["H"], dims["W"], oc_block), f,
+                      "weight_packed")
+
+
+def conv2d_nchw_packed(data: te.Tensor, weight: te.Tensor, plan: NchwPlan,
+                       out_dtype: str) -> te.Tensor:
+    """The NCHW convolution of ``data`` ``(N, C, H, W)`` with the packed weight
+    ``[O/R, I, KH, KW, R]`` (``pack_conv2d_nchw_weight``), laid out by ``plan``. Blocks:
+    ``data_pad`` (unless ``plan.direct_in``), ``conv2d_flat`` + ``conv2d_nchw`` (the copy) or,
+    when ``plan.direct_out``, ``conv2d_nchw`` alone.
+
+    Examples
+    --------
+    >>> g = ConvGeometry(8, 10, 10, 8, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1)
+    >>> plan = plan_conv2d_nchw(g, 16, 32)
+    >>> x = te.placeholder((te.var("n"), 8, 10, 10), "float32", "x")
+    >>> w = te.placeholder((8 // plan.oc_block, 8, 3, 3, plan.oc_block), "float32", "w")
+    >>> y = conv2d_nchw_packed(x, w, plan, "float32")
+    >>> [str(d) for d in y.shape]
+    ['n', '8', '5', '5']
+    """
+    g = plan.geometry
+    n = data.shape[0]
+    c_in, h, w = g.in_channels, g.height, g.width
+    sh, sw = g.strides
+    pt, pl = g.padding[0], g.padding[1]
+    wq, r_blk = plan.row_width, plan.oc_block
+    ipg, opg = g.in_per_group, g.out_per_group
+    zero = te.const(0, data.dtype)
+
+    if plan.direct_in:
+        def src(b, ch, a, bb, q):
+            return data[b, ch, q // w, q % w]
+    elif plan.phased:
+        def pad_value(b, ch, a, bb, q):
+            row = (q // wq) * sh + a - pt
+            col = (q % wq) * sw + bb - pl
+            inside = te.all(row >= 0, row < h, col >= 0, col < w)
+            return te.if_then_else(inside, data[b, ch, row, col], zero)
+        data_pad = te.compute((n, c_in, sh, sw, plan.plane_len), pad_value, "data_pad",
+                              attrs={SCHEDULE_RULE: RULE_PAD, "row_width": wq})
+
+        def src(b, ch, a, bb, q):
+            return data_pad[b, ch, a, bb, q]
+    else:
+        def pad_value(b, ch, q):
+            row, col = q // wq - pt, q % wq - pl
+            inside = te.all(row >= 0, row < h, col >= 0, col < w)
+            return te.if_then_else(inside, data[b, ch, row, col], zero)
+        data_pad = te.compute((n, c_in, plan.plane_len), pad_value, "data_pad",
+                              attrs={SCHEDULE_RULE: RULE_PAD, "row_width": wq})
+
+        def src(b, ch, a, bb, q):
+            return data_pad[b, ch, q]
+
+    rc = te.reduce_axis((0, ipg), "rc")
+    ry = te.reduce_axis((0, g.kernel[0]), "ry")
+    rx = te.reduce_axis((0, g.kernel[1]), "rx")
+    dh, dw = g.dilation
+    ty, tx = ry.var * dh, rx.var * dw
+    a, roff = (ty % sh, ty // sh) if sh > 1 else (0, ty)
+    b_, coff = (tx % sw, tx // sw) if sw > 1 else (0, tx)
+
+    def chan(o):
+        if g.groups == 1:
+            return rc.var
+        if opg == 1 and ipg == 1:
+            return o
+        return (o // opg) * ipg + rc.var
+
+    def term(bi, o, p):
+        x = src(bi, chan(o), a, b_, p + roff * wq + coff)
+        wt = weight[o // r_blk, rc, ry, rx, o % r_blk]
+        return x.astype(out_dtype) * wt.astype(out_dtype)
+
+    attrs = {SCHEDULE_RULE: RULE_CONV_NCHW, "oc_block": r_blk, "vectors": plan.vectors,
+             "lanes": plan.lanes}
+    if plan.direct_out:
+        ow = g.out_w
+        return te.compute((n, g.out_channels, g.out_h, ow),
+                          lambda bi, o, y, x: te.sum(term(bi, o, y * ow + x), axis=[rc, ry, rx]),
+                          "conv2d_nchw", attrs=attrs)
+    flat = te.compute((n, g.out_channels, plan.out_len),
+                      lambda bi, o, p: te.sum(term(bi, o, p), axis=[rc, ry, rx]),
+                      "conv2d_flat", attrs=attrs)
+    return te.compute((n, g.out_channels, g.out_h, g.out_w),
+                      lambda bi, o, y, x: flat[bi, o, y * wq + x], "conv2d_nchw")
+
+
+# ---------------------------------------------------------------------------------------------
+# NHWC: pixels x channels
+
+
+@dataclass(frozen=True)
+class NhwcPlan:
+    """The tile of ``conv2d_nhwc_packed``: ``rows`` output pixels of one image row x ``width``
+    output channels (the packed panel width, a multiple of the lanes)."""
+
+    geometry: ConvGeometry
+    rows: int
+    width: int
+    lanes: int
+
+
+def plan_conv2d_nhwc(g: ConvGeometry, lanes: int, registers: int) -> NhwcPlan | None:
+    """The NHWC tile, or None when the channels of a tile would not share their input channel
+    (a grouped convolution with fewer than ``lanes`` channels per group, other than
+    depthwise).
+
+    Examples
+    --------
+    >>> g = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    >>> plan_conv2d_nhwc(g, 16, 32)
+    NhwcPlan(geometry=..., rows=8, width=32, lanes=16)
+    """
+    if g.groups > 1 and not g.is_depthwise and g.out_per_group % lanes:
+        return None
+    vectors = 2 if g.out_channels >= 2 * lanes else 1
+    if g.groups > 1 and not g.is_depthwise:
+        vectors = 2 if g.out_per_group % (2 * lanes) == 0 else 1
+    width = vectors * lanes
+    budget = (24 if registers >= 32 else 12) // vectors
+    ow = g.out_w
+    fits = [m for m in range(min(budget, ow), 3, -1) if ow % m == 0]
+    rows = fits[0] if fits else min(budget, ow, 6)
+    return NhwcPlan(g, rows, width, lanes)
+
+
+def pack_conv2d_nhwc_weight(weight: te.Tensor, kernel_layout: str, width: int) -> te.Tensor:
+    """``weight`` (letters ``OIHW`` in any order) as ``[ceil(O/NR), KH, KW, I, NR]``, zero
+    beyond ``O``.
+
+    Examples
+    --------
+    >>> w = te.placeholder((3, 3, 16, 40), "float32", "w")
+    >>> [int(d) for d in pack_conv2d_nhwc_weight(w, "HWIO", 32).shape]
+    [2, 3, 3, 16, 32]
+    """
+    dims = {c: weight.shape[kernel_layout.index(c)] for c in "OIHW"}
+    o = _as_int(dims["O"])
+    zero = te.const(0, weight.dtype)
+
+    def f(ob, kh, kw, i, r):
+        oc = ob * width + r
+        at = {"O": oc, "I": i, "H": kh, "W": kw}
+        v = weight[tuple(at[c] for c in kernel_layout)]
+        return v if o % width == 0 else te.if_then_else(oc < o, v, zero)
+
+    return te.compute((_ceil_div(o, width), dims["H"], dims["W"], dims["I"], width), f,
+                      "weight_packed")
+
+
+def conv2d_nhwc_packed(data: te.Tensor, weight: te.Tensor, plan: NhwcPlan,
+                       out_dtype: str) -> te.Tensor:
+    """The NHWC convolution of ``data`` ``(N, H, W, C)`` with the packed weight
+    ``[ceil(O/NR), KH, KW, I, NR]``. Blocks: ``data_pad`` (when there is padding) and
+    ``conv2d_nhwc``.
+
+    Examples
+    --------
+    >>> g = ConvGeometry(16, 8, 8, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    >>> plan = plan_conv2d_nhwc(g, 16, 32)
+    >>> x = te.placeholder((1, 8, 8, 16), "float32", "x")
+    >>> w = te.placeholder((1, 3, 3, 16, 32), "float32", "w")
+    >>> [int(d) for d in conv2d_nhwc_packed(x, w, plan, "float32").shape]
+    [1, 8, 8, 32]
+    """
+    g = plan.geometry
+    n = data.shape[0]
+    pt, pl, pb, pr = g.padding
+    hp, wp = g.padded
+    if any(g.padding):
+        zero = te.const(0, data.dtype)
+
+        def pad_value(b, y, x, c):
+            inside = te.all(y >= pt, y < pt + g.height, x >= pl, x < pl + g.width)
+            return te.if_then_else(inside, data[b, y - pt, x - pl, c], zero)
+        src = te.compute((n, hp, wp, g.in_channels), pad_value, "data_pad",
+                         attrs={SCHEDULE_RULE: RULE_PAD})
+    else:
+        src = data
+    ipg, opg = g.in_per_group, g.out_per_group
+    rc = te.reduce_axis((0, ipg), "rc")
+    ry = te.reduce_axis((0, g.kernel[0]), "ry")
+    rx = te.reduce_axis((0, g.kernel[1]), "rx")
+    (sh, sw), (dh, dw), nr = g.strides, g.dilation, plan.width
+
+    def chan(o):
+        if g.groups == 1:
+            return rc.var
+        if g.is_depthwise:
+            return o
+        return (o // opg) * ipg + rc.var
+
+    def f(b, y, x, o):
+        v = src[b, y * sh + ry * dh, x * sw + rx * dw, chan(o)]
+        wt = weight[o // nr, ry, rx, rc, o % nr]
+        return te.sum(v.astype(out_dtype) * wt.astype(out_dtype), axis=[ry, rx, rc])
+
+    return te.compute((n, g.out_h, g.out_w, g.out_channels), f, "conv2d_nhwc",
+                      attrs={SCHEDULE_RULE: RULE_CONV_NHWC, "rows": plan.rows, "width": nr,
+                             "lanes": plan.lanes})
+
+
+# ---------------------------------------------------------------------------------------------
+# dense: x @ W with W in panels
+
+
+def dense_panel_width(n: int, lanes: int, registers: int) -> int:
+    """The panel width ``NR`` for ``N`` output columns: 4 vectors with 32 vector registers (the
+    6 x 64 tile of the GEMM recipe), 2 with 16; narrower for small ``N``.
+
+    Examples
+    --------
+    >>> dense_panel_width(768, 16, 32), dense_panel_width(10, 16, 32)
+    (64, 16)
+    """
+    vectors = 4 if registers >= 32 else 2
+    while vectors > 1 and n < vectors * lanes:
+        vectors //= 2
+    return vectors * lanes
+
+
+def pack_dense_weight(weight: te.Tensor, width: int, transpose: bool = False) -> te.Tensor:
+    """``weight`` ``[K, N]`` (``[N, K]`` with ``transpose``, as ``linear`` stores it) as panels
+    ``[ceil(N/NR), K, NR]``, zero beyond ``N``.
+
+    Examples
+    --------
+    >>> w = te.placeholder((768, 3072), "float32", "w")
+    >>> [int(d) for d in pack_dense_weight(w, 64).shape]
+    [48, 768, 64]
+    """
+    k, n = (weight.shape[1], weight.shape[0]) if transpose else weight.shape
+    n_int = _as_int(n)
+    zero = te.const(0, weight.dtype)
+
+    def f(jb, kk, r):
+        j = jb * width + r
+        v = weight[j, kk] if transpose else weight[kk, j]
+        return v if n_int % width == 0 else te.if_then_else(j < n_int, v, zero)
+
+    return te.compute((_ceil_div(n_int, width), k, width), f, "weight_packed")
+
+
+def dense_packed(data: te.Tensor, weight: te.Tensor, out_features: int,
+                 out_dtype: str) -> te.Tensor:
+    """``data @ W`` for ``data`` ``(..., M, K)`` and ``W`` packed ``[ceil(N/NR), K, NR]``
+    (``pack_dense_weight``): ``(..., M, N)``, block ``dense``.
+
+    Examples
+    --------
+    >>> x = te.placeholder((te.var("n"), 768), "float32", "x")
+    >>> w = te.placeholder((12, 768, 64), "float32", "w")
+    >>> [str(d) for d in dense_packed(x, w, 768, "float32").shape]
+    ['n', '768']
+    """
+    nr = _as_int(weight.shape[2])
+    k = te.reduce_axis((0, data.shape[-1]), "k")
+    lead = len(data.shape) - 1
+
+    def f(*idx):
+        j = idx[-1]
+        v = data[tuple(idx[:lead]) + (k.var,)].astype(out_dtype)
+        return te.sum(v * weight[j // nr, k, j % nr].astype(out_dtype), axis=k)
+
+    return te.compute(tuple(data.shape[:-1]) + (out_features,), f, "dense",
+                      attrs={SCHEDULE_RULE: RULE_DENSE, "width": nr})
+
+
+def _as_int(d) -> int:
+    if isinstance(d, IntImm):
+        return d.value
+    if isinstance(d, int):
+        return d
+    raise ValueError(f"expected a static dimension, got {d!r}")
