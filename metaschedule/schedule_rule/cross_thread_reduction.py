@@ -8,8 +8,10 @@ share into a ``shared`` buffer of partial results, then the block's final stage 
 
 This compiler's ``bind`` refuses a reduce loop bound to ``threadIdx`` (lowering has no
 cross-thread all-reduce), so the partial results go through shared memory explicitly; the final
-combination runs in the thread block without a thread loop (every thread computes the same
-value from the shared partials, after the barrier the GPU lowering puts between the stages).
+combination runs in the thread block without a thread loop: every thread sums the shared
+partials (after the barrier the GPU lowering puts between the stages) into its own ``local``
+accumulator and stores it, so all threads store the same value and none reads a global
+location another is updating.
 The unchanged schedule stays in the space too (``AutoBind`` then gives each output a thread).
 """
 from __future__ import annotations
@@ -78,6 +80,9 @@ class CrossThreadReduction(ScheduleRule):
         _, inner = sch.split(fused, [None, t])
         rf = sch.rfactor(inner, 0)
         sch.set_scope(rf, 0, "shared")
+        # every thread of the block combines the partials into its own (local) accumulator and
+        # writes the same value: no thread updates global memory another one is updating
+        write_back = sch.cache_write(block, 0, "local")
         # the outputs over thread blocks
         spatial = sch.get_loops(block)[:first_r]
         if spatial:
@@ -86,6 +91,7 @@ class CrossThreadReduction(ScheduleRule):
             bx = sch.add_unit_loop(block)
         sch.bind(bx, "blockIdx.x")
         sch.compute_at(rf, bx, preserve_unit_loops=True)
+        sch.reverse_compute_at(write_back, bx, preserve_unit_loops=True)
         info = A.block_info(sch, rf)
         own = [n for n, l in enumerate(info.loops) if l.kind == "serial"]
         kinds = A.loop_iter_kinds(info)
