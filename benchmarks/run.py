@@ -19,6 +19,7 @@ REGISTRY = {
     "relax_cpu": "benchmarks.relax_cpu",
     "zoo": "benchmarks.zoo.run",
     "rpc_tune_throughput": "benchmarks.rpc_tune_throughput",
+    "gpu_webgpu": "benchmarks.gpu_webgpu",
     "gpu": "benchmarks.gpu",
 }
 

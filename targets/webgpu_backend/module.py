@@ -85,6 +85,9 @@ class WebGPUFunction:
             self._layouts.append(tuple(layout))
         self._per_ctx: dict[int, dict] = {}
 
+    def _check_runnable(self) -> None:
+        """Kernels of a WebGPU module run wherever wgpu finds an adapter (checked per call)."""
+
     def __repr__(self):
         return f"<tilecraft.WebGPUFunction {self.name}({', '.join(p['name'] for p in self.params)})>"
 

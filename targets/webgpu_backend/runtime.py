@@ -368,6 +368,12 @@ class DeviceContext:
         if raw.size:
             self.queue.write_buffer(buffer, 0, raw)
 
+    def copy(self, src, dst, nbytes: int) -> None:
+        """Queue a device-to-device copy of ``nbytes`` (a multiple of 4)."""
+        enc = self.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(src, 0, dst, 0, nbytes)
+        self.queue.submit([enc.finish()])
+
     def read(self, buffer, nbytes: int) -> np.ndarray:
         if nbytes == 0:
             return np.zeros(0, np.uint8)
@@ -501,7 +507,25 @@ class WebGPUNDArray(NDArray):
 
     asnumpy = numpy
 
+    def _view(self, shape: Sequence[int], dtype: str | None = None) -> "WebGPUNDArray":
+        """An array of ``shape`` over the same buffer, from its start (the VM's planned tensors
+        and reshapes). Every storage dtype takes at most 4 bytes per element, so a view fits
+        when its elements fit the buffer's words."""
+        dtype = dtype or self._dtype
+        view = WebGPUNDArray(self._ctx, self._buffer, shape, _dtype_name(dtype))
+        if view._nbytes > self._buffer.size:
+            raise ValueError(f"a view of shape {tuple(shape)} {dtype} needs {view._nbytes} "
+                             f"bytes; the buffer has {self._buffer.size}")
+        return view
+
     def copyfrom(self, source) -> "WebGPUNDArray":
+        if isinstance(source, WebGPUNDArray) and source._ctx is self._ctx:
+            if source.shape != self._shape or source.dtype != self._dtype:
+                raise ValueError(f"copyfrom: source {source.shape} {source.dtype} differs from "
+                                 f"the array's {self._shape} {self._dtype}")
+            if self._nbytes:
+                self._ctx.copy(source._buffer, self._buffer, (self._nbytes + 3) // 4 * 4)
+            return self
         src = source.numpy() if isinstance(source, NDArray) else np.asarray(source)
         if tuple(src.shape) != self._shape:
             raise ValueError(f"copyfrom: source shape {tuple(src.shape)} differs from the array's "

@@ -1,0 +1,189 @@
+"""WebGPU kernels on the first adapter, beside the platform's peer.
+
+On a GPU adapter (the device machine: the H200 through Vulkan) beside PyTorch on CUDA: float32
+GEMM 4096^3 against cuBLAS with TF32 off (default-schedule and hand-scheduled WebGPU columns),
+and softmax / layer norm over 4096 x 4096 rows as a fraction of the device's copy bandwidth
+(PyTorch's device-to-device copy) and of a WebGPU copy kernel's. On a CPU adapter (lavapipe
+here) the same kernels at smaller sizes beside numpy, which shows what the software driver costs.
+
+WebGPU times are the GPU's (timestamp queries; ``time_evaluator``), PyTorch's from CUDA events,
+numpy's wall clock. ``python -m benchmarks.run gpu_webgpu``.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+import targets
+from benchmarks.common import side_by_side
+from benchmarks.schedules import webgpu as sched
+from targets.webgpu_backend import list_adapters, num_adapters
+
+
+def _torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _torch_time(fn, number=20, repeat=5) -> float:
+    torch = _torch_cuda()
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1000 / number)
+    return float(np.median(times))
+
+
+def _wg_time(mod, dev, args, number) -> float:
+    return mod.time_evaluator("main", dev, number=number, repeat=5)(*args).median
+
+
+def _default_gemm(M, N, K):
+    """The GEMM relax.build would use (the GPU default schedule), or None if there is none."""
+    try:
+        from relax import gpu_schedules
+    except ImportError:
+        return None
+    from tensorir import te
+    A = te.placeholder((M, K), "float32", "A")
+    B = te.placeholder((K, N), "float32", "B")
+    k = te.reduce_axis((0, K), "k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+    func = te.create_prim_func([A, B, C])
+    for name in ("schedule", "default_schedule", "apply_default_schedule"):
+        fn = getattr(gpu_schedules, name, None)
+        if fn is not None:
+            try:
+                out = fn(func, targets.Target("webgpu"))
+            except TypeError:
+                out = fn(func)
+            return getattr(out, "mod", out)
+    return None
+
+
+def _check(name, got, ref, tol):
+    err = float(np.max(np.abs(got - ref)) / (np.max(np.abs(ref)) + 1e-30))
+    if err > tol:
+        raise AssertionError(f"{name}: WebGPU result differs from the reference (rel {err:.2e})")
+
+
+def run() -> list[dict]:
+    if num_adapters() == 0:
+        return [{"bench": "webgpu", "note": "no WebGPU adapter"}]
+    info = list_adapters()[0]
+    gpu = info["type"] != "CPU"
+    torch = _torch_cuda() if gpu else None
+    dev = targets.webgpu(0)
+    rng = np.random.default_rng(0)
+    rows = []
+    size = int(os.environ.get("GEMM_SIZE", 4096 if gpu else 512))
+    number = 10 if gpu else 2
+
+    # -- GEMM ---------------------------------------------------------------------------------
+    a_np = rng.standard_normal((size, size)).astype("float32")
+    b_np = rng.standard_normal((size, size)).astype("float32")
+    a, b = targets.array(a_np, dev), targets.array(b_np, dev)
+    c = targets.empty((size, size), "float32", dev)
+    flops = 2.0 * size ** 3
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ta, tb = torch.from_numpy(a_np).cuda(), torch.from_numpy(b_np).cuda()
+        peer_name, peer_t = "torch cuBLAS fp32 (TF32 off)", _torch_time(lambda: ta @ tb)
+        ref = (ta.double() @ tb.double()).float().cpu().numpy() if size <= 4096 else None
+    else:
+        peer_name = "numpy (OpenBLAS)"
+        peer_t = side_by_side(lambda: a_np @ b_np, lambda: None, number=1, rounds=3)[0]
+        ref = a_np @ b_np
+    schedules = [("hand (128x128 tile, 8x8 per thread)", sched.gemm(size, size, size))]
+    if os.environ.get("WEBGPU_GEMM_VARIANTS"):   # other tilings, for choosing the hand schedule
+        for bm, bn, bk, tm, tn in ((128, 128, 16, 8, 8), (64, 64, 16, 4, 4), (128, 64, 8, 8, 4),
+                                   (64, 128, 16, 4, 8)):
+            schedules.append((f"hand {bm}x{bn}x{bk}, {tm}x{tn} per thread",
+                              sched.gemm(size, size, size, bm, bn, bk, tm, tn)))
+    default = _default_gemm(size, size, size)
+    if default is not None:
+        schedules.insert(0, ("default schedule", default))
+    for label, func in schedules:
+        t0 = time.perf_counter()
+        mod = targets.build(func, "webgpu")
+        build_s = time.perf_counter() - t0
+        mod["main"](a, b, c)
+        if ref is not None:
+            _check(f"gemm {label}", c.numpy(), ref, 1e-4)
+        t = _wg_time(mod, dev, (a, b, c), number)
+        rows.append({"bench": f"gemm {size}^3", "schedule": label, "adapter": info["name"],
+                     "webgpu_ms": t * 1e3, "webgpu_tflops": flops / t / 1e12, "peer": peer_name,
+                     "peer_ms": peer_t * 1e3, "peer_tflops": flops / peer_t / 1e12,
+                     "ratio": peer_t / t, "build_s": build_s})
+
+    # -- row softmax / layer norm vs copy bandwidth --------------------------------------------
+    n = 4096 if gpu else 1024
+    x_np = rng.standard_normal((n, n)).astype("float32")
+    g_np = rng.standard_normal(n).astype("float32")
+    bt_np = rng.standard_normal(n).astype("float32")
+    x, out = targets.array(x_np, dev), targets.empty((n, n), "float32", dev)
+    nbytes = 2 * x_np.nbytes     # read once, write once
+    copy_mod = targets.build(sched.copy(n * n), "webgpu")
+    flat_in = targets.array(x_np.reshape(-1), dev)
+    flat_out = targets.empty((n * n,), "float32", dev)
+    t_copy = _wg_time(copy_mod, dev, (flat_in, flat_out), number * 5)
+    if torch is not None:
+        tx_, ty_ = torch.from_numpy(x_np).cuda(), torch.empty((n, n), device="cuda")
+        t_dev_copy = _torch_time(lambda: ty_.copy_(tx_))
+    else:
+        y_np = np.empty_like(x_np)
+        t_dev_copy = side_by_side(lambda: np.copyto(y_np, x_np), lambda: None, number=3)[0]
+    rows.append({"bench": f"copy {n}x{n}", "adapter": info["name"], "webgpu_ms": t_copy * 1e3,
+                 "webgpu_GBps": nbytes / t_copy / 1e9,
+                 "peer": "torch copy_" if torch is not None else "numpy copyto",
+                 "peer_ms": t_dev_copy * 1e3, "peer_GBps": nbytes / t_dev_copy / 1e9,
+                 "ratio": t_dev_copy / t_copy})
+    e = np.exp(x_np - x_np.max(1, keepdims=True))
+    soft_ref = e / e.sum(1, keepdims=True)
+    mu, var = x_np.mean(1, keepdims=True), x_np.var(1, keepdims=True)
+    ln_ref = (x_np - mu) / np.sqrt(var + 1e-5) * g_np + bt_np
+    g, bt = targets.array(g_np, dev), targets.array(bt_np, dev)
+    for name, func, args, ref_v in (
+            ("softmax", sched.softmax(n, n), (x, out), soft_ref),
+            ("layer_norm", sched.layer_norm(n, n), (x, g, bt, out), ln_ref)):
+        mod = targets.build(func, "webgpu")
+        mod["main"](*args)
+        _check(name, out.numpy(), ref_v, 1e-4)
+        t = _wg_time(mod, dev, args, number * 5)
+        if torch is not None:
+            if name == "softmax":
+                peer_t = _torch_time(lambda: torch.softmax(tx_, dim=1))
+            else:
+                tg, tbt = torch.from_numpy(g_np).cuda(), torch.from_numpy(bt_np).cuda()
+                peer_t = _torch_time(lambda: torch.nn.functional.layer_norm(tx_, (n,), tg, tbt))
+            peer = f"torch {name}"
+        else:
+            fn = (lambda: np.exp(x_np - x_np.max(1, keepdims=True))) if name == "softmax" else \
+                (lambda: (x_np - x_np.mean(1, keepdims=True)) / np.sqrt(
+                    x_np.var(1, keepdims=True) + 1e-5) * g_np + bt_np)
+            peer_t = side_by_side(fn, lambda: None, number=3)[0]
+            peer = f"numpy {name}"
+        rows.append({"bench": f"{name} {n}x{n}", "adapter": info["name"],
+                     "webgpu_ms": t * 1e3, "webgpu_GBps": nbytes / t / 1e9,
+                     "vs_device_copy": t_dev_copy / t, "vs_webgpu_copy": t_copy / t,
+                     "peer": peer, "peer_ms": peer_t * 1e3, "ratio": peer_t / t})
+    return rows
+
+
+if __name__ == "__main__":
+    from benchmarks.common import print_table, write_results
+    result = run()
+    print_table(result, list(dict.fromkeys(k for r in result for k in r)))
+    print(write_results("gpu_webgpu", result))
