@@ -21,6 +21,7 @@ REGISTRY = {
     "rpc_tune_throughput": "benchmarks.rpc_tune_throughput",
     "gpu_webgpu": "benchmarks.gpu_webgpu",
     "gpu": "benchmarks.gpu",
+    "space_gemm": "benchmarks.space_gemm",
 }
 
 
