@@ -138,6 +138,15 @@ def decompose_reduction(func: PrimFunc, block_name: str, loop_var: Var) -> tuple
                                     f"{f.loop_var.name}, which the reduce iter var {iv.var.name} "
                                     f"of block {block_name} depends on; decompose at "
                                     f"{f.loop_var.name} or above", block)
+    # a loop from `loop` down that no binding uses repeats the whole reduction (a compute_at
+    # location): the init must run in every repetition, so it cannot go above that loop
+    for f in loops[pos:]:
+        if not (isinstance(f.extent, IntImm) and f.extent.value == 1) and not any(
+                any(v is f.loop_var for v in free_vars(val)) for val in br.iter_values):
+            raise ScheduleError(prim, f"block {block_name} is computed again in every iteration "
+                                f"of loop {f.loop_var.name} (none of its iter vars depends on "
+                                f"it), so its init must run in each; decompose below "
+                                f"{f.loop_var.name}", block)
     # Step 1: the init block, over the spatial iter vars only
     var_map: dict[Var, Var] = {}
     init_ivs, init_vals = [], []

@@ -279,3 +279,24 @@ def test_rfactor_illegal():
                  "loop x")
     expect_error(s3, lambda: s3.rfactor(s3.get_loops(s3.get_block("R"))[1], 0), "rfactor",
                  "block R", "also holds blocks ['D']")
+
+
+def test_decompose_reduction_not_above_a_loop_the_block_repeats_under():
+    # R computed at D's loop y, which none of R's iter vars uses: R is recomputed for every y,
+    # so its init must run for every y (decomposing at y would sum y + 1 times)
+    A = te.placeholder((4, 6), "float32", "A")
+    k = te.reduce_axis((0, 6), "k")
+    R = te.compute((4,), lambda x: te.sum(A[x, k], axis=k), "R")
+    D = te.compute((4, 6), lambda x, y: A[x, y] / R[x], "D")
+    sch = Schedule(te.create_prim_func([A, D]))
+    x, y = sch.get_loops(sch.get_block("D"))
+    sch.compute_at(sch.get_block("R"), y)
+    r = sch.get_block("R")
+    _, yy, kk = sch.get_loops(r)
+    expect_error(sch, lambda: sch.decompose_reduction(r, yy), "decompose_reduction",
+                 "block R is computed again in every iteration of loop y")
+    sch.decompose_reduction(r, kk)
+    a = rand(4, 6)
+    d = np.zeros((4, 6), "float32")
+    interpret(sch.mod["main"], a, d)
+    np.testing.assert_allclose(d, a / a.sum(axis=1, keepdims=True), rtol=1e-5)
