@@ -26,11 +26,12 @@ import sys
 import tempfile
 import time
 
+
 import rpc
-from metaschedule.arg_info import args_info, reference_outputs
+from metaschedule.arg_info import args_info, random_inputs, reference_outputs
 from metaschedule.builder import BuilderInput, LocalBuilder
 from metaschedule.rpc_runner import RPCRunner
-from metaschedule.runner import RunnerInput
+from metaschedule.runner import RunnerInput, compare_outputs
 from tensorir import Schedule, te
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,7 +100,9 @@ def run() -> list[dict]:
             ref = reference_outputs(func, infos, 0)
             inputs = [RunnerInput(built[i % len(built)].artifact_path, "llvm", infos, {}, 0, ref)
                       for i in range(TRIALS)]
-            return _measure(tport, inputs)
+            rows = _measure(tport, inputs)
+            rows += _breakdown(client, inputs[0])
+            return rows
     finally:
         for p in procs:
             p.kill()
@@ -135,3 +138,32 @@ def _measure(tport: int, inputs) -> list[dict]:
                      f"{os.cpu_count()} cores, load avg {statistics.mean(loads):.1f} during "
                      f"the runs"})
     return rows
+
+
+def _breakdown(client, inp) -> list[dict]:
+    """Where one trial's time goes: the steps RPCRunner takes, timed one by one on key "one"."""
+    steps: dict[str, list[float]] = {}
+
+    def step(name, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        steps.setdefault(name, []).append(time.perf_counter() - t0)
+        return out
+
+    with client.request("one", timeout=60) as sess:
+        dev = sess.cpu(0)
+        for _ in range(5):
+            data = open(inp.artifact_path, "rb").read()
+            mod = step("upload + load the library", lambda: sess.load_module(
+                sess.upload(data, "candidate.so")))
+            arrays = random_inputs(inp.args_info, inp.seed)
+            args = step("make and send the inputs", lambda: [sess.array(a, dev) for a in arrays])
+            step("checked call: run, fetch, compare", lambda: (
+                mod["main"](*args), compare_outputs([args[2].numpy()], inp.reference)))
+            step("timing run (number 3, min_repeat_ms 50, 32 MiB flush)", lambda: mod.time_evaluator(
+                "main", dev, number=3, repeat=1, min_repeat_ms=50,
+                cache_flush_bytes=32 << 20)(*args))
+    total = sum(statistics.median(v) for v in steps.values())
+    return [{"servers": "1 (one trial)", "note": f"{name}: {statistics.median(v) * 1e3:.1f} ms "
+                                                 f"({statistics.median(v) / total:.0%})"}
+            for name, v in steps.items()]
