@@ -298,9 +298,9 @@ class XGBModel(CostModel):
         booster = np.frombuffer(bytes(self.booster.save_raw("ubj")), dtype=np.uint8) \
             if self.booster is not None else np.zeros(0, np.uint8)
         buf = io.BytesIO()
-        np.savez(buf, config=np.frombuffer(json.dumps(config).encode(), dtype=np.uint8),
-                 rows=rows, counts=counts, secs=np.array(self._secs, dtype=np.float64),
-                 booster=booster)
+        config_bytes = np.frombuffer(json.dumps(config).encode(), dtype=np.uint8)
+        np.savez_compressed(buf, config=config_bytes, rows=rows, counts=counts,
+                            secs=np.array(self._secs, dtype=np.float64), booster=booster)
         _atomic_write(path, buf.getvalue())
 
     def load(self, path) -> None:

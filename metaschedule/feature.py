@@ -873,14 +873,17 @@ class _StoreFeatures:
                 acc_vectors += per_block
             mem_instr += b["per_block"]
         outside = loops[n - len(eff) - 1] if n > len(eff) else None
+        # the accumulators share the register file with the operands of the update (a
+        # broadcast, a vector of the other input, an address or two)
+        acc_regs = max(m.vector_registers - 4, 1)
         if is_acc and outside is not None and id(outside.var) not in write.coeffs and \
-                acc_vectors <= m.vector_registers:
+                acc_vectors <= acc_regs:
             # accumulators invariant in the loop around the register block stay in registers
             # (fully for a local buffer, which the code generator promotes; half otherwise)
             wb = next(b for b in bufs if b["buf"] is write.buffer)
             mem_instr -= wb["per_block"] * (1.0 if wb["local"] else 0.5)
-        if acc_vectors > m.vector_registers:   # the tile does not fit in registers: spills
-            mem_instr *= 1.0 + 0.5 * math.log2(acc_vectors / m.vector_registers)
+        if acc_vectors > acc_regs:   # the tile does not fit in registers: spills
+            mem_instr *= 1.0 + 0.5 * math.log2(acc_vectors / acc_regs)
         l1 = runs * mem_instr / m.loads_per_cycle / cores
 
         # cache traffic: the outermost loop level whose working set fits is loaded once per

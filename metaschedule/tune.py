@@ -262,8 +262,9 @@ def tune_tasks(tasks: Sequence[Task], target, max_trials: int, *, work_dir,
     Raises
     ------
     TuneError
-        For a target the design space does not support, or a runner whose every trial of a
-        task's first batch failed to run (unreachable board, broken runtime).
+        For a target the design space does not support, or when every candidate of a
+        task's first batch failed to build (a broken toolchain) or to run (an unreachable
+        board, a broken runtime).
     """
     if not tasks:
         raise TuneError("tune_tasks: no tasks to tune")
@@ -358,8 +359,15 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
             t_search = time.time() - t0
             if not cands:
                 st.done = True
-                log.info("%s: the design space is exhausted after %d trials", st.task.name,
-                         st.trials)
+                if st.trials == 0 and not st.ok_ever:
+                    why = getattr(space, "last_rejection", None)
+                    msg = (f"{st.task.name}: the design space gave no valid schedule to "
+                           f"measure" + (f" (last rejection: {why})" if why else ""))
+                    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+                    log.warning("%s", msg)
+                else:
+                    log.info("%s: the design space is exhausted after %d trials", st.task.name,
+                             st.trials)
                 if not st.history:
                     st.history.append(st.best_secs)
                 continue
@@ -404,14 +412,18 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
 
 
 def _check_runner(st: _TaskState, results: list[MeasureResult], runner) -> None:
-    """A task whose first batch built but could not run at all: the runner is broken."""
-    if st.ok_ever or any(r.ok for r in results):
+    """A task whose first batch could not build, or built but could not run, at all: the
+    builder or the runner is broken (an unreachable board, a missing toolchain)."""
+    if st.ok_ever or any(r.ok for r in results) or st.trials != len(results):
         return
-    ran = [r for r in results if r.error and not r.error.startswith("build error")]
-    if st.trials == len(results) and ran and len(ran) == len(results) and \
-            not any(r.wrong for r in ran):
+    errors = [r.error or "" for r in results]
+    if all(e.startswith("build error") for e in errors):
+        raise TuneError(f"{st.task.name}: every candidate of the first batch failed to build: "
+                        f"{errors[0]}; is the builder (toolchain, target) working?")
+    if all(e and not e.startswith("build error") for e in errors) and \
+            not any(r.wrong for r in results):
         raise TuneError(f"{st.task.name}: every candidate of the first batch failed to run on "
-                        f"{type(runner).__name__}: {ran[0].error}; is the runner (device, "
+                        f"{type(runner).__name__}: {errors[0]}; is the runner (device, "
                         f"tracker, board) reachable and working?")
 
 
