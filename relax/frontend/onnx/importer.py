@@ -298,9 +298,11 @@ class GraphContext:
     def dtype(self, e: Expr) -> str:
         return e.struct_info.dtype
 
-    def runtime_dims(self, ints: Expr, what: str) -> tuple:
+    def runtime_dims(self, ints: Expr, what: str, expected=None) -> tuple:
         """The values of a 1-D integer tensor computed at run time, as fresh symbolic dims
-        (``tensor_to_shape`` + ``match_cast``); they must be non-negative at run time."""
+        (``tensor_to_shape`` + ``match_cast``); they must be non-negative at run time.
+        ``expected``: per entry, None for a fresh dim or a dim expression the value must equal
+        (checked at run time by the match_cast)."""
         n = self.shape(ints, what)
         if len(n) != 1 or not isinstance(n[0], IntImm):
             raise ConversionError(f"{what}: needs a 1-D tensor of static length, got "
@@ -308,7 +310,8 @@ class GraphContext:
         if self.dtype(ints) != "int64":
             ints = self.emit(_op.astype(ints, "int64"))
         shp = self.emit(_op.tensor_to_shape(ints), "shape")
-        dims = [self.importer.fresh_var(what) for _ in range(n[0].value)]
+        expected = expected or [None] * n[0].value
+        dims = [self.importer.fresh_var(what) if e is None else e for e in expected]
         self.bb.match_cast(shp, ShapeStructInfo(dims), _sanitize(what))
         return tuple(dims)
 
@@ -393,6 +396,8 @@ class GraphImporter:
                                  f"{[imp.domain for imp in model.opset_import]})")
         else:
             opset = model_opset
+        if opset < MIN_OPSET and self._same_at(model.graph, opset, MIN_OPSET):
+            opset = MIN_OPSET   # every operator the model uses is defined the same way at 7
         if opset < MIN_OPSET or opset > MAX_OPSET:
             raise UnsupportedError("from_onnx", [
                 f"the model uses opset {opset} of the standard domain; supported: {MIN_OPSET} to "
@@ -400,6 +405,21 @@ class GraphImporter:
                 + ("; upgrade it with onnx.version_converter.convert_version(model, "
                    f"{MIN_OPSET})" if opset < MIN_OPSET else "")])
         return opset
+
+    @staticmethod
+    def _same_at(graph, old: int, new: int) -> bool:
+        for node in graph.node:
+            try:
+                a = onnx.defs.get_schema(node.op_type, old, "").since_version
+                b = onnx.defs.get_schema(node.op_type, new, "").since_version
+            except Exception:
+                return False
+            if a != b or node.domain not in _DEFAULT_DOMAINS:
+                return False
+            for attr in node.attribute:
+                if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                    return False
+        return True
 
     # -- the support check (before anything is converted) ----------------------------------------
     def _check_supported(self, graph: onnx.GraphProto, opset: int) -> None:
@@ -457,14 +477,24 @@ class GraphImporter:
                     f"opset {opset}"]
         conv = CONVERTERS.get(proto.op_type)
         if conv is None:
-            body = _function_body(proto, schema, opset) if depth < 4 else None
+            try:
+                body = _function_body(proto, schema, opset) if depth < 6 else None
+            except _NeedsTypes:
+                return []   # a body that depends on the input types: checked when converting
             if body is None:
                 return [f"{label}: the operator {proto.op_type} (version "
                         f"{schema.since_version}) is not supported"]
+            nodes, fn_opset = body
             out = []
-            for k, inner in enumerate(body):
-                out += self._node_problems(inner, opset, f"{label} -> {inner.op_type}",
+            for k, inner in enumerate(nodes):
+                out += self._node_problems(inner, fn_opset, f"{label} -> {inner.op_type}",
                                            f"{name}/{k}", depth + 1)
+                for a in inner.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        for sub in a.g.node:
+                            out += self._node_problems(sub, fn_opset,
+                                                       f"{label} -> {sub.op_type}",
+                                                       f"{name}/{k}", depth + 1)
             return out
         if schema.since_version < conv.since:
             return [f"{label}: version {schema.since_version} of {proto.op_type} is not supported "
@@ -586,10 +616,14 @@ class GraphImporter:
             return
         conv = CONVERTERS.get(node.op_type)
         if conv is None:
-            body = _function_body(proto, schema, ctx.opset)
-            for k, inner in enumerate(body):
-                self.convert_node(ctx, inner, f"{name}/{inner.op_type}_{k}")
+            self._expand(ctx, node, proto, schema, name)
             return
+        if conv.check is not None:
+            issues = conv.check(node)
+            if issues:
+                self.problems += [f"{node.describe()}: {p}" for p in issues]
+                self._poison(ctx, node)
+                return
         ctx.node = node
         try:
             result = None
@@ -611,6 +645,43 @@ class GraphImporter:
         except (ConversionError, RelaxError, TIRError) as err:
             raise ValueError(f"from_onnx: {node.describe()}: {err}") from err
         self._define_outputs(ctx, node, result)
+
+    def _expand(self, ctx, node, proto, schema, name) -> None:
+        """Convert an operator without a converter through its ONNX function body."""
+        types = [_type_proto(ctx.lookup(i)) if i else onnx.TypeProto() for i in node.inputs]
+        try:
+            body = _function_body(proto, schema, ctx.opset, types)
+        except _NeedsTypes:
+            body = None
+        if body is None:
+            self.problems.append(f"{node.describe()}: the operator {node.op_type} (version "
+                                 f"{node.version}) is not supported")
+            self._poison(ctx, node)
+            return
+        nodes, fn_opset = body
+        outer_opset = ctx.opset
+        ctx.opset = fn_opset
+        try:
+            for k, inner in enumerate(nodes):
+                try:
+                    inner_schema = onnx.defs.get_schema(inner.op_type, fn_opset, "")
+                except Exception:
+                    self.problems.append(f"{node.describe()}: its function body uses "
+                                         f"{inner.op_type}, unknown at opset {fn_opset}")
+                    self._poison(ctx, node)
+                    return
+                if inner.op_type not in CONVERTERS and not (
+                        getattr(inner_schema, "function_opset_versions", None) or
+                        getattr(inner_schema, "context_dependent_function_opset_versions",
+                                None)):
+                    self.problems.append(f"{node.describe()} -> {inner.op_type}: the operator "
+                                         f"{inner.op_type} (version "
+                                         f"{inner_schema.since_version}) is not supported")
+                    self._poison(ctx, node)
+                    return
+                self.convert_node(ctx, inner, f"{name}/{inner.op_type}_{k}")
+        finally:
+            ctx.opset = outer_opset
 
     def _poison(self, ctx: GraphContext, node: OnnxNode) -> None:
         for o in node.outputs:
@@ -689,69 +760,127 @@ def _graph_input_behind(ctx: GraphContext, name: str) -> str | None:
     return None
 
 
-def _function_body(proto: onnx.NodeProto, schema, opset: int):
-    """The nodes of an ONNX function operator's body for this node (inputs and outputs renamed to
-    the node's, internal values made unique), or None when the operator has no function body."""
-    fn = None
-    try:
-        if schema.has_function:
-            fn = schema.get_function_with_opset_version(opset) \
-                if hasattr(schema, "get_function_with_opset_version") else None
-            if fn is None:
-                fn = onnx.FunctionProto()
-                fn.node.extend(schema.function_body.node)
-                fn.input.extend(schema.function_body.input)
-                fn.output.extend(schema.function_body.output)
-                fn.attribute.extend(schema.function_body.attribute)
-    except Exception:
-        fn = None
-    if fn is None:
+class _NeedsTypes(Exception):
+    """The operator's function body depends on its input types (known only when converting)."""
+
+
+_EXPANSIONS = [0]
+
+
+def _function_body(proto: onnx.NodeProto, schema, opset: int, input_types=None):
+    """``(nodes, opset)``: the body of an ONNX function operator for this node (inputs and
+    outputs renamed to the node's, internal values made unique) and the opset the body is
+    written in; None when the operator has no function body. A context-dependent body needs
+    ``input_types`` (TypeProtos); without them ``_NeedsTypes`` is raised."""
+    plain = [v for v in getattr(schema, "function_opset_versions", []) if v <= opset]
+    typed = [v for v in getattr(schema, "context_dependent_function_opset_versions", [])
+             if v <= opset]
+    if not plain and not typed:
         return None
-    if isinstance(fn, (bytes, str)):
-        proto_fn = onnx.FunctionProto()
-        proto_fn.ParseFromString(fn if isinstance(fn, bytes) else fn.encode())
-        fn = proto_fn
-    return _expand_function(proto, fn)
+    node = onnx.NodeProto()
+    node.CopyFrom(proto)
+    given = {a.name for a in node.attribute}
+    for name, attr in schema.attributes.items():
+        if name not in given and attr.default_value and attr.default_value.name:
+            node.attribute.append(attr.default_value)
+    try:
+        if plain and (not typed or max(plain) >= max(typed)):
+            data = schema.get_function_with_opset_version(max(plain))
+        else:
+            if input_types is None:
+                raise _NeedsTypes()
+            data = schema.get_context_dependent_function_with_opset_version(
+                max(typed), node.SerializeToString(),
+                [t.SerializeToString() for t in input_types])
+    except _NeedsTypes:
+        raise
+    except Exception:
+        return None
+    fn = onnx.FunctionProto()
+    fn.ParseFromString(data if isinstance(data, bytes) else bytes(data))
+    if not fn.node:
+        return None
+    fn_opset = opset
+    for imp in fn.opset_import:
+        if imp.domain in _DEFAULT_DOMAINS:
+            fn_opset = int(imp.version)
+    _EXPANSIONS[0] += 1
+    prefix = f"__{_sanitize(node.name or node.op_type)}_f{_EXPANSIONS[0]}_"
+    return _expand_function(node, fn, prefix), fn_opset
 
 
-def _expand_function(node: onnx.NodeProto, fn: onnx.FunctionProto) -> list:
-    prefix = f"__{node.name or node.op_type}_{id(node) & 0xffffff:x}_"
-    rename = {}
-    for formal, actual in zip(fn.input, node.input):
-        rename[formal] = actual
-    for formal in fn.input[len(node.input):]:
-        rename[formal] = ""
-    for formal, actual in zip(fn.output, node.output):
-        rename[formal] = actual
+def _expand_function(node: onnx.NodeProto, fn: onnx.FunctionProto, prefix: str) -> list:
+    """The function's nodes with the node's inputs, outputs and attributes substituted (as ONNX's
+    own test expansion does)."""
+    io = {}
+    for k, formal in enumerate(fn.input):
+        io[formal] = node.input[k] if k < len(node.input) else ""
+    for k, formal in enumerate(fn.output):
+        if k < len(node.output) and node.output[k]:
+            io[formal] = node.output[k]
     attrs = {a.name: a for a in node.attribute}
-    defaults = {}
-    for a in getattr(fn, "attribute_proto", []):
-        defaults[a.name] = a
-    out = []
-    for inner in fn.node:
-        n = onnx.NodeProto()
-        n.CopyFrom(inner)
-        del n.input[:]
-        del n.output[:]
-        n.input.extend(rename.get(i, prefix + i) if i else "" for i in inner.input)
-        n.output.extend(rename.get(o, prefix + o) if o else "" for o in inner.output)
-        n.name = prefix + (inner.name or inner.op_type)
-        new_attrs = []
-        for a in inner.attribute:
-            if a.ref_attr_name:
-                src = attrs.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
-                if src is None:
-                    continue
+
+    def rename(name):
+        if name in io:
+            return io[name]
+        return "" if name == "" else prefix + name
+    return [_rename_node(inner, rename, attrs, prefix) for inner in fn.node]
+
+
+def _rename_node(inner, rename, attrs, prefix):
+    n = onnx.NodeProto()
+    n.CopyFrom(inner)
+    n.ClearField("input")
+    n.ClearField("output")
+    n.ClearField("attribute")
+    n.input.extend(rename(i) for i in inner.input)
+    n.output.extend(rename(o) for o in inner.output)
+    n.name = prefix + (inner.name or inner.op_type)
+    for a in inner.attribute:
+        if a.ref_attr_name:
+            if a.ref_attr_name in attrs:
                 b = onnx.AttributeProto()
-                b.CopyFrom(src)
+                b.CopyFrom(attrs[a.ref_attr_name])
                 b.name = a.name
-                new_attrs.append(b)
+                n.attribute.append(b)
+            continue
+        b = onnx.AttributeProto()
+        b.CopyFrom(a)
+        if a.type == onnx.AttributeProto.GRAPH:
+            g = b.g
+            local = {}
+            for vi in list(g.input) + list(g.output):
+                local[vi.name] = vi.name = prefix + vi.name
+            for t in g.initializer:
+                local[t.name] = t.name = prefix + t.name
+            for sub in g.node:
+                for o in sub.output:
+                    local.setdefault(o, prefix + o)
+
+            def sub_rename(name, local=local):
+                return local.get(name) or rename(name)
+            nodes = [_rename_node(x, sub_rename, attrs, prefix) for x in g.node]
+            g.ClearField("node")
+            g.node.extend(nodes)
+        n.attribute.append(b)
+    return n
+
+
+def _type_proto(v: "Value") -> onnx.TypeProto:
+    """A TypeProto of an imported value (for context-dependent function bodies)."""
+    from .registry import ONNX_DTYPES
+    inv = {d: k for k, d in ONNX_DTYPES.items()}
+    tp = onnx.TypeProto()
+    tp.tensor_type.elem_type = inv.get(v.dtype, onnx.TensorProto.FLOAT)
+    shape = v.shape
+    if shape is not None:
+        for k, d in enumerate(shape):
+            dim = tp.tensor_type.shape.dim.add()
+            if isinstance(d, IntImm):
+                dim.dim_value = int(d.value)
             else:
-                new_attrs.append(a)
-        del n.attribute[:]
-        n.attribute.extend(new_attrs)
-        out.append(n)
-    return out
+                dim.dim_param = f"d{k}"
+    return tp
 
 
 def from_onnx(model, shape_dict: Mapping[str, Sequence] | None = None,

@@ -43,8 +43,6 @@ def _mod(ctx, node):
     a, b = ctx.input(node, 0), ctx.input(node, 1)
     if node.attr("fmod", 0):
         return _op.mod(a, b)
-    if dt.is_float(ctx.dtype(a)):
-        raise ConversionError("Mod with fmod=0 needs integer inputs (floats need fmod=1)")
     return _op.floor_mod(a, b)
 
 
@@ -327,6 +325,9 @@ def _bitshift(ctx, node):
     left = node.attr("direction", "LEFT") == "LEFT"
     bits = dt.bits(d)
 
+    if dt.is_int(d):
+        return emit_map(ctx, _signed_shift(left, bits), x, y, name="bitshift")
+
     def f(a, s):
         s64 = Cast("uint64", s)
         p = _pow2(Select(s64 < IntImm(64, "uint64"), s64, IntImm(0, "uint64")), "uint64")
@@ -335,6 +336,30 @@ def _bitshift(ctx, node):
         r = Select(s64 >= IntImm(bits, "uint64"), IntImm(0, "uint64"), r)
         return Cast(d, r if bits == 64 else te_floormod(r, IntImm(1 << bits, "uint64")))
     return emit_map(ctx, f, x, y, name="bitshift")
+
+
+def _signed_shift(left: bool, bits: int):
+    """Shifts of signed integers: arithmetic right shift (floor division by 2 ** s), left shift
+    wrapping in two's complement; a shift < 0 or >= the width gives the sign fill (-1 for a
+    negative value shifted right, else 0)."""
+    from tensorir.expr import FloorDiv
+
+    def f(a, s):
+        d = a.dtype
+        s64 = Cast("int64", s)
+        ok = (s64 >= IntImm(0, "int64")) & (s64 < IntImm(bits, "int64"))
+        sc = Select(ok, s64, IntImm(0, "int64"))
+        p = _pow2(Cast("uint64", sc), "uint64")
+        wide = Cast("int64", a)
+        if left:
+            # two's complement wrap: multiply in uint64, keep the low bits
+            r = Cast(d, Cast("uint64", wide) * p)
+        else:
+            r = Cast(d, FloorDiv(wide, Cast("int64", p)))
+        fill = Select(wide < IntImm(0, "int64"), IntImm(-1, d), IntImm(0, d)) if not left \
+            else IntImm(0, d)
+        return Select(ok, r, fill)
+    return f
 
 
 # ---------------------------------------------------------------------------------------------

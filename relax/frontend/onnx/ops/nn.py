@@ -510,7 +510,10 @@ def _lp_norm(ctx, node):
                                                  keepdims=True))))
     else:
         raise ConversionError(f"LpNormalization with p={p} (only 1 and 2)")
-    return _op.divide(x, nrm)
+    d = ctx.dtype(x)
+    zero = ctx.emit(_op.equal(nrm, scalar(0, d)))
+    safe = ctx.emit(_op.where(zero, scalar(1, d), nrm))
+    return _op.where(zero, scalar(0, d), ctx.emit(_op.divide(x, safe)))
 
 
 @converter("LRN", family="nn", doc="local response normalization across channels")
@@ -640,11 +643,17 @@ def _dropout(ctx, node):
     if node.version >= 12 and node.has_input(2):
         t = ctx.known(node, 2)
         if t is None or t.dtype == object:
-            raise ConversionError("Dropout with a training_mode computed at run time")
+            from ..registry import NeedsConstant
+            raise NeedsConstant("input 2 (training_mode) must be a constant", node.inputs[2])
         if bool(t.reshape(-1)[0]):
-            ratio = ctx.known(node, 1)
-            if ratio is None or float(ratio.reshape(-1)[0]) != 0.0:
-                raise ConversionError("Dropout in training mode (random) is not supported")
+            ratio = ctx.known(node, 1) if node.has_input(1) else np.array(0.5)
+            if ratio is None or ratio.dtype == object:
+                from ..registry import NeedsConstant
+                raise NeedsConstant("input 1 (ratio) must be a constant", node.inputs[1])
+            if float(ratio.reshape(-1)[0]) != 0.0:
+                from ...common import UnsupportedError
+                raise UnsupportedError("from_onnx", ["Dropout in training mode with a ratio "
+                                                     "above 0 (random) is not supported"])
     outs = [ctx.value(node, 0)]
     if node.has_output(1):
         outs.append(_op.ones(ctx.shape(x), "bool"))

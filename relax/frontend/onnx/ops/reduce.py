@@ -151,7 +151,7 @@ def _cumprod(ctx, node):
         r = te.reduce_axis((0, n), "rj")
 
         def f(*i):
-            j = r
+            j = r.var
             take = (j > i[axis]) if rev else (j < i[axis])
             if not excl:
                 take = take | (j == i[axis])

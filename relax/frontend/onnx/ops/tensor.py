@@ -591,7 +591,10 @@ def _space_to_depth(ctx, node):
     b = node.attr("blocksize")
     hh, ww = _simplify(h // b), _simplify(w // b)
     y = ctx.emit(_op.reshape(x, (n, c, hh, b, ww, b)))
-    y = ctx.emit(_op.permute_dims(y, [0, 3, 5, 1, 2, 4]))
+    if node.attr("mode", "DCR") == "CRD":
+        y = ctx.emit(_op.permute_dims(y, [0, 1, 3, 5, 2, 4]))
+    else:
+        y = ctx.emit(_op.permute_dims(y, [0, 3, 5, 1, 2, 4]))
     return _op.reshape(y, (n, _simplify(c * b * b), hh, ww))
 
 

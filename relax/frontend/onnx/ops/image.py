@@ -1,0 +1,145 @@
+"""Resize (opsets 10 to 19) and Upsample, through ``relax.op.image.resize2d``.
+
+The resized axes are the last two of a 4-D input (NCHW); output sizes come from ``sizes`` or
+``floor(in * scales)``, with ``axes`` and ``keep_aspect_ratio_policy`` resolved at import time.
+With ``scales`` the coordinate transform uses the given factors, as ONNX says. ``sizes`` may
+be computed at run time (the output dims are then fresh symbolic dims); ``scales`` must be known
+at import time (they enter the transform).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .... import op as _op
+from ....expr import ShapeExpr
+from ..registry import ConversionError, NeedsConstant, converter
+from .common import norm_axes, static_int
+
+_MODES = {"nearest", "linear", "cubic"}
+_COORD = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+          "tf_half_pixel_for_nn"}
+_NEAREST = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}
+
+
+def _resize_check(node):
+    out = []
+    if node.op_type == "Upsample":
+        if node.attr("mode", "nearest") not in ("nearest", "linear", "bilinear"):
+            out.append(f"mode {node.attr('mode')!r} is not supported")
+        return out
+    mode = node.attr("mode", "nearest")
+    if mode not in _MODES:
+        out.append(f"mode {mode!r} is not supported")
+    coord = node.attr("coordinate_transformation_mode", "half_pixel")
+    if node.version >= 11 and coord not in _COORD:
+        out.append(f"coordinate_transformation_mode {coord!r} is not supported")
+    if node.attr("nearest_mode", "round_prefer_floor") not in _NEAREST:
+        out.append(f"nearest_mode {node.attr('nearest_mode')!r} is not supported")
+    if node.attr("antialias", 0):
+        out.append("antialias=1 is not supported")
+    return out
+
+
+def _resize(ctx, node, x, scales, sizes, mode, coord, nearest, cubic_a, exclude):
+    xs = ctx.shape(x)
+    rank = len(xs)
+    if rank != 4:
+        raise ConversionError(f"Resize of a rank-{rank} tensor (only 4-D NCHW)")
+    axes = node.attr("axes")
+    axes = norm_axes(axes, rank) if axes is not None else list(range(rank))
+    full_scales = [1.0] * rank
+    out = list(xs)
+    use_scales = None
+    if sizes is not None:
+        if len(sizes) != len(axes):
+            raise ConversionError(f"Resize: {len(sizes)} sizes for {len(axes)} axes")
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            ins = [static_int(xs[a]) for a in axes]
+            if any(i is None for i in ins) or any(not isinstance(s, int) for s in sizes):
+                raise ConversionError("keep_aspect_ratio_policy needs static sizes")
+            ratios = [s / i for s, i in zip(sizes, ins)]
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            sizes = [int(math.floor(i * r + 0.5)) for i in ins]
+            for a, s, i in zip(axes, sizes, ins):
+                full_scales[a] = r
+            use_scales = None
+        for a, s in zip(axes, sizes):
+            out[a] = s
+    else:
+        if len(scales) != len(axes):
+            raise ConversionError(f"Resize: {len(scales)} scales for {len(axes)} axes")
+        for a, s in zip(axes, scales):
+            full_scales[a] = float(s)
+            d = static_int(xs[a])
+            if d is None:
+                from tensorir.expr import Cast, FloatImm
+                out[a] = Cast("int64", Cast("float64", xs[a]) * FloatImm(float(s), "float64"))
+            else:
+                out[a] = int(math.floor(d * float(s)))
+        use_scales = (full_scales[2], full_scales[3])
+    for a in (0, 1):
+        if static_int(out[a]) != static_int(xs[a]) or full_scales[a] != 1.0:
+            if not (static_int(out[a]) is None and static_int(xs[a]) is None):
+                raise ConversionError("Resize of the batch or channel dims is not supported")
+    method = {"nearest": "nearest", "linear": "linear", "cubic": "cubic"}[mode]
+    return _op.image.resize2d(x, (out[2], out[3]), method=method,
+                              coordinate_transformation_mode=coord, rounding_method=nearest,
+                              cubic_alpha=cubic_a, cubic_exclude=exclude, scales=use_scales)
+
+
+def _floats(ctx, node, i, what):
+    v = ctx.known(node, i)
+    if v is None or v.dtype == object:
+        raise NeedsConstant(f"input {i} ({what}) must be a constant (the scales enter the "
+                            f"coordinate transform)", node.inputs[i])
+    return [float(s) for s in np.asarray(v).reshape(-1)]
+
+
+@converter("Resize", family="image", check=_resize_check,
+           doc="resize the spatial dims (nearest, linear, cubic; scales or sizes)")
+def _resize_conv(ctx, node):
+    x = ctx.input(node, 0)
+    mode = node.attr("mode", "nearest")
+    if node.version < 11:
+        scales = _floats(ctx, node, 1, "scales")
+        return _resize(ctx, node, x, scales, None, mode, "asymmetric", "floor", -0.75, 0)
+    coord = node.attr("coordinate_transformation_mode", "half_pixel")
+    nearest = node.attr("nearest_mode", "round_prefer_floor")
+    cubic_a = node.attr("cubic_coeff_a", -0.75)
+    exclude = node.attr("exclude_outside", 0)
+    sizes = None
+    scales = None
+    if node.has_input(3):
+        sizes = ctx.maybe_ints(node, 3)
+        if sizes is None:
+            if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+                raise NeedsConstant("input 3 (sizes) must be a constant with "
+                                    "keep_aspect_ratio_policy", node.inputs[3])
+            from .tensor import _runtime_ints
+            xs = ctx.shape(x)
+            axes = node.attr("axes")
+            axes = norm_axes(axes, len(xs)) if axes is not None else list(range(len(xs)))
+            # the resized axes get fresh dims; any other entry must equal the input's dim
+            expected = [None if a >= 2 else xs[a] for a in axes]
+            sizes = list(ctx.runtime_dims(_runtime_ints(ctx, node, 3, "sizes"), "size",
+                                          expected))
+    if sizes is None and node.has_input(2):
+        scales = _floats(ctx, node, 2, "scales")
+        if not scales:
+            scales = None
+    if sizes is None and scales is None:
+        raise ConversionError("Resize needs scales or sizes")
+    return _resize(ctx, node, x, scales, sizes, mode, coord, nearest, cubic_a, exclude)
+
+
+@converter("Upsample", family="image", check=_resize_check,
+           doc="nearest / linear upsampling by scales (asymmetric)")
+def _upsample(ctx, node):
+    x = ctx.input(node, 0)
+    scales = node.attr("scales") if node.version < 9 else _floats(ctx, node, 1, "scales")
+    mode = node.attr("mode", "nearest")
+    mode = "linear" if mode in ("linear", "bilinear") else "nearest"
+    return _resize(ctx, node, x, scales, None, mode, "asymmetric", "floor", -0.75, 0)
