@@ -113,6 +113,8 @@ def _in_coord(x: PrimExpr, in_size: PrimExpr, out_size: PrimExpr, mode: str, sca
         return xf / sc
     # align_corners
     one = FloatImm(1.0, f)
+    if scale is not None:
+        outf = inf * sc   # ONNX Resize with scales: the unrounded resized length
     return Select(out_size > 1, xf * (inf - one) / max_(outf - one, one), FloatImm(0.0, f))
 
 
