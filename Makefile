@@ -24,7 +24,8 @@ system-deps:
 	  fi; \
 	else echo "not root: skipping Debian packages ($(APT_PACKAGES)); tests that need them will be skipped"; fi
 
-# Main job: compile a kernel for this CPU, check it against numpy and print its speed beside numpy's.
+# Main job: compile ResNet-50 (the onnx package's model) for this CPU, check it against onnxruntime
+# and print both latencies (benchmarks/demo.py; also `tilecraft demo`).
 demo: venv
 	$(VPY) -m benchmarks.run demo
 

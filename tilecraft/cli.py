@@ -285,6 +285,11 @@ def cmd_bench(args) -> int:
     dims = parse_ints(args.dim, "--dim")
     with Steps(4, "bench", quiet=args.quiet) as steps:
         model, exe, build_s = _compile(args, steps)
+        known = {str(d) for spec in model.inputs for d in spec.shape if not isinstance(d, int)}
+        for name in dims:
+            if name not in known:
+                raise CLIError(f"--dim {name}: the model has no symbolic dim {name!r} "
+                               f"(symbolic dims: {', '.join(sorted(known)) or 'none'})")
         steps.step("checking against the peer")
         vm = relax.VirtualMachine(exe, targets.cpu(0))
         inputs = random_inputs(model.inputs, dims)

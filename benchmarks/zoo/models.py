@@ -6,7 +6,8 @@ here in PyTorch, the torch module for the eager column).
   ShuffleNet, SqueezeNet, VGG-19, AlexNet, ZFNet-512). Their weights are made by
   ``ConstantOfShape`` nodes, all 0.02; ``randomize_light`` swaps in seeded random initializers
   (He-scaled convolutions, batch-norm statistics near 0 / 1) so that the outputs differ from
-  input to input and a wrong kernel shows;
+  input to input and a wrong kernel shows; ``calibrate_logits`` then scales the last layer so
+  that the final softmax is not saturated;
 - models defined here in PyTorch with random weights and exported with
   ``torch.onnx.export(..., dynamo=False)`` (the TorchScript exporter: it works offline, without
   onnxscript): ``mobilenet_v2``, ``resnet18`` (torchvision's architectures), ``bert_base``
@@ -121,6 +122,46 @@ def randomize_light(model, seed: int = 0):
     return model
 
 
+def calibrate_logits(model, feed: dict, target_std: float = 2.0):
+    """Scale the last layer before the final Softmax so that its logits have a standard
+    deviation near ``target_std`` on ``feed``: random deep networks grow their activations
+    layer by layer, and a saturated softmax (one 1.0, the rest 0) would compare equal however
+    wrong the logits were. Uses onnxruntime once; returns a new model (or the same one when
+    there is nothing to calibrate)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    g = model.graph
+    soft = [n for n in g.node if n.op_type == "Softmax" and n.output[0] in
+            {o.name for o in g.output}]
+    if not soft:
+        return model
+    producers = {o: n for n in g.node for o in n.output}
+    inits = {t.name: t for t in g.initializer}
+    node = producers.get(soft[0].input[0])
+    # back through positively homogeneous ops to the last Gemm / Conv with constant weights
+    while node is not None and node.op_type in ("Relu", "GlobalAveragePool", "AveragePool",
+                                                "Reshape", "Flatten", "MaxPool", "Dropout"):
+        node = producers.get(node.input[0])
+    if node is None or node.op_type not in ("Gemm", "Conv") or node.input[1] not in inits:
+        return model
+    probe = onnx.ModelProto.FromString(model.SerializeToString())
+    probe.graph.output.extend([onnx.helper.make_empty_tensor_value_info(soft[0].input[0])])
+    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    logits = sess.run([soft[0].input[0]], feed)[0]
+    std = float(np.std(logits))
+    if not np.isfinite(std) or std == 0:
+        return model
+    scale = target_std / std
+    out = onnx.ModelProto.FromString(model.SerializeToString())
+    names = [node.input[1]] + ([node.input[2]] if len(node.input) > 2 and node.input[2] else [])
+    for t in out.graph.initializer:
+        if t.name in names:
+            t.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(t) * scale)
+                                               .astype(np.float32), t.name))
+    return out
+
+
 def light(name: str, seed: int = 0) -> ZooModel:
     import onnx
     path = os.path.join(light_dir(), f"light_{name}.onnx")
@@ -130,6 +171,7 @@ def light(name: str, seed: int = 0) -> ZooModel:
     inp = next(i for i in g.input if i.name not in init_names)
     shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
     x = np.random.default_rng(seed + 1).standard_normal(shape).astype(np.float32)
+    model = calibrate_logits(model, {inp.name: x})
     return ZooModel(name, f"onnx light model {name} (random weights), input {tuple(shape)}",
                     model, {inp.name: x}, family="light")
 
