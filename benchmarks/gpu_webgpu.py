@@ -12,6 +12,7 @@ numpy's wall clock. ``python -m benchmarks.run gpu_webgpu``.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -47,30 +48,42 @@ def _torch_time(fn, number=20, repeat=5) -> float:
 
 
 def _wg_time(mod, dev, args, number) -> float:
-    return mod.time_evaluator("main", dev, number=number, repeat=5)(*args).median
+    return mod.time_evaluator(mod.entry_name, dev, number=number, repeat=5)(*args).median
 
 
-def _default_gemm(M, N, K):
-    """The GEMM relax.build would use (the GPU default schedule), or None if there is none."""
-    try:
-        from relax import gpu_schedules
-    except ImportError:
-        return None
+def _default(func):
+    """``func`` with the GPU default schedule relax.build gives it for ``webgpu``."""
+    from relax import gpu_schedules
+    return gpu_schedules.apply(func, targets.Target("webgpu"))
+
+
+def _gemm_func(n: int):
     from tensorir import te
-    A = te.placeholder((M, K), "float32", "A")
-    B = te.placeholder((K, N), "float32", "B")
-    k = te.reduce_axis((0, K), "k")
-    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
-    func = te.create_prim_func([A, B, C])
-    for name in ("schedule", "default_schedule", "apply_default_schedule"):
-        fn = getattr(gpu_schedules, name, None)
-        if fn is not None:
-            try:
-                out = fn(func, targets.Target("webgpu"))
-            except TypeError:
-                out = fn(func)
-            return getattr(out, "mod", out)
-    return None
+    A = te.placeholder((n, n), "float32", "A")
+    B = te.placeholder((n, n), "float32", "B")
+    k = te.reduce_axis((0, n), "k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+    return te.create_prim_func([A, B, C])
+
+
+def _relax_kernel(make, shape):
+    """The (legalized, unscheduled) PrimFunc of one Relax operator on a tensor of ``shape``."""
+    from relax import BlockBuilder, TensorStructInfo, Var
+    from relax.transform import LegalizeOps
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(make(x)))
+        bb.emit_func_output(out)
+    mod = LegalizeOps()(bb.get())
+    return mod[[name for name in mod.functions if name != "main"][0]]
+
+
+def _progress(row: dict) -> None:
+    """Each row as soon as it is measured (a device run may be cut short)."""
+    print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in row.items()), file=sys.stderr, flush=True)
 
 
 def _check(name, got, ref, tol):
@@ -106,30 +119,31 @@ def run() -> list[dict]:
         peer_name = "numpy (OpenBLAS)"
         peer_t = side_by_side(lambda: a_np @ b_np, lambda: None, number=1, rounds=3)[0]
         ref = a_np @ b_np
-    schedules = [("hand (128x128 tile, 8x8 per thread)", sched.gemm(size, size, size))]
+    schedules = [("default schedule", _default(_gemm_func(size))),
+                 ("hand (128x128 tile, 8x8 per thread)", sched.gemm(size, size, size))]
     if os.environ.get("WEBGPU_GEMM_VARIANTS"):   # other tilings, for choosing the hand schedule
         for bm, bn, bk, tm, tn in ((128, 128, 16, 8, 8), (64, 64, 16, 4, 4), (128, 64, 8, 8, 4),
                                    (64, 128, 16, 4, 8)):
             schedules.append((f"hand {bm}x{bn}x{bk}, {tm}x{tn} per thread",
                               sched.gemm(size, size, size, bm, bn, bk, tm, tn)))
-    default = _default_gemm(size, size, size)
-    if default is not None:
-        schedules.insert(0, ("default schedule", default))
     for label, func in schedules:
         t0 = time.perf_counter()
         mod = targets.build(func, "webgpu")
         build_s = time.perf_counter() - t0
-        mod["main"](a, b, c)
+        mod[mod.entry_name](a, b, c)
+        got = c.numpy()             # waits: includes the driver's pipeline compile
+        first_s = time.perf_counter() - t0 - build_s
         if ref is not None:
-            _check(f"gemm {label}", c.numpy(), ref, 1e-4)
+            _check(f"gemm {label}", got, ref, 1e-4)
         t = _wg_time(mod, dev, (a, b, c), number)
         rows.append({"bench": f"gemm {size}^3", "schedule": label, "adapter": info["name"],
                      "webgpu_ms": t * 1e3, "webgpu_tflops": flops / t / 1e12, "peer": peer_name,
                      "peer_ms": peer_t * 1e3, "peer_tflops": flops / peer_t / 1e12,
-                     "ratio": peer_t / t, "build_s": build_s})
+                     "ratio": peer_t / t, "build_s": build_s, "first_call_s": first_s})
+        _progress(rows[-1])
 
     # -- row softmax / layer norm vs copy bandwidth --------------------------------------------
-    n = 4096 if gpu else 1024
+    n = int(os.environ.get("ROWS_SIZE", 4096 if gpu else 1024))
     x_np = rng.standard_normal((n, n)).astype("float32")
     g_np = rng.standard_normal(n).astype("float32")
     bt_np = rng.standard_normal(n).astype("float32")
@@ -150,18 +164,26 @@ def run() -> list[dict]:
                  "peer": "torch copy_" if torch is not None else "numpy copyto",
                  "peer_ms": t_dev_copy * 1e3, "peer_GBps": nbytes / t_dev_copy / 1e9,
                  "ratio": t_dev_copy / t_copy})
+    _progress(rows[-1])
     e = np.exp(x_np - x_np.max(1, keepdims=True))
     soft_ref = e / e.sum(1, keepdims=True)
     mu, var = x_np.mean(1, keepdims=True), x_np.var(1, keepdims=True)
     ln_ref = (x_np - mu) / np.sqrt(var + 1e-5) * g_np + bt_np
     g, bt = targets.array(g_np, dev), targets.array(bt_np, dev)
-    for name, func, args, ref_v in (
-            ("softmax", sched.softmax(n, n), (x, out), soft_ref),
-            ("layer_norm", sched.layer_norm(n, n), (x, g, bt, out), ln_ref)):
+    from relax import const
+    from relax.op import nn
+    d_soft = _default(_relax_kernel(lambda v: nn.softmax(v, axis=-1), (n, n)))
+    d_ln = _default(_relax_kernel(lambda v: nn.layer_norm(v, const(g_np), const(bt_np),
+                                                          axes=[-1]), (n, n)))
+    for name, schedule, func, args, ref_v in (
+            ("softmax", "default schedule", d_soft, (x, out), soft_ref),
+            ("softmax", "hand (one kernel)", sched.softmax(n, n), (x, out), soft_ref),
+            ("layer_norm", "default schedule", d_ln, (x, g, bt, out), ln_ref),
+            ("layer_norm", "hand (one kernel)", sched.layer_norm(n, n), (x, g, bt, out), ln_ref)):
         mod = targets.build(func, "webgpu")
-        mod["main"](*args)
+        mod[mod.entry_name](*args)
         _check(name, out.numpy(), ref_v, 1e-4)
-        t = _wg_time(mod, dev, args, number * 5)
+        t = mod.time_evaluator(mod.entry_name, dev, number=number * 5, repeat=5)(*args).median
         if torch is not None:
             if name == "softmax":
                 peer_t = _torch_time(lambda: torch.softmax(tx_, dim=1))
@@ -175,10 +197,11 @@ def run() -> list[dict]:
                     x_np.var(1, keepdims=True) + 1e-5) * g_np + bt_np)
             peer_t = side_by_side(fn, lambda: None, number=3)[0]
             peer = f"numpy {name}"
-        rows.append({"bench": f"{name} {n}x{n}", "adapter": info["name"],
+        rows.append({"bench": f"{name} {n}x{n}", "schedule": schedule, "adapter": info["name"],
                      "webgpu_ms": t * 1e3, "webgpu_GBps": nbytes / t / 1e9,
                      "vs_device_copy": t_dev_copy / t, "vs_webgpu_copy": t_copy / t,
                      "peer": peer, "peer_ms": peer_t * 1e3, "ratio": peer_t / t})
+        _progress(rows[-1])
     return rows
 
 

@@ -51,7 +51,7 @@ from . import exprjson, storage
 INT32_MAX = 2 ** 31 - 1
 MAX_WORKGROUPS = 65535
 UNROLL_LIMIT = 64          # unrolled/vectorized loops up to this constant extent are unrolled
-UNROLL_BODY_LIMIT = 4096   # ... unless the unrolled code would exceed this many statements
+UNROLL_BODY_LIMIT = 8192   # ... unless the unrolled code would exceed this many statements
 
 BARRIER_OPS = {"tvm_storage_sync", "tir.tvm_storage_sync", "storage_sync", "barrier",
                "workgroup_barrier", "syncthreads"}
@@ -255,6 +255,7 @@ class KernelEmitter:
         self.binding_of: dict[int, tuple[Binding, int]] = {}
         self.unroll_budget = UNROLL_BODY_LIMIT
         self.unrolling = 0
+        self.local_arrays: list[tuple[str, str]] = []   # (name, element type)
         for b in bindings:
             for k, buf in enumerate(b.buffers):
                 self.binding_of[id(buf)] = (b, k)
@@ -410,7 +411,7 @@ class KernelEmitter:
         out.append(f"@compute @workgroup_size({wg[0]}, {wg[1]}, {wg[2]})")
         out.append("fn main(@builtin(workgroup_id) tc_wid: vec3<u32>, "
                    "@builtin(local_invocation_id) tc_lid: vec3<u32>) {")
-        out.extend(body)
+        out.extend(_scalarize_locals(body, self.local_arrays))
         out.append("}")
         wgsl = "\n".join(out) + "\n"
         return KernelSource(name=self.name, wgsl=wgsl, workgroup_size=wg, grid=grid_json,
@@ -494,8 +495,10 @@ class KernelEmitter:
     def s_Allocate(self, s):
         buf = s.buffer
         if buf.scope == "local":
-            self.line(f"var {self.names.get(buf, 'l_')}: array<{self.ty(buf.dtype, s)}, "
-                      f"{self._const_size(buf)}>;")
+            name = self.names.get(buf, 'l_')
+            ty = self.ty(buf.dtype, s)
+            self.local_arrays.append((name, ty))
+            self.line(f"var {name}: array<{ty}, {self._const_size(buf)}>;")
         elif buf.scope != "shared":
             raise WebGPUBuildError(f"kernel {self.name}: a {buf.scope} allocation "
                                    f"({buf.name}) inside a kernel", s)
@@ -509,8 +512,11 @@ class KernelEmitter:
                                    f"tensorir.transform.split_host_device", s)
         ext = E.as_int(self.ana.simplify(s.extent))
         lo = E.as_int(self.ana.simplify(s.min))
-        if s.kind in ("unrolled", "vectorized") and ext is not None and lo is not None and \
-                0 < ext <= UNROLL_LIMIT:
+        # unrolled / vectorized loops, and short serial loops over a register tile (a local
+        # array), are unrolled so that the tile's indices become constants (scalarized below)
+        unroll = s.kind in ("unrolled", "vectorized") or (
+            s.kind == "serial" and ext is not None and ext <= 16 and _touches_local(s.body))
+        if unroll and ext is not None and lo is not None and 0 < ext <= UNROLL_LIMIT:
             size = _stmt_size(s.body) * ext
             if size <= self.unroll_budget:
                 self.unroll_budget -= size
@@ -829,6 +835,39 @@ class KernelEmitter:
             return f"tc_pow({args[0]}, {args[1]})"
         raise WebGPUBuildError(f"kernel {self.name}: the intrinsic {op!r} has no WGSL "
                                f"equivalent", e)
+
+
+def _touches_local(s) -> bool:
+    found = False
+
+    def visit(n):
+        nonlocal found
+        if isinstance(n, (E.BufferLoad, S.BufferStore)) and n.buffer.scope == "local":
+            found = True
+
+    from tensorir.functor import post_order_visit
+    post_order_visit(s, visit)
+    return found
+
+
+def _scalarize_locals(body: list[str], arrays: list[tuple[str, str]]) -> list[str]:
+    """Local arrays indexed only by constants (register tiles after unrolling) become one
+    variable per element: ``acc[5i]`` -> ``acc_5``. Drivers keep scalars in registers, while a
+    function-scope array may stay in (slow) local memory."""
+    text = "\n".join(body)
+    for name, ty in arrays:
+        pattern = re.compile(re.escape(name) + r"\[")
+        const = re.compile(re.escape(name) + r"\[(\d+)i\]")
+        decl = re.compile(r"^(\s*)var " + re.escape(name) + r": array<[^>]+>;$", re.M)
+        uses = len(pattern.findall(text))
+        consts = const.findall(text)
+        if uses != len(consts):
+            continue                    # some index is not a constant: keep the array
+        used = sorted({int(k) for k in consts})
+        text = decl.sub(lambda m: "\n".join(f"{m.group(1)}var {name}_{k}: {ty};" for k in used)
+                        if used else "", text)
+        text = const.sub(lambda m: f"{name}_{m.group(1)}", text)
+    return text.split("\n")
 
 
 def _stmt_size(s) -> int:

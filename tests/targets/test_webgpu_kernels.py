@@ -45,7 +45,7 @@ def test_grid_over_65535_workgroups_is_linearized(dev, rng):
     x = rng.standard_normal(n).astype("float32")
     a, b = targets.array(x, dev), targets.empty((n,), "float32", dev)
     mod["main"](a, b)
-    np.testing.assert_allclose(b.numpy(), x * 3 - 1, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), x * 3 - 1, rtol=1e-6, atol=1e-6)  # GPUs fuse the FMA
 
 
 def test_row_reductions_sum_and_max(dev, rng):
