@@ -37,9 +37,9 @@ import warnings
 
 from targets import Target
 from tensorir import dtype as dt
-from tensorir.expr import Add, BufferLoad, Call, FloorDiv, IntImm, PrimExpr, Sub, Var
+from tensorir.expr import Add, BufferLoad, Call, FloorDiv, IntImm, Mul, PrimExpr, Sub, Var
 from tensorir.function import PrimFunc
-from tensorir.functor import post_order_visit
+from tensorir.functor import post_order_visit, substitute
 from tensorir.schedule import Schedule, ScheduleError
 from tensorir.schedule import tree
 from tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
@@ -214,7 +214,7 @@ def _schedule(sch: Schedule, target: Target, gemv_rows: PrimExpr | None = None) 
                 _schedule_spatial(sch, blk.name, target)
             else:
                 done = _schedule_matmul_like(sch, blk.name, target, gemv_rows)
-                if not done:
+                if not done and not _schedule_vector_reduction(sch, blk.name, target):
                     _schedule_reduction(sch, blk.name, target)
                 gemv += done == "gemv"
         except ScheduleError:
@@ -244,10 +244,33 @@ def _schedule_spatial(sch: Schedule, name: str, target: Target) -> None:
             sch.parallel(outer)
         sch.vectorize(inner)
         return
-    if _extent(nodes[-1]) != 1:
+    if _extent(nodes[-1]) != 1 and not _strided_reads(sch, block, loops[-1]):
         sch.vectorize(_vector_inner(sch, loops[-1], lanes))
     if work >= MIN_PARALLEL_WORK:
         sch.parallel(_parallel_outer(sch, loops[:-1]))
+
+
+def _strided_reads(sch: Schedule, block_rv, loop_rv) -> bool:
+    """Whether vectorizing ``loop_rv`` would read some input with a stride other than 1 (its
+    variable outside the last index, or scaled in it: a transpose, a strided window). The code
+    generator makes those gathers, which measured 50-70x slower than a scalar loop on this
+    machine's AVX-512 (Zen 4), so such loops stay scalar (LLVM vectorizes them with shuffles
+    where it can)."""
+    blk = sch.get(block_rv)
+    br = tree.find_block(sch.func, blk.name)[0]
+    var = sch.get(loop_rv).loop_var
+    binding = {iv.var: value for iv, value in zip(blk.iter_vars, br.iter_values)}
+    out = {id(w.buffer) for w in blk.writes}
+    loads = []
+    post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+    for ld in loads:
+        if id(ld.buffer) in out:
+            continue
+        idx = [substitute(e, binding) for e in ld.indices]
+        for k, e in enumerate(idx):
+            if _uses(e, var) and (k != len(idx) - 1 or _coeff(e, var) != 1):
+                return True
+    return False
 
 
 def _parallel_outer(sch: Schedule, loops: list):
@@ -542,6 +565,83 @@ def _fuse_epilogue(sch: Schedule, write_back) -> None:
         pass  # not elementwise over the result: it is scheduled on its own
 
 
+def _coeff(e: PrimExpr, v: Var) -> int | None:
+    """``c`` when ``e`` is ``c * v`` plus terms free of ``v`` (``ow * 2 + rw``), else None."""
+    if e is v:
+        return 1
+    if isinstance(e, Mul):
+        for k, other in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(k, IntImm):
+                c = _coeff(other, v)
+                return None if c is None else c * k.value
+        return None
+    if isinstance(e, (Add, Sub)):
+        ua, ub = _uses(e.a, v), _uses(e.b, v)
+        if ua and ub:
+            return None
+        if ua:
+            return _coeff(e.a, v)
+        c = _coeff(e.b, v) if ub else None
+        return None if c is None else (c if isinstance(e, Add) else -c)
+    return None
+
+
+def _schedule_vector_reduction(sch: Schedule, name: str, target: Target) -> bool:
+    """A reduction whose output's last index ``j`` is read only as ``j + ...`` in the last
+    index of its inputs (stride-1 pooling windows, NHWC pooling, column sums; strided NCHW
+    pooling runs on phase planes, ``AlterLayout``): the reduction loops go between ``j``'s
+    vector-wide tile and the loops outside it, so each step of the window updates one vector of
+    ``j`` accumulators (in a ``local`` tile, registers), the epilogue (an average's division)
+    computed on the write-back; the outer loops parallel. False when the block is not of that
+    form."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    if len(blk.writes) != 1 or blk.init is None or not isinstance(blk.body, BufferStore):
+        return False
+    store = blk.body
+    spatial = [iv.var for iv in blk.iter_vars if iv.kind == "spatial"]
+    if not store.indices or list(store.indices) != spatial:
+        return False
+    vj = spatial[-1]
+    loads = []
+    post_order_visit(store.value, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+    if not any(ld.buffer is not store.buffer for ld in loads):
+        return False
+    for ld in loads:
+        if ld.buffer is store.buffer:
+            continue
+        for k, e in enumerate(ld.indices):
+            if _uses(e, vj) and (k != len(ld.indices) - 1 or _coeff(e, vj) != 1):
+                return False   # strided: a gather per step (see _strided_reads)
+    loops = sch.get_loops(block)
+    n_sp = len(spatial)
+    if len(loops) != len(blk.iter_vars) or len(loops) == n_sp:
+        return False
+    lj = loops[n_sp - 1]
+    ej = _extent(sch.get(lj))
+    if ej is not None and ej < 2:
+        return False
+    lanes = _lanes(blk, target)
+    if ej is None or ej > lanes:
+        jo, ji = sch.split(lj, [None, lanes])
+        outer = loops[:n_sp - 1] + [jo]
+    else:
+        ji, outer = lj, loops[:n_sp - 1]
+    reduce_loops = loops[n_sp:]
+    sch.reorder(*outer, *reduce_loops, ji)
+    if outer:
+        acc = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(acc, outer[-1])
+        _fuse_epilogue(sch, acc)
+    init = sch.decompose_reduction(block, reduce_loops[0])
+    sch.vectorize(ji)
+    for b in ([init, acc] if outer else [init]):
+        _finish_tile_block(sch, b, len(outer))
+    if outer and _work(_loop_nodes(sch, outer + [ji])) >= MIN_PARALLEL_WORK:
+        sch.parallel(_parallel_outer(sch, outer[:-1] if len(outer) > 1 else outer))
+    return True
+
+
 def _schedule_reduction(sch: Schedule, name: str, target: Target) -> None:
     block = sch.get_block(name)
     blk = sch.get(block)
@@ -656,16 +756,13 @@ def _schedule_pad(sch: Schedule, name: str, target: Target) -> None:
     blk = sch.get(block)
     loops = sch.get_loops(block)
     ann = dict(blk.annotations or {})
+    *outer, last = loops
     if "row_width" in ann:           # flat planes (n, c, [a, b,] q): split q into rows
-        *outer, q = loops
-        _, col = sch.split(q, [None, _ann_int(blk, "row_width")])
-        sch.vectorize(col)
-    else:                            # NHWC (n, y, x, c)
-        *outer, c = loops
-        outer = outer[:2]
-        sch.vectorize(c)
+        _, last = sch.split(last, [None, _ann_int(blk, "row_width")])
+    if not _strided_reads(sch, block, last):   # phase planes read every s-th column: scalar
+        sch.vectorize(last)
     if _work(_loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
-        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        sch.parallel(_parallel_outer(sch, outer))
 
 
 def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:

@@ -13,7 +13,11 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
   NHWC);
 - ``relax.matmul(x, W)`` and ``relax.linear(x, W, b)`` with a constant 2-D ``W`` become
   ``pack_dense_weight`` on ``W`` (panels ``[N/NR, K, NR]``) and ``dense`` (plus ``add`` of the
-  bias for ``linear``).
+  bias for ``linear``);
+- strided NCHW ``relax.nn.max_pool2d`` / ``avg_pool2d`` (the average with a constant divisor)
+  become ``pool2d_nchw_phased``: the input split into its stride phase planes, so each window
+  tap is a contiguous vector load (the data layout changes inside the kernel; there is no
+  weight).
 
 The packed kernels carry ``"op_pattern"`` ``OUT_EWISE_FUSABLE``, so ``FuseOps`` still fuses
 their elementwise epilogues (bias, scale, activations, residual adds); the packing kernels are
@@ -83,7 +87,8 @@ class AlterLayout(Pass):
     """
 
     name = "AlterLayout"
-    OPS = ("relax.nn.conv2d", "relax.matmul", "relax.linear")
+    OPS = ("relax.nn.conv2d", "relax.matmul", "relax.linear", "relax.nn.max_pool2d",
+           "relax.nn.avg_pool2d")
 
     def __init__(self, target: "Target | str | None" = None, ops=None):
         self.target = target if isinstance(target, Target) else Target(target or "llvm")
@@ -129,7 +134,33 @@ class _Alter(ExprMutator):
             return call
         if call.op.name == "relax.nn.conv2d":
             return self.conv2d(call) or call
+        if call.op.name.endswith("_pool2d"):
+            return self.pool2d(call) or call
         return self.dense(call) or call
+
+    # -- pooling -------------------------------------------------------------------------------
+    def pool2d(self, call: Call) -> Expr | None:
+        """Strided NCHW max / average pooling on phase planes (``pool2d_nchw_phased``)."""
+        a = call.attr_dict
+        data = call.args[0]
+        avg = call.op.name == "relax.nn.avg_pool2d"
+        if a["layout"] != "NCHW" or a["out_layout"] != "NCHW" or a["dilation"] != (1, 1) or \
+                a["strides"] == (1, 1):
+            return None
+        if avg and (a["ceil_mode"] or (any(a["padding"]) and not a["count_include_pad"])):
+            return None   # the divisor varies by window: left to the operator's kernel
+        si, out_si = data.struct_info, call.struct_info
+        if not isinstance(si, TensorStructInfo) or si.shape is None or \
+                si.dtype not in ("float32", "float64") or out_si.shape is None:
+            return None
+        hw = _ints(si.shape[2:])
+        ohw = _ints(out_si.shape[2:])
+        if hw is None or ohw is None:
+            return None
+        return self.kernel(pk.pool2d_nchw_phased, data, "avg" if avg else "max",
+                           tuple(a["pool_size"]), tuple(a["strides"]), tuple(a["padding"]),
+                           ohw[0], ohw[1], name="avg_pool2d" if avg else "max_pool2d",
+                           pattern=OpPattern.OUT_EWISE_FUSABLE)
 
     # -- helpers ------------------------------------------------------------------------------
     def kernel(self, te_func, *args, name: str, pattern: int, **kwargs) -> Call:

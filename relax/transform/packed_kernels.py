@@ -23,6 +23,9 @@ dedicated recipe:
 - ``conv2d_nhwc`` (``RULE_CONV_NHWC``): a GEMM-like tile of output pixels x output channels;
   the weight packed ``[ceil(O/NR), KH, KW, I, NR]`` so that a tile's ``NR`` channels of one tap
   and input channel are one contiguous vector run.
+- ``pool2d_nchw_phased``: strided NCHW max / average pooling on the stride phase planes of its
+  padded input (the convolution's trick), so every window tap reads a contiguous run of
+  output columns instead of every ``s``-th element.
 - ``dense`` (``RULE_DENSE``): ``matmul(x, W)`` / ``linear`` with ``W`` packed into panels
   ``[ceil(N/NR), K, NR]`` (the ``[n // 16, k, 16]`` packing of the GEMM recipe,
   ``docs/gemm-tutorial.md``), zero-padded to whole panels.
@@ -46,7 +49,8 @@ from tensorir.expr import IntImm, PrimExpr
 __all__ = ["SCHEDULE_RULE", "RULE_CONV_NCHW", "RULE_CONV_NHWC", "RULE_DENSE", "RULE_PAD",
            "ConvGeometry", "NchwPlan", "plan_conv2d_nchw", "conv2d_nchw_packed",
            "pack_conv2d_nchw_weight", "NhwcPlan", "plan_conv2d_nhwc", "conv2d_nhwc_packed",
-           "pack_conv2d_nhwc_weight", "dense_panel_width", "dense_packed", "pack_dense_weight"]
+           "pack_conv2d_nhwc_weight", "dense_panel_width", "dense_packed", "pack_dense_weight",
+           "pool2d_nchw_phased"]
 
 SCHEDULE_RULE = "schedule_rule"
 RULE_CONV_NCHW = "tilecraft.conv2d_nchw_flat"
@@ -245,6 +249,22 @@ def plan_conv2d_nchw(g: ConvGeometry, lanes: int, registers: int,
     return best[1]
 
 
+def _pad_image(data: te.Tensor, padding, rows: int, cols: int, pad_value) -> te.Tensor:
+    """NCHW ``data`` padded by ``padding`` (top, left, ...) to ``rows x cols`` (the pad value
+    beyond the image, also past the bottom / right padding); ``data`` itself when nothing
+    changes."""
+    n, c, h, w = data.shape
+    h, w = _as_int(h), _as_int(w)
+    pt, pl = padding[0], padding[1]
+    if (pt, pl, rows, cols) == (0, 0, h, w):
+        return data
+
+    def f(b, ch, y, x):
+        inside = te.all(y >= pt, y < pt + h, x >= pl, x < pl + w)
+        return te.if_then_else(inside, data[b, ch, y - pt, x - pl], pad_value)
+    return te.compute((n, c, rows, cols), f, "data_pad", attrs={SCHEDULE_RULE: RULE_PAD})
+
+
 def pack_conv2d_nchw_weight(weight: te.Tensor, kernel_layout: str, oc_block: int) -> te.Tensor:
     """``weight`` (any kernel layout of the letters ``OIHW``) as ``[O/R, I, KH, KW, R]``.
 
@@ -297,12 +317,14 @@ def conv2d_nchw_packed(data: te.Tensor, weight: te.Tensor, plan: NchwPlan,
         def src(b, ch, a, bb, q):
             return data[b, ch, q // w, q % w]
     elif plan.phased:
-        def pad_value(b, ch, a, bb, q):
-            row = (q // wq) * sh + a - pt
-            col = (q % wq) * sw + bb - pl
-            inside = te.all(row >= 0, row < h, col >= 0, col < w)
-            return te.if_then_else(inside, data[b, ch, row, col], zero)
-        data_pad = te.compute((n, c_in, sh, sw, plan.plane_len), pad_value, "data_pad",
+        # two copies: the zero padding (unit stride, vectorized) then the phase split (every
+        # s-th element, no condition); one copy doing both is a branch per element
+        rows = plan.plane_len // wq
+        padded = _pad_image(data, g.padding, rows * sh, wq * sw, zero)
+
+        def phase(b, ch, a, bb, q):
+            return padded[b, ch, (q // wq) * sh + a, (q % wq) * sw + bb]
+        data_pad = te.compute((n, c_in, sh, sw, plan.plane_len), phase, "data_phases",
                               attrs={SCHEDULE_RULE: RULE_PAD, "row_width": wq})
 
         def src(b, ch, a, bb, q):
@@ -539,3 +561,52 @@ def _as_int(d) -> int:
     if isinstance(d, int):
         return d
     raise ValueError(f"expected a static dimension, got {d!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# strided NCHW pooling on phase planes
+
+
+def pool2d_nchw_phased(data: te.Tensor, kind: str, pool_size, strides, padding, out_h: int,
+                       out_w: int) -> te.Tensor:
+    """Max (``kind="max"``) or average (``"avg"``, divisor ``KH * KW``) pooling of NCHW
+    ``data`` with a stride above 1: ``data_phases[n, c, a, b, i, j]`` holds the padded input's
+    rows ``s i + a`` and columns ``s j + b`` (the pad value outside the image: ``-inf`` for
+    max, 0 for the average), and ``out[n, c, y, x]`` reduces ``data_phases[n, c, ry % s,
+    rx % s, y + ry // s, x + rx // s]`` over the window. Blocks ``data_pad`` (when there is
+    padding; ``RULE_PAD``), ``data_phases`` (``RULE_PAD``) and ``pool2d``.
+
+    Examples
+    --------
+    >>> x = te.placeholder((te.var("n"), 8, 11, 11), "float32", "x")
+    >>> y = pool2d_nchw_phased(x, "max", (3, 3), (2, 2), (1, 1, 1, 1), 6, 6)
+    >>> [str(d) for d in y.shape]
+    ['n', '8', '6', '6']
+    """
+    from tensorir.expr import min_value
+    n, c, h, w = data.shape
+    h, w = _as_int(h), _as_int(w)
+    (kh, kw), (sh, sw) = pool_size, strides
+    pt, pl = padding[0], padding[1]
+    hq = _ceil_div((out_h - 1) * sh + kh, sh)
+    wq = _ceil_div((out_w - 1) * sw + kw, sw)
+    pad_value = min_value(data.dtype) if kind == "max" else te.const(0, data.dtype)
+    # the padding (unit stride, vectorized), then the phase split (strided, no condition)
+    padded = _pad_image(data, padding, hq * sh, wq * sw, pad_value)
+    dp = te.compute((n, c, sh, sw, hq, wq),
+                    lambda b, ch, a, bb, i, j: padded[b, ch, i * sh + a, j * sw + bb],
+                    "data_phases", attrs={SCHEDULE_RULE: RULE_PAD})
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+
+    def tap(b, ch, y, x):
+        return dp[b, ch, ry.var % sh, rx.var % sw, y + ry.var // sh, x + rx.var // sw]
+
+    if kind == "max":
+        return te.compute((n, c, out_h, out_w),
+                          lambda b, ch, y, x: te.max(tap(b, ch, y, x), axis=[ry, rx]), "pool2d")
+    total = te.compute((n, c, out_h, out_w),
+                       lambda b, ch, y, x: te.sum(tap(b, ch, y, x), axis=[ry, rx]), "pool2d_sum")
+    scale = te.const(1.0 / (kh * kw), data.dtype)
+    return te.compute((n, c, out_h, out_w), lambda b, ch, y, x: total[b, ch, y, x] * scale,
+                      "pool2d")

@@ -14,8 +14,8 @@ the input is never modified):
   thread, then a tree over the threads in shared memory.
 * ``CompactBufferAllocation`` — shared / local intermediates shrunk to the tile they touch.
 * ``lower(func_or_mod, target=None)`` — the default pipeline: ``VerifyMemoryAccess ->
-  ConvertBlocksToLoops -> Simplify -> FlattenBuffers -> Simplify`` (GPU targets:
-  ``GPU_PASSES``).
+  ConvertBlocksToLoops -> CompactBufferAllocation -> LoopPartition -> Simplify ->
+  FlattenBuffers -> Simplify`` (GPU targets: ``GPU_PASSES``).
 * ``split_host_device`` / ``lower_device(func, target)`` — device lowering: host program and
   GPU kernels (``HostDeviceSplit``), checked against the target's limits; see
   ``tensorir.transform.device`` and ``docs/lowering.md``.

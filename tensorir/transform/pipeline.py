@@ -13,8 +13,11 @@ from .simplify import Simplify
 from .verify import VerifyMemoryAccess
 
 # The passes of ``lower``, in order (names for printing and for tests).
-DEFAULT_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, LoopPartition, Simplify, FlattenBuffers,
-                  Simplify)
+# CompactBufferAllocation before LoopPartition: a local tile (register accumulators) gets its
+# constant shape while each of its accesses still sits in one loop nest; the partition then
+# copies the tile's allocation into the main part and the tail.
+DEFAULT_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, CompactBufferAllocation, LoopPartition,
+                  Simplify, FlattenBuffers, Simplify)
 # For GPU targets (``opencl``, ``webgpu``): reductions over threadIdx-bound loops lowered to
 # a tree over the threads, shared / local tiles compacted to constant sizes,
 # no loop partitioning (a partitioned thread-bound nest would become two kernels).
@@ -44,9 +47,9 @@ def _lower_func(func: PrimFunc, target=None) -> PrimFunc:
 def lower(func_or_mod, target=None):
     """Lower a PrimFunc (or every PrimFunc of an IRModule) to the form code generators consume.
 
-    Runs ``VerifyMemoryAccess -> ConvertBlocksToLoops -> LoopPartition -> Simplify ->
-    FlattenBuffers -> Simplify``; see the ``tensorir.transform`` module docstring for the exact
-    output form. For a GPU target (kind ``opencl`` / ``webgpu``) the pipeline is
+    Runs ``VerifyMemoryAccess -> ConvertBlocksToLoops -> CompactBufferAllocation ->
+    LoopPartition -> Simplify -> FlattenBuffers -> Simplify``; see the ``tensorir.transform``
+    module docstring for the exact output form. For a GPU target (kind ``opencl`` / ``webgpu``) the pipeline is
     ``GPU_PASSES``: ``CompactBufferAllocation`` shrinks shared / local tiles and loops are not
     partitioned; ``lower_device`` then splits host and kernels.
 

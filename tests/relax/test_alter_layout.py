@@ -376,3 +376,56 @@ def test_fold_scale_axis_only_per_channel():
     got = [t.numpy() for t in relax.VirtualMachine(exe)["main"](xs)]
     for g, want in zip(got, (conv * s_chan, conv * s_pix, conv * s_chan)):
         np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# pooling
+
+
+def _pool_ref(x, kind, k, s, p, count_include_pad=False):
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p, p), (p, p)), constant_values=fill)
+    ones = np.pad(np.ones(x.shape), ((0, 0), (0, 0), (p, p), (p, p)),
+                  constant_values=1.0 if count_include_pad else 0.0)
+    oh, ow = (x.shape[2] + 2 * p - k) // s + 1, (x.shape[3] + 2 * p - k) // s + 1
+    taps = [(a, b) for a in range(k) for b in range(k)]
+    win = [xp[:, :, a:a + s * (oh - 1) + 1:s, b:b + s * (ow - 1) + 1:s] for a, b in taps]
+    if kind == "max":
+        return np.max(win, axis=0)
+    cnt = sum(ones[:, :, a:a + s * (oh - 1) + 1:s, b:b + s * (ow - 1) + 1:s] for a, b in taps)
+    return np.sum(win, axis=0) / cnt
+
+
+def test_pooling_layers_match_numpy():
+    cases = [("max", 3, 2, 1, {}), ("max", 3, 2, 0, {}), ("avg", 2, 2, 0, {}),
+             ("avg", 3, 2, 1, {"count_include_pad": True}),          # phases, constant divisor
+             ("avg", 3, 2, 1, {}),                                   # varying divisor: kept
+             ("avg", 3, 1, 1, {}), ("max", 3, 1, 1, {})]             # stride 1: in place
+    bb = BlockBuilder()
+    for k, (kind, ks, st, pad, extra) in enumerate(cases):
+        x = Var("x", TensorStructInfo(("n", 8, 13, 13), "float32"))
+        pool = op.nn.max_pool2d if kind == "max" else op.nn.avg_pool2d
+        with bb.function(f"f{k}", [x]):
+            with bb.dataflow():
+                gv = bb.emit_output(bb.emit(pool(x, ks, st, pad, **extra)))
+            bb.emit_func_output(gv)
+    x = Var("x", TensorStructInfo(("n", 32, 7, 7), "float32"))
+    with bb.function("gap", [x]):
+        with bb.dataflow():
+            gv = bb.emit_output(bb.emit(op.nn.adaptive_avg_pool2d(x, 1)))
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    altered = AlterLayout("llvm")(mod)
+    phased = [k for k in range(len(cases)) if "R.nn." not in to_script(altered[f"f{k}"])]
+    assert phased == [0, 1, 2, 3]        # strided, constant divisor: on phase planes
+    vm = relax.VirtualMachine(relax.build(mod, "llvm"))
+    for k, (kind, ks, st, pad, extra) in enumerate(cases):
+        for n in (1, 2):
+            xs = rand(n, 8, 13, 13)
+            np.testing.assert_allclose(vm[f"f{k}"](xs).numpy(),
+                                       _pool_ref(xs, kind, ks, st, pad,
+                                                 extra.get("count_include_pad", False)),
+                                       rtol=1e-5, atol=1e-5, err_msg=str(cases[k]))
+    xs = rand(2, 32, 7, 7)
+    np.testing.assert_allclose(vm["gap"](xs).numpy(), xs.mean(axis=(2, 3), keepdims=True),
+                               rtol=1e-5, atol=1e-5)
