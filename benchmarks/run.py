@@ -17,6 +17,7 @@ REGISTRY = {
     "gemm_cpu": "benchmarks.gemm_cpu",
     "ops_cpu": "benchmarks.ops_cpu",
     "relax_cpu": "benchmarks.relax_cpu",
+    "cnn_ops_cpu": "benchmarks.cnn_ops_cpu",
     "zoo": "benchmarks.zoo.run",
     "rpc_tune_throughput": "benchmarks.rpc_tune_throughput",
     "gpu_webgpu": "benchmarks.gpu_webgpu",
