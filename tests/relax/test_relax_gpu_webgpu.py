@@ -195,6 +195,17 @@ def test_mlp_end_to_end_symbolic_batch(dev):
     assert t.mean > 0
 
 
+def test_exported_executable_runs_after_loading(dev, tmp_path):
+    from benchmarks.models import mlp
+    model = mlp(in_features=16, hidden=(32,), out_features=4, seed=2)
+    path = str(tmp_path / "mlp.tcx")
+    relax.build(model.mod, "webgpu").export_library(path)
+    exe = relax.load_executable(path)           # the kernels: the WebGPU module's JSON
+    x, = model.make_inputs(np.random.default_rng(3), batch=5)
+    y = VirtualMachine(exe, dev)["main"](x)
+    np.testing.assert_allclose(y.numpy(), model.reference(x), rtol=1e-4, atol=1e-4)
+
+
 def test_transformer_block_end_to_end(dev):
     from benchmarks.models import bert_encoder_layer
     model = bert_encoder_layer(hidden=32, heads=2, ffn=64, seed=5)
