@@ -255,6 +255,14 @@ def compile_function(name: str, func: PrimFunc, target) -> dict:
     for p in params:
         if p["kind"] == "buffer":
             storage.storage_dtype(p["dtype"])  # refuses float64 at build time
+            if all(isinstance(d, int) for d in p["shape"]):
+                size = 1
+                for d in p["shape"]:
+                    size *= d
+                if size > 2 ** 31 - 1:
+                    raise WebGPULimitError(
+                        f"{name}: argument {p['name']} has {size} elements; WebGPU kernels "
+                        f"index with 32-bit integers (fewer than 2**31 elements)", func)
     prog = _HostProgram(host_func, split, target, names)
     host = prog.stmt(host_func.body)
     shape_vars = [names(v) for v in host_func.attr_dict.get("shape_vars", ())]

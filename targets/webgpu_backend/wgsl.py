@@ -255,6 +255,7 @@ class KernelEmitter:
         self.binding_of: dict[int, tuple[Binding, int]] = {}
         self.unroll_budget = UNROLL_BODY_LIMIT
         self.unrolling = 0
+        self.index_depth = 0       # > 0 while emitting an index or a loop bound
         self.local_arrays: list[tuple[str, str]] = []   # (name, element type)
         for b in bindings:
             for k, buf in enumerate(b.buffers):
@@ -535,9 +536,11 @@ class KernelEmitter:
         name = self.names.get(v, "v_")
         ty = self.ty(v.dtype, s)
         self.local_vars[id(v)] = name
+        self.index_depth += 1
         lo_c = self.expr(s.min)
         hi = self.expr(self.ana.simplify(E.Add(s.min, s.extent))) \
             if not E.is_const_int(s.min, 0) else self.expr(s.extent)
+        self.index_depth -= 1
         self.ana.bind(v, Range(s.min, s.extent))
         one = "1u" if ty == "u32" else "1i"
         self.line(f"for (var {name}: {ty} = {lo_c}; {name} < {hi}; {name} = {name} + {one}) {{")
@@ -556,7 +559,11 @@ class KernelEmitter:
                 idx = self.ana.simplify(idx)
             except TIRError:
                 pass
-        return self._as_i32(self.expr(idx), idx.dtype)
+        self.index_depth += 1
+        try:
+            return self._as_i32(self.expr(idx), idx.dtype)
+        finally:
+            self.index_depth -= 1
 
     @staticmethod
     def _as_i32(code: str, dtype: str) -> str:
@@ -618,6 +625,11 @@ class KernelEmitter:
                                f"kernel and is not a shape variable or scalar parameter", v)
 
     def e_IntImm(self, e):
+        if self.index_depth and e.dtype in ("int64", "uint64") and \
+                not -2 ** 31 <= e.value <= INT32_MAX:
+            raise WebGPUBuildError(f"kernel {self.name}: the index constant {e.value} does not "
+                                   f"fit in 32 bits; WebGPU kernels index with i32 (arrays of "
+                                   f"fewer than 2**31 elements)", e)
         return _int_literal(e.value, e.dtype, e)
 
     def e_FloatImm(self, e):

@@ -96,6 +96,25 @@ def _shared_tile(rows: int):
     return sch.mod
 
 
+def test_64_bit_extents_are_build_time_errors():
+    A = te.placeholder((3, 2 ** 30), "float32", "A")
+    B = te.compute((3, 2 ** 30), lambda i, j: A[i, j] + 1.0, "B")
+    with pytest.raises(ValueError, match=r"3221225472 elements; .* 32-bit"):
+        targets.build(bind_1d(te.create_prim_func([A, B]), "B").mod, "webgpu")
+
+
+def test_no_adapter_and_missing_feature(dev, monkeypatch):
+    ctx = runtime.context(dev.index)
+    with pytest.raises(WebGPUError, match="needs the WebGPU feature 'no-such-feature'.* does "
+                                          "not have"):
+        ctx.check_requirements("module function main", {}, ["no-such-feature"])
+    monkeypatch.setattr(runtime, "_ADAPTERS", [])
+    monkeypatch.setattr(runtime, "_CONTEXTS", {})
+    assert not targets.webgpu(0).exist
+    with pytest.raises(WebGPUError, match="no WebGPU adapter found"):
+        targets.empty((2,), "float32", targets.webgpu(0))
+
+
 def test_too_many_unpackable_buffers_is_a_build_error():
     n = te.var("n")
     ins = [te.placeholder((n,), "float16", f"X{k}") for k in range(9)]
