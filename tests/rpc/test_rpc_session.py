@@ -105,8 +105,19 @@ def test_arrays_round_trip_and_copyfrom(sess, rng):
     assert empty.numpy().shape == (0, 5)
     with pytest.raises(ValueError, match="unknown device kind"):
         sess.device("tpu", 0)
-    with pytest.raises(ValueError, match="no runtime for opencl"):
-        sess.array(x, sess.device("opencl", 0))
+    # the board's OpenCL runtime (PoCL here) serves remote device arrays; without a platform the
+    # board says so
+    try:
+        import pyopencl
+        have_opencl = bool(pyopencl.get_platforms())
+    except Exception:
+        have_opencl = False
+    if have_opencl:
+        remote = sess.array(x, sess.device("opencl", 0))
+        np.testing.assert_array_equal(remote.numpy(), x)
+    else:
+        with pytest.raises((ValueError, RuntimeError), match="(?i)opencl"):
+            sess.array(x, sess.device("opencl", 0))
 
 
 def test_dropped_arrays_are_freed_on_the_board(sess):
