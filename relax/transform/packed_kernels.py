@@ -533,7 +533,8 @@ def pack_dense_weight(weight: te.Tensor, width: int, transpose: bool = False) ->
 def dense_packed(data: te.Tensor, weight: te.Tensor, out_features: int,
                  out_dtype: str) -> te.Tensor:
     """``data @ W`` for ``data`` ``(..., M, K)`` and ``W`` packed ``[ceil(N/NR), K, NR]``
-    (``pack_dense_weight``): ``(..., M, N)``, block ``dense``.
+    (``pack_dense_weight``): ``(..., M, N)``, block ``dense`` (``dense_panel`` and a copy when
+    ``N`` is narrower than one panel).
 
     Examples
     --------
@@ -551,8 +552,14 @@ def dense_packed(data: te.Tensor, weight: te.Tensor, out_features: int,
         v = data[tuple(idx[:lead]) + (k.var,)].astype(out_dtype)
         return te.sum(v * weight[j // nr, k, j % nr].astype(out_dtype), axis=k)
 
-    return te.compute(tuple(data.shape[:-1]) + (out_features,), f, "dense",
-                      attrs={SCHEDULE_RULE: RULE_DENSE, "width": nr})
+    attrs = {SCHEDULE_RULE: RULE_DENSE, "width": nr}
+    if out_features >= nr:
+        return te.compute(tuple(data.shape[:-1]) + (out_features,), f, "dense", attrs=attrs)
+    # narrower than one panel (a classifier's 10 outputs): the tile computes the whole
+    # (zero-padded) panel into an intermediate, so its accumulators are a dense rows x NR block
+    # (a tile clipped to 10 of 16 lanes would overlap its rows and stay in memory)
+    full = te.compute(tuple(data.shape[:-1]) + (nr,), f, "dense_panel", attrs=attrs)
+    return te.compute(tuple(data.shape[:-1]) + (out_features,), lambda *i: full[i], "dense")
 
 
 def _as_int(d) -> int:

@@ -1,0 +1,109 @@
+"""Default-schedule rules on their lowered form: the attention scores' tile is unmasked in its
+main part and kept in a constant-size local tile (registers) despite symbolic strides;
+elementwise kernels do not fuse a symbolic loop into their parallel loop; strided reads are not
+vectorized into gathers; window reductions and narrow dense layers get register tiles. Values
+are checked against numpy on random inputs."""
+import re
+
+import numpy as np
+
+import targets
+from relax import default_schedules as ds
+from relax.transform import packed_kernels as pk
+from targets import Target
+from tensorir import te
+from tensorir.transform import lower
+
+TARGET = Target("llvm")
+RNG = np.random.default_rng(3)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+def _lowered(func):
+    g = ds.apply(func, TARGET)
+    return g, lower(g).script()
+
+
+def test_attention_scores_unmasked_main_part_and_register_tile():
+    b, s = te.var("b"), te.var("s")
+    q = te.placeholder((b, 12, s, 64), "float32", "q")
+    kt = te.placeholder((b, 12, 64, s), "float32", "kt")
+    k = te.reduce_axis((0, 64), "k")
+    sc = te.compute((b, 12, s, s), lambda n, h, i, j: te.sum(q[n, h, i, k] * kt[n, h, k, j],
+                                                             axis=k), "matmul")
+    c = te.placeholder((1,), "float32", "c")
+    d = te.compute((b, 12, s, s), lambda n, h, i, j: sc[n, h, i, j] / c[0], "divide")
+    g, text = _lowered(te.create_prim_func([q, kt, c, d]))
+    # the accumulators: a constant 6 x 32 tile allocated in the tile loop, not (b, 12, s, s)
+    allocs = re.findall(r'matmul_local = T.allocate\(\((\d+),\), "float32", scope="local"\)',
+                        text)
+    assert allocs and set(allocs) == {"192"}, allocs
+    # the main part (j_0 < s // 32) runs the reduction without a lane test
+    main = text.split("if j_0 < s // 32:")[1].split("else:")[0]
+    assert "for k in range(64)" in main and "< s" not in main.split("for k in range(64)")[1]
+    mod = targets.build(g, "llvm")
+    for n, sv in ((1, 37), (2, 64)):
+        qs, ks = rand(n, 12, sv, 64), rand(n, 12, 64, sv)
+        out = np.zeros((n, 12, sv, sv), "float32")
+        mod["main"](qs, ks, np.array([8.0], "float32"), out)
+        np.testing.assert_allclose(out, qs @ ks / 8.0, rtol=1e-4, atol=1e-4)
+
+
+def test_elementwise_symbolic_batch_parallel_loop_not_fused():
+    n = te.var("n")
+    x = te.placeholder((n, 64, 28, 28), "float32", "x")
+    y = te.compute(x.shape, lambda a, b, c, d: te.max(x[a, b, c, d], te.const(0.0, "float32")),
+                   "relu")
+    g, text = _lowered(te.create_prim_func([x, y]))
+    assert "for a in range(n):" in text and "T.parallel(1792)" in text
+    assert "assert" not in text          # no per-element bounds check left in the vector loop
+
+
+def test_transpose_reads_stay_scalar():
+    x = te.placeholder((64, 96), "float32", "x")
+    y = te.compute((96, 64), lambda i, j: x[j, i], "T")
+    g, text = _lowered(te.create_prim_func([x, y]))
+    assert "T.vectorized" not in text        # a gather per vector: slower than scalar code
+    mod = targets.build(g, "llvm")
+    xs, out = rand(64, 96), np.zeros((96, 64), "float32")
+    mod["main"](xs, out)
+    np.testing.assert_array_equal(out, xs.T)
+
+
+def test_window_reduction_register_vector():
+    # stride-1 3x3 max pool with padding: the window loops inside a vector of output columns
+    n = te.var("n")
+    x = te.placeholder((n, 8, 20, 20), "float32", "x")
+    ry, rx = te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
+    pad = te.compute((n, 8, 22, 22), lambda a, b, c, d: te.if_then_else(
+        te.all(c >= 1, c < 21, d >= 1, d < 21), x[a, b, c - 1, d - 1], te.const(-1e30, "float32")),
+        "pad")
+    y = te.compute((n, 8, 20, 20), lambda a, b, c, d: te.max(pad[a, b, c + ry, d + rx],
+                                                             axis=[ry, rx]), "pool")
+    g, text = _lowered(te.create_prim_func([x, y]))
+    assert re.search(r'pool_local = T.allocate\(\(16,\), "float32", scope="local"\)', text)
+    mod = targets.build(g, "llvm")
+    xs = rand(2, 8, 20, 20)
+    out = np.zeros((2, 8, 20, 20), "float32")
+    mod["main"](xs, out)
+    xp = np.pad(xs, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-1e30)
+    want = np.max([xp[:, :, a:a + 20, b:b + 20] for a in range(3) for b in range(3)], axis=0)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_narrow_dense_tile_is_a_whole_panel():
+    n = te.var("n")
+    x = te.placeholder((n, 64), "float32", "x")
+    w = te.placeholder((1, 64, 16), "float32", "w")
+    y = pk.dense_packed(x, w, 10, "float32")
+    g, text = _lowered(te.create_prim_func([x, w, y]))
+    assert 'dense_panel_local = T.allocate((96,), "float32", scope="local")' in text
+    mod = targets.build(g, "llvm")
+    for rows in (1, 2, 13):
+        xs, ws = rand(rows, 64), rand(1, 64, 16)
+        out = np.zeros((rows, 10), "float32")
+        mod["main"](xs, ws, out)
+        np.testing.assert_allclose(out, xs @ ws[0][:, :10], rtol=1e-4, atol=1e-4)
