@@ -31,6 +31,16 @@ def repo_env(**extra) -> dict:
     return env
 
 
+def _die_with_parent() -> None:
+    # a test process killed hard (SIGKILL, a crashed pytest) runs no fixture teardown: ask the
+    # kernel to kill this child too, so no orphan server outlives the test run (Linux only)
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Proc:
     """A server or tracker process started by a test; ``port`` is where it listens."""
 
@@ -39,7 +49,8 @@ class Proc:
         self.cmd = cmd
         self.log = tempfile.TemporaryFile(mode="w+")
         self.popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                      env=env or repo_env(), cwd=REPO, start_new_session=True)
+                                      env=env or repo_env(), cwd=REPO, start_new_session=True,
+                                      preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self.lines: "queue.Queue[str]" = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self.port = None
