@@ -117,9 +117,17 @@ class RewriteParallelVectorizeUnroll(Postproc):
         loop, _ = tree.find_loop(sch.func, var)
         todo: list[For] = []
         _collect_unroll(loop, limit, todo)
+        # one get_loops per block below the loops (unroll keeps the loops, so the RVs stay)
+        by_block: dict[str, list] = {}
+        rvs = {}
         for f in todo:
-            rv = _loop_rvs(sch, [f])[0]
-            sch.unroll(rv)
+            name = tree.child_block_realizes(f)[0].block.name
+            if name not in by_block:
+                by_block[name] = sch.get_loops(sch.get_block(name))
+            for rv in by_block[name]:
+                rvs.setdefault(id(sch.get(rv).loop_var), rv)
+        for f in todo:
+            sch.unroll(rvs[id(f.loop_var)])
 
 
 def _split_width(extent: int, limit: int) -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tensorir.expr import Add, BufferLoad, Cast, Mul, Var
+from tensorir.expr import Add, BufferLoad, Cast, FloorDiv, FloorMod, IntImm, Mul, Var
 from tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
 
 from . import analysis as A
@@ -65,6 +65,7 @@ class _Operands:
     y_dim: int
     i_var: Var | None
     j_var: Var
+    panel: int | None = None     # Y is already packed: Y[..., j // panel, ..., j % panel]
 
 
 class MultiLevelTiling(ScheduleRule):
@@ -137,8 +138,9 @@ class MultiLevelTiling(ScheduleRule):
             return [sch]
         ops = _operands(info) if self.pack != "no" else None
         packs = {"no": [False], "may": [False, True], "must": [True]}[self.pack]
-        if ops is None:
-            packs = [False] if self.pack != "must" else []
+        if ops is None or ops.panel is not None:
+            # nothing to pack, or packed already (a weight laid out at build time)
+            packs = [False] if self.pack != "must" or (ops is not None) else []
         writes = {"no": [None], "may": [None, *self.reuse_write.levels],
                   "must": list(self.reuse_write.levels)}[self.reuse_write.req]
         out = []
@@ -308,9 +310,14 @@ def _operands(info: A.BlockInfo) -> _Operands | None:
         i = None
     for y, x in ((loads[1], loads[0]), (loads[0], loads[1])):
         dims = [d for d, e in enumerate(y.indices) if e is j]
-        if len(dims) != 1:
+        panel = _prepacked(y.indices, j) if not dims else None
+        if panel is not None:
+            dims = [len(y.indices) - 1]
+            others = [e for e in y.indices[:-1] if not _is_div(e, j, panel[0])]
+        elif len(dims) != 1:
             continue
-        others = [e for d, e in enumerate(y.indices) if d != dims[0]]
+        else:
+            others = [e for d, e in enumerate(y.indices) if d != dims[0]]
         if not all(isinstance(e, Var) and id(e) in reduce_ for e in others):
             continue
         if any(A.uses_var(e, j) for e in x.indices):
@@ -322,8 +329,24 @@ def _operands(info: A.BlockInfo) -> _Operands | None:
         yi = next((n for n, r in enumerate(reads) if r is y.buffer), None)
         if xi is None or yi is None or xi == yi:
             return None
-        return _Operands(xi, yi, dims[0], i, j)
+        return _Operands(xi, yi, dims[0], i, j, panel[0] if panel else None)
     return None
+
+
+def _is_div(e, j: Var, p: int) -> bool:
+    return isinstance(e, FloorDiv) and e.a is j and isinstance(e.b, IntImm) and e.b.value == p
+
+
+def _prepacked(indices, j: Var):
+    """``(P,)`` when an operand is read as already packed by ``P`` along ``j``: one index
+    ``j // P`` and the last one ``j % P`` (relax's AlterLayout weights ``W[j // 32, k, j % 32]``)."""
+    last = indices[-1] if indices else None
+    if not (isinstance(last, FloorMod) and last.a is j and isinstance(last.b, IntImm)):
+        return None
+    p = last.b.value
+    if sum(_is_div(e, j, p) for e in indices[:-1]) != 1:
+        return None
+    return (p,)
 
 
 class MultiLevelTilingWithIntrin(MultiLevelTiling):
@@ -391,6 +414,10 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
         ej = A.extent_value(info.loops[j_idx], hints)
         mrs = [m for m in self.mr_candidates if ei is None or m <= max(ei, 1)] or [1]
         nrs = [lanes * v for v in self.nr_vectors if ej is None or lanes * v <= max(ej, lanes)]
+        if ops.panel is not None:
+            # an operand packed in panels of P: a register tile inside one panel
+            nrs = [nr for nr in nrs if ops.panel % nr == 0] or \
+                [d for d in range(min(ops.panel, 64), 0, -1) if ops.panel % d == 0][:1]
         nrs = nrs or [lanes]
         mr = sch.sample_categorical(mrs, [1.0 / len(mrs)] * len(mrs))
         nr = sch.sample_categorical(nrs, [1.0 / len(nrs)] * len(nrs))

@@ -180,3 +180,30 @@ def test_cross_thread_reduction_and_auto_bind_on_gpu():
     tags = {l.thread_tag for name in ("B", "C", "D") for l in loops_of(d, name)
             if l.kind == "thread_binding"}
     assert tags == {"blockIdx.x", "threadIdx.x"}
+
+
+def test_micro_kernel_on_weights_packed_at_build_time():
+    """relax's AlterLayout hands kernels weights already in panels, W[j // 32, k, j % 32]:
+    the micro-kernel rule uses them as they are, with tiles that stay inside a panel."""
+    from tensorir import te
+    M, N, K = 16, 64, 24
+    X = te.placeholder((M, K), "float32", "X")
+    W = te.placeholder((N // 32, K, 32), "float32", "W")
+    k = te.reduce_axis((0, K), "k")
+    Y = te.compute((M, N), lambda i, j: te.sum(X[i, k] * W[j // 32, k, j % 32], axis=k), "Y")
+    f = te.create_prim_func([X, W, Y])
+    space = ms.default_space(LLVM)
+    designs = space.generate(f, LLVM)
+    assert len(designs) == 4                              # micro-kernel + 3 plain (no packing)
+    mk = next(d for d in designs if dict(blocks_of(d)["Y"].block.annotations).get(ANN_TENSORIZE))
+    assert "W_global" not in blocks_of(mk)
+    cats = [i for i in mk.trace.instructions if i.kind == "sample_categorical"]
+    assert cats[1].inputs[0] and all(32 % nr == 0 for nr in cats[1].inputs[0])
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (M, K)).astype("float32")
+    w = rng.uniform(-1, 1, (K, N)).astype("float32")
+    packed = np.ascontiguousarray(w.reshape(K, N // 32, 32).transpose(1, 0, 2))
+    for seed in range(3):
+        sch = space.sample(mk, f, LLVM, seed)
+        assert sch is not None, space.last_rejection
+        check_interpret(sch.mod["main"], [x, packed], x @ w)
