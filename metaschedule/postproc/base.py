@@ -30,6 +30,12 @@ class Postproc:
 
     context: SpaceContext | None = None
 
+    def __getstate__(self):
+        # the context holds the task's function (IR does not pickle); initialize() sets it again
+        state = dict(self.__dict__)
+        state.pop("context", None)
+        return state
+
     def initialize(self, context: SpaceContext) -> None:
         self.context = context
 

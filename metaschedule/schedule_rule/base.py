@@ -87,6 +87,12 @@ class ScheduleRule:
 
     context: SpaceContext | None = None
 
+    def __getstate__(self):
+        # the context holds the task's function (IR does not pickle); initialize() sets it again
+        state = dict(self.__dict__)
+        state.pop("context", None)
+        return state
+
     def initialize(self, context: SpaceContext) -> None:
         """Called by ``SpaceGenerator.generate`` before the rule is applied."""
         self.context = context

@@ -124,3 +124,12 @@ def test_sample_mutate_finish_round_trip():
             got += 1
             check_interpret(m.mod["main"], ins, expected)
     assert got >= 4
+
+
+def test_space_pickles_for_worker_processes():
+    import pickle
+    space = ms.default_space(LLVM)
+    f = gemm()
+    design = space.generate(f, LLVM)[0]
+    again = pickle.loads(pickle.dumps(space))
+    assert again.sample(pickle.loads(pickle.dumps(design.trace)), f, LLVM, 0) is not None
