@@ -6,6 +6,6 @@ when it is called); every
 frontend raises ``relax.frontend.UnsupportedError`` listing all the operators and attributes of
 the model it cannot import, and ``ValueError`` for a malformed model. See docs/frontends.md.
 """
-from .common import UnsupportedError
+from .common import UnsupportedError, detach_params
 from .onnx import from_onnx
 from .torch import from_torch

@@ -37,3 +37,28 @@ def unique_in_order(items: Iterable[str]) -> list:
     for item in items:
         seen.setdefault(item, None)
     return list(seen)
+
+
+def detach_params(mod):
+    """Take the weights that ``from_onnx(..., keep_params_in_input=True)`` attached to each
+    function (the ``"params"`` attribute) out of the module.
+
+    Returns ``(mod_without_params, {"main": [numpy arrays, in parameter order]})``; call the
+    function with its inputs followed by those arrays.
+
+    Examples
+    --------
+    >>> mod = relax.frontend.from_onnx(model, keep_params_in_input=True)   # doctest: +SKIP
+    >>> mod, params = relax.frontend.detach_params(mod)                    # doctest: +SKIP
+    >>> vm["main"](x, *params["main"])                                     # doctest: +SKIP
+    """
+    from tensorir.function import IRModule
+    from ..expr import Function
+    funcs, params = {}, {}
+    for name, func in mod.functions.items():
+        if isinstance(func, Function) and "params" in func.attr_dict:
+            attrs = func.attr_dict
+            params[name] = [c.data for c in attrs.pop("params")]
+            func = func.replace(attrs=attrs)
+        funcs[name] = func
+    return IRModule(funcs), params

@@ -43,6 +43,9 @@ def _mod(ctx, node):
     a, b = ctx.input(node, 0), ctx.input(node, 1)
     if node.attr("fmod", 0):
         return _op.mod(a, b)
+    if dt.is_float(ctx.dtype(a)) and node.version < 28:
+        raise ConversionError(f"Mod with fmod=0 needs integer inputs before version 28 "
+                              f"(version {node.version}; floats need fmod=1)")
     return _op.floor_mod(a, b)
 
 

@@ -370,7 +370,10 @@ def _expand(ctx, node):
         if k < rank:
             t = ctx.emit(_op.concat([const(np.ones(rank - k, np.int64)), t], 0))
         out = ctx.emit(_op.where(ctx.emit(_op.equal(t, scalar(1, _I64))), xpad, t))
-        dims = ctx.runtime_dims(out, "dim")
+        # where the input dim is not 1 the output dim is that dim (checked at run time)
+        padded = [IntImm(1, _I64)] * (rank - len(xs)) + list(xs)
+        expected = [None if static_int(d) == 1 else d for d in padded]
+        dims = ctx.runtime_dims(out, "dim", expected)
         return _op.broadcast_to(x, ShapeExpr(dims))
     rank = max(len(target), len(xs))
     tpad = [1] * (rank - len(target)) + list(target)
