@@ -11,7 +11,8 @@ walks through the steps with their measured speed):
    the ``k`` loop body is ``MR`` broadcasts of ``A``, ``NR / lanes`` vector loads of ``B`` and
    ``MR * NR / lanes`` fused multiply-adds on registers. (The LLVM back end allocates the tile
    in the loop that uses it, where LLVM keeps it in registers, and fuses ``acc + a * b``: see
-   ``compact_local_allocations`` and ``_accumulate`` in ``targets/llvm/codegen.py``.)
+   ``compact_local_allocations`` in ``tensorir/transform/compact_local.py`` and ``_accumulate``
+   in ``targets/llvm/codegen.py``.)
 2. **Packing B** into panels: a ``cache_read`` copy of ``B`` re-laid out by ``transform_layout``
    as ``B_global[j // NR, k, j % NR]``, so the micro-kernel streams the ``NR`` columns of each
    ``k`` as contiguous vectors. By default each panel is packed inside the panel loop, right

@@ -13,9 +13,11 @@ the input is never modified):
 * ``LowerCrossThreadReduction`` — reductions over threadIdx-bound loops: partial results per
   thread, then a tree over the threads in shared memory.
 * ``CompactBufferAllocation`` — shared / local intermediates shrunk to the tile they touch.
+* ``CompactLocalAllocations`` — on flat code: each local buffer allocated in the innermost loop
+  holding its accesses, at the size one iteration touches (register tiles).
 * ``lower(func_or_mod, target=None)`` — the default pipeline: ``VerifyMemoryAccess ->
   ConvertBlocksToLoops -> CompactBufferAllocation -> LoopPartition -> Simplify ->
-  FlattenBuffers -> Simplify`` (GPU targets: ``GPU_PASSES``).
+  FlattenBuffers -> CompactLocalAllocations -> Simplify`` (GPU targets: ``GPU_PASSES``).
 * ``split_host_device`` / ``lower_device(func, target)`` — device lowering: host program and
   GPU kernels (``HostDeviceSplit``), checked against the target's limits; see
   ``tensorir.transform.device`` and ``docs/lowering.md``.
@@ -63,6 +65,7 @@ Examples
 >>> # for i in range(4): { B[i] = 0.0; for k in range(8): B[i] = B[i] + A[i * 8 + k] }
 """
 from .compact import CompactBufferAllocation
+from .compact_local import CompactLocalAllocations
 from .convert_blocks import ConvertBlocksToLoops, LowerInitBlock
 from .cross_thread_reduction import LowerCrossThreadReduction
 from .device import (DeviceKernel, DeviceLimitError, HostDeviceSplit, LaunchKernel,
@@ -73,7 +76,7 @@ from .pipeline import DEFAULT_PASSES, GPU_PASSES, lower, lower_device
 from .simplify import Simplify
 from .verify import OutOfBoundsError, VerifyMemoryAccess
 
-__all__ = ["CompactBufferAllocation", "ConvertBlocksToLoops", "DEFAULT_PASSES", "DeviceKernel",
+__all__ = ["CompactBufferAllocation", "CompactLocalAllocations", "ConvertBlocksToLoops", "DEFAULT_PASSES", "DeviceKernel",
            "DeviceLimitError", "FlattenBuffers", "GPU_PASSES", "HostDeviceSplit", "LaunchKernel",
            "LoopPartition", "LowerCrossThreadReduction", "LowerInitBlock", "lower_device", "split_host_device",
            "OutOfBoundsError", "Simplify", "VerifyMemoryAccess", "flat_buffer", "linear_index",

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..expr import TIRError
 from ..function import IRModule, PrimFunc
 from .compact import CompactBufferAllocation
+from .compact_local import CompactLocalAllocations
 from .convert_blocks import ConvertBlocksToLoops
 from .cross_thread_reduction import LowerCrossThreadReduction
 from .device import GPU_KINDS, HostDeviceSplit, split_host_device
@@ -15,9 +16,10 @@ from .verify import VerifyMemoryAccess
 # The passes of ``lower``, in order (names for printing and for tests).
 # CompactBufferAllocation before LoopPartition: a local tile (register accumulators) gets its
 # constant shape while each of its accesses still sits in one loop nest; the partition then
-# copies the tile's allocation into the main part and the tail.
+# copies the tile's allocation into the main part and the tail. CompactLocalAllocations, on the
+# flat code, places each local buffer in its loop and shrinks tiles clipped by their buffer.
 DEFAULT_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, CompactBufferAllocation, LoopPartition,
-                  Simplify, FlattenBuffers, Simplify)
+                  Simplify, FlattenBuffers, CompactLocalAllocations, Simplify)
 # For GPU targets (``opencl``, ``webgpu``): reductions over threadIdx-bound loops lowered to
 # a tree over the threads, shared / local tiles compacted to constant sizes,
 # no loop partitioning (a partitioned thread-bound nest would become two kernels).
@@ -48,8 +50,8 @@ def lower(func_or_mod, target=None):
     """Lower a PrimFunc (or every PrimFunc of an IRModule) to the form code generators consume.
 
     Runs ``VerifyMemoryAccess -> ConvertBlocksToLoops -> CompactBufferAllocation ->
-    LoopPartition -> Simplify -> FlattenBuffers -> Simplify``; see the ``tensorir.transform``
-    module docstring for the exact output form. For a GPU target (kind ``opencl`` / ``webgpu``) the pipeline is
+    LoopPartition -> Simplify -> FlattenBuffers -> CompactLocalAllocations -> Simplify``; see the
+    ``tensorir.transform`` module docstring for the exact output form. For a GPU target (kind ``opencl`` / ``webgpu``) the pipeline is
     ``GPU_PASSES``: ``CompactBufferAllocation`` shrinks shared / local tiles and loops are not
     partitioned; ``lower_device`` then splits host and kernels.
 

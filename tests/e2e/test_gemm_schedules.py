@@ -22,7 +22,7 @@ from tensorir.structural import structural_equal
 
 from benchmarks.schedules.gemm import (GemmConfig, default_config, matmul_bias_gelu_func,
                                        matmul_func, schedule_gemm, schedule_gemm_bias_gelu)
-from targets.llvm.codegen import compact_local_allocations
+from tensorir.transform.compact_local import compact_local_allocations
 
 CONFIGS = [
     None,                                           # the target's default tile

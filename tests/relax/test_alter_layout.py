@@ -14,6 +14,9 @@ from relax.transform import (AlterLayout, CanonicalizeBindings, DeadCodeEliminat
                              FuseTIR, LegalizeOps, get_pipeline)
 from relax.transform import packed_kernels as pk
 from tensorir.function import PrimFunc
+from tensorir.functor import post_order_visit
+from tensorir.stmt import Allocate
+from tensorir.transform import lower
 
 RNG = np.random.default_rng(7)
 
@@ -100,7 +103,6 @@ def _tile():
 
 
 def _constants(mod):
-    from tensorir.functor import post_order_visit
     out = []
     post_order_visit(mod["main"], lambda n: out.append(n.data)
                      if isinstance(n, relax.Constant) else None)
@@ -213,13 +215,8 @@ def test_conv_kernels_get_their_schedule():
         g = ds.apply(func, targets.Target("llvm"))
         kinds = [loop.kind for loop in ds._loops_of(g)]
         assert "unrolled" in kinds and "vectorized" in kinds and "parallel" in kinds, name
-        from targets.llvm.codegen import compact_local_allocations
-        from tensorir.transform import lower
-        lowered = lower(g)
         local = []
-        from tensorir.functor import post_order_visit
-        from tensorir.stmt import Allocate
-        post_order_visit(compact_local_allocations(lowered.body), lambda n: local.append(n)
+        post_order_visit(lower(g).body, lambda n: local.append(n)
                          if isinstance(n, Allocate) and n.buffer.scope == "local" else None)
         assert local and all(len(a.buffer.shape) == 1 and a.buffer.shape[0].value <= 24 * 16
                              for a in local), name
