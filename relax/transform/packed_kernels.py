@@ -37,7 +37,7 @@ Examples
 ...                  strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
 >>> plan = plan_conv2d_nchw(g, lanes=16, registers=32)
 >>> (plan.oc_block, plan.vectors, plan.row_width, plan.direct_out)
-(4, 4, 58, False)
+(2, 7, 58, False)
 """
 from __future__ import annotations
 
@@ -271,7 +271,7 @@ def pack_conv2d_nchw_weight(weight: te.Tensor, kernel_layout: str, oc_block: int
     Examples
     --------
     >>> w = te.placeholder((64, 32, 3, 3), "float32", "w")
-    >>> [int(d) for d in pack_conv2d_nchw_weight(w, "OIHW", 4).shape]
+    >>> [d.value for d in pack_conv2d_nchw_weight(w, "OIHW", 4).shape]
     [16, 32, 3, 3, 4]
     """
     dims = {c: weight.shape[kernel_layout.index(c)] for c in "OIHW"}
@@ -420,7 +420,7 @@ def pack_conv2d_nhwc_weight(weight: te.Tensor, kernel_layout: str, width: int) -
     Examples
     --------
     >>> w = te.placeholder((3, 3, 16, 40), "float32", "w")
-    >>> [int(d) for d in pack_conv2d_nhwc_weight(w, "HWIO", 32).shape]
+    >>> [d.value for d in pack_conv2d_nhwc_weight(w, "HWIO", 32).shape]
     [2, 3, 3, 16, 32]
     """
     dims = {c: weight.shape[kernel_layout.index(c)] for c in "OIHW"}
@@ -449,7 +449,7 @@ def conv2d_nhwc_packed(data: te.Tensor, weight: te.Tensor, plan: NhwcPlan,
     >>> plan = plan_conv2d_nhwc(g, 16, 32)
     >>> x = te.placeholder((1, 8, 8, 16), "float32", "x")
     >>> w = te.placeholder((1, 3, 3, 16, 32), "float32", "w")
-    >>> [int(d) for d in conv2d_nhwc_packed(x, w, plan, "float32").shape]
+    >>> [d.value for d in conv2d_nhwc_packed(x, w, plan, "float32").shape]
     [1, 8, 8, 32]
     """
     g = plan.geometry
@@ -515,7 +515,7 @@ def pack_dense_weight(weight: te.Tensor, width: int, transpose: bool = False) ->
     Examples
     --------
     >>> w = te.placeholder((768, 3072), "float32", "w")
-    >>> [int(d) for d in pack_dense_weight(w, 64).shape]
+    >>> [d.value for d in pack_dense_weight(w, 64).shape]
     [48, 768, 64]
     """
     k, n = (weight.shape[1], weight.shape[0]) if transpose else weight.shape

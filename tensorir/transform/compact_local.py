@@ -40,7 +40,7 @@ def CompactLocalAllocations(func: PrimFunc) -> PrimFunc:
 
     Examples
     --------
-    >>> # f2 = CompactLocalAllocations(FlattenBuffers(f))   # doctest: +SKIP
+    >>> f2 = CompactLocalAllocations(FlattenBuffers(f))   # doctest: +SKIP
     """
     body = compact_local_allocations(func.body)
     return func if body is func.body else func.replace(body=body)
