@@ -47,11 +47,12 @@ AHEAD_MODELS = ("mlp_mixer", "bert_layer")
 KINDS = [("conv2d_transpose", "conv_transpose"), ("conv", "conv"), ("matmul", "matmul"),
          ("dense", "matmul"), ("linear", "matmul"), ("einsum", "matmul"),
          ("softmax", "softmax"), ("layer_norm", "layer_norm"), ("batch_norm", "batch_norm"),
+         ("lrn", "lrn"),
          ("pool", "pool"), ("mean", "reduce"), ("sum", "reduce"), ("max", "reduce"),
          ("take", "gather"), ("gather", "gather"), ("concat", "concat"),
          ("permute_dims", "transpose"), ("transpose", "transpose"), ("reshape", "reshape"),
          ("strided_slice", "slice"), ("split", "slice"), ("pad", "pad"),
-         ("resize", "resize"), ("lrn", "lrn")]
+         ("resize", "resize")]
 
 
 def kernel_kind(name: str) -> str:
@@ -113,7 +114,8 @@ def _tuned(mod, target, z, trials: int, row: dict):
         return None
     work_dir = os.path.join(tempfile.gettempdir(), f"tilecraft-zoo-tune-{z.name}")
     t0 = time.perf_counter()
-    db = relax.tune(mod, target, max_trials=trials, work_dir=work_dir)
+    db = relax.tune(mod, target, max_trials=trials, work_dir=work_dir,
+                    upper_bounds=z.upper_bounds or None)
     exe = relax.build(mod, target, database=db, upper_bounds=z.upper_bounds or None)
     row["tune_s"] = time.perf_counter() - t0
     row["tune_trials"] = trials

@@ -393,7 +393,8 @@ class ExportedProgramImporter:
             attrs["tir_var_upper_bound"] = dict(self.upper_bounds)
         if param_values:
             attrs["num_input"] = len(params)
-            attrs["params"] = [arr for _, arr in param_values]
+            # relax Constants, as from_onnx: relax.frontend.detach_params takes them out
+            attrs["params"] = [const(arr) for _, arr in param_values]
         bb = self.bb
         with bb.function(self.func_name, all_params, attrs=attrs):
             with bb.dataflow():
@@ -508,8 +509,9 @@ def from_torch(exported_program, *, keep_params_in_input: bool = False,
     keep_params_in_input : bool
         False (default): parameters and buffers become constants in the module. True: they
         become parameters of ``main`` after the model's inputs, in the program's order; the
-        function attribute ``params`` holds their values (numpy arrays) and ``num_input`` the
-        number of real inputs.
+        function attribute ``params`` holds their values (Relax constants, as ``from_onnx``;
+        ``relax.frontend.detach_params(mod)`` takes them out as numpy arrays) and
+        ``num_input`` the number of real inputs.
     use_range_upper_bounds : bool
         Record each dynamic dim's ``max`` (from ``torch.export.Dim(..., max=...)``) as the
         function's ``tir_var_upper_bound``, so ``relax.build`` plans memory statically at it.
