@@ -34,7 +34,7 @@ def run(rounds: int = 5, quiet: bool = False) -> list[dict]:
         (name, x), = z.inputs.items()
         steps.step("importing with relax.frontend.from_onnx")
         mod = from_onnx(z.onnx_model)
-        steps.step("compiling for this CPU (relax.build, untuned; about a minute)")
+        steps.step("compiling for this CPU (relax.build, untuned; a few minutes on 2 cores)")
         t0 = time.perf_counter()
         exe = relax.build(mod, "llvm")
         build_s = time.perf_counter() - t0
