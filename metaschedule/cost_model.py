@@ -159,7 +159,8 @@ class XGBModel(CostModel):
         then they come from the analytic model.
     num_boost_round, max_depth, eta : xgboost parameters.
     nthread : int, optional
-        Threads xgboost uses (default: the cores, at most 4).
+        Threads xgboost uses (default: one below 20000 feature rows, where more threads only
+        spin against the builder and runner processes; else the cores, at most 4).
     seed : int
 
     Examples
@@ -182,7 +183,7 @@ class XGBModel(CostModel):
         self.num_boost_round = int(num_boost_round)
         self.max_depth = int(max_depth)
         self.eta = float(eta)
-        self.nthread = nthread or min(4, os.cpu_count() or 1)
+        self.nthread = nthread
         self.seed = seed
         self.booster = None
         # the training data: one entry per measured candidate
@@ -220,6 +221,11 @@ class XGBModel(CostModel):
             self._groups.append(str(group))
         self._train()
 
+    def _threads(self, rows: int) -> int:
+        if self.nthread:
+            return int(self.nthread)
+        return 1 if rows < 20000 else min(4, os.cpu_count() or 1)
+
     # -- training -----------------------------------------------------------------------------
     def _train(self) -> None:
         import xgboost as xgb
@@ -231,7 +237,7 @@ class XGBModel(CostModel):
         counts = np.array([f.shape[0] for f in self._feats])
         owner = np.repeat(np.arange(len(self._feats)), counts)
         groups = np.array(self._groups)
-        dtrain = xgb.DMatrix(rows)
+        dtrain = xgb.DMatrix(rows, nthread=self._threads(len(rows)))
         loss = self.loss
         if loss == "rank":
             # the trees learn a correction of the analytic model's order
@@ -252,7 +258,7 @@ class XGBModel(CostModel):
 
         params = {"max_depth": self.max_depth, "eta": self.eta, "gamma": 1e-3,
                   "min_child_weight": 0, "lambda": 1.0, "subsample": 1.0,
-                  "nthread": self.nthread, "seed": self.seed, "base_score": 0.0,
+                  "nthread": self._threads(len(rows)), "seed": self.seed, "base_score": 0.0,
                   "verbosity": 0, "tree_method": "hist", "disable_default_eval_metric": 1}
         # fewer rounds while the data is small: the trees would only memorize it
         rounds = int(min(self.num_boost_round, 30 + len(counts) // 2))
@@ -269,7 +275,7 @@ class XGBModel(CostModel):
         rows = np.concatenate([np.asarray(f, dtype=np.float32) for f in features])
         counts = np.array([f.shape[0] for f in features])
         owner = np.repeat(np.arange(n), counts)
-        dmat = xgb.DMatrix(rows)
+        dmat = xgb.DMatrix(rows, nthread=self._threads(len(rows)))
         if self.loss == "rank":
             dmat.set_base_margin(self._margin(features, counts, owner))
         preds = self.booster.predict(dmat)

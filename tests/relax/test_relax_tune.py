@@ -73,12 +73,12 @@ def test_extract_tasks_dedupes_and_weights(mlp):
 def test_tune_then_build_with_database(mlp, tmp_path):
     mod, reference = mlp
     runner = LocalRunner(number=2, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)
-    db = relax.tune(mod, "llvm", max_trials=9, work_dir=tmp_path, runner=runner,
-                    upper_bounds={"batch": 16}, num_trials_per_iter=3, space=small_space(),
+    db = relax.tune(mod, "llvm", max_trials=6, work_dir=tmp_path, runner=runner,
+                    upper_bounds={"batch": 16}, num_trials_per_iter=2, space=small_space(),
                     search={"population_size": 8, "genetic_num_iters": 1}, seed=0,
                     progress=False)
     tasks = relax.extract_tasks(mod, "llvm", upper_bounds={"batch": 16})
-    assert len(db) == 9
+    assert len(db) == 6
     for t in tasks:                       # the warm-up round gave every task its trials
         assert apply_best(db, t.func, "llvm") is not None, t.name
     # relax.build asks the database for each kernel and gets the tuned schedule
