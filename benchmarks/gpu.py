@@ -57,9 +57,11 @@ def _pocl_device():
 
 
 def _target_for(info: dict) -> targets.Target:
-    return targets.Target({"kind": "opencl",
-                           "max_threads_per_block": min(1024, info["max_work_group_size"]),
-                           "max_shared_memory_per_block": info["local_mem_size"]})
+    config = {"kind": "opencl", "max_threads_per_block": min(1024, info["max_work_group_size"]),
+              "max_shared_memory_per_block": info["local_mem_size"]}
+    if info["type"].upper().startswith("CPU"):
+        config["device"] = "cpu"       # PoCL: the CPU variant of the default schedules
+    return targets.Target(config)
 
 
 def _gemm_func(n: int):
@@ -239,19 +241,22 @@ def _wall(fn) -> float:
 def sweep(dev, info, target, n, torch) -> list[dict]:
     """GEMM with other tile configurations of the default schedule (for tuning it)."""
     from relax import gpu_schedules as G
-    saved = (G.GEMM_TILE, G.GEMM_BK)
+    saved = (G.GEMM_TILE, G.GEMM_TILE_J, G.GEMM_BK)
     rows = []
     try:
-        for tile, bk in [((16, 8), 8), ((16, 8), 16), ((16, 8), 32), ((8, 8), 16)]:
-            G.GEMM_TILE, G.GEMM_BK = tile, bk
+        for ti, tj, bk in [((16, 8), (16, 8), 16), ((16, 8), (16, 8), 32),
+                           ((16, 16), (16, 8), 16), ((8, 16), (16, 8), 32),
+                           ((16, 8), (8, 16), 16)]:
+            G.GEMM_TILE, G.GEMM_TILE_J, G.GEMM_BK = ti, tj, bk
+            name = f"gemm tile_i={ti} tile_j={tj} bk={bk}"
             try:
                 r = _gemm_row(dev, info, target, n, torch)
-                r["kernel"] = f"gemm tile={tile} bk={bk}"
+                r["kernel"] = name
             except Exception as err:   # a variant over a limit: report it, go on
-                r = {"kernel": f"gemm tile={tile} bk={bk}", "error": str(err)[:200]}
+                r = {"kernel": name, "error": str(err)[:200]}
             rows.append(r)
     finally:
-        G.GEMM_TILE, G.GEMM_BK = saved
+        G.GEMM_TILE, G.GEMM_TILE_J, G.GEMM_BK = saved
     return rows
 
 
