@@ -426,3 +426,13 @@ def test_pooling_layers_match_numpy():
     xs = rand(2, 32, 7, 7)
     np.testing.assert_allclose(vm["gap"](xs).numpy(), xs.mean(axis=(2, 3), keepdims=True),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_avx2_tiles_run_here():
+    """A 256-bit target (8 lanes, 16 vector registers) plans other tiles; this x86 machine runs
+    them too."""
+    mod, reference = _bottleneck_module(c=16, width=8, hw=9)
+    exe = relax.build(mod, "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell")
+    vm = relax.VirtualMachine(exe)
+    xs = rand(2, 16, 9, 9)
+    np.testing.assert_allclose(vm["main"](xs).numpy(), reference(xs), rtol=1e-4, atol=1e-4)
