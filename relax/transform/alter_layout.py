@@ -69,8 +69,8 @@ def cpu_tile_params(target: Target, dtype: str = "float32") -> tuple[int, int]:
 
 
 class AlterLayout(Pass):
-    """Rewrite conv2d / matmul / linear into kernels on packed weights (see the module
-    docstring).
+    """Rewrite conv2d / matmul / linear into kernels on packed weights, and strided NCHW
+    pooling onto phase planes (see the module docstring).
 
     Parameters
     ----------
@@ -78,8 +78,9 @@ class AlterLayout(Pass):
         The target the kernels are for (it sets the vector lanes and register tile); None
         means this machine (``"llvm"``). Targets other than ``llvm`` leave the module as it is.
     ops : iterable of str, optional
-        Which operators to rewrite (default all three: ``"relax.nn.conv2d"``,
-        ``"relax.matmul"``, ``"relax.linear"``).
+        Which operators to rewrite (default all of ``AlterLayout.OPS``: ``"relax.nn.conv2d"``,
+        ``"relax.matmul"``, ``"relax.linear"``, ``"relax.nn.max_pool2d"``,
+        ``"relax.nn.avg_pool2d"``).
 
     Examples
     --------
