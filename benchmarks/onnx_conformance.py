@@ -73,6 +73,34 @@ def _array(v):
     return v
 
 
+# ml_dtypes types (bfloat16, float8, 4- and 2-bit): tilecraft takes and returns their storage
+# (relax/frontend/onnx/lowbit.py); onnxruntime's Python binding takes none of them
+_ML_STORAGE = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e4m3fnuz": "uint8",
+               "float8_e5m2": "uint8", "float8_e5m2fnuz": "uint8", "float4_e2m1fn": "uint8",
+               "int4": "int8", "uint4": "uint8", "int2": "int8", "uint2": "uint8"}
+
+
+def to_storage(v):
+    """An ml_dtypes array as tilecraft takes it (bit patterns / values in a storage dtype)."""
+    if isinstance(v, np.ndarray) and v.dtype.name in _ML_STORAGE:
+        storage = _ML_STORAGE[v.dtype.name]
+        if v.dtype.name in ("int4", "uint4", "int2", "uint2"):
+            return v.astype(storage)
+        out = v.view(storage)
+        return out & np.uint8(0xF) if v.dtype.name == "float4_e2m1fn" else out
+    return v
+
+
+def from_storage(got, expected):
+    """Our storage-dtype output read as the ml_dtypes type of ``expected``."""
+    if isinstance(expected, np.ndarray) and expected.dtype.name in _ML_STORAGE and \
+            isinstance(got, np.ndarray):
+        if expected.dtype.name in ("int4", "uint4", "int2", "uint2"):
+            return got.astype(expected.dtype)
+        return got.view(expected.dtype)
+    return got
+
+
 def case_data(case):
     """[(inputs, expected outputs)] as numpy arrays (TensorProtos and numpy scalars converted)."""
     out = []
@@ -122,6 +150,10 @@ def compare(expected, got, rtol, atol):
             continue
         if g.dtype != e.dtype:
             raise AssertionError(f"output {k} has dtype {g.dtype}, expected {e.dtype}")
+        if e.dtype.name in _ML_STORAGE:   # as ONNX's runner compares bfloat16: in float32
+            if e.dtype.name == "bfloat16":
+                rtol = max(rtol, 2 ** -6)   # two bfloat16 ulps, as ONNX's runner allows
+            g, e = g.astype(np.float32), e.astype(np.float32)
         np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"output {k}")
 
 
@@ -174,9 +206,10 @@ def _import_into(bb, case, fname):
 def _run_function(vm, fname, data, case):
     from targets.runtime.ndarray import NDArray
     for inputs, expected in data:
-        out = vm[fname](*inputs)
+        out = vm[fname](*[to_storage(v) for v in inputs])
         got = list(out) if isinstance(out, tuple) else [out]
         got = [g.numpy() if isinstance(g, NDArray) else g for g in got]
+        got = [from_storage(g, e) for g, e in zip(got, expected)]
         compare(expected, got, case.rtol, case.atol)
 
 

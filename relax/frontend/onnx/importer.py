@@ -31,7 +31,8 @@ from ...struct_info import ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from tensorir.function import IRModule
 from ..common import UnsupportedError
 from .registry import (CONVERTERS, ConversionError, NeedsConstant, OnnxNode, onnx_dtype_name,
-                       to_dtype, to_numpy, ONNX_DTYPES)
+                       supported_elem_type, to_dtype, to_numpy, ONNX_DTYPES)
+from . import lowbit
 from . import known as _known
 
 MIN_OPSET = 7
@@ -146,12 +147,15 @@ class Value:
     """What the importer knows about one ONNX value: a Relax expression, an import-time value
     (numpy; an object array of ints and PrimExprs for symbolic integers), or both."""
 
-    __slots__ = ("expr", "known", "dtype")
+    __slots__ = ("expr", "known", "dtype", "logical")
 
     def __init__(self, expr: Expr | None = None, known: np.ndarray | None = None,
-                 dtype: str | None = None):
+                 dtype: str | None = None, logical: str | None = None):
         self.expr = expr
         self.known = known
+        # a type without a tilecraft dtype ("bfloat16", "float8e4m3fn", "int4"...): the value
+        # holds its storage (lowbit.py)
+        self.logical = logical
         if dtype is None:
             if known is not None and known.dtype != object:
                 dtype = str(known.dtype)
@@ -434,13 +438,13 @@ class GraphImporter:
                 if kind != "tensor_type":
                     problems.append(f"{where}value {vi.name!r} is a {kind.replace('_type', '')}, "
                                     f"not a tensor (not supported)")
-                elif vi.type.tensor_type.elem_type not in ONNX_DTYPES and \
+                elif not supported_elem_type(vi.type.tensor_type.elem_type) and \
                         vi.type.tensor_type.elem_type != 0:
                     problems.append(f"{where}value {vi.name!r} has the element type "
                                     f"{onnx_dtype_name(vi.type.tensor_type.elem_type)}, which has "
                                     f"no tilecraft dtype")
             for init in g.initializer:
-                if init.data_type not in ONNX_DTYPES:
+                if not supported_elem_type(init.data_type):
                     problems.append(f"{where}initializer {init.name!r} has the element type "
                                     f"{onnx_dtype_name(init.data_type)}, which has no tilecraft "
                                     f"dtype")
@@ -565,13 +569,19 @@ class GraphImporter:
                 continue   # old exporters list initializers as inputs too
             if vi.type.WhichOneof("value") != "tensor_type":
                 raise UnsupportedError("from_onnx", [f"input {vi.name!r} is not a tensor"])
-            dtype = to_dtype(vi.type.tensor_type.elem_type, f"input {vi.name!r}")
+            elem = vi.type.tensor_type.elem_type
+            dtype = to_dtype(elem, f"input {vi.name!r}")
             var = Var(_sanitize(vi.name), TensorStructInfo(self._input_shape(vi), dtype))
             params.append(var)
-            ctx.define(vi.name, Value(var))
+            fmt = lowbit.format_of(elem)
+            ctx.define(vi.name, Value(var, logical=fmt.name if fmt else None))
         weights: list[np.ndarray] = []
         for name, t in inits.items():
             arr = to_numpy(t, f"initializer {name!r}")
+            fmt = lowbit.format_of(t.data_type)
+            if fmt is not None:
+                ctx.define(name, Value(known=arr, logical=fmt.name))
+                continue
             if self.keep_params_in_input and arr.dtype.kind == "f":
                 var = Var(_sanitize(name), TensorStructInfo(arr.shape, str(arr.dtype)))
                 params.append(var)
@@ -602,7 +612,9 @@ class GraphImporter:
             outer |= set(scope)
         for t in graph.initializer:
             if t.name not in ctx.scopes[-1] or ctx.scopes[-1][t.name].expr is None:
-                ctx.define(t.name, Value(known=to_numpy(t, f"initializer {t.name!r}")))
+                fmt = lowbit.format_of(t.data_type)
+                ctx.define(t.name, Value(known=to_numpy(t, f"initializer {t.name!r}"),
+                                         logical=fmt.name if fmt else None))
         for k, proto in enumerate(_toposort(graph, outer)):
             self.convert_node(ctx, proto, proto.name or f"{proto.op_type}_{k}")
 
@@ -625,12 +637,21 @@ class GraphImporter:
                 self._poison(ctx, node)
                 return
         ctx.node = node
+        emulated = [ctx.lookup(i).logical for i in node.inputs if i]
+        emulated = [x for x in emulated if x is not None]
         try:
             result = None
-            if node.op_type not in _RANDOM_OPS:
-                result = _known.fold(ctx, node)
-            if result is None:
-                result = conv.fn(ctx, node)
+            if emulated and node.op_type in _LOWBIT_MOVE:
+                # pure data movement: the storage moves as it is, the type goes along
+                result = _known.fold(ctx, node) or conv.fn(ctx, node)
+                result = _with_logical(ctx, result, ctx.lookup(node.inputs[0]).logical)
+            elif emulated and node.op_type not in _LOWBIT_AWARE:
+                result = self._convert_decoded(ctx, node, conv, emulated)
+            else:
+                if node.op_type not in _RANDOM_OPS and not emulated:
+                    result = _known.fold(ctx, node)
+                if result is None:
+                    result = conv.fn(ctx, node)
         except NeedsConstant as err:
             self.problems.append(f"{node.describe()}: {err.what}")
             source = _graph_input_behind(ctx, err.value_name)
@@ -644,7 +665,54 @@ class GraphImporter:
             return
         except (ConversionError, RelaxError, TIRError) as err:
             raise ValueError(f"from_onnx: {node.describe()}: {err}") from err
+        except (KeyError, IndexError, TypeError, AttributeError) as err:
+            # a node the converter could not make sense of (a required input or attribute
+            # missing, values of the wrong kind): name it rather than leak the Python error
+            raise ValueError(f"from_onnx: {node.describe()}: the node is malformed (inputs "
+                             f"{node.inputs}, attributes {sorted(node.attrs)}): "
+                             f"{type(err).__name__}: {err}") from err
         self._define_outputs(ctx, node, result)
+
+    def _convert_decoded(self, ctx, node, conv, logicals):
+        """Convert a node on ``lowbit`` values: float formats decoded to float32 (integer
+        formats are their values already), the converter run, and its float32 results rounded
+        back to the (first) input float format."""
+        scope = {}
+        for i in node.inputs:
+            if not i or i in scope:
+                continue
+            v = ctx.lookup(i)
+            if v.logical is None:
+                continue
+            fmt = lowbit.BY_NAME[v.logical]
+            if isinstance(fmt, lowbit.FloatFormat):
+                scope[i] = Value(lowbit.decode(ctx, ctx.expr(v), fmt))
+            else:
+                scope[i] = Value(ctx.expr(v))
+        ctx.scopes.append(scope)
+        try:
+            result = conv.fn(ctx, node)
+        finally:
+            ctx.scopes.pop()
+        fmts = [lowbit.BY_NAME[x] for x in logicals if lowbit.is_float_format(x)]
+        if not fmts:
+            return result
+        fmt = fmts[0]
+        out = []
+        for r in (result if isinstance(result, (list, tuple)) else [result]):
+            if isinstance(r, Value) and r.expr is None and r.known is not None:
+                r = Value(ctx.materialize(r.known, r.dtype))
+            if isinstance(r, Known):
+                r = Value(ctx.materialize(r.array, r.dtype))
+            e = r.expr if isinstance(r, Value) else r
+            if isinstance(e, Expr) and not isinstance(e, Tuple) and \
+                    isinstance(e.struct_info, TensorStructInfo) and \
+                    e.struct_info.dtype == "float32":
+                e = ctx.emit(e)
+                out.append(Value(lowbit.encode(ctx, e, fmt), logical=fmt.name))
+            else:
+                out.append(r)
+        return out
 
     def _expand(self, ctx, node, proto, schema, name) -> None:
         """Convert an operator without a converter through its ONNX function body."""
@@ -712,6 +780,30 @@ class GraphImporter:
 
 
 _POISON = Value()
+
+# converters that handle lowbit values themselves
+_LOWBIT_AWARE = {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Identity",
+                 "Constant", "Shape", "Size"}
+# operators that only move elements: they run on the storage and keep the type
+_LOWBIT_MOVE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
+                "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Compress",
+                "ReverseSequence", "DepthToSpace", "SpaceToDepth"}
+
+
+def _with_logical(ctx, result, logical):
+    """``result`` (a converter's) with the values of the storage dtype marked ``logical``."""
+    storage = lowbit.BY_NAME[logical].storage
+    out = []
+    for r in (result if isinstance(result, (list, tuple)) else [result]):
+        if isinstance(r, Known):
+            r = Value(known=r.array, dtype=r.dtype, logical=logical if r.dtype == storage
+                      else None)
+        elif isinstance(r, Expr):
+            e = ctx.emit(r)
+            r = Value(e, logical=logical if isinstance(e.struct_info, TensorStructInfo) and
+                      e.struct_info.dtype == storage else None)
+        out.append(r)
+    return out
 
 # data-movement operators on constants, done in numpy as the graph is read (each would otherwise
 # be one kernel that FoldConstant compiles and runs at build time: a reshaped bias per Conv)
@@ -871,7 +963,8 @@ def _type_proto(v: "Value") -> onnx.TypeProto:
     from .registry import ONNX_DTYPES
     inv = {d: k for k, d in ONNX_DTYPES.items()}
     tp = onnx.TypeProto()
-    tp.tensor_type.elem_type = inv.get(v.dtype, onnx.TensorProto.FLOAT)
+    tp.tensor_type.elem_type = lowbit.ONNX_OF[v.logical] if v.logical else \
+        inv.get(v.dtype, onnx.TensorProto.FLOAT)
     shape = v.shape
     if shape is not None:
         for k, d in enumerate(shape):

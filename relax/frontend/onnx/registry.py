@@ -62,8 +62,19 @@ def onnx_dtype_name(elem_type: int) -> str:
         return f"data type {elem_type}"
 
 
+def supported_elem_type(elem_type: int) -> bool:
+    """A tilecraft dtype, or a type carried in a storage dtype (``lowbit.py``)."""
+    from . import lowbit
+    return elem_type in ONNX_DTYPES or lowbit.format_of(elem_type) is not None
+
+
 def to_dtype(elem_type: int, where: str) -> str:
-    """The tilecraft dtype of an ONNX element type; ``ConversionError`` for those we lack."""
+    """The tilecraft dtype (the storage dtype for the ``lowbit`` types) of an ONNX element
+    type; ``ConversionError`` for those we lack."""
+    from . import lowbit
+    fmt = lowbit.format_of(elem_type)
+    if fmt is not None:
+        return fmt.storage
     try:
         return ONNX_DTYPES[elem_type]
     except KeyError:
@@ -73,8 +84,12 @@ def to_dtype(elem_type: int, where: str) -> str:
 
 
 def to_numpy(tensor: onnx.TensorProto, where: str) -> np.ndarray:
-    """A TensorProto's data (raw, typed or external); ``ValueError`` when it is malformed."""
-    if tensor.data_type not in ONNX_DTYPES:
+    """A TensorProto's data (raw, typed or external); ``ValueError`` when it is malformed.
+    Types without a tilecraft dtype (bfloat16, float8, 4- and 2-bit) come in their storage
+    dtype (``lowbit.py``)."""
+    from . import lowbit
+    fmt = lowbit.format_of(tensor.data_type)
+    if tensor.data_type not in ONNX_DTYPES and fmt is None:
         raise ConversionError(f"{where}: the element type {onnx_dtype_name(tensor.data_type)} "
                               f"has no tilecraft dtype")
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
@@ -89,6 +104,8 @@ def to_numpy(tensor: onnx.TensorProto, where: str) -> np.ndarray:
     if arr.size != expected:
         raise ValueError(f"{where}: the tensor holds {arr.size} values but its dims "
                          f"{list(tensor.dims)} need {expected} (truncated data)")
+    if fmt is not None:
+        return lowbit.to_storage(arr, fmt)
     want = np.dtype(dt.to_numpy(ONNX_DTYPES[tensor.data_type]))
     if arr.dtype != want:
         arr = arr.astype(want)

@@ -49,9 +49,11 @@ def imm(value, dtype: str) -> PrimExpr:
 
 
 def emit_map(ctx, fcompute: Callable, *inputs: Expr, dtype: str | None = None,
-             name: str = "map") -> Expr:
+             name: str = "map", opaque: bool = False) -> Expr:
     """An elementwise kernel over broadcast ``inputs``: ``out[i] = fcompute(*[x[i] ...])``,
-    for operations the Relax operator set lacks (``Atan``, ``IsNaN``, bitwise ops)."""
+    for operations the Relax operator set lacks (``Atan``, ``IsNaN``, bitwise ops).
+    ``opaque``: never fused with its neighbours (for long expressions that use their input
+    many times: fusion would inline the producer into every use)."""
     shapes = [ctx.shape(x) for x in inputs]
     out_shape = broadcast_shapes(name, *shapes)
     out_dtype = dtype or ctx.dtype(inputs[0])
@@ -61,7 +63,18 @@ def emit_map(ctx, fcompute: Callable, *inputs: Expr, dtype: str | None = None,
             vals = [t[broadcast_index(idx, t.shape)] for t in ts]
             return fcompute(*vals)
         return te.compute(out_shape, body, out_name(name, *ts))
-    return ctx.emit(_call_te(ctx.bb, kernel, *inputs, name=name), name)
+    call = _call_te(ctx.bb, kernel, *inputs, name=name)
+    if opaque:
+        mark_opaque(ctx, call)
+    return ctx.emit(call, name)
+
+
+def mark_opaque(ctx, call) -> None:
+    """Give the kernel ``call`` calls the OPAQUE fusion pattern."""
+    from ....op.base import OpPattern
+    gvar = call.args[0]
+    func = ctx.bb._funcs[gvar.name_hint]
+    ctx.bb.update_func(gvar, func.with_attr("op_pattern", int(OpPattern.OPAQUE)))
 
 
 def cast(ctx, x: Expr, dtype: str) -> Expr:

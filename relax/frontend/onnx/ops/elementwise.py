@@ -535,27 +535,55 @@ def _clip(ctx, node):
 
 
 def _cast_check(node):
+    from ..lowbit import format_of
     to = node.attr("to")
-    if to is not None and to not in ONNX_DTYPES:
+    if to is not None and to not in ONNX_DTYPES and format_of(to) is None:
         return [f"casting to {onnx_dtype_name(to)} is not supported (no tilecraft dtype)"]
+    if node.attr("round_mode") not in (None, "up") :
+        pass
     return []
 
 
-@converter("Cast", family="elementwise", check=_cast_check, doc="convert to the dtype `to`")
+def cast_value(ctx, v, target: int, saturate: bool = True):
+    """The value ``v`` converted to the ONNX element type ``target`` (native or lowbit)."""
+    from .. import lowbit
+    from ..importer import Value
+    src = lowbit.BY_NAME.get(v.logical) if v.logical else None
+    tgt = lowbit.format_of(target)
+    if tgt is not None and src is tgt:
+        return v
+    x = ctx.expr(v)
+    if isinstance(src, lowbit.FloatFormat):
+        x = lowbit.decode(ctx, x, src)
+    if tgt is None:
+        d = ONNX_DTYPES[target]
+        if src is None and ctx.dtype(x) == d:
+            return v
+        return Value(ctx.emit(_op.astype(x, d)) if ctx.dtype(x) != d else x)
+    if isinstance(tgt, lowbit.IntFormat):
+        return Value(lowbit.encode_int(ctx, x, tgt), logical=tgt.name)
+    if not dt.is_float(ctx.dtype(x)):
+        x = ctx.emit(_op.astype(x, "float64"))
+    # ``saturate`` is for the float8 types; bfloat16 overflows to infinity, float4 saturates
+    sat = (bool(saturate) and tgt.name.startswith("float8")) or tgt.kind == "finite"
+    return Value(lowbit.encode(ctx, x, tgt, saturate=sat), logical=tgt.name)
+
+
+@converter("Cast", family="elementwise", check=_cast_check,
+           doc="convert to the dtype `to` (bfloat16, float8, 4- and 2-bit types too)")
 def _cast(ctx, node):
-    x = ctx.input(node, 0)
-    target = ONNX_DTYPES[node.attr("to")]
-    if ctx.dtype(x) == target:
-        return x
-    return _op.astype(x, target)
+    return cast_value(ctx, ctx.value(node, 0), node.attr("to"), node.attr("saturate", 1))
 
 
 @converter("CastLike", family="elementwise", doc="convert to the dtype of the second input")
 def _cast_like(ctx, node):
-    x, like = ctx.input(node, 0), ctx.input(node, 1)
-    if ctx.dtype(x) == ctx.dtype(like):
-        return x
-    return _op.astype(x, ctx.dtype(like))
+    from .. import lowbit
+    like = ctx.value(node, 1)
+    if like.logical is not None:
+        target = lowbit.ONNX_OF[like.logical]
+    else:
+        target = {d: k for k, d in ONNX_DTYPES.items()}[like.dtype]
+    return cast_value(ctx, ctx.value(node, 0), target, node.attr("saturate", 1))
 
 
 @converter("Identity", family="elementwise", doc="x")

@@ -33,7 +33,14 @@ def _normalized(ctx, idx, n):
 @converter("Gather", family="index", doc="take along axis (negative indices count from the end)")
 def _gather(ctx, node):
     x, idx = ctx.input(node, 0), ctx.input(node, 1)
-    axis = norm_axis(node.attr("axis", 0), len(ctx.shape(x)))
+    xs = ctx.shape(x)
+    axis = norm_axis(node.attr("axis", 0), len(xs))
+    known = ctx.known(node, 1)
+    n = static_int(xs[axis])
+    if known is not None and known.dtype != object and known.size and n is not None and \
+            (known.min() < -n or known.max() >= n):
+        raise ConversionError(f"Gather: indices {known.reshape(-1).tolist()[:8]} out of range "
+                              f"for dimension {axis} of extent {n}")
     return _op.take(x, idx, axis)
 
 

@@ -52,46 +52,79 @@ def _saturate_round(ctx, y, target):
 
 
 def _q_check(node):
+    from ..lowbit import format_of
     od = node.attr("output_dtype")
-    if od and od not in ONNX_DTYPES:
+    if od and od not in ONNX_DTYPES and format_of(od) is None:
         return [f"output_dtype {onnx_dtype_name(od)} is not supported (no tilecraft dtype)"]
     return []
 
 
+def _float_input(ctx, v):
+    """A value as a float32-or-wider tensor (lowbit floats decoded, lowbit ints as values)."""
+    from .. import lowbit
+    x = ctx.expr(v)
+    if v.logical is not None and lowbit.is_float_format(v.logical):
+        return lowbit.decode(ctx, x, lowbit.BY_NAME[v.logical])
+    return x
+
+
 @converter("QuantizeLinear", family="quant", check=_q_check,
-           doc="saturate(round(x / scale) + zero_point) (per tensor, per axis, blocked)")
+           doc="saturate(round(x / scale) + zero_point) (per tensor, per axis, blocked; int8, "
+               "uint8, int16, uint16, int4, uint4, int2, uint2, float8, float4)")
 def _quantize(ctx, node):
-    x, scale, zp = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    from .. import lowbit
+    from ..importer import Value
+    x, scale = ctx.input(node, 0), ctx.input(node, 1)
+    zpv = ctx.value(node, 2)
     axis = node.attr("axis", 1)
     block = node.attr("block_size", 0)
-    target = ctx.dtype(zp) if zp is not None else \
-        (ONNX_DTYPES[node.attr("output_dtype")] if node.attr("output_dtype") else "uint8")
-    if target not in _RANGES or target == "int32":
+    fmt = None
+    if zpv is not None and zpv.logical is not None:
+        fmt = lowbit.BY_NAME[zpv.logical]
+    elif node.attr("output_dtype") and lowbit.format_of(node.attr("output_dtype")):
+        fmt = lowbit.format_of(node.attr("output_dtype"))
+    if fmt is not None:
+        target = fmt.storage
+    elif zpv is not None:
+        target = zpv.dtype
+    else:
+        target = ONNX_DTYPES[node.attr("output_dtype")] if node.attr("output_dtype") else "uint8"
+    if fmt is None and (target not in _RANGES or target == "int32"):
         raise ConversionError(f"QuantizeLinear to {target} is not supported")
     s = _param(ctx, scale, x, axis, block)
     d = ctx.dtype(x)
     if ctx.dtype(s) != d:
         s = cast(ctx, s, d)
-    q = ctx.emit(_op.round(ctx.emit(_op.divide(x, s))))
+    q = ctx.emit(_op.divide(x, s))
+    if isinstance(fmt, lowbit.FloatFormat):
+        if zpv is not None and fmt.kind == "finite":
+            z = _param(ctx, _float_input(ctx, zpv), x, axis, block)
+            q = ctx.emit(_op.add(cast(ctx, q, "float32"), cast(ctx, z, "float32")))
+        sat = bool(node.attr("saturate", 1)) or fmt.kind == "finite"
+        return Value(lowbit.encode(ctx, q, fmt, saturate=sat), logical=fmt.name)
+    q = ctx.emit(_op.round(q))
     wide = "float64" if d == "float64" else "float32"
     q = cast(ctx, q, wide)
-    if zp is not None:
-        z = cast(ctx, _param(ctx, zp, x, axis, block), wide)
+    if zpv is not None:
+        z = cast(ctx, _param(ctx, ctx.expr(zpv), x, axis, block), wide)
         q = ctx.emit(_op.add(q, z))
-    lo, hi = _RANGES[target]
+    lo, hi = (fmt.lo, fmt.hi) if fmt is not None else _RANGES[target]
     q = ctx.emit(_op.minimum(ctx.emit(_op.maximum(q, scalar(lo, wide))), scalar(hi, wide)))
-    return _op.astype(q, target)
+    out = ctx.emit(_op.astype(q, target))
+    return Value(out, logical=fmt.name) if fmt is not None else out
 
 
 @converter("DequantizeLinear", family="quant", check=_q_check,
-           doc="(x - zero_point) * scale (per tensor, per axis, blocked)")
+           doc="(x - zero_point) * scale (per tensor, per axis, blocked; lowbit types too)")
 def _dequantize(ctx, node):
-    x, scale, zp = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    xv, scale, zpv = ctx.value(node, 0), ctx.input(node, 1), ctx.value(node, 2)
+    x = ctx.expr(xv)
     axis = node.attr("axis", 1)
     block = node.attr("block_size", 0)
-    xf = cast(ctx, x, "float32")
-    if zp is not None:
-        xf = ctx.emit(_op.subtract(xf, cast(ctx, _param(ctx, zp, x, axis, block), "float32")))
+    xf = cast(ctx, _float_input(ctx, xv), "float32")
+    if zpv is not None:
+        z = _param(ctx, _float_input(ctx, zpv), x, axis, block)
+        xf = ctx.emit(_op.subtract(xf, cast(ctx, z, "float32")))
     s = cast(ctx, _param(ctx, scale, x, axis, block), "float32")
     y = ctx.emit(_op.multiply(xf, s))
     out = ONNX_DTYPES[node.attr("output_dtype")] if node.attr("output_dtype") else \

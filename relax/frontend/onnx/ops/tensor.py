@@ -96,6 +96,12 @@ def _constant_check(node):
 def _constant(ctx, node):
     a = node.attrs
     if "value" in a:
+        from .. import lowbit
+        from ..importer import Value
+        for attr in node.proto.attribute:
+            fmt = lowbit.format_of(attr.t.data_type) if attr.name == "value" else None
+            if fmt is not None:
+                return Value(known=a["value"], logical=fmt.name)
         return Known(a["value"])
     if "value_float" in a:
         return Known(np.array(a["value_float"], dtype=np.float32))

@@ -1,0 +1,224 @@
+"""ONNX element types without a tilecraft dtype, carried in a storage dtype.
+
+* bfloat16 travels as its bit pattern in uint16; the float8 types (E4M3FN, E4M3FNUZ, E5M2,
+  E5M2FNUZ) and FLOAT4E2M1 as their bit patterns in uint8 (FLOAT4E2M1 in the low 4 bits);
+* INT4 / INT2 as their values in int8, UINT4 / UINT2 as their values in uint8.
+
+So a model with a bfloat16 input takes ``x.view(np.uint16)`` of an ``ml_dtypes.bfloat16``
+array, and a float8 output comes back as uint8 bits (``out.view(ml_dtypes.float8_e4m3fn)``).
+
+Inside the graph the importer keeps the logical type beside the value (``Value.logical``).
+``Cast`` / ``CastLike`` / ``QuantizeLinear`` / ``DequantizeLinear`` convert exactly to and from
+these types (round to nearest even; saturation as the ``saturate`` attribute says, with the
+conventions of ONNX's reference implementation); other operators on them compute in float32:
+the inputs are decoded, the operator runs, float results are rounded back to the input's type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from tensorir import te
+from tensorir.expr import Cast, FloatImm, IntImm, Select, call as tir_call
+
+from ... import op as _op
+from ...expr import Expr, const
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A small float format: ``nbits`` in all (sign, ``ebits`` exponent, ``mbits`` mantissa),
+    exponent ``bias``; ``kind``: ``"ieee"`` (the top exponent is inf / NaN), ``"fn"`` (no
+    infinity; all-ones magnitude is NaN), ``"fnuz"`` (no infinity, no negative zero; the code
+    with only the sign bit set is NaN) or ``"finite"`` (no infinity, no NaN)."""
+    name: str
+    ml_name: str
+    storage: str
+    nbits: int
+    ebits: int
+    mbits: int
+    bias: int
+    kind: str
+    max_mag: int      # largest finite magnitude code
+    nan_mag: int      # magnitude code written for NaN ("fnuz": the whole code 0x80)
+
+
+@dataclass(frozen=True)
+class IntFormat:
+    name: str
+    ml_name: str
+    storage: str
+    lo: int
+    hi: int
+
+
+T = onnx.TensorProto
+FLOAT_FORMATS = {
+    T.BFLOAT16: FloatFormat("bfloat16", "bfloat16", "uint16", 16, 8, 7, 127, "ieee", 0x7F7F,
+                            0x7FC0),
+    T.FLOAT8E4M3FN: FloatFormat("float8e4m3fn", "float8_e4m3fn", "uint8", 8, 4, 3, 7, "fn",
+                                0x7E, 0x7F),
+    T.FLOAT8E4M3FNUZ: FloatFormat("float8e4m3fnuz", "float8_e4m3fnuz", "uint8", 8, 4, 3, 8,
+                                  "fnuz", 0x7F, 0x80),
+    T.FLOAT8E5M2: FloatFormat("float8e5m2", "float8_e5m2", "uint8", 8, 5, 2, 15, "ieee", 0x7B,
+                              0x7E),
+    T.FLOAT8E5M2FNUZ: FloatFormat("float8e5m2fnuz", "float8_e5m2fnuz", "uint8", 8, 5, 2, 16,
+                                  "fnuz", 0x7F, 0x80),
+    T.FLOAT4E2M1: FloatFormat("float4e2m1", "float4_e2m1fn", "uint8", 4, 2, 1, 1, "finite",
+                              0x7, 0),
+}
+INT_FORMATS = {
+    T.INT4: IntFormat("int4", "int4", "int8", -8, 7),
+    T.UINT4: IntFormat("uint4", "uint4", "uint8", 0, 15),
+    T.INT2: IntFormat("int2", "int2", "int8", -2, 1),
+    T.UINT2: IntFormat("uint2", "uint2", "uint8", 0, 3),
+}
+BY_NAME = {f.name: f for f in list(FLOAT_FORMATS.values()) + list(INT_FORMATS.values())}
+ONNX_OF = {f.name: k for k, f in list(FLOAT_FORMATS.items()) + list(INT_FORMATS.items())}
+
+
+def format_of(elem_type: int):
+    return FLOAT_FORMATS.get(elem_type) or INT_FORMATS.get(elem_type)
+
+
+def is_float_format(name: str | None) -> bool:
+    return name is not None and isinstance(BY_NAME.get(name), FloatFormat)
+
+
+def to_storage(arr: np.ndarray, fmt) -> np.ndarray:
+    """An ``ml_dtypes`` array (as ``onnx.numpy_helper`` gives it) in its storage dtype."""
+    if isinstance(fmt, IntFormat):
+        return np.asarray(arr).astype(fmt.storage)
+    out = np.asarray(arr).view(fmt.storage)
+    if fmt.nbits < 8:
+        out = out & np.uint8((1 << fmt.nbits) - 1)
+    return np.require(out, requirements="C")
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding: storage -> float32
+
+
+def _decode_table(fmt: FloatFormat) -> np.ndarray:
+    import ml_dtypes
+    codes = np.arange(1 << fmt.nbits, dtype=np.uint8)
+    return codes.view(getattr(ml_dtypes, fmt.ml_name)).astype(np.float32)
+
+
+def decode(ctx, x: Expr, fmt: FloatFormat, dtype: str = "float32") -> Expr:
+    """The float values of bit patterns ``x`` (a storage-dtype tensor)."""
+    if fmt.nbits <= 8:
+        table = const(_decode_table(fmt).astype(dtype))
+        idx = ctx.emit(_op.astype(x, "int32"))
+        return ctx.emit(_op.take(table, idx, 0), "decoded")
+    shape = ctx.shape(x)
+    e_all = (1 << fmt.ebits) - 1
+
+    def kernel(bits):
+        def f(*i):
+            c = Cast("int64", bits[i])
+            sign = c // (1 << (fmt.nbits - 1))
+            mag = c % (1 << (fmt.nbits - 1))
+            e = mag // (1 << fmt.mbits)
+            m = mag % (1 << fmt.mbits)
+            mf = Cast("float64", m)
+            normal = (mf + FloatImm(float(1 << fmt.mbits), "float64")) * tir_call(
+                "exp2", Cast("float64", e - (fmt.bias + fmt.mbits)))
+            sub = mf * FloatImm(2.0 ** (1 - fmt.bias - fmt.mbits), "float64")
+            v = Select(e == IntImm(0, "int64"), sub, normal)
+            inf = FloatImm(float("inf"), "float64")
+            nan = FloatImm(float("nan"), "float64")
+            v = Select(e == IntImm(e_all, "int64"),
+                       Select(m == IntImm(0, "int64"), inf, nan), v)
+            v = Select(sign == IntImm(1, "int64"), -v, v)
+            return Cast(dtype, v)
+        return te.compute(shape, f, "T_decode_" + fmt.name)
+    from .ops.common import mark_opaque
+    from ...op.manipulate import _call_te
+    call = _call_te(ctx.bb, kernel, x, name="decode_" + fmt.name)
+    mark_opaque(ctx, call)
+    return ctx.emit(call, "decoded")
+
+
+# ---------------------------------------------------------------------------------------------
+# encoding: float -> storage (round to nearest even)
+
+
+def _encode_fn(fmt: FloatFormat, saturate: bool):
+    f64 = "float64"
+    c = lambda v: FloatImm(float(v), f64)  # noqa: E731
+    emin = 1 - fmt.bias
+    emax_code = (1 << fmt.ebits) - 1     # exponent field values go up to this
+    sign_bit = 1 << (fmt.nbits - 1)
+
+    def f(v):
+        x = Cast(f64, v)
+        isnan = x != x
+        neg = Select(x == c(0), (c(1) / x) < c(0), x < c(0))
+        a = te.abs(x)
+        isinf = a == c(float("inf"))
+        # the exponent: floor(log2(a)), corrected once each way, never below emin
+        safe = Select((a > c(0)) & (a < c(float("inf"))), a, c(1))
+        lg = te.floor(tir_call("log2", safe))
+        lg = te.max(te.min(lg, c(emin + emax_code + 2)), c(emin))
+        scaled = safe * tir_call("exp2", -lg)
+        lg = Select(scaled >= c(2), lg + c(1), Select((scaled < c(1)) & (lg > c(emin)),
+                                                       lg - c(1), lg))
+        q = safe * tir_call("exp2", c(fmt.mbits) - lg)
+        r = te.round(q)   # half to even
+        mag = (lg - c(emin)) * c(1 << fmt.mbits) + r
+        mag = Select(a == c(0), c(0), mag)
+        overflow = isinf | (mag > c(fmt.max_mag))
+        if fmt.kind == "ieee":
+            over = fmt.max_mag if saturate else (emax_code << fmt.mbits)
+        elif fmt.kind == "fn":
+            over = fmt.max_mag if saturate else fmt.nan_mag
+        elif fmt.kind == "finite":
+            over = fmt.max_mag
+        else:   # fnuz: overflow without saturation is NaN
+            over = fmt.max_mag if saturate else -1
+        mag_i = Cast("int64", Select(overflow, c(over), mag))
+        sign_i = Select(neg, IntImm(sign_bit, "int64"), IntImm(0, "int64"))
+        code = sign_i + mag_i
+        if fmt.kind == "fnuz":
+            code = Select(mag_i == IntImm(0, "int64"), IntImm(0, "int64"), code)   # no -0
+            code = Select(mag_i < IntImm(0, "int64"), IntImm(fmt.nan_mag, "int64"), code)
+            code = Select(isnan, IntImm(fmt.nan_mag, "int64"), code)
+        elif fmt.kind == "finite":
+            # no NaN encoding: ml_dtypes writes NaN as a zero of the opposite sign
+            code = Select(isnan, Select(neg, IntImm(0, "int64"), IntImm(sign_bit, "int64")),
+                          code)
+        else:
+            code = Select(isnan, sign_i + IntImm(fmt.nan_mag, "int64"), code)
+        return Cast(fmt.storage, code)
+    return f
+
+
+def encode(ctx, x: Expr, fmt: FloatFormat, saturate: bool = False) -> Expr:
+    """Bit patterns of ``fmt`` for the float tensor ``x``, rounded to nearest even.
+    ``saturate``: out-of-range values (and infinities) become the largest finite value, as
+    ONNX's reference ``saturate_cast``; else infinity (``"ieee"`` formats) or NaN."""
+    from .ops.common import emit_map
+    return emit_map(ctx, _encode_fn(fmt, saturate), x, dtype=fmt.storage,
+                    name="encode_" + fmt.name, opaque=True)
+
+
+def encode_int(ctx, x: Expr, fmt: IntFormat) -> Expr:
+    """``x`` converted to a 4- or 2-bit integer as ``ml_dtypes`` does (the value truncated
+    towards zero; out of range, NaN or infinite gives 0), in its storage dtype."""
+    from tensorir import dtype as dt
+    from .ops.common import emit_map
+    src = ctx.dtype(x)
+
+    def f(v):
+        if dt.is_float(src):
+            w = Cast("float64", v)
+            t = tir_call("trunc", w)
+            ok = (t >= FloatImm(fmt.lo, "float64")) & (t <= FloatImm(fmt.hi, "float64"))
+            return Cast(fmt.storage, Select(ok, t, FloatImm(0.0, "float64")))
+        w = Cast("int64", v)
+        ok = (w >= IntImm(fmt.lo, "int64")) & (w <= IntImm(fmt.hi, "int64"))
+        return Cast(fmt.storage, Select(ok, w, IntImm(0, "int64")))
+    return emit_map(ctx, f, x, dtype=fmt.storage, name="encode_" + fmt.name)
