@@ -210,11 +210,18 @@ class MachineModel:
     l3_bw: float = 16.0
     dram_bw: float = 8.0        # bytes per cycle for the whole chip
     parallel_launch: float = 8000.0   # cycles per parallel region entered
+    gpu: bool = False           # thread-bound loops run in parallel on up to ``cores`` threads
 
     @staticmethod
     def for_target(target: Target | None) -> "MachineModel":
         if target is None:
             target = Target("llvm")
+        if target.kind in ("opencl", "webgpu"):
+            # a GPU, roughly: thousands of scalar threads, shared memory as the "L1"
+            return MachineModel(cores=8192, vector_bits=32, vector_registers=64,
+                                l1_bytes=int(target.max_shared_memory_per_block or 48 << 10),
+                                l2_bytes=4 << 20, l3_bytes=4 << 20, l2_bw=64.0, l3_bw=64.0,
+                                dram_bw=256.0, parallel_launch=5000.0, gpu=True)
         cores = target.num_cores or (os.cpu_count() or 1) if target.is_host else \
             (target.num_cores or 4)
         width = int(target.vector_width or 128)
@@ -793,7 +800,8 @@ class _StoreFeatures:
         cv = info.counts.values
         n = len(loops)
         # cores: parallel loops around the store, balanced over the cores
-        par = max(math.prod(l.extent for l in loops if l.kind == "parallel"), 1.0)
+        par_kinds = ("parallel", "thread_binding") if m.gpu else ("parallel",)
+        par = max(math.prod(l.extent for l in loops if l.kind in par_kinds), 1.0)
         cores = min(par / math.ceil(par / m.cores) if par > 1 else 1.0, float(m.cores))
         bits = dt.bits(info.store.buffer.dtype) or 32
         hw_lanes = max(1.0, m.vector_bits / bits)
