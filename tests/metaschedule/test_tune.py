@@ -177,3 +177,28 @@ def test_progress_line():
     assert line == "gemm: 64/256 trials  best 1 ms  2000 GFLOP/s  ETA 1m15s"
     assert format_line("x", 0, 8, None, 0, None) == "x: 0/8 trials  best -  ETA ?"
     assert format_eta(7300) == "2h01m"
+
+
+def test_progress_bar_and_plain_line():
+    import io
+    from metaschedule.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    pytest.importorskip("tqdm", reason="the live bar uses tqdm")
+    term = Terminal()
+    p = Progress(["gemm"], [64], [2e9], stream=term)
+    assert p.bars is not None
+    p.update(0, 32, 1e-3, 32, 64)
+    p.close()
+    assert "32/64" in term.getvalue() and "2000 GFLOP/s" in term.getvalue()
+    plain = io.StringIO()                       # not a terminal: one plain line per update
+    p = Progress(["gemm"], [64], [2e9], stream=plain)
+    assert p.bars is None
+    p.update(0, 32, 1e-3, 32, 64)
+    assert plain.getvalue().startswith("gemm: 32/64 trials  best 1 ms  2000 GFLOP/s  ETA")
+    quiet = io.StringIO()
+    Progress(["gemm"], [64], [2e9], enabled=False, stream=quiet).update(0, 1, None, 1, 64)
+    assert quiet.getvalue() == ""
