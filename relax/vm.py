@@ -432,6 +432,7 @@ class VirtualMachine:
         def evaluator(*args) -> BenchmarkResult:
             values = self._prepare(fn, args)
             fn.run(values)  # checks the arguments once and warms caches and storage up
+            device.sync()
             run = fn.run
             n = number
             results = []
@@ -441,11 +442,11 @@ class VirtualMachine:
                     start = clock()
                     for _ in range(n):
                         run(values)
+                    device.sync()  # a GPU queue runs behind the host: time the work, not the enqueue
                     elapsed = clock() - start
                     if min_repeat_ms <= 0 or elapsed * 1000 >= min_repeat_ms:
                         break
                     n = max(n * 2, int(n * min_repeat_ms / max(elapsed * 1000, 1e-3) * 1.2))
-                device.sync()
                 results.append(elapsed / n)
             return BenchmarkResult(results)
 
