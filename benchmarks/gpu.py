@@ -31,9 +31,9 @@ import time
 import numpy as np
 
 import targets
-from tensorir import te
 
 from .common import write_results
+from .gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel
 
 N = int(os.environ.get("TILECRAFT_GPU_BENCH_N", "4096"))
 POCL_N = int(os.environ.get("TILECRAFT_POCL_GEMM_N", "1024"))
@@ -62,29 +62,6 @@ def _target_for(info: dict) -> targets.Target:
     if "CPU" in info["type"].upper():
         config["device"] = "cpu"       # PoCL: the CPU variant of the default schedules
     return targets.Target(config)
-
-
-def _gemm_func(n: int):
-    A = te.placeholder((n, n), "float32", "A")
-    B = te.placeholder((n, n), "float32", "B")
-    k = te.reduce_axis((0, n), "k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
-    return te.create_prim_func([A, B, C])
-
-
-def _relax_kernel(make, shape):
-    """The default-scheduled PrimFunc of one Relax operator on a tensor of ``shape``."""
-    from relax import BlockBuilder, TensorStructInfo, Var
-    from relax.transform import LegalizeOps
-    bb = BlockBuilder()
-    x = Var("x", TensorStructInfo(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit(make(x)))
-        bb.emit_func_output(out)
-    mod = LegalizeOps()(bb.get())
-    names = [n for n, f in mod.functions.items() if n != "main"]
-    return mod[names[0]]
 
 
 def _device_seconds(mod, dev, args, number=10, repeat=5) -> float:
@@ -142,14 +119,21 @@ def _build(func, target):
     return targets.build(sched, target)
 
 
-def _gemm_row(dev, info, target, n, torch) -> dict:
-    rng = np.random.default_rng(0)
+def _run_gemm(dev, target, n: int, seed: int):
+    """Random ``n x n`` inputs, the default-scheduled GEMM built for ``target``, run once on
+    ``dev`` (its result is left in the third array for the caller to check)."""
+    rng = np.random.default_rng(seed)
     a = rng.standard_normal((n, n)).astype("float32")
     b = rng.standard_normal((n, n)).astype("float32")
     mod = _build(_gemm_func(n), target)
     A, B = targets.array(a, dev), targets.array(b, dev)
     C = targets.empty((n, n), "float32", dev)
     mod["main"](A, B, C)
+    return a, b, mod, (A, B, C)
+
+
+def _gemm_row(dev, info, target, n, torch) -> dict:
+    a, b, mod, (A, B, C) = _run_gemm(dev, target, n, seed=0)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = float(np.abs(C.numpy() - ref).max() / np.abs(ref).max())
     assert err < 1e-4, f"GEMM result wrong: relative error {err}"
@@ -215,13 +199,7 @@ def _pocl_row(n: int) -> dict | None:
     if dev is None:
         return None
     target = _target_for(info)
-    rng = np.random.default_rng(2)
-    a = rng.standard_normal((n, n)).astype("float32")
-    b = rng.standard_normal((n, n)).astype("float32")
-    mod = _build(_gemm_func(n), target)
-    A, B = targets.array(a, dev), targets.array(b, dev)
-    C = targets.empty((n, n), "float32", dev)
-    mod["main"](A, B, C)
+    a, b, mod, (A, B, C) = _run_gemm(dev, target, n, seed=2)
     np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-3, atol=1e-2)
     t = _device_seconds(mod, dev, (A, B, C), number=1, repeat=3)
     tn = statistics.median(_wall(lambda: a @ b) for _ in range(3))

@@ -19,6 +19,7 @@ import numpy as np
 
 import targets
 from benchmarks.common import side_by_side
+from benchmarks.gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel
 from benchmarks.schedules import webgpu as sched
 from targets.webgpu_backend import list_adapters, num_adapters
 
@@ -55,29 +56,6 @@ def _default(func):
     """``func`` with the GPU default schedule relax.build gives it for ``webgpu``."""
     from relax import gpu_schedules
     return gpu_schedules.apply(func, targets.Target("webgpu"))
-
-
-def _gemm_func(n: int):
-    from tensorir import te
-    A = te.placeholder((n, n), "float32", "A")
-    B = te.placeholder((n, n), "float32", "B")
-    k = te.reduce_axis((0, n), "k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
-    return te.create_prim_func([A, B, C])
-
-
-def _relax_kernel(make, shape):
-    """The (legalized, unscheduled) PrimFunc of one Relax operator on a tensor of ``shape``."""
-    from relax import BlockBuilder, TensorStructInfo, Var
-    from relax.transform import LegalizeOps
-    bb = BlockBuilder()
-    x = Var("x", TensorStructInfo(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit(make(x)))
-        bb.emit_func_output(out)
-    mod = LegalizeOps()(bb.get())
-    return mod[[name for name in mod.functions if name != "main"][0]]
 
 
 def _progress(row: dict) -> None:

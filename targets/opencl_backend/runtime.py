@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..runtime.device import Device, register_device_runtime
+from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.ndarray import NDArray, _dtype_name
 
 
@@ -234,47 +235,18 @@ def context(index: int) -> DeviceContext:
 # arrays
 
 
-class OpenCLNDArray(NDArray):
+class OpenCLNDArray(DeviceNDArray):
     """An array in an OpenCL buffer. ``.numpy()`` waits for queued kernels and copies out.
 
     ``bool`` elements are one byte, as in numpy. A view (``_view``) shares its base's buffer.
     """
 
-    __slots__ = ("_ctx", "_buffer", "_shape", "_dtype", "_base")
+    __slots__ = ("_base",)
+    _API = "OpenCL"
 
     def __init__(self, ctx: DeviceContext, buffer, shape: Sequence[int], dtype: str, base=None):
-        self._data = None
-        self._device = Device("opencl", ctx.index)
-        self._ptr = 0
-        self._ctx = ctx
-        self._buffer = buffer
-        self._shape = tuple(int(s) for s in shape)
-        self._dtype = dtype
+        super().__init__(Device("opencl", ctx.index), ctx, buffer, shape, dtype)
         self._base = base
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> str:
-        return self._dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self._shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * np.dtype(self._dtype).itemsize
-
-    @property
-    def data_ptr(self) -> int:
-        raise ValueError("an OpenCL array has no host address")
 
     @property
     def buffer(self):
@@ -292,22 +264,11 @@ class OpenCLNDArray(NDArray):
 
     asnumpy = numpy
 
-    def copyfrom(self, source) -> "OpenCLNDArray":
-        if isinstance(source, OpenCLNDArray) and source._ctx is self._ctx:
-            if source.shape != self._shape or source.dtype != self._dtype:
-                raise ValueError(f"copyfrom: source {source.shape} {source.dtype} differs from "
-                                 f"the array's {self._shape} {self._dtype}")
-            self._ctx.copy(self._buffer, source._buffer, self.nbytes)
-            return self
-        src = source.numpy() if isinstance(source, NDArray) else np.asarray(source)
-        if tuple(src.shape) != self._shape:
-            raise ValueError(f"copyfrom: source shape {tuple(src.shape)} differs from the array's "
-                             f"{self._shape}")
-        if src.dtype.name != self._dtype:
-            raise ValueError(f"copyfrom: source dtype {src.dtype.name} differs from the array's "
-                             f"{self._dtype}; convert it first with .astype()")
+    def _device_copy(self, source: "OpenCLNDArray") -> None:
+        self._ctx.copy(self._buffer, source._buffer, self.nbytes)
+
+    def _host_write(self, src: np.ndarray) -> None:
         self._ctx.write(self._buffer, src)
-        return self
 
     def copyto(self, target) -> NDArray:
         if isinstance(target, NDArray):
@@ -317,13 +278,6 @@ class OpenCLNDArray(NDArray):
             out = OpenCLRuntime().empty(self._shape, self._dtype, target)
             return out.copyfrom(self)
         return array(self.numpy(), target)
-
-    def __repr__(self):
-        return f"<tilecraft.NDArray shape={self._shape}, {self._dtype}, {self._device}>"
-
-    def __array__(self, dtype=None, copy=None):
-        out = self.numpy()
-        return out if dtype is None else out.astype(dtype)
 
 
 class OpenCLRuntime:

@@ -18,6 +18,7 @@ from tensorir import stmt as S
 from tensorir.function import IRModule, PrimFunc
 from tensorir.transform import DeviceLimitError, LaunchKernel, lower_device
 
+from ..gpu_codegen import written_buffers
 from . import exprjson, storage
 from .runtime import note_target
 from .wgsl import Binding, WebGPUBuildError, WebGPULimitError, emit_kernel
@@ -83,18 +84,6 @@ def _kernel_limits(target) -> dict:
     lim["max_compute_workgroup_storage_size"] = lim["max_shared_memory_per_block"]
     lim["kind"] = "webgpu"
     return lim
-
-
-def _written(body) -> set:
-    out = set()
-
-    def visit(n):
-        if isinstance(n, S.BufferStore):
-            out.add(n.buffer)
-
-    from tensorir.functor import post_order_visit
-    post_order_visit(body, visit)
-    return out
 
 
 def _plan_bindings(kernel, written: set, max_buffers: int) -> list[Binding]:
@@ -187,7 +176,7 @@ class _HostProgram:
         raise WebGPUBuildError(f"unexpected host statement {type(s).__name__}", s)
 
     def kernel_record(self, kernel, k: int) -> dict:
-        written = _written(kernel.func.body)
+        written = written_buffers(kernel.func.body)
         max_buffers = self.target.max_storage_buffers or 8
         bindings = _plan_bindings(kernel, written, max_buffers)
         err_buf = None
@@ -250,7 +239,7 @@ def compile_function(name: str, func: PrimFunc, target) -> dict:
     host_func = split.host
     written = set()   # outputs: the buffers some kernel stores to
     for k in split.kernels:
-        written |= _written(k.func.body)
+        written |= written_buffers(k.func.body)
     params = _param_meta(host_func, names, written)
     for p in params:
         if p["kind"] == "buffer":

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..runtime.device import Device, register_device_runtime
+from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.ndarray import NDArray, _dtype_name
 from . import storage
 
@@ -444,7 +445,7 @@ def adapter_features(index: int) -> set[str]:
 # arrays
 
 
-class WebGPUNDArray(NDArray):
+class WebGPUNDArray(DeviceNDArray):
     """An array in a ``GPUBuffer`` of a WebGPU device.
 
     Elements are kept in their storage dtype (``storage.STORAGE_DTYPE``: 8/16-bit integers and
@@ -452,47 +453,18 @@ class WebGPUNDArray(NDArray):
     Operations are queued on the device: ``.numpy()`` waits for the kernels before it.
     """
 
-    __slots__ = ("_shape", "_dtype", "_buffer", "_ctx", "_nbytes")
+    __slots__ = ("_nbytes",)
+    _API = "WebGPU"
 
     def __init__(self, ctx: DeviceContext, buffer, shape: Sequence[int], dtype: str):
-        self._data = None
-        self._device = Device("webgpu", ctx.index)
-        self._ptr = 0
-        self._ctx = ctx
-        self._buffer = buffer
-        self._shape = tuple(int(s) for s in shape)
-        self._dtype = dtype
+        super().__init__(Device("webgpu", ctx.index), ctx, buffer, shape, dtype)
         self._nbytes = int(np.prod(self._shape, dtype=np.int64)) * \
             np.dtype(storage.storage_dtype(dtype)).itemsize
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> str:
-        return self._dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self._shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * np.dtype(self._dtype).itemsize
 
     @property
     def storage_nbytes(self) -> int:
         """Bytes the elements take on the device (widened dtypes take 4 per element)."""
         return self._nbytes
-
-    @property
-    def data_ptr(self) -> int:
-        raise ValueError("a WebGPU array has no host address")
 
     @property
     def buffer(self):
@@ -518,36 +490,18 @@ class WebGPUNDArray(NDArray):
                              f"bytes; the buffer has {self._buffer.size}")
         return view
 
-    def copyfrom(self, source) -> "WebGPUNDArray":
-        if isinstance(source, WebGPUNDArray) and source._ctx is self._ctx:
-            if source.shape != self._shape or source.dtype != self._dtype:
-                raise ValueError(f"copyfrom: source {source.shape} {source.dtype} differs from "
-                                 f"the array's {self._shape} {self._dtype}")
-            if self._nbytes:
-                self._ctx.copy(source._buffer, self._buffer, (self._nbytes + 3) // 4 * 4)
-            return self
-        src = source.numpy() if isinstance(source, NDArray) else np.asarray(source)
-        if tuple(src.shape) != self._shape:
-            raise ValueError(f"copyfrom: source shape {tuple(src.shape)} differs from the array's "
-                             f"{self._shape}")
-        if src.dtype.name != self._dtype:
-            raise ValueError(f"copyfrom: source dtype {src.dtype.name} differs from the array's "
-                             f"{self._dtype}; convert it first with .astype()")
+    def _device_copy(self, source: "WebGPUNDArray") -> None:
+        if self._nbytes:
+            self._ctx.copy(source._buffer, self._buffer, (self._nbytes + 3) // 4 * 4)
+
+    def _host_write(self, src: np.ndarray) -> None:
         self._ctx.write(self._buffer, storage.to_device_bytes(src))
-        return self
 
     def copyto(self, target) -> NDArray:
         if isinstance(target, NDArray):
             return target.copyfrom(self.numpy())
         from ..runtime.ndarray import array
         return array(self.numpy(), target)
-
-    def __repr__(self):
-        return f"<tilecraft.NDArray shape={self._shape}, {self._dtype}, {self._device}>"
-
-    def __array__(self, dtype=None, copy=None):
-        out = self.numpy()
-        return out if dtype is None else out.astype(dtype)
 
 
 class WebGPURuntime:

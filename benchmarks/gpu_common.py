@@ -1,0 +1,35 @@
+"""Workloads the GPU benchmarks share (``benchmarks.gpu`` for OpenCL, ``benchmarks.gpu_webgpu``).
+
+Examples
+--------
+>>> from benchmarks.gpu_common import gemm_func
+>>> gemm_func(64).params[0].name                                 # doctest: +SKIP
+'A'
+"""
+from __future__ import annotations
+
+from tensorir import te
+
+
+def gemm_func(n: int):
+    """The unscheduled ``C = A @ B`` PrimFunc on ``n x n`` float32 matrices."""
+    A = te.placeholder((n, n), "float32", "A")
+    B = te.placeholder((n, n), "float32", "B")
+    k = te.reduce_axis((0, n), "k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+    return te.create_prim_func([A, B, C])
+
+
+def relax_kernel(make, shape):
+    """The (legalized, unscheduled) PrimFunc of one Relax operator ``make(x)`` on a float32
+    tensor ``x`` of ``shape``."""
+    from relax import BlockBuilder, TensorStructInfo, Var
+    from relax.transform import LegalizeOps
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(make(x)))
+        bb.emit_func_output(out)
+    mod = LegalizeOps()(bb.get())
+    return mod[[name for name in mod.functions if name != "main"][0]]
