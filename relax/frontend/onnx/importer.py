@@ -346,6 +346,7 @@ class GraphImporter:
         self._fresh_count: dict[str, int] = {}
         self.problems: list[str] = []
         self.constant_inputs: list[str] = []
+        self.producers: dict[str, list] = {}   # value name -> the inputs of its node
 
     # -- symbolic variables ----------------------------------------------------------------------
     def named_var(self, name: str) -> TirVar:
@@ -654,9 +655,9 @@ class GraphImporter:
                     result = conv.fn(ctx, node)
         except NeedsConstant as err:
             self.problems.append(f"{node.describe()}: {err.what}")
-            source = _graph_input_behind(ctx, err.value_name)
-            if source is not None and source not in self.constant_inputs:
-                self.constant_inputs.append(source)
+            for source in self._graph_inputs_behind(ctx, err.value_name):
+                if source not in self.constant_inputs:
+                    self.constant_inputs.append(source)
             self._poison(ctx, node)
             return
         except UnsupportedError as err:
@@ -672,6 +673,29 @@ class GraphImporter:
                              f"{node.inputs}, attributes {sorted(node.attrs)}): "
                              f"{type(err).__name__}: {err}") from err
         self._define_outputs(ctx, node, result)
+        for o in node.outputs:
+            if o:
+                self.producers[o] = [i for i in node.inputs if i]
+
+    def _graph_inputs_behind(self, ctx, name: str) -> list:
+        """The graph inputs a value is computed from (those that, as constants, would make it
+        known when the model is imported)."""
+        out, seen, todo = [], set(), [name]
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in self.producers:
+                todo += self.producers[n]
+                continue
+            try:
+                v = ctx.lookup(n)
+            except ConversionError:
+                continue
+            if isinstance(v.expr, Var) and v.known is None:
+                out.append(n)
+        return out
 
     def _convert_decoded(self, ctx, node, conv, logicals):
         """Convert a node on ``lowbit`` values: float formats decoded to float32 (integer

@@ -69,6 +69,15 @@ FLOAT_FORMATS = {
     T.FLOAT4E2M1: FloatFormat("float4e2m1", "float4_e2m1fn", "uint8", 4, 2, 1, 1, "finite",
                               0x7, 0),
 }
+# the native float types, as bit patterns (for BitCast)
+NATIVE_FLOATS = {
+    "float16": FloatFormat("float16", "float16", "uint16", 16, 5, 10, 15, "ieee", 0x7BFF,
+                           0x7E00),
+    "float32": FloatFormat("float32", "float32", "uint32", 32, 8, 23, 127, "ieee",
+                           0x7F7FFFFF, 0x7FC00000),
+    "float64": FloatFormat("float64", "float64", "uint64", 64, 11, 52, 1023, "ieee",
+                           0x7FEFFFFFFFFFFFFF, 0x7FF8000000000000),
+}
 INT_FORMATS = {
     T.INT4: IntFormat("int4", "int4", "int8", -8, 7),
     T.UINT4: IntFormat("uint4", "uint4", "uint8", 0, 15),
@@ -115,24 +124,29 @@ def decode(ctx, x: Expr, fmt: FloatFormat, dtype: str = "float32") -> Expr:
         return ctx.emit(_op.take(table, idx, 0), "decoded")
     shape = ctx.shape(x)
     e_all = (1 << fmt.ebits) - 1
+    u64 = "uint64"
 
     def kernel(bits):
         def f(*i):
-            c = Cast("int64", bits[i])
-            sign = c // (1 << (fmt.nbits - 1))
-            mag = c % (1 << (fmt.nbits - 1))
-            e = mag // (1 << fmt.mbits)
-            m = mag % (1 << fmt.mbits)
+            src = bits[i]
+            c = Cast(u64, Cast("int64", src)) if src.dtype.startswith("int") else Cast(u64, src)
+            if fmt.nbits < 64:   # a sign-extended signed code: keep its own bits
+                c = c % IntImm(1 << fmt.nbits, u64)
+            top = IntImm(1 << (fmt.nbits - 1), u64)
+            sign = c // top
+            mag = c % top
+            e = Cast("int64", mag // IntImm(1 << fmt.mbits, u64))
+            m = Cast("int64", mag % IntImm(1 << fmt.mbits, u64))
             mf = Cast("float64", m)
             normal = (mf + FloatImm(float(1 << fmt.mbits), "float64")) * tir_call(
                 "exp2", Cast("float64", e - (fmt.bias + fmt.mbits)))
-            sub = mf * FloatImm(2.0 ** (1 - fmt.bias - fmt.mbits), "float64")
+            sub = mf * tir_call("exp2", FloatImm(float(1 - fmt.bias - fmt.mbits), "float64"))
             v = Select(e == IntImm(0, "int64"), sub, normal)
             inf = FloatImm(float("inf"), "float64")
             nan = FloatImm(float("nan"), "float64")
             v = Select(e == IntImm(e_all, "int64"),
                        Select(m == IntImm(0, "int64"), inf, nan), v)
-            v = Select(sign == IntImm(1, "int64"), -v, v)
+            v = Select(sign == IntImm(1, u64), -v, v)
             return Cast(dtype, v)
         return te.compute(shape, f, "T_decode_" + fmt.name)
     from .ops.common import mark_opaque
@@ -151,7 +165,8 @@ def _encode_fn(fmt: FloatFormat, saturate: bool):
     c = lambda v: FloatImm(float(v), f64)  # noqa: E731
     emin = 1 - fmt.bias
     emax_code = (1 << fmt.ebits) - 1     # exponent field values go up to this
-    sign_bit = 1 << (fmt.nbits - 1)
+    # the sign bit as an int64 (for 64-bit codes: the two's complement of 2 ** 63)
+    sign_bit = 1 << (fmt.nbits - 1) if fmt.nbits < 64 else -(1 << 63)
 
     def f(v):
         x = Cast(f64, v)
@@ -166,11 +181,13 @@ def _encode_fn(fmt: FloatFormat, saturate: bool):
         scaled = safe * tir_call("exp2", -lg)
         lg = Select(scaled >= c(2), lg + c(1), Select((scaled < c(1)) & (lg > c(emin)),
                                                        lg - c(1), lg))
-        q = safe * tir_call("exp2", c(fmt.mbits) - lg)
-        r = te.round(q)   # half to even
-        mag = (lg - c(emin)) * c(1 << fmt.mbits) + r
-        mag = Select(a == c(0), c(0), mag)
-        overflow = isinf | (mag > c(fmt.max_mag))
+        # the mantissa with its leading bit, scaled in two steps (2 ** -lg, then 2 ** mbits)
+        # so that no factor overflows even for float64's exponents
+        q = (safe * tir_call("exp2", -lg)) * c(1 << fmt.mbits)
+        r = Cast("int64", te.round(q))   # half to even
+        mag = Cast("int64", lg - c(emin)) * IntImm(1 << fmt.mbits, "int64") + r
+        mag = Select(a == c(0), IntImm(0, "int64"), mag)
+        overflow = isinf | (mag > IntImm(fmt.max_mag, "int64"))
         if fmt.kind == "ieee":
             over = fmt.max_mag if saturate else (emax_code << fmt.mbits)
         elif fmt.kind == "fn":
@@ -179,7 +196,7 @@ def _encode_fn(fmt: FloatFormat, saturate: bool):
             over = fmt.max_mag
         else:   # fnuz: overflow without saturation is NaN
             over = fmt.max_mag if saturate else -1
-        mag_i = Cast("int64", Select(overflow, c(over), mag))
+        mag_i = Select(overflow, IntImm(over, "int64"), mag)
         sign_i = Select(neg, IntImm(sign_bit, "int64"), IntImm(0, "int64"))
         code = sign_i + mag_i
         if fmt.kind == "fnuz":

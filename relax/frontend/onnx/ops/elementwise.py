@@ -321,7 +321,8 @@ def _bitwise_not(ctx, node):
     raise ConversionError(f"BitwiseNot needs an integer input, got {d}")
 
 
-@converter("BitShift", family="elementwise", doc="x << y or x >> y (unsigned integers)")
+@converter("BitShift", family="elementwise",
+           doc="x << y or x >> y (arithmetic right shift for signed integers)")
 def _bitshift(ctx, node):
     x, y = ctx.input(node, 0), ctx.input(node, 1)
     d = ctx.dtype(x)
@@ -584,6 +585,30 @@ def _cast_like(ctx, node):
     else:
         target = {d: k for k, d in ONNX_DTYPES.items()}[like.dtype]
     return cast_value(ctx, ctx.value(node, 0), target, node.attr("saturate", 1))
+
+
+@converter("BitCast", family="elementwise",
+           doc="reinterpret the bits as another type of the same width (NaN payloads are "
+               "not kept)")
+def _bitcast(ctx, node):
+    from .. import lowbit
+    x = ctx.input(node, 0)
+    src, target = ctx.dtype(x), ONNX_DTYPES.get(node.attr("to"))
+    if target is None:
+        raise ConversionError(f"BitCast to {onnx_dtype_name(node.attr('to'))} is not supported")
+    if dt.bits(src) != dt.bits(target) and not (src == "bool" and dt.bits(target) == 8):
+        raise ConversionError(f"BitCast from {src} to {target}: the widths differ")
+    if src == target:
+        return ctx.value(node, 0)
+    if dt.is_float(src) and dt.is_float(target):
+        bits = lowbit.encode(ctx, x, lowbit.NATIVE_FLOATS[src])
+        return lowbit.decode(ctx, bits, lowbit.NATIVE_FLOATS[target], target)
+    if dt.is_float(src):
+        bits = lowbit.encode(ctx, x, lowbit.NATIVE_FLOATS[src])
+        return _op.astype(bits, target)
+    if dt.is_float(target):
+        return lowbit.decode(ctx, x, lowbit.NATIVE_FLOATS[target], target)
+    return _op.astype(x, target)   # same-width integers: the cast keeps the bits
 
 
 @converter("Identity", family="elementwise", doc="x")

@@ -557,9 +557,13 @@ def _mvn(ctx, node):
 # linear algebra
 
 
-@converter("MatMul", family="linear", doc="numpy matmul")
+@converter("MatMul", family="linear", doc="numpy matmul (float16 accumulates in float32)")
 def _matmul(ctx, node):
-    return _op.matmul(ctx.input(node, 0), ctx.input(node, 1))
+    a, b = ctx.input(node, 0), ctx.input(node, 1)
+    if ctx.dtype(a) == "float16":
+        # as onnxruntime and numpy: float16 products summed in float32
+        return _op.astype(ctx.emit(_op.matmul(a, b, out_dtype="float32")), "float16")
+    return _op.matmul(a, b)
 
 
 @converter("Gemm", family="linear", doc="alpha A' B' + beta C (transA, transB)")
@@ -569,10 +573,13 @@ def _gemm(ctx, node):
     d = ctx.dtype(a)
     if node.attr("transA", 0):
         a = ctx.emit(_op.permute_dims(a, [1, 0]))
+    acc = "float32" if d == "float16" else None   # float16 sums in float32
     if node.attr("transB", 0):
-        y = ctx.emit(_op.linear(a, b))
+        y = ctx.emit(_op.linear(a, b, out_dtype=acc))
     else:
-        y = ctx.emit(_op.matmul(a, b))
+        y = ctx.emit(_op.matmul(a, b, out_dtype=acc))
+    if acc is not None:
+        y = ctx.emit(_op.astype(y, d))
     if alpha != 1.0:
         y = ctx.emit(_op.multiply(y, scalar(alpha, d)))
     if c is not None and beta != 0.0:
