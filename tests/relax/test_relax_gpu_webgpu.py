@@ -5,16 +5,12 @@ real GPU through Vulkan / Metal / D3D12 where there is one).
 Each family is one Relax function with many operators, so one module covers it; every function
 runs at two values of its symbolic batch dim.
 """
-import math
-
 import numpy as np
 import pytest
 
+import gpu_testutil as gpu
 import relax
 import targets
-from relax import BlockBuilder, TensorStructInfo, Tuple, Var, const
-from relax import op
-from relax.op import nn
 from relax.vm import VirtualMachine
 
 RNG = np.random.default_rng(11)
@@ -31,168 +27,30 @@ def dev():
     return targets.webgpu(0)
 
 
-def _module(params, body):
-    """``main(*params)`` returning the tuple of ``body(*vars)``'s outputs."""
-    bb = BlockBuilder()
-    vs = [Var(name, TensorStructInfo(shape, dtype)) for name, shape, dtype in params]
-    with bb.function("main", vs):
-        with bb.dataflow():
-            outs = [bb.emit(e) for e in body(*vs)]
-            gv = bb.emit_output(Tuple(outs))
-        bb.emit_func_output(gv)
-    return bb.get()
-
-
-def _check(dev, mod, make_inputs, reference, sizes=(1, 5), rtol=1e-4, atol=1e-4):
-    exe = relax.build(mod, "webgpu")
-    vm = VirtualMachine(exe, dev)
-    for n in sizes:
-        inputs = make_inputs(n)
-        outs = vm["main"](*inputs)
-        want = reference(*inputs)
-        assert len(outs) == len(want)
-        for k, (o, w) in enumerate(zip(outs, want)):
-            assert o.device == dev
-            got = o.numpy()
-            assert got.shape == np.shape(w), f"output {k}: {got.shape} vs {np.shape(w)}"
-            np.testing.assert_allclose(got, w, rtol=rtol, atol=atol, err_msg=f"output {k}, n={n}")
-    return exe
-
-
-_erf = np.vectorize(math.erf)
-
-
-def _softmax(x, axis=-1):
-    e = np.exp(x - x.max(axis, keepdims=True))
-    return e / e.sum(axis, keepdims=True)
+TARGET = "webgpu"
+BARRIER = "workgroupBarrier();"
 
 
 def test_elementwise_broadcast_and_reductions(dev):
-    y = RNG.standard_normal(16).astype("float32")
-
-    def body(x):
-        return [op.exp(x), op.tanh(x), op.sigmoid(x), op.sqrt(op.abs(x)), op.erf(x),
-                op.add(x, const(y)), op.multiply(x, const(y)), op.subtract(const(y), x),
-                op.divide(x, op.add(op.abs(const(y)), const(np.float32(1.0)))),
-                op.maximum(x, const(y)),
-                op.where(op.greater(x, const(np.float32(0.0))), x, op.negative(x)),
-                op.astype(op.astype(op.multiply(x, const(np.float32(10.0))), "int32"),
-                          "float32"),
-                op.sum(x, axis=1), op.max(x, axis=0), op.mean(x, axis=1, keepdims=True),
-                op.sum(x)]
-
-    def ref(x):
-        return [np.exp(x), np.tanh(x), 1 / (1 + np.exp(-x)), np.sqrt(np.abs(x)), _erf(x),
-                x + y, x * y, y - x, x / (np.abs(y) + 1), np.maximum(x, y),
-                np.where(x > 0, x, -x), (x * 10).astype("int32").astype("float32"),
-                x.sum(1), x.max(0), x.mean(1, keepdims=True), x.sum()]
-
-    _check(dev, _module([("x", ("n", 16), "float32")], body),
-           lambda n: [RNG.standard_normal((n, 16)).astype("float32")], ref)
+    gpu.elementwise_broadcast_and_reductions(dev, TARGET, RNG)
 
 
 def test_nn_activations_and_norms(dev):
-    g = RNG.standard_normal(48).astype("float32")
-    b = RNG.standard_normal(48).astype("float32")
-
-    def body(x):
-        return [nn.relu(x), nn.gelu(x), nn.silu(x), nn.softmax(x, axis=-1),
-                nn.log_softmax(x, axis=-1), nn.layer_norm(x, const(g), const(b), axes=[-1]),
-                nn.rms_norm(x, const(g), axes=[-1])]
-
-    def ref(x):
-        ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * g + b
-        rms = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * g
-        return [np.maximum(x, 0), 0.5 * x * (1 + _erf(x / np.sqrt(2))), x / (1 + np.exp(-x)),
-                _softmax(x), np.log(_softmax(x)), ln, rms]
-
-    exe = _check(dev, _module([("x", ("n", 48), "float32")], body),
-                 lambda n: [RNG.standard_normal((n, 48)).astype("float32")], ref)
+    exe = gpu.nn_activations_and_norms(dev, TARGET, RNG)
     src = exe.kernel_module.get_source()
-    assert "workgroupBarrier();" in src     # the rows reduce across threads
+    assert BARRIER in src     # the rows reduce across threads
 
 
 def test_linear_conv_and_pooling(dev):
-    w = RNG.standard_normal((16, 24)).astype("float32")
-    bw = RNG.standard_normal((3, 16, 24)).astype("float32")
-    cw = RNG.standard_normal((4, 3, 3, 3)).astype("float32")
-
-    def body(x, img):
-        return [op.matmul(x, const(w)),
-                op.matmul(op.reshape(op.tile(x, (3, 1)), (3, -1, 16)), const(bw)),
-                nn.conv2d(img, const(cw), padding=(1, 1)),
-                nn.max_pool2d(img, pool_size=2, strides=2),
-                nn.avg_pool2d(img, pool_size=3, strides=1, padding=1),
-                nn.adaptive_avg_pool2d(img, output_size=(1, 1))]
-
-    def conv(img, k):
-        n, c, h, wd = img.shape
-        p = np.pad(img, ((0, 0), (0, 0), (1, 1), (1, 1)))
-        out = np.zeros((n, k.shape[0], h, wd), "float64")
-        for dy in range(3):
-            for dx in range(3):
-                out += np.einsum("nchw,oc->nohw", p[:, :, dy:dy + h, dx:dx + wd],
-                                 k[:, :, dy, dx])
-        return out
-
-    def avg3(img):
-        p = np.pad(img, ((0, 0), (0, 0), (1, 1), (1, 1)))
-        s = sum(p[:, :, dy:dy + 8, dx:dx + 8] for dy in range(3) for dx in range(3))
-        ones = np.pad(np.ones((8, 8)), 1)
-        count = sum(ones[dy:dy + 8, dx:dx + 8] for dy in range(3) for dx in range(3))
-        return s / count     # padding not counted
-
-    def ref(x, img):
-        xb = np.tile(x, (3, 1)).reshape(3, -1, 16)
-        return [x @ w, xb @ bw, conv(img, cw),
-                img.reshape(img.shape[0], 3, 4, 2, 4, 2).max((3, 5)), avg3(img),
-                img.mean((2, 3), keepdims=True)]
-
-    _check(dev, _module([("x", ("n", 16), "float32"), ("img", ("m", 3, 8, 8), "float32")],
-                        body),
-           lambda n: [RNG.standard_normal((n, 16)).astype("float32"),
-                      RNG.standard_normal((n, 3, 8, 8)).astype("float32")], ref, atol=2e-4)
+    gpu.linear_conv_and_pooling(dev, TARGET, RNG)
 
 
 def test_manipulation_indexing_and_image(dev):
-    idx = np.array([3, 0, 7, 7, 1], "int64")
-
-    def body(x, img):
-        return [op.reshape(x, (-1, 2, 4)), op.permute_dims(x, (1, 0)),
-                op.concat([x, op.negative(x)], axis=1),
-                op.strided_slice(x, axes=[1], begin=[1], end=[7], strides=[2]),
-                op.take(x, const(idx), axis=1), op.expand_dims(x, 1), op.flip(x, axis=1),
-                relax.op.image.resize2d(img, (6, 6), method="nearest_neighbor",
-                                        coordinate_transformation_mode="asymmetric",
-                                        rounding_method="floor")]
-
-    def ref(x, img):
-        rows = np.floor(np.arange(6) * 3 / 6).astype(int)
-        return [x.reshape(-1, 2, 4), x.T, np.concatenate([x, -x], 1), x[:, 1:7:2],
-                np.take(x, idx, axis=1), x[:, None], x[:, ::-1],
-                img[:, :, rows][:, :, :, rows]]
-
-    _check(dev, _module([("x", ("n", 8), "float32"), ("img", ("n", 2, 3, 3), "float32")],
-                        body),
-           lambda n: [RNG.standard_normal((n, 8)).astype("float32"),
-                      RNG.standard_normal((n, 2, 3, 3)).astype("float32")], ref)
+    gpu.manipulation_indexing_and_image(dev, TARGET, RNG)
 
 
 def test_mlp_end_to_end_symbolic_batch(dev):
-    from benchmarks.models import mlp
-    model = mlp(in_features=64, hidden=(128, 96), out_features=10, seed=4)
-    exe = relax.build(model.mod, "webgpu")
-    vm = VirtualMachine(exe, dev)
-    rng = np.random.default_rng(0)
-    for batch in (1, 7, 33):
-        x, = model.make_inputs(rng, batch=batch)
-        y = vm["main"](x)
-        np.testing.assert_allclose(y.numpy(), model.reference(x), rtol=1e-4, atol=1e-4)
-    # device arrays in, device arrays out: no copy back between calls
-    xd = targets.array(model.make_inputs(rng, batch=3)[0], dev)
-    assert vm["main"](xd).device == dev
-    t = vm.time_evaluator("main", dev, number=2, repeat=1)(xd)
-    assert t.mean > 0
+    gpu.mlp_symbolic_batch(dev, TARGET)
 
 
 def test_exported_executable_runs_after_loading(dev, tmp_path):
@@ -207,26 +65,8 @@ def test_exported_executable_runs_after_loading(dev, tmp_path):
 
 
 def test_transformer_block_end_to_end(dev):
-    from benchmarks.models import bert_encoder_layer
-    model = bert_encoder_layer(hidden=32, heads=2, ffn=64, seed=5)
-    exe = relax.build(model.mod, "webgpu")
-    vm = VirtualMachine(exe, dev)
-    rng = np.random.default_rng(1)
-    for batch, seq in ((1, 5), (2, 9)):
-        x, = model.make_inputs(rng, batch=batch, seq_len=seq)
-        y = vm["main"](x)
-        ref = model.reference(x)
-        np.testing.assert_allclose(y.numpy(), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+    gpu.transformer_block(dev, TARGET)
 
 
 def test_gpu_vm_errors(dev):
-    mod = _module([("x", ("n", 4), "float32")], lambda x: [op.exp(x)])
-    exe = relax.build(mod, "webgpu")
-    with pytest.raises(ValueError, match="webgpu device"):
-        VirtualMachine(exe, targets.cpu(0))
-    vm = VirtualMachine(exe, dev)
-    with pytest.raises(ValueError, match="rank 1"):
-        vm["main"](np.ones(4, "float32"))
-    cpu_exe = relax.build(mod, "llvm")
-    with pytest.raises(ValueError, match="run on the CPU"):
-        VirtualMachine(cpu_exe, dev)
+    gpu.vm_errors(dev, TARGET, "webgpu device")
