@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .device import Device, device_runtime
-from .module import BenchmarkResult, Module
+from .module import BenchmarkResult, Module, repeat_timings
 from .ndarray import NDArray
 
 INT32_MAX = 2 ** 31 - 1
@@ -338,28 +338,22 @@ class DeviceModule(Module):
             loaded = self._loaded(dev)
             fn.run(dev, buffers, dict(env), None)      # warm-up: compiles, checks
             dev.sync()
-            n = number
-            results = []
-            for _ in range(repeat):
-                while True:
-                    if f_preproc is not None:
-                        f_preproc()
-                    spans = []
-                    start = time.perf_counter()
-                    for _ in range(n):
-                        events: list = []
-                        fn.run(dev, buffers, dict(env), events)
-                        spans.append(events)
-                    dev.sync()
-                    wall = time.perf_counter() - start
-                    total = sum(loaded.elapsed(evs) for evs in spans if evs)
-                    if not any(spans):
-                        total = wall
-                    if min_repeat_ms <= 0 or wall * 1000 >= min_repeat_ms:
-                        break
-                    n = max(n * 2, int(n * min_repeat_ms / max(wall * 1000, 1e-3) * 1.2))
-                results.append(total / n)
-            return BenchmarkResult(results)
+
+            def time_calls(n: int) -> tuple[float, float]:
+                spans = []
+                start = time.perf_counter()
+                for _ in range(n):
+                    events: list = []
+                    fn.run(dev, buffers, dict(env), events)
+                    spans.append(events)
+                dev.sync()
+                wall = time.perf_counter() - start
+                total = sum(loaded.elapsed(evs) for evs in spans if evs)
+                if not any(spans):
+                    total = wall
+                return total, wall
+
+            return repeat_timings(time_calls, number, repeat, min_repeat_ms, f_preproc)
 
         return evaluator
 

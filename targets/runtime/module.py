@@ -23,7 +23,7 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -69,6 +69,35 @@ class BenchmarkResult:
     def __repr__(self):
         return (f"BenchmarkResult(mean={self.mean * 1e6:.3f} us, median={self.median * 1e6:.3f} us,"
                 f" std={self.std * 1e6:.3f} us, repeats={len(self.results)})")
+
+
+def repeat_timings(time_calls: Callable[[int], tuple[float, float]], number: int, repeat: int,
+                   min_repeat_ms: float = 0, f_preproc: Any = None) -> BenchmarkResult:
+    """The measuring loop the device modules' ``time_evaluator`` share.
+
+    ``time_calls(n)`` runs the function ``n`` times and returns ``(seconds, wall_seconds)``:
+    the time to report for the ``n`` calls and the wall-clock time ``min_repeat_ms`` is checked
+    against. A measurement shorter than ``min_repeat_ms`` is redone with more calls (at least
+    twice as many). ``f_preproc`` runs before each measurement (e.g. a cache flush).
+
+    Examples
+    --------
+    >>> repeat_timings(lambda n: (n * 1e-3, n * 1e-3), number=4, repeat=2).results
+    (0.001, 0.001)
+    """
+    n = number
+    results = []
+    for _ in range(repeat):
+        while True:
+            if f_preproc is not None:
+                f_preproc()
+            seconds, wall = time_calls(n)
+            if min_repeat_ms <= 0 or wall * 1000 >= min_repeat_ms:
+                break
+            grow = min_repeat_ms / max(wall * 1000, 1e-3)
+            n = max(n * 2, int(n * grow * 1.2))
+        results.append(seconds / n)
+    return BenchmarkResult(results)
 
 
 _CPU = abi.DLDevice(abi.DL_CPU, 0)

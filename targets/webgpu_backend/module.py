@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..runtime.device import Device
-from ..runtime.module import BenchmarkResult, Module, atomic_write_bytes
+from ..runtime.module import BenchmarkResult, Module, atomic_write_bytes, repeat_timings
 from ..runtime.ndarray import NDArray
 from . import exprjson, storage
 from .runtime import WebGPUError, WebGPUNDArray, context
@@ -485,19 +485,12 @@ class WebGPUModule(Module):
             if launch.errors:
                 fn._check_errors(launch)
             ctx.sync()
-            n = number
-            results = []
-            for _ in range(repeat):
-                while True:
-                    if f_preproc is not None:
-                        f_preproc()
-                    elapsed = _time_once(fn, ctx, launch.commands, n)
-                    if min_repeat_ms <= 0 or elapsed * 1000 >= min_repeat_ms:
-                        break
-                    grow = min_repeat_ms / max(elapsed * 1000, 1e-3)
-                    n = max(n * 2, int(n * grow * 1.2))
-                results.append(elapsed / n)
-            return BenchmarkResult(results)
+
+            def time_calls(n: int) -> tuple[float, float]:
+                elapsed = _time_once(fn, ctx, launch.commands, n)
+                return elapsed, elapsed
+
+            return repeat_timings(time_calls, number, repeat, min_repeat_ms, f_preproc)
 
         return evaluator
 
