@@ -33,7 +33,7 @@ import numpy as np
 import targets
 
 from .common import write_results
-from .gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel
+from .gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel, torch_cuda_seconds
 
 N = int(os.environ.get("TILECRAFT_GPU_BENCH_N", "4096"))
 POCL_N = int(os.environ.get("TILECRAFT_POCL_GEMM_N", "1024"))
@@ -71,18 +71,7 @@ def _device_seconds(mod, dev, args, number=10, repeat=5) -> float:
 
 def _torch_seconds(fn, number=10, repeat=5) -> float | None:
     import torch
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(number):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e-3 / number)
-    return statistics.median(times)
+    return torch_cuda_seconds(torch, fn, number, repeat)
 
 
 def _torch():

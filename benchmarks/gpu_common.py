@@ -8,6 +8,8 @@ Examples
 """
 from __future__ import annotations
 
+import statistics
+
 from tensorir import te
 
 
@@ -33,3 +35,20 @@ def relax_kernel(make, shape):
         bb.emit_func_output(out)
     mod = LegalizeOps()(bb.get())
     return mod[[name for name in mod.functions if name != "main"][0]]
+
+
+def torch_cuda_seconds(torch, fn, number: int, repeat: int) -> float:
+    """Median seconds per call of ``fn`` (a PyTorch CUDA op) from CUDA events: one warm-up call,
+    then ``repeat`` measurements of ``number`` calls each."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3 / number)
+    return statistics.median(times)

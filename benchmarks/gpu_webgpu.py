@@ -20,6 +20,7 @@ import numpy as np
 import targets
 from benchmarks.common import side_by_side
 from benchmarks.gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel
+from benchmarks.gpu_common import torch_cuda_seconds
 from benchmarks.schedules import webgpu as sched
 from targets.webgpu_backend import list_adapters, num_adapters
 
@@ -33,19 +34,7 @@ def _torch_cuda():
 
 
 def _torch_time(fn, number=20, repeat=5) -> float:
-    torch = _torch_cuda()
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(number):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1000 / number)
-    return float(np.median(times))
+    return float(torch_cuda_seconds(_torch_cuda(), fn, number, repeat))
 
 
 def _wg_time(mod, dev, args, number) -> float:

@@ -517,26 +517,24 @@ def _unit_offset(index, v):
     return r[1]
 
 
-def _loaded_buffers(e) -> set:
+def _buffers_of(node, node_type) -> set:
+    """The buffers of the ``node_type`` nodes (BufferLoad / BufferStore) inside ``node``."""
     out = set()
     from tensorir.functor import post_order_visit
 
     def f(n):
-        if isinstance(n, E.BufferLoad):
+        if isinstance(n, node_type):
             out.add(n.buffer)
-    post_order_visit(e, f)
+    post_order_visit(node, f)
     return out
+
+
+def _loaded_buffers(e) -> set:
+    return _buffers_of(e, E.BufferLoad)
 
 
 def _written_buffers(s) -> set:
-    out = set()
-    from tensorir.functor import post_order_visit
-
-    def f(n):
-        if isinstance(n, S.BufferStore):
-            out.add(n.buffer)
-    post_order_visit(s, f)
-    return out
+    return _buffers_of(s, S.BufferStore)
 
 
 def written_buffers(s) -> set:
