@@ -104,6 +104,22 @@ def _graph_problems(graph: onnx.GraphProto, outer: set, where: str) -> list[str]
     return problems
 
 
+def _outer_names(node: onnx.NodeProto) -> list:
+    """Values of the enclosing graphs that a node's subgraphs use."""
+    out = []
+    for a in node.attribute:
+        gs = [a.g] if a.type == onnx.AttributeProto.GRAPH else \
+            list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []
+        for g in gs:
+            inner = {i.name for i in g.initializer} | {i.name for i in g.input}
+            for n in g.node:
+                inner |= set(n.output)
+            for n in g.node:
+                out += [i for i in n.input if i and i not in inner]
+                out += [i for i in _outer_names(n) if i not in inner]
+    return out
+
+
 def _toposort(graph: onnx.GraphProto, outer: set) -> list[onnx.NodeProto]:
     """The nodes in an order where every input is defined first (exporters sometimes write them
     out of order); unresolvable nodes keep their place (the validation names them)."""
@@ -675,7 +691,7 @@ class GraphImporter:
         self._define_outputs(ctx, node, result)
         for o in node.outputs:
             if o:
-                self.producers[o] = [i for i in node.inputs if i]
+                self.producers[o] = [i for i in node.inputs if i] + _outer_names(proto)
 
     def _graph_inputs_behind(self, ctx, name: str) -> list:
         """The graph inputs a value is computed from (those that, as constants, would make it

@@ -546,7 +546,7 @@ def fold(ctx, node):
     from .importer import Known
     rule = _RULES.get(node.op_type)
     if rule is None:
-        return None
+        return _fold_by_reference(ctx, node)
     fn, symbolic_ok = rule
     arrays, dtypes = [], []
     for i in range(len(node.inputs)):
@@ -583,3 +583,68 @@ def fold(ctx, node):
             arr = arr.astype(_np_dtype(dtype))
         out.append(Known(np.require(arr, requirements="C") if arr.dtype != object else arr, dtype))
     return out
+
+
+# operators never evaluated by the reference implementation at import time: random, with
+# subgraphs (their converters inline them), or producing values the frontend keeps symbolic
+_NO_REFERENCE = {"If", "Loop", "Scan", "RandomNormal", "RandomNormalLike", "RandomUniform",
+                 "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout", "Constant",
+                 "ConstantOfShape", "Shape", "Size", "Identity", "SequenceMap"}
+
+
+def _fold_by_reference(ctx, node):
+    """A node whose inputs are all small numeric constants, evaluated with ONNX's reference
+    implementation (the specification's own code), so that values such as a trip count
+    computed from constants are known."""
+    from .importer import Known
+    if node.op_type in _NO_REFERENCE or any(a.type in (7, 10) for a in node.proto.attribute):
+        return None
+    arrays = []
+    for i in range(len(node.inputs)):
+        v = ctx.value(node, i)
+        if v is None:
+            arrays.append(None)
+            continue
+        if v.known is None or v.known.dtype == object or v.logical is not None or \
+                v.known.size > MAX_FOLDED_ELEMENTS:
+            return None
+        arrays.append(v.known)
+    if not any(a is not None for a in arrays):
+        return None
+    try:
+        import onnx
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+        names = [f"i{k}" if a is not None else "" for k, a in enumerate(arrays)]
+        n = onnx.NodeProto()
+        n.CopyFrom(node.proto)
+        del n.input[:]
+        n.input.extend(names)
+        del n.output[:]
+        outs = [f"o{k}" if o else "" for k, o in enumerate(node.outputs)]
+        n.output.extend(outs)
+        n.name = "fold"
+        g = helper.make_graph([n], "fold",
+                              [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(
+                                  a.dtype), a.shape) for nm, a in zip(names, arrays) if nm],
+                              [helper.make_tensor_value_info(o, 0, None) for o in outs if o])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", node.opset)])
+        model.ir_version = onnx.IR_VERSION
+        with np.errstate(all="ignore"):
+            results = ReferenceEvaluator(model).run(
+                None, {nm: a for nm, a in zip(names, arrays) if nm})
+    except Exception:
+        return None
+    out = []
+    for r in results:
+        r = np.asarray(r)
+        try:
+            dt.from_numpy(r.dtype)
+        except Exception:
+            return None
+        out.append(Known(np.require(r, requirements="C")))
+    # outputs not asked for stay None
+    full, it = [], iter(out)
+    for o in node.outputs:
+        full.append(next(it) if o else None)
+    return full

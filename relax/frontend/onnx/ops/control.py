@@ -21,13 +21,16 @@ MAX_UNROLL = 1024
 def _convert_subgraph(ctx, graph, bindings: dict) -> list:
     """Convert ``graph`` with its inputs bound to ``bindings`` (name -> Value); return its
     outputs as Values."""
+    from ...common import UnsupportedError
+    before = len(ctx.importer.problems)
     ctx.scopes.append({})
     try:
         for name, v in bindings.items():
             ctx.define(name, v)
         ctx.importer.convert_graph(ctx, graph)
-        if ctx.importer.problems:
-            raise ConversionError("; ".join(ctx.importer.problems))
+        if len(ctx.importer.problems) > before:
+            # recorded already (with the graph inputs they need as constants): this node fails
+            raise UnsupportedError("from_onnx", [])
         return [ctx.lookup(o.name) for o in graph.output]
     finally:
         ctx.scopes.pop()

@@ -143,3 +143,120 @@ def _upsample(ctx, node):
     mode = node.attr("mode", "nearest")
     mode = "linear" if mode in ("linear", "bilinear") else "nearest"
     return _resize(ctx, node, x, scales, None, mode, "asymmetric", "floor", -0.75, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# GridSample
+
+
+def _grid_check(node):
+    out = []
+    mode = node.attr("mode", "linear" if node.version >= 20 else "bilinear")
+    if mode not in ("linear", "bilinear", "nearest", "cubic", "bicubic"):
+        out.append(f"mode {mode!r} is not supported")
+    if node.attr("padding_mode", "zeros") not in ("zeros", "border", "reflection"):
+        out.append(f"padding_mode {node.attr('padding_mode')!r} is not supported")
+    return out
+
+
+@converter("GridSample", family="image", check=_grid_check,
+           doc="sample at grid coordinates (nearest, linear, cubic; zeros, border, reflection "
+               "padding; 2-D and 3-D)")
+def _grid_sample(ctx, node):
+    import itertools
+    from tensorir import te
+    from tensorir.expr import Cast, FloatImm, FloorMod, IntImm, Select
+    from .common import emit_kernel
+    x, grid = ctx.input(node, 0), ctx.input(node, 1)
+    xs, gs = ctx.shape(x), ctx.shape(grid)
+    r = len(xs) - 2
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(
+        node.attr("mode", "linear" if node.version >= 20 else "bilinear"),
+        node.attr("mode", "linear" if node.version >= 20 else "bilinear"))
+    pad = node.attr("padding_mode", "zeros")
+    align = bool(node.attr("align_corners", 0))
+    if static_int(gs[-1]) != r:
+        raise ConversionError(f"GridSample: the grid's last dim must be {r}")
+    out_shape = (xs[0], xs[1]) + tuple(gs[1:-1])
+    d = ctx.dtype(x)
+    f32 = "float32" if d != "float64" else "float64"
+
+    def c(v):
+        return FloatImm(float(v), f32)
+
+    def reflect(v, lo, hi):
+        rng = hi - lo
+        below = v < lo
+        dx = Select(below, lo - v, v - hi)
+        n = Cast("int64", dx / Select(rng == c(0), c(1), rng))
+        rem = dx - Cast(f32, n) * rng
+        even = FloorMod(n, IntImm(2, "int64")) == IntImm(0, "int64")
+        from_low = Select(even, lo + rem, hi - rem)
+        from_high = Select(even, hi - rem, lo + rem)
+        return Select(below, from_low, Select(v > hi, from_high, v))
+
+    def kernel(data, g):
+        def f(*o):
+            n, ch, pos = o[0], o[1], o[2:]
+            coords = []
+            for i in range(r):
+                size = Cast(f32, data.shape[2 + i])
+                gv = Cast(f32, g[(n,) + tuple(pos) + (IntImm(r - 1 - i, "int64"),)])
+                if align:
+                    xv = (gv + c(1)) / c(2) * (size - c(1))
+                    lo, hi = c(0), size - c(1)
+                else:
+                    xv = ((gv + c(1)) * size - c(1)) / c(2)
+                    lo, hi = c(-0.5), size - c(0.5)
+                if mode == "nearest":
+                    xv = te.round(xv)
+                if pad == "border":
+                    xv = Select((xv < lo) | (xv > hi),
+                                te.min(te.max(xv, c(0)), size - c(1)), xv)
+                elif pad == "reflection":
+                    xv = reflect(xv, lo, hi)
+                coords.append((xv, size, lo, hi))
+
+            def pixel(idx):
+                """data at integer taps with the padding rule; (value, in-range)"""
+                src, inside = [], []
+                for i, ((_, size, lo, hi), t) in enumerate(zip(coords, idx)):
+                    n_i = data.shape[2 + i]
+                    if pad == "zeros":
+                        inside += [t >= IntImm(0, "int64"), t < n_i]
+                        src.append(te.min(te.max(t, IntImm(0, "int64")), n_i - 1))
+                    elif pad == "border":
+                        src.append(te.min(te.max(t, IntImm(0, "int64")), n_i - 1))
+                    else:
+                        rt = Cast("int64", reflect(Cast(f32, t), lo, hi))
+                        src.append(te.min(te.max(rt, IntImm(0, "int64")), n_i - 1))
+                v = Cast(f32, data[(n, ch) + tuple(src)])
+                return Select(te.all(*inside), v, c(0)) if inside else v
+
+            if mode == "nearest":
+                return Cast(d, pixel([Cast("int64", xv) for xv, _, _, _ in coords]))
+            taps_per_dim = []
+            for xv, _, _, _ in coords:
+                x0 = te.floor(xv)
+                t = xv - x0
+                base = Cast("int64", x0)
+                if mode == "linear":
+                    taps_per_dim.append([(base, c(1) - t), (base + 1, t)])
+                else:
+                    A = -0.75
+                    s1, s2, s3 = t + c(1), c(1) - t, c(2) - t
+                    w = [((c(A) * s1 - c(5 * A)) * s1 + c(8 * A)) * s1 - c(4 * A),
+                         ((c(A + 2) * t - c(A + 3)) * t) * t + c(1),
+                         ((c(A + 2) * s2 - c(A + 3)) * s2) * s2 + c(1),
+                         ((c(A) * s3 - c(5 * A)) * s3 + c(8 * A)) * s3 - c(4 * A)]
+                    taps_per_dim.append([(base + k - 1, w[k]) for k in range(4)])
+            total = None
+            for combo in itertools.product(*taps_per_dim):
+                weight = None
+                for _, wk in combo:
+                    weight = wk if weight is None else weight * wk
+                term = weight * pixel([t for t, _ in combo])
+                total = term if total is None else total + term
+            return Cast(d, total)
+        return te.compute(out_shape, f, "T_grid_sample")
+    return emit_kernel(ctx, kernel, x, grid, name="grid_sample")
