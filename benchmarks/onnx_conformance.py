@@ -415,6 +415,15 @@ def run() -> list[dict]:
              "rate": s["onnxruntime_rate"]}]
 
 
+def _cpu_seconds(resource) -> float:
+    """User + system CPU time of this process and its finished children."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update-allowlist", action="store_true",
@@ -428,9 +437,12 @@ def main(argv=None) -> int:
     if args.k:
         keys = args.k.split(",")
         names = [c.name for c in collect_cases() if any(k in c.name for k in keys)]
+    import resource
     t0 = time.time()
+    c0 = _cpu_seconds(resource)
     ours = run_tilecraft(names, args.workers)
     t_ours = time.time() - t0
+    cpu_ours = _cpu_seconds(resource) - c0
     peer = None
     t_peer = 0.0
     if not args.no_onnxruntime:
@@ -439,6 +451,7 @@ def main(argv=None) -> int:
         t_peer = time.time() - t0
     s = summarize(ours, peer)
     s["tilecraft_seconds"] = round(t_ours, 1)
+    s["tilecraft_cpu_seconds"] = round(cpu_ours, 1)
     s["onnxruntime_seconds"] = round(t_peer, 1)
     print(json.dumps(s, indent=2))
     if names is None:
