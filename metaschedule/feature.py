@@ -450,56 +450,79 @@ def _count_expr(e: PrimExpr, counts: _Counts, loads: list, loop_ids: set[int]) -
                 stack.extend(a for a in v if isinstance(a, PrimExpr))
 
 
-def _guard_fraction(cond: PrimExpr, loops: list[_Loop], env: _Env) -> float:
-    """The fraction of iterations a guard ``a < b`` (``<=``, ``>``, ``>=``, conjunctions) lets
-    through when ``a - b`` is affine in one loop var; 1 when it cannot tell."""
+def _conjuncts(cond: PrimExpr) -> list:
     if isinstance(cond, And):
-        return _guard_fraction(cond.a, loops, env) * _guard_fraction(cond.b, loops, env)
-    if not isinstance(cond, (LT, LE, GT, GE)):
-        return 1.0
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+_GUARD_RNG = np.random.default_rng(0)
+_GUARD_SAMPLES = 512
+
+
+def _guard_fraction(cond: PrimExpr, loops: list[_Loop], env: _Env) -> tuple[float, set]:
+    """The fraction of iterations a guard lets through, and the loop vars (by id) it tests.
+
+    Conjunctions of comparisons ``a < b`` (``<=``, ``>``, ``>=``) with ``a - b`` affine in the
+    loops are evaluated exactly over one loop's range, or on random points of several loops'
+    ranges; other terms count as always true."""
     by_id = {id(l.var): l for l in loops}
-    diff = Sub(cond.a, cond.b)
-    coeffs, caps, irr = _affine(diff, set(by_id))
-    if irr or caps or len(coeffs) != 1:
-        return 1.0
-    (vid, c), = coeffs.items()
-    loop = by_id[vid]
-    if loop.extent <= 0:
-        return 1.0
-    saved = env.loops.get(vid)
-    env.loops[vid] = 0
-    r = env._eval(diff)
-    if saved is not None:
-        env.loops[vid] = saved
-    if r is None:
-        return 1.0
-    test = {LT: lambda x: x < 0, LE: lambda x: x <= 0, GT: lambda x: x > 0,
-            GE: lambda x: x >= 0}[type(cond)]
-    e = int(loop.extent)
-    if e <= 4096:
-        n = sum(1 for v in range(e) if test(c * v + r))
-    else:  # the boundary of a monotone condition
-        n = sum(1 for v in np.linspace(0, e - 1, 1024) if test(c * v + r)) * e / 1024
-    return float(max(n, 1) / e)
+    terms = []
+    for c in _conjuncts(cond):
+        if not isinstance(c, (LT, LE, GT, GE)):
+            continue
+        diff = Sub(c.a, c.b)
+        coeffs, caps, irr = _affine(diff, set(by_id))
+        if irr or caps or not coeffs:
+            continue
+        saved = {v: env.loops.get(v) for v in coeffs}
+        for v in coeffs:
+            env.loops[v] = 0
+        r = env._eval(diff)
+        for v, old in saved.items():
+            if old is not None:
+                env.loops[v] = old
+        if r is None:
+            continue
+        terms.append((coeffs, float(r), type(c)))
+    if not terms:
+        return 1.0, set()
+    vids = sorted({v for coeffs, _, _ in terms for v in coeffs})
+    extents = [max(int(by_id[v].extent), 1) for v in vids]
+    if len(vids) == 1 and extents[0] <= 4096:
+        points = np.arange(extents[0], dtype=np.float64)[:, None]
+    else:
+        points = np.stack([_GUARD_RNG.integers(0, e, _GUARD_SAMPLES) for e in extents],
+                          axis=1).astype(np.float64)
+    ok = np.ones(len(points), dtype=bool)
+    col = {v: i for i, v in enumerate(vids)}
+    for coeffs, r, kind in terms:
+        x = r + sum(points[:, col[v]] * c for v, c in coeffs.items())
+        ok &= (x < 0) if kind is LT else (x <= 0) if kind is LE else (x > 0) if kind is GT \
+            else (x >= 0)
+    frac = max(float(ok.sum()), 0.5) / len(points)
+    return min(frac, 1.0), set(vids)
 
 
 @dataclass
 class _StoreInfo:
     store: BufferStore
     loops: list           # outermost first
-    guards: int
+    guards: list          # (loops around the guard, its fraction, loop var ids it tests)
     guard_fraction: float
     counts: _Counts
     accesses: list
     alloc: tuple | None   # (buffer, loops outside it)
+    par_fraction: float = 1.0   # share of the parallel iterations that reach the store
 
 
 class _Collector:
     def __init__(self, env: _Env):
         self.env = env
         self.loops: list[_Loop] = []
-        self.guards = 0
+        self.guard_stack: list[tuple[int, float, set]] = []  # (depth, fraction, vars tested)
         self.fraction = 1.0
+        self.par_fraction = 1.0
         self.allocs: dict[int, tuple] = {}   # buffer id -> (buffer, depth)
         self.stores: list[_StoreInfo] = []
         self.num_loops = 0
@@ -525,16 +548,26 @@ class _Collector:
             self.loops.pop()
             self.env.loops.pop(id(s.loop_var), None)
         elif t is IfThenElse:
-            frac = _guard_fraction(s.condition, self.loops, self.env)
-            self.guards += 1
-            saved = self.fraction
+            frac, vids = _guard_fraction(s.condition, self.loops, self.env)
+            # a guard on parallel loops alone splits the parallel iterations between its
+            # branches: the stores under each run on that share of the cores
+            on_par = bool(vids) and all(l.kind == "parallel" for l in self.loops
+                                        if id(l.var) in vids)
+            self.guard_stack.append((len(self.loops), frac, vids))
+            saved, saved_par = self.fraction, self.par_fraction
             self.fraction = saved * frac
+            if on_par:
+                self.par_fraction = saved_par * frac
             self.visit(s.then_case)
             if s.else_case is not None:
-                self.fraction = saved * max(0.0, 1.0 - frac) if frac < 1.0 else saved
+                rest = max(0.0, 1.0 - frac) if frac < 1.0 else 1.0
+                self.fraction = saved * rest
+                if on_par:
+                    self.par_fraction = saved_par * rest
+                self.guard_stack[-1] = (len(self.loops), rest, vids)
                 self.visit(s.else_case)
-            self.fraction = saved
-            self.guards -= 1
+            self.fraction, self.par_fraction = saved, saved_par
+            self.guard_stack.pop()
         elif t is Allocate:
             self.allocs[id(s.buffer)] = (s.buffer, len(self.loops))
             self.visit(s.body)
@@ -560,8 +593,10 @@ class _Collector:
             coeffs, caps, irr = {}, {}, True
         accesses = [_Access(s.buffer, coeffs, caps, irr, True)] + loads
         alloc = self.allocs.get(id(s.buffer))
-        self.stores.append(_StoreInfo(s, list(self.loops), self.guards, self.fraction, counts,
-                                      accesses, None if alloc is None else alloc))
+        self.stores.append(_StoreInfo(s, list(self.loops), list(self.guard_stack), self.fraction,
+                                      counts,
+                                      accesses, None if alloc is None else alloc,
+                                      self.par_fraction))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -658,7 +693,7 @@ class _StoreFeatures:
         block_trip = math.prod(l.extent for l in block) if block else 1.0
         self.set("register_block", _log(block_trip))
         self.set("auto_unroll", _log(max((l.auto_unroll for l in loops), default=0.0)))
-        self.set("num_guards", info.guards)
+        self.set("num_guards", len(info.guards))
         self.set("guard_fraction", info.guard_fraction)
 
         # -- buffers: merge the accesses of each buffer
@@ -801,7 +836,8 @@ class _StoreFeatures:
         n = len(loops)
         # cores: parallel loops around the store, balanced over the cores
         par_kinds = ("parallel", "thread_binding") if m.gpu else ("parallel",)
-        par = max(math.prod(l.extent for l in loops if l.kind in par_kinds), 1.0)
+        par = max(math.prod(l.extent for l in loops if l.kind in par_kinds) *
+                  info.par_fraction, 1.0)
         cores = min(par / math.ceil(par / m.cores) if par > 1 else 1.0, float(m.cores))
         bits = dt.bits(info.store.buffer.dtype) or 32
         hw_lanes = max(1.0, m.vector_bits / bits)
@@ -918,7 +954,24 @@ class _StoreFeatures:
         l2 = traffic(m.l1_bytes) / m.l2_bw / cores
         l3 = traffic(m.l2_bytes) / m.l3_bw / cores
         dram = traffic(m.l3_bytes) / m.dram_bw
+        # a guard is tested once per iteration of the loops down to the innermost one it
+        # depends on (LLVM hoists it out of the others; in unrolled loops it folds away); a
+        # guard on the vector loop masks lanes, so the vector instructions are issued anyway
         overhead = runs * 1.0 / cores
+        outer = 1.0
+        for depth, frac, vids in info.guards:
+            last = max((j for j in range(depth) if id(loops[j].var) in vids), default=-1)
+            tests = math.prod(math.ceil(l.extent / hw_lanes) if l.kind == "vectorized"
+                              else l.extent for l in loops[:last + 1] if l.kind != "unrolled")
+            overhead += 2.0 * tests * outer / cores
+            outer *= frac
+        vid = id(vloop.var) if vloop is not None else None
+        inside = math.prod(f for d, f, vids in info.guards if vid in vids)
+        if inside < 1.0:
+            issued = 1.0 / max(inside, 1e-9)
+            compute *= issued
+            latency *= issued
+            l1 *= issued
         launches = 0.0
         for j, l in enumerate(loops):
             if l.kind == "parallel":
