@@ -22,6 +22,7 @@ REGISTRY = {
     "rpc_tune_throughput": "benchmarks.rpc_tune_throughput",
     "gpu_webgpu": "benchmarks.gpu_webgpu",
     "gpu": "benchmarks.gpu",
+    "gpu_models": "benchmarks.gpu_models",
     "tune_cpu": "benchmarks.tune_cpu",
     "space_gemm": "benchmarks.space_gemm",
 }
