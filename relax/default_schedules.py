@@ -635,6 +635,14 @@ def _schedule_vector_reduction(sch: Schedule, name: str, target: Target) -> bool
         _fuse_epilogue(sch, acc)
     init = sch.decompose_reduction(block, reduce_loops[0])
     sch.vectorize(ji)
+    # a small window (3 x 3) unrolled: straight-line code keeps the accumulator vector in a
+    # register (a serial tap loop left it in memory, a store-to-load chain per tap)
+    taps = 1
+    for rv in reduce_loops:
+        taps *= _extent(sch.get(rv)) or SYMBOLIC_EXTENT
+    if taps <= 64:
+        for rv in reduce_loops:
+            sch.unroll(rv)
     for b in ([init, acc] if outer else [init]):
         _finish_tile_block(sch, b, len(outer))
     if outer and _work(_loop_nodes(sch, outer + [ji])) >= MIN_PARALLEL_WORK:
