@@ -221,6 +221,7 @@ def _run_chunk(cases) -> dict:
     results = {}
     pending = []   # (case, fname, data, mode)
     bb = BlockBuilder()
+    t0 = time.process_time()
     for k, case in enumerate(cases):
         fname = f"case{k}"
         try:
@@ -229,6 +230,9 @@ def _run_chunk(cases) -> dict:
         except Exception as err:   # noqa: BLE001 - every failure is a result here
             results[case.name] = {"status": "import", "error": _first_line(err)}
     _build_and_run(bb, pending, results, relax, targets)
+    cpu = round(time.process_time() - t0, 2)
+    for case in cases:   # the chunk's CPU time, to find the costly cases
+        results[case.name]["chunk_cpu_seconds"] = cpu
     return results
 
 

@@ -665,3 +665,101 @@ def _dropout(ctx, node):
     if node.has_output(1):
         outs.append(_op.ones(ctx.shape(x), "bool"))
     return outs
+
+
+# ---------------------------------------------------------------------------------------------
+# DFT
+
+
+@converter("DFT", family="linear", const_inputs={1: "dft_length", 2: "axis"},
+           doc="discrete Fourier transform along an axis (inverse, onesided: rfft / irfft), "
+               "as matmuls with cosine and sine tables")
+def _dft(ctx, node):
+    x = ctx.input(node, 0)
+    xs = ctx.shape(x)
+    rank = len(xs)
+    d = ctx.dtype(x)
+    inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
+    if node.version >= 20:
+        axis = ctx.known_ints(node, 2, "axis") if node.has_input(2) else [-2]
+        axis = axis[0]
+    else:
+        axis = node.attr("axis", 1)
+    axis = norm_axis(axis, rank)
+    if axis == rank - 1:
+        raise ConversionError("DFT along the last (real / imaginary) axis")
+    n_in = static_int(xs[axis])
+    channels = static_int(xs[-1])
+    if n_in is None or channels not in (1, 2):
+        raise ConversionError("DFT needs a static signal length and a last dim of 1 or 2")
+    length = ctx.known_ints(node, 1, "dft_length") if node.has_input(1) else None
+    if length is not None:
+        length = int(length[0])
+    elif inverse and onesided:
+        length = 2 * (n_in - 1)
+    else:
+        length = n_in
+    e = ctx.emit
+
+    def part(k):
+        p = e(_op.strided_slice(x, [rank - 1], [k], [k + 1]))
+        p = e(_op.squeeze(p, [rank - 1]))
+        perm = [i for i in range(rank - 1) if i != axis] + [axis]
+        return e(_op.permute_dims(p, perm)), perm
+    re, perm = part(0)
+    im = part(1)[0] if channels == 2 else None
+    # in float64, as the reference's FFT: outputs that should be 0 come out within 1e-7
+    re = cast(ctx, re, "float64")
+    im = cast(ctx, im, "float64") if im is not None else None
+    # the input samples used: truncated or zero-padded to what the transform reads
+    used = length // 2 + 1 if (inverse and onesided) else length
+
+    def fit(t):
+        if t is None:
+            return None
+        n = n_in
+        if n > used:
+            t = e(_op.strided_slice(t, [rank - 2], [0], [used]))
+        elif n < used:
+            width = [(0, 0)] * (rank - 2) + [(0, used - n)]
+            t = e(_op.pad(t, width, 0.0))
+        return t
+    re, im = fit(re), fit(im)
+    n_out = length if not (onesided and not inverse) else length // 2 + 1
+    if inverse and onesided:
+        n_out = length
+    kk = np.arange(used)[:, None]
+    nn = np.arange(n_out)[None, :]
+    theta = 2.0 * np.pi * kk * nn / length
+    cos, sin = np.cos(theta), np.sin(theta)
+    cst = lambda a: const(a.astype("float64"))  # noqa: E731
+    if not inverse:
+        out_re = e(_op.matmul(re, cst(cos)))
+        out_im = e(_op.negative(e(_op.matmul(re, cst(sin)))))
+        if im is not None:
+            out_re = e(_op.add(out_re, e(_op.matmul(im, cst(sin)))))
+            out_im = e(_op.add(out_im, e(_op.matmul(im, cst(cos)))))
+    elif onesided:
+        # irfft: the half spectrum, each bin but DC (and Nyquist) counted twice
+        c = np.full((used, 1), 2.0)
+        c[0] = 1.0
+        if length % 2 == 0:
+            c[-1] = 1.0
+        out_re = e(_op.matmul(re, cst(c * cos / length)))
+        if im is not None:
+            out_re = e(_op.subtract(out_re, e(_op.matmul(im, cst(c * sin / length)))))
+        out_im = None
+    else:
+        out_re = e(_op.matmul(re, cst(cos / length)))
+        out_im = e(_op.matmul(re, cst(sin / length)))
+        if im is not None:
+            out_re = e(_op.subtract(out_re, e(_op.matmul(im, cst(sin / length)))))
+            out_im = e(_op.add(out_im, e(_op.matmul(im, cst(cos / length)))))
+    inv = [perm.index(i) for i in range(rank - 1)]
+
+    def back(t):
+        t = e(_op.permute_dims(t, inv))
+        return e(_op.expand_dims(t, rank - 1))
+    parts = [back(out_re)] + ([back(out_im)] if out_im is not None else [])
+    y = e(_op.concat(parts, rank - 1)) if len(parts) > 1 else parts[0]
+    return cast(ctx, y, d)
