@@ -35,7 +35,6 @@ import multiprocessing
 import os
 import sys
 import time
-import traceback
 import warnings
 
 import numpy as np
@@ -349,8 +348,13 @@ def reason_of(result: dict) -> str:
     m = re.search(r"the operator (\w+) \(version \d+\) is not supported", err)
     if m:
         return f"operator {m.group(1)} is not supported"
+    if "imports no opset of the standard ONNX domain" in err:
+        return "models of other domains only (ai.onnx.ml, ai.onnx.preview.training)"
+    m = re.search(r"node '[^']*' \((\w+), opset \d+\)(?: -> \w+)?: (.*)", err)
+    if m:
+        return f"{m.group(1)}: {m.group(2)[:90]}"
     if result["status"] == "mismatch":
-        return "wrong result: " + err.split(": ", 1)[-1][:80]
+        return "results differ beyond the tolerance (float16 / float32 rounding)"
     return f"{result['status']} error: " + err[:100]
 
 

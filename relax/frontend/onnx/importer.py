@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -26,8 +26,8 @@ from tensorir.expr import IntImm, PrimExpr, TIRError, Var as TirVar
 
 from ... import op as _op
 from ...block_builder import BlockBuilder
-from ...expr import (Constant, Expr, RelaxError, ShapeExpr, Tuple, TupleGetItem, Var, const)
-from ...struct_info import ShapeStructInfo, TensorStructInfo, TupleStructInfo
+from ...expr import Constant, Expr, RelaxError, ShapeExpr, Tuple, Var, const
+from ...struct_info import ShapeStructInfo, TensorStructInfo
 from tensorir.function import IRModule
 from ..common import UnsupportedError
 from .registry import (CONVERTERS, ConversionError, NeedsConstant, OnnxNode, onnx_dtype_name,
@@ -881,22 +881,6 @@ def _is_poisoned(ctx: GraphContext, name: str) -> bool:
         return ctx.lookup(name) is _POISON
     except ConversionError:
         return False
-
-
-def _graph_input_behind(ctx: GraphContext, name: str) -> str | None:
-    """The graph input named ``name`` (a must-be-constant value the harness can bind), if it is
-    one."""
-    v = ctx.lookup(name)
-    if v.expr is not None and isinstance(v.expr, Var) and v.known is None:
-        return name
-    return None
-
-
-class _NeedsTypes(Exception):
-    """The operator's function body depends on its input types (known only when converting)."""
-
-
-_EXPANSIONS = [0]
 
 
 def _function_body(proto: onnx.NodeProto, schema, opset: int, input_types=None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .... import op as _op
-from ..importer import Known, Value
+from ..importer import Value
 from ..registry import ConversionError, NeedsConstant, converter
 from .common import norm_axis, static_int
 

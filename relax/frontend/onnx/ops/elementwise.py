@@ -15,9 +15,8 @@ from tensorir import te
 from tensorir.expr import Cast, FloatImm, IntImm, Select, call as tir_call
 
 from .... import op as _op
-from ....expr import Expr
 from ..registry import ConversionError, ONNX_DTYPES, converter, onnx_dtype_name
-from .common import cast, emit_map, imm, scalar
+from .common import cast, emit_map, scalar
 
 # ---------------------------------------------------------------------------------------------
 # arithmetic

@@ -13,7 +13,6 @@ import math
 import numpy as np
 
 from .... import op as _op
-from ....expr import ShapeExpr
 from ..registry import ConversionError, NeedsConstant, converter
 from .common import norm_axes, static_int
 

@@ -11,17 +11,12 @@ import numpy as np
 
 from tensorir import dtype as dt
 from tensorir import te
-from tensorir.expr import FloatImm, IntImm, Select
+from tensorir.expr import IntImm, Select
 
 from .... import op as _op
-from ....expr import Expr, TupleGetItem, const
-from ..importer import Known
+from ....expr import TupleGetItem, const
 from ..registry import ConversionError, converter
 from .common import cast, emit_kernel, norm_axes, norm_axis, scalar, static_int
-
-
-def _spatial(ctx, x):
-    return ctx.shape(x)[2:]
 
 
 def _kernel_shape(node, w_shape):
@@ -70,10 +65,6 @@ def _auto_pads(node, in_dims, kernel, strides, dilations, transpose=False):
     return begins + ends
 
 
-def _bias_shape(rank):
-    return (-1,) + (1,) * (rank - 2)
-
-
 def _add_bias(ctx, y, b, rank):
     if b is None:
         return y
@@ -115,9 +106,7 @@ def _conv(ctx, node):
 
 
 def _conv_transpose_check(node):
-    out = _conv_check(node)
-    ks = node.attr("kernel_shape")
-    return out
+    return _conv_check(node)
 
 
 @converter("ConvTranspose", family="nn", check=_conv_transpose_check,

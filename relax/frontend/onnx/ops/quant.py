@@ -3,17 +3,12 @@ DynamicQuantizeLinear, QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger.
 
 Arithmetic follows the ONNX reference implementation: integer products accumulate exactly in
 int32, rescaling is in floating point, rounding is half to even, results saturate to the range
-of the output type (int8, uint8, int16, uint16; the 4-bit and float8 types have no tilecraft
-dtype).
+of the output type (int8, uint8, int16, uint16, and the lowbit types of ``lowbit.py``: int4,
+uint4, int2, uint2 as values, float8 and float4 as bit patterns).
 """
 from __future__ import annotations
 
-import numpy as np
-
-from tensorir import dtype as dt
-
 from .... import op as _op
-from ....expr import const
 from ..registry import ConversionError, ONNX_DTYPES, converter, onnx_dtype_name
 from .common import cast, norm_axis, scalar, static_int
 

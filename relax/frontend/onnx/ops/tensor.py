@@ -17,7 +17,7 @@ from tensorir.expr import FloorMod, IntImm, Max, Min, PrimExpr, Select
 
 from .... import op as _op
 from ....expr import Expr, ShapeExpr, TupleGetItem, const
-from ..importer import Known, Tensors
+from ..importer import Known
 from ..known import as_int, is_symbolic
 from ..registry import ConversionError, NeedsConstant, converter
 from .common import cast, emit_kernel, norm_axes, norm_axis, prod, scalar, static_int
