@@ -76,6 +76,7 @@ def _array(v):
 # (relax/frontend/onnx/lowbit.py); onnxruntime's Python binding takes none of them
 _ML_STORAGE = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e4m3fnuz": "uint8",
                "float8_e5m2": "uint8", "float8_e5m2fnuz": "uint8", "float4_e2m1fn": "uint8",
+               "float8_e8m0fnu": "uint8",
                "int4": "int8", "uint4": "uint8", "int2": "int8", "uint2": "uint8"}
 
 

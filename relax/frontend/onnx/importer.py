@@ -394,6 +394,8 @@ class GraphImporter:
         self.opset = self._resolve_opset(model)
         graph = model.graph
         problems = _graph_problems(graph, set(), "")
+        if not graph.output:
+            problems.append("the graph has no outputs")
         if problems:
             raise ValueError("from_onnx: the model is invalid:\n  " + "\n  ".join(problems))
         self._check_supported(graph, self.opset)

@@ -1,7 +1,8 @@
 """ONNX element types without a tilecraft dtype, carried in a storage dtype.
 
 * bfloat16 travels as its bit pattern in uint16; the float8 types (E4M3FN, E4M3FNUZ, E5M2,
-  E5M2FNUZ) and FLOAT4E2M1 as their bit patterns in uint8 (FLOAT4E2M1 in the low 4 bits);
+  E5M2FNUZ, E8M0) and FLOAT4E2M1 as their bit patterns in uint8 (FLOAT4E2M1 in the low 4
+  bits);
 * INT4 / INT2 as their values in int8, UINT4 / UINT2 as their values in uint8.
 
 So a model with a bfloat16 input takes ``x.view(np.uint16)`` of an ``ml_dtypes.bfloat16``
@@ -68,6 +69,9 @@ FLOAT_FORMATS = {
                                   "fnuz", 0x7F, 0x80),
     T.FLOAT4E2M1: FloatFormat("float4e2m1", "float4_e2m1fn", "uint8", 4, 2, 1, 1, "finite",
                               0x7, 0),
+    # an unsigned power of two (a scale format): 2 ** (code - 127), 0xFF is NaN
+    T.FLOAT8E8M0: FloatFormat("float8e8m0", "float8_e8m0fnu", "uint8", 8, 8, 0, 127, "e8m0",
+                              0xFE, 0xFF),
 }
 # the native float types, as bit patterns (for BitCast)
 NATIVE_FLOATS = {
@@ -213,13 +217,44 @@ def _encode_fn(fmt: FloatFormat, saturate: bool):
     return f
 
 
-def encode(ctx, x: Expr, fmt: FloatFormat, saturate: bool = False) -> Expr:
+def _encode_e8m0(saturate: bool, round_mode: str):
+    """ONNX's ``to_float8e8m0``: the float32 exponent field, rounded by the mantissa
+    (``up``, ``down`` or ``nearest``); NaN and infinity give 0xFF."""
+    from tensorir.expr import FloorDiv, FloorMod
+    f32 = _encode_fn(NATIVE_FLOATS["float32"], False)
+    i64 = "int64"
+
+    def f(v):
+        bits = Cast(i64, f32(Cast("float32", v)))
+        exp = FloorMod(FloorDiv(bits, IntImm(1 << 23, i64)), IntImm(256, i64))
+        frac = FloorMod(bits, IntImm(1 << 23, i64))
+        special = exp == IntImm(0xFF, i64)
+        if round_mode == "up":
+            up = frac > IntImm(0, i64)
+        elif round_mode == "down":
+            up = frac < IntImm(0, i64)   # never
+        else:
+            g = FloorMod(FloorDiv(frac, IntImm(1 << 22, i64)), IntImm(2, i64)) == IntImm(1, i64)
+            r = FloorMod(FloorDiv(frac, IntImm(1 << 21, i64)), IntImm(2, i64)) == IntImm(1, i64)
+            st = FloorMod(frac, IntImm(1 << 21, i64)) > IntImm(0, i64)
+            up = g & (r | st | (exp > IntImm(0, i64)))
+        if saturate:
+            up = up & (exp != IntImm(0xFE, i64))
+        e = exp + Select(up, IntImm(1, i64), IntImm(0, i64))
+        e = Select(special, IntImm(0xFF, i64), FloorMod(e, IntImm(256, i64)))
+        return Cast("uint8", e)
+    return f
+
+
+def encode(ctx, x: Expr, fmt: FloatFormat, saturate: bool = False,
+           round_mode: str = "up") -> Expr:
     """Bit patterns of ``fmt`` for the float tensor ``x``, rounded to nearest even.
     ``saturate``: out-of-range values (and infinities) become the largest finite value, as
     ONNX's reference ``saturate_cast``; else infinity (``"ieee"`` formats) or NaN."""
     from .ops.common import emit_map
-    return emit_map(ctx, _encode_fn(fmt, saturate), x, dtype=fmt.storage,
-                    name="encode_" + fmt.name, opaque=True)
+    fn = _encode_e8m0(saturate, round_mode) if fmt.kind == "e8m0" else \
+        _encode_fn(fmt, saturate)
+    return emit_map(ctx, fn, x, dtype=fmt.storage, name="encode_" + fmt.name, opaque=True)
 
 
 def encode_int(ctx, x: Expr, fmt: IntFormat) -> Expr:

@@ -544,7 +544,7 @@ def _cast_check(node):
     return []
 
 
-def cast_value(ctx, v, target: int, saturate: bool = True):
+def cast_value(ctx, v, target: int, saturate: bool = True, round_mode: str = "up"):
     """The value ``v`` converted to the ONNX element type ``target`` (native or lowbit)."""
     from .. import lowbit
     from ..importer import Value
@@ -566,13 +566,15 @@ def cast_value(ctx, v, target: int, saturate: bool = True):
         x = ctx.emit(_op.astype(x, "float64"))
     # ``saturate`` is for the float8 types; bfloat16 overflows to infinity, float4 saturates
     sat = (bool(saturate) and tgt.name.startswith("float8")) or tgt.kind == "finite"
-    return Value(lowbit.encode(ctx, x, tgt, saturate=sat), logical=tgt.name)
+    return Value(lowbit.encode(ctx, x, tgt, saturate=sat, round_mode=round_mode),
+                 logical=tgt.name)
 
 
 @converter("Cast", family="elementwise", check=_cast_check,
            doc="convert to the dtype `to` (bfloat16, float8, 4- and 2-bit types too)")
 def _cast(ctx, node):
-    return cast_value(ctx, ctx.value(node, 0), node.attr("to"), node.attr("saturate", 1))
+    return cast_value(ctx, ctx.value(node, 0), node.attr("to"), node.attr("saturate", 1),
+                      node.attr("round_mode", "up"))
 
 
 @converter("CastLike", family="elementwise", doc="convert to the dtype of the second input")
