@@ -468,6 +468,7 @@ def main(argv=None) -> int:
         rows = [{"case": n, "tilecraft": ours[n]["status"],
                  "tilecraft_mode": ours[n].get("mode", ""),
                  "tilecraft_error": ours[n].get("error", ""),
+                 "tilecraft_chunk_cpu_seconds": ours[n].get("chunk_cpu_seconds", ""),
                  "onnxruntime": (peer or {}).get(n, {}).get("status", ""),
                  "onnxruntime_error": (peer or {}).get(n, {}).get("error", "")}
                 for n in sorted(ours)]
