@@ -16,7 +16,7 @@ import targets
 import light_models
 from onnx_testutil import run_onnxruntime
 
-FAST = {"light_squeezenet", "light_bvlc_alexnet"}
+FAST = {"light_bvlc_alexnet", "light_zfnet512"}
 PARAMS = [pytest.param(n, marks=[] if n in FAST else [pytest.mark.slow])
           for n in light_models.NAMES]
 
