@@ -25,6 +25,7 @@ REGISTRY = {
     "gpu_models": "benchmarks.gpu_models",
     "tune_cpu": "benchmarks.tune_cpu",
     "space_gemm": "benchmarks.space_gemm",
+    "onnx_conformance": "benchmarks.onnx_conformance",
 }
 
 
