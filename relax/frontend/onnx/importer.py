@@ -885,6 +885,13 @@ def _is_poisoned(ctx: GraphContext, name: str) -> bool:
         return False
 
 
+class _NeedsTypes(Exception):
+    """The operator's function body depends on its input types (known only when converting)."""
+
+
+_EXPANSIONS = [0]
+
+
 def _function_body(proto: onnx.NodeProto, schema, opset: int, input_types=None):
     """``(nodes, opset)``: the body of an ONNX function operator for this node (inputs and
     outputs renamed to the node's, internal values made unique) and the opset the body is
