@@ -202,3 +202,13 @@ def test_progress_bar_and_plain_line():
     quiet = io.StringIO()
     Progress(["gemm"], [64], [2e9], enabled=False, stream=quiet).update(0, 1, None, 1, 64)
     assert quiet.getvalue() == ""
+
+
+def test_plot_without_matplotlib_is_a_clear_error(tuned, monkeypatch):
+    import sys
+    _, work, _ = tuned
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # import matplotlib -> ImportError
+    with pytest.raises(ImportError, match="pip install matplotlib"):
+        plot_tuning_curve(work)
+    with pytest.raises(FileNotFoundError, match="no work_dir"):
+        tuning_curve(work / "missing")
