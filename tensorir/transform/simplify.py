@@ -37,6 +37,22 @@ def is_index_expr(e: PrimExpr) -> bool:
     return True
 
 
+def cannot_fault(e: PrimExpr) -> bool:
+    """True if evaluating ``e`` can never fault, however its operands are rewritten: pure
+    index arithmetic (no loads, no calls) whose divisions are by non-zero constants."""
+    if not is_index_expr(e):
+        return False
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (Div, Mod, FloorDiv, FloorMod)) and \
+                not (isinstance(n.b, IntImm) and n.b.value != 0):
+            return False
+        if not isinstance(n, (Var, IntImm)):
+            stack.extend(children(n))
+    return True
+
+
 def _const_bool(e: PrimExpr) -> bool | None:
     if isinstance(e, IntImm) and dt.is_bool(e.dtype):
         return bool(e.value)
@@ -71,13 +87,22 @@ class StmtSimplifier(IRMutator):
         c = _const_bool(cond)
         if c is not None:
             return self.visit(e.true_value if c else e.false_value)
-        with self.ana.with_constraint(cond):
-            t = self.visit(e.true_value)
-        with self.ana.with_constraint(Not(cond)):
-            f = self.visit(e.false_value)
+        # A Select evaluates both operands (LLVM's select, vector lanes, OpenCL / WGSL
+        # select()), so what its condition proves may rewrite a branch only where the result
+        # cannot fault whatever the condition: Select(i < n, A[min(i, n - 1)], 0) keeps its
+        # clamp, else the load runs out of bounds where i >= n. Lazy if_then_else and
+        # IfThenElse do use their condition.
+        t = self._select_branch(cond, e.true_value)
+        f = self._select_branch(Not(cond), e.false_value)
         if cond is e.condition and t is e.true_value and f is e.false_value:
             return e
         return Select(cond, t, f)
+
+    def _select_branch(self, cond: PrimExpr, branch: PrimExpr) -> PrimExpr:
+        if not cannot_fault(branch):
+            return self.visit(branch)
+        with self.ana.with_constraint(cond):
+            return self.visit(branch)
 
     def visit_Call(self, e: Call):
         if e.op != "if_then_else":
@@ -241,9 +266,12 @@ def Simplify(func: PrimFunc) -> PrimFunc:
     """Simplify every expression of ``func`` using what the context proves.
 
     An ``arith.Analyzer`` learns each loop's range while descending (symbolic dims are known
-    to be >= 0) and each ``IfThenElse`` / ``Select`` / ``if_then_else`` condition inside its
-    branches. Loops of extent 1 are replaced by their body with the loop var set to the min
-    (thread-bound loops excepted: they mark GPU kernels); loops of extent <= 0 and statements
+    to be >= 0) and each ``IfThenElse`` / ``if_then_else`` condition inside its branches.
+    A ``Select`` evaluates both operands, so its condition is used only in a branch that
+    cannot fault (index arithmetic without loads or divisions by a variable): a clamped load
+    ``Select(i < n, A[min(i, n - 1)], 0)`` keeps its clamp. Loops of extent 1 are replaced
+    by their body with the loop var set to the min (thread-bound loops excepted: they mark
+    GPU kernels); loops of extent <= 0 and statements
     that do nothing are removed; conditions the analyzer decides select their branch; asserts
     it proves disappear. Buffers are left as they are.
 
