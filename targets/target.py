@@ -72,9 +72,32 @@ TAGS: dict[str, dict[str, Any]] = {
     "webgpu-browser": {"kind": "webgpu", "description": "WebGPU with the spec's default limits"},
 }
 
-_OPTION_KEYS = {"mtriple", "mcpu", "mattr", "num-cores", "mabi", "opt-level", "device",
+_OPTION_KEYS = {"mtriple", "mcpu", "mattr", "num-cores", "mabi", "opt-level", "device", "keys",
                 "max-threads-per-block", "max-shared-memory-per-block", "vector-width", "tag",
                 "max-storage-buffers", "supports-float16"}
+
+# The options of the string form in the order ``str(Target)`` writes them (every field of a
+# target but ``kind``, ``tag`` and ``description``).
+_STR_ORDER = ("mtriple", "mcpu", "mabi", "mattr", "device", "keys", "num_cores", "opt_level",
+              "max_threads_per_block", "max_shared_memory_per_block", "vector_width",
+              "max_storage_buffers", "supports_float16")
+
+
+def _canonical_options(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, value text) of every option set in ``config``, in ``_STR_ORDER``."""
+    out = []
+    for key in _STR_ORDER:
+        value = config.get(key)
+        if value is None or value == "" or value == ():
+            continue
+        if isinstance(value, bool):
+            text = str(int(value))
+        elif isinstance(value, (tuple, list)):
+            text = ",".join(str(v) for v in value)
+        else:
+            text = str(value)
+        out.append((key, text))
+    return out
 
 
 class TargetError(ValueError):
@@ -184,6 +207,14 @@ class Target:
             if not (m.startswith("+") or m.startswith("-")):
                 raise TargetError(f"target feature {m!r} must start with + or -")
         config["mattr"] = tuple(mattr)
+        if config.get("keys") is not None:
+            keys = config["keys"]
+            if isinstance(keys, str):
+                keys = [k for k in keys.split(",") if k]
+            config["keys"] = tuple(str(k) for k in keys)
+        for key in ("mtriple", "mcpu", "mabi", "device"):
+            if config.get(key) is not None and not isinstance(config[key], str):
+                raise TargetError(f"target option {key} must be a string, got {config[key]!r}")
         for key in ("num_cores", "opt_level", "max_threads_per_block",
                     "max_shared_memory_per_block", "vector_width", "max_storage_buffers"):
             if config.get(key) is not None:
@@ -194,8 +225,15 @@ class Target:
                                       f"{config[key]!r}") from None
                 if config[key] <= 0 and key != "opt_level":
                     raise TargetError(f"target option {key} must be positive, got {config[key]}")
-        if "supports_float16" in config and isinstance(config["supports_float16"], str):
-            config["supports_float16"] = config["supports_float16"].lower() in ("1", "true", "yes")
+        f16 = config.get("supports_float16")
+        if isinstance(f16, str):
+            word = f16.strip().lower()
+            if word not in ("1", "true", "yes", "0", "false", "no"):
+                raise TargetError(f"target option supports_float16 must be 1/0 or true/false, "
+                                  f"got {f16!r}")
+            config["supports_float16"] = word in ("1", "true", "yes")
+        elif f16 is not None:
+            config["supports_float16"] = bool(f16)
         return config
 
     def _validate(self):
@@ -341,18 +379,12 @@ class Target:
         return Target(self)
 
     def __str__(self):
+        """The canonical string form: every option the target carries (its tag and description
+        excepted: a tag is a name for its options), in a fixed order, so that
+        ``Target(str(t)) == t`` for every target and equal targets print alike."""
         parts = [self.kind]
-        for key in ("mtriple", "mcpu", "mabi"):
-            if self._config.get(key):
-                parts.append(f"-{key}={self._config[key]}")
-        if self.mattr:
-            parts.append("-mattr=" + ",".join(self.mattr))
-        for key in ("num_cores", "opt_level", "max_threads_per_block", "max_shared_memory_per_block",
-                    "vector_width", "max_storage_buffers"):
-            if self._config.get(key) is not None:
-                parts.append(f"-{key.replace('_', '-')}={self._config[key]}")
-        if self._config.get("supports_float16") is not None and self.kind != "llvm":
-            parts.append(f"-supports-float16={int(bool(self._config['supports_float16']))}")
+        for key, value in _canonical_options(self._config):
+            parts.append(shlex.quote(f"-{key.replace('_', '-')}={value}"))
         return " ".join(parts)
 
     def __repr__(self):
