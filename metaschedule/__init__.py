@@ -48,10 +48,11 @@ from .feature import FEATURE_NAMES, PerStoreFeature, count_flop, describe_featur
 from .cost_model import CostModel, RandomModel, XGBModel
 from .search import EvolutionarySearch, TuneContext, compute_reference
 from .task_scheduler import GradientTaskScheduler, RoundRobin, TaskScheduler
-from .tune import Task, apply_best, tune_tasks, tune_tir
+from .tune import Task, apply_best, baseline_record, tune_tasks, tune_tir
 from .plot import plot_tuning_curve, tuning_curve
 
 __all__ += ["PerStoreFeature", "FEATURE_NAMES", "describe_features", "count_flop",
             "CostModel", "XGBModel", "RandomModel", "EvolutionarySearch", "TuneContext",
             "compute_reference", "TaskScheduler", "GradientTaskScheduler", "RoundRobin", "Task",
-            "tune_tir", "tune_tasks", "apply_best", "plot_tuning_curve", "tuning_curve"]
+            "tune_tir", "tune_tasks", "apply_best", "baseline_record", "plot_tuning_curve",
+            "tuning_curve"]

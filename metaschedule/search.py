@@ -56,7 +56,8 @@ from .feature import PerStoreFeature
 from .runner import RunnerInput
 
 __all__ = ["Candidate", "MeasureResult", "TuneContext", "EvolutionarySearch",
-           "measure_candidates", "compute_reference", "trace_key"]
+           "measure_candidates", "build_candidates", "run_candidates", "compute_reference",
+           "trace_key"]
 
 LOG = logging.getLogger("metaschedule")
 
@@ -253,6 +254,32 @@ class EvolutionarySearch:
             return None
         return Candidate(sch, shash, feats, source=source)
 
+    def baseline_candidate(self, baseline: Schedule) -> Candidate | None:
+        """``baseline`` (a schedule of the task's function made outside the design space, e.g.
+        the default schedule a compiler applies without a record) as a candidate to measure;
+        None when its trace is measured already (a resumed run) or does not replay on the
+        task's function to the same program (then a record of it would not reproduce it).
+        """
+        if self.ctx is None:
+            raise TuneError("EvolutionarySearch.baseline_candidate before initialize(ctx)")
+        if not isinstance(baseline, Schedule):
+            raise TypeError(f"{self.ctx.name}: a baseline is a tensorir Schedule, got "
+                            f"{type(baseline).__name__}")
+        if trace_key(baseline.trace) in self.measured_traces:
+            return None
+        try:
+            replayed = baseline.trace.apply(self.ctx.func)
+            same = workload_hash(replayed.func) == workload_hash(baseline.func)
+        except Exception as err:  # noqa: BLE001 - a baseline of another function
+            LOG.warning("%s: the baseline schedule does not replay on the task's function "
+                        "(%s: %s); it is not measured", self.ctx.name, type(err).__name__, err)
+            return None
+        if not same:
+            LOG.warning("%s: the baseline's trace replays to another program than the "
+                        "baseline; it is not measured", self.ctx.name)
+            return None
+        return self._candidate(replayed, "baseline")
+
     def _is_measured(self, c: Candidate) -> bool:
         return c.shash in self.measured or trace_key(c.trace) in self.measured_traces
 
@@ -424,14 +451,41 @@ def measure_candidates(ctx: TuneContext, candidates: Sequence[Candidate], builde
     TuneError
         When the builder or runner itself fails (raises) rather than a candidate.
     """
-    log = logger or LOG
+    if not candidates:
+        return []
+    built = build_candidates(ctx.name, ctx.target, candidates, builder)
+    return run_candidates(ctx, candidates, built, runner, logger)
+
+
+def build_candidates(name: str, target: Target, candidates: Sequence[Candidate],
+                     builder) -> list:
+    """``builder.build`` of the candidates' modules (``BuilderResult`` s, in order).
+
+    Several tasks' candidates may go to one call (the builder's workers build them in
+    parallel), then ``run_candidates`` per task.
+
+    Raises
+    ------
+    TuneError
+        When the builder itself fails (raises) rather than a candidate.
+    """
     if not candidates:
         return []
     try:
-        built = builder.build([BuilderInput(c.sch.mod, ctx.target) for c in candidates])
+        return builder.build([BuilderInput(c.sch.mod, target) for c in candidates])
     except Exception as err:  # noqa: BLE001
-        raise TuneError(f"{ctx.name}: the builder {type(builder).__name__} failed: "
+        raise TuneError(f"{name}: the builder {type(builder).__name__} failed: "
                         f"{type(err).__name__}: {err}") from err
+
+
+def run_candidates(ctx: TuneContext, candidates: Sequence[Candidate], built: Sequence,
+                   runner, logger: logging.Logger | None = None) -> list[MeasureResult]:
+    """Run built ``candidates`` (``build_candidates``), check them against ``ctx.reference``
+    and commit a record per candidate; the results, in order (see ``measure_candidates``)."""
+    log = logger or LOG
+    if len(built) != len(candidates):
+        raise ValueError(f"run_candidates: {len(candidates)} candidates but {len(built)} "
+                         f"build results")
     results: list[MeasureResult | None] = [None] * len(candidates)
     run_idx, run_inputs = [], []
     for i, b in enumerate(built):

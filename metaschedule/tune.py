@@ -49,18 +49,19 @@ from tensorir.schedule import Schedule
 
 from .builder import LocalBuilder
 from .cost_model import CostModel, RandomModel, XGBModel
-from .database import Database, target_key, workload_hash
+from .database import Database, TuningRecord, target_key, workload_hash
 from .errors import TuneError
 from .feature import count_flop
 from .progress import Progress
 from .runner import LocalRunner
-from .search import (EvolutionarySearch, LOG, MeasureResult, TuneContext, compute_reference,
-                     measure_candidates)
+from .search import (EvolutionarySearch, LOG, MeasureResult, TuneContext, build_candidates,
+                     compute_reference, measure_candidates, run_candidates, trace_key)
 from .space_generator import (DEFAULT_SHAPE_HINT, SpaceGenerator, default_space,
                               resolve_shape_hints, shape_vars as symbolic_vars)
 from .task_scheduler import TaskScheduler, make_task_scheduler
 
-__all__ = ["Task", "tune_tir", "tune_tasks", "apply_best", "DEFAULT_SHAPE_HINT",
+__all__ = ["Task", "tune_tir", "tune_tasks", "apply_best", "baseline_record",
+           "DEFAULT_SHAPE_HINT",
            "TASKS_FILE", "LOG_FILE", "COST_MODEL_FILE"]
 
 TASKS_FILE = "tasks.json"
@@ -100,6 +101,12 @@ class Task:
     flop : float, optional
         Floating-point operations per call, at the shape hints; counted from the IR when
         None.
+    baseline : Schedule, optional
+        The schedule the kernel gets without a tuning record (``relax.extract_tasks`` gives
+        the default CPU schedule). ``tune_tasks`` measures it first, like any candidate: its
+        record (a trace replaying to that schedule) is in the database, so a tuned record is
+        the best — and is what ``relax.build`` / ``apply_best`` use — only where it measured
+        faster than the baseline; and the search and the task scheduler start from its time.
 
     Examples
     --------
@@ -113,9 +120,13 @@ class Task:
     weight: int = 1
     shape_hints: dict | None = None
     flop: float | None = None
+    baseline: Schedule | None = None
 
     def __post_init__(self):
         self.func = _as_func(self.func)
+        if self.baseline is not None and not isinstance(self.baseline, Schedule):
+            raise TypeError(f"Task {self.name}: baseline must be a tensorir Schedule of the "
+                            f"task's function, got {type(self.baseline).__name__}")
         if isinstance(self.weight, bool) or not isinstance(self.weight, (int, np.integer)) \
                 or self.weight < 1:
             raise ValueError(f"Task {self.name}: weight must be an int >= 1, got "
@@ -220,6 +231,7 @@ class _TaskState:
     history: list = field(default_factory=list)
     done: bool = False
     ok_ever: bool = False
+    baseline_secs: float | None = None
 
 
 def tune_tasks(tasks: Sequence[Task], target, max_trials: int, *, work_dir,
@@ -333,6 +345,7 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
                         "flop": task.flop, "shape_hints": task.shape_hints,
                         "target": target_key(target)})
     _write_tasks_file(work_dir, entries)
+    total = _measure_baselines(states, target, builder, runner, db, log)
     totals = [min(max_trials, per_task) if per_task else max_trials for _ in states]
     if len(states) > 1 and not per_task:
         share = sum(t.weight for t in tasks)
@@ -340,7 +353,6 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
     prog = Progress([s.task.name for s in states], totals, [s.task.flop for s in states],
                     enabled=progress)
     sched = make_task_scheduler(task_scheduler, seed)
-    total = 0
     try:
         while total < max_trials:
             i = sched.next_task([s.history for s in states], [s.task.weight for s in states],
@@ -403,12 +415,72 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
         best = f"{st.best_secs * 1e3:.4g} ms" if math.isfinite(st.best_secs) else "none"
         gf = f", {st.task.flop / st.best_secs / 1e9:.4g} GFLOP/s" \
             if math.isfinite(st.best_secs) and st.task.flop else ""
-        log.info("  %s: %d trials, best %s%s", st.task.name, st.trials, best, gf)
+        base = ""
+        if st.baseline_secs is not None and math.isfinite(st.best_secs):
+            speedup = st.baseline_secs / st.best_secs
+            base = f", baseline {st.baseline_secs * 1e3:.4g} ms (x{speedup:.3g})"
+        log.info("  %s: %d trials, best %s%s%s", st.task.name, st.trials, best, gf, base)
         if not st.ok_ever:
             warnings.warn(f"{st.task.name}: no candidate ran correctly in {st.trials} trials; "
                           f"see {os.path.join(work_dir, LOG_FILE)} (relax.build falls back to "
                           f"the default schedule)", RuntimeWarning, stacklevel=3)
     return db
+
+
+def baseline_record(db: Database, task: Task, target) -> TuningRecord | None:
+    """The record of ``task``'s baseline schedule in ``db`` (None without a baseline or
+    before it was measured).
+
+    Examples
+    --------
+    >>> rec = baseline_record(db, task, "llvm")          # doctest: +SKIP
+    >>> rec.mean_secs                                   # doctest: +SKIP
+    0.00123
+    """
+    if task.baseline is None:
+        return None
+    key = trace_key(task.baseline.trace)
+    shash, tkey = workload_hash(task.func), target_key(target)
+    found = None
+    for rec in db.get_all_tuning_records():
+        if rec.workload.shash == shash and rec.target == tkey and trace_key(rec.trace) == key:
+            found = rec                  # the latest one
+    return found
+
+
+def _measure_baselines(states: list[_TaskState], target, builder, runner, db: Database,
+                       log) -> int:
+    """Measure every task's baseline schedule not measured yet (all built in one builder call,
+    so in parallel); set each task's ``best_secs`` / ``baseline_secs``. Returns how many were
+    measured (they count as trials)."""
+    todo = []
+    for st in states:
+        if st.task.baseline is None:
+            continue
+        cand = st.search.baseline_candidate(st.task.baseline)
+        if cand is not None:
+            todo.append((st, cand))
+        else:                                     # measured by an earlier run
+            rec = baseline_record(db, st.task, target)
+            if rec is not None:
+                st.baseline_secs = rec.mean_secs
+    if not todo:
+        return 0
+    t0 = time.time()
+    built = build_candidates("baselines", target, [c for _, c in todo], builder)
+    for (st, cand), b in zip(todo, built):
+        res, = run_candidates(st.ctx, [cand], [b], runner, log)
+        st.search.notify([cand], [res])           # the cost model learns it; never re-measured
+        st.baseline_secs = res.mean_secs
+        if res.ok:
+            st.ok_ever = True
+            st.best_secs = min(st.best_secs, res.mean_secs)
+            log.info("%s: baseline (default schedule) %.4g ms", st.task.name,
+                     res.mean_secs * 1e3)
+        else:
+            log.warning("%s: the baseline schedule failed: %s", st.task.name, res.error)
+    log.info("measured %d baseline schedule(s) in %.1fs", len(todo), time.time() - t0)
+    return len(todo)
 
 
 def _check_runner(st: _TaskState, results: list[MeasureResult], runner) -> None:

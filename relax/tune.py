@@ -6,7 +6,11 @@ calls into a ``metaschedule.Task``: identical kernels (the same structural hash,
 names) become one task whose ``weight`` is how many call sites they have; a kernel's symbolic
 dims get shape hints from ``shape_hints``, else ``upper_bounds``, else
 ``metaschedule.DEFAULT_SHAPE_HINT``. Kernels that already carry a schedule (hand-written ones)
-are left out. ``tune(mod, target, max_trials, work_dir)`` tunes those tasks with
+are left out. On a CPU target each task's ``baseline`` is the default schedule ``relax.build``
+gives the kernel without a record (``relax.default_schedules``, the packed kernels of
+``AlterLayout`` included): ``tune`` measures it first, so a tuned record is used only where it
+beats it, and a tuned build is never slower, kernel by kernel, than the untuned one (as
+measured by the tuner's runner). ``tune(mod, target, max_trials, work_dir)`` tunes those tasks with
 ``metaschedule.tune_tasks`` and returns the database, which ``relax.build(mod, target,
 database=db)`` then uses for every kernel it covers (the rest get the default schedules).
 
@@ -30,13 +34,16 @@ from metaschedule import Database, Task
 from metaschedule.database import workload_hash
 from metaschedule.space_generator import DEFAULT_SHAPE_HINT, shape_vars
 
+from tensorir.schedule import Schedule, ScheduleError
+
+from . import default_schedules
 from .build import _called_kernels, _run_pipeline, legalize
 from .default_schedules import is_scheduled
 from .expr import Call, Function, RelaxError
 from .op.base import Op
 from .transform.static_plan_block_memory import StaticPlanBlockMemory
 
-__all__ = ["extract_tasks", "tune"]
+__all__ = ["extract_tasks", "tune", "default_schedule"]
 
 
 def _prepare(mod: IRModule, target: Target, upper_bounds, pipeline) -> IRModule:
@@ -48,6 +55,30 @@ def _prepare(mod: IRModule, target: Target, upper_bounds, pipeline) -> IRModule:
         mod = _run_pipeline(mod, pipeline)
     mod = legalize(mod)
     return StaticPlanBlockMemory(upper_bounds)(mod)
+
+
+def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
+    """The default CPU schedule of ``func`` (what ``relax.build`` applies without a record)
+    as a ``Schedule`` whose trace replays to it; None where there is no such single schedule
+    (non-CPU targets, a kernel versioned on its symbolic row count, a rule that failed).
+
+    Examples
+    --------
+    >>> sch = default_schedule(func, Target("llvm"))          # doctest: +SKIP
+    >>> sch.trace.apply(func).func                            # doctest: +SKIP
+    """
+    if target.kind != "llvm" or is_scheduled(func):
+        return None
+    built = default_schedules.apply(func, target)
+    sch = Schedule(func)
+    try:
+        # the rules of default_schedules.apply, kept as one trace (apply returns the function)
+        default_schedules._schedule(sch, target)
+    except ScheduleError:
+        return None
+    # apply may do more than one trace can say (two versions of the body on a symbolic row
+    # count): only an identical program is a baseline
+    return sch if workload_hash(sch.func) == workload_hash(built) else None
 
 
 def _call_counts(mod: IRModule) -> dict[str, int]:
@@ -65,7 +96,8 @@ def _call_counts(mod: IRModule) -> dict[str, int]:
 
 
 def extract_tasks(mod: IRModule, target="llvm", *, upper_bounds: Mapping[str, int] | None = None,
-                  shape_hints: Mapping[str, int] | None = None, pipeline=None) -> list[Task]:
+                  shape_hints: Mapping[str, int] | None = None, pipeline=None,
+                  baselines: bool = True) -> list[Task]:
     """The tuning tasks of a Relax module: one per distinct kernel, weighted by its calls.
 
     Parameters
@@ -80,11 +112,14 @@ def extract_tasks(mod: IRModule, target="llvm", *, upper_bounds: Mapping[str, in
         Representative values of symbolic dims by name (``{"batch": 16}``).
     pipeline : optional
         As for ``relax.build``.
+    baselines : bool
+        Give each task its default schedule as ``Task.baseline`` (``default_schedule``).
 
     Returns
     -------
     list of metaschedule.Task
-        In the order the program first calls them.
+        In the order the program first calls them; their functions are exactly the kernels
+        ``relax.build`` schedules (after fusion, ``AlterLayout``, ``FoldScaleAxis``).
 
     Examples
     --------
@@ -111,7 +146,9 @@ def extract_tasks(mod: IRModule, target="llvm", *, upper_bounds: Mapping[str, in
             tasks[shash].weight += counts.get(name, 1)
             continue
         hints = {v.name: hints_in.get(v.name, DEFAULT_SHAPE_HINT) for v in shape_vars(func)}
-        tasks[shash] = Task(name, func, weight=counts.get(name, 1), shape_hints=hints or None)
+        base = default_schedule(func, target) if baselines else None
+        tasks[shash] = Task(name, func, weight=counts.get(name, 1), shape_hints=hints or None,
+                            baseline=base)
     return list(tasks.values())
 
 
@@ -120,11 +157,15 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
          shape_hints: Mapping[str, int] | None = None, pipeline=None,
          num_trials_per_iter: int = 64, max_trials_per_task: int | None = None,
          cost_model="xgb", space=None, search=None, task_scheduler="gradient",
-         seed: int | None = None, progress: bool = True) -> Database:
+         seed: int | None = None, progress: bool = True, baselines: bool = True) -> Database:
     """Tune every kernel of a Relax model; the tuning database for ``relax.build``.
 
     ``max_trials`` is the budget of the whole model, shared by its tasks through the gradient
-    task scheduler (``metaschedule.tune_tasks``, whose other parameters these are).
+    task scheduler (``metaschedule.tune_tasks``, whose other parameters these are). With
+    ``baselines`` (the default), every task's default schedule is measured first (one trial
+    each): the database's best record of a kernel is then its default schedule unless the
+    search found a faster one, so ``relax.build(mod, target, database=db)`` never uses a
+    record slower than what it would build without one.
 
     Raises
     ------
@@ -138,7 +179,7 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     """
     target = target if isinstance(target, Target) else Target(target)
     tasks = extract_tasks(mod, target, upper_bounds=upper_bounds, shape_hints=shape_hints,
-                          pipeline=pipeline)
+                          pipeline=pipeline, baselines=baselines)
     if not tasks:
         raise metaschedule.TuneError("relax.tune: the module calls no kernel that can be tuned "
                                      "(no call_tir of an unscheduled PrimFunc)")

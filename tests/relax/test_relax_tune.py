@@ -105,3 +105,123 @@ def test_tune_without_kernels_is_an_error(tmp_path):
         bb.emit_func_output(x)
     with pytest.raises(TuneError, match="no kernel"):
         relax.tune(bb.get(), "llvm", max_trials=4, work_dir=tmp_path, progress=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# baselines: the default schedule is measured first, and a record is used only where it beats it
+
+
+class _ScaledRunner(LocalRunner):
+    """A LocalRunner that reports the first ``keep`` calls' times as measured (the baselines,
+    measured one per call before any search) and multiplies later ones by ``factor``: the
+    search's candidates look ``factor`` times slower (or faster) than they are."""
+
+    def __init__(self, keep: int, factor: float):
+        super().__init__(number=1, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)
+        self.keep, self.factor, self.calls = keep, factor, 0
+
+    def run(self, inputs):
+        out = super().run(inputs)
+        self.calls += 1
+        if self.calls > self.keep:
+            for r in out:
+                if r.run_secs:
+                    r.run_secs = [t * self.factor for t in r.run_secs]
+        return out
+
+
+@pytest.fixture(scope="module")
+def convnet():
+    """conv2d + bias + relu, then a dense layer: static shapes, so AlterLayout packs both and
+    every kernel's default schedule is one trace."""
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-0.3, 0.3, (8, 4, 3, 3)).astype("float32")
+    b = rng.uniform(-0.3, 0.3, (1, 8, 1, 1)).astype("float32")
+    wd = rng.uniform(-0.3, 0.3, (8 * 8 * 8, 16)).astype("float32")
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((1, 4, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(op.nn.relu(bb.emit(op.add(bb.emit(op.nn.conv2d(x, const(w), padding=1)),
+                                                   const(b)))))
+            h = bb.emit(op.reshape(h, (1, 8 * 8 * 8)))
+            gv = bb.emit_output(bb.emit(op.matmul(h, const(wd))))
+        bb.emit_func_output(gv)
+
+    def reference(xv):
+        xp = np.pad(xv.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        out = np.zeros((1, 8, 8, 8))
+        for kh in range(3):
+            for kw in range(3):
+                out += np.einsum("nchw,oc->nohw", xp[:, :, kh:kh + 8, kw:kw + 8],
+                                 w[:, :, kh, kw])
+        return np.maximum(out + b, 0).reshape(1, -1) @ wd
+    return bb.get(), reference
+
+
+class _Recorder:
+    """A database for relax.build that records the kernels it is asked about."""
+
+    def __init__(self):
+        self.funcs = []
+
+    def query_schedule(self, func, target):
+        self.funcs.append(func)
+        return None
+
+
+def test_extracted_tasks_are_the_kernels_built(convnet):
+    from metaschedule import workload_hash
+    from relax import default_schedules
+    from relax.tune import default_schedule
+    mod, _ = convnet
+    rec = _Recorder()
+    relax.build(mod, "llvm", database=rec)
+    built = {workload_hash(f) for f in rec.funcs if not default_schedules.is_scheduled(f)}
+    tasks = relax.extract_tasks(mod, "llvm")
+    assert {workload_hash(t.func) for t in tasks} == built
+    assert any("conv2d_nchw" in t.name for t in tasks)        # AlterLayout's packed kernel
+    target = targets.Target("llvm")
+    for t in tasks:          # every baseline replays to exactly what relax.build applies
+        assert t.baseline is not None, t.name
+        assert workload_hash(t.baseline.trace.apply(t.func).func) == \
+            workload_hash(default_schedules.apply(t.func, target)), t.name
+        assert workload_hash(default_schedule(t.func, target).func) == \
+            workload_hash(t.baseline.func)
+    assert all(t.baseline is None for t in relax.extract_tasks(mod, "llvm", baselines=False))
+
+
+@pytest.mark.parametrize("factor", [1000.0, 1e-3])
+def test_a_record_is_used_only_where_it_beats_the_baseline(convnet, tmp_path, factor):
+    from metaschedule import baseline_record, workload_hash
+    from relax import default_schedules
+    mod, reference = convnet
+    target = targets.Target("llvm")
+    tasks = relax.extract_tasks(mod, target)
+    runner = _ScaledRunner(keep=len(tasks), factor=factor)
+    db = relax.tune(mod, target, max_trials=len(tasks) + 2 * len(tasks), work_dir=tmp_path,
+                    runner=runner, num_trials_per_iter=2, space=small_space(),
+                    search={"population_size": 8, "genetic_num_iters": 1}, seed=0,
+                    progress=False)
+    prepared = _prepare(mod, target, None, None)
+    scheduled = schedule_kernels(prepared, target, db)
+    by_hash = {workload_hash(prepared[n]): f for n, f in scheduled.items()}
+    n_tuned = 0
+    for t in tasks:
+        base = baseline_record(db, t, target)
+        assert base is not None and base.ok, t.name
+        best = db.query_tuning_record(t.func, target)
+        got = by_hash[workload_hash(t.func)]
+        default = default_schedules.apply(t.func, target)
+        if factor > 1:       # every tuned record measured slower: the default schedule is used
+            assert best.mean_secs == base.mean_secs, t.name
+            assert workload_hash(got) == workload_hash(default), t.name
+        elif best.mean_secs < base.mean_secs:       # a faster record: it is used
+            n_tuned += 1
+            assert workload_hash(got) == workload_hash(best.as_schedule(t.func).func)
+            assert workload_hash(got) != workload_hash(default)
+    if factor < 1:
+        assert n_tuned >= 1
+    vm = relax.VirtualMachine(relax.build(mod, target, database=db), targets.cpu(0))
+    xv = np.random.default_rng(1).uniform(-1, 1, (1, 4, 8, 8)).astype("float32")
+    np.testing.assert_allclose(vm["main"](xv).numpy(), reference(xv), rtol=1e-4, atol=1e-4)

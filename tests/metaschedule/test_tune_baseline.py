@@ -1,0 +1,77 @@
+"""Baselines in tune_tasks: a task's baseline schedule (the schedule its compiler uses without a
+record) is measured first as one trial, its record replays to it, a resumed run does not
+measure it again, and a baseline that is not a schedule of the task's function is refused."""
+import numpy as np
+import pytest
+
+import metaschedule
+from metaschedule import Task, apply_best, baseline_record, tune_tasks, workload_hash
+from metaschedule.runner import LocalRunner
+from metaschedule.search import trace_key
+from tensorir.schedule import Schedule
+
+from search_testutil import gemm_func, small_space
+
+SEARCH = {"population_size": 8, "genetic_num_iters": 1}
+
+
+def fast_runner():
+    return LocalRunner(number=2, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)
+
+
+def hand_schedule(func) -> Schedule:
+    """A plain schedule outside the design space: rows in parallel, columns vectorized."""
+    sch = Schedule(func)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.reorder(i, k, j)
+    sch.parallel(i)
+    return sch
+
+
+def _baseline_count(db, func, sch):
+    key = trace_key(sch.trace)
+    return sum(1 for r in db.get_all_tuning_records()
+               if r.workload.shash == workload_hash(func) and trace_key(r.trace) == key)
+
+
+def test_baseline_is_measured_first_and_not_again_on_resume(tmp_path):
+    func = gemm_func(32, 32, 32)
+    base = hand_schedule(func)
+    task = Task("gemm", func, baseline=base)
+    db = tune_tasks([task], "llvm", 4, work_dir=tmp_path, num_trials_per_iter=3,
+                    space=small_space(), runner=fast_runner(), seed=0, progress=False,
+                    search=SEARCH)
+    assert len(db) == 4                              # the baseline is one of the 4 trials
+    rec = baseline_record(db, task, "llvm")
+    assert rec is not None and rec.ok
+    assert db.get_all_tuning_records()[0].trace.to_json() == base.trace.to_json()
+    assert workload_hash(rec.as_schedule(func).func) == workload_hash(base.func)
+    best = db.query_tuning_record(func, "llvm")
+    assert best.mean_secs <= rec.mean_secs           # the best record is never worse
+    sch = apply_best(db, func, "llvm")
+    assert sch is not None
+    log = (tmp_path / metaschedule.tune.LOG_FILE).read_text()
+    assert "baseline (default schedule)" in log and "baseline " in log.split("done:")[-1]
+    # resumed: the baseline is known, all new trials are the search's
+    db2 = tune_tasks([Task("gemm", func, baseline=hand_schedule(func))], "llvm", 3,
+                     work_dir=tmp_path, num_trials_per_iter=3, space=small_space(),
+                     runner=fast_runner(), seed=1, progress=False, search=SEARCH)
+    assert len(db2) == 7
+    assert _baseline_count(db2, func, base) == 1
+
+
+def test_baseline_of_another_function_is_not_measured(tmp_path):
+    func = gemm_func(32, 32, 32)
+    other = hand_schedule(gemm_func(16, 16, 16))
+    db = tune_tasks([Task("gemm", func, baseline=other)], "llvm", 2, work_dir=tmp_path,
+                    num_trials_per_iter=2, space=small_space(), runner=fast_runner(), seed=0,
+                    progress=False, search=SEARCH)
+    assert len(db) == 2
+    assert _baseline_count(db, func, other) == 0
+    assert "does not replay" in (tmp_path / metaschedule.tune.LOG_FILE).read_text() or \
+        "replays to another program" in (tmp_path / metaschedule.tune.LOG_FILE).read_text()
+
+
+def test_baseline_must_be_a_schedule():
+    with pytest.raises(TypeError, match="baseline must be a tensorir Schedule"):
+        Task("gemm", gemm_func(8, 8, 8), baseline="default")
