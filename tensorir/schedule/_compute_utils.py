@@ -13,8 +13,8 @@ from .. import arith
 from ..expr import And, BufferLoad, IntImm, PrimExpr, Var, true
 from ..function import PrimFunc
 from ..functor import IRMutator, free_vars, post_order_visit, substitute
-from ..stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore, For, IfThenElse, LetStmt,
-                    Range, SeqStmt, Stmt, is_true, seq)
+from ..stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore, Evaluate, For,
+                    IfThenElse, LetStmt, Range, SeqStmt, Stmt, is_true, seq)
 from . import tree
 from .error import ScheduleError
 from .regions import with_regions
