@@ -11,6 +11,10 @@ where ``backward`` is how much the task's best latency fell per round over the l
 ``window_size`` rounds and ``forward = best / rounds`` the optimistic guess that latency keeps
 falling like ``1 / rounds``. ``RoundRobin`` takes the tasks in turn.
 
+``tune_tasks`` starts a task's history with its baseline's time (``Task.baseline``, measured
+first) or, on a resumed run, the database's best: such a task needs no warm-up batch, and the
+first trials go to the tasks with the largest ``weight * latency``.
+
 Examples
 --------
 >>> sched = GradientTaskScheduler()
