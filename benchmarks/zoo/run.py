@@ -104,28 +104,79 @@ def _check(vm, sess, inputs: dict, rtol: float, atol: float) -> float:
     return worst
 
 
-def _tuned(mod, target, z, trials: int, row: dict):
-    """A VM of the model built with ``relax.tune``'s database, or None (noted in ``row``)
-    while the tuner does not exist."""
-    import relax
+def tune_work_dir(z) -> str:
+    """Where a zoo model's tuning database lives: ``$TILECRAFT_ZOO_TUNE_WORK/<model>`` or
+    ``<tmp>/tilecraft-zoo-tune-<model>``; a second run with the same directory resumes."""
     import tempfile
+    root = os.environ.get("TILECRAFT_ZOO_TUNE_WORK")
+    return os.path.join(root, z.name) if root else \
+        os.path.join(tempfile.gettempdir(), f"tilecraft-zoo-tune-{z.name}")
+
+
+def _tuning_minutes(records) -> float:
+    """Tuning time from the records' timestamps: the sum of the gaps between consecutive
+    records, leaving out gaps over 10 minutes (a killed run resumed later)."""
+    times = sorted(r.timestamp for r in records if r.timestamp is not None)
+    return sum(b - a for a, b in zip(times, times[1:]) if b - a < 600) / 60
+
+
+def tuning_summary(tasks, db, target) -> tuple[list[dict], int, float]:
+    """Per task: trials, baseline (default schedule) and best ms in the database, and which
+    ``relax.build`` uses; also the model's trials and tuning minutes."""
+    import metaschedule
+    from metaschedule.search import trace_key
+    hashes = {metaschedule.workload_hash(t.func): t for t in tasks}
+    records = [r for r in db.get_all_tuning_records() if r.workload.shash in hashes]
+    per_task = []
+    for shash, t in hashes.items():
+        recs = [r for r in records if r.workload.shash == shash]
+        base = metaschedule.baseline_record(db, t, target)
+        best = db.query_tuning_record(t.func, target)
+        uses_default = best is None or (base is not None and trace_key(best.trace) ==
+                                        trace_key(base.trace))
+        per_task.append({
+            "task": t.name, "weight": t.weight, "trials": len(recs),
+            "baseline_ms": base.mean_secs * 1e3 if base is not None and base.ok else None,
+            "best_ms": best.mean_secs * 1e3 if best is not None else None,
+            "uses": "default schedule" if uses_default else "tuned record"})
+    return per_task, len(records), _tuning_minutes(records)
+
+
+def _tuned(mod, target, z, trials: int, row: dict, tune_options: dict | None = None):
+    """A VM of the model built with ``relax.tune``'s database (``trials`` in all: a database
+    that already has some, from an earlier or killed run in ``tune_work_dir(z)``, is topped
+    up), or None (noted in ``row``) while the tuner does not exist."""
+    import relax
+    import metaschedule
     if not hasattr(relax, "tune"):
         row["tuned_note"] = "relax.tune is not available yet"
         return None
-    work_dir = os.path.join(tempfile.gettempdir(), f"tilecraft-zoo-tune-{z.name}")
+    work_dir = tune_work_dir(z)
+    ub = z.upper_bounds or None
+    tasks = relax.extract_tasks(mod, target, upper_bounds=ub)
+    _, done, _ = tuning_summary(tasks, metaschedule.Database(work_dir), target)
     t0 = time.perf_counter()
-    db = relax.tune(mod, target, max_trials=trials, work_dir=work_dir,
-                    upper_bounds=z.upper_bounds or None)
-    exe = relax.build(mod, target, database=db, upper_bounds=z.upper_bounds or None)
+    if trials > done:
+        db = relax.tune(mod, target, max_trials=trials - done, work_dir=work_dir,
+                        upper_bounds=ub, progress=False, **(tune_options or {}))
+    else:
+        db = metaschedule.Database(work_dir)
     row["tune_s"] = time.perf_counter() - t0
-    row["tune_trials"] = trials
+    exe = relax.build(mod, target, database=db, upper_bounds=ub)
+    per_task, n, minutes = tuning_summary(tasks, db, target)
+    row["tune_trials"] = n
+    row["tune_minutes"] = minutes
+    row["tune_work_dir"] = work_dir
+    row["tune_tasks"] = per_task
     return relax.VirtualMachine(exe)
 
 
 def measure(z, target: str, threads: int, rounds: int, quiet: bool = False,
-            tune_trials: int = 0) -> dict:
+            tune_trials: int = 0, tune_options: dict | None = None) -> dict:
     """One zoo row (see the module docstring); ``tune_trials`` > 0 adds a tuned column
-    (``relax.tune`` with that many trials, then ``relax.build(..., database=...)``)."""
+    (``relax.tune`` up to that many trials in all, ``tune_options`` its keyword arguments,
+    then ``relax.build(..., database=...)``; the tuned output is checked against onnxruntime
+    too, and all three are timed interleaved)."""
     import relax
     from relax.frontend import from_onnx
     from tilecraft.timing import calls_per_round, interleaved
@@ -148,9 +199,13 @@ def measure(z, target: str, threads: int, rounds: int, quiet: bool = False,
                     f"{worst:.1e}; {1 + len(z.extra_inputs)} input set(s))")
     tuned_vm = None
     if tune_trials:
-        tuned_vm = _tuned(mod, target, z, tune_trials, row)
+        tuned_vm = _tuned(mod, target, z, tune_trials, row, tune_options)
         if tuned_vm is not None:
-            _check(tuned_vm, sess, z.inputs, rtol, atol)
+            tw = _check(tuned_vm, sess, z.inputs, rtol, atol)
+            for extra in z.extra_inputs:
+                tw = max(tw, _check(tuned_vm, sess, extra, rtol, atol))
+            row["tuned_check"] = f"allclose onnxruntime rtol {rtol:g} atol {atol:g} (max " \
+                                 f"abs diff {tw:.1e})"
     fns, args = _timed_fns(vm, sess, z.torch_module, z.inputs, threads)
     if tuned_vm is not None:
         tfn = tuned_vm["main"]
@@ -167,6 +222,7 @@ def measure(z, target: str, threads: int, rounds: int, quiet: bool = False,
     if "tuned" in times:
         row["tuned_ms"] = times["tuned"] * 1e3
         row["tuned_vs_ort"] = times["onnxruntime"] / times["tuned"]
+        row["tuned_vs_untuned"] = times["tilecraft"] / times["tuned"]
     prof = vm.profile(*args, number=max(2, min(number, 10)))
     kinds: dict[str, float] = {}
     kernels: dict[str, float] = {}
