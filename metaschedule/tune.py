@@ -47,6 +47,7 @@ from targets import Target
 from tensorir.function import IRModule, PrimFunc
 from tensorir.schedule import Schedule
 
+from .arg_info import output_indices, random_inputs
 from .builder import LocalBuilder
 from .cost_model import CostModel, RandomModel, XGBModel
 from .database import Database, TuningRecord, target_key, workload_hash
@@ -107,6 +108,11 @@ class Task:
         record (a trace replaying to that schedule) is in the database, so a tuned record is
         the best — and is what ``relax.build`` / ``apply_best`` use — only where it measured
         faster than the baseline; and the search and the task scheduler start from its time.
+    reference : callable, optional
+        ``reference(*arrays) -> list of arrays``: the kernel's outputs from its argument arrays
+        (numpy), which candidates are checked against instead of the outputs of the
+        unscheduled function built for the CPU -- for kernels too large for that (a GEMM
+        4096^3 takes that build a quarter of an hour): ``lambda a, b, c: [a @ b]``.
 
     Examples
     --------
@@ -121,6 +127,7 @@ class Task:
     shape_hints: dict | None = None
     flop: float | None = None
     baseline: Schedule | None = None
+    reference: object = None
 
     def __post_init__(self):
         self.func = _as_func(self.func)
@@ -323,7 +330,8 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
         s = EvolutionarySearch(**search_kwargs) if not isinstance(search, EvolutionarySearch) \
             else _copy_search(search)
         s.initialize(ctx)                     # TuneError for an unsupported target
-        ctx.reference = compute_reference(task.func, ctx.args_info, ctx.seed, ctx.shape_vars)
+        ctx.reference = compute_reference(task.func, ctx.args_info, ctx.seed, ctx.shape_vars) \
+            if task.reference is None else _reference_of(task, ctx)
         st = _TaskState(task, ctx, s)
         top = db.get_top_k(ctx.workload, target, 1)
         if top:
@@ -426,6 +434,16 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
                           f"see {os.path.join(work_dir, LOG_FILE)} (relax.build falls back to "
                           f"the default schedule)", RuntimeWarning, stacklevel=3)
     return db
+
+
+def _reference_of(task: Task, ctx: TuneContext) -> list[np.ndarray]:
+    arrays = random_inputs(ctx.args_info, ctx.seed)
+    outs = [np.asarray(o) for o in task.reference(*arrays)]
+    n_out = len(output_indices(task.func))
+    if len(outs) != n_out:
+        raise TuneError(f"{task.name}: reference gave {len(outs)} output(s), the function has "
+                        f"{n_out}")
+    return outs
 
 
 def baseline_record(db: Database, task: Task, target) -> TuningRecord | None:
