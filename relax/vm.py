@@ -285,6 +285,8 @@ class _Function:
             raise VMArgumentError(
                 f"{self.name} takes {len(self.params)} argument(s) ({', '.join(self.params)}), "
                 f"got {len(args)}")
+        if self.vm._gpu:   # in-kernel checks are read once, at the end of the call
+            return vm_gpu.run_checked(self, args)
         return self.run(args)
 
     def run(self, args):

@@ -9,6 +9,10 @@ their storage, kernels are the GPU module's functions (``targets.runtime.device_
 Results are device NDArrays; ``.numpy()`` copies one back. The builtins that have no device
 version (``tensor_to_shape``, ``print``, an ``If`` condition) read their tensor back to the host.
 
+Kernels are launched with ``enqueue``: nothing waits for the device inside a call. Kernels with
+in-kernel run-time checks write an error word; ``run_checked`` reads all of a call's words once,
+at its end (``DeviceKernelError: main: take: kernel take_kernel0: index ... out of bounds``).
+
 ``relax.vm`` calls these through ``GPU_OPS`` when its device is not the CPU; everything else
 (shape arithmetic, tuples, calls, matching) is shared with the CPU VM.
 """
@@ -20,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from targets.runtime.device import device_runtime
+from targets.runtime.host_program import DeviceKernelError
 from targets.runtime.ndarray import NDArray
 
 from .vm_builtins import BUILTINS, as_ndarray, read_condition
@@ -48,9 +53,22 @@ def _view(storage, shape: tuple, dtype: str, device):
     array when the back end has no views or the storage is too small."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     view = getattr(storage, "_view", None)
-    if view is not None and nbytes <= storage.nbytes:
+    if view is not None and hasattr(storage, "storage_nbytes"):
+        # a back end whose elements take other sizes on the device (WebGPU widens int8 to a
+        # word, narrows int64): its own _view checks the view's device bytes against the buffer
+        try:
+            return view(shape, dtype)
+        except ValueError:
+            pass
+    elif view is not None and nbytes <= storage.nbytes:
         return view(shape, dtype)
     return device_runtime(device.kind).empty(shape, dtype, device)
+
+
+def _storage(rt, nbytes: int, dev):
+    """Raw storage of ``nbytes`` bytes: 32-bit words (a uint8 array would take 4 bytes an
+    element on WebGPU, which keeps 8-bit integers widened)."""
+    return rt.empty((max(1, (int(nbytes) + 3) // 4),), "uint32", dev)
 
 
 def upload_constants(vm) -> list:
@@ -82,7 +100,7 @@ def op_alloc_storage(vm, ctx, dst: int, size, static: bool) -> Callable:
         key = (ctx.name, dst)
         buf = vm._static_storage.get(key)
         if buf is None:
-            buf = vm._static_storage[key] = rt.empty((max(int(size), 1),), "uint8", dev)
+            buf = vm._static_storage[key] = _storage(rt, size, dev)
             vm.static_storage_bytes += int(size)
 
         def alloc_static(regs):
@@ -92,9 +110,9 @@ def op_alloc_storage(vm, ctx, dst: int, size, static: bool) -> Callable:
     pool = vm._pool.free     # given back at the end of the call, by byte size
 
     def alloc_pool(regs):
-        n = max(int(size_fn(regs)), 1)
+        n = max(4, (int(size_fn(regs)) + 3) // 4 * 4)    # the pool keys by storage.nbytes
         free = pool.get(n)
-        regs[dst] = free.pop() if free else rt.empty((n,), "uint8", dev)
+        regs[dst] = free.pop() if free else _storage(rt, n, dev)
         regs[0].append(regs[dst])
     return alloc_pool
 
@@ -123,6 +141,8 @@ def op_alloc_tensor(vm, ctx, dst: int, storage: int, offset, shape, dtype: str) 
 def op_call_kernel(vm, ctx, kname: str, tensor_regs: list, scalars: list) -> Callable:
     from .vm import _as_closure, compile_expr
     kfn = vm._kernel(kname)
+    # launched without waiting for in-kernel checks: run_checked reads them once per call
+    enqueue = kfn.enqueue
     fname = ctx.name
     scalar_fns = [_as_closure(compile_expr(e)) for e in scalars]
     regs_t = tuple(tensor_regs)
@@ -130,7 +150,7 @@ def op_call_kernel(vm, ctx, kname: str, tensor_regs: list, scalars: list) -> Cal
     def call(regs):
         args = [regs[r] for r in regs_t] + [f(regs) for f in scalar_fns]
         try:
-            kfn(*args)
+            enqueue(*args)
         except (ValueError, TypeError) as err:
             raise ValueError(f"{fname}: kernel {kname}: {err}") from None
     if ctx.timers is None:
@@ -193,8 +213,34 @@ def condition(value) -> bool:
     return read_condition(to_host(value))
 
 
+def check_kernel_errors(vm, fname: str) -> None:
+    """Read the error words of the kernels the call launched (one wait, only when some kernel
+    has in-kernel checks) and raise the first failed check: ``DeviceKernelError`` naming the
+    VM function, the kernel function and the check. Otherwise the queued work is flushed."""
+    try:
+        device_runtime(vm.device.kind).check_errors(vm.device.index)
+    except DeviceKernelError as err:
+        raise DeviceKernelError(f"{fname}: {err}") from None
+
+
+def run_checked(fn, args):
+    """Run VM function ``fn`` (a top-level call) and check its kernels' errors at the end.
+
+    If the call fails on the host after a kernel's check failed (a builtin reading garbage
+    back), the kernel's error is what is raised: it is the cause.
+    """
+    try:
+        out = fn.run(args)
+    except Exception:
+        check_kernel_errors(fn.vm, fn.name)
+        raise
+    check_kernel_errors(fn.vm, fn.name)
+    return out
+
+
 GPU_OPS = {"const": op_const, "alloc": op_alloc, "alloc_storage": op_alloc_storage,
            "alloc_tensor": op_alloc_tensor, "call_kernel": op_call_kernel,
            "builtin": op_builtin}
 
-__all__ = ["GPU_OPS", "to_device", "to_host", "upload_constants", "condition"]
+__all__ = ["GPU_OPS", "check_kernel_errors", "condition", "run_checked", "to_device",
+           "to_host", "upload_constants"]

@@ -35,12 +35,11 @@ class OpenCLModule(DeviceModule):
         lp = self._by_device.get(device.index)
         if lp is None:
             ctx = context(device.index)
+            blocks = {k: m["block"] for p in self.programs.values()
+                      for k, m in p["kernels"].items()}
             lp = self._by_device[device.index] = LoadedProgram(ctx, self.source, self.extensions,
-                                                               self.kernel_names)
+                                                               self.kernel_names, blocks)
         return lp
-
-    def _buffer_key(self, arr):
-        return id(arr.buffer)
 
     def export_library(self, path: str) -> str:
         """Write the module (source, host programs, metadata) as one JSON file."""

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.device_ndarray import DeviceNDArray
+from ..runtime.host_program import KernelErrorLog
 from ..runtime.ndarray import NDArray, _dtype_name
 
 
@@ -141,6 +142,8 @@ class DeviceContext:
         self.local_mem_size = int(d.local_mem_size)
         self.is_gpu = bool(d.type & cl.device_type.GPU)
         self.programs: dict[str, Any] = {}
+        # error words of kernels launched since the last check (read once, at the check)
+        self.errors = KernelErrorLog(self._read_error_words, self._clear_error_word)
 
     def __repr__(self):
         return f"<OpenCL device {self.index}: {self.name} ({self.platform_name})>"
@@ -175,7 +178,27 @@ class DeviceContext:
             self.cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
 
     def sync(self) -> None:
+        """Wait for the queue; raise a failed in-kernel check of the kernels run since the
+        last check (``DeviceKernelError``)."""
         self.queue.finish()
+        self.errors.check()
+
+    def check_errors(self) -> None:
+        """The end of a VM call: read pending error words (one wait) or just flush."""
+        if self.errors:
+            self.errors.check()
+        else:
+            self.queue.flush()     # start the queued kernels without waiting for them
+
+    def _read_error_words(self, words: list) -> list[int]:
+        out = np.zeros(len(words), np.int32)
+        for i, w in enumerate(words):      # all queued, then one wait (the queue is in order)
+            self.cl.enqueue_copy(self.queue, out[i:i + 1], w._buffer, is_blocking=False)
+        self.queue.finish()
+        return [int(c) for c in out]
+
+    def _clear_error_word(self, word) -> None:
+        self.write(word._buffer, np.zeros(1, np.int32))
 
     # -- programs ----------------------------------------------------------------------------
     def program(self, source: str, extensions: Sequence[str] = ()):
@@ -311,6 +334,12 @@ class OpenCLRuntime:
         if index in _CONTEXTS:
             _CONTEXTS[index].sync()
 
+    def check_errors(self, index: int) -> None:
+        """Raise a failed in-kernel check of the kernels launched since the last check (one
+        wait when there are such kernels; otherwise the queue is only flushed)."""
+        if index in _CONTEXTS:
+            _CONTEXTS[index].check_errors()
+
     def find(self, name: str) -> int:
         return find_device(name)
 
@@ -320,38 +349,54 @@ class OpenCLRuntime:
 
 
 class LoadedProgram:
-    """A module's program built for one device: launches, error flags, event timing."""
+    """A module's program built for one device: what ``HostPlan.run`` launches through
+    (per-kernel launchers, temporaries, error words) and event timing."""
 
     def __init__(self, ctx: DeviceContext, source: str, extensions: Sequence[str],
-                 kernel_names: Sequence[str]):
+                 kernel_names: Sequence[str], blocks: dict | None = None):
         self.ctx = ctx
         self.cl = ctx.cl
         prog = ctx.program(source, extensions)
         self.kernels = {name: self.cl.Kernel(prog, name) for name in kernel_names}
-        self._err = None
-        self._zero = np.zeros(1, np.int32)
+        self.blocks = dict(blocks or {})
+        self.errors = ctx.errors
+        self._device = Device("opencl", ctx.index)
 
-    def launch(self, name: str, arrays: list, scalars: list, grid, block):
+    def launcher(self, name: str):
+        """``launch(arrays, scalars, grid, events)`` for kernel ``name``: sets the arguments
+        (skipped when they are the previous launch's) and enqueues it."""
         k = self.kernels[name]
-        args = []
-        for a in arrays:
-            if a._ctx is not self.ctx:
-                raise ValueError(f"kernel {name}: an argument lives on {a.device}, the kernel "
-                                 f"runs on opencl({self.ctx.index})")
-            args.append(a._buffer)
-        args += [np.int32(v) for v in scalars]
-        k.set_args(*args)
-        gsize = tuple(int(g) * int(b) for g, b in zip(grid, block))
-        return self.cl.enqueue_nd_range_kernel(self.ctx.queue, k, gsize, tuple(block))
+        ctx, cl = self.ctx, self.cl
+        queue, enqueue = ctx.queue, cl.enqueue_nd_range_kernel
+        block = tuple(int(b) for b in self.blocks.get(name, (1, 1, 1)))
+        b0, b1, b2 = block
+        i32 = np.int32
+        last = [None]
 
-    def error_buffer(self):
-        if self._err is None:
-            self._err = OpenCLRuntime().empty((1,), "int32", Device("opencl", self.ctx.index))
-        self.ctx.write(self._err._buffer, self._zero)
-        return self._err
+        def launch(arrays, scalars, grid, events):
+            args = []
+            for a in arrays:
+                if a._ctx is not ctx:
+                    raise ValueError(f"kernel {name}: an argument lives on {a.device}, the "
+                                     f"kernel runs on opencl({ctx.index})")
+                args.append(a._buffer)
+            args += [i32(v) for v in scalars]
+            key = tuple(args)
+            if key != last[0]:
+                k.set_args(*args)
+                last[0] = key
+            ev = enqueue(queue, k, (grid[0] * b0, grid[1] * b1, grid[2] * b2), block)
+            if events is not None:
+                events.append(ev)
+        return launch
 
-    def read_error(self, err) -> int:
-        return int(err.numpy()[0])
+    def alloc_temp(self, dtype: str, size: int, what: str):
+        return OpenCLRuntime().empty((max(size, 1),), dtype, self._device)
+
+    def alloc_error_word(self, kernel: str):
+        word = OpenCLRuntime().empty((1,), "int32", self._device)
+        self.ctx.write(word._buffer, np.zeros(1, np.int32))
+        return word
 
     @staticmethod
     def elapsed(events) -> float:

@@ -30,7 +30,7 @@ class DeviceNDArray(NDArray):
     (upload of a host array already checked for shape and dtype).
     """
 
-    __slots__ = ("_ctx", "_buffer", "_shape", "_dtype")
+    __slots__ = ("_ctx", "_buffer", "_shape", "_dtype", "_size")
     _API = "device"
 
     def __init__(self, device: Device, ctx, buffer, shape: Sequence[int], dtype: str):
@@ -41,6 +41,10 @@ class DeviceNDArray(NDArray):
         self._buffer = buffer
         self._shape = tuple(int(s) for s in shape)
         self._dtype = dtype
+        size = 1
+        for s in self._shape:      # (not np.prod: this runs for every view the VM makes)
+            size *= s
+        self._size = size
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -56,7 +60,7 @@ class DeviceNDArray(NDArray):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self._shape, dtype=np.int64))
+        return self._size
 
     @property
     def nbytes(self) -> int:

@@ -1,11 +1,16 @@
 """``WebGPUModule``: calling, timing and exporting built WebGPU functions.
 
-A call checks its arguments (count, kind, dtype, rank, every dimension against the symbolic
-constraints, sizes that fit 32-bit indices), binds the shape variables, walks the function's host
-program (checks, device temporaries, launches) and records one command buffer: the dispatches,
-plus the copies of packed bindings. It is submitted without waiting, as on any GPU; reading an
-array (``.numpy()``) waits. A function with in-kernel run-time checks reads its error word back
-after the call (that waits), and raises the check's message.
+A call goes through the launch path shared with OpenCL (``targets.runtime.host_program``): the
+function's host program is translated once into the shared normal form and compiled into a
+``HostPlan``, which checks the arguments (count, kind, dtype, rank, every dimension against the
+symbolic constraints, sizes that fit 32-bit indices), binds the shape variables and walks the
+program (checks, device temporaries, launches). What is WebGPU's own is the launcher here: per
+kernel a pipeline, the bind group (cached by its buffers), the uniform buffer of the scalars
+(cached by its bytes, written without a sync) and the workgroup counts. Dispatches are recorded
+into the device's command batch; a call submits it (one command buffer for all its kernels) and
+the GPU VM submits once per VM call. Nothing waits, except a function with in-kernel run-time
+checks: its error words are read back once at the end of the call (for the VM: of the VM call),
+raising the failed check's message (``DeviceKernelError``, a ``ValueError``).
 
 ``export_library(path)`` writes the module as JSON (format ``tilecraft-webgpu``: each kernel's
 WGSL, bindings, uniform layout and launch geometry as expressions, and the host program);
@@ -30,40 +35,220 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..runtime.device import Device
+from ..runtime.host_program import (ERROR_SLOT, INT32_MAX, INT32_MIN, HostPlan, ParamSpec,
+                                    eval_expr)
 from ..runtime.module import BenchmarkResult, Module, atomic_write_bytes, repeat_timings
-from ..runtime.ndarray import NDArray
-from . import exprjson, storage
-from .runtime import WebGPUError, WebGPUNDArray, context
+from . import storage
+from .runtime import context, encode_commands
 
-INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 MAX_WORKGROUPS = 65535
 _BIND_TYPES = {"read": "read-only-storage", "read_write": "storage"}
 
 
-class _Launch:
-    """A prepared call: the commands to encode and what to check afterwards."""
+class _Word:
+    """A device buffer the host program uses that is no user array (a temporary, an error
+    word): its ``GPUBuffer`` and element count (for packed bindings)."""
 
-    __slots__ = ("ctx", "commands", "errors", "keep")
+    __slots__ = ("buffer", "size")
 
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.commands: list[tuple] = []
-        self.errors: list[tuple] = []    # (buffer, messages, kernel name)
-        self.keep: list = []
+    def __init__(self, buffer, size: int):
+        self.buffer, self.size = buffer, size
 
 
-def _int_range(dtype: str) -> tuple[int, int]:
-    if dtype == "bool":
-        return 0, 1
-    info = np.iinfo(np.dtype(dtype))
-    return int(info.min), int(info.max)
+def _normal_form(meta: dict):
+    """The module's host program (``build._HostProgram``'s JSON) as ``HostPlan``'s normal form:
+    refs ``p<i>`` (parameter i) and ``t<k>`` (temporaries) become slots, ``e<k>`` the error
+    slot; a launch passes its bindings' buffers in binding order and the uniform's scalar
+    fields."""
+    slots = {}
+    for i, p in enumerate(meta["params"]):
+        if p["kind"] == "buffer":
+            slots[f"p{i}"] = len(slots)
+    kernels = meta["kernels"]
+
+    def slot(ref):
+        if ref.startswith("e"):
+            return ERROR_SLOT
+        if ref not in slots:
+            raise ValueError(f"{meta['name']}: the host program uses buffer {ref}, which it "
+                             f"does not provide")
+        return slots[ref]
+
+    def stmt(s):
+        if s is None:
+            return None
+        head = s[0]
+        if head == "seq":
+            return ("seq", [stmt(x) for x in s[1]])
+        if head in ("let", "assert"):
+            return (head, s[1], s[2], stmt(s[3]))
+        if head == "if":
+            return ("if", s[1], stmt(s[2]), stmt(s[3]))
+        if head == "for":
+            return ("for", s[1], s[2], s[3], stmt(s[4]))
+        if head == "alloc":
+            _, ref, dtype, size, body = s
+            slots[ref] = len(slots)
+            return ("alloc", slots[ref], dtype, size, ref, stmt(body))
+        if head == "launch":
+            rec = kernels[s[1]]
+            refs = [r for b in rec["bindings"] for r in b["buffers"]]
+            scalars = [(u["value"], u["type"]) for u in rec["uniform"]
+                       if not isinstance(u["value"], dict)]
+            return ("launch", s[1], [slot(r) for r in refs], scalars, rec["grid"])
+        if head == "nop":
+            return ("seq", [])
+        raise ValueError(f"{meta['name']}: unknown host statement {head!r} in the module")
+    return stmt(meta["host"])
+
+
+def workgroup_counts(fname: str, rec: dict, g) -> tuple[int, int, int]:
+    """The dispatch of kernel record ``rec`` for a grid ``g`` of positive sizes: linearized
+    grids as ``(min(total, 65535), ceil(total / 65535), 1)``; over the limit a ValueError."""
+    if rec["linear_grid"]:
+        total = g[0] * g[1] * g[2]
+        y = -(-total // MAX_WORKGROUPS)
+        if y > MAX_WORKGROUPS:
+            raise ValueError(f"{fname}: kernel {rec['name']} needs {total} workgroups, "
+                             f"more than a dispatch can hold ({MAX_WORKGROUPS}**2)")
+        return (min(total, MAX_WORKGROUPS), y, 1)
+    for axis, n in zip("xyz", g):
+        if n > MAX_WORKGROUPS:
+            raise ValueError(f"{fname}: kernel {rec['name']} needs {n} workgroups in "
+                             f"{axis}, over WebGPU's limit of {MAX_WORKGROUPS}")
+    return tuple(g)
+
+
+class _OnDevice:
+    """One function's kernels on one device: what ``HostPlan.run`` launches through."""
+
+    BIND_GROUP_CACHE = 64
+    UNIFORM_CACHE = 64
+
+    def __init__(self, fn: "WebGPUFunction", ctx):
+        meta = fn.module.metadata
+        ctx.check_requirements(f"module function {fn.name}", meta.get("required_limits", {}),
+                               meta.get("required_features", []))
+        self.fn, self.ctx = fn, ctx
+        self.errors = ctx.errors
+        self.uniforms: OrderedDict = OrderedDict()
+        self.groups: OrderedDict = OrderedDict()
+        self.packed: dict = {}
+
+    def alloc_temp(self, dtype: str, size: int, what: str) -> _Word:
+        nbytes = size * np.dtype(storage.storage_dtype(dtype)).itemsize
+        return _Word(self.ctx.create_buffer(nbytes, what), size)
+
+    def alloc_error_word(self, key) -> _Word:
+        return _Word(self.ctx.create_buffer(4, "an error word"), 1)   # buffers start zeroed
+
+    def launcher(self, k: int):
+        """``launch(arrays, scalars, grid, sink)`` for kernel ``k``: appends the dispatch (and
+        the copies of packed bindings) to ``sink``."""
+        fn, ctx = self.fn, self.ctx
+        rec = fn.kernels[k]
+        pipe, bgl = ctx.pipeline(rec["wgsl"], fn._layouts[k], rec["name"])
+        fname = fn.name
+        # where each binding's buffers are in the launch's array list
+        bindings, pos = [], 0
+        for b in rec["bindings"]:
+            n = len(b["buffers"])
+            bindings.append((b["binding"], b["packed"], pos, n, b["access"] == "read_write"))
+            pos += n
+        plain = all(not p for _, p, _, _, _ in bindings)
+        fmt = "<" + "".join({"f32": "f", "u32": "I"}.get(u["type"], "i") for u in rec["uniform"])
+        fields = []
+        si = 0
+        for u in rec["uniform"]:
+            if isinstance(u["value"], dict):
+                fields.append(("offset", tuple(u["value"]["offset"])))
+            else:
+                fields.append(("scalar", si))
+                si += 1
+        only_scalars = all(f[0] == "scalar" for f in fields)
+        ubind = rec["uniform_binding"]
+        uniforms, groups, packed_bufs = self.uniforms, self.groups, self.packed
+        ucap, gcap = self.UNIFORM_CACHE, self.BIND_GROUP_CACHE
+        device = ctx.device
+
+        def uniform_of(data: bytes):
+            ukey = (k, data)
+            ub = uniforms.get(ukey)
+            if ub is None:
+                ub = uniforms[ukey] = ctx.uniform_buffer(data)   # queue.write_buffer: no sync
+                if len(uniforms) > ucap:
+                    uniforms.popitem(last=False)
+            return ub
+
+        def launch(arrays, scalars, grid, sink):
+            entries = []
+            offsets = {}
+            after = []
+            if plain:
+                for binding, _, p, _, _ in bindings:
+                    entries.append((binding, arrays[p].buffer))
+            else:
+                for binding, is_packed, p, n, written in bindings:
+                    if not is_packed:
+                        entries.append((binding, arrays[p].buffer))
+                        continue
+                    total, members = 0, []
+                    for j in range(n):
+                        a = arrays[p + j]
+                        offsets[(binding, j)] = total
+                        members.append((a.buffer, total, a.size))
+                        total += a.size
+                    pkey = (k, binding, total)
+                    pk = packed_bufs.get(pkey)
+                    if pk is None:
+                        pk = packed_bufs[pkey] = ctx.create_buffer(
+                            total * 4, f"the packed binding {binding} of kernel {rec['name']}")
+                    for buf, off, m in members:
+                        if m:
+                            sink.append(("copy", buf, 0, pk, off * 4, m * 4))
+                            if written:
+                                after.append(("copy", pk, off * 4, buf, 0, m * 4))
+                    entries.append((binding, pk))
+            if ubind is not None:
+                if only_scalars:
+                    values = scalars
+                else:
+                    values = [scalars[x] if kind == "scalar" else offsets[x]
+                              for kind, x in fields]
+                entries.append((ubind, uniform_of(_pack(fname, rec, fmt, values))))
+            gkey = (k, tuple([id(b) for _, b in entries]))
+            hit = groups.get(gkey)
+            if hit is None:
+                group = device.create_bind_group(layout=bgl, entries=[
+                    {"binding": i, "resource": {"buffer": buf, "offset": 0, "size": buf.size}}
+                    for i, buf in entries])
+                # the cached group holds its buffers, so their ids are not reused while it lives
+                groups[gkey] = (group, [b for _, b in entries])
+                if len(groups) > gcap:
+                    groups.popitem(last=False)
+            else:
+                group = hit[0]
+            sink.append(("dispatch", pipe, group, workgroup_counts(fname, rec, grid)))
+            if after:
+                sink.extend(after)
+        return launch
+
+
+def _pack(fname: str, rec: dict, fmt: str, values) -> bytes:
+    try:
+        return struct.pack(fmt, *values)
+    except struct.error:
+        # a packed offset out of range (the scalars were checked by the plan): say which
+        for u, v in zip(rec["uniform"], values):
+            lo, hi = (0, 2 ** 32 - 1) if u["type"] == "u32" else (INT32_MIN, INT32_MAX)
+            if u["type"] != "f32" and not lo <= int(v) <= hi:
+                raise ValueError(f"{fname}: the value {v} for {u['field']} of kernel "
+                                 f"{rec['name']} does not fit in 32 bits") from None
+        raise
 
 
 class WebGPUFunction:
     """One function of a ``WebGPUModule``; call it with device arrays and scalars."""
-
-    BIND_GROUP_CACHE = 64
-    UNIFORM_CACHE = 64
 
     def __init__(self, module: "WebGPUModule", meta: dict):
         self.module = module
@@ -71,19 +256,19 @@ class WebGPUFunction:
         self.name = meta["name"]
         self.params = meta["params"]
         self.kernels = meta["kernels"]
-        self._bind_pos = {}    # shape var -> (param index, dim): where a call binds it
-        for v in meta["shape_vars"]:
-            for i, p in enumerate(self.params):
-                if p["kind"] == "buffer" and ["var", v] in p["shape"]:
-                    self._bind_pos[v] = (i, p["shape"].index(["var", v]))
-                    break
         self._layouts = []
         for k in self.kernels:
             layout = [(b["binding"], _BIND_TYPES[b["access"]]) for b in k["bindings"]]
             if k["uniform_binding"] is not None:
                 layout.append((k["uniform_binding"], "uniform"))
             self._layouts.append(tuple(layout))
-        self._per_ctx: dict[int, dict] = {}
+        params = [ParamSpec(p["name"], p["kind"], p["dtype"], p.get("shape", ()),
+                            written=p.get("written", False)) for p in self.params]
+        kernels = {i: {"name": k["name"], "error_messages": k["error_messages"]}
+                   for i, k in enumerate(self.kernels)}
+        self.plan = HostPlan(self.name, params, _normal_form(meta), kernels, "webgpu",
+                             float_scalars=True)
+        self._per_ctx: dict[int, _OnDevice] = {}
 
     def _check_runnable(self) -> None:
         """Kernels of a WebGPU module run wherever wgpu finds an adapter (checked per call)."""
@@ -91,326 +276,55 @@ class WebGPUFunction:
     def __repr__(self):
         return f"<tilecraft.WebGPUFunction {self.name}({', '.join(p['name'] for p in self.params)})>"
 
-    # -- argument checks ----------------------------------------------------------------------
-    def _bind_args(self, args: Sequence[Any]):
-        fname = self.name
-        if len(args) != len(self.params):
-            raise ValueError(f"{fname} takes {len(self.params)} argument(s) "
-                             f"({', '.join(p['name'] for p in self.params)}), got {len(args)}")
-        env: dict[str, Any] = {}
-        device = None
-        for p, a in zip(self.params, args):
-            if p["kind"] == "buffer":
-                if not isinstance(a, WebGPUNDArray):
-                    where = f"lives on {a.device}" if isinstance(a, NDArray) else \
-                        f"is a {type(a).__name__}"
-                    raise ValueError(f"{fname}: argument {p['name']} {where}; a WebGPU kernel "
-                                     f"takes arrays on a WebGPU device: "
-                                     f"targets.array(x, targets.webgpu(0))")
-                if device is None:
-                    device = a.device
-                elif a.device != device:
-                    raise ValueError(f"{fname}: argument {p['name']} lives on {a.device}, the "
-                                     f"others on {device}")
-                if a.dtype != p["dtype"]:
-                    raise ValueError(f"{fname}: argument {p['name']} has dtype {a.dtype}, "
-                                     f"expected {p['dtype']}")
-                if a.ndim != len(p["shape"]):
-                    raise ValueError(f"{fname}: argument {p['name']} has {a.ndim} dimension(s), "
-                                     f"expected {len(p['shape'])}")
-                if a.size > INT32_MAX:
-                    raise ValueError(f"{fname}: argument {p['name']} has {a.size} elements; "
-                                     f"WebGPU kernels index with 32-bit integers (fewer than "
-                                     f"2**31 elements)")
-            else:
-                dtype = p["dtype"]
-                if isinstance(a, np.ndarray) and a.ndim == 0:
-                    a = a[()]
-                if dtype.startswith("float"):
-                    if isinstance(a, bool) or not isinstance(a, (int, float, np.integer,
-                                                                 np.floating)):
-                        raise ValueError(f"{fname}: argument {p['name']} must be a number "
-                                         f"({dtype}), got {type(a).__name__}")
-                    env[p["name"]] = float(a)
-                else:
-                    if not isinstance(a, (int, np.integer, bool, np.bool_)):
-                        raise ValueError(f"{fname}: argument {p['name']} must be an integer "
-                                         f"({dtype}), got {type(a).__name__} {a!r}")
-                    lo, hi = _int_range(dtype)
-                    if not lo <= int(a) <= hi:
-                        raise ValueError(f"{fname}: argument {p['name']} = {int(a)} does not fit "
-                                         f"in {dtype} [{lo}, {hi}]")
-                    env[p["name"]] = int(a)
-        for v, (i, d) in self._bind_pos.items():
-            if v not in env:
-                env[v] = int(args[i].shape[d])
-        for p, a in zip(self.params, args):
-            if p["kind"] != "buffer":
-                continue
-            for d, (dim, want) in enumerate(zip(a.shape, p["shape"])):
-                expected = exprjson.evaluate(want, env)
-                if dim != expected:
-                    raise ValueError(f"{fname}: argument {p['name']}: dimension {d} has extent "
-                                     f"{dim}, expected {expected}")
-        return env, device
-
-    # -- the host program ---------------------------------------------------------------------
-    def _state(self, ctx) -> dict:
-        st = self._per_ctx.get(ctx.index)
-        if st is None:
-            meta = self.module.metadata
-            ctx.check_requirements(f"module function {self.name}",
-                                   meta.get("required_limits", {}),
-                                   meta.get("required_features", []))
-            st = {"pipelines": [None] * len(self.kernels), "temps": {}, "errors": {},
-                  "uniforms": OrderedDict(), "groups": OrderedDict(), "packed": {}}
-            self._per_ctx[ctx.index] = st
-        return st
-
-    def _prepare(self, args: Sequence[Any]) -> _Launch:
-        env, device = self._bind_args(args)
+    def _on(self, device) -> _OnDevice:
         ctx = context(device.index if device is not None else 0)
-        st = self._state(ctx)
-        launch = _Launch(ctx)
-        refs: dict[str, tuple] = {}   # ref -> (GPUBuffer, elements)
-        for i, (p, a) in enumerate(zip(self.params, args)):
-            if p["kind"] == "buffer":
-                refs[f"p{i}"] = (a.buffer, a.size)
-        seen = {}
-        for i, (p, a) in enumerate(zip(self.params, args)):
-            if p["kind"] == "buffer":
-                other = seen.get(id(a.buffer))
-                if other is not None and (p["written"] or other["written"]):
-                    raise ValueError(f"{self.name}: arguments {other['name']} and {p['name']} "
-                                     f"are the same array; a kernel's buffers must not overlap")
-                seen[id(a.buffer)] = p
-        self._run(self.meta["host"], env, refs, ctx, st, launch)
-        return launch
+        od = self._per_ctx.get(ctx.index)
+        if od is None or od.ctx is not ctx:
+            od = self._per_ctx[ctx.index] = _OnDevice(self, ctx)
+        return od
 
-    def _run(self, node, env, refs, ctx, st, launch):
-        head = node[0]
-        if head == "seq":
-            for x in node[1]:
-                self._run(x, env, refs, ctx, st, launch)
-        elif head == "launch":
-            self._launch(node[1], env, refs, ctx, st, launch)
-        elif head == "let":
-            env[node[1]] = exprjson.evaluate(node[2], env)
-            self._run(node[3], env, refs, ctx, st, launch)
-        elif head == "assert":
-            if not exprjson.evaluate(node[1], env):
-                raise ValueError(f"{self.name}: {node[2]}")
-            self._run(node[3], env, refs, ctx, st, launch)
-        elif head == "if":
-            if exprjson.evaluate(node[1], env):
-                self._run(node[2], env, refs, ctx, st, launch)
-            elif node[3] is not None:
-                self._run(node[3], env, refs, ctx, st, launch)
-        elif head == "for":
-            lo = exprjson.evaluate(node[2], env)
-            for i in range(lo, lo + exprjson.evaluate(node[3], env)):
-                env[node[1]] = i
-                self._run(node[4], env, refs, ctx, st, launch)
-        elif head == "alloc":
-            _, ref, dtype, size, body = node
-            n = max(0, exprjson.evaluate(size, env))
-            nbytes = n * np.dtype(storage.storage_dtype(dtype)).itemsize
-            key = (ref, nbytes)
-            buf = st["temps"].get(key)
-            if buf is None:
-                # temporaries are reused across calls: the queue runs calls in order
-                buf = st["temps"][key] = ctx.create_buffer(nbytes, f"temporary {ref} of "
-                                                                   f"{self.name}")
-            refs[ref] = (buf, n)
-            self._run(body, env, refs, ctx, st, launch)
-        elif head == "nop":
-            pass
-        else:
-            raise ValueError(f"{self.name}: unknown host statement {head!r} in the module")
-
-    def _pipeline(self, k: int, ctx, st):
-        hit = st["pipelines"][k]
-        if hit is None:
-            rec = self.kernels[k]
-            hit = st["pipelines"][k] = ctx.pipeline(rec["wgsl"], self._layouts[k], rec["name"])
-        return hit
-
-    def _launch(self, k: int, env, refs, ctx, st, launch):
-        rec = self.kernels[k]
-        pipe, bgl = self._pipeline(k, ctx, st)
-        entries = []
-        offsets = {}
-        copies_after = []
-        for b in rec["bindings"]:
-            if not b["packed"]:
-                buf, _ = self._buffer(b["buffers"][0], refs, ctx, st, launch, rec)
-                entries.append((b["binding"], buf))
-                continue
-            total = 0
-            members = []
-            for j, ref in enumerate(b["buffers"]):
-                buf, n = self._buffer(ref, refs, ctx, st, launch, rec)
-                offsets[(b["binding"], j)] = total
-                members.append((buf, total, n))
-                total += n
-            key = (k, b["binding"], total)
-            packed = st["packed"].get(key)
-            if packed is None:
-                packed = st["packed"][key] = ctx.create_buffer(
-                    total * 4, f"the packed binding {b['binding']} of kernel {rec['name']}")
-            for buf, off, n in members:
-                if n:
-                    launch.commands.append(("copy", buf, 0, packed, off * 4, n * 4))
-                    if b["access"] == "read_write":
-                        copies_after.append(("copy", packed, off * 4, buf, 0, n * 4))
-            entries.append((b["binding"], packed))
-        uniform = None
-        if rec["uniform_binding"] is not None:
-            data = self._uniform_bytes(rec, env, offsets)
-            ukey = (k, data)
-            uniform = st["uniforms"].get(ukey)
-            if uniform is None:
-                uniform = ctx.uniform_buffer(data)
-                st["uniforms"][ukey] = uniform
-                while len(st["uniforms"]) > self.UNIFORM_CACHE:
-                    st["uniforms"].popitem(last=False)
-            else:
-                st["uniforms"].move_to_end(ukey)
-            entries.append((rec["uniform_binding"], uniform))
-        gkey = (k, tuple(id(b) for _, b in entries))
-        group = st["groups"].get(gkey)
-        if group is None:
-            group = ctx.device.create_bind_group(layout=bgl, entries=[
-                {"binding": i, "resource": {"buffer": buf, "offset": 0, "size": buf.size}}
-                for i, buf in entries])
-            # the cached group holds the buffers, so their ids cannot be reused while it lives
-            st["groups"][gkey] = (group, [b for _, b in entries])
-            while len(st["groups"]) > self.BIND_GROUP_CACHE:
-                st["groups"].popitem(last=False)
-        else:
-            st["groups"].move_to_end(gkey)
-            group = group[0]
-        counts = self._counts(rec, env)
-        if counts is not None:
-            launch.commands.append(("dispatch", pipe, group, counts))
-        launch.commands.extend(copies_after)
-
-    def _buffer(self, ref, refs, ctx, st, launch, rec):
-        if ref in refs:
-            return refs[ref]
-        if ref.startswith("e"):
-            buf = st["errors"].get(ref)
-            if buf is None:
-                buf = st["errors"][ref] = ctx.create_buffer(4, "an error word")
-            launch.commands.append(("clear", buf))
-            launch.errors.append((buf, rec["error_messages"], rec["name"]))
-            refs[ref] = (buf, 1)
-            return refs[ref]
-        raise ValueError(f"{self.name}: kernel {rec['name']} uses buffer {ref}, which the host "
-                         f"program did not provide")
-
-    def _uniform_bytes(self, rec, env, offsets) -> bytes:
-        out = bytearray()
-        for u in rec["uniform"]:
-            v = u["value"]
-            if isinstance(v, dict):
-                value = offsets[tuple(v["offset"])]
-            else:
-                value = exprjson.evaluate(v, env)
-            t = u["type"]
-            if t == "f32":
-                out += struct.pack("<f", float(value))
-            elif t == "u32":
-                value = int(value)
-                if not 0 <= value <= 2 ** 32 - 1:
-                    raise ValueError(f"{self.name}: the value {value} for {u['field']} of kernel "
-                                     f"{rec['name']} does not fit in 32 bits")
-                out += struct.pack("<I", value)
-            else:
-                value = int(value)
-                if not INT32_MIN <= value <= INT32_MAX:
-                    raise ValueError(f"{self.name}: the value {value} for {u['field']} of kernel "
-                                     f"{rec['name']} does not fit in int32 (WebGPU kernels "
-                                     f"compute indices in 32 bits)")
-                out += struct.pack("<i", value)
-        return bytes(out)
-
-    def _counts(self, rec, env):
-        g = [exprjson.evaluate(x, env) for x in rec["grid"]]
-        if min(g) <= 0:
-            return None
-        if rec["linear_grid"]:
-            total = g[0] * g[1] * g[2]
-            x = min(total, MAX_WORKGROUPS)
-            y = -(-total // MAX_WORKGROUPS)
-            if y > MAX_WORKGROUPS:
-                raise ValueError(f"{self.name}: kernel {rec['name']} needs {total} workgroups, "
-                                 f"more than a dispatch can hold ({MAX_WORKGROUPS}**2)")
-            return (x, y, 1)
-        for axis, n in zip("xyz", g):
-            if n > MAX_WORKGROUPS:
-                raise ValueError(f"{self.name}: kernel {rec['name']} needs {n} workgroups in "
-                                 f"{axis}, over WebGPU's limit of {MAX_WORKGROUPS}")
-        return tuple(g)
-
-    # -- encoding -----------------------------------------------------------------------------
-    @staticmethod
-    def _encode(ctx, commands, repeat: int = 1, timestamps=None):
-        enc = ctx.device.create_command_encoder()
-        passes = []
-        cpass = None
-        for _ in range(repeat):
-            for c in commands:
-                if c[0] == "dispatch":
-                    if cpass is None:
-                        cpass = [enc, []]
-                        passes.append(cpass)
-                    cpass[1].append(c)
-                else:
-                    cpass = None
-                    passes.append(c)
-        n_passes = sum(1 for p in passes if isinstance(p, list))
-        seen = 0
-        for p in passes:
-            if isinstance(p, list):
-                tw = None
-                if timestamps is not None:
-                    tw = {"query_set": timestamps}
-                    if seen == 0:
-                        tw["beginning_of_pass_write_index"] = 0
-                    if seen == n_passes - 1:
-                        tw["end_of_pass_write_index"] = 1
-                    if len(tw) == 1:
-                        tw = None
-                seen += 1
-                cp = enc.begin_compute_pass(timestamp_writes=tw) if tw else \
-                    enc.begin_compute_pass()
-                for _, pipe, group, counts in p[1]:
-                    cp.set_pipeline(pipe)
-                    cp.set_bind_group(0, group)
-                    cp.dispatch_workgroups(*counts)
-                cp.end()
-            elif p[0] == "copy":
-                _, src, so, dst, do, size = p
-                enc.copy_buffer_to_buffer(src, so, dst, do, size)
-            elif p[0] == "clear":
-                enc.clear_buffer(p[1])
-        return enc, n_passes
-
-    def _check_errors(self, launch: _Launch):
-        for buf, messages, kname in launch.errors:
-            code = int(np.frombuffer(launch.ctx.read(buf, 4).tobytes(), np.int32)[0])
-            if code:
-                msg = messages[code - 1] if 0 < code <= len(messages) else f"error code {code}"
-                raise ValueError(f"{self.name}: {msg}")
+    def _record(self, args: Sequence[Any], sink=None, cached: bool = False) -> _OnDevice:
+        device, arrays, env = (self.plan.bind_cached if cached else self.plan.bind)(args)
+        od = self._on(device)
+        self.plan.run(od, arrays, env, od.ctx.batch if sink is None else sink)
+        return od
 
     def __call__(self, *args) -> None:
-        launch = self._prepare(args)
-        ctx = launch.ctx
-        enc, _ = self._encode(ctx, launch.commands)
-        ctx.queue.submit([enc.finish()])
-        if launch.errors:
-            self._check_errors(launch)
+        """Record the dispatches and submit them (no wait); with in-kernel checks, wait for
+        them and raise the first failed check's message."""
+        od = self._record(args)
+        od.ctx.flush()
+        if self.plan.has_kernel_checks:
+            od.errors.check()
+
+    def enqueue(self, *args) -> None:
+        """Record the dispatches into the device's batch (what the GPU VM calls): submitted
+        and checked at the end of the VM call, or at the next flush / ``Device.sync()``."""
+        od = self._record(args, cached=True)
+        if len(od.ctx.batch) >= od.ctx.FLUSH_AT:
+            od.ctx.flush()
+
+    def _prepare(self, args: Sequence[Any]) -> tuple[Any, list]:
+        """(device context, commands) of one call, recorded but not submitted."""
+        commands: list = []
+        od = self._record(args, commands)
+        return od.ctx, commands
+
+    # -- what the browser loader mirrors (tests/targets/test_webgpu_browser_loader.py) ----------
+    def _uniform_bytes(self, rec, env, offsets) -> bytes:
+        fmt = "<" + "".join({"f32": "f", "u32": "I"}.get(u["type"], "i") for u in rec["uniform"])
+        values = []
+        for u in rec["uniform"]:
+            v = u["value"]
+            v = offsets[tuple(v["offset"])] if isinstance(v, dict) else eval_expr(v, env)
+            values.append(float(v) if u["type"] == "f32" else int(v))
+        return _pack(self.name, rec, fmt, values)
+
+    def _counts(self, rec, env):
+        g = [int(eval_expr(x, env)) for x in rec["grid"]]
+        if min(g) <= 0:
+            return None
+        return workgroup_counts(self.name, rec, g)
 
 
 class WebGPUModule(Module):
@@ -475,19 +389,15 @@ class WebGPUModule(Module):
                              f"{repeat})")
 
         def evaluator(*args) -> BenchmarkResult:
-            launch = fn._prepare(args)
-            ctx = launch.ctx
+            ctx, commands = fn._prepare(args)
             if device is not None and (device.kind != "webgpu" or device.index != ctx.index):
                 raise ValueError(f"time_evaluator: the arrays live on webgpu({ctx.index}), not "
                                  f"on {device}")
-            enc, _ = fn._encode(ctx, launch.commands)
-            ctx.queue.submit([enc.finish()])    # warm up: pipelines, caches
-            if launch.errors:
-                fn._check_errors(launch)
+            ctx.enqueue(commands)    # warm up: pipelines, caches; sync raises failed checks
             ctx.sync()
 
             def time_calls(n: int) -> tuple[float, float]:
-                elapsed = _time_once(fn, ctx, launch.commands, n)
+                elapsed = _time_once(ctx, commands, n)
                 return elapsed, elapsed
 
             return repeat_timings(time_calls, number, repeat, min_repeat_ms, f_preproc)
@@ -498,7 +408,7 @@ class WebGPUModule(Module):
         return f"<tilecraft.WebGPUModule {self.target!r} functions={self.function_names}>"
 
 
-def _time_once(fn: WebGPUFunction, ctx, commands, n: int) -> float:
+def _time_once(ctx, commands, n: int) -> float:
     wgpu = ctx._wgpu
     if not any(c[0] == "dispatch" for c in commands):
         return 0.0
@@ -506,13 +416,13 @@ def _time_once(fn: WebGPUFunction, ctx, commands, n: int) -> float:
         qs = ctx.device.create_query_set(type="timestamp", count=2)
         out = ctx.device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE |
                                        wgpu.BufferUsage.COPY_SRC)
-        enc, _ = fn._encode(ctx, commands, repeat=n, timestamps=qs)
+        enc, _ = encode_commands(ctx.device, commands, repeat=n, timestamps=qs)
         enc.resolve_query_set(qs, 0, 2, out, 0)
         ctx.queue.submit([enc.finish()])
         ts = np.frombuffer(ctx.queue.read_buffer(out), np.uint64)
         qs.destroy()
         return float(int(ts[1]) - int(ts[0])) * 1e-9   # WebGPU timestamps are nanoseconds
-    enc, _ = fn._encode(ctx, commands, repeat=n)
+    enc, _ = encode_commands(ctx.device, commands, repeat=n)
     buf = enc.finish()
     start = time.perf_counter()
     ctx.queue.submit([buf])

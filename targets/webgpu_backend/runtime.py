@@ -38,6 +38,7 @@ import numpy as np
 
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.device_ndarray import DeviceNDArray
+from ..runtime.host_program import KernelErrorLog
 from ..runtime.ndarray import NDArray, _dtype_name
 from . import storage
 
@@ -280,6 +281,13 @@ class DeviceContext:
         self._pipelines: OrderedDict = OrderedDict()
         self._wgpu = wgpu_module()
         self._sync_buffer = None
+        # Commands (dispatches, copies) recorded but not yet submitted: calls append to it and
+        # one command buffer is submitted for many of them (flush). Anything else that uses
+        # the queue (writes, reads, syncs) flushes first, so the queue's order is the program's.
+        self.batch: list[tuple] = []
+        self._gather = None        # where the error words are copied to be read at once
+        # error words of kernels launched since the last check
+        self.errors = KernelErrorLog(self._read_error_words, self._clear_error_word)
 
     def __repr__(self):
         return f"<webgpu({self.index}) {self.name}>"
@@ -361,7 +369,45 @@ class DeviceContext:
         self.queue.write_buffer(buf, 0, data + bytes(size - len(data)))
         return buf
 
+    # -- the command batch ----------------------------------------------------------------------
+    FLUSH_AT = 512
+
+    def flush(self) -> None:
+        """Submit the recorded commands as one command buffer (does not wait)."""
+        if self.batch:
+            commands, self.batch = self.batch, []
+            enc, _ = encode_commands(self.device, commands)
+            self.queue.submit([enc.finish()])
+
+    def enqueue(self, commands: list) -> None:
+        """Record ``commands``; submitted at the next flush (or once the batch is long)."""
+        self.batch.extend(commands)
+        if len(self.batch) >= self.FLUSH_AT:
+            self.flush()
+
+    def check_errors(self) -> None:
+        """The end of a VM call: submit the batch; read pending error words (one wait)."""
+        self.flush()
+        if self.errors:
+            self.errors.check()
+
+    def _read_error_words(self, words: list) -> list[int]:
+        self.flush()
+        nbytes = 4 * len(words)
+        if self._gather is None or self._gather.size < nbytes:
+            self._gather = self.create_buffer(max(nbytes, 256), "the error-word readback")
+        enc = self.device.create_command_encoder()
+        for i, w in enumerate(words):
+            enc.copy_buffer_to_buffer(w.buffer, 0, self._gather, 4 * i, 4)
+        self.queue.submit([enc.finish()])
+        data = self.queue.read_buffer(self._gather, 0, nbytes)
+        return [int(c) for c in np.frombuffer(data, np.int32)]
+
+    def _clear_error_word(self, word) -> None:
+        self.queue.write_buffer(word.buffer, 0, bytes(4))
+
     def write(self, buffer, data: np.ndarray) -> None:
+        self.flush()   # queue.write_buffer lands before the next submission: keep the order
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         pad = (-raw.size) % 4
         if pad:
@@ -370,12 +416,11 @@ class DeviceContext:
             self.queue.write_buffer(buffer, 0, raw)
 
     def copy(self, src, dst, nbytes: int) -> None:
-        """Queue a device-to-device copy of ``nbytes`` (a multiple of 4)."""
-        enc = self.device.create_command_encoder()
-        enc.copy_buffer_to_buffer(src, 0, dst, 0, nbytes)
-        self.queue.submit([enc.finish()])
+        """Record a device-to-device copy of ``nbytes`` (a multiple of 4) in the batch."""
+        self.enqueue([("copy", src, 0, dst, 0, nbytes)])
 
     def read(self, buffer, nbytes: int) -> np.ndarray:
+        self.flush()
         if nbytes == 0:
             return np.zeros(0, np.uint8)
         size = (nbytes + 3) // 4 * 4
@@ -383,12 +428,68 @@ class DeviceContext:
         return np.frombuffer(data, np.uint8)[:nbytes]
 
     def sync(self) -> None:
-        """Wait until the work submitted so far has finished."""
+        """Wait until the work recorded so far has finished; raise a failed in-kernel check of
+        the kernels run since the last check (``DeviceKernelError``)."""
+        self.flush()
+        if self.errors:
+            self.errors.check()     # reading the words waits for the queue
+            return
         # Reading a buffer back maps it after every earlier submission is done (the queue runs
         # in order); wgpu 0.32's on_submitted_work_done_sync does not work with its wgpu-native.
         if self._sync_buffer is None:
             self._sync_buffer = self.create_buffer(4, "a sync word")
         self.queue.read_buffer(self._sync_buffer, 0, 4)
+
+
+def encode_commands(device, commands, repeat: int = 1, timestamps=None):
+    """A command encoder with ``commands`` (``repeat`` times): consecutive dispatches share one
+    compute pass; ``("copy", src, src_offset, dst, dst_offset, size)`` and ``("clear", buf)``
+    go between passes. With a timestamp query set, the first pass writes timestamp 0 at its
+    start and the last one timestamp 1 at its end. Returns (encoder, number of passes)."""
+    enc = device.create_command_encoder()
+    passes = []
+    cpass = None
+    for _ in range(repeat):
+        for c in commands:
+            if c[0] == "dispatch":
+                if cpass is None:
+                    cpass = []
+                    passes.append(cpass)
+                cpass.append(c)
+            else:
+                cpass = None
+                passes.append(c)
+    n_passes = sum(1 for p in passes if isinstance(p, list))
+    seen = 0
+    for p in passes:
+        if isinstance(p, list):
+            tw = None
+            if timestamps is not None:
+                tw = {"query_set": timestamps}
+                if seen == 0:
+                    tw["beginning_of_pass_write_index"] = 0
+                if seen == n_passes - 1:
+                    tw["end_of_pass_write_index"] = 1
+                if len(tw) == 1:
+                    tw = None
+            seen += 1
+            cp = enc.begin_compute_pass(timestamp_writes=tw) if tw else enc.begin_compute_pass()
+            last_pipe = last_group = None
+            for _, pipe, group, counts in p:
+                if pipe is not last_pipe:
+                    cp.set_pipeline(pipe)
+                    last_pipe, last_group = pipe, None   # another layout: bind again
+                if group is not last_group:
+                    cp.set_bind_group(0, group)
+                    last_group = group
+                cp.dispatch_workgroups(*counts)
+            cp.end()
+        elif p[0] == "copy":
+            _, src, so, dst, do, size = p
+            enc.copy_buffer_to_buffer(src, so, dst, do, size)
+        elif p[0] == "clear":
+            enc.clear_buffer(p[1])
+    return enc, n_passes
 
 
 def explain_wgsl_error(message: str, wgsl: str, label: str = "") -> str:
@@ -531,6 +632,12 @@ class WebGPURuntime:
     def sync(self, index: int) -> None:
         if index in _CONTEXTS:
             _CONTEXTS[index].sync()
+
+    def check_errors(self, index: int) -> None:
+        """Submit the recorded work; raise a failed in-kernel check of the kernels launched
+        since the last check (one wait when there are such kernels)."""
+        if index in _CONTEXTS:
+            _CONTEXTS[index].check_errors()
 
     def find(self, name: str) -> int:
         return find_adapter(name)
