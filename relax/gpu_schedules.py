@@ -6,19 +6,32 @@ Rules, tried in order on a ``te.create_prim_func``-style kernel (a root block wh
 are loop nests of one block each):
 
 1. **Inline** cheap spatial producers into their consumers (``compute_inline``) and
-   elementwise epilogues into their producers (``reverse_compute_inline``).
-2. **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch matmul,
-   dense, convolution): a block tile of ``BM x BN`` outputs per work-group (128 x 128 from
-   8 x 16 threads), ``TM x TN`` per thread in registers (16 x 8) (``cache_write`` local), the reduction split by ``BK`` with both input
-   tiles staged in shared memory (``cache_read`` shared + a cooperative fetch over all threads),
-   init decomposed out of the reduction, the register tile unrolled. Each thread owns a
-   contiguous ``TM x TN`` patch (its shared loads vectorize). Epilogues (bias, activation)
-   are inlined into the register write-back.
+   elementwise epilogues into their producers (``reverse_compute_inline``) — except a
+   convolution's padding, which stays its own kernel (its window tile then stays inside the
+   padded tensor and needs no halo test).
+2. **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch
+   matmul, dense, convolution) as an (implicit) GEMM. The output loops are grouped by the
+   input that reads them: rows (the largest loop of the first input's group: a matmul's ``i``,
+   a convolution's output channels), columns (the innermost loop's group: a matmul's ``j``, a
+   convolution's output image as a 2-D ``h x w`` tile) and batch (loops both inputs read, the
+   other loops of a group, a symbolic outer loop such as a convolution's batch:
+   ``blockIdx.z``). A block tile of ``BM x BN`` outputs per work-group — OpenCL 128 x 128 from
+   8 x 16 threads of 16 x 8 registers, WebGPU 128 x 128 from 16 x 16 threads of 8 x 8 —
+   accumulated in registers (``cache_write`` local); the reduction split by ``BK`` (a
+   convolution steps over whole input channels times its window) with both input tiles staged
+   in shared memory (``cache_read`` shared + a cooperative fetch over all threads); on WebGPU
+   the column tile stored permuted ``(k, j % 8, j // 8)`` so that neighbouring threads read
+   neighbouring words. Init decomposed out of the reduction, the register tile unrolled;
+   epilogues (bias, activation, residual add) inlined into the register write-back. Where the
+   tiles do not fit the target (WebGPU's 16 KiB of workgroup storage), a quarter-size tile,
+   then only the inputs read at plain indices (a convolution's weights) in shared memory, then
+   registers only.
 3. **Row reductions** (softmax, layer / RMS norm, sums and maxima): one work-group per row,
    ``T`` threads sharing each reduction (a cross-thread reduction: partials per thread, a tree
    in shared memory), every reduction of the kernel ``compute_at`` the output's row loop with
    its result in a register, the output written by the same threads — one pass over a row that
-   stays in cache.
+   stays in cache. A lone reduction over a short window (max / average pooling) is one thread
+   per output instead, its window (and padding) read directly.
 4. **Injective** blocks (elementwise, broadcast, reshape, transpose): all loops fused, four
    consecutive elements per thread as one vector when the extent allows, 256 threads per
    work-group.
@@ -69,6 +82,12 @@ GEMM_TILE_J = (16, 8)  # columns
 GEMM_TILE_CPU = (16, 4)
 GEMM_BK_CPU = 8
 GEMM_BK = 16           # reduction step staged in shared memory (H200: 16 beats 8 by 6%)
+# WebGPU (within the spec's 256 invocations and 16 KiB of workgroup storage): 16 x 16 threads of
+# 8 x 8, BK 16 (A and B tiles 8 KiB each), B's tile stored permuted ``(k, j % 8, j // 8)`` so
+# that neighbouring threads read neighbouring words. On the H200 through Vulkan (4096^3 fp32) the
+# hand schedule of this shape ran at 0.45-0.48x cuBLAS; the OpenCL tile at 0.17x
+# (benchmarks/gpu_webgpu.py).
+GEMM_TILE_WEBGPU = (16, 8)
 GEMM_FETCH_VECTOR = 1  # elements per thread and step of the shared-memory fetch (4: slower on H200)
 SYMBOLIC = 1 << 20     # what a symbolic extent counts as when sizing tiles
 
@@ -97,7 +116,7 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     if target.kind not in GPU_KINDS or is_scheduled(func):
         return func
     name = func.attr_dict.get("global_symbol", "main")
-    for strategy in (_schedule_best, _schedule_simple):
+    for strategy in _STRATEGIES:
         try:
             sch = Schedule(func)
             strategy(sch, target)
@@ -106,7 +125,7 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
             return out
         except (ScheduleError, ValueError, TIRError) as err:   # does not apply / over a limit
             if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
-                warnings.warn(f"{strategy.__name__} of {name}: {type(err).__name__}: {err}")
+                warnings.warn(f"{_name_of(strategy)} of {name}: {type(err).__name__}: {err}")
             continue
         except Exception as err:  # a bug in a rule must not break the build
             warnings.warn(f"GPU default schedule of {name} failed ({type(err).__name__}: "
@@ -171,7 +190,13 @@ def _is_gemm_like(block: Block) -> bool:
 
 
 def _inline(sch: Schedule) -> None:
-    """Inline spatial producers into consumers, then elementwise epilogues into producers."""
+    """Inline spatial producers into consumers, then elementwise epilogues into producers.
+
+    A padding (a producer with a conditional) read through a window by a GEMM-like block (a
+    convolution) stays its own kernel: the convolution's shared-memory tile of the padded
+    tensor then has a constant size inside its bounds (a halo past the unpadded input's edge
+    would not), and each element of the tile is one plain load."""
+    keep = _paddings_of_convolutions(sch)
     changed = True
     while changed:
         changed = False
@@ -179,6 +204,8 @@ def _inline(sch: Schedule) -> None:
         if len(blocks) <= 1:
             return
         for b in blocks[:-1]:
+            if _node(sch, b).name in keep:
+                continue
             if _is_spatial(_node(sch, b)) and sch.get_consumers(b):
                 try:
                     sch.compute_inline(b)
@@ -202,7 +229,37 @@ def _inline(sch: Schedule) -> None:
                     pass
 
 
-def _schedule_best(sch: Schedule, target: Target) -> None:
+def _paddings_of_convolutions(sch: Schedule) -> set:
+    """Names of the spatial blocks with a conditional (``if_then_else``: a padding) whose
+    output a GEMM-like block reads at computed indices (a sliding window)."""
+    from tensorir.expr import Call as TCall
+    blocks = _blocks(sch)
+    keep = set()
+    for b in blocks:
+        node = _node(sch, b)
+        if not (_is_reduction(node) and _is_gemm_like(node)):
+            continue
+        for i in _reduce_inputs(node):
+            if _compact(node, i):
+                continue
+            buf = node.reads[i].buffer
+            for p in blocks:
+                pn = _node(sch, p)
+                if not _is_spatial(pn) or not any(w.buffer is buf for w in pn.writes):
+                    continue
+                found = []
+                post_order_visit(pn.body, lambda n: found.append(n) if isinstance(n, TCall)
+                                 and n.op == "if_then_else" else None)
+                if found:
+                    keep.add(pn.name)
+    return keep
+
+
+def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
+                   small: bool = False) -> None:
+    """Rules 1-4. ``shared``: which GEMM inputs are staged in shared memory (``"all"``,
+    ``"compact"``: those read at plain indices, e.g. a convolution's weights but not its
+    sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile."""
     _inline(sch)
     blocks = _blocks(sch)
     reductions = [b for b in blocks if _is_reduction(_node(sch, b))]
@@ -210,7 +267,7 @@ def _schedule_best(sch: Schedule, target: Target) -> None:
     if gemms:
         done = set()
         for g in gemms:
-            done |= _schedule_gemm(sch, g, target)
+            done |= _schedule_gemm(sch, g, target, shared, small)
         for b in _blocks(sch):
             name = _node(sch, b).name
             if name not in done and not _bound(sch, b):
@@ -222,10 +279,37 @@ def _schedule_best(sch: Schedule, target: Target) -> None:
         _schedule_block(sch, b)
 
 
-def _schedule_simple(sch: Schedule, target: Target) -> None:
-    """One thread per output element; reductions serial."""
+def _schedule_simple(sch: Schedule, target: Target, inline: bool = True) -> None:
+    """One thread per output element; reductions serial (padding inlined first)."""
+    if inline:
+        _inline(sch)
     for b in _blocks(sch):
         _thread_per_output(sch, b, 64)
+
+
+def _strategy(fn, label: str, **kw):
+    def run(sch: Schedule, target: Target) -> None:
+        fn(sch, target, **kw)
+    run.label = label
+    return run
+
+
+def _name_of(strategy) -> str:
+    return getattr(strategy, "label", getattr(strategy, "__name__", "strategy"))
+
+
+# Tried in order until one schedules and lowers within the target's limits: a convolution's
+# window tile may not fit shared memory (WebGPU: 16 KiB), a small one or its weights alone do.
+_STRATEGIES = (
+    _strategy(_schedule_best, "best"),
+    _strategy(_schedule_best, "best (small GEMM tile)", small=True),
+    _strategy(_schedule_best, "best (GEMM: compact inputs in shared memory)", shared="compact"),
+    _strategy(_schedule_best, "best (GEMM: compact inputs, small tile)", shared="compact",
+              small=True),
+    _strategy(_schedule_best, "best (GEMM: registers only)", shared="none"),
+    _strategy(_schedule_simple, "thread per output"),
+    _strategy(_schedule_simple, "thread per output (nothing inlined)", inline=False),
+)
 
 
 def _bound(sch: Schedule, block) -> bool:
@@ -319,6 +403,10 @@ def _thread_per_output(sch: Schedule, block, threads: int) -> None:
     bx, tx = sch.split(fused, [None, threads])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
+    if reduce and not sch.get_consumers(block):
+        # the thread's accumulator in a register, one store at the end (not one per step)
+        local = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(local, tx)
 
 
 def _threads_for(extent: int) -> int:
@@ -356,7 +444,7 @@ def _schedule_rows(sch: Schedule, reductions) -> bool:
     onode = _node(sch, out)
     if not _is_spatial(onode):
         if len(blocks) == 1:
-            _cross_thread(sch, out)
+            _schedule_block(sch, out)   # a long row shared by threads, a window per thread
             return True
         return False
     # rows: the reductions' spatial dims that are not 1 (keepdims leaves unit dims)
@@ -397,26 +485,132 @@ def _schedule_rows(sch: Schedule, reductions) -> bool:
     return True
 
 
-def _schedule_gemm(sch: Schedule, block, target: Target) -> set:
+def _gemm_groups(sch: Schedule, block, spatial):
+    """Split a GEMM-like block's spatial loops into (batch, rows, columns): loops read by both
+    tiled inputs (or by neither) are batch; the others belong to the input that reads them.
+    The columns are the group of the innermost loop (the output's contiguous dim). A
+    symbolic outer loop of a group of several (a convolution's or a sequence's batch) is
+    batch too, so a tile never spans two images."""
+    node = _node(sch, block)
+    values = _iter_values(sch, block)
+    inputs = _reduce_inputs(node)
+    users = []
+    for lp in spatial:
+        var = _node(sch, lp).loop_var
+        ivs = [iv.var for iv, v in zip(node.iter_vars, values)
+               if iv.kind == "spatial" and uses_any(v, [var])]
+        users.append({i for i in inputs
+                      if any(uses_any(r.min, ivs) for r in node.reads[i].region)})
+    last = users[-1]
+    if len(last) != 1:
+        raise ScheduleError("default GPU schedule", "the innermost output loop is read by "
+                            "both GEMM inputs", None)
+    col_input = next(iter(last))
+    batch, rows, cols = [], [], []
+    for lp, u in zip(spatial, users):
+        if len(u) != 1:
+            batch.append(lp)
+        elif u == last:
+            cols.append(lp)
+        else:
+            rows.append(lp)
+    if not rows:
+        raise ScheduleError("default GPU schedule", "no row loop (not an outer product)", None)
+    # rows: one loop, the largest (a symbolic one counts as large); the others are batch
+    row = max(rows, key=lambda lp: _extent(_node(sch, lp)))
+    batch += [lp for lp in rows if lp is not row]
+    rows = [row]
+    # columns: the innermost loop, or the innermost two when both are constant (a convolution's
+    # output rows and columns: a 2-D tile of the image); the others are batch
+    if len(cols) > 1 and all(_extent(_node(sch, lp)) != SYMBOLIC for lp in cols[-2:]):
+        batch += cols[:-2]
+        cols = cols[-2:]
+    else:
+        batch += cols[:-1]
+        cols = cols[-1:]
+    batch.sort(key=spatial.index)
+    row_input = next(i for i in inputs if i != col_input)
+    return batch, rows, cols, row_input, col_input
+
+
+def _split_reduction(sch: Schedule, reduce, step: int):
+    """(outer, inner) reduction loops, about ``step`` iterations inside. Several loops (a
+    convolution's channels x window): the outer loop steps over whole channels — the inner
+    loop covers ``c`` channels times the window — so each step's input tiles have a constant
+    size (a fused loop split by 16 would cross channel boundaries at varying points)."""
+    window = 1
+    for lp in reduce[1:]:
+        window *= _extent(_node(sch, lp))
+    if len(reduce) > 1 and window < SYMBOLIC and _extent(_node(sch, reduce[0])) < SYMBOLIC:
+        channels = _extent(_node(sch, reduce[0]))
+        c = max(1, min(channels, step // window))
+        while channels % c:
+            c -= 1
+        k0, c1 = sch.split(reduce[0], [None, c])
+        return k0, sch.fuse(c1, *reduce[1:])
+    k = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
+    bk = step if _extent(_node(sch, k)) >= step else _extent(_node(sch, k))
+    return sch.split(k, [None, bk])
+
+
+def _tile_image(sch: Schedule, cols, config: tuple[int, int]):
+    """A 2-D tile over a convolution's output rows ``h`` and columns ``w``: ``rw`` columns
+    per thread in registers (a divisor of ``w`` when one is close to the register count, so
+    the tile has no tail), ``tw`` threads across a row and ``th`` down the image, ``th * tw``
+    at most the column threads of ``config``. Returns the fused (block, thread, register)
+    loops, the thread count and the register count."""
+    threads, regs = config
+    hl, wl = cols
+    H, W = _extent(_node(sch, hl)), _extent(_node(sch, wl))
+    divisors = [d for d in range(1, min(regs, W) + 1) if W % d == 0]
+    rw = divisors[-1] if divisors[-1] * 2 > min(regs, W) else min(regs, W)
+    tw = min(threads, -(-W // rw))
+    th = max(1, min(threads // tw, H))
+    h0, h1 = sch.split(hl, [None, th])
+    w0, w1, w2 = sch.split(wl, [None, tw, rw])
+    sch.reorder(h0, w0, h1, w1, w2)
+    j0 = sch.fuse(h0, w0)
+    j1 = sch.fuse(h1, w1)
+    return j0, j1, w2, th * tw, rw
+
+
+def _compact(block: Block, idx: int) -> bool:
+    """Whether ``block`` reads input ``idx`` at plain indices (each a single iter var or a
+    constant): its tile is a dense box, e.g. a weight, not a sliding window."""
+    from tensorir.expr import Var as TVar
+    for rng in block.reads[idx].region:
+        m = rng.min
+        if not isinstance(m, (TVar, IntImm)):
+            return False
+    return True
+
+
+def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
+                   small: bool = False) -> set:
     """Rule 2 on one GEMM-like block; the names of the blocks it scheduled."""
     node = _node(sch, block)
     spatial, reduce = _spatial_loops(sch, block)
     if len(spatial) < 2 or not reduce:
         raise ScheduleError("default GPU schedule", "not a 2-D tiled reduction", None)
-    jl = spatial[-1]
-    rest = spatial[:-1]
-    # the row loop: the largest of the others (a symbolic one counts as large)
-    il = max(rest, key=lambda lp: _extent(_node(sch, lp)))
-    batch = [lp for lp in rest if lp is not il]
+    batch, rows, cols, row_input, col_input = _gemm_groups(sch, block, spatial)
+    sch.reorder(*batch, *rows, *cols)
+    il = rows[0]
     cpu = _for_cpu(target)
-    ti, ri = _tile(_extent(_node(sch, il)), GEMM_TILE_CPU if cpu else GEMM_TILE)
-    tj, rj = _tile(_extent(_node(sch, jl)), GEMM_TILE_CPU if cpu else GEMM_TILE_J)
+    webgpu = target.kind == "webgpu" and not cpu
+    cfg_i = GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE
+    cfg_j = GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE_J
+    if small:      # half the threads and half the registers per dimension
+        cfg_i = (max(1, cfg_i[0] // 2), max(1, cfg_i[1] // 2))
+        cfg_j = (max(1, cfg_j[0] // 2), max(1, cfg_j[1] // 2))
+    ti, ri = _tile(_extent(_node(sch, il)), cfg_i)
     i0, i1, i2 = sch.split(il, [None, ti, ri])
-    j0, j1, j2 = sch.split(jl, [None, tj, rj])
-    k = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
+    if len(cols) == 2:
+        j0, j1, j2, tj, rj = _tile_image(sch, cols, cfg_j)
+    else:
+        tj, rj = _tile(_extent(_node(sch, cols[0])), cfg_j)
+        j0, j1, j2 = sch.split(cols[0], [None, tj, rj])
     step = GEMM_BK_CPU if cpu else GEMM_BK
-    bk = step if _extent(_node(sch, k)) >= step else _extent(_node(sch, k))
-    k0, k1 = sch.split(k, [None, bk])
+    k0, k1 = _split_reduction(sch, reduce, step)
     sch.reorder(*batch, i0, j0, i1, j1, k0, k1, i2, j2)
     if batch:
         b = sch.fuse(*batch) if len(batch) > 1 else batch[0]
@@ -435,12 +629,14 @@ def _schedule_gemm(sch: Schedule, block, target: Target) -> set:
             sch.reverse_compute_inline(c)
         except ScheduleError:
             pass
-    inputs = _reduce_inputs(node)
-    for idx in inputs:
-        shared = sch.cache_read(block, idx, "shared")
-        names.add(_node(sch, shared).name)
-        sch.compute_at(shared, k0)
-        inner = [lp for lp in sch.get_loops(shared) if _node(sch, lp).kind == "serial" and
+    cached = [i for i in (row_input, col_input)
+              if shared == "all" or (shared == "compact" and _compact(node, i))]
+    # cache_read shifts nothing in ``block.reads`` (the cache replaces the buffer in place)
+    for idx in cached:
+        sh = sch.cache_read(block, idx, "shared")
+        names.add(_node(sch, sh).name)
+        sch.compute_at(sh, k0)
+        inner = [lp for lp in sch.get_loops(sh) if _node(sch, lp).kind == "serial" and
                  _is_under(sch, lp, k0)]
         last = _extent(_node(sch, inner[-1]))
         vec = GEMM_FETCH_VECTOR
@@ -450,11 +646,15 @@ def _schedule_gemm(sch: Schedule, block, target: Target) -> set:
             lo, fv = sch.split(inner[-1], [None, vec])
             inner = inner[:-1] + [lo]
         f = sch.fuse(*inner) if len(inner) > 1 else inner[0]
-        _, fy, fx = sch.split(f, [None, ti, tj])
+        f0, fy, fx = sch.split(f, [None, ti, tj])
         if fv is not None:
             sch.vectorize(fv)
         sch.bind(fy, "threadIdx.y")
         sch.bind(fx, "threadIdx.x")
+        if webgpu and _extent(_node(sch, f0)) <= 16:
+            sch.unroll(f0)
+        if webgpu and idx == col_input and rj > 1:
+            _permute_columns(sch, sh, node, idx, cols, rj)
     init = sch.decompose_reduction(block, k0)
     names.add(_node(sch, init).name)
     for lp in ((i2, j2) if cpu else (k1, i2, j2)):
@@ -467,6 +667,33 @@ def _schedule_gemm(sch: Schedule, block, target: Target) -> set:
                     _extent(_node(sch, lp)) <= 64:
                 sch.unroll(lp)
     return names
+
+
+def _permute_columns(sch: Schedule, shared_block, node: Block, idx: int, cols, rj: int) -> None:
+    """Store the column input's shared tile as ``(.., c % rj, c // rj, ..)`` along its column
+    dim: thread ``t`` reads columns ``t*rj .. t*rj+rj-1``, so without it neighbouring threads
+    read words ``rj`` apart (bank conflicts, no vector reads); with it neighbouring words. Only
+    when exactly one dim of the input is indexed by a spatial iter var alone (the column) and
+    its extent divides by ``rj``."""
+    from tensorir.expr import Var as TVar
+    from tensorir.schedule.index_map import IndexMap
+    if len(cols) != 1:
+        return
+    read = node.reads[idx]
+    spatial_vars = [iv.var for iv in node.iter_vars if iv.kind == "spatial"]
+    dims = [d for d, r in enumerate(read.region)
+            if isinstance(r.min, TVar) and any(r.min is v for v in spatial_vars)]
+    if len(dims) != 1:
+        return
+    d = dims[0]
+    ext = read.buffer.shape[d]
+    if not isinstance(ext, IntImm) or ext.value % rj:
+        return
+
+    def permute(*ix):
+        return tuple(ix[:d]) + (ix[d] % rj, ix[d] // rj) + tuple(ix[d + 1:])
+    sch.transform_layout(shared_block, 0, IndexMap.from_func(permute, ndim=len(read.buffer.shape)),
+                         "write")
 
 
 def _for_cpu(target: Target) -> bool:

@@ -1,0 +1,193 @@
+"""relax.gpu_schedules on the kernels of models: GEMM (WebGPU's permuted B tile), convolutions
+with a symbolic batch as tiled implicit GEMMs (a 2-D image tile per work-group, weights and
+window in shared memory, a register tile per thread), max pooling, batch matmul and dense with
+symbolic or small dims. Each kernel's schedule is checked structurally (what rule it got) and
+its results against numpy on random inputs, symbolic dims at two values, on OpenCL (PoCL in CI)
+and WebGPU (lavapipe in CI)."""
+import numpy as np
+import pytest
+
+import gpu_testutil as gpu
+import targets
+from relax import const, gpu_schedules as gs
+from relax import op
+from relax.build import _run_pipeline, legalize
+from relax.op import nn
+from targets import Target
+from tensorir import te
+from tensorir.function import PrimFunc
+
+RNG = np.random.default_rng(5)
+
+
+def _opencl():
+    try:
+        from targets.opencl_backend import list_devices
+        devices = list_devices()
+    except Exception as err:
+        pytest.skip(f"no OpenCL platform: {err}")
+    target = "opencl -device=cpu" if "CPU" in devices[0]["type"].upper() else "opencl"
+    return targets.opencl(0), target
+
+
+def _webgpu():
+    from targets.webgpu_backend import WebGPUError, num_adapters
+    try:
+        if num_adapters() == 0:
+            pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
+    except WebGPUError as err:
+        pytest.skip(f"no WebGPU runtime: {err}")
+    return targets.webgpu(0), "webgpu"
+
+
+@pytest.fixture(scope="module", params=["opencl", "webgpu"])
+def gpu_dev(request):
+    return _opencl() if request.param == "opencl" else _webgpu()
+
+
+def _kernels(mod, target):
+    """The legalized kernels of ``mod`` by name (what relax.build schedules)."""
+    mod = legalize(_run_pipeline(mod, None, Target(target)))
+    return {n: f for n, f in mod.functions.items() if isinstance(f, PrimFunc)}
+
+
+def _threads(func):
+    return {lp.thread_tag for lp in gs._loops_of(func) if lp.kind == "thread_binding"}
+
+
+def _scopes(func):
+    from tensorir.functor import post_order_visit
+    from tensorir.stmt import Block
+    found = set()
+
+    def visit(n):
+        if isinstance(n, Block):
+            for b in n.alloc_buffers:
+                found.add(b.scope)
+    post_order_visit(func.body, visit)
+    return found
+
+
+def _conv_ref(img, k, stride, pad):
+    n, c, h, w = img.shape
+    o, _, kh, kw = k.shape
+    p = np.pad(img.astype("float64"), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for dy in range(kh):
+        for dx in range(kw):
+            win = p[:, :, dy:dy + stride * oh:stride, dx:dx + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", win, k[:, :, dy, dx])
+    return out
+
+
+def _maxpool_ref(img):
+    """3x3, stride 2, padding 1 (ResNet's stem pool)."""
+    n, c, h, w = img.shape
+    p = np.pad(img, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    oh, ow = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+    return np.max([p[:, :, dy:dy + 2 * oh:2, dx:dx + 2 * ow:2]
+                   for dy in range(3) for dx in range(3)], axis=0)
+
+
+@pytest.mark.parametrize("kind", ["opencl", "webgpu"])
+def test_conv_symbolic_batch_is_a_tiled_implicit_gemm(kind):
+    """Structure only (no device): the conv gets the GEMM rule with the batch on blockIdx.z,
+    shared-memory tiles and a register tile, within each target's limits."""
+    n = te.var("n")
+    w = RNG.standard_normal((64, 32, 3, 3)).astype("float32")
+    mod = gpu.module([("x", (n, 32, 28, 28), "float32")],
+                     lambda x: [nn.relu(nn.conv2d(x, const(w), padding=(1, 1)))])
+    (func,) = _kernels(mod, kind).values()
+    g = gs.apply(func, Target(kind))
+    assert {"blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y"} <= \
+        _threads(g)
+    assert {"shared", "local"} <= _scopes(g)
+
+
+def test_webgpu_gemm_permutes_the_b_tile():
+    A = te.placeholder((256, 256), "float32", "A")
+    B = te.placeholder((256, 256), "float32", "B")
+    k = te.reduce_axis((0, 256), "k")
+    C = te.compute((256, 256), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+    g = gs.apply(te.create_prim_func([A, B, C]), Target("webgpu"))
+    text = g.script()
+    assert "B_shared[v0, v1 % 8, v1 // 8]" in text     # the permuted store
+    assert 'T.thread_binding(16, thread="threadIdx.x")' in text   # 16 x 16 threads of 8 x 8
+    g_cl = gs.apply(te.create_prim_func([A, B, C]), Target("opencl"))
+    assert "% 8, v1 // 8]" not in g_cl.script()     # OpenCL keeps its tuned tile
+
+
+def test_webgpu_gemm_runs():
+    dev, target = _webgpu()
+    M, N, K = 160, 136, 48    # tails in every dimension
+    A = te.placeholder((M, K), "float32", "A")
+    B = te.placeholder((K, N), "float32", "B")
+    k = te.reduce_axis((0, K), "k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+    mod = targets.build(gs.apply(te.create_prim_func([A, B, C]), Target(target)), target)
+    a, b = RNG.standard_normal((M, K)).astype("float32"), RNG.standard_normal((K, N)).astype(
+        "float32")
+    c = targets.empty((M, N), "float32", dev)
+    mod[mod.entry_name](targets.array(a, dev), targets.array(b, dev), c)
+    np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_resnet_kernels_symbolic_batch(gpu_dev):
+    """ResNet's kernel kinds at small sizes: 3x3 / 1x1 / strided convs with bias and relu,
+    the stem's max pool, a residual add, global pooling and the classifier."""
+    dev, target = gpu_dev
+    w3 = (RNG.standard_normal((24, 8, 3, 3)) * 0.3).astype("float32")
+    w1 = (RNG.standard_normal((16, 24, 1, 1)) * 0.3).astype("float32")
+    ws = (RNG.standard_normal((16, 8, 3, 3)) * 0.3).astype("float32")
+    bias = RNG.standard_normal((1, 24, 1, 1)).astype("float32")
+    fc = RNG.standard_normal((10, 16)).astype("float32")
+
+    def body(x):
+        a = nn.relu(op.add(nn.conv2d(x, const(w3), padding=(1, 1)), const(bias)))
+        b = nn.conv2d(a, const(w1))
+        c = nn.conv2d(x, const(ws), strides=(2, 2), padding=(1, 1))
+        p = nn.max_pool2d(b, pool_size=3, strides=2, padding=1)
+        r = nn.relu(op.add(p, c))
+        g = op.reshape(nn.adaptive_avg_pool2d(r, output_size=(1, 1)), (-1, 16))
+        return [a, b, p, r, op.matmul(g, op.permute_dims(const(fc), (1, 0)))]
+
+    def ref(x):
+        a = np.maximum(_conv_ref(x, w3, 1, 1) + bias, 0)
+        b = _conv_ref(a, w1, 1, 0)
+        c = _conv_ref(x, ws, 2, 1)
+        p = _maxpool_ref(b)
+        r = np.maximum(p + c, 0)
+        return [a, b, p, r, r.mean((2, 3)) @ fc.T]
+
+    mod = gpu.module([("x", ("n", 8, 14, 14), "float32")], body)
+    gpu.check(dev, target, mod, lambda n: [RNG.standard_normal((n, 8, 14, 14)).astype(
+        "float32")], ref, sizes=(1, 3), rtol=1e-3, atol=1e-3)
+
+
+def test_bert_kernels_symbolic_batch(gpu_dev):
+    """A BERT layer's kernel kinds: dense over (batch, seq, hidden) with bias and GELU-free
+    epilogue, batch matmuls of the attention (scores and context) with a symbolic batch."""
+    dev, target = gpu_dev
+    s, h, heads = 24, 32, 2
+    wq = (RNG.standard_normal((h, h)) * 0.2).astype("float32")
+    bq = RNG.standard_normal((h,)).astype("float32")
+
+    def body(x):
+        q = op.add(op.matmul(x, const(wq)), const(bq))                  # (n, s, h)
+        qh = op.permute_dims(op.reshape(q, (-1, s, heads, h // heads)), (0, 2, 1, 3))
+        kt = op.permute_dims(qh, (0, 1, 3, 2))
+        sc = op.matmul(qh, kt)                                           # (n, heads, s, s)
+        ctx = op.matmul(nn.softmax(sc, axis=-1), qh)                     # (n, heads, s, d)
+        return [q, sc, ctx]
+
+    def ref(x):
+        q = x @ wq + bq
+        qh = q.reshape(-1, s, heads, h // heads).transpose(0, 2, 1, 3)
+        sc = qh @ qh.transpose(0, 1, 3, 2)
+        e = np.exp(sc - sc.max(-1, keepdims=True))
+        return [q, sc, (e / e.sum(-1, keepdims=True)) @ qh]
+
+    mod = gpu.module([("x", ("n", s, h), "float32")], body)
+    gpu.check(dev, target, mod, lambda n: [RNG.standard_normal((n, s, h)).astype("float32")],
+              ref, sizes=(1, 2), rtol=1e-3, atol=1e-3)
