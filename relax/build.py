@@ -615,7 +615,7 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
         raise targets.TargetError(f"relax.build: no VM support for target {target}")
     mod = _run_pipeline(mod, pipeline, target)
     mod = legalize(mod)
-    mod = StaticPlanBlockMemory(upper_bounds)(mod)
+    mod = StaticPlanBlockMemory(upper_bounds, target=target)(mod)   # device sizes, limits
     program, constants = vm_codegen(mod)
     kernels = program["kernels"]
     module = None

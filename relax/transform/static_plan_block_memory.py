@@ -23,6 +23,19 @@ Symbolic shapes
   sizes allocates nothing. Two such tensors share a storage only when their sizes are provably
   equal.
 
+Device limits
+-------------
+With a ``target`` (``relax.build`` passes its own), sizes are the bytes each dtype takes *on that
+device* — WebGPU keeps 8/16-bit integers and bool in 32-bit words and 64-bit integers narrowed
+to 32 (``targets.webgpu_backend.storage``) — and a storage never grows past the device's
+largest buffer: WebGPU's ``max-storage-buffer-binding-size`` (128 MiB by the spec; a kernel
+binds each storage whole) and ``max-buffer-size``, or ``max_storage_bytes`` when given. A
+tensor that would not fit such a storage shares with nothing larger than the limit allows; a
+tensor of constant size over the limit on its own is a build-time ``RelaxError`` naming the
+tensor, its size and the limit. A symbolic size whose upper bound is over the limit is not
+planned at the bound: it comes from the run-time pool at its actual size (a run-time error
+names the array when that is over the limit too).
+
 Outputs of the function (and anything aliasing them: tuple fields, views) are never planned:
 they are allocated fresh on every call, because the caller keeps them. ``call_tir`` inside ``If``
 branches is left to the VM (fresh allocation).
@@ -88,8 +101,8 @@ CALL_TIR_DPS = register_op(
 ALIGNMENT = 64
 
 
-def _nbytes(sinfo: TensorStructInfo) -> PrimExpr:
-    size: PrimExpr = IntImm(dt.itemsize(sinfo.dtype), "int64")
+def _nbytes(sinfo: TensorStructInfo, itemsize=None) -> PrimExpr:
+    size: PrimExpr = IntImm((itemsize or dt.itemsize)(sinfo.dtype), "int64")
     for d in sinfo.shape:
         size = size * d
     return arith.simplify(size)
@@ -145,9 +158,35 @@ def _is_op(e, name: str) -> bool:
     return isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == name
 
 
+def device_storage(target) -> tuple:
+    """``(itemsize, max_storage_bytes)`` for ``target``: the bytes one element of a dtype
+    takes in the device's buffers (a function of the dtype name) and the largest storage the
+    device binds (None: no limit known at build time).
+
+    Examples
+    --------
+    >>> itemsize, limit = device_storage(Target("webgpu"))      # doctest: +SKIP
+    >>> itemsize("int8"), limit
+    (4, 134217728)
+    """
+    if target is None or getattr(target, "kind", None) != "webgpu":
+        return dt.itemsize, None
+    # the spec's defaults, what the runtime opens a device with (the wgpu package is not
+    # needed for these tables)
+    from targets.webgpu_backend.runtime import SPEC_LIMITS
+    from targets.webgpu_backend.storage import storage_dtype
+
+    def itemsize(dtype: str) -> int:
+        return dt.itemsize(storage_dtype(dtype))
+    limit = min(SPEC_LIMITS["max-buffer-size"], SPEC_LIMITS["max-storage-buffer-binding-size"])
+    return itemsize, limit
+
+
 class _FunctionPlanner:
-    def __init__(self, func: Function, name: str, upper_bounds: Mapping[str, int]):
+    def __init__(self, func: Function, name: str, upper_bounds: Mapping[str, int],
+                 itemsize=None, limit: int | None = None):
         self.func, self.name = func, name
+        self.itemsize, self.limit = itemsize or dt.itemsize, limit
         self.bounds = dict(upper_bounds)
         self.analyzer = arith.Analyzer()
         self.bounded: set = set()
@@ -167,14 +206,22 @@ class _FunctionPlanner:
         post_order_visit(self.func, visit)
         return found
 
-    def _size_of(self, sinfo: TensorStructInfo):
-        size = _nbytes(sinfo)
+    def _size_of(self, sinfo: TensorStructInfo, var=None):
+        size = _nbytes(sinfo, self.itemsize)
         if isinstance(size, IntImm):
+            if self.limit is not None and size.value > self.limit:
+                what = f"tensor {var.name_hint}" if var is not None else "a tensor"
+                raise RelaxError(
+                    f"{self.name}: {what} of shape {tuple(d.value for d in sinfo.shape)} "
+                    f"{sinfo.dtype} needs {size.value} bytes, over the device's buffer limit "
+                    f"of {self.limit} bytes (max-storage-buffer-binding-size / "
+                    f"max-buffer-size): split the computation or use a smaller batch", var)
             return size, size.value
         free = _free_tir_vars(size)
         if free and all(v in self.bounded for v in free):
             hi = self.analyzer.const_int_bound(size).max_value
-            if hi < arith.ConstIntBound.POS_INF:
+            # over the device's limit at the bound: planned at run time at the actual size
+            if hi < arith.ConstIntBound.POS_INF and (self.limit is None or hi <= self.limit):
                 return size, hi
         return size, None
 
@@ -204,7 +251,7 @@ class _FunctionPlanner:
                     if not isinstance(si, TensorStructInfo) or si.shape is None:
                         toks = None
                         break
-                    size, static = self._size_of(si)
+                    size, static = self._size_of(si, b.var)
                     toks.append(_Token(len(tokens) + len(toks), si, size, static))
                 if toks:
                     tokens.extend(toks)
@@ -241,7 +288,9 @@ class _FunctionPlanner:
 
     def _take(self, tok: _Token, free: list, storages: list) -> _Storage:
         if tok.static_size is not None:
-            static_free = [s for s in free if s.static]
+            # a storage is as large as its largest tensor; that must stay within the limit
+            static_free = [s for s in free if s.static and
+                           (self.limit is None or max(s.size, tok.static_size) <= self.limit)]
             fits = [s for s in static_free if s.size >= tok.static_size]
             if fits:
                 best = min(fits, key=lambda s: s.size)
@@ -343,14 +392,25 @@ class StaticPlanBlockMemory:
         Upper bounds of symbolic shape variables by name (``{"n": 64}``); a function's
         ``tir_var_upper_bound`` attribute adds to them. Sizes bounded by them are planned
         statically at the bound.
+    target : Target, optional
+        The device the plan is for: its dtype sizes and buffer limit (see Device limits).
+    max_storage_bytes : int, optional
+        The largest storage, overriding the target's.
 
     Examples
     --------
     >>> planned = StaticPlanBlockMemory({"n": 64})(mod)      # doctest: +SKIP
     """
 
-    def __init__(self, upper_bounds: Mapping[str, int] | None = None):
+    def __init__(self, upper_bounds: Mapping[str, int] | None = None, target=None,
+                 max_storage_bytes: int | None = None):
         self.upper_bounds = {str(k): int(v) for k, v in (upper_bounds or {}).items()}
+        self.itemsize, self.limit = device_storage(target)
+        if max_storage_bytes is not None:
+            if int(max_storage_bytes) <= 0:
+                raise ValueError(f"StaticPlanBlockMemory: max_storage_bytes must be positive, "
+                                 f"got {max_storage_bytes}")
+            self.limit = int(max_storage_bytes)
         for k, v in self.upper_bounds.items():
             if v < 0:
                 raise ValueError(f"StaticPlanBlockMemory: upper bound of {k} is negative ({v})")
@@ -363,7 +423,7 @@ class StaticPlanBlockMemory:
                 attr = func.attr_dict.get("tir_var_upper_bound")
                 if attr:
                     bounds.update({str(k): int(v) for k, v in dict(attr).items()})
-                func = _FunctionPlanner(func, name, bounds).plan()
+                func = _FunctionPlanner(func, name, bounds, self.itemsize, self.limit).plan()
             funcs[name] = func
         return IRModule(funcs)
 
@@ -402,4 +462,4 @@ def plan_summary(mod: IRModule) -> dict:
     return out
 
 
-__all__ = ["StaticPlanBlockMemory", "plan_summary"]
+__all__ = ["StaticPlanBlockMemory", "device_storage", "plan_summary"]

@@ -155,3 +155,109 @@ def test_values_flowing_to_the_result_are_not_planned():
 def test_upper_bounds_are_validated():
     with pytest.raises(ValueError, match="negative"):
         StaticPlanBlockMemory({"n": -1})
+
+
+
+def _chain(batch):
+    """Three relu kernels on (batch, 64) float32: two intermediates of batch * 256 bytes."""
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((batch, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = x
+            for _ in range(3):
+                h = bb.emit_te(relu, h)
+            gv = bb.emit_output(h)
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def _storage_sizes(mod):
+    out = []
+    for blk in mod["main"].body.blocks:
+        for b in blk.bindings:
+            if isinstance(b.value, Call) and getattr(b.value.op, "name", "") == \
+                    "relax.memory.alloc_storage":
+                out.append(b.value.args[0].values[0].value)
+    return out
+
+
+def test_storages_stay_within_the_limit():
+    limit = 8 * 64 * 4                                   # exactly one (8, 64) float32 tensor
+    planned = StaticPlanBlockMemory(max_storage_bytes=limit)(deep_mlp(8))
+    sizes = _storage_sizes(planned)
+    assert sizes and all(s <= limit for s in sizes)
+    assert plan_summary(planned)["main"]["tensors"] == 6
+    with pytest.raises(ValueError, match="positive"):
+        StaticPlanBlockMemory(max_storage_bytes=0)
+
+
+def test_tensor_over_the_limit_is_a_build_error_naming_it():
+    """A (32, 96) float32 intermediate (12 KiB) under a 10 KiB limit."""
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((32, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            wide = bb.emit_te(dense, x, const(rand(64, 96)))
+            gv = bb.emit_output(bb.emit_te(dense, wide, const(rand(96, 8))))
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    with pytest.raises(Exception, match=rf"main: tensor {wide.name_hint} of shape \(32, 96\) "
+                                        r"float32 needs 12288 bytes, over the device's buffer "
+                                        r"limit of 10240 bytes"):
+        StaticPlanBlockMemory(max_storage_bytes=10 * 1024)(mod)
+    assert plan_summary(StaticPlanBlockMemory(max_storage_bytes=12288)(mod))["main"][
+        "planned_bytes"] == 12288
+
+
+def test_bounded_size_over_the_limit_is_left_to_the_pool():
+    planned = StaticPlanBlockMemory({"n": 64}, max_storage_bytes=4096)(_chain("n"))
+    s = plan_summary(planned)["main"]
+    # 64 * 256 bytes = 16 KiB at the bound: over 4 KiB, so sized at run time, never an error
+    assert s["planned_bytes"] == 0 and s["dynamic_storages"] >= 1
+    planned = StaticPlanBlockMemory({"n": 8}, max_storage_bytes=4096)(_chain("n"))
+    assert plan_summary(planned)["main"]["planned_bytes"] == 2 * 8 * 256
+
+
+def _cast_chain():
+    """float32 -> int8 -> float32 * 2 -> relu on (16, 64): an int8 and a float32 intermediate,
+    both live at the second kernel."""
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((16, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit_te(lambda t: te.compute(t.shape, lambda *i: t[i].astype("int8"),
+                                                "to_i8"), x)
+            b = bb.emit_te(lambda t: te.compute(t.shape, lambda *i: a_f32(t, i), "back"), a)
+            gv = bb.emit_output(bb.emit_te(relu, b))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def a_f32(t, i):
+    return t[i].astype("float32") * 2.0
+
+
+def test_webgpu_sizes_are_device_bytes():
+    """On WebGPU an int8 element takes a 32-bit word and int64 is narrowed to one: the plan
+    counts device bytes, so a planned int8 tensor fits its storage (and the storage of n bytes
+    is n bytes on the device, not a widened uint8 array of 4n)."""
+    from relax.transform.static_plan_block_memory import device_storage
+    itemsize, limit = device_storage(targets.Target("webgpu"))
+    assert (itemsize("int8"), itemsize("int64"), itemsize("float32"), itemsize("float16")) == \
+        (4, 4, 4, 2)
+    assert limit == 128 * 1024 * 1024
+    assert device_storage(targets.Target("opencl"))[1] is None
+    host = plan_summary(StaticPlanBlockMemory()(_cast_chain()))["main"]
+    dev = plan_summary(StaticPlanBlockMemory(target=targets.Target("webgpu"))(_cast_chain()))
+    assert host["planned_bytes"] == 16 * 64 * (1 + 4)
+    assert dev["main"]["planned_bytes"] == 16 * 64 * (4 + 4)
+
+
+def test_webgpu_tensor_over_the_binding_limit_is_a_build_error():
+    """A (524289, 64) float32 intermediate (134217984 bytes) is over WebGPU's 128 MiB."""
+    big = _chain(524289)
+    with pytest.raises(Exception, match=r"shape \(524289, 64\) float32 needs 134217984 bytes, "
+                                        r"over the device's buffer limit of 134217728"):
+        StaticPlanBlockMemory(target=targets.Target("webgpu"))(big)
+    StaticPlanBlockMemory(target=targets.Target("opencl"))(big)    # no build-time limit there

@@ -70,3 +70,30 @@ def test_transformer_block_end_to_end(dev):
 
 def test_gpu_vm_errors(dev):
     gpu.vm_errors(dev, TARGET, "webgpu device")
+
+
+def test_planned_storage_is_device_bytes(dev):
+    """Planned storages hold int8 intermediates (a word an element on WebGPU) and float32 ones;
+    a storage of n bytes takes n bytes on the device (not a uint8 array widened to 4n), and
+    the results match numpy at two batch sizes, the bound's storage reused."""
+    from relax import op
+
+    def body(x):
+        q = op.astype(op.multiply(x, relax.const(np.float32(4.0))), "int8")   # int8 intermediate
+        y = op.multiply(op.astype(q, "float32"), relax.const(np.float32(0.25)))
+        return [op.add(op.negative(y), x)]
+
+    mod = gpu.module([("x", ("n", 300), "float32")], body)
+    exe = relax.build(mod, TARGET, pipeline=[], upper_bounds={"n": 8})
+    st = exe.stats()["main"]
+    assert st["storages"] >= 1
+    # every planned tensor at the bound: 8 * 300 elements of 4 device bytes each (int8 too)
+    assert st["static_storage_bytes"] % (8 * 300 * 4) == 0
+    vm = VirtualMachine(exe, dev)
+    for n in (3, 8):
+        x = RNG.uniform(-20, 20, (n, 300)).astype("float32")
+        q = np.trunc(x * 4).astype("int8").astype("float32") * 0.25
+        (got,) = vm["main"](x)
+        np.testing.assert_allclose(got.numpy(), x - q, rtol=1e-6, atol=1e-6)
+    storages = list(vm._static_storage.values())
+    assert storages and all(s.storage_nbytes <= st["static_storage_bytes"] for s in storages)
