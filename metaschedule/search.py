@@ -46,6 +46,7 @@ import targets
 from targets import Target
 from tensorir.function import IRModule, PrimFunc
 from tensorir.schedule import Schedule, Trace
+from tensorir.transform import lower
 
 from .arg_info import ArgInfo, args_info, output_indices, random_inputs, reference_outputs
 from .builder import BuilderInput
@@ -57,7 +58,7 @@ from .runner import RunnerInput
 
 __all__ = ["Candidate", "MeasureResult", "TuneContext", "EvolutionarySearch",
            "measure_candidates", "build_candidates", "run_candidates", "compute_reference",
-           "trace_key"]
+           "trace_key", "lift_tiles"]
 
 LOG = logging.getLogger("metaschedule")
 
@@ -138,6 +139,98 @@ class TuneContext:
 
 
 # ---------------------------------------------------------------------------------------------
+# code size
+
+# Statements a lowered candidate may have once its unrolled loops are expanded. Measured on the
+# design space of ResNet-50's convolutions: the candidates that ran past the builder's 60 s limit
+# (LLVM on the expanded code) had 2,209 and 2,688; the largest that built, 1,905; the default
+# schedules (hand micro-kernels) have about 400.
+MAX_UNROLLED_STMTS = 2048
+
+
+def unrolled_size(func: PrimFunc) -> int:
+    """Statements of a *lowered* function with each constant ``unrolled`` loop expanded (its
+    body counted extent times): about the code LLVM gets, whose size is what makes a build slow.
+
+    Examples
+    --------
+    >>> unrolled_size(lower(sch.func))                       # doctest: +SKIP
+    370
+    """
+    from tensorir.expr import IntImm
+    from tensorir.stmt import For, IfThenElse, SeqStmt
+
+    def size(st) -> int:
+        if isinstance(st, For):
+            body = size(st.body)
+            if st.kind == "unrolled" and isinstance(st.extent, IntImm):
+                return max(1, st.extent.value) * body
+            return body + 1
+        if isinstance(st, SeqStmt):
+            return sum(size(x) for x in st.seq)
+        if isinstance(st, IfThenElse):
+            return 1 + size(st.then_case) + (size(st.else_case) if st.else_case is not None
+                                             else 0)
+        body = getattr(st, "body", None)
+        return 1 + size(body) if body is not None else 1
+    return size(func.body)
+
+
+# ---------------------------------------------------------------------------------------------
+# baselines
+
+
+def lift_tiles(func: PrimFunc, sch: Schedule, max_innermost_factor: int = 64) -> Schedule:
+    """``sch`` (a schedule of ``func`` made outside the design space, e.g. a compiler's default)
+    with every ``split`` by constant factors of a constant-extent loop made a
+    ``sample_perfect_tile`` whose decision is those factors, then a split by them: the same
+    program, but a trace that ``MutateTileSize`` can mutate, so the evolutionary search explores
+    tile sizes around it. Returns ``sch`` itself when nothing can be lifted or the lifted trace
+    does not give the same program.
+
+    Examples
+    --------
+    >>> lifted = lift_tiles(func, default_sch)                 # doctest: +SKIP
+    >>> [i.kind for i in lifted.trace][:4]                     # doctest: +SKIP
+    ['get_block', 'get_loops', 'sample_perfect_tile', 'split']
+    """
+    from tensorir.expr import IntImm
+    out = Schedule(func)
+    names: dict = {}
+    lifted = 0
+    try:
+        for inst in sch.trace.instructions:
+            args = [out._decode(v, names) for v in inst.inputs]
+            kwargs = {"decision": inst.decision} if inst.decision is not None else {}
+            result = None
+            if inst.kind == "split" and isinstance(args[1], list) and all(
+                    f is None or (isinstance(f, int) and f >= 1) for f in args[1]) and \
+                    sum(f is None for f in args[1]) <= 1:
+                extent = out.get(args[0]).extent
+                known = math.prod(f for f in args[1] if f is not None)
+                if isinstance(extent, IntImm) and extent.value % known == 0 and \
+                        (None in args[1] or known == extent.value) and len(args[1]) > 1:
+                    factors = [extent.value // known if f is None else f for f in args[1]]
+                    inner = max(max_innermost_factor, factors[-1])
+                    rvs = out.sample_perfect_tile(args[0], len(factors), inner,
+                                                  decision=factors)
+                    result = out.split(args[0], rvs, *args[2:])
+                    lifted += 1
+            if result is None:
+                result = getattr(out, inst.kind)(*args, **kwargs)
+            if not isinstance(result, (list, tuple)):
+                result = [result] if result is not None and inst.outputs else []
+            for name, rv in zip(inst.outputs, result):
+                names[name] = rv
+        if not lifted or workload_hash(out.trace.apply(func).func) != workload_hash(sch.func):
+            return sch
+    except Exception as err:  # noqa: BLE001 - keep the schedule as it is
+        LOG.debug("lift_tiles: %s: %s", type(err).__name__, err)
+        return sch
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # the reference result
 
 
@@ -187,6 +280,10 @@ class EvolutionarySearch:
         Failed mutations tolerated per child before the generation ends early.
     eps_greedy : float
         Share of each batch drawn at random from the random samples.
+    max_unrolled_stmts : int, optional
+        Candidates whose lowered code has more statements than this once their unrolled loops
+        are expanded (``unrolled_size``) are dropped before scoring: their builds run into the
+        builder's time limit. None: no limit.
 
     Examples
     --------
@@ -198,7 +295,7 @@ class EvolutionarySearch:
     def __init__(self, population_size: int = 128, init_measured_ratio: float = 0.2,
                  init_min_unmeasured: int = 16, genetic_num_iters: int = 3,
                  genetic_mutate_prob: float = 0.85, genetic_max_fail_count: int = 4,
-                 eps_greedy: float = 0.05):
+                 eps_greedy: float = 0.05, max_unrolled_stmts: int | None = MAX_UNROLLED_STMTS):
         if population_size < 1:
             raise ValueError(f"population_size must be >= 1, got {population_size}")
         if not 0.0 <= init_measured_ratio <= 1.0 or not 0.0 <= eps_greedy <= 1.0 or \
@@ -212,6 +309,7 @@ class EvolutionarySearch:
         self.genetic_mutate_prob = float(genetic_mutate_prob)
         self.genetic_max_fail_count = int(genetic_max_fail_count)
         self.eps_greedy = float(eps_greedy)
+        self.max_unrolled_stmts = int(max_unrolled_stmts) if max_unrolled_stmts else None
         self.ctx: TuneContext | None = None
 
     # -- state ----------------------------------------------------------------------------------
@@ -238,7 +336,7 @@ class EvolutionarySearch:
                            for inst in s.trace.instructions)
         self.exhausted = False
         self.stats = {"sampled": 0, "sample_failed": 0, "mutated": 0, "mutate_failed": 0,
-                      "duplicates": 0}
+                      "duplicates": 0, "too_large": 0}
 
     def _seed(self) -> int:
         return int(self.ctx.rng.integers(0, 2**31 - 1))
@@ -248,9 +346,23 @@ class EvolutionarySearch:
             return None
         try:
             shash = workload_hash(sch.func)
-            feats = self.extractor.extract_one(sch.func)
+            lowered = lower(sch.func)
         except Exception as err:  # noqa: BLE001 - a schedule that does not lower is no candidate
             LOG.debug("%s: dropped a candidate that does not lower: %s", self.ctx.name, err)
+            return None
+        if self.max_unrolled_stmts and source != "baseline":
+            n = unrolled_size(lowered)
+            if n > self.max_unrolled_stmts:
+                # its build would take LLVM a minute or more (and such code is rarely fast):
+                # rejected before it costs a builder slot
+                self.stats["too_large"] += 1
+                LOG.debug("%s: dropped a candidate of %d unrolled statements (> %d)",
+                          self.ctx.name, n, self.max_unrolled_stmts)
+                return None
+        try:
+            feats = self.extractor.extract_one(lowered)
+        except Exception as err:  # noqa: BLE001
+            LOG.debug("%s: dropped a candidate without features: %s", self.ctx.name, err)
             return None
         return Candidate(sch, shash, feats, source=source)
 

@@ -56,7 +56,8 @@ from .feature import count_flop
 from .progress import Progress
 from .runner import LocalRunner
 from .search import (EvolutionarySearch, LOG, MeasureResult, TuneContext, build_candidates,
-                     compute_reference, measure_candidates, run_candidates, trace_key)
+                     compute_reference, lift_tiles, measure_candidates, run_candidates,
+                     trace_key)
 from .space_generator import (DEFAULT_SHAPE_HINT, SpaceGenerator, default_space,
                               resolve_shape_hints, shape_vars as symbolic_vars)
 from .task_scheduler import TaskScheduler, make_task_scheduler
@@ -108,6 +109,8 @@ class Task:
         record (a trace replaying to that schedule) is in the database, so a tuned record is
         the best — and is what ``relax.build`` / ``apply_best`` use — only where it measured
         faster than the baseline; and the search and the task scheduler start from its time.
+        Its constant splits are lifted into tile decisions (``search.lift_tiles``: the same
+        program), so the search's initial population holds it and mutates its tile sizes.
     reference : callable, optional
         ``reference(*arrays) -> list of arrays``: the kernel's outputs from its argument arrays
         (numpy), which candidates are checked against instead of the outputs of the
@@ -134,6 +137,9 @@ class Task:
         if self.baseline is not None and not isinstance(self.baseline, Schedule):
             raise TypeError(f"Task {self.name}: baseline must be a tensorir Schedule of the "
                             f"task's function, got {type(self.baseline).__name__}")
+        if self.baseline is not None:
+            # the same program, with its constant splits as tile decisions the search mutates
+            self.baseline = lift_tiles(self.func, self.baseline)
         if isinstance(self.weight, bool) or not isinstance(self.weight, (int, np.integer)) \
                 or self.weight < 1:
             raise ValueError(f"Task {self.name}: weight must be an int >= 1, got "
@@ -527,7 +533,7 @@ def _check_runner(st: _TaskState, results: list[MeasureResult], runner) -> None:
 def _copy_search(s: EvolutionarySearch) -> EvolutionarySearch:
     return EvolutionarySearch(s.population_size, s.init_measured_ratio, s.init_min_unmeasured,
                               s.genetic_num_iters, s.genetic_mutate_prob,
-                              s.genetic_max_fail_count, s.eps_greedy)
+                              s.genetic_max_fail_count, s.eps_greedy, s.max_unrolled_stmts)
 
 
 def tune_tir(func: PrimFunc | IRModule, target, max_trials: int = 256, *, work_dir,

@@ -75,3 +75,51 @@ def test_baseline_of_another_function_is_not_measured(tmp_path):
 def test_baseline_must_be_a_schedule():
     with pytest.raises(TypeError, match="baseline must be a tensorir Schedule"):
         Task("gemm", gemm_func(8, 8, 8), baseline="default")
+
+
+def test_lift_tiles_makes_constant_splits_mutable():
+    from metaschedule import default_space
+    from metaschedule.search import lift_tiles
+    func = gemm_func(64, 64, 64)
+    sch = Schedule(func)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    jo, ji = sch.split(j, [None, 16])
+    sch.reorder(i, jo, k, ji)
+    sch.vectorize(ji)
+    sch.parallel(i)
+    lifted = lift_tiles(func, sch)
+    kinds = [inst.kind for inst in lifted.trace.instructions]
+    assert "sample_perfect_tile" in kinds
+    tile = next(inst for inst in lifted.trace.instructions if inst.kind == "sample_perfect_tile")
+    assert tile.decision == [4, 16]
+    assert workload_hash(lifted.trace.apply(func).func) == workload_hash(sch.func)
+    space = default_space("llvm")
+    rng = np.random.default_rng(0)
+    mutated = [space.mutate(lifted.trace, func, "llvm", rng) for _ in range(4)]
+    assert any(m is not None and workload_hash(m.func) != workload_hash(sch.func)
+               for m in mutated)
+    # a split with a tail (no perfect tiling) stays as it is
+    odd = Schedule(gemm_func(30, 30, 30))
+    i, j, k = odd.get_loops(odd.get_block("C"))
+    odd.split(j, [None, 16])
+    assert lift_tiles(gemm_func(30, 30, 30), odd) is odd
+
+
+def test_candidates_too_large_to_build_are_dropped():
+    from metaschedule import Database, TuneContext, XGBModel
+    from metaschedule.search import EvolutionarySearch, unrolled_size
+    from tensorir.transform import lower
+    func = gemm_func(64, 64, 64)
+    sch = Schedule(func)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.unroll(j)
+    assert unrolled_size(lower(sch.func)) >= 64
+    assert unrolled_size(lower(func)) < 8
+    import tempfile
+    ctx = TuneContext(func, "llvm", small_space(), XGBModel(seed=0),
+                      Database(tempfile.mkdtemp()), name="gemm")
+    search = EvolutionarySearch(population_size=4, max_unrolled_stmts=16)
+    search.initialize(ctx)
+    assert search._candidate(sch, "random") is None
+    assert search.stats["too_large"] == 1
+    assert search._candidate(Schedule(func), "random") is not None
