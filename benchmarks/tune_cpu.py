@@ -20,7 +20,8 @@ Rows:
 * **ResNet-50 tuned end to end** (``bench_resnet50``: ``relax.tune`` with up to 3000 trials,
   then untuned, tuned and onnxruntime timed interleaved; ``benchmarks/results/
   tune_resnet50.json``): only with ``TILECRAFT_TUNE_RESNET=1`` or ``python -m
-  benchmarks.tune_cpu --resnet50`` (hours on two cores; it resumes from its database).
+  benchmarks.tune_cpu --resnet50`` (hours on two cores; it resumes from its database in
+  ``$TILECRAFT_ZOO_TUNE_WORK/resnet50``, up to ``$TILECRAFT_RESNET_TRIALS`` trials in all).
 
 Quick mode (``TILECRAFT_BENCH_QUICK=1`` or ``python -m benchmarks.tune_cpu --quick``): the
 same rows with a few trials each (a smoke run of every path, minutes instead of hours).
@@ -309,7 +310,9 @@ if __name__ == "__main__":
     if "--quick" in sys.argv:
         os.environ["TILECRAFT_BENCH_QUICK"] = "1"
     if "--resnet50" in sys.argv:         # only the ResNet-50 row (tunes, or resumes, then times)
-        r = bench_resnet50()
+        # TILECRAFT_RESNET_TRIALS: the trials in all (a database that has them is not tuned
+        # further: set it to what a long background run reached to only measure)
+        r = bench_resnet50(int(os.environ.get("TILECRAFT_RESNET_TRIALS", RESNET_TRIALS)))
         path = os.path.join(RESULTS_DIR, "tune_resnet50.json")
         with open(path, encoding="utf-8") as f:
             print_resnet50(r, json.load(f).get("tasks"))
