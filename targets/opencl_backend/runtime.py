@@ -356,36 +356,49 @@ class LoadedProgram:
                  kernel_names: Sequence[str], blocks: dict | None = None):
         self.ctx = ctx
         self.cl = ctx.cl
-        prog = ctx.program(source, extensions)
+        self.program = prog = ctx.program(source, extensions)
         self.kernels = {name: self.cl.Kernel(prog, name) for name in kernel_names}
         self.blocks = dict(blocks or {})
         self.errors = ctx.errors
         self._device = Device("opencl", ctx.index)
+        self._last_args: dict[str, tuple] = {}     # kernel -> the arguments set on it
 
     def launcher(self, name: str):
-        """``launch(arrays, scalars, grid, events)`` for kernel ``name``: sets the arguments
-        (skipped when they are the previous launch's) and enqueues it."""
+        """``launch(arrays, scalars, grid, events, memo)`` for kernel ``name``: sets the
+        arguments and enqueues it. Setting arguments is skipped when they are those already
+        set: on the shared kernel object (direct calls) or, with a call site's ``memo`` (the
+        VM), on the site's own kernel object, which keeps its arguments between calls."""
         k = self.kernels[name]
-        ctx, cl = self.ctx, self.cl
+        ctx, cl, prog = self.ctx, self.cl, self.program
         queue, enqueue = ctx.queue, cl.enqueue_nd_range_kernel
         block = tuple(int(b) for b in self.blocks.get(name, (1, 1, 1)))
         b0, b1, b2 = block
         i32 = np.int32
-        last = [None]
+        last = self._last_args
 
-        def launch(arrays, scalars, grid, events):
+        def launch(arrays, scalars, grid, events, memo):
             args = []
             for a in arrays:
                 if a._ctx is not ctx:
                     raise ValueError(f"kernel {name}: an argument lives on {a.device}, the "
                                      f"kernel runs on opencl({ctx.index})")
                 args.append(a._buffer)
-            args += [i32(v) for v in scalars]
+            for v in scalars:
+                args.append(i32(v))
             key = tuple(args)
-            if key != last[0]:
-                k.set_args(*args)
-                last[0] = key
-            ev = enqueue(queue, k, (grid[0] * b0, grid[1] * b1, grid[2] * b2), block)
+            if memo is None:
+                kern = k
+                if last.get(name) != key:
+                    k.set_args(*args)
+                    last[name] = key
+            else:
+                kern = memo.get("kernel")
+                if kern is None:
+                    kern = memo["kernel"] = cl.Kernel(prog, name)
+                if memo.get("args") != key:
+                    kern.set_args(*args)
+                    memo["args"] = key
+            ev = enqueue(queue, kern, (grid[0] * b0, grid[1] * b1, grid[2] * b2), block)
             if events is not None:
                 events.append(ev)
         return launch

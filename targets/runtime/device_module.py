@@ -110,8 +110,8 @@ class DeviceFunction:
     def enqueue(self, *args) -> None:
         """Launch without reading error words back: they are read at the next check (the end
         of the VM function call, ``Device.sync()``)."""
-        device, buffers, env = self.plan.bind_cached(args)
-        self.plan.run(self.module._loaded(device), buffers, env, None)
+        device, buffers, env, memo = self.plan.bind_cached(args)
+        self.plan.run(self.module._loaded(device), buffers, env, None, memo)
 
     def run(self, device: Device, buffers: list, env: dict, events: list | None) -> None:
         """Run the host program on bound arguments (``bind``); ``events`` collects the

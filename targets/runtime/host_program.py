@@ -29,7 +29,8 @@ failed check in launch order (naming the function and kernel). Words that were s
 
 A back end's per-device object (``loaded``) provides::
 
-    launcher(key) -> launch(arrays, scalars, grid, sink)   # arrays: slot objects (.buffer)
+    launcher(key) -> launch(arrays, scalars, grid, sink, memo)   # arrays: slot objects
+                                             # (.buffer); memo: a dict per call site or None
     alloc_temp(dtype, size, what) -> array-like              # cached here by (slot, size)
     alloc_error_word(key) -> array-like                      # one int32, zero
     errors: KernelErrorLog
@@ -44,6 +45,7 @@ Examples
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -286,7 +288,8 @@ class HostPlan:
         self.body = body
         self.has_kernel_checks = any(k["error_messages"] for k in kernels.values())
         self._bound: dict[int, tuple] = {}     # id(loaded) -> (loaded, steps, state)
-        self._last: tuple | None = None        # (args, bind's result): bind_cached's hit
+        # bind_cached's entries: ids of the arguments -> (arguments, bind's result, memo)
+        self._sites: "OrderedDict[tuple, tuple]" = OrderedDict()
         self._compile_binding()
         self._ntemps = self._count_temps()
 
@@ -372,26 +375,35 @@ class HostPlan:
             if n != w:
                 shape = arrays[bi].shape
                 raise DeviceArgumentError(
-                    f"{name}: argument {p.name}: dimension {d} has extent {n}, expected "
+                    f"{name}: argument {p.name}: dimension {d} is {n}, expected "
                     f"{p.shape_text[d]}{'' if const else f' = {w}'} (shape {tuple(shape)}, "
                     f"expected {tuple(p.shape_text)})")
         if device is None:
             device = Device(kind, 0)
         return device, arrays, env
 
-    def bind_cached(self, args: Sequence[Any]) -> tuple[Device, list, dict]:
-        """``bind``, skipping the checks when ``args`` are the very objects of the previous
-        ``bind_cached`` (the GPU VM passes the same planned tensors every call; a device
-        array's shape, dtype and device never change). Holds on to the last arguments."""
-        last = self._last
-        if last is not None:
-            prev = last[0]
-            if len(prev) == len(args) and all(a is b for a, b in zip(args, prev)):
-                device, arrays, env = last[1]
-                return device, arrays, dict(env)
+    SITE_CACHE = 64
+
+    def bind_cached(self, args: Sequence[Any]) -> tuple[Device, list, dict, dict]:
+        """``bind``, skipping the checks when ``args`` are the very objects of an earlier
+        ``bind_cached`` (the GPU VM passes the same planned tensors at a call site on every
+        call; a device array's shape, dtype and device never change). Returns ``bind``'s
+        result and a *memo*: a dict the launchers keep per-site state in (a kernel object
+        with its arguments set, a bind group), passed to ``run``. The last ``SITE_CACHE``
+        argument sets are held on to, which is what keeps their ids meaningful."""
+        key = tuple([id(a) for a in args])
+        sites = self._sites
+        hit = sites.get(key)
+        if hit is not None:
+            sites.move_to_end(key)
+            device, arrays, env = hit[1]
+            return device, arrays, dict(env), hit[2]
         device, arrays, env = self.bind(args)
-        self._last = (tuple(args), (device, arrays, dict(env)))
-        return device, arrays, env
+        memo: dict = {}
+        sites[key] = (tuple(args), (device, arrays, dict(env)), memo)
+        if len(sites) > self.SITE_CACHE:
+            sites.popitem(last=False)
+        return device, arrays, env, memo
 
     def _scalar(self, p: ParamSpec, a) -> Any:
         if isinstance(a, np.ndarray) and a.ndim == 0:
@@ -415,9 +427,10 @@ class HostPlan:
         return int(a)
 
     # -- running ------------------------------------------------------------------------------
-    def run(self, loaded, arrays: list, env: dict, sink) -> None:
+    def run(self, loaded, arrays: list, env: dict, sink, memo: dict | None = None) -> None:
         """Execute the host program: checks, temporaries, launches through ``loaded``'s
-        launchers; ``sink`` is passed to every launch (events, a command list)."""
+        launchers; ``sink`` is passed to every launch (events, a command list), and so is
+        ``memo`` (``bind_cached``'s per-site dict, or None)."""
         hit = self._bound.get(id(loaded))
         if hit is None or hit[0] is not loaded:
             state = {"temps": {}, "errors": {}}
@@ -425,7 +438,7 @@ class HostPlan:
                                              state)
         table = arrays + [None] * self._ntemps
         for step in hit[1]:
-            step(env, table, sink)
+            step(env, table, sink, memo)
 
     def _count_temps(self) -> int:
         """How many temporary slots follow the buffer parameters in the table."""
@@ -452,7 +465,7 @@ class HostPlan:
         return max([s + 1 for s in slots] + [nbuf]) - nbuf
 
     def _compile(self, s, loaded, state) -> list:
-        """``s`` as a flat list of steps ``step(env, table, sink)``."""
+        """``s`` as a flat list of steps ``step(env, table, sink, memo)``."""
         if s is None:
             return []
         head = s[0]
@@ -462,13 +475,13 @@ class HostPlan:
         if head == "let":
             var, f = s[1], compile_expr(s[2])
 
-            def let(env, table, sink):
+            def let(env, table, sink, memo):
                 env[var] = f(env)
             return [let] + self._compile(s[3], loaded, state)
         if head == "assert":
             cond, message = compile_expr(s[1]), s[2]
 
-            def check(env, table, sink):
+            def check(env, table, sink, memo):
                 if not cond(env):
                     raise ValueError(f"{name}: {message}")
             return [check] + self._compile(s[3], loaded, state)
@@ -477,20 +490,20 @@ class HostPlan:
             then = tuple(self._compile(s[2], loaded, state))
             other = tuple(self._compile(s[3], loaded, state))
 
-            def if_(env, table, sink):
+            def if_(env, table, sink, memo):
                 for st in (then if cond(env) else other):
-                    st(env, table, sink)
+                    st(env, table, sink, memo)
             return [if_]
         if head == "for":
             var, lo, ext = s[1], compile_expr(s[2]), compile_expr(s[3])
             body = tuple(self._compile(s[4], loaded, state))
 
-            def for_(env, table, sink):
+            def for_(env, table, sink, memo):
                 start = lo(env)
                 for i in range(start, start + ext(env)):
                     env[var] = i
                     for st in body:
-                        st(env, table, sink)
+                        st(env, table, sink, memo)
             return [for_]
         if head == "alloc":
             return [self._alloc_step(s, loaded, state)] + self._compile(s[5], loaded, state)
@@ -505,7 +518,7 @@ class HostPlan:
         size_fn = compile_expr(size)
         temps, name = state["temps"], self.name
 
-        def alloc(env, table, sink):
+        def alloc(env, table, sink, memo):
             n = max(int(size_fn(env)), 0)
             if n > INT32_MAX:
                 raise ValueError(f"{name}: the temporary {tname} needs {n} elements, over the "
@@ -554,11 +567,12 @@ class HostPlan:
             return out
 
         fixed_scalars = scalar_values({}) if const_scalars else None
+        site = object()      # this launch's key in a call site's memo
         fixed_grid = tuple(int(f({})) for f in grid_fns) if const_grid else None
         if fixed_grid is not None and min(fixed_grid) <= 0:
-            return lambda env, table, sink: None       # an empty grid launches nothing
+            return lambda env, table, sink, memo: None       # an empty grid launches nothing
 
-        def step(env, table, sink):
+        def step(env, table, sink, memo):
             g = fixed_grid
             if g is None:
                 g = (int(grid_fns[0](env)), int(grid_fns[1](env)), int(grid_fns[2](env)))
@@ -568,7 +582,8 @@ class HostPlan:
             if word is not None:
                 log.note(word, messages, fname, kname)
             launch(arrays, fixed_scalars if fixed_scalars is not None else
-                   scalar_values(env), g, sink)
+                   scalar_values(env), g, sink, None if memo is None else
+                   memo.setdefault(site, {}))
         return step
 
 

@@ -180,7 +180,20 @@ class _OnDevice:
                     uniforms.popitem(last=False)
             return ub
 
-        def launch(arrays, scalars, grid, sink):
+        def launch(arrays, scalars, grid, sink, memo):
+            if memo is not None and plain:
+                # a call site of the VM: the same buffers, scalars and grid as last time are
+                # the same dispatch (pipeline, cached bind group and uniform)
+                key = (tuple([a.buffer for a in arrays]), tuple(scalars), tuple(grid))
+                if memo.get("key") == key:
+                    sink.append(memo["dispatch"])
+                    return
+                launch_new(arrays, scalars, grid, sink)
+                memo["key"], memo["dispatch"] = key, sink[-1]
+                return
+            launch_new(arrays, scalars, grid, sink)
+
+        def launch_new(arrays, scalars, grid, sink):
             entries = []
             offsets = {}
             after = []
@@ -284,9 +297,13 @@ class WebGPUFunction:
         return od
 
     def _record(self, args: Sequence[Any], sink=None, cached: bool = False) -> _OnDevice:
-        device, arrays, env = (self.plan.bind_cached if cached else self.plan.bind)(args)
+        memo = None
+        if cached:
+            device, arrays, env, memo = self.plan.bind_cached(args)
+        else:
+            device, arrays, env = self.plan.bind(args)
         od = self._on(device)
-        self.plan.run(od, arrays, env, od.ctx.batch if sink is None else sink)
+        self.plan.run(od, arrays, env, od.ctx.batch if sink is None else sink, memo)
         return od
 
     def __call__(self, *args) -> None:

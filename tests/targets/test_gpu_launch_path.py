@@ -52,7 +52,7 @@ class _Recorder:
         word.value = 0
 
     def launcher(self, key):
-        def launch(arrays, scalars, grid, sink):
+        def launch(arrays, scalars, grid, sink, memo):
             self.launches.append((key, len(arrays), list(scalars), tuple(grid)))
             if key in self.fail:
                 arrays[-1].value = 1
@@ -123,9 +123,9 @@ def test_plan_argument_errors():
         plan.bind((_Arr((3, 4)),))
     with pytest.raises(TypeError, match="takes 2 argument"):   # also a TypeError
         plan.bind(())
-    with pytest.raises(ValueError, match="argument B: dimension 0 has extent 4, expected n = 3"):
+    with pytest.raises(ValueError, match="argument B: dimension 0 is 4, expected n = 3"):
         plan.bind((_Arr((3, 4)), _Arr((4, 4))))
-    with pytest.raises(ValueError, match="argument A: dimension 1 has extent 5, expected 4"):
+    with pytest.raises(ValueError, match="argument A: dimension 1 is 5, expected 4"):
         plan.bind((_Arr((3, 5)), _Arr((3, 4))))
     with pytest.raises(ValueError, match="argument A is in host memory"):
         plan.bind((np.zeros((3, 4), "float32"), _Arr((3, 4))))
@@ -156,13 +156,18 @@ def test_kernel_errors_are_read_once_and_the_first_failure_wins():
 
 
 def test_bind_cached_skips_checks_only_for_the_same_objects():
-    plan = _plan()
+    plan, be = _plan(), _Recorder()
     a, b = _Arr((5, 4)), _Arr((5, 4))
     first = plan.bind_cached((a, b))
     again = plan.bind_cached((a, b))
     assert again[1] is first[1] and again[2] == first[2] and again[2] is not first[2]
-    with pytest.raises(ValueError, match="dimension 0 has extent 6"):
+    assert again[3] is first[3]                # the site's memo
+    other = plan.bind_cached((b, a))           # another call site: its own memo
+    assert other[3] is not first[3]
+    with pytest.raises(ValueError, match="dimension 0 is 6"):
         plan.bind_cached((a, _Arr((6, 4))))
+    plan.run(be, first[1], first[2], None, first[3])
+    assert len(first[3]) == 3                  # one entry per launch of the program
 
 
 # -- the same plan on both back ends ---------------------------------------------------------------

@@ -61,7 +61,7 @@ def test_call_checks(dev):
         mod["main"](a)
     with pytest.raises(ValueError, match="numpy|ndarray|WebGPU device"):
         mod["main"](a, np.zeros((5, 4), "float32"))
-    with pytest.raises(ValueError, match="dimension 0 has extent 6, expected n = 5"):
+    with pytest.raises(ValueError, match="dimension 0 is 6, expected n = 5"):
         mod["main"](a, targets.empty((6, 4), "float32", dev))
     with pytest.raises(ValueError, match="dtype int32"):
         mod["main"](a, targets.empty((5, 4), "int32", dev))
