@@ -23,6 +23,7 @@ REGISTRY = {
     "gpu_webgpu": "benchmarks.gpu_webgpu",
     "gpu": "benchmarks.gpu",
     "gpu_models": "benchmarks.gpu_models",
+    "gpu_launch_overhead": "benchmarks.gpu_launch_overhead",
     "tune_cpu": "benchmarks.tune_cpu",
     "space_gemm": "benchmarks.space_gemm",
     "onnx_conformance": "benchmarks.onnx_conformance",
