@@ -13,8 +13,11 @@ access to it and gives it the shape of the region accessed below that point:
 * loops outside the point are fixed: the region's start may depend on them (``i_0 * 4``), its
   extent must not — a tile of constant size is what GPU shared memory and registers need.
 
-Every access ``buf[i, j]`` becomes ``buf'[i - min_i, j - min_j]``. A buffer whose region cannot
-be bounded (non-affine indices) or whose extent stays symbolic keeps its allocation unchanged.
+Every access ``buf[i, j]`` becomes ``buf'[i - min_i, j - min_j]``. Per dimension, an extent
+that depends on the outer loops takes its constant upper bound (a clamped index); a region with
+no constant bound, or larger than the buffer's constant dimension (interval bounds ignore the
+guards of a cooperative fetch), keeps that dimension whole. A buffer with a dimension that is
+symbolic and unbounded keeps its allocation unchanged.
 Global intermediates are never touched (they are device temporaries with their full shape).
 
 It runs on multi-dimensional loop form: after ``ConvertBlocksToLoops`` and before
@@ -23,9 +26,9 @@ It runs on multi-dimensional loop form: after ``ConvertBlocksToLoops`` and befor
 from __future__ import annotations
 
 from .. import arith
-from ..expr import BufferLoad, IntImm, Max, Min, PrimExpr
+from ..expr import Add, BufferLoad, FloorDiv, IntImm, Max, Min, Mul, PrimExpr, Sub, Var
 from ..function import PrimFunc
-from ..functor import IRMutator, IRVisitor
+from ..functor import IRMutator, IRVisitor, children
 from ..stmt import Allocate, Buffer, BufferStore, For, Range, Stmt
 from ._common import prim_func_pass
 
@@ -113,6 +116,83 @@ class _Rewrite(IRMutator):
         return out
 
 
+def _tile_extent(analyzer, lo: PrimExpr, hi: PrimExpr) -> int | None:
+    """``hi - lo + 1`` if constant, else its constant upper bound (None if it has none)."""
+    extent = analyzer.simplify(hi - lo + 1)
+    if isinstance(extent, IntImm):
+        return extent.value
+    return _upper_bound(analyzer, extent, _CASE_DEPTH)
+
+
+# How many min / max nodes ``_upper_bound`` splits on, nested (2**depth bounds at most).
+_CASE_DEPTH = 4
+
+
+def _upper_bound(analyzer, e: PrimExpr, depth: int) -> int | None:
+    """A constant upper bound of ``e``, splitting on its min / max nodes: interval bounds
+    lose the link between ``max(i * 4 + 3, min(i * 4 + 4, n - 1))`` and the ``- i * 4`` next
+    to it, while each case (``i * 4 + 3 - i * 4 + 1``) simplifies to a constant. ``f(max(x,
+    y))`` is ``f(x)`` or ``f(y)`` at every point, so it is at most the larger bound; with
+    ``f`` non-decreasing, ``f(min(x, y))`` is at most the smaller (and mirrored for
+    non-increasing ``f``)."""
+    b = analyzer.const_int_bound(e)
+    best = None if b.max_value >= b.POS_INF else int(b.max_value)
+    found = _case_node(e, 1) if depth > 0 else None
+    if found is None:
+        return best
+    node, sign = found
+    bounds = [_upper_bound(analyzer, analyzer.simplify(_replace_node(e, node, side)), depth - 1)
+              for side in (node.a, node.b)]
+    monotone = _occurrences(e, node) == 1
+    if monotone and (isinstance(node, Min) == (sign > 0)):
+        known = [x for x in bounds if x is not None]
+        case = min(known) if known else None
+    else:
+        case = None if None in bounds else max(bounds)
+    if case is None:
+        return best
+    return case if best is None else min(best, case)
+
+
+def _case_node(e: PrimExpr, sign: int):
+    """The first min / max of ``e`` reached through + - and multiplications / floor divisions
+    by constants, with the sign of ``e``'s dependence on it; None if there is none."""
+    if isinstance(e, (Min, Max)):
+        return e, sign
+    if isinstance(e, Add):
+        return _case_node(e.a, sign) or _case_node(e.b, sign)
+    if isinstance(e, Sub):
+        return _case_node(e.a, sign) or _case_node(e.b, -sign)
+    if isinstance(e, Mul):
+        for x, c in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(c, IntImm) and c.value != 0:
+                return _case_node(x, sign if c.value > 0 else -sign)
+        return None
+    if isinstance(e, FloorDiv) and isinstance(e.b, IntImm) and e.b.value > 0:
+        return _case_node(e.a, sign)
+    return None
+
+
+def _replace_node(e: PrimExpr, node: PrimExpr, new: PrimExpr) -> PrimExpr:
+    if e is node:
+        return new
+    if isinstance(e, (Add, Sub, Mul, FloorDiv)):
+        return type(e)(_replace_node(e.a, node, new), _replace_node(e.b, node, new))
+    return e
+
+
+def _occurrences(e: PrimExpr, node: PrimExpr) -> int:
+    n = 0
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if x is node:
+            n += 1
+        elif not isinstance(x, (Var, IntImm)):
+            stack.extend(children(x))
+    return n
+
+
 def _compact_one(body: Stmt, alloc: Allocate) -> Stmt:
     buf = alloc.buffer
     acc = _Accesses(buf)
@@ -127,7 +207,11 @@ def _compact_one(body: Stmt, alloc: Allocate) -> Stmt:
     analyzer = arith.Analyzer()
     for f in common:
         analyzer.bind(f.loop_var, Range(f.min, f.extent))
-    mins, maxs = None, None
+    # per dimension, the union of the intervals the accesses touch (None: some is unbounded)
+    ndim = len(buf.shape)
+    mins: list = [None] * ndim
+    maxs: list = [None] * ndim
+    bounded = [True] * ndim
     for indices, loops in acc.found:
         dom = {}
         for f in loops:
@@ -136,27 +220,33 @@ def _compact_one(body: Stmt, alloc: Allocate) -> Stmt:
                 f.thread_tag.startswith(relaxed_tags)
             if inner or shared_thread:
                 dom[f.loop_var] = Range(f.min, f.extent)
-        sets = [analyzer.int_set(i, dom) for i in indices]
-        if not all(s.is_bounded() for s in sets):
-            return body
-        lo = [s.min_value for s in sets]
-        hi = [s.max_value for s in sets]
-        if mins is None:
-            mins, maxs = lo, hi
-        else:
-            mins = [analyzer.simplify(Min(a, b)) for a, b in zip(mins, lo)]
-            maxs = [analyzer.simplify(Max(a, b)) for a, b in zip(maxs, hi)]
-    extents = [analyzer.simplify(hi - lo + 1) for lo, hi in zip(mins, maxs)]
-    if not all(isinstance(e, IntImm) for e in extents):
-        return body
-    # the tile never exceeds the declared buffer (a predicate may clip it below the extent)
+        for k, index in enumerate(indices):
+            if not bounded[k]:
+                continue
+            s = analyzer.int_set(index, dom)
+            if not s.is_bounded():
+                bounded[k] = False
+            elif mins[k] is None:
+                mins[k], maxs[k] = s.min_value, s.max_value
+            else:
+                mins[k] = analyzer.simplify(Min(mins[k], s.min_value))
+                maxs[k] = analyzer.simplify(Max(maxs[k], s.max_value))
+    # Each dimension gets the tile's extent, or its upper bound where the extent depends on
+    # the outer loops (a clamped index: min(i_0 * 4 + 3, n - 1) - i_0 * 4 + 1 <= 4). Where
+    # that is unknown or more than the buffer's (constant) extent — the region ignores the
+    # guards that clip it, as a cooperative fetch's ``fused // 9`` under ``fused < 288`` — the
+    # dimension stays whole: VerifyMemoryAccess has put every access inside the buffer.
     old_shape = [s.value if isinstance(s, IntImm) else None for s in buf.shape]
     shape = []
-    for e, o in zip(extents, old_shape):
-        shape.append(min(e.value, o) if o is not None else e.value)
-    if any(o is not None and e.value > o for e, o in zip(extents, old_shape)):
-        return body
-    shape = [max(s, 1) for s in shape]
+    for k in range(ndim):
+        tile = _tile_extent(analyzer, mins[k], maxs[k]) if bounded[k] else None
+        if tile is not None and (old_shape[k] is None or tile <= old_shape[k]):
+            shape.append(max(tile, 1))
+        elif old_shape[k] is not None:
+            mins[k] = IntImm(0, "int64")
+            shape.append(old_shape[k])
+        else:
+            return body
     if all(o is not None and s == o for s, o in zip(shape, old_shape)) and \
             all(isinstance(m, IntImm) and m.value == 0 for m in mins):
         return body   # already compact: nothing to gain
