@@ -13,6 +13,10 @@ the kernels themselves take microseconds):
   per kernel call (argument binding, launch geometry, enqueue).
 * ``vm_chain+check``: the chain with a ``take`` (a gather, in-kernel check) at its start: the
   extra sync(s) it costs per VM call.
+* ``host path only``: the shared launch plan (``targets.runtime.host_program``) of the tiny
+  kernel with a back end that launches nothing: the Python cost of binding the arguments and
+  walking the host program, per call — ``bind`` (a direct call) and ``bind_cached`` (a VM call
+  site). This is the part of a launch the driver does not see.
 
 The peer is numpy doing the same arithmetic (``x * 2``) on the host: it tells the order of
 magnitude of a Python call, not a competing implementation. Rows: ``us_per_call``.
@@ -90,6 +94,39 @@ def _chain(length: int, with_take: bool):
     return bb.get()
 
 
+class _NullBackend:
+    """A back end whose launches do nothing: isolates the host program's own cost."""
+
+    def __init__(self):
+        from targets.runtime.host_program import KernelErrorLog
+        self.errors = KernelErrorLog(lambda words: [0] * len(words), lambda word: None)
+
+    def launcher(self, key):
+        return lambda arrays, scalars, grid, sink, memo: None
+
+    def alloc_temp(self, dtype, size, what):
+        return None
+
+    def alloc_error_word(self, key):
+        return None
+
+
+def _host_path_rows(kind: str, fn, args, number: int) -> list[dict]:
+    plan, null = fn.plan, _NullBackend()
+
+    def direct():
+        _, arrays, env = plan.bind(args)
+        plan.run(null, arrays, env, None)
+
+    def site():
+        _, arrays, env, memo = plan.bind_cached(args)
+        plan.run(null, arrays, env, None, memo)
+    return [{"backend": kind, "case": "host path only: direct call",
+             "us_per_call": _per_call(direct, lambda: None, number * 5) * 1e6},
+            {"backend": kind, "case": "host path only: VM call site",
+             "us_per_call": _per_call(site, lambda: None, number * 5) * 1e6}]
+
+
 def _rows_for(kind: str, dev, target: str, number: int) -> list[dict]:
     import relax
     import targets
@@ -105,6 +142,7 @@ def _rows_for(kind: str, dev, target: str, number: int) -> list[dict]:
     us = _per_call(lambda: f(a, b), dev.sync, number) * 1e6
     np.testing.assert_allclose(b.numpy(), x * 2.0)
     rows.append({"backend": kind, "case": "direct", "us_per_call": us, "numpy_us": peer * 1e6})
+    rows += _host_path_rows(kind, f, (a, b), number)
     fg = gather["main"]
     us = _per_call(lambda: fg(a, ix, g), dev.sync, number) * 1e6
     np.testing.assert_allclose(g.numpy(), x[::-1])
