@@ -611,9 +611,19 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         j0, j1, j2 = sch.split(cols[0], [None, tj, rj])
     step = GEMM_BK_CPU if cpu else GEMM_BK
     k0, k1 = _split_reduction(sch, reduce, step)
-    sch.reorder(*batch, i0, j0, i1, j1, k0, k1, i2, j2)
-    if batch:
-        b = sch.fuse(*batch) if len(batch) > 1 else batch[0]
+    # a symbolic batch alone on blockIdx.z; constant batch loops (attention heads) fused
+    # with the row tiles on blockIdx.y: fused with a symbolic loop, their index (b // 12)
+    # could not be proven in bounds and every tile would get a guard
+    sym = [lp for lp in batch if _extent(_node(sch, lp)) == SYMBOLIC]
+    const = [lp for lp in batch if lp not in sym]
+    sch.reorder(*sym, *const, i0, j0, i1, j1, k0, k1, i2, j2)
+    if sym:
+        b = sch.fuse(*sym) if len(sym) > 1 else sym[0]
+        sch.bind(b, "blockIdx.z")
+        if const:
+            i0 = sch.fuse(*const, i0)
+    elif const:
+        b = sch.fuse(*const) if len(const) > 1 else const[0]
         sch.bind(b, "blockIdx.z")
     sch.bind(i0, "blockIdx.y")
     sch.bind(j0, "blockIdx.x")
