@@ -25,6 +25,7 @@ REGISTRY = {
     "gpu_models": "benchmarks.gpu_models",
     "gpu_launch_overhead": "benchmarks.gpu_launch_overhead",
     "tune_cpu": "benchmarks.tune_cpu",
+    "tune_gpu": "benchmarks.tune_gpu",
     "space_gemm": "benchmarks.space_gemm",
     "onnx_conformance": "benchmarks.onnx_conformance",
 }
