@@ -47,7 +47,7 @@ from .schedule_rule import (AddRFactor, AutoBind, AutoInline, CrossThreadReducti
                             ParallelVectorizeUnroll, RandomComputeLocation, ReuseConfig,
                             ScheduleRule)
 from .schedule_rule.analysis import all_blocks, has_block
-from .schedule_rule.base import CPU_KINDS, GPU_KINDS, SpaceContext
+from .schedule_rule.base import CPU_KINDS, GPU_KINDS, SHARED_LAYOUTS, SpaceContext
 
 # the value a symbolic shape variable is tiled at when no hint is given
 DEFAULT_SHAPE_HINT = 64
@@ -126,6 +126,14 @@ def hints_from_trace(trace: Trace) -> dict:
     return out
 
 
+# Per-level bounds of the GPU tiling (S0 blocks, S1 vthread, S2 threads, S3 x S4 the register
+# tile; R0 k-steps, R1 x R2 the shared k-tile): up to 32 threads and 16 registers per dimension
+# (8 x 8 = 64 accumulators is the usual SGEMM tile), k-tiles up to 128. S1 stays 1: our lowering runs a vthread as a
+# serial loop around the k loop, which reloads the shared tiles per virtual thread (TVM's
+# InjectVirtualThread interleaves them instead); MultiLevelTiling's strided alternative is S3.
+GPU_TILE_CAPS = {"S": (None, 1, 32, 2, 8), "R": (None, 32, 4)}
+
+
 def default_rules(target: Target) -> list[ScheduleRule]:
     """The schedule rules of ``default_space`` for a target (TVM's ``DefaultLLVM`` /
     ``DefaultCUDA`` lists, with our micro-kernel rule and ``local`` caches on CPUs)."""
@@ -134,12 +142,13 @@ def default_rules(target: Target) -> list[ScheduleRule]:
             MultiLevelTiling("SSSRRSRS", tile_binds=("blockIdx.x", "vthread.x", "threadIdx.x"),
                              max_innermost_factor=64, vector_load_lens=(1, 2, 4),
                              reuse_read=ReuseConfig("must", (4,), "shared"),
-                             reuse_write=ReuseConfig("must", (3,), "local")),
+                             reuse_write=ReuseConfig("must", (3,), "local"),
+                             tile_caps=GPU_TILE_CAPS, shared_layouts=SHARED_LAYOUTS),
             AutoInline(into_producer=True, into_consumer=True, disallow_if_then_else=False,
                        require_injective=False, disallow_op=()),
             CrossThreadReduction(thread_extents=(4, 8, 16, 32, 64, 128, 256, 512)),
             ParallelVectorizeUnroll(max_jobs_per_core=-1, max_vectorize_extent=-1,
-                                    unroll_max_steps=(0, 16, 64, 512, 1024)),
+                                    unroll_max_steps=(0, 16, 64, 512, 1024, 4096)),
             AutoBind(max_threadblocks=256, thread_extents=(32, 64, 128, 256, 512, 1024)),
         ]
     return [

@@ -5,7 +5,9 @@ the outer level at the representative extent), it picks a level with a factor > 
 by one of its prime factors and multiplies another level by it -- the product stays the
 extent, the innermost bound holds (TVM's ``MutateTileSize``). For the ``sample_categorical``
 decisions that size a register tile (their value is a ``split`` factor: ``MR`` / ``NR`` of
-``MultiLevelTilingWithIntrin``) it draws another candidate.
+``MultiLevelTilingWithIntrin``), and on GPUs those giving a shared tile's cooperative-fetch
+vector length or layout, it draws another candidate. A ``sample_tile`` drawn with per-level
+bounds (``max_factors``, the GPU tiling) keeps them.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy as np
 from tensorir.schedule import Trace
 from tensorir.schedule.sampling import prime_factors
 
+from ..schedule_rule.base import ANN_COOPERATIVE_FETCH, ANN_SHARED_LAYOUT
 from .base import Mutator, categorical_uses, other_index
 
 
@@ -34,7 +37,7 @@ class MutateTileSize(Mutator):
                 if any(int(f) > 1 for f in inst.decision):
                     cands.append(i)
             elif inst.kind == "sample_categorical" and len(inst.inputs[0]) > 1 and any(
-                    trace.instructions[u].kind == "split" for u in categorical_uses(trace, i)):
+                    _sizes_tile(trace.instructions[u]) for u in categorical_uses(trace, i)):
                 cands.append(i)
         order = list(rng.permutation(len(cands)))
         for pick in order:
@@ -46,14 +49,25 @@ class MutateTileSize(Mutator):
                     return trace.with_decision(i, new)
                 continue
             max_inner = int(inst.inputs[2])
-            new = _move_factor([int(f) for f in inst.decision], max_inner, rng)
+            caps = inst.inputs[4] if inst.kind == "sample_tile" and len(inst.inputs) > 4 \
+                else None
+            new = _move_factor([int(f) for f in inst.decision], max_inner, rng, caps)
             if new is not None:
                 return trace.with_decision(i, new)
         return None
 
 
+def _sizes_tile(inst) -> bool:
+    """A use that makes a categorical a tiling decision: a ``split`` factor, or (GPU) the
+    vector length of a cooperative fetch or the layout of a shared tile."""
+    if inst.kind == "split":
+        return True
+    return inst.kind == "annotate" and len(inst.inputs) > 1 and \
+        inst.inputs[1] in (ANN_COOPERATIVE_FETCH, ANN_SHARED_LAYOUT)
+
+
 def _move_factor(factors: list[int], max_inner: int, rng: np.random.Generator,
-                 attempts: int = 16) -> list[int] | None:
+                 caps=None, attempts: int = 16) -> list[int] | None:
     n = len(factors)
     if n < 2:
         return None
@@ -69,6 +83,9 @@ def _move_factor(factors: list[int], max_inner: int, rng: np.random.Generator,
         new = list(factors)
         new[x] //= p
         new[y] *= p
+        if caps is not None and any(c is not None and f > int(c)
+                                    for f, c in zip(new[1:], list(caps)[1:])):
+            continue          # a level past its bound (GPU threads, register tiles)
         if new[-1] <= max_inner and new != factors:
             return new
     return None

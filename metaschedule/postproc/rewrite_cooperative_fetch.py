@@ -5,6 +5,12 @@ thread block.
 with ``meta_schedule.cooperative_fetch = v`` (a sampled vector length). Once the thread count
 is final, that loop is split into ``[rest, threads, v]``: the middle bound to ``threadIdx.x``
 (the same extent as the compute's threads), the inner ``v`` lanes vectorized.
+
+A cache block annotated ``meta_schedule.shared_layout`` (an index into ``SHARED_LAYOUTS``)
+first gets that layout: ``transposed`` (``transform_layout``: ``X_shared[c, r]``, so the
+register rows of ``A`` a thread reads at one ``k`` are consecutive words, vector loads),
+``*_padded`` (``storage_align``: rows padded by 4 words, so a column-wise walk of the tile does
+not hit one bank).
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from tensorir.schedule import Schedule, ScheduleError, tree
 from tensorir.stmt import For
 
 from ..schedule_rule import analysis as A
-from ..schedule_rule.base import ANN_COOPERATIVE_FETCH
+from ..schedule_rule.base import ANN_COOPERATIVE_FETCH, ANN_SHARED_LAYOUT, SHARED_LAYOUTS
 from .base import Postproc
 
 
@@ -26,6 +32,10 @@ class RewriteCooperativeFetch(Postproc):
     """
 
     def apply(self, sch: Schedule) -> bool:
+        try:
+            _apply_layouts(sch)
+        except ScheduleError:
+            return False
         while True:
             hit = _next_annotated(sch)
             if hit is None:
@@ -53,6 +63,26 @@ class RewriteCooperativeFetch(Postproc):
         else:
             _, tx = sch.split(rv, [None, threads])
             sch.bind(tx, "threadIdx.x")
+
+
+PAD_FACTOR, PAD_OFFSET = 32, 4
+
+
+def _apply_layouts(sch: Schedule) -> None:
+    """Give each annotated shared cache its sampled layout (and drop the annotation)."""
+    names = [br.block.name for br in A.all_blocks(sch.func)
+             if ANN_SHARED_LAYOUT in dict(br.block.annotations)]
+    for name in names:
+        block = sch.get_block(name)
+        node = sch.get(block)
+        layout = SHARED_LAYOUTS[int(dict(node.annotations)[ANN_SHARED_LAYOUT])]
+        sch.unannotate(block, ANN_SHARED_LAYOUT)
+        if len(node.writes) != 1 or len(node.writes[0].buffer.shape) != 2:
+            continue
+        if layout.startswith("transposed"):
+            sch.transform_layout(block, 0, lambda r, c: (c, r), "write")
+        if layout.endswith("_padded"):
+            sch.storage_align(block, 0, 0, PAD_FACTOR, PAD_OFFSET)
 
 
 def _next_annotated(sch: Schedule):

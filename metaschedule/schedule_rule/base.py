@@ -29,6 +29,12 @@ ANN_PACK = "meta_schedule.pack"
 ANN_TENSORIZE = "meta_schedule.auto_tensorize"
 # a loop of a shared-memory cache block to spread over the threads (value: vector length)
 ANN_COOPERATIVE_FETCH = "meta_schedule.cooperative_fetch"
+# a shared-memory cache block's layout (value: an index into SHARED_LAYOUTS), applied by
+# RewriteCooperativeFetch
+ANN_SHARED_LAYOUT = "meta_schedule.shared_layout"
+# the layouts a 2-D shared tile may take: as the operand, transposed, and each with its rows
+# padded by 4 words (bank conflicts of column-wise access; 4 keeps 16-byte vector alignment)
+SHARED_LAYOUTS = ("row", "transposed", "row_padded", "transposed_padded")
 
 GPU_KINDS = ("opencl", "webgpu")
 CPU_KINDS = ("llvm",)

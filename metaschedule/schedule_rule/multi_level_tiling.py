@@ -35,7 +35,8 @@ from tensorir.expr import Add, BufferLoad, Cast, FloorDiv, FloorMod, IntImm, Mul
 from tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
 
 from . import analysis as A
-from .base import (ANN_COOPERATIVE_FETCH, ANN_PACK, ANN_TENSORIZE, ANN_TILED, ScheduleRule)
+from .base import (ANN_COOPERATIVE_FETCH, ANN_PACK, ANN_SHARED_LAYOUT, ANN_TENSORIZE, ANN_TILED,
+                   SHARED_LAYOUTS, ScheduleRule)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,15 @@ class MultiLevelTiling(ScheduleRule):
     pack : str
         ``"no"``, ``"may"`` or ``"must"``: pack the operand indexed by the innermost spatial
         variable into panels (CPU).
+    tile_caps : dict, optional
+        ``{"S": (None, 1, 32, 8, 8), "R": (None, 32, 4)}``: a bound per tile level of every
+        spatial / reduce loop (None: unbounded), given to ``sample_tile(max_factors=...)``,
+        which then draws each inner level among the divisors its bound admits (GPU: threads
+        and register tiles of the sizes fast SGEMMs use instead of the uniform spread of prime
+        factors over the levels). Mutation keeps the bounds.
+    shared_layouts : tuple of str, optional
+        Layouts (of ``SHARED_LAYOUTS``) a 2-D shared cache samples from (GPU); the choice is
+        an annotation ``RewriteCooperativeFetch`` applies. Default: the operand's own layout.
 
     Examples
     --------
@@ -95,7 +105,8 @@ class MultiLevelTiling(ScheduleRule):
 
     def __init__(self, structure: str = "SSRSRS", tile_binds=None, max_innermost_factor: int = 64,
                  vector_load_lens=None, reuse_read: ReuseConfig | None = None,
-                 reuse_write: ReuseConfig | None = None, pack: str = "no"):
+                 reuse_write: ReuseConfig | None = None, pack: str = "no",
+                 tile_caps: dict | None = None, shared_layouts=None):
         if not structure or set(structure) - {"S", "R"} or "S" not in structure:
             raise ValueError(f"MultiLevelTiling: structure must be a string of S and R with at "
                              f"least one S, got {structure!r}")
@@ -110,6 +121,17 @@ class MultiLevelTiling(ScheduleRule):
         self.reuse_read = reuse_read or ReuseConfig()
         self.reuse_write = reuse_write or ReuseConfig()
         self.pack = pack
+        self.tile_caps = {}
+        for letter, caps in (tile_caps or {}).items():
+            if letter not in ("S", "R") or len(caps) != structure.count(letter):
+                raise ValueError(f"MultiLevelTiling: tile_caps[{letter!r}] needs one bound per "
+                                 f"{letter} level of {structure!r}, got {caps!r}")
+            self.tile_caps[letter] = tuple(None if c is None else int(c) for c in caps)
+        self.shared_layouts = tuple(shared_layouts or ())
+        bad = [x for x in self.shared_layouts if x not in SHARED_LAYOUTS]
+        if bad:
+            raise ValueError(f"MultiLevelTiling: unknown shared layouts {bad}; choose from "
+                             f"{SHARED_LAYOUTS}")
 
     def __repr__(self):
         return (f"{type(self).__name__}(structure={self.structure!r}, tile_binds="
@@ -198,7 +220,7 @@ class MultiLevelTiling(ScheduleRule):
                 # the register tile is the whole innermost level: other spatial loops get none
                 tiles = self._split(sch, loop, n - 1, hints) + [None]
             else:
-                tiles = self._split(sch, loop, n, hints)
+                tiles = self._split(sch, loop, n, hints, self.tile_caps.get(kind))
             per_loop.append(tiles)
         # group the tiles by level: level t of the structure takes tile #(count of its letter so
         # far) of every loop of that kind
@@ -240,10 +262,15 @@ class MultiLevelTiling(ScheduleRule):
     def _register_tile_order(self, loops: list[LoopRV]) -> list[LoopRV]:
         return loops
 
-    def _split(self, sch: Schedule, loop: LoopRV, n: int, hints: dict) -> list[LoopRV]:
+    def _split(self, sch: Schedule, loop: LoopRV, n: int, hints: dict,
+               caps: tuple | None = None) -> list[LoopRV]:
         if n <= 1:
             return [loop]
-        inner = sch.sample_tile(loop, n, self.max_innermost_factor, hints or None)
+        if caps is not None:
+            inner = sch.sample_tile(loop, n, self.max_innermost_factor, hints or None,
+                                    list(caps))
+        else:
+            inner = sch.sample_tile(loop, n, self.max_innermost_factor, hints or None)
         return sch.split(loop, [None, *inner])
 
     def _read_caches(self, sch: Schedule, block: BlockRV, levels) -> None:
@@ -257,6 +284,12 @@ class MultiLevelTiling(ScheduleRule):
             idx = next(i for i, r in enumerate(sch.get(block).reads) if r.buffer is buf)
             cache = sch.cache_read(block, idx, cfg.scope)
             sch.compute_at(cache, at, preserve_unit_loops=True)
+            if len(self.shared_layouts) > 1 and len(buf.shape) == 2:
+                # which layout the tile takes in shared memory (transposed: the thread's
+                # register rows of A contiguous; padded: no bank conflicts column-wise)
+                ids = [SHARED_LAYOUTS.index(x) for x in self.shared_layouts]
+                lay = sch.sample_categorical(ids, [1.0 / len(ids)] * len(ids))
+                sch.annotate(cache, ANN_SHARED_LAYOUT, lay)
             own = _own_loops(sch, cache, at)
             if not own:
                 continue

@@ -132,7 +132,7 @@ class SamplingPrimitives:
 
     @traced
     def sample_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,
-                    shape_hints: dict | None = None,
+                    shape_hints: dict | None = None, max_factors: Sequence | None = None,
                     decision: Sequence[int] | None = None) -> list[ExprRV]:
         """Draw an ``n``-level tiling of ``loop`` and return its ``n - 1`` inner factors, for
         ``split(loop, [None, *factors])``; the extent may be symbolic.
@@ -156,6 +156,14 @@ class SamplingPrimitives:
         shape_hints : dict[str, int], optional
             Representative values of the symbolic shape variables in the extent. Only used to
             draw; a replayed decision does not need them.
+        max_factors : list of (int or None), optional
+            A bound per level (``n`` entries, None: unbounded; the outermost's is ignored).
+            With it, the inner levels are drawn one at a time, in a random order, each
+            uniformly among the divisors of what is left that its bound admits, and the outer
+            level takes the rest: a prior for GPU tiles (threads and register tiles of a few
+            sizes) instead of the uniform assignment of prime factors, which at 4096 puts most
+            of the extent in the inner levels. Drawing only; a replayed decision is not
+            checked against it.
         decision : list of int, optional
             Replay these ``n`` factors instead of drawing (the first is informational).
 
@@ -184,9 +192,30 @@ class SamplingPrimitives:
                 raise ScheduleError(prim, f"loop {for_node.loop_var.name} has the symbolic extent "
                                     f"{for_node.extent!r} and shape_hints {shape_hints!r} do not "
                                     f"give all of its variables a value", for_node)
-            factors = self._draw_perfect_tile(max(extent, 1), n, max_innermost_factor)
+            if max_factors is not None:
+                if len(max_factors) != n:
+                    raise ScheduleError(prim, f"max_factors needs {n} entries (one per level), "
+                                        f"got {list(max_factors)}", for_node)
+                factors = self._draw_bounded_tile(max(extent, 1), n, max_innermost_factor,
+                                                  list(max_factors))
+            else:
+                factors = self._draw_perfect_tile(max(extent, 1), n, max_innermost_factor)
         self._decision = list(factors)
         return [self._expr_rv(f) for f in factors[1:]]
+
+    def _draw_bounded_tile(self, extent: int, n: int, max_inner: int, caps: list) -> list[int]:
+        factors = [1] * n
+        rest = extent
+        for level in [int(x) + 1 for x in self._rng.permutation(n - 1)]:
+            cap = caps[level]
+            cap = rest if cap is None else min(int(cap), rest)
+            if level == n - 1:
+                cap = min(cap, max_inner)
+            divs = [d for d in range(1, max(cap, 1) + 1) if rest % d == 0]
+            factors[level] = divs[int(self._rng.integers(0, len(divs)))]
+            rest //= factors[level]
+        factors[0] = rest
+        return factors
 
     @traced
     def enter_postproc(self) -> None:

@@ -250,9 +250,37 @@ def _compact_one(body: Stmt, alloc: Allocate) -> Stmt:
     if all(o is not None and s == o for s, o in zip(shape, old_shape)) and \
             all(isinstance(m, IntImm) and m.value == 0 for m in mins):
         return body   # already compact: nothing to gain
-    new_buf = Buffer(buf.name, [IntImm(s, "int64") for s in shape], buf.dtype, scope=buf.scope,
-                     align=buf.align)
+    new_buf = Buffer(buf.name, [IntImm(s, "int64") for s in shape], buf.dtype,
+                     _compact_strides(buf, shape), scope=buf.scope, align=buf.align)
     return _Rewrite(alloc, new_buf, mins, point).visit(body)
+
+
+# the residue (mod this many elements) of a padded stride that compaction keeps
+ALIGN_MODULUS = 32
+
+
+def _compact_strides(buf: Buffer, shape: list[int]):
+    """Strides for the compacted tile of ``buf``: None for a compact buffer; for one padded by
+    ``storage_align`` (explicit strides), each padded axis keeps its stride's residue modulo
+    ``ALIGN_MODULUS`` (what avoids bank conflicts: alignments with a factor dividing 32, as
+    ``storage_align(..., factor=32, offset=4)``), the smallest such stride over the tile."""
+    if buf.strides is None or not all(isinstance(s, IntImm) for s in buf.strides):
+        return None
+    old_shape = [s.value if isinstance(s, IntImm) else None for s in buf.shape]
+    old = [s.value for s in buf.strides]
+    out = [1] * len(shape)
+    dense_old = 1
+    for k in range(len(shape) - 1, -1, -1):
+        nxt = out[k + 1] * shape[k + 1] if k + 1 < len(shape) else 1
+        padded = old[k] != dense_old
+        if padded:
+            r = old[k] % ALIGN_MODULUS
+            nxt += (r - nxt) % ALIGN_MODULUS
+        out[k] = nxt
+        if old_shape[k] is None:
+            return None
+        dense_old = old[k] * old_shape[k]
+    return [IntImm(x, "int64") for x in out]
 
 
 class _FindAllocs(IRVisitor):

@@ -1,0 +1,282 @@
+"""Tuned float32 GEMM on the GPU through OpenCL and WebGPU, beside cuBLAS (issue #7).
+
+For each target (``opencl`` on the first GPU platform, ``webgpu`` on the first adapter) it
+tunes ``C = A @ B`` (``TUNE_GPU_SIZE``, 4096 on a GPU, 256 on a CPU driver) with
+``metaschedule.tune_tasks``: ``TUNE_GPU_TRIALS`` trials (default 64), batches of
+``TUNE_GPU_BATCH``, within ``TUNE_GPU_SECONDS`` per target if set; the default GPU schedule (``relax.gpu_schedules``, what ``relax.build``
+gives the kernel untuned) is the task's ``baseline``, measured first, so the tuned result is
+never worse than untuned. The builder has one worker per CPU core; the runner times each
+candidate on the device with its own timer (OpenCL profiling events, WebGPU timestamp
+queries) and checks its output against numpy (``Task.reference``: ``A @ B`` on the runner's
+random inputs).
+
+Then, in the same process, it builds the database's best for each target, checks it against
+float64 numpy on fresh inputs and times it (``time_evaluator``) beside PyTorch's cuBLAS (CUDA
+events, TF32 off) and beside the untuned default schedule. On a machine without CUDA the peer
+is numpy (OpenBLAS).
+
+Results: ``benchmarks/results/tune_gpu-<device>.json`` (rows, per target the best-so-far
+curve over trials, trials per minute); the database in ``TUNE_GPU_WORK_DIR`` (default
+``.tune_gpu/``; a second run resumes it). ``python -m benchmarks.run tune_gpu`` or
+``python -m benchmarks.tune_gpu [opencl] [webgpu]``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+import targets
+from benchmarks.common import print_table, write_results
+from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
+from metaschedule import (Database, LocalBuilder, LocalRunner, Task, apply_best, tune_tasks)
+from metaschedule.database import workload_hash
+from metaschedule.plot import tuning_curve
+from relax import gpu_schedules
+from tensorir import Schedule
+from tensorir.expr import TIRError
+from tensorir.schedule import ScheduleError
+from tensorir.transform import lower_device
+
+TRIALS = int(os.environ.get("TUNE_GPU_TRIALS", "64"))
+BATCH = int(os.environ.get("TUNE_GPU_BATCH", "32"))
+POPULATION = int(os.environ.get("TUNE_GPU_POPULATION", "64"))
+SECONDS = float(os.environ.get("TUNE_GPU_SECONDS", "0"))    # per target; 0: no budget
+WORK_DIR = os.environ.get("TUNE_GPU_WORK_DIR", ".tune_gpu")
+
+
+# -- devices and targets --------------------------------------------------------------------
+def _opencl():
+    """(device, Target, description) of the first OpenCL GPU (else the first device)."""
+    from targets.opencl_backend import list_devices
+    devs = list_devices()
+    if not devs:
+        return None
+    info = devs[0]                   # GPUs are listed first
+    config = {"kind": "opencl", "max_threads_per_block": min(1024, info["max_work_group_size"]),
+              "max_shared_memory_per_block": info["local_mem_size"]}
+    gpu = "CPU" not in info["type"].upper()
+    if not gpu:
+        config["device"] = "cpu"
+    return targets.opencl(info["index"]), targets.Target(config), info["name"], gpu
+
+
+def _webgpu():
+    from targets.webgpu_backend import list_adapters, num_adapters
+    if num_adapters() == 0:
+        return None
+    info = list_adapters()[0]
+    return targets.webgpu(0), targets.Target("webgpu"), info["name"], info["type"] != "CPU"
+
+
+def _torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+# -- the default schedule as a baseline -----------------------------------------------------
+def default_schedule(func, target) -> Schedule | None:
+    """The default GPU schedule of ``func`` (``relax.gpu_schedules.apply``) as a ``Schedule``
+    whose trace replays to it; None where no single strategy gives the same program."""
+    built = gpu_schedules.apply(func, target)
+    strategies = getattr(gpu_schedules, "_STRATEGIES", None) or (
+        gpu_schedules._schedule_best, gpu_schedules._schedule_simple)
+    for strategy in strategies:
+        sch = Schedule(func)
+        try:
+            strategy(sch, target)
+            lower_device(sch.func, target)
+        except (ScheduleError, ValueError, TIRError):
+            continue
+        return sch if workload_hash(sch.func) == workload_hash(built) else None
+    return None
+
+
+def default_tiling() -> tuple:
+    """The default GEMM schedule's tiling: ((threads, registers) of rows, of columns, k-tile)."""
+    return gpu_schedules.GEMM_TILE, gpu_schedules.GEMM_TILE_J, gpu_schedules.GEMM_BK
+
+
+# the hand WebGPU schedule's tiling (benchmarks/schedules/webgpu.py): 128 x 128 x 16, 8 x 8
+HAND_TILING = ((16, 8), (16, 8), 16)
+
+
+def space_point(func, target, tiling, space=None) -> Schedule | None:
+    """The point of the GPU design space with a GEMM tiling ``((ty, ri), (tx, rj), bk)``:
+    ``ty x tx`` threads of ``ri x rj`` accumulators, a k-tile of ``bk``; shared tiles as the
+    operands, scalar cooperative fetch, full unroll of the register tile. The default
+    schedule's tiling (``default_tiling()``) is the search's first parent, so its mutations
+    explore the neighbourhood of a schedule known to be good. None when the space has no such
+    point (the extents do not divide, a limit of the target)."""
+    from metaschedule import default_space
+    space = space or default_space(target)
+    n_i, n_j = (int(e.value) for e in func.buffers[2].shape)
+    (ty, ri), (tx, rj), bk = tiling
+    n_k = int(func.buffers[0].shape[1].value)
+    if n_i % (ty * ri) or n_j % (tx * rj) or n_k % bk:
+        return None
+    tiles = [[n_i // (ty * ri), 1, ty, 1, ri], [n_j // (tx * rj), 1, tx, 1, rj],
+             [n_k // bk, bk, 1]]
+    trace = space.generate(func, target)[0].trace
+    t = 0
+    for idx, inst in enumerate(trace.instructions):
+        if inst.kind == "sample_tile":
+            trace = trace.with_decision(idx, tiles[t])
+            t += 1
+        elif inst.kind == "sample_categorical":
+            cands = list(inst.inputs[0])
+            # layouts and vector lengths: the first candidate; the unroll depth: the largest
+            trace = trace.with_decision(idx, len(cands) - 1 if 0 in cands and max(cands) > 64
+                                        else 0)
+    return space.finish(trace, func, target)
+
+
+# -- timing ------------------------------------------------------------------------------------
+def _device_secs(mod, dev, args, number=10, repeat=5) -> float:
+    return mod.time_evaluator(mod.entry_name, dev, number=number, repeat=repeat)(*args).median
+
+
+def _check(label, got, ref):
+    err = float(np.max(np.abs(got - ref)) / (np.max(np.abs(ref)) + 1e-30))
+    if err > 1e-4:
+        raise AssertionError(f"{label}: result differs from float64 numpy (rel {err:.2e})")
+    return err
+
+
+def _curve(work_dir, target) -> list[float]:
+    """Best-so-far milliseconds after each measured trial (inf before the first success)."""
+    curves = tuning_curve(work_dir, target)
+    if not curves:
+        return []
+    c = next(iter(curves.values()))
+    return [float(x) * 1e3 if math.isfinite(x) else None for x in c.get("best_secs", [])]
+
+
+def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
+    """Tune GEMM ``n``^3 on ``kind`` ("opencl" / "webgpu"); return (rows, extra)."""
+    found = _opencl() if kind == "opencl" else _webgpu()
+    if found is None:
+        return [{"target": kind, "note": f"no {kind} device"}], {}
+    dev, target, name, gpu = found
+    func = gemm_func(n)
+    flops = 2.0 * n ** 3
+    ref = lambda a, b, c: [a @ b]                                 # noqa: E731
+    name_t = f"gemm{n}"
+    wd = os.path.join(work_dir, kind)
+    cores = os.cpu_count() or 1
+    builder = LocalBuilder(max_workers=cores)
+    # one timed run is a few ms at 4096^3 (a poor candidate: a quarter second): 2 x 2 calls
+    runner = LocalRunner(timeout_sec=60 if gpu else 30, number=2, repeat=2, min_repeat_ms=0,
+                         enable_cpu_cache_flush=False)
+    before = len(Database(wd).get_all_tuning_records()) if os.path.isdir(wd) else 0
+    search = {"population_size": POPULATION, "genetic_num_iters": 2}
+    t0 = time.time()
+    try:
+        # the untuned default schedule (relax.build's) is measured first: a record, so the
+        # tuned best is never worse; then the space's points of the default and the hand
+        # tilings (each measured once, as a task baseline) seed the search
+        seeds = [default_schedule(func, target), space_point(func, target, default_tiling()),
+                 space_point(func, target, HAND_TILING)]
+        for sch in seeds:
+            if sch is not None:
+                db = tune_tasks([Task(name_t, func, baseline=sch, reference=ref)], target,
+                                max_trials=1, work_dir=wd, builder=builder, runner=runner,
+                                seed=seed, progress=False, search=search)
+        # then batches while the trials and the time budget last (each call resumes the
+        # database and the cost model)
+        done, batch = 0, min(BATCH, trials)
+        while done < trials:
+            left = SECONDS - (time.time() - t0) if SECONDS else math.inf
+            per = (time.time() - t0) / max(done + len(seeds), 1)
+            if left < per * batch * 1.2:
+                break
+            m = min(batch, trials - done)
+            db = tune_tasks([Task(name_t, func, reference=ref)], target, max_trials=m,
+                            work_dir=wd, num_trials_per_iter=m, builder=builder,
+                            runner=runner, seed=seed + done, progress=False, search=search)
+            done += m
+    finally:
+        builder.close()
+        runner.close()
+    tune_s = time.time() - t0
+    recs = db.get_all_tuning_records()
+    measured = len(recs) - before
+    ok = sum(r.ok for r in recs[before:])
+    wrong = sum(bool(r.error and "wrong result" in r.error) for r in recs[before:])
+
+    # -- the best, the default and the peer, side by side in this process
+    rng = np.random.default_rng(1)
+    a_np = rng.standard_normal((n, n)).astype("float32")
+    b_np = rng.standard_normal((n, n)).astype("float32")
+    ref = a_np.astype("float64") @ b_np.astype("float64")
+    A, B = targets.array(a_np, dev), targets.array(b_np, dev)
+    C = targets.empty((n, n), "float32", dev)
+    torch = _torch_cuda() if gpu else None
+    if torch is not None:
+        ta, tb = torch.from_numpy(a_np).cuda(), torch.from_numpy(b_np).cuda()
+        peer, peer_s = "torch cuBLAS fp32 (TF32 off)", torch_cuda_seconds(
+            torch, lambda: ta @ tb, 20, 5)
+    else:
+        from benchmarks.common import side_by_side
+        peer, peer_s = "numpy (OpenBLAS)", side_by_side(lambda: a_np @ b_np, lambda: None,
+                                                        number=1, rounds=3)[0]
+    rows = []
+    best = apply_best(db, func, target)
+    for label, f in (("default schedule (untuned)", gpu_schedules.apply(func, target)),
+                     (f"tuned ({len(recs)} trials)", best.mod["main"] if best else None)):
+        if f is None:
+            rows.append({"target": kind, "schedule": label, "note": "no valid record"})
+            continue
+        mod = targets.build(f, target)
+        mod[mod.entry_name](A, B, C)
+        err = _check(f"{kind} {label}", C.numpy(), ref)
+        t = _device_secs(mod, dev, (A, B, C))
+        rows.append({"target": kind, "device": name, "bench": f"gemm {n}^3", "schedule": label,
+                     "ms": t * 1e3, "tflops": flops / t / 1e12, "peer": peer,
+                     "peer_ms": peer_s * 1e3, "peer_tflops": flops / peer_s / 1e12,
+                     "ratio": peer_s / t, "rel_err": err})
+        print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in rows[-1].items()), file=sys.stderr, flush=True)
+    extra = {"target": str(target), "device": name, "trials_run": measured, "trials_ok": ok,
+             "trials_wrong": wrong, "tune_seconds": tune_s,
+             "trials_per_min": measured / tune_s * 60 if tune_s > 0 else 0.0,
+             "builder_workers": cores, "curve_best_ms": _curve(wd, target),
+             "best_trace": str(best.trace) if best else None}
+    return rows, extra
+
+
+def run(kinds=None) -> list[dict]:
+    kinds = kinds or [k for k in os.environ.get("TUNE_GPU_TARGETS", "opencl,webgpu").split(",")
+                      if k]
+    rows, extras = [], {}
+    device = None
+    for kind in kinds:
+        found = _opencl() if kind == "opencl" else _webgpu()
+        gpu = bool(found and found[3])
+        n = int(os.environ.get("TUNE_GPU_SIZE", 4096 if gpu else 256))
+        r, extra = tune_one(kind, n, TRIALS, WORK_DIR)
+        rows += r
+        extras[kind] = extra
+        device = device or extra.get("device")
+        for row in r:
+            row["trials_per_min"] = extra.get("trials_per_min")
+    slug = re.sub(r"[^0-9A-Za-z]+", "-", device or "none").strip("-").lower()
+    path = write_results(f"tune_gpu-{slug}", rows, {"tuning": extras})
+    print(f"(written to {path})")
+    return rows
+
+
+if __name__ == "__main__":
+    result = run(sys.argv[1:] or None)
+    print_table(result, list(dict.fromkeys(k for r in result for k in r)))
