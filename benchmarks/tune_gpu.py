@@ -196,11 +196,12 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
         # then batches while the trials and the time budget last (each call resumes the
         # database and the cost model)
         done, batch = 0, min(BATCH, trials)
+        t_batches = time.time()
         while done < trials:
             left = SECONDS - (time.time() - t0) if SECONDS else math.inf
-            per = (time.time() - t0) / max(done + len(seeds), 1)
-            if left < per * batch * 1.2:
-                break
+            per_batch = (time.time() - t_batches) / (done / batch) if done else 0.0
+            if done and left < per_batch:
+                break            # the first batch always runs; then while one more fits
             m = min(batch, trials - done)
             db = tune_tasks([Task(name_t, func, reference=ref)], target, max_trials=m,
                             work_dir=wd, num_trials_per_iter=m, builder=builder,
