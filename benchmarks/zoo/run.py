@@ -124,7 +124,6 @@ def tuning_summary(tasks, db, target) -> tuple[list[dict], int, float]:
     """Per task: trials, baseline (default schedule) and best ms in the database, and which
     ``relax.build`` uses; also the model's trials and tuning minutes."""
     import metaschedule
-    from metaschedule.search import trace_key
     hashes = {metaschedule.workload_hash(t.func): t for t in tasks}
     records = [r for r in db.get_all_tuning_records() if r.workload.shash in hashes]
     per_task = []
@@ -132,8 +131,10 @@ def tuning_summary(tasks, db, target) -> tuple[list[dict], int, float]:
         recs = [r for r in records if r.workload.shash == shash]
         base = metaschedule.baseline_record(db, t, target)
         best = db.query_tuning_record(t.func, target)
-        uses_default = best is None or (base is not None and trace_key(best.trace) ==
-                                        trace_key(base.trace))
+        # by program, not trace: a record of the default schedule by another trace is it too
+        uses_default = best is None or t.baseline is None and base is None or (
+            t.baseline is not None and metaschedule.workload_hash(best.as_schedule(t.func).func)
+            == metaschedule.workload_hash(t.baseline.func))
         per_task.append({
             "task": t.name, "weight": t.weight, "trials": len(recs),
             "baseline_ms": base.mean_secs * 1e3 if base is not None and base.ok else None,

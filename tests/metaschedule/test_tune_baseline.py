@@ -41,7 +41,8 @@ def test_baseline_is_measured_first_and_not_again_on_resume(tmp_path):
     db = tune_tasks([task], "llvm", 4, work_dir=tmp_path, num_trials_per_iter=3,
                     space=small_space(), runner=fast_runner(), seed=0, progress=False,
                     search=SEARCH)
-    assert len(db) == 4                              # the baseline is one of the 4 trials
+    assert len(db) == 4               # the baseline, 2 candidates and the baseline as control
+    assert _baseline_count(db, func, base) == 2
     rec = baseline_record(db, task, "llvm")
     assert rec is not None and rec.ok
     assert db.get_all_tuning_records()[0].trace.to_json() == base.trace.to_json()
@@ -57,7 +58,11 @@ def test_baseline_is_measured_first_and_not_again_on_resume(tmp_path):
                      work_dir=tmp_path, num_trials_per_iter=3, space=small_space(),
                      runner=fast_runner(), seed=1, progress=False, search=SEARCH)
     assert len(db2) == 7
-    assert _baseline_count(db2, func, base) == 1
+    # measured once up front, then again as the control of each batch (one per run here)
+    assert _baseline_count(db2, func, base) == 3
+    second_run = log_text = (tmp_path / metaschedule.tune.LOG_FILE).read_text()
+    second_run = log_text[log_text.rindex("tuning 1 task(s)"):]
+    assert "baseline (default schedule)" not in second_run
 
 
 def test_baseline_of_another_function_is_not_measured(tmp_path):

@@ -113,8 +113,9 @@ def test_tune_without_kernels_is_an_error(tmp_path):
 
 class _ScaledRunner(LocalRunner):
     """A LocalRunner that reports the first ``keep`` calls' times as measured (the baselines,
-    measured one per call before any search) and multiplies later ones by ``factor``: the
-    search's candidates look ``factor`` times slower (or faster) than they are."""
+    measured one per call before any search) and multiplies later ones by ``factor``, except
+    the last of each call (the baseline again, the batch's control): the search's candidates
+    look ``factor`` times slower (or faster) than they are."""
 
     def __init__(self, keep: int, factor: float):
         super().__init__(number=1, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)
@@ -124,7 +125,7 @@ class _ScaledRunner(LocalRunner):
         out = super().run(inputs)
         self.calls += 1
         if self.calls > self.keep:
-            for r in out:
+            for r in out[:-1]:
                 if r.run_secs:
                     r.run_secs = [t * self.factor for t in r.run_secs]
         return out
