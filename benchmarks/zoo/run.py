@@ -132,7 +132,7 @@ def tuning_summary(tasks, db, target) -> tuple[list[dict], int, float]:
         base = metaschedule.baseline_record(db, t, target)
         best = db.query_tuning_record(t.func, target)
         # by program, not trace: a record of the default schedule by another trace is it too
-        uses_default = best is None or t.baseline is None and base is None or (
+        uses_default = best is None or (
             t.baseline is not None and metaschedule.workload_hash(best.as_schedule(t.func).func)
             == metaschedule.workload_hash(t.baseline.func))
         per_task.append({
