@@ -200,7 +200,7 @@ def test_a_record_is_used_only_where_it_beats_the_baseline(convnet, tmp_path, fa
     target = targets.Target("llvm")
     tasks = relax.extract_tasks(mod, target)
     runner = _ScaledRunner(keep=len(tasks), factor=factor)
-    db = relax.tune(mod, target, max_trials=len(tasks) + 2 * len(tasks), work_dir=tmp_path,
+    db = relax.tune(mod, target, max_trials=len(tasks) + 4, work_dir=tmp_path,
                     runner=runner, num_trials_per_iter=2, space=small_space(),
                     search={"population_size": 8, "genetic_num_iters": 1}, seed=0,
                     progress=False)
