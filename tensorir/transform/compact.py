@@ -30,6 +30,7 @@ from ..expr import Add, BufferLoad, FloorDiv, IntImm, Max, Min, Mul, PrimExpr, S
 from ..function import PrimFunc
 from ..functor import IRMutator, IRVisitor, children
 from ..stmt import Allocate, Buffer, BufferStore, For, Range, Stmt
+from ..structural import structural_equal
 from ._common import prim_func_pass
 
 # scope -> thread-tag prefixes whose loops share one buffer of that scope
@@ -121,37 +122,98 @@ def _tile_extent(analyzer, lo: PrimExpr, hi: PrimExpr) -> int | None:
     extent = analyzer.simplify(hi - lo + 1)
     if isinstance(extent, IntImm):
         return extent.value
-    return _upper_bound(analyzer, extent, _CASE_DEPTH)
+    return _upper_bound(analyzer, extent, _CASE_DEPTH, [_CASE_BUDGET])
 
 
-# How many min / max nodes ``_upper_bound`` splits on, nested (2**depth bounds at most).
-_CASE_DEPTH = 4
+# How deep ``_upper_bound`` nests its case splits, and how many cases it looks at in all.
+_CASE_DEPTH = 6
+_CASE_BUDGET = 256
 
 
-def _upper_bound(analyzer, e: PrimExpr, depth: int) -> int | None:
-    """A constant upper bound of ``e``, splitting on its min / max nodes: interval bounds
-    lose the link between ``max(i * 4 + 3, min(i * 4 + 4, n - 1))`` and the ``- i * 4`` next
-    to it, while each case (``i * 4 + 3 - i * 4 + 1``) simplifies to a constant. ``f(max(x,
-    y))`` is ``f(x)`` or ``f(y)`` at every point, so it is at most the larger bound; with
-    ``f`` non-decreasing, ``f(min(x, y))`` is at most the smaller (and mirrored for
-    non-increasing ``f``)."""
+def _upper_bound(analyzer, e: PrimExpr, depth: int, budget: list) -> int | None:
+    """A constant upper bound of ``e`` (None if none is found), by cases on its min / max
+    nodes: interval bounds lose the link between ``max(i * 4 + 3, min(i * 4 + 4, n - 1))``
+    and the ``- i * 4`` next to it, while each case (``i * 4 + 3 - i * 4 + 1``) simplifies to
+    a constant. ``f(max(x, y))`` is ``f(x)`` or ``f(y)`` at every point, so it is at most the
+    larger bound; with ``f`` non-decreasing, ``f(min(x, y))`` is at most the smaller
+    (mirrored for non-increasing ``f``). Every min / max term of the sum is tried (which one
+    to split first matters: ``max(a, b) - min(a, b)`` needs the ``min``), and a pair of like
+    clamps is cancelled (``_pair_clamps``); the smallest bound wins."""
     b = analyzer.const_int_bound(e)
     best = None if b.max_value >= b.POS_INF else int(b.max_value)
-    found = _case_node(e, 1) if depth > 0 else None
-    if found is None:
+
+    def offer(ub):
+        nonlocal best
+        if ub is not None:
+            best = ub if best is None else min(best, ub)
+
+    if depth <= 0 or budget[0] <= 0:
         return best
-    node, sign = found
-    bounds = [_upper_bound(analyzer, analyzer.simplify(_replace_node(e, node, side)), depth - 1)
-              for side in (node.a, node.b)]
-    monotone = _occurrences(e, node) == 1
-    if monotone and (isinstance(node, Min) == (sign > 0)):
-        known = [x for x in bounds if x is not None]
-        case = min(known) if known else None
+    paired = _pair_clamps(e)
+    if paired is not None:
+        budget[0] -= 1
+        offer(_upper_bound(analyzer, analyzer.simplify(paired), depth - 1, budget))
+    terms: list = []
+    _linear_terms(e, 1, terms)
+    cands = [(t, 1 if c > 0 else -1) for c, t in terms if isinstance(t, (Min, Max))]
+    nested = _case_node(e, 1)
+    if nested is not None and all(nested[0] is not t for t, _ in cands):
+        cands.append(nested)
+    for node, sign in cands:
+        if budget[0] <= 0:
+            break
+        budget[0] -= 2
+        bounds = [_upper_bound(analyzer, analyzer.simplify(_replace_node(e, node, side)),
+                               depth - 1, budget) for side in (node.a, node.b)]
+        monotone = _occurrences(e, node) == 1
+        if monotone and (isinstance(node, Min) == (sign > 0)):
+            known = [x for x in bounds if x is not None]
+            offer(min(known) if known else None)
+        else:
+            offer(None if None in bounds else max(bounds))
+    return best
+
+
+def _linear_terms(e: PrimExpr, coef: int, out: list) -> None:
+    """``e`` as ``sum(coef * term)`` over + - and multiplications by constants."""
+    if isinstance(e, Add):
+        _linear_terms(e.a, coef, out)
+        _linear_terms(e.b, coef, out)
+    elif isinstance(e, Sub):
+        _linear_terms(e.a, coef, out)
+        _linear_terms(e.b, -coef, out)
+    elif isinstance(e, Mul) and isinstance(e.b, IntImm):
+        _linear_terms(e.a, coef * e.b.value, out)
+    elif isinstance(e, Mul) and isinstance(e.a, IntImm):
+        _linear_terms(e.b, coef * e.a.value, out)
     else:
-        case = None if None in bounds else max(bounds)
-    if case is None:
-        return best
-    return case if best is None else min(best, case)
+        out.append((coef, e))
+
+
+def _pair_clamps(e: PrimExpr) -> PrimExpr | None:
+    """An expression at least ``e`` everywhere, with one pair of like clamps cancelled: a
+    clamp does not widen a difference, ``min(x, c) - min(y, c) <= max(x - y, 0)`` (and so
+    for ``max``). That is the extent of a clamped window, ``max(min(j * 4 + 5, m - 1), 0) -
+    max(min(j * 4 + 2, m - 1), 0) + 1 <= 4``, which splitting the cases one by one misses
+    (they are not independent). None if ``e`` has no such pair."""
+    terms: list = []
+    _linear_terms(e, 1, terms)
+    for p, (cp, a) in enumerate(terms):
+        if cp <= 0 or not isinstance(a, (Min, Max)):
+            continue
+        for q, (cq, b) in enumerate(terms):
+            if cq != -cp or type(b) is not type(a):
+                continue
+            for x, c in ((a.a, a.b), (a.b, a.a)):
+                for y, d in ((b.a, b.b), (b.b, b.a)):
+                    if structural_equal(c, d):
+                        rest = [t * k for k, t in (terms[r] for r in range(len(terms))
+                                                   if r not in (p, q))]
+                        out = Max(x - y, IntImm(0, x.dtype)) * cp
+                        for t in rest:
+                            out = out + t
+                        return out
+    return None
 
 
 def _case_node(e: PrimExpr, sign: int):

@@ -110,3 +110,58 @@ def test_unbounded_symbolic_tile_is_left_alone():
     out = np.zeros((6, 4), "float32")
     T.interpret(low, a, out)
     np.testing.assert_array_equal(out, a * 2)
+
+
+def _random_stencil(seed):
+    """B = sum of A at clamped offsets; A cached (local or shared) at a random loop of a 2-D
+    tiling. Returns (func, offsets)."""
+    import random
+    r = random.Random(seed)
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m), "float32", "A")
+    offs = [(r.randint(-2, 2), r.randint(-2, 2)) for _ in range(r.randint(1, 3))]
+    max_of_min = r.random() < 0.7
+
+    def clamp(e, ext):
+        if max_of_min:
+            return T.Max(T.Min(e, ext - 1), T.IntImm(0))
+        return T.Min(T.Max(e, T.IntImm(0)), ext - 1)
+
+    def f(i, j):
+        loads = [A[clamp(i + di, n), clamp(j + dj, m)] for di, dj in offs]
+        out = loads[0]
+        for x in loads[1:]:
+            out = out + x
+        return out
+    B = te.compute((n, m), f, "B")
+    sch = Schedule(te.create_prim_func([A, B]))
+    b = sch.get_block("B")
+    i, j = sch.get_loops(b)
+    i0, i1 = sch.split(i, [None, r.choice([2, 3, 4])])
+    j0, j1 = sch.split(j, [None, r.choice([2, 4, 8])])
+    sch.reorder(i0, j0, i1, j1)
+    c = sch.cache_read(b, 0, r.choice(["local", "shared"]))
+    sch.compute_at(c, r.choice([i0, j0, i1]))
+    return sch.func, offs
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_clamped_stencils(seed):
+    func, offs = _random_stencil(seed)
+    low = transform.lower(func)
+    for n, m in ((1, 1), (3, 5), (7, 9)):
+        a = np.random.default_rng(seed).standard_normal((n, m)).astype("float32")
+        out = np.full((n, m), np.nan, "float32")
+        T.interpret(low, a, out)
+        ii, jj = np.meshgrid(np.arange(n), np.arange(m), indexing="ij")
+        want = sum(a[np.clip(ii + di, 0, n - 1), np.clip(jj + dj, 0, m - 1)] for di, dj in offs)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_random_clamped_stencils_mostly_get_constant_tiles():
+    # the cache at i_1 or j_0 has a tile of constant bound; at i_0 it spans all of m
+    constant = 0
+    for seed in range(16):
+        (buf,) = _allocs(transform.lower(_random_stencil(seed)[0])).values()
+        constant += all(isinstance(s, T.IntImm) for s in buf.shape)
+    assert constant >= 8, constant
