@@ -78,8 +78,10 @@ GEMM_TILE = (8, 16)    # rows
 GEMM_TILE_J = (16, 8)  # columns
 # For a CPU OpenCL driver (``Target("opencl -device=cpu")``, e.g. PoCL): a small tile with the
 # reduction step not unrolled. PoCL compiles the GPU tile's 2048 unrolled multiply-adds per
-# work-item for minutes.
-GEMM_TILE_CPU = (16, 4)
+# work-item for minutes. 8 x 8 work-items: with 16 x 16 and this serial step, PoCL computed a
+# (n, 2, 24, 16) x (n, 2, 16, 24) batch matmul wrong (garbage in the second column tile) where
+# the interpreter, lavapipe and PoCL with 8 x 8 or with the GPU tile agree with numpy.
+GEMM_TILE_CPU = (8, 4)
 GEMM_BK_CPU = 8
 GEMM_BK = 16           # reduction step staged in shared memory (H200: 16 beats 8 by 6%)
 # WebGPU (within the spec's 256 invocations and 16 KiB of workgroup storage): 16 x 16 threads of
@@ -90,6 +92,9 @@ GEMM_BK = 16           # reduction step staged in shared memory (H200: 16 beats 
 GEMM_TILE_WEBGPU = (16, 8)
 GEMM_FETCH_VECTOR = 1  # elements per thread and step of the shared-memory fetch (4: slower on H200)
 SYMBOLIC = 1 << 20     # what a symbolic extent counts as when sizing tiles
+# Work-groups a GEMM-like kernel should have at least (at batch 1): smaller register tiles
+# until it does (the H200 has 132 multiprocessors).
+GEMM_MIN_GROUPS = 128
 
 
 def _loops_of(func: PrimFunc) -> list[For]:
@@ -516,8 +521,12 @@ def _gemm_groups(sch: Schedule, block, spatial):
             rows.append(lp)
     if not rows:
         raise ScheduleError("default GPU schedule", "no row loop (not an outer product)", None)
-    # rows: one loop, the largest (a symbolic one counts as large); the others are batch
-    row = max(rows, key=lambda lp: _extent(_node(sch, lp)))
+    # rows: one loop, the largest constant one when it fills a tile's threads (a sequence of
+    # 128 beside a symbolic batch: at batch 1 a symbolic row loop would leave the tile
+    # empty), else the largest (a symbolic one counts as large); the others are batch
+    consts = [lp for lp in rows if _extent(_node(sch, lp)) < SYMBOLIC]
+    big = [lp for lp in consts if _extent(_node(sch, lp)) >= 16]
+    row = max(big or rows, key=lambda lp: _extent(_node(sch, lp)))
     batch += [lp for lp in rows if lp is not row]
     rows = [row]
     # columns: the innermost loop, or the innermost two when both are constant (a convolution's
@@ -553,25 +562,52 @@ def _split_reduction(sch: Schedule, reduce, step: int):
     return sch.split(k, [None, bk])
 
 
-def _tile_image(sch: Schedule, cols, config: tuple[int, int]):
-    """A 2-D tile over a convolution's output rows ``h`` and columns ``w``: ``rw`` columns
-    per thread in registers (a divisor of ``w`` when one is close to the register count, so
-    the tile has no tail), ``tw`` threads across a row and ``th`` down the image, ``th * tw``
-    at most the column threads of ``config``. Returns the fused (block, thread, register)
-    loops, the thread count and the register count."""
+def _image_tile(H: int, W: int, config: tuple[int, int]) -> tuple[int, int, int]:
+    """A 2-D tile over a convolution's output rows ``H`` and columns ``W``: ``(th, tw, rw)``
+    with ``rw`` columns per thread in registers (a divisor of ``W`` when one is close to the
+    register count, so the tile has no tail), ``tw`` threads across a row and ``th`` down the
+    image, ``th * tw`` at most the column threads of ``config``."""
     threads, regs = config
-    hl, wl = cols
-    H, W = _extent(_node(sch, hl)), _extent(_node(sch, wl))
     divisors = [d for d in range(1, min(regs, W) + 1) if W % d == 0]
     rw = divisors[-1] if divisors[-1] * 2 > min(regs, W) else min(regs, W)
     tw = min(threads, -(-W // rw))
     th = max(1, min(threads // tw, H))
+    return th, tw, rw
+
+
+def _split_image(sch: Schedule, cols, th: int, tw: int, rw: int):
+    """The image tile's fused (work-group, thread, register) loops."""
+    hl, wl = cols
     h0, h1 = sch.split(hl, [None, th])
     w0, w1, w2 = sch.split(wl, [None, tw, rw])
     sch.reorder(h0, w0, h1, w1, w2)
-    j0 = sch.fuse(h0, w0)
-    j1 = sch.fuse(h1, w1)
-    return j0, j1, w2, th * tw, rw
+    return sch.fuse(h0, w0), sch.fuse(h1, w1), w2
+
+
+def _const_groups(sch: Schedule, batch) -> int:
+    n = 1
+    for lp in batch:
+        e = _extent(_node(sch, lp))
+        n *= 1 if e == SYMBOLIC else e    # a symbolic batch counts as 1: size for batch 1
+    return n
+
+
+def _fill(I: int, ti: int, ri: int, jgroups, rj: int, batch_groups: int,
+          shrink_cols: bool) -> tuple[int, int]:
+    """Register counts ``(ri, rj)``, halved (the larger first) until the kernel has at least
+    ``GEMM_MIN_GROUPS`` work-groups: a BERT dense layer at batch 1 (128 x 768) or a 7 x 7
+    convolution with 512 channels has only 4-6 full-size tiles, which leaves most of a GPU's
+    multiprocessors idle; a smaller tile per thread is slower per work-group but fills them."""
+    def groups(a, b):
+        return -(-I // (ti * a)) * jgroups(b) * batch_groups
+    while groups(ri, rj) < GEMM_MIN_GROUPS:
+        if ri >= rj and ri > 1 or (ri > 1 and not shrink_cols):
+            ri //= 2
+        elif shrink_cols and rj > 1:
+            rj //= 2
+        else:
+            break
+    return ri, rj
 
 
 def _compact(block: Block, idx: int) -> bool:
@@ -602,12 +638,28 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
     if small:      # half the threads and half the registers per dimension
         cfg_i = (max(1, cfg_i[0] // 2), max(1, cfg_i[1] // 2))
         cfg_j = (max(1, cfg_j[0] // 2), max(1, cfg_j[1] // 2))
-    ti, ri = _tile(_extent(_node(sch, il)), cfg_i)
+    I = _extent(_node(sch, il))
+    if len(cols) == 2:
+        H, W = (_extent(_node(sch, lp)) for lp in cols)
+        th, tw, rw = _image_tile(H, W, cfg_j)
+        tj, rj, jcols = th * tw, rw, -(-H // th)
+        jgroups = lambda r: jcols * -(-W // (tw * r))   # noqa: E731
+    else:
+        J = _extent(_node(sch, cols[0]))
+        tj, rj = _tile(J, cfg_j)
+        jgroups = lambda r: -(-J // (tj * r))           # noqa: E731
+    # threads the columns leave unused (a 7 x 7 image) go to the rows
+    ti_cfg = cfg_i[0]
+    while ti_cfg * 2 * tj <= cfg_i[0] * cfg_j[0]:
+        ti_cfg *= 2
+    ti, ri = _tile(I, (ti_cfg, cfg_i[1]))
+    if not cpu:
+        ri, rj = _fill(I, ti, ri, jgroups, rj, batch_groups=_const_groups(sch, batch),
+                       shrink_cols=len(cols) == 1)
     i0, i1, i2 = sch.split(il, [None, ti, ri])
     if len(cols) == 2:
-        j0, j1, j2, tj, rj = _tile_image(sch, cols, cfg_j)
+        j0, j1, j2 = _split_image(sch, cols, th, tw, rj)
     else:
-        tj, rj = _tile(_extent(_node(sch, cols[0])), cfg_j)
         j0, j1, j2 = sch.split(cols[0], [None, tj, rj])
     step = GEMM_BK_CPU if cpu else GEMM_BK
     k0, k1 = _split_reduction(sch, reduce, step)
@@ -724,14 +776,14 @@ def _is_under(sch: Schedule, loop, ancestor) -> bool:
 
 
 def _tile(extent: int, config: tuple[int, int]) -> tuple[int, int]:
-    """(threads, elements per thread) of one GEMM output dimension."""
+    """(threads, elements per thread) of one GEMM output dimension: the configured threads
+    and as many registers (a power of two, at most the configured) as the extent fills."""
     threads, regs = config
-    if extent >= threads * regs:
-        return threads, regs
-    if extent >= threads * 2:
-        return threads, 2
     if extent >= threads:
-        return threads, 1
+        r = regs
+        while r > 1 and threads * r > extent:
+            r //= 2
+        return threads, r
     t = 1
     while t * 2 <= extent:
         t *= 2

@@ -105,17 +105,38 @@ def test_conv_symbolic_batch_is_a_tiled_implicit_gemm(kind):
     assert {"shared", "local"} <= _scopes(g)
 
 
+def _gemm(M, N, K):
+    A = te.placeholder((M, K), "float32", "A")
+    B = te.placeholder((K, N), "float32", "B")
+    k = te.reduce_axis((0, K), "k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+    return te.create_prim_func([A, B, C])
+
+
+def _bound(func, tag):
+    return {lp.extent.value for lp in gs._loops_of(func)
+            if lp.kind == "thread_binding" and lp.thread_tag == tag}
+
+
 def test_webgpu_gemm_permutes_the_b_tile():
-    A = te.placeholder((256, 256), "float32", "A")
-    B = te.placeholder((256, 256), "float32", "B")
-    k = te.reduce_axis((0, 256), "k")
-    C = te.compute((256, 256), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
-    g = gs.apply(te.create_prim_func([A, B, C]), Target("webgpu"))
+    g = gs.apply(_gemm(2048, 2048, 64), Target("webgpu"))
     text = g.script()
     assert "B_shared[v0, v1 % 8, v1 // 8]" in text     # the permuted store
-    assert 'T.thread_binding(16, thread="threadIdx.x")' in text   # 16 x 16 threads of 8 x 8
-    g_cl = gs.apply(te.create_prim_func([A, B, C]), Target("opencl"))
-    assert "% 8, v1 // 8]" not in g_cl.script()     # OpenCL keeps its tuned tile
+    assert _bound(g, "threadIdx.x") == {16} and _bound(g, "threadIdx.y") == {16}
+    assert _bound(g, "blockIdx.x") == {16}             # 128 columns per work-group: 8 x 8 each
+    g_cl = gs.apply(_gemm(2048, 2048, 64), Target("opencl"))
+    assert "% 8, v1 // 8]" not in g_cl.script()        # OpenCL keeps its own tile
+    assert _bound(g_cl, "threadIdx.x") == {16} and _bound(g_cl, "threadIdx.y") == {8}
+
+
+def test_small_outputs_get_smaller_register_tiles():
+    """A 256 x 256 GEMM has only 4 work-groups of 128 x 128; the tile shrinks (registers per
+    thread halved) until it has GEMM_MIN_GROUPS, to fill the GPU at batch 1."""
+    g = gs.apply(_gemm(256, 256, 64), Target("opencl"))
+    groups = next(iter(_bound(g, "blockIdx.x"))) * next(iter(_bound(g, "blockIdx.y")))
+    assert groups >= gs.GEMM_MIN_GROUPS
+    big = gs.apply(_gemm(4096, 4096, 64), Target("opencl"))
+    assert _bound(big, "blockIdx.x") == {32} and _bound(big, "blockIdx.y") == {32}
 
 
 def test_webgpu_gemm_runs():
