@@ -136,9 +136,12 @@ def space_point(func, target, tiling, space=None) -> Schedule | None:
             t += 1
         elif inst.kind == "sample_categorical":
             cands = list(inst.inputs[0])
-            # layouts and vector lengths: the first candidate; the unroll depth: the largest
-            trace = trace.with_decision(idx, len(cands) - 1 if 0 in cands and max(cands) > 64
-                                        else 0)
+            # layouts and vector lengths: the first candidate; the unroll depth: 1024 (the
+            # register tile; a fully unrolled k-tile too makes shaders the Vulkan driver
+            # compiles for over a minute)
+            unroll = 0 in cands and max(cands) > 64
+            trace = trace.with_decision(idx, cands.index(1024) if unroll and 1024 in cands
+                                        else len(cands) - 1 if unroll else 0)
     return space.finish(trace, func, target)
 
 
@@ -177,7 +180,8 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
     cores = os.cpu_count() or 1
     builder = LocalBuilder(max_workers=cores)
     # one timed run is a few ms at 4096^3 (a poor candidate: a quarter second): 2 x 2 calls
-    runner = LocalRunner(timeout_sec=60 if gpu else 30, number=2, repeat=2, min_repeat_ms=0,
+    # (a candidate whose pipeline takes the driver longer than 20 s to compile is no good)
+    runner = LocalRunner(timeout_sec=20 if gpu else 30, number=2, repeat=2, min_repeat_ms=0,
                          enable_cpu_cache_flush=False)
     before = len(Database(wd).get_all_tuning_records()) if os.path.isdir(wd) else 0
     search = {"population_size": POPULATION, "genetic_num_iters": 2}

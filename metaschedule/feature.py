@@ -979,12 +979,34 @@ class _StoreFeatures:
                 break
         overhead += launches * m.parallel_launch
         est = max(compute, latency, l1, l2, l3, dram) + overhead
+        if m.gpu:
+            est *= _gpu_factor(loops, acc_vectors if is_acc else 0.0)
         for name, v in (("est_compute", compute), ("est_latency", latency), ("est_l1", l1),
                         ("est_l2", l2), ("est_l3", l3), ("est_dram", dram),
                         ("est_overhead", overhead), ("est_cycles", est),
                         ("est_lanes", lanes), ("est_register_block", block_trip)):
             self.set(name, _log(v))
         return est
+
+
+# GPU terms of the analytic model: accumulators a thread keeps in registers before they spill
+# to local memory (255 32-bit registers on NVIDIA, some for addresses and operands), and the
+# threads per block below which a block cannot hide the latency of its shared-memory loads
+GPU_ACC_REGISTERS = 128
+GPU_MIN_THREADS = 64
+
+
+def _gpu_factor(loops, accumulators: float) -> float:
+    """How much slower than the CPU-style estimate a GPU store runs: spilled accumulators
+    (quadratic: each spill adds local-memory traffic to every update) and small blocks."""
+    factor = 1.0
+    if accumulators > GPU_ACC_REGISTERS:
+        factor *= (accumulators / GPU_ACC_REGISTERS) ** 2
+    threads = math.prod(l.extent for l in loops if l.kind == "thread_binding" and
+                        l.thread_tag and l.thread_tag.startswith("threadIdx"))
+    if 0 < threads < GPU_MIN_THREADS:
+        factor *= GPU_MIN_THREADS / threads
+    return factor
 
 
 # ---------------------------------------------------------------------------------------------

@@ -83,9 +83,8 @@ def _move_factor(factors: list[int], max_inner: int, rng: np.random.Generator,
         new = list(factors)
         new[x] //= p
         new[y] *= p
-        if caps is not None and any(c is not None and f > int(c)
-                                    for f, c in zip(new[1:], list(caps)[1:])):
-            continue          # a level past its bound (GPU threads, register tiles)
+        if caps is not None and caps[y] is not None and y > 0 and new[y] > int(caps[y]):
+            continue          # the level that grows would pass its bound (GPU threads, registers)
         if new[-1] <= max_inner and new != factors:
             return new
     return None

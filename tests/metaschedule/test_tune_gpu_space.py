@@ -154,8 +154,9 @@ POINTS = {
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("layout", range(len(SHARED_LAYOUTS)))
 def test_shared_layouts_compute_the_product(target, layout):
-    if target == "webgpu" and layout % 2 == 0:
-        pytest.skip("the row layouts are the same program on both targets: PoCL covers them")
+    if target == "webgpu" and layout != 3:
+        pytest.skip("lavapipe compiles slowly: the transposed, padded layout covers the others' "
+                    "code paths (PoCL runs all four)")
     func, sch = _point(target, 64, [[2, 1, 4, 2, 4], [2, 1, 8, 1, 4], [4, 8, 2]],
                        layouts=(layout, layout), vectors=(2, 1))
     assert sch is not None
@@ -165,16 +166,22 @@ def test_shared_layouts_compute_the_product(target, layout):
         assert "A_shared" in src
 
 
-@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", list(POINTS))
-def test_sgemm_tilings_compute_the_product(target, name):
-    n = 128
-    tiles = POINTS[name]
-    func, sch = _point(target, n, tiles, layouts=(1, 0), vectors=(2, 2),
-                       unroll=0 if target == "webgpu" else 4)
+def test_sgemm_tilings_compute_the_product_opencl(name):
+    target = "opencl -device=cpu"
+    func, sch = _point(target, 128, POINTS[name], layouts=(1, 0), vectors=(2, 2), unroll=4)
     assert sch is not None, name
-    text = str(sch.mod["main"])
-    assert "T.vectorized(4)" in text           # float4 / vec4<f32> cooperative fetches
+    assert "T.vectorized(4)" in str(sch.mod["main"])   # float4 cooperative fetches
+    _run(target, func, sch)
+
+
+def test_sgemm_tiling_computes_the_product_webgpu():
+    # one tiling (lavapipe compiles slowly): 8 x 8 registers, vec4<f32> fetches, A transposed
+    target = "webgpu"
+    func, sch = _point(target, 64, [[1, 1, 8, 2, 4], [1, 1, 8, 2, 4], [8, 4, 2]],
+                       layouts=(1, 0), vectors=(2, 2), unroll=0)
+    assert sch is not None
+    assert "T.vectorized(4)" in str(sch.mod["main"])   # vec4<f32> cooperative fetches
     _run(target, func, sch)
 
 
