@@ -377,6 +377,7 @@ class LoadedProgram:
         last = self._last_args
 
         def launch(arrays, scalars, grid, events, memo):
+            nbuf = len(arrays)
             args = []
             for a in arrays:
                 if a._ctx is not ctx:
@@ -385,19 +386,27 @@ class LoadedProgram:
                 args.append(a._buffer)
             for v in scalars:
                 args.append(i32(v))
-            key = tuple(args)
-            if memo is None:
-                kern = k
-                if last.get(name) != key:
-                    k.set_args(*args)
-                    last[name] = key
-            else:
+            # buffers by id: the arrays (and so their buffers) are alive while a key is compared
+            key = tuple([id(x) for x in args[:nbuf]]) + tuple(scalars)
+            kern = None
+            if memo is not None:
                 kern = memo.get("kernel")
-                if kern is None:
+                if kern is None and memo.setdefault("launches", 0) >= 1:
+                    # the site came back: give it its own kernel object (its arguments stay set)
                     kern = memo["kernel"] = cl.Kernel(prog, name)
-                if memo.get("args") != key:
-                    kern.set_args(*args)
-                    memo["args"] = key
+                    memo["args"] = None
+                memo["launches"] += 1
+            if kern is None:
+                # the shared kernel object: compared by the buffers themselves, which the
+                # comparison key keeps alive (so a freed buffer's id cannot come back)
+                kern = k
+                full = tuple(args)
+                if last.get(name) != full:
+                    k.set_args(*args)
+                    last[name] = full
+            elif memo["args"] != key:
+                kern.set_args(*args)
+                memo["args"] = key
             ev = enqueue(queue, kern, (grid[0] * b0, grid[1] * b1, grid[2] * b2), block)
             if events is not None:
                 events.append(ev)

@@ -30,7 +30,8 @@ class DeviceNDArray(NDArray):
     (upload of a host array already checked for shape and dtype).
     """
 
-    __slots__ = ("_ctx", "_buffer", "_shape", "_dtype", "_size")
+    # __weakref__: the launch path remembers a VM call site's arrays without keeping them alive
+    __slots__ = ("_ctx", "_buffer", "_shape", "_dtype", "_size", "__weakref__")
     _API = "device"
 
     def __init__(self, device: Device, ctx, buffer, shape: Sequence[int], dtype: str):

@@ -45,6 +45,7 @@ Examples
 """
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
@@ -253,6 +254,22 @@ class ParamSpec:
         self.written = bool(written)
 
 
+def _refs(args) -> tuple:
+    """What identifies ``args`` without keeping them alive: weak references to arrays,
+    scalars by value."""
+    return tuple(weakref.ref(a) if isinstance(a, NDArray) else (type(a), a) for a in args)
+
+
+def _same(refs: tuple, args) -> bool:
+    for r, a in zip(refs, args):
+        if type(r) is tuple:
+            if r[0] is not type(a) or r[1] != a:
+                return False
+        elif r() is not a:
+            return False
+    return True
+
+
 def _int_range(dtype: str) -> tuple[int, int]:
     if dtype == "bool":
         return 0, 1
@@ -315,6 +332,7 @@ class HostPlan:
             bi += 1
         self._binds, self._checks = binds, checks
         self._buffer_params = [p for p in self.params if p.kind == "buffer"]
+        self._buffer_positions = [i for i, p in enumerate(self.params) if p.kind == "buffer"]
 
     def bind(self, args: Sequence[Any]) -> tuple[Device, list, dict]:
         """Check ``args``: the device, the buffer parameters' arrays, the variables' values."""
@@ -389,18 +407,22 @@ class HostPlan:
         ``bind_cached`` (the GPU VM passes the same planned tensors at a call site on every
         call; a device array's shape, dtype and device never change). Returns ``bind``'s
         result and a *memo*: a dict the launchers keep per-site state in (a kernel object
-        with its arguments set, a bind group), passed to ``run``. The last ``SITE_CACHE``
-        argument sets are held on to, which is what keeps their ids meaningful."""
+        with its arguments set, a dispatch), passed to ``run``.
+
+        Arrays are remembered by weak reference: a site whose arrays are gone is a miss, and
+        the cache holds no array alive. The last ``SITE_CACHE`` sites are kept."""
         key = tuple([id(a) for a in args])
         sites = self._sites
         hit = sites.get(key)
         if hit is not None:
-            sites.move_to_end(key)
-            device, arrays, env = hit[1]
-            return device, arrays, dict(env), hit[2]
+            refs, device, env, memo = hit
+            if _same(refs, args):
+                sites.move_to_end(key)
+                return device, [args[i] for i in self._buffer_positions], dict(env), memo
+            del sites[key]       # other objects at the addresses of dead ones
         device, arrays, env = self.bind(args)
         memo: dict = {}
-        sites[key] = (tuple(args), (device, arrays, dict(env)), memo)
+        sites[key] = (_refs(args), device, dict(env), memo)
         if len(sites) > self.SITE_CACHE:
             sites.popitem(last=False)
         return device, arrays, env, memo

@@ -183,13 +183,17 @@ class _OnDevice:
         def launch(arrays, scalars, grid, sink, memo):
             if memo is not None and plain:
                 # a call site of the VM: the same buffers, scalars and grid as last time are
-                # the same dispatch (pipeline, cached bind group and uniform)
-                key = (tuple([a.buffer for a in arrays]), tuple(scalars), tuple(grid))
+                # the same dispatch (pipeline, cached bind group and uniform). Buffers by id:
+                # the site's arrays are alive while its memo is in use. A site is memoized
+                # from its second launch on (a fresh output each call never is).
+                key = (tuple([id(a.buffer) for a in arrays]), tuple(scalars), tuple(grid))
                 if memo.get("key") == key:
                     sink.append(memo["dispatch"])
                     return
                 launch_new(arrays, scalars, grid, sink)
-                memo["key"], memo["dispatch"] = key, sink[-1]
+                if memo.setdefault("launches", 0) >= 1:
+                    memo["key"], memo["dispatch"] = key, sink[-1]
+                memo["launches"] += 1
                 return
             launch_new(arrays, scalars, grid, sink)
 

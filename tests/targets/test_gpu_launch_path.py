@@ -160,7 +160,8 @@ def test_bind_cached_skips_checks_only_for_the_same_objects():
     a, b = _Arr((5, 4)), _Arr((5, 4))
     first = plan.bind_cached((a, b))
     again = plan.bind_cached((a, b))
-    assert again[1] is first[1] and again[2] == first[2] and again[2] is not first[2]
+    assert [x is y for x, y in zip(again[1], first[1])] == [True, True]
+    assert again[2] == first[2] and again[2] is not first[2]
     assert again[3] is first[3]                # the site's memo
     other = plan.bind_cached((b, a))           # another call site: its own memo
     assert other[3] is not first[3]
@@ -168,6 +169,13 @@ def test_bind_cached_skips_checks_only_for_the_same_objects():
         plan.bind_cached((a, _Arr((6, 4))))
     plan.run(be, first[1], first[2], None, first[3])
     assert len(first[3]) == 3                  # one entry per launch of the program
+    # the cache holds no array alive: once the arrays are gone the site is a miss
+    import gc
+    import weakref
+    ref = weakref.ref(a)
+    del a, first, again, other
+    gc.collect()
+    assert ref() is None
 
 
 # -- the same plan on both back ends ---------------------------------------------------------------
