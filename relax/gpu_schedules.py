@@ -493,9 +493,10 @@ def _schedule_rows(sch: Schedule, reductions) -> bool:
 def _gemm_groups(sch: Schedule, block, spatial):
     """Split a GEMM-like block's spatial loops into (batch, rows, columns): loops read by both
     tiled inputs (or by neither) are batch; the others belong to the input that reads them.
-    The columns are the group of the innermost loop (the output's contiguous dim). A
-    symbolic outer loop of a group of several (a convolution's or a sequence's batch) is
-    batch too, so a tile never spans two images."""
+    The columns are the group of the innermost loop (the output's contiguous dim): that loop,
+    or the innermost two when both are constant (a convolution's output image); the rows one
+    loop of the other group (the largest constant one of at least 16, else the largest). All
+    other loops are batch, so a tile never spans two images or sequences."""
     node = _node(sch, block)
     values = _iter_values(sch, block)
     inputs = _reduce_inputs(node)
@@ -629,6 +630,13 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
     if len(spatial) < 2 or not reduce:
         raise ScheduleError("default GPU schedule", "not a 2-D tiled reduction", None)
     batch, rows, cols, row_input, col_input = _gemm_groups(sch, block, spatial)
+    # the block's iter var of a single column loop (the dim of the column input to permute)
+    col_var = None
+    if len(cols) == 1:
+        cvar = _node(sch, cols[0]).loop_var
+        found = [iv.var for iv, v in zip(node.iter_vars, _iter_values(sch, block))
+                 if iv.kind == "spatial" and uses_any(v, [cvar])]
+        col_var = found[0] if len(found) == 1 else None
     sch.reorder(*batch, *rows, *cols)
     il = rows[0]
     cpu = _for_cpu(target)
@@ -715,8 +723,8 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         sch.bind(fx, "threadIdx.x")
         if webgpu and _extent(_node(sch, f0)) <= 16:
             sch.unroll(f0)
-        if webgpu and idx == col_input and rj > 1:
-            _permute_columns(sch, sh, node, idx, cols, rj)
+        if webgpu and idx == col_input and rj > 1 and col_var is not None:
+            _permute_columns(sch, sh, node, idx, col_var, rj)
     init = sch.decompose_reduction(block, k0)
     names.add(_node(sch, init).name)
     for lp in ((i2, j2) if cpu else (k1, i2, j2)):
@@ -731,20 +739,16 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
     return names
 
 
-def _permute_columns(sch: Schedule, shared_block, node: Block, idx: int, cols, rj: int) -> None:
+def _permute_columns(sch: Schedule, shared_block, node: Block, idx: int, col_var,
+                     rj: int) -> None:
     """Store the column input's shared tile as ``(.., c % rj, c // rj, ..)`` along its column
     dim: thread ``t`` reads columns ``t*rj .. t*rj+rj-1``, so without it neighbouring threads
     read words ``rj`` apart (bank conflicts, no vector reads); with it neighbouring words. Only
-    when exactly one dim of the input is indexed by a spatial iter var alone (the column) and
-    its extent divides by ``rj``."""
-    from tensorir.expr import Var as TVar
+    when exactly one dim of the input is indexed by the column iter var alone and its extent
+    divides by ``rj``."""
     from tensorir.schedule.index_map import IndexMap
-    if len(cols) != 1:
-        return
     read = node.reads[idx]
-    spatial_vars = [iv.var for iv in node.iter_vars if iv.kind == "spatial"]
-    dims = [d for d, r in enumerate(read.region)
-            if isinstance(r.min, TVar) and any(r.min is v for v in spatial_vars)]
+    dims = [d for d, r in enumerate(read.region) if r.min is col_var]
     if len(dims) != 1:
         return
     d = dims[0]
