@@ -10,10 +10,15 @@ A cache block annotated ``meta_schedule.shared_layout`` (an index into ``SHARED_
 first gets that layout: ``transposed`` (``transform_layout``: ``X_shared[c, r]``, so the
 register rows of ``A`` a thread reads at one ``k`` are consecutive words, vector loads),
 ``*_padded`` (``storage_align``: rows padded by 4 words, so a column-wise walk of the tile does
-not hit one bank).
+not hit one bank), ``permuted`` (``X_shared[r, c % w, c // w]`` with ``w`` the consumer's
+columns per thread, read off its final binding: thread ``t`` reads columns ``t * w + x``, which
+land ``x * T + t``, consecutive across the threads; a tile whose consumer does not stride its
+threads so keeps its layout).
 """
 from __future__ import annotations
 
+from tensorir.expr import Add, BufferLoad, FloorMod, IntImm, Mul, Var
+from tensorir.functor import post_order_visit
 from tensorir.schedule import Schedule, ScheduleError, tree
 from tensorir.stmt import For
 
@@ -83,6 +88,55 @@ def _apply_layouts(sch: Schedule) -> None:
             sch.transform_layout(block, 0, lambda r, c: (c, r), "write")
         if layout.endswith("_padded"):
             sch.storage_align(block, 0, 0, PAD_FACTOR, PAD_OFFSET)
+        if layout == "permuted":
+            w = _thread_width(sch, block, node.writes[0].buffer)
+            if w is not None:
+                sch.transform_layout(block, 0, lambda r, c: (r, c % w, c // w), "write")
+
+
+def _thread_width(sch: Schedule, block, buf) -> int | None:
+    """``w`` where the consumer reads ``buf[..., e]`` with ``e`` bound to ``threadIdx.x * w +
+    ...`` (or ``(threadIdx.x % T) * w + ...``), ``w > 1`` dividing the tile's columns; else
+    None."""
+    cons = sch.get_consumers(block)
+    if len(cons) != 1:
+        return None
+    info = A.find_block_info(sch.func, sch.get(cons[0]).name)
+    loads = []
+
+    def visit(e):
+        if isinstance(e, BufferLoad) and e.buffer is buf:
+            loads.append(e)
+    post_order_visit(info.block.body, visit)
+    if not loads or not isinstance(loads[0].indices[-1], Var):
+        return None
+    binding = dict(zip((iv.var for iv in info.block.iter_vars), info.realize.iter_values))
+    value = next((v for k, v in binding.items() if k is loads[0].indices[-1]), None)
+    tx = next((f.loop_var for f in info.loops if f.kind == "thread_binding" and
+               f.thread_tag == "threadIdx.x"), None)
+    if value is None or tx is None:
+        return None
+    w = _stride_of(value, tx)
+    if w is None or w <= 1:
+        return None
+    extent = A.const_extent(next(f for f in info.loops if f.loop_var is tx))
+    return w if extent else None
+
+
+def _stride_of(e, tx) -> int | None:
+    """The constant multiplying the term of ``e`` (a sum) that uses ``tx``."""
+    if isinstance(e, Add):
+        return _stride_of(e.a, tx) or _stride_of(e.b, tx)
+    uses = A.uses_var(e, tx)
+    if not uses:
+        return None
+    if isinstance(e, Mul):
+        for x, c in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(c, IntImm) and A.uses_var(x, tx) and \
+                    isinstance(x, (Var, FloorMod)):
+                return int(c.value)
+        return None
+    return 1 if isinstance(e, (Var, FloorMod)) else None
 
 
 def _next_annotated(sch: Schedule):

@@ -33,8 +33,10 @@ ANN_COOPERATIVE_FETCH = "meta_schedule.cooperative_fetch"
 # RewriteCooperativeFetch
 ANN_SHARED_LAYOUT = "meta_schedule.shared_layout"
 # the layouts a 2-D shared tile may take: as the operand, transposed, and each with its rows
-# padded by 4 words (bank conflicts of column-wise access; 4 keeps 16-byte vector alignment)
-SHARED_LAYOUTS = ("row", "transposed", "row_padded", "transposed_padded")
+# padded by 4 words (bank conflicts of column-wise access; 4 keeps 16-byte vector alignment);
+# "permuted": columns interleaved by the consumer threads' width w, X[r, c % w, c // w] (the
+# hand WebGPU GEMM's B tile: the threads of a warp read consecutive words)
+SHARED_LAYOUTS = ("row", "transposed", "row_padded", "transposed_padded", "permuted")
 
 GPU_KINDS = ("opencl", "webgpu")
 CPU_KINDS = ("llvm",)
