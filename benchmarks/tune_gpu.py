@@ -33,7 +33,8 @@ import numpy as np
 import targets
 from benchmarks.common import print_table, write_results
 from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
-from metaschedule import (Database, LocalBuilder, LocalRunner, Task, apply_best, tune_tasks)
+from metaschedule import (Database, LocalBuilder, LocalRunner, Task, apply_best,
+                          baseline_record, tune_tasks)
 from metaschedule.database import workload_hash
 from metaschedule.plot import tuning_curve
 from relax import gpu_schedules
@@ -193,10 +194,13 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
         seeds = [default_schedule(func, target), space_point(func, target, default_tiling()),
                  space_point(func, target, HAND_TILING)]
         for sch in seeds:
-            if sch is not None:
-                db = tune_tasks([Task(name_t, func, baseline=sch, reference=ref)], target,
-                                max_trials=1, work_dir=wd, builder=builder, runner=runner,
-                                seed=seed, progress=False, search=search)
+            if sch is None:
+                continue
+            seed_task = Task(name_t, func, baseline=sch, reference=ref)
+            if os.path.isdir(wd) and baseline_record(Database(wd), seed_task, target):
+                continue                          # measured by an earlier run
+            db = tune_tasks([seed_task], target, max_trials=1, work_dir=wd, builder=builder,
+                            runner=runner, seed=seed, progress=False, search=search)
         # then batches while the trials and the time budget last (each call resumes the
         # database and the cost model)
         done, batch = 0, min(BATCH, trials)
@@ -214,6 +218,7 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
     finally:
         builder.close()
         runner.close()
+    db = Database(wd)
     tune_s = time.time() - t0
     recs = db.get_all_tuning_records()
     measured = len(recs) - before
@@ -238,6 +243,7 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
                                                         number=1, rounds=3)[0]
     rows = []
     best = apply_best(db, func, target)
+    built = []
     for label, f in (("default schedule (untuned)", gpu_schedules.apply(func, target)),
                      (f"tuned ({len(recs)} trials)", best.mod["main"] if best else None)):
         if f is None:
@@ -245,8 +251,14 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
             continue
         mod = targets.build(f, target)
         mod[mod.entry_name](A, B, C)
-        err = _check(f"{kind} {label}", C.numpy(), ref)
-        t = _device_secs(mod, dev, (A, B, C))
+        built.append((label, mod, _check(f"{kind} {label}", C.numpy(), ref)))
+    # interleaved rounds (the device's clocks and the other jobs drift): the best median each
+    secs = {label: math.inf for label, _, _ in built}
+    for _ in range(3):
+        for label, mod, _ in built:
+            secs[label] = min(secs[label], _device_secs(mod, dev, (A, B, C), repeat=3))
+    for label, mod, err in built:
+        t = secs[label]
         rows.append({"target": kind, "device": name, "bench": f"gemm {n}^3", "schedule": label,
                      "ms": t * 1e3, "tflops": flops / t / 1e12, "peer": peer,
                      "peer_ms": peer_s * 1e3, "peer_tflops": flops / peer_s / 1e12,
