@@ -293,6 +293,17 @@ class HostPlan:
         ``"opencl"`` / ``"webgpu"``: the arrays' device kind.
     float_scalars : bool
         Whether float scalar parameters are allowed (WebGPU's uniforms; not OpenCL).
+
+    Examples
+    --------
+    >>> n = ["var", "n"]
+    >>> plan = HostPlan("main", [ParamSpec("A", "buffer", "float32", [n]),
+    ...                          ParamSpec("B", "buffer", "float32", [n], written=True)],
+    ...                 ("launch", "k0", [0, 1], [(n, "i32")],
+    ...                  [["floordiv", ["add", n, 63], 64], 1, 1]),
+    ...                 {"k0": {"name": "main_kernel0", "error_messages": []}}, "opencl")
+    >>> device, arrays, env = plan.bind([a, b])            # doctest: +SKIP
+    >>> plan.run(loaded, arrays, env, None)                # doctest: +SKIP
     """
 
     def __init__(self, name: str, params: Sequence[ParamSpec], body, kernels: dict,
@@ -305,7 +316,7 @@ class HostPlan:
         self.body = body
         self.has_kernel_checks = any(k["error_messages"] for k in kernels.values())
         self._bound: dict[int, tuple] = {}     # id(loaded) -> (loaded, steps, state)
-        # bind_cached's entries: ids of the arguments -> (arguments, bind's result, memo)
+        # bind_cached's sites: ids of the arguments -> (their weak refs, device, env, memo)
         self._sites: "OrderedDict[tuple, tuple]" = OrderedDict()
         self._compile_binding()
         self._ntemps = self._count_temps()
