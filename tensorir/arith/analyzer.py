@@ -1322,6 +1322,9 @@ class Analyzer:
             sb.add(x, k)
             if k > 0:
                 sb.const -= k * (c - 1)
+            # s is an integer, so c*s >= -(c - 1) already gives s >= 0: ``(u // 5) < 12``
+            # follows from ``u < 60`` (u <= 59), not only from u <= 55
+            sb.const += c - 1
             if self._prove_nonneg(self._normalize(sb.finish()), depth - 1, splits):
                 return True
         return False
