@@ -37,6 +37,7 @@ from metaschedule import (Database, LocalBuilder, LocalRunner, Task, apply_best,
                           baseline_record, tune_tasks)
 from metaschedule.database import workload_hash
 from metaschedule.plot import tuning_curve
+from metaschedule.schedule_rule.base import ANN_SHARED_LAYOUT, SHARED_LAYOUTS
 from relax import gpu_schedules
 from tensorir import Schedule
 from tensorir.expr import TIRError
@@ -113,10 +114,10 @@ def default_tiling() -> tuple:
 HAND_TILING = ((16, 8), (16, 8), 16)
 
 
-def space_point(func, target, tiling, space=None) -> Schedule | None:
+def space_point(func, target, tiling, space=None, b_layout: str = "row") -> Schedule | None:
     """The point of the GPU design space with a GEMM tiling ``((ty, ri), (tx, rj), bk)``:
     ``ty x tx`` threads of ``ri x rj`` accumulators, a k-tile of ``bk``; shared tiles as the
-    operands, scalar cooperative fetch, full unroll of the register tile. The default
+    operands (``B``'s in ``b_layout``), scalar cooperative fetch, the register tile unrolled. The default
     schedule's tiling (``default_tiling()``) is the search's first parent, so its mutations
     explore the neighbourhood of a schedule known to be good. None when the space has no such
     point (the extents do not divide, a limit of the target)."""
@@ -131,6 +132,11 @@ def space_point(func, target, tiling, space=None) -> Schedule | None:
              [n_k // bk, bk, 1]]
     trace = space.generate(func, target)[0].trace
     t = 0
+    layouts = [i for i, inst in enumerate(trace.instructions) if inst.kind == "annotate" and
+               inst.inputs[1] == ANN_SHARED_LAYOUT]
+    b_lay = next((i for i, inst in enumerate(trace.instructions) if inst.kind ==
+                  "sample_categorical" and layouts[1:] and
+                  inst.outputs[0] in str(trace.instructions[layouts[1]].inputs[2])), None)
     for idx, inst in enumerate(trace.instructions):
         if inst.kind == "sample_tile":
             trace = trace.with_decision(idx, tiles[t])
@@ -141,8 +147,11 @@ def space_point(func, target, tiling, space=None) -> Schedule | None:
             # register tile; a fully unrolled k-tile too makes shaders the Vulkan driver
             # compiles for over a minute)
             unroll = 0 in cands and max(cands) > 64
-            trace = trace.with_decision(idx, cands.index(1024) if unroll and 1024 in cands
-                                        else len(cands) - 1 if unroll else 0)
+            pick = cands.index(1024) if unroll and 1024 in cands else \
+                len(cands) - 1 if unroll else 0
+            if idx == b_lay:
+                pick = cands.index(SHARED_LAYOUTS.index(b_layout))
+            trace = trace.with_decision(idx, pick)
     return space.finish(trace, func, target)
 
 
@@ -191,8 +200,11 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
         # the untuned default schedule (relax.build's) is measured first: a record, so the
         # tuned best is never worse; then the space's points of the default and the hand
         # tilings (each measured once, as a task baseline) seed the search
-        seeds = [default_schedule(func, target), space_point(func, target, default_tiling()),
-                 space_point(func, target, HAND_TILING)]
+        # (B's tile permuted as the WebGPU default and hand schedules do)
+        b_layout = "permuted" if target.kind == "webgpu" else "row"
+        seeds = [default_schedule(func, target),
+                 space_point(func, target, default_tiling(), b_layout=b_layout),
+                 space_point(func, target, HAND_TILING, b_layout="permuted")]
         for sch in seeds:
             if sch is None:
                 continue
