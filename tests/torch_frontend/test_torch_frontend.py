@@ -465,3 +465,16 @@ def test_docs_list_every_supported_op():
     listed = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", section))
     missing = [op for op in supported_ops() if op not in listed]
     assert not missing, f"docs/frontends.md does not list {missing}: regenerate its PyTorch list"
+
+
+class _AddRows(nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, x, x * 0.5)[:, 1:] + 1.0
+
+
+def test_dim_without_max_stays_unbounded():
+    # A ``Dim`` with no ``max`` has an infinite upper range in torch; the importer must take it
+    # as "no bound" (it used to crash in sympy with AttributeError).
+    batch = Dim("batch")
+    run_both(_AddRows(), (randn(3, 6),), dynamic_shapes=({0: batch},),
+             more_args=[(randn(7, 6, seed=2),)])

@@ -133,8 +133,8 @@ class ExportedProgramImporter:
                 continue
             try:
                 upper = int(vr.upper)
-            except (TypeError, ValueError, OverflowError):
-                continue                       # int_oo: unbounded
+            except (TypeError, ValueError, OverflowError, AttributeError):
+                continue                       # int_oo (a Dim without max): unbounded
             if 0 <= upper < _NO_BOUND:
                 self.upper_bounds[v.name] = upper
 
