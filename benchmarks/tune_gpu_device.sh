@@ -1,0 +1,13 @@
+# (keep .tune_gpu/db.tar.gz, ignored, between calls; it is the resumable tuning database)
+# device-side driver of benchmarks/tune_gpu.py (GPU machine, carry [".device"]): resumes the
+# tuning database from .tune_gpu/db.tar.gz, leaves the results, the log and the database (one
+# tarball, copy it back here to resume again) under $OUT. Example:
+#   TARGETS="opencl webgpu" TUNE_GPU_SECONDS=240 TUNE_GPU_TRIALS=512 bash benchmarks/tune_gpu_device.sh
+. .device/env.sh
+mkdir -p $OUT/db
+[ -f .tune_gpu/db.tar.gz ] && tar -xzf .tune_gpu/db.tar.gz -C $OUT/db
+export TUNE_GPU_WORK_DIR=$OUT/db
+timeout ${TUNE_LIMIT:-560} python3 -m benchmarks.tune_gpu $TARGETS > $OUT/log.txt 2>&1; echo "rc=$?" >> $OUT/log.txt
+cp benchmarks/results/tune_gpu-*.json $OUT/ 2>/dev/null
+tar -czf $OUT/db.tar.gz -C $OUT/db . && rm -rf $OUT/db
+grep -v "^  File\|^    " $OUT/log.txt | tail -40
