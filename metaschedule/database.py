@@ -584,6 +584,17 @@ class Database:
             try:
                 return rec.trace.apply(func)
             except Exception as err:  # a broken record must not stop the build
+                # the same workload under other names (a fused kernel's blocks and buffers are
+                # named after the Relax variables of its call site, and the trace names blocks):
+                # replay on the function it was tuned on, under this function's symbol
+                try:
+                    alias = rec.workload.func
+                    symbol = func.attr_dict.get("global_symbol")
+                    if symbol is not None:
+                        alias = alias.with_attr("global_symbol", symbol)
+                    return rec.trace.apply(alias)
+                except Exception:  # noqa: BLE001 - report the first error
+                    pass
                 warnings.warn(f"{self._rec_log.path}: a record of workload {rec.workload.shash} "
                               f"does not replay ({type(err).__name__}: {err}); trying the next",
                               RuntimeWarning, stacklevel=2)

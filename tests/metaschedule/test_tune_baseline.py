@@ -128,3 +128,33 @@ def test_candidates_too_large_to_build_are_dropped():
     assert search._candidate(sch, "random") is None
     assert search.stats["too_large"] == 1
     assert search._candidate(Schedule(func), "random") is not None
+
+
+def test_a_record_replays_on_the_same_workload_under_other_names(tmp_path):
+    """Fused kernels of different call sites have the same structure but buffers named after
+    their Relax variables, and blocks a schedule makes are named after buffers: a record made
+    on one call site's kernel applies to all."""
+    from metaschedule import Database, TuningRecord
+    from tensorir import te
+
+    def gemm(a_name, symbol):
+        A = te.placeholder((16, 16), "float32", a_name)
+        B = te.placeholder((16, 16), "float32", "B")
+        k = te.reduce_axis((0, 16), "k")
+        C = te.compute((16, 16), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+        return te.create_prim_func([A, B, C]).with_attr("global_symbol", symbol)
+    f1, f2 = gemm("A", "site1"), gemm("lv7", "site2")
+    assert workload_hash(f1) == workload_hash(f2)
+    sch = Schedule(f1)
+    sch.cache_read(sch.get_block("C"), 0, "local")
+    sch.get_block("A_local")                    # a block named after site 1's buffer
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.parallel(i)
+    with pytest.raises(Exception):
+        sch.trace.apply(f2)
+    db = Database(tmp_path)
+    db.commit_tuning_record(TuningRecord(sch.trace, db.commit_workload(f1), "llvm", [1e-3]))
+    got = db.query_schedule(f2, "llvm")
+    assert got is not None
+    assert got.func.attr_dict["global_symbol"] == "site2"
+    assert workload_hash(got.func) == workload_hash(sch.func)
