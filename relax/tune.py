@@ -161,7 +161,9 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     """Tune every kernel of a Relax model; the tuning database for ``relax.build``.
 
     ``max_trials`` is the budget of the whole model, shared by its tasks through the gradient
-    task scheduler (``metaschedule.tune_tasks``, whose other parameters these are). With
+    task scheduler (``metaschedule.tune_tasks``, whose other parameters these are; on a CPU
+    the default runner is ``LocalRunner(enable_cpu_cache_flush=False)``, warm caches as in the
+    model, where ``tune_tir`` flushes them). With
     ``baselines`` (the default), every task's default schedule is measured first (one trial
     each): the database's best record of a kernel is then its default schedule unless the
     search found a faster one, so ``relax.build(mod, target, database=db)`` never uses a
@@ -183,9 +185,19 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     if not tasks:
         raise metaschedule.TuneError("relax.tune: the module calls no kernel that can be tuned "
                                      "(no call_tir of an unscheduled PrimFunc)")
-    return metaschedule.tune_tasks(tasks, target, max_trials, work_dir=work_dir,
-                                   num_trials_per_iter=num_trials_per_iter,
-                                   max_trials_per_task=max_trials_per_task, builder=builder,
-                                   runner=runner, cost_model=cost_model, space=space,
-                                   search=search, task_scheduler=task_scheduler, seed=seed,
-                                   progress=progress)
+    own_runner = runner is None and target.kind == "llvm"
+    if own_runner:
+        # kernels of a model run on activations their producer just wrote, not on cold caches:
+        # with the caches flushed before each repeat, ResNet-50's tuner preferred schedules
+        # that were faster cold and up to 1.6x slower in the model (docs/tuning.md)
+        runner = metaschedule.LocalRunner(enable_cpu_cache_flush=False)
+    try:
+        return metaschedule.tune_tasks(tasks, target, max_trials, work_dir=work_dir,
+                                       num_trials_per_iter=num_trials_per_iter,
+                                       max_trials_per_task=max_trials_per_task, builder=builder,
+                                       runner=runner, cost_model=cost_model, space=space,
+                                       search=search, task_scheduler=task_scheduler, seed=seed,
+                                       progress=progress)
+    finally:
+        if own_runner:
+            runner.close()
