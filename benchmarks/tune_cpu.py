@@ -220,7 +220,7 @@ RESNET_TRIALS = 3000
 # postprocessing and lowering for its features, on this loaded 2-core machine): a population
 # of 128 over 3 generations spends ~10 minutes searching per batch of 16, a smaller one ~1
 RESNET_TUNE_OPTIONS = {"num_trials_per_iter": 16, "seed": 0,
-                       "search": {"population_size": 32, "genetic_num_iters": 1}}
+                       "search": {"population_size": 32, "genetic_num_iters": 2}}
 
 
 def bench_resnet50(trials: int = RESNET_TRIALS, rounds: int = 7,
