@@ -2,6 +2,9 @@
 (a gather) in the middle runs without waiting per kernel, matches numpy, reads its error words
 once per VM call, and a failed check is raised at the end of the call naming the function,
 kernel and check. WebGPU submits one command buffer per VM call."""
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -11,28 +14,19 @@ from relax import BlockBuilder, TensorStructInfo, Var
 from targets.runtime.host_program import DeviceKernelError
 from tensorir import te
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
+from opencl_testutil import opencl_device_and_target  # noqa: E402
+from webgpu_testutil import webgpu_device  # noqa: E402
+
 RNG = np.random.default_rng(23)
 
 
 def _opencl():
-    try:
-        from targets.opencl_backend import list_devices
-        devices = list_devices()
-    except Exception as err:
-        pytest.skip(f"no OpenCL platform: {err}")
-    return targets.opencl(0), ("opencl -device=cpu" if "CPU" in devices[0]["type"].upper()
-                               else "opencl")
+    return opencl_device_and_target()
 
 
 def _webgpu():
-    from targets.webgpu_backend import runtime
-    try:
-        n = len(runtime._adapter_list())
-    except runtime.WebGPUError as err:
-        pytest.skip(f"no WebGPU runtime: {err}")
-    if n == 0:
-        pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
-    return targets.webgpu(0), "webgpu"
+    return webgpu_device(), "webgpu"
 
 
 @pytest.fixture(scope="module", params=["opencl", "webgpu"])

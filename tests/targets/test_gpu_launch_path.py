@@ -11,6 +11,9 @@ from targets.runtime.host_program import (ERROR_SLOT, DeviceArgumentError, Devic
                                           eval_expr)
 from tensorir import Schedule, te
 
+from opencl_testutil import opencl_device_and_target
+from webgpu_testutil import webgpu_device
+
 RNG = np.random.default_rng(5)
 
 
@@ -181,24 +184,11 @@ def test_bind_cached_skips_checks_only_for_the_same_objects():
 # -- the same plan on both back ends ---------------------------------------------------------------
 
 def _opencl():
-    try:
-        from targets.opencl_backend import list_devices
-        devices = list_devices()
-    except Exception as err:
-        pytest.skip(f"no OpenCL platform: {err}")
-    return targets.opencl(0), ("opencl -device=cpu" if "CPU" in devices[0]["type"].upper()
-                               else "opencl")
+    return opencl_device_and_target()
 
 
 def _webgpu():
-    from targets.webgpu_backend import runtime
-    try:
-        n = len(runtime._adapter_list())
-    except runtime.WebGPUError as err:
-        pytest.skip(f"no WebGPU runtime: {err}")
-    if n == 0:
-        pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
-    return targets.webgpu(0), "webgpu"
+    return webgpu_device(), "webgpu"
 
 
 @pytest.fixture(scope="module", params=["opencl", "webgpu"])
