@@ -6,6 +6,7 @@ import pytest
 
 import relax
 import targets
+from mlputil import mlp_module
 from relax import BlockBuilder, TensorStructInfo, Var, const, op
 from relax.build import schedule_kernels
 from relax.tune import _prepare
@@ -29,30 +30,7 @@ def small_space():
 
 @pytest.fixture(scope="module")
 def mlp():
-    rng = np.random.default_rng(0)
-    ws = [(rng.uniform(-0.3, 0.3, (a, b)).astype("float32"),
-           rng.uniform(-0.3, 0.3, (b,)).astype("float32"))
-          for a, b in zip(SIZES[:-1], SIZES[1:])]
-    bb = BlockBuilder()
-    x = Var("x", TensorStructInfo(("batch", SIZES[0]), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            h = x
-            for i, (w, b) in enumerate(ws):
-                h = bb.emit(op.add(bb.emit(op.matmul(h, const(w))), const(b)))
-                if i != len(ws) - 1:
-                    h = bb.emit(op.nn.relu(h))
-            gv = bb.emit_output(h)
-        bb.emit_func_output(gv)
-
-    def reference(xv):
-        h = xv.astype(np.float64)
-        for i, (w, b) in enumerate(ws):
-            h = h @ w + b
-            if i != len(ws) - 1:
-                h = np.maximum(h, 0)
-        return h
-    return bb.get(), reference
+    return mlp_module(SIZES)
 
 
 def test_extract_tasks_dedupes_and_weights(mlp):
