@@ -45,7 +45,7 @@ import numpy as np
 import targets
 from targets import Target
 from tensorir.function import IRModule, PrimFunc
-from tensorir.schedule import Schedule, Trace
+from tensorir.schedule import Schedule, ScheduleError, Trace
 from tensorir.transform import lower
 
 from .arg_info import ArgInfo, args_info, output_indices, random_inputs, reference_outputs
@@ -335,6 +335,7 @@ class EvolutionarySearch:
         self.tunable = any(inst.decision is not None for s in self.spaces
                            for inst in s.trace.instructions)
         self.exhausted = False
+        self.seeds = self._seeds()
         self.stats = {"sampled": 0, "sample_failed": 0, "mutated": 0, "mutate_failed": 0,
                       "duplicates": 0, "too_large": 0}
 
@@ -391,6 +392,25 @@ class EvolutionarySearch:
                         "baseline; it is not measured", self.ctx.name)
             return None
         return self._candidate(replayed, "baseline")
+
+    def _seeds(self) -> list[Candidate]:
+        """The design spaces' known-good points (``SpaceGenerator.seeds``) as candidates:
+        measured in the first batches and in every initial population, so the evolution
+        starts from them."""
+        ctx = self.ctx
+        if not hasattr(ctx.space, "seeds"):
+            return []
+        try:
+            seeds = ctx.space.seeds(ctx.func, ctx.target, ctx.shape_vars or None)
+        except (ScheduleError, TuneError) as err:
+            LOG.warning("%s: no seed schedules: %s", ctx.name, err)
+            return []
+        out = []
+        for sch in seeds:
+            c = self._candidate(sch, "seed")
+            if c is not None and c.shash not in {x.shash for x in out}:
+                out.append(c)
+        return out
 
     def _is_measured(self, c: Candidate) -> bool:
         return c.shash in self.measured or trace_key(c.trace) in self.measured_traces
@@ -503,6 +523,10 @@ class EvolutionarySearch:
         n_db = int(self.population_size * self.init_measured_ratio)
         population = self._from_database(n_db)
         seen = {c.shash for c in population}
+        for c in self.seeds:
+            if c.shash not in seen:
+                seen.add(c.shash)
+                population.append(c)
         n_random = max(self.population_size - len(population), self.init_min_unmeasured)
         randoms = self._random(n_random, seen)
         population += randoms
@@ -518,6 +542,15 @@ class EvolutionarySearch:
                 if not self._is_measured(c):
                     pool.setdefault(c.shash, c)
         ranked = sorted(pool.values(), key=lambda c: -c.score)
+        # seeds not measured yet go first, whatever the (still untrained) model says
+        first = [c for c in self.seeds if not self._is_measured(c)][:num]
+        if first:
+            shashes = {c.shash for c in first}
+            num -= len(first)
+            ranked = [c for c in ranked if c.shash not in shashes]
+            randoms = [c for c in randoms if c.shash not in shashes]
+            if num == 0:
+                return first
         n_random_pick = int(round(num * self.eps_greedy)) if len(ranked) > num else 0
         picks = ranked[:num - n_random_pick]
         chosen = {c.shash for c in picks}
@@ -532,6 +565,7 @@ class EvolutionarySearch:
             if c.shash not in chosen:
                 picks.append(c)
                 chosen.add(c.shash)
+        picks = first + picks
         if not picks:
             self.exhausted = True
         return picks

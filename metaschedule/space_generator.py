@@ -268,6 +268,54 @@ class SpaceGenerator:
         func = _func(func)
         hints = resolve_shape_hints(func, shape_hints)
         rules, _, _ = self._context(func, target, hints)
+        return self._apply_rules(rules, func)
+
+    def seeds(self, func: PrimFunc, target, shape_hints: Mapping[str, int] | None = None
+              ) -> list[Schedule]:
+        """Finished schedules at the known-good points of the design spaces: the rules'
+        ``seed_variants`` (for the CPU micro-kernel rule, the hand GEMM recipe at a few
+        register tiles) in place of the rules, every other decision as drawn. The search
+        measures them first and evolves from them. ``[]`` when no rule has a seed for
+        ``func`` (no block the recipe fits).
+
+        Their traces are traces of the design spaces (the same instructions, decisions
+        fixed), so mutators move them like any other point.
+
+        Examples
+        --------
+        >>> seeds = space.seeds(gemm_func, "llvm")                   # doctest: +SKIP
+        >>> len(seeds)                                               # doctest: +SKIP
+        4
+        """
+        target = _target(target)
+        func = _func(func)
+        hints = resolve_shape_hints(func, shape_hints)
+        rules, _, _ = self._context(func, target, hints)
+        variants = [r.seed_variants() for r in rules]
+        # the rules with one fixed variant (no extra unrolling) take it in every seed; a rule
+        # with several (register tiles) makes one seed family each
+        fixed = [v[0] if len(v) == 1 else r for r, v in zip(rules, variants)]
+        families = [(n, v) for n, v in enumerate(variants) if len(v) > 1]
+        out, keys = [], set()
+        for n, family in families:
+            for variant in family:
+                chosen = list(fixed)
+                chosen[n] = variant
+                variant.seeded = 0
+                designs = self._apply_rules(chosen, func)
+                if not variant.seeded:
+                    continue   # no block the variant fits: these are no seeds
+                for design in designs:
+                    sch = self._finish(design.trace, func, target, hints, 0)
+                    if sch is None:
+                        continue
+                    key = str(sch.trace)
+                    if key not in keys:
+                        keys.add(key)
+                        out.append(sch)
+        return out
+
+    def _apply_rules(self, rules: list, func: PrimFunc) -> list[Schedule]:
         sch = Schedule(func, seed=0)
         names = [br.block.name for br in all_blocks(func)]
         if not names:

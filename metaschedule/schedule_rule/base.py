@@ -94,6 +94,7 @@ class ScheduleRule:
     """
 
     context: SpaceContext | None = None
+    seeded: int = 0   # a seed variant counts the blocks it fixed (``SpaceGenerator.seeds``)
 
     def __getstate__(self):
         # the context holds the task's function (IR does not pickle); initialize() sets it again
@@ -110,6 +111,19 @@ class ScheduleRule:
         apply). ``sch`` may be modified in place when one schedule is returned; branches are
         ``sch.copy()``s."""
         raise NotImplementedError
+
+    def seed_variants(self) -> list["ScheduleRule"]:
+        """Copies of this rule that make known-good points of its space (their decisions
+        fixed instead of drawn), for ``SpaceGenerator.seeds``: the search measures those
+        points first and evolves from them. ``[]`` (the default): the rule has none, and
+        seeds use the rule as it is. Called after ``initialize``.
+
+        Examples
+        --------
+        >>> ParallelVectorizeUnroll().seed_variants()[0].seed_unroll    # doctest: +SKIP
+        0
+        """
+        return []
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -406,16 +406,58 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
     """
 
     def __init__(self, mr_candidates=tuple(range(1, 9)), nr_vectors=(1, 2, 3, 4),
-                 max_innermost_factor: int = 64):
+                 max_innermost_factor: int = 64, recipe: tuple[int, int] | None = None):
         super().__init__("SSRSRS", max_innermost_factor=max_innermost_factor,
                          reuse_write=ReuseConfig("must", (2,), "local"), pack="must")
         self.mr_candidates = tuple(int(m) for m in mr_candidates)
         self.nr_vectors = tuple(int(v) for v in nr_vectors)
+        if recipe is not None:
+            mr, nv = (int(x) for x in recipe)
+            if mr not in self.mr_candidates or nv not in self.nr_vectors:
+                raise ValueError(f"MultiLevelTilingWithIntrin: recipe {recipe!r} is not a "
+                                 f"register tile of mr_candidates={self.mr_candidates} x "
+                                 f"nr_vectors={self.nr_vectors}")
+            recipe = (mr, nv)
+        self.recipe = recipe
         self._swap = False
+        self._recipe_tiles: list[list[int]] = []
 
     def __repr__(self):
+        extra = f", recipe={self.recipe}" if self.recipe else ""
         return (f"MultiLevelTilingWithIntrin(mr_candidates={self.mr_candidates}, "
-                f"nr_vectors={self.nr_vectors})")
+                f"nr_vectors={self.nr_vectors}{extra})")
+
+    # -- seeds: the BLAS recipe at a few register tiles ----------------------------------------
+    def seed_variants(self, count: int = 6) -> list["MultiLevelTilingWithIntrin"]:
+        """The rule fixed to the hand GEMM recipe (``benchmarks/schedules/gemm.py``) at the
+        ``count`` largest register tiles that fit the register file: the ``MR x NR``
+        accumulators, one row of ``B`` (``NR / lanes`` vectors) and a broadcast of ``A``.
+        A block whose column extent ``NR`` does not divide drops that tile's seed.
+
+        A recipe point is a point of this rule's space (the same trace, its decisions fixed):
+        panels of the packed operand outermost (the parallel level), every row tile in level
+        1, the other spatial loops (batch, output rows of a conv) in level 0 beside the
+        panels, each reduce loop whole in level 0 and unit tiles elsewhere. Randomly drawn
+        points are rarely near it (the outer levels take uniform factorizations), and the
+        evolution only improves on what it is shown.
+        """
+        if self.recipe is not None:
+            return []
+        regs = 16
+        if self.context is not None:
+            from ..feature import MachineModel
+            regs = MachineModel.for_target(self.context.target).vector_registers
+        fits = [(mr, nv) for mr in self.mr_candidates for nv in self.nr_vectors
+                if mr * nv + nv + 1 <= regs]
+        fits.sort(key=lambda t: (-t[0] * t[1], -t[1]))
+        out = []
+        for mr, nv in fits[:count]:
+            v = MultiLevelTilingWithIntrin(self.mr_candidates, self.nr_vectors,
+                                           self.max_innermost_factor, recipe=(mr, nv))
+            if self.context is not None:
+                v.initialize(self.context)
+            out.append(v)
+        return out
 
     def _applicable(self, sch: Schedule, block: BlockRV):
         info = super()._applicable(sch, block)
@@ -432,6 +474,10 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
         out = [s for s in super().apply(sch, block) if s is not sch]
         for s in out:
             s.annotate(block, ANN_TENSORIZE, "outer_product")
+        if self.recipe is not None:
+            # a seed: the recipe or nothing (a block it does not fit drops the seed)
+            self.seeded += bool(out)
+            return out
         # the untouched schedule goes on too: MultiLevelTiling offers the plain tilings
         return out + [sch]
 
@@ -452,11 +498,55 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
             nrs = [nr for nr in nrs if ops.panel % nr == 0] or \
                 [d for d in range(min(ops.panel, 64), 0, -1) if ops.panel % d == 0][:1]
         nrs = nrs or [lanes]
-        mr = sch.sample_categorical(mrs, [1.0 / len(mrs)] * len(mrs))
-        nr = sch.sample_categorical(nrs, [1.0 / len(nrs)] * len(nrs))
+        pick_mr = pick_nr = None
+        if self.recipe is not None:
+            want_mr, want_nr = self.recipe[0], self.recipe[1] * lanes
+            if want_mr not in mrs or want_nr not in nrs or (ej is not None and ej % want_nr):
+                # (a panel width that leaves a column tail is far slower: masked lanes)
+                raise ScheduleError("MultiLevelTilingWithIntrin", f"recipe {self.recipe} does "
+                                    f"not fit block {info.block.name}", info.block)
+            pick_mr, pick_nr = mrs.index(want_mr), nrs.index(want_nr)
+            self._recipe_tiles = self._recipe_decisions(info, i_idx, j_idx, want_mr, want_nr,
+                                                        hints)
+        mr = sch.sample_categorical(mrs, [1.0 / len(mrs)] * len(mrs), decision=pick_mr)
+        nr = sch.sample_categorical(nrs, [1.0 / len(nrs)] * len(nrs), decision=pick_nr)
         self._swap = j_idx < i_idx
         n = self.structure.count("S") - 1
         return {i_idx: (mr, n), j_idx: (nr, n)}
+
+    def _recipe_decisions(self, info: A.BlockInfo, i_idx: int, j_idx: int, mr: int, nr: int,
+                          hints: dict) -> list[list[int]]:
+        """The recipe's tile decisions, one per loop in loop order (the order ``_tile`` calls
+        ``_split`` in): for ``j`` (outside its ``NR`` tile) the panels in level 0, for ``i``
+        (outside ``MR``) the row tiles in level 1, other spatial loops in level 0, reduce
+        loops whole in level 0."""
+        n_s, n_r = self.structure.count("S"), self.structure.count("R")
+        out = []
+        for idx, (loop, kind) in enumerate(zip(info.loops, A.loop_iter_kinds(info))):
+            ext = A.extent_value(loop, hints)
+            if ext is None:
+                raise ScheduleError("MultiLevelTilingWithIntrin", f"loop {loop.loop_var.name} "
+                                    f"has no representative extent", loop)
+            if idx == j_idx:
+                out.append([-(-ext // nr)] + [1] * (n_s - 2))
+            elif idx == i_idx:
+                out.append([1, -(-ext // mr)] + [1] * (n_s - 3))
+            elif kind == "S":
+                out.append([ext] + [1] * (n_s - 2))
+            else:
+                out.append([ext] + [1] * (n_r - 1))
+        return out
+
+    def _split(self, sch: Schedule, loop: LoopRV, n: int, hints: dict,
+               caps: tuple | None = None) -> list[LoopRV]:
+        if self.recipe is None:
+            return super()._split(sch, loop, n, hints, caps)
+        decision = self._recipe_tiles.pop(0)   # _tile splits the loops in loop order
+        if n <= 1:
+            return [loop]
+        inner = sch.sample_tile(loop, n, self.max_innermost_factor, hints or None,
+                                decision=decision)
+        return sch.split(loop, [None, *inner])
 
     def _register_tile_order(self, loops):
         return list(reversed(loops)) if self._swap else loops

@@ -36,11 +36,24 @@ class ParallelVectorizeUnroll(ScheduleRule):
         self.max_jobs_per_core = int(max_jobs_per_core)
         self.max_vectorize_extent = int(max_vectorize_extent)
         self.unroll_max_steps = tuple(int(u) for u in unroll_max_steps)
+        self.seed_unroll: int | None = None   # a seed variant's fixed decision (an index)
 
     def __repr__(self):
         return (f"ParallelVectorizeUnroll(max_jobs_per_core={self.max_jobs_per_core}, "
                 f"max_vectorize_extent={self.max_vectorize_extent}, unroll_max_steps="
                 f"{self.unroll_max_steps})")
+
+    def seed_variants(self) -> list["ParallelVectorizeUnroll"]:
+        """The rule with no extra unrolling (the smallest unroll depth): seeds such as the
+        micro-kernel recipe unroll their register tile themselves."""
+        if not self.unroll_max_steps:
+            return []
+        v = ParallelVectorizeUnroll(self.max_jobs_per_core, self.max_vectorize_extent,
+                                    self.unroll_max_steps)
+        v.seed_unroll = self.unroll_max_steps.index(min(self.unroll_max_steps))
+        if self.context is not None:
+            v.initialize(self.context)
+        return [v]
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         info = A.block_info(sch, block)
@@ -53,6 +66,7 @@ class ParallelVectorizeUnroll(ScheduleRule):
             sch.annotate(block, ANN_VECTORIZE, self.max_vectorize_extent)
         if self.unroll_max_steps:
             n = len(self.unroll_max_steps)
-            v = sch.sample_categorical(list(self.unroll_max_steps), [1.0 / n] * n)
+            v = sch.sample_categorical(list(self.unroll_max_steps), [1.0 / n] * n,
+                                       decision=self.seed_unroll)
             sch.annotate(block, ANN_UNROLL, v)
         return [sch]

@@ -169,3 +169,43 @@ def test_random_micro_kernel_samples_pack_and_block_registers():
             assert [l.kind for l in c_loops[-2:]] == ["unrolled", "vectorized"]
     if target_isas(LLVM):
         assert tensorized >= 1
+
+
+# -- seeds: the recipe points the search starts from ----------------------------------------
+
+
+def test_seeds_are_the_hand_recipe_and_compute_the_gemm():
+    """``SpaceGenerator.seeds`` gives the hand recipe at a few register tiles: the 6 x NR seed
+    is the same program as ``schedule_gemm``'s (M leaves a row tail, so neither is
+    tensorized), every seed is correct, and a seed's trace is a trace of the micro-kernel
+    design (mutators can move it)."""
+    from benchmarks.schedules.gemm import GemmConfig, schedule_gemm
+    M, N, K = 100, 64, 40
+    f = gemm(M, N, K)
+    space = ms.default_space(LLVM)
+    lanes = ms.SpaceContext(LLVM).lanes()
+    seeds = space.seeds(f, LLVM)
+    assert 1 <= len(seeds) <= 6
+    design = micro_kernel_design(space, f)
+    kinds = [i.kind for i in design.trace.without_postproc().instructions]
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (M, K)).astype("float32")
+    b = rng.uniform(-1, 1, (K, N)).astype("float32")
+    for sch in seeds:
+        assert [i.kind for i in sch.trace.without_postproc().instructions] == kinds
+        check_build(sch.mod, LLVM, [a, b], a @ b)
+        moved = space.mutate(sch.trace, f, LLVM, np.random.default_rng(0))
+        assert moved is not None, space.last_rejection
+        check_build(moved.mod, LLVM, [a, b], a @ b)
+    nr = 4 * lanes if 4 * lanes <= 64 else 2 * lanes
+    if N % nr == 0:
+        hand = Schedule(f)
+        schedule_gemm(hand, "C", LLVM, GemmConfig(mr=6, nr=nr))
+        want = lower(hand.mod["main"])
+        assert any(same_program(want, lower(s.mod["main"])) for s in seeds)
+
+
+def test_no_seeds_without_a_block_the_recipe_fits():
+    space = ms.default_space(LLVM)
+    func = WORKLOADS["softmax"][0]()
+    assert space.seeds(func, LLVM) == []
