@@ -5,7 +5,13 @@
 * ``work_dir/workloads.json`` — one line per workload (a kernel to tune): its structural hash
   and its TensorIR text (``func.script()``);
 * ``work_dir/records.json`` — one line per measured candidate: the workload's hash, the target,
-  the schedule's trace, the run times (or the error), the arguments it ran on.
+  the schedule's trace, the run times (or the error), the arguments it ran on;
+* ``work_dir/remeasured.json`` — one line per re-measurement (``Remeasurement``): the tuner's
+  best candidates of a workload and its baseline timed again, interleaved, over several
+  rounds, and the one it selected. Once a workload has one, ``query_tuning_record`` /
+  ``query_schedule`` return the latest one's selection instead of the fastest record (whose
+  time is the minimum of many noisy measurements, often a lucky one). A database without the
+  file (written before it existed) loads as before.
 
 Every line carries the schema version (``"v": 1``). A line is written with a single ``write``
 under an exclusive ``flock`` and ``fsync``'d before the call returns, so a tuning run killed at
@@ -53,12 +59,13 @@ try:  # POSIX advisory locks; elsewhere appends rely on O_APPEND alone
 except ImportError:  # pragma: no cover
     fcntl = None
 
-__all__ = ["Workload", "TuningRecord", "Database", "workload_hash", "target_key",
-           "SCHEMA_VERSION", "WORKLOADS_FILE", "RECORDS_FILE"]
+__all__ = ["Workload", "TuningRecord", "Remeasurement", "Database", "workload_hash",
+           "target_key", "SCHEMA_VERSION", "WORKLOADS_FILE", "RECORDS_FILE", "REMEASURED_FILE"]
 
 SCHEMA_VERSION = 1
 WORKLOADS_FILE = "workloads.json"
 RECORDS_FILE = "records.json"
+REMEASURED_FILE = "remeasured.json"
 
 # attributes that name a function rather than say what it computes
 _NAME_ATTRS = ("global_symbol",)
@@ -325,6 +332,138 @@ class TuningRecord:
             error=error, timestamp=data.get("time"))
 
 
+@dataclass
+class Remeasurement:
+    """A workload's best candidates (and its baseline) measured again, and the one selected.
+
+    ``metaschedule.tune_tasks`` writes one per task at the end of a run: the top few distinct
+    records and the task's baseline (its default schedule) are built again and run
+    interleaved for several rounds, and a candidate is selected only if its median beats the
+    baseline's by ``margin`` (otherwise the baseline is selected).
+
+    Attributes
+    ----------
+    workload : Workload
+    target : str
+    traces : list[Trace]
+        The re-measured schedules.
+    run_secs : list[list[float] | None]
+        Per schedule: its time in each round (the median of the round's repeats); None for
+        one that failed in some round.
+    selected : int
+        The index of the selected schedule (the one a build uses).
+    baseline : int, optional
+        The index of the task's baseline among ``traces`` (None without one).
+    margin : float
+        The speedup over the baseline a candidate needed (0.03: 3% faster).
+    errors : list[str | None], optional
+        Why a schedule failed.
+
+    Examples
+    --------
+    >>> m = Remeasurement(wl, "llvm", [base.trace, sch.trace],
+    ...                   [[1.0e-3, 1.1e-3], [0.9e-3, 0.8e-3]], selected=1, baseline=0,
+    ...                   margin=0.03)                                      # doctest: +SKIP
+    >>> m.median_secs(1), m.selected_record.run_secs                        # doctest: +SKIP
+    (0.00085, [0.00085])
+    """
+
+    workload: Workload
+    target: str
+    traces: list
+    run_secs: list
+    selected: int
+    baseline: int | None = None
+    margin: float = 0.0
+    errors: list | None = None
+    timestamp: float | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        n = len(self.traces)
+        if n == 0 or len(self.run_secs) != n:
+            raise ValueError(f"Remeasurement: {n} traces but {len(self.run_secs)} run_secs "
+                             f"lists (one per trace, at least one)")
+        if self.errors is None:
+            self.errors = [None] * n
+        if len(self.errors) != n:
+            raise ValueError(f"Remeasurement: {n} traces but {len(self.errors)} errors")
+        for name, idx in (("selected", self.selected), ("baseline", self.baseline)):
+            if idx is None and name == "baseline":
+                continue
+            if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < n:
+                raise ValueError(f"Remeasurement: {name} must be an index below {n}, got "
+                                 f"{idx!r}")
+        if not math.isfinite(self.median_secs(self.selected)):
+            raise ValueError("Remeasurement: the selected schedule has no run time")
+        if not isinstance(self.margin, (int, float)) or not math.isfinite(self.margin):
+            raise ValueError(f"Remeasurement: margin must be a number, got {self.margin!r}")
+
+    def median_secs(self, i: int) -> float:
+        """The median of schedule ``i``'s round times (``inf`` where it failed)."""
+        times = self.run_secs[i]
+        if not times or self.errors[i] is not None:
+            return math.inf
+        t = sorted(times)
+        mid = len(t) // 2
+        return t[mid] if len(t) % 2 else (t[mid - 1] + t[mid]) / 2
+
+    def record(self, i: int) -> TuningRecord:
+        """Schedule ``i`` as a ``TuningRecord`` whose ``run_secs`` is ``[its median]`` (so its
+        ``mean_secs`` is the time it was selected on)."""
+        med = self.median_secs(i)
+        return TuningRecord(self.traces[i], self.workload, self.target,
+                            [med] if math.isfinite(med) else None,
+                            error=None if math.isfinite(med) else
+                            (self.errors[i] or "failed in the re-measurement"),
+                            timestamp=self.timestamp)
+
+    @property
+    def selected_record(self) -> TuningRecord:
+        """The selected schedule as a ``TuningRecord`` (see ``record``)."""
+        return self.record(self.selected)
+
+    @property
+    def baseline_record(self) -> TuningRecord | None:
+        """The baseline as a ``TuningRecord`` (see ``record``), None without one."""
+        return None if self.baseline is None else self.record(self.baseline)
+
+    def to_json(self) -> dict:
+        cands = []
+        for trace, times, err in zip(self.traces, self.run_secs, self.errors):
+            if times is not None:
+                times = [float(t) for t in times]
+                if not all(math.isfinite(t) for t in times):
+                    raise ValueError(f"run_secs must be finite numbers, got {times}")
+            cands.append({"trace": trace.to_json(), "run_secs": times,
+                          "error": None if err is None else str(err)})
+        return {"v": SCHEMA_VERSION, "workload": self.workload.shash,
+                "target": target_key(self.target), "candidates": cands,
+                "selected": self.selected, "baseline": self.baseline,
+                "margin": float(self.margin),
+                "time": round(self.timestamp if self.timestamp is not None else time.time(), 3)}
+
+    @staticmethod
+    def from_json(data: dict, workload: Workload) -> "Remeasurement":
+        target, cands = data.get("target"), data.get("candidates")
+        if not isinstance(target, str):
+            raise ValueError("a re-measurement needs a 'target' string")
+        if not isinstance(cands, list) or not all(isinstance(c, dict) for c in cands):
+            raise ValueError("a re-measurement needs a 'candidates' list of objects")
+        run_secs = []
+        for c in cands:
+            times = c.get("run_secs")
+            if times is not None and (not isinstance(times, list) or not all(
+                    isinstance(t, (int, float)) and not isinstance(t, bool) for t in times)):
+                raise ValueError(f"'run_secs' must be a list of numbers or null, got {times!r}")
+            run_secs.append(None if times is None else [float(t) for t in times])
+        errors = [c.get("error") for c in cands]
+        if not all(e is None or isinstance(e, str) for e in errors):
+            raise ValueError("'error' must be a string or null")
+        return Remeasurement(workload, target, [Trace.from_json(c.get("trace")) for c in cands],
+                             run_secs, data.get("selected"), data.get("baseline"),
+                             data.get("margin", 0.0), errors, data.get("time"))
+
+
 # -- the files --------------------------------------------------------------------------------------
 class _Log:
     """One append-only JSON-lines file and how much of it has been read."""
@@ -442,7 +581,8 @@ def _fsync_dir(path: str) -> None:
 
 
 class Database:
-    """Tuning records in ``work_dir`` (``workloads.json``, ``records.json``), append-only.
+    """Tuning records in ``work_dir`` (``workloads.json``, ``records.json``,
+    ``remeasured.json``), append-only.
 
     Parameters
     ----------
@@ -465,9 +605,11 @@ class Database:
         self._lock = threading.RLock()
         self._wl_log = _Log(os.path.join(self.work_dir, WORKLOADS_FILE))
         self._rec_log = _Log(os.path.join(self.work_dir, RECORDS_FILE))
+        self._remeasure_log = _Log(os.path.join(self.work_dir, REMEASURED_FILE))
         self._workloads: dict[str, Workload] = {}
         self._records: list[TuningRecord] = []
         self._by_key: dict[tuple[str, str], list[TuningRecord]] = {}
+        self._remeasured: dict[tuple[str, str], list[Remeasurement]] = {}
         self._refresh()
 
     # -- loading ----------------------------------------------------------------------------
@@ -480,20 +622,24 @@ class Database:
                 continue
             self._workloads.setdefault(wl.shash, wl)
 
+    def _line_workload(self, log: _Log, lineno: int, obj: dict) -> Workload | None:
+        shash = obj.get("workload")
+        wl = self._workloads.get(shash) if isinstance(shash, str) else None
+        if wl is None and isinstance(shash, str):
+            self._read_workloads()  # another writer may have added it meanwhile
+            wl = self._workloads.get(shash)
+        if wl is None:
+            # workloads.json is read first and a workload line is always written before
+            # the lines that refer to it: this one's workload line is lost or corrupt
+            log.warn(lineno, f"its workload {shash!r} is not in {WORKLOADS_FILE}")
+        return wl
+
     def _refresh(self) -> None:
         with self._lock:
             self._read_workloads()
             for lineno, obj in self._rec_log.read_new():
-                shash = obj.get("workload")
-                wl = self._workloads.get(shash) if isinstance(shash, str) else None
-                if wl is None and isinstance(shash, str):
-                    self._read_workloads()  # another writer may have added it meanwhile
-                    wl = self._workloads.get(shash)
+                wl = self._line_workload(self._rec_log, lineno, obj)
                 if wl is None:
-                    # workloads.json is read first and a workload line is always written
-                    # before its records: this one's workload line is lost or corrupt
-                    self._rec_log.warn(lineno, f"its workload {shash!r} is not in "
-                                               f"{WORKLOADS_FILE}")
                     continue
                 try:
                     rec = TuningRecord.from_json(obj, wl)
@@ -502,6 +648,16 @@ class Database:
                     continue
                 self._records.append(rec)
                 self._by_key.setdefault((wl.shash, rec.target), []).append(rec)
+            for lineno, obj in self._remeasure_log.read_new():
+                wl = self._line_workload(self._remeasure_log, lineno, obj)
+                if wl is None:
+                    continue
+                try:
+                    m = Remeasurement.from_json(obj, wl)
+                except (ValueError, TypeError, KeyError) as err:
+                    self._remeasure_log.warn(lineno, f"{type(err).__name__}: {err}")
+                    continue
+                self._remeasured.setdefault((wl.shash, target_key(m.target)), []).append(m)
 
     # -- workloads --------------------------------------------------------------------------
     def commit_workload(self, func: "PrimFunc | IRModule") -> Workload:
@@ -562,14 +718,50 @@ class Database:
         recs.sort(key=lambda r: r.mean_secs)
         return recs[:k]
 
+    def commit_remeasurement(self, remeasurement: Remeasurement) -> None:
+        """Append ``remeasurement`` (durably); from now on its selection is what
+        ``query_tuning_record`` and ``query_schedule`` return for its workload and target."""
+        if not isinstance(remeasurement, Remeasurement):
+            raise TypeError(f"expected a Remeasurement, got {type(remeasurement).__name__}")
+        with self._lock:
+            self._refresh()
+            if remeasurement.workload.shash not in self._workloads:
+                self.commit_workload(remeasurement.workload.func)
+            self._remeasure_log.append(remeasurement.to_json())
+            self._refresh()
+
+    def get_remeasurements(self, workload: "Workload | PrimFunc", target) -> list[Remeasurement]:
+        """The re-measurements of ``workload`` on ``target``, in the order written (the last is
+        the one in force).
+
+        Examples
+        --------
+        >>> ms = db.get_remeasurements(func, "llvm")           # doctest: +SKIP
+        >>> ms[-1].selected_record.mean_secs                   # doctest: +SKIP
+        0.00085
+        """
+        shash = workload.shash if isinstance(workload, Workload) else workload_hash(workload)
+        self._refresh()
+        with self._lock:
+            return list(self._remeasured.get((shash, target_key(target)), ()))
+
     def query_tuning_record(self, func: "PrimFunc | IRModule", target) -> TuningRecord | None:
-        """The best successful record of ``func`` on ``target``, or None."""
-        top = self.get_top_k(_as_func(func), target, 1)
+        """The record a build of ``func`` on ``target`` uses, or None: the selection of the
+        latest re-measurement (``Remeasurement.selected_record``: its ``run_secs`` is the
+        re-measured median) when the workload has one, else the fastest successful record."""
+        func = _as_func(func)
+        found = self.get_remeasurements(func, target)
+        if found:
+            return found[-1].selected_record
+        top = self.get_top_k(func, target, 1)
         return top[0] if top else None
 
     def query_schedule(self, func: "PrimFunc | IRModule", target) -> Schedule | None:
         """The best record's trace replayed on ``func``: the tuned schedule, or None if the
-        database has no successful record of ``func`` on ``target``.
+        database has no successful record of ``func`` on ``target``. The best record is
+        ``query_tuning_record``'s: the latest re-measurement's selection where there is one
+        (which may be the task's baseline: then the default schedule is what is returned),
+        else the fastest record.
 
         A record whose trace no longer replays (a trace written by an incompatible version)
         is skipped with a warning and the next best is tried.
@@ -580,7 +772,11 @@ class Database:
         >>> targets.build(sch.mod, "llvm")                 # doctest: +SKIP
         """
         func = _as_func(func)
-        for rec in self.get_top_k(func, target, 8):
+        recs = self.get_top_k(func, target, 8)
+        found = self.get_remeasurements(func, target)
+        if found:
+            recs.insert(0, found[-1].selected_record)
+        for rec in recs:
             try:
                 return rec.trace.apply(func)
             except Exception as err:  # a broken record must not stop the build
@@ -605,5 +801,6 @@ class Database:
         return len(self._records)
 
     def __repr__(self):
+        n_re = sum(len(v) for v in self._remeasured.values())
         return (f"<metaschedule.Database {self.work_dir!r}: {len(self._workloads)} workloads, "
-                f"{len(self._records)} records>")
+                f"{len(self._records)} records, {n_re} re-measurements>")
