@@ -6,7 +6,11 @@ A tuning run works in ``work_dir``:
 * ``workloads.json`` / ``records.json`` — the ``Database``: every measured candidate, failed
   and wrong ones included (so they are never measured again). A second run with the same
   ``work_dir`` resumes: its search starts from the best records, and its trials come on top.
-* ``tune.log`` — what happened: tasks, batches, best times, rejected candidates, a summary.
+* ``remeasured.json`` — per task, its best candidates and baseline timed again at the end of a
+  run and the schedule selected (``Database.get_remeasurements``; see ``tune_tasks``'s
+  ``remeasure``): the record ``apply_best`` / ``relax.build`` use.
+* ``tune.log`` — what happened: tasks, batches, best times, rejected candidates, the
+  re-measurements, a summary.
 * ``tasks.json`` — the tasks (name, workload hash, weight, flop, shape hints), which
   ``plot_tuning_curve`` uses to label and scale its curves.
 * ``cost_model.npz`` — the XGBoost model and its training data, reloaded on resume.
@@ -31,10 +35,12 @@ Examples
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 import time
 import warnings
@@ -48,9 +54,9 @@ from tensorir.function import IRModule, PrimFunc
 from tensorir.schedule import Schedule
 
 from .arg_info import output_indices, random_inputs
-from .builder import LocalBuilder
+from .builder import ARTIFACT_PREFIX, BuilderResult, LocalBuilder, remove_artifact
 from .cost_model import CostModel, RandomModel, XGBModel
-from .database import Database, TuningRecord, target_key, workload_hash
+from .database import Database, Remeasurement, TuningRecord, target_key, workload_hash
 from .errors import TuneError
 from .feature import count_flop
 from .progress import Progress
@@ -63,12 +69,20 @@ from .space_generator import (DEFAULT_SHAPE_HINT, SpaceGenerator, default_space,
 from .task_scheduler import TaskScheduler, make_task_scheduler
 
 __all__ = ["Task", "tune_tir", "tune_tasks", "apply_best", "baseline_record",
-           "DEFAULT_SHAPE_HINT",
+           "DEFAULT_SHAPE_HINT", "DEFAULT_REMEASURE", "DEFAULT_REMEASURE_ROUNDS",
+           "DEFAULT_REMEASURE_MARGIN",
            "TASKS_FILE", "LOG_FILE", "COST_MODEL_FILE"]
 
 TASKS_FILE = "tasks.json"
 LOG_FILE = "tune.log"
 COST_MODEL_FILE = "cost_model.npz"
+
+# the re-measurement at the end of a run (tune_tasks' remeasure, remeasure_rounds,
+# remeasure_margin): ResNet-50's best records summed to 46.1 ms in the tuner and the model
+# built with them ran in 52.2 ms, slower than the untuned 50.1 (docs/tuning.md)
+DEFAULT_REMEASURE = 4
+DEFAULT_REMEASURE_ROUNDS = 5
+DEFAULT_REMEASURE_MARGIN = 0.03
 
 
 def _as_func(func) -> PrimFunc:
@@ -108,7 +122,9 @@ class Task:
         the default CPU schedule). ``tune_tasks`` measures it first, like any candidate: its
         record (a trace replaying to that schedule) is in the database, so a tuned record is
         the best — and is what ``relax.build`` / ``apply_best`` use — only where it measured
-        faster than the baseline; and the search and the task scheduler start from its time.
+        faster than the baseline (and, re-measured with it at the end of the run, beat it by
+        the margin: ``tune_tasks``' ``remeasure``); and the search and the task scheduler
+        start from its time.
         Its constant splits are lifted into tile decisions (``search.lift_tiles``: the same
         program), so the search's initial population holds it and mutates its tile sizes.
     reference : callable, optional
@@ -245,6 +261,7 @@ class _TaskState:
     done: bool = False
     ok_ever: bool = False
     baseline_secs: float | None = None
+    remeasured: bool = False
 
 
 def tune_tasks(tasks: Sequence[Task], target, max_trials: int, *, work_dir,
@@ -252,8 +269,20 @@ def tune_tasks(tasks: Sequence[Task], target, max_trials: int, *, work_dir,
                builder=None, runner=None, cost_model="xgb", space: SpaceGenerator | None = None,
                search: EvolutionarySearch | dict | None = None,
                task_scheduler: "str | TaskScheduler" = "gradient", seed: int | None = None,
-               progress: bool = True) -> Database:
+               progress: bool = True, remeasure: int = DEFAULT_REMEASURE,
+               remeasure_rounds: int = DEFAULT_REMEASURE_ROUNDS,
+               remeasure_margin: float = DEFAULT_REMEASURE_MARGIN) -> Database:
     """Tune several kernels with one trial budget; the tuning database.
+
+    At the end of the run each task's ``remeasure`` best distinct records are built again
+    and timed together with its baseline, interleaved (each round runs them all, in a
+    rotated order), for ``remeasure_rounds`` rounds; a candidate's time is the median of its
+    rounds. The fastest candidate is selected only if it beats the baseline by
+    ``remeasure_margin``, else the baseline is (and ``relax.build`` keeps the default
+    schedule); without a baseline the median-fastest is selected. The selection is committed
+    as a ``Remeasurement`` and is what ``apply_best`` / ``Database.query_schedule`` return:
+    the best record of the search alone is the minimum of many noisy measurements, often a
+    lucky draw rather than a faster schedule. The re-measurement does not count as trials.
 
     Parameters
     ----------
@@ -278,6 +307,14 @@ def tune_tasks(tasks: Sequence[Task], target, max_trials: int, *, work_dir,
     seed : int, optional
     progress : bool
         Show a live line per task.
+    remeasure : int
+        How many of each task's best distinct records to re-measure at the end (default 4);
+        0 turns the re-measurement off (then the fastest record is the best, as measured).
+    remeasure_rounds : int
+        Rounds of the re-measurement (each runs every candidate once, with the runner's
+        repeats).
+    remeasure_margin : float
+        The speedup over the baseline a candidate needs to be selected (0.03: 3% faster).
 
     Returns
     -------
@@ -290,6 +327,13 @@ def tune_tasks(tasks: Sequence[Task], target, max_trials: int, *, work_dir,
         For a target the design space does not support, or when every candidate of a
         task's first batch failed to build (a broken toolchain) or to run (an unreachable
         board, a broken runtime).
+
+    Examples
+    --------
+    >>> db = tune_tasks([Task("gemm", func, baseline=sch)], "llvm", 256, work_dir="tune/",
+    ...                 remeasure=4, remeasure_margin=0.05)              # doctest: +SKIP
+    >>> db.get_remeasurements(func, "llvm")[-1].selected                # doctest: +SKIP
+    2
     """
     if not tasks:
         raise TuneError("tune_tasks: no tasks to tune")
@@ -298,6 +342,7 @@ def tune_tasks(tasks: Sequence[Task], target, max_trials: int, *, work_dir,
         raise ValueError(f"max_trials must be an int >= 1, got {max_trials!r}")
     if num_trials_per_iter < 1:
         raise ValueError(f"num_trials_per_iter must be >= 1, got {num_trials_per_iter}")
+    remeasure_cfg = _check_remeasure(remeasure, remeasure_rounds, remeasure_margin)
     target = target if isinstance(target, Target) else Target(target)
     space = space if space is not None else default_space(target)   # TuneError if unsupported
     seed = int(np.random.SeedSequence().entropy % (2**31)) if seed is None else int(seed)
@@ -315,7 +360,8 @@ def tune_tasks(tasks: Sequence[Task], target, max_trials: int, *, work_dir,
         try:
             return _tune(tasks, target, max_trials, work_dir, num_trials_per_iter,
                          max_trials_per_task, builder, runner, model, space, search,
-                         search_kwargs, task_scheduler, seed, progress, db, log)
+                         search_kwargs, task_scheduler, seed, progress, db, log,
+                         remeasure_cfg)
         finally:
             if own_builder:
                 builder.close()
@@ -324,7 +370,8 @@ def tune_tasks(tasks: Sequence[Task], target, max_trials: int, *, work_dir,
 
 
 def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runner, model,
-          space, search, search_kwargs, task_scheduler, seed, progress, db, log) -> Database:
+          space, search, search_kwargs, task_scheduler, seed, progress, db, log,
+          remeasure_cfg) -> Database:
     start = time.time()
     states: list[_TaskState] = []
     entries = []
@@ -435,6 +482,8 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
                 model.save(os.path.join(work_dir, COST_MODEL_FILE))
     finally:
         prog.close()
+    if remeasure_cfg is not None:
+        _remeasure(states, target, builder, runner, db, log, *remeasure_cfg)
     elapsed = time.time() - start
     rate = total / elapsed * 60 if elapsed > 0 else 0.0
     log.info("done: %d trials in %.1fs (%.1f trials/min)", total, elapsed, rate)
@@ -446,7 +495,9 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
         if st.baseline_secs is not None and math.isfinite(st.best_secs):
             speedup = st.baseline_secs / st.best_secs
             base = f", baseline {st.baseline_secs * 1e3:.4g} ms (x{speedup:.3g})"
-        log.info("  %s: %d trials, best %s%s%s", st.task.name, st.trials, best, gf, base)
+        how = " (re-measured)" if st.remeasured else ""
+        log.info("  %s: %d trials, best %s%s%s%s", st.task.name, st.trials, best, gf, base,
+                 how)
         if not st.ok_ever:
             warnings.warn(f"{st.task.name}: no candidate ran correctly in {st.trials} trials; "
                           f"see {os.path.join(work_dir, LOG_FILE)} (relax.build falls back to "
@@ -465,8 +516,10 @@ def _reference_of(task: Task, ctx: TuneContext) -> list[np.ndarray]:
 
 
 def baseline_record(db: Database, task: Task, target) -> TuningRecord | None:
-    """The fastest record of ``task``'s baseline schedule in ``db`` (None without a baseline
-    or before it was measured).
+    """The record of ``task``'s baseline schedule in ``db`` (None without a baseline or
+    before it was measured): its re-measured time (``run_secs`` ``[the median]``) where the
+    latest re-measurement of the task has it -- comparable with ``query_tuning_record``'s
+    selection --, else its fastest record.
 
     Examples
     --------
@@ -478,6 +531,12 @@ def baseline_record(db: Database, task: Task, target) -> TuningRecord | None:
         return None
     key = trace_key(task.baseline.trace)
     shash, tkey = workload_hash(task.func), target_key(target)
+    remeasured = db.get_remeasurements(task.func, target)
+    if remeasured:
+        last = remeasured[-1]
+        if last.baseline is not None and trace_key(last.traces[last.baseline]) == key and \
+                math.isfinite(last.median_secs(last.baseline)):
+            return last.baseline_record
     found = None
     for rec in db.get_all_tuning_records():
         if rec.workload.shash == shash and rec.target == tkey and trace_key(rec.trace) == key:
@@ -539,6 +598,191 @@ def _control(st: _TaskState) -> Candidate | None:
                      np.zeros((1, 0), np.float32), source="control")
 
 
+# ---------------------------------------------------------------------------------------------
+# re-measuring the best candidates
+
+
+def _check_remeasure(top, rounds, margin) -> tuple[int, int, float] | None:
+    """``(top, rounds, margin)`` checked, or None when the re-measurement is off."""
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 0:
+        raise ValueError(f"remeasure must be an int >= 0 (0: off), got {top!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
+        raise ValueError(f"remeasure_rounds must be an int >= 1, got {rounds!r}")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float, np.floating)) or \
+            not 0 <= margin < 1:
+        raise ValueError(f"remeasure_margin must be a number in [0, 1), got {margin!r}")
+    return (int(top), int(rounds), float(margin)) if top else None
+
+
+class _RecordSink:
+    """Stands in for the database while ``run_candidates`` runs the re-measurement rounds:
+    each round's times are not trials (they would again be single noisy measurements, and
+    the minimum of them the best); they go to the database as one ``Remeasurement``."""
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        pass
+
+
+def _remeasure_contenders(st: _TaskState, target, db: Database, top: int):
+    """``(traces, candidates, baseline index)``: the task's ``top`` fastest distinct programs
+    in ``db`` (its baseline left out) and, when it ran, the baseline -- each replayed on the
+    task's function as ``query_schedule`` would."""
+    func = st.ctx.func
+    traces, cands, seen = [], [], set()
+
+    def add(trace, source) -> bool:
+        try:
+            sch = trace.apply(func)
+            shash = workload_hash(sch.func)
+        except Exception as err:  # noqa: BLE001 - a record that no longer replays
+            LOG.debug("%s: a record does not replay for the re-measurement: %s", st.task.name,
+                      err)
+            return False
+        if shash in seen:              # another trace of a program already in
+            return False
+        seen.add(shash)
+        traces.append(trace)
+        cands.append(Candidate(sch, shash, np.zeros((1, 0), np.float32), source=source))
+        return True
+
+    base_idx = None
+    base = baseline_record(db, st.task, target) if st.task.baseline is not None else None
+    if base is not None and base.ok and add(st.task.baseline.trace, "baseline"):
+        base_idx = 0
+    base_key = trace_key(st.task.baseline.trace) if st.task.baseline is not None else None
+    n_tuned = 0
+    for rec in db.get_top_k(st.ctx.workload, target, len(db)):
+        if n_tuned >= top:
+            break
+        if base_key is not None and trace_key(rec.trace) == base_key:
+            continue
+        if add(rec.trace, "remeasure"):
+            n_tuned += 1
+    return traces, cands, base_idx
+
+
+def _remeasure(states: list[_TaskState], target, builder, runner, db: Database, log,
+               top: int, rounds: int, margin: float) -> None:
+    """Re-measure every task's best candidates with its baseline and commit the selection
+    (see ``tune_tasks``). All builds go to one builder call first, so the builder is idle
+    while the rounds run."""
+    plans = []
+    for st in states:
+        if not st.ok_ever:
+            continue
+        traces, cands, base_idx = _remeasure_contenders(st, target, db, top)
+        n_tuned = len(cands) - (base_idx is not None)
+        if n_tuned == 0 or len(cands) < 2:
+            log.info("%s: nothing to re-measure (%d tuned candidate(s)%s)", st.task.name,
+                     n_tuned, ", no baseline" if base_idx is None else "")
+            continue
+        plans.append((st, traces, cands, base_idx))
+    if not plans:
+        return
+    t0 = time.time()
+    built = build_candidates("re-measurement", target,
+                             [c for _, _, cands, _ in plans for c in cands], builder)
+    pos = 0
+    for st, traces, cands, base_idx in plans:
+        mine = built[pos:pos + len(cands)]
+        pos += len(cands)
+        _remeasure_task(st, traces, cands, mine, base_idx, runner, db, log, rounds, margin)
+    log.info("re-measured %d task(s) in %.1fs (%d rounds each)", len(plans), time.time() - t0,
+             rounds)
+
+
+def _median(xs) -> float:
+    return float(np.median(xs))
+
+
+def _artifact_copy(b: BuilderResult) -> BuilderResult:
+    """A copy of a built artifact in a directory of its own, for one round: runners remove
+    the artifact they ran (``cleanup``), and building again for every round would cost what
+    the trials cost. An artifact outside a builder's directory (which no runner removes) is
+    used as it is."""
+    d = os.path.dirname(os.path.abspath(b.artifact_path))
+    if not os.path.basename(d).startswith(ARTIFACT_PREFIX):
+        return b
+    new = tempfile.mkdtemp(prefix=ARTIFACT_PREFIX, dir=os.path.dirname(d))
+    shutil.copytree(d, new, dirs_exist_ok=True)
+    return BuilderResult(os.path.join(new, os.path.basename(b.artifact_path)), None,
+                         b.build_secs)
+
+
+def _remeasure_task(st: _TaskState, traces, cands, built, base_idx, runner, db: Database, log,
+                    rounds: int, margin: float) -> None:
+    n = len(cands)
+    run_secs: list[list[float] | None] = [[] for _ in range(n)]
+    errors: list[str | None] = [None] * n
+    live = []
+    for i, b in enumerate(built):
+        if b.error_msg is not None or b.artifact_path is None:
+            errors[i], run_secs[i] = f"build error: {b.error_msg}", None
+        else:
+            live.append(i)
+    sink_ctx = dataclasses.replace(st.ctx, database=_RecordSink())
+    try:
+        for r in range(rounds):
+            # interleaved: every round runs them all, each round in an order rotated by one,
+            # so a slow minute of the machine falls on all of them and none always runs first
+            order = [i for i in live[r % len(live):] + live[:r % len(live)]
+                     if errors[i] is None] if live else []
+            results = run_candidates(sink_ctx, [cands[i] for i in order],
+                                     [_artifact_copy(built[i]) for i in order], runner, log)
+            for i, res in zip(order, results):
+                if res.ok:
+                    run_secs[i].append(_median(res.run_secs))
+                else:                  # failed once: not reliable enough to select
+                    errors[i], run_secs[i] = res.error or "failed", None
+    finally:
+        for b in built:
+            remove_artifact(b.artifact_path)
+    medians = [_median(t) if errors[i] is None and t else math.inf
+               for i, t in enumerate(run_secs)]
+    tuned = [i for i in range(n) if i != base_idx and math.isfinite(medians[i])]
+    base_ok = base_idx is not None and math.isfinite(medians[base_idx])
+    name = st.task.name
+    n_tuned = n - (base_idx is not None)
+    if not tuned and not base_ok:
+        log.warning("%s: every re-measured schedule failed (%s); the selection is left as it "
+                    "was", name, next(e for e in errors if e))
+        return
+    best = min(tuned, key=lambda i: medians[i]) if tuned else None
+    if base_idx is None:
+        selected = best
+        log.info("%s: re-measured top %d among themselves (no baseline, %d rounds): selected "
+                 "%.4g ms (median)", name, n_tuned, rounds, medians[best] * 1e3)
+    elif not base_ok:
+        selected = best
+        log.warning("%s: the baseline failed in the re-measurement (%s); selected the "
+                    "median-fastest of top %d, %.4g ms", name, errors[base_idx], n_tuned,
+                    medians[best] * 1e3)
+    elif best is None:
+        selected = base_idx
+        log.info("%s: re-measured top %d vs baseline: every candidate failed (%s): the default "
+                 "schedule stays", name, n_tuned, next(e for e in errors if e))
+    else:
+        speedup = medians[base_idx] / medians[best]
+        if speedup >= 1 + margin:
+            selected = best
+            log.info("%s: re-measured top %d vs baseline (%d rounds): best x%.3g (%.4g vs "
+                     "%.4g ms), kept", name, n_tuned, rounds, speedup, medians[best] * 1e3,
+                     medians[base_idx] * 1e3)
+        else:
+            selected = base_idx
+            log.info("%s: re-measured top %d vs baseline (%d rounds): best x%.3g (%.4g vs "
+                     "%.4g ms); no candidate beat the baseline by %g%%: the default schedule "
+                     "stays", name, n_tuned, rounds, speedup, medians[best] * 1e3,
+                     medians[base_idx] * 1e3, round(margin * 100, 2))
+    db.commit_remeasurement(Remeasurement(
+        st.ctx.workload, target_key(st.ctx.target), list(traces), run_secs, selected,
+        base_idx, margin, errors, time.time()))
+    st.best_secs = medians[selected]
+    if base_ok:
+        st.baseline_secs = medians[base_idx]
+    st.remeasured = True
+
+
 def _check_runner(st: _TaskState, results: list[MeasureResult], runner) -> None:
     """A task whose first batch could not build, or built but could not run, at all: the
     builder or the runner is broken (an unreachable board, a missing toolchain)."""
@@ -565,8 +809,14 @@ def tune_tir(func: PrimFunc | IRModule, target, max_trials: int = 256, *, work_d
              num_trials_per_iter: int = 64, builder=None, runner=None, cost_model="xgb",
              space: SpaceGenerator | None = None, shape_hints: Mapping[str, int] | None = None,
              seed: int | None = None, progress: bool = True,
-             search: EvolutionarySearch | dict | None = None) -> Database:
+             search: EvolutionarySearch | dict | None = None,
+             remeasure: int = DEFAULT_REMEASURE,
+             remeasure_rounds: int = DEFAULT_REMEASURE_ROUNDS) -> Database:
     """Tune one kernel; the tuning database (see ``tune_tasks`` for the parameters).
+
+    The kernel has no baseline: at the end, its ``remeasure`` best records are re-measured
+    among themselves and the median-fastest is selected (``remeasure=0``: the fastest
+    record as measured).
 
     Parameters
     ----------
@@ -587,7 +837,8 @@ def tune_tir(func: PrimFunc | IRModule, target, max_trials: int = 256, *, work_d
     return tune_tasks([task], target, max_trials, work_dir=work_dir,
                       num_trials_per_iter=num_trials_per_iter, builder=builder, runner=runner,
                       cost_model=cost_model, space=space, search=search, seed=seed,
-                      progress=progress)
+                      progress=progress, remeasure=remeasure,
+                      remeasure_rounds=remeasure_rounds)
 
 
 def apply_best(db: Database, func: PrimFunc | IRModule, target) -> Schedule | None:

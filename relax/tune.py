@@ -157,7 +157,10 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
          shape_hints: Mapping[str, int] | None = None, pipeline=None,
          num_trials_per_iter: int = 64, max_trials_per_task: int | None = None,
          cost_model="xgb", space=None, search=None, task_scheduler="gradient",
-         seed: int | None = None, progress: bool = True, baselines: bool = True) -> Database:
+         seed: int | None = None, progress: bool = True, baselines: bool = True,
+         remeasure: int = metaschedule.tune.DEFAULT_REMEASURE,
+         remeasure_rounds: int = metaschedule.tune.DEFAULT_REMEASURE_ROUNDS,
+         remeasure_margin: float = metaschedule.tune.DEFAULT_REMEASURE_MARGIN) -> Database:
     """Tune every kernel of a Relax model; the tuning database for ``relax.build``.
 
     ``max_trials`` is the budget of the whole model, shared by its tasks through the gradient
@@ -169,6 +172,12 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     search found a faster one, so ``relax.build(mod, target, database=db)`` never uses a
     record slower than what it would build without one.
 
+    At the end (``remeasure``, the default 4; 0 turns it off) each task's best distinct
+    records are re-measured with its default schedule, interleaved over ``remeasure_rounds``
+    rounds (medians), and a record is used only where it beats the default schedule by
+    ``remeasure_margin`` (3%); elsewhere the database selects the default schedule, so the
+    minimum of many noisy measurements does not replace it by luck.
+
     Raises
     ------
     metaschedule.TuneError
@@ -178,6 +187,7 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     --------
     >>> db = relax.tune(mod, "llvm", max_trials=500, work_dir="tune/")        # doctest: +SKIP
     >>> exe = relax.build(mod, "llvm", database=db)                           # doctest: +SKIP
+    >>> db = relax.tune(mod, "llvm", 500, "tune/", remeasure_margin=0.05)     # doctest: +SKIP
     """
     target = target if isinstance(target, Target) else Target(target)
     tasks = extract_tasks(mod, target, upper_bounds=upper_bounds, shape_hints=shape_hints,
@@ -197,7 +207,9 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
                                        max_trials_per_task=max_trials_per_task, builder=builder,
                                        runner=runner, cost_model=cost_model, space=space,
                                        search=search, task_scheduler=task_scheduler, seed=seed,
-                                       progress=progress)
+                                       progress=progress, remeasure=remeasure,
+                                       remeasure_rounds=remeasure_rounds,
+                                       remeasure_margin=remeasure_margin)
     finally:
         if own_runner:
             runner.close()

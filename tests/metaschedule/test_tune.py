@@ -61,6 +61,12 @@ def test_log_tasks_file_curve_and_plot(tuned):
     func, work, db = tuned
     log = (work / "tune.log").read_text()
     assert "tuning 1 task(s)" in log and "12/12 trials" in log and "trials/min" in log
+    # no baseline: the best records were re-measured among themselves, and one selected
+    assert "main: re-measured top 4 among themselves (no baseline, 5 rounds)" in log
+    m, = db.get_remeasurements(func, "llvm")
+    assert m.baseline is None and len(m.traces) == 4
+    assert metaschedule.workload_hash(apply_best(db, func, "llvm").func) == \
+        metaschedule.workload_hash(m.traces[m.selected].apply(func).func)
     tasks = json.loads((work / "tasks.json").read_text())["tasks"]
     assert tasks[0]["flop"] == 2 * 64 ** 3 and tasks[0]["name"] == "main"
     curve = tuning_curve(work)["main"]

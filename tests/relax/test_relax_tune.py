@@ -178,10 +178,12 @@ def test_a_record_is_used_only_where_it_beats_the_baseline(convnet, tmp_path, fa
     target = targets.Target("llvm")
     tasks = relax.extract_tasks(mod, target)
     runner = _ScaledRunner(keep=len(tasks), factor=factor)
+    # the batches' controls at work (the re-measurement, which would time the scaled
+    # candidates again, is tested below)
     db = relax.tune(mod, target, max_trials=len(tasks) + 4, work_dir=tmp_path,
                     runner=runner, num_trials_per_iter=2, space=small_space(),
                     search={"population_size": 8, "genetic_num_iters": 1}, seed=0,
-                    progress=False)
+                    progress=False, remeasure=0)
     prepared = _prepare(mod, target, None, None)
     scheduled = schedule_kernels(prepared, target, db)
     by_hash = {workload_hash(prepared[n]): f for n, f in scheduled.items()}
@@ -201,6 +203,81 @@ def test_a_record_is_used_only_where_it_beats_the_baseline(convnet, tmp_path, fa
             assert workload_hash(got) != workload_hash(default)
     if factor < 1:
         assert n_tuned >= 1
+    vm = relax.VirtualMachine(relax.build(mod, target, database=db), targets.cpu(0))
+    xv = np.random.default_rng(1).uniform(-1, 1, (1, 4, 8, 8)).astype("float32")
+    np.testing.assert_allclose(vm["main"](xv).numpy(), reference(xv), rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# the re-measurement: a record measured fast once by luck does not replace the default schedule
+
+
+class _FakeBuilder:
+    """Builds nothing: the artifact "path" names the scheduled program's structural hash."""
+
+    def build(self, inputs):
+        from metaschedule import workload_hash
+        from metaschedule.builder import BuilderResult
+        return [BuilderResult("fake:" + workload_hash(i.mod), None) for i in inputs]
+
+    def close(self):
+        pass
+
+
+class _LuckyRunner:
+    """Runs nothing: a default schedule (a program in ``defaults``) takes 1 ms, every other
+    program 1.2 ms, except that its first measurement is a lucky 0.6 ms."""
+
+    def __init__(self, defaults):
+        self.defaults, self.seen = defaults, set()
+
+    def run(self, inputs):
+        from metaschedule.runner import RunnerResult
+        out = []
+        for inp in inputs:
+            h = inp.artifact_path[len("fake:"):]
+            t = 1e-3 if h in self.defaults else 1.2e-3 if h in self.seen else 0.6e-3
+            self.seen.add(h)
+            out.append(RunnerResult([t], None))
+        return out
+
+    def close(self):
+        pass
+
+
+def test_lucky_records_do_not_replace_the_default_schedules(convnet, tmp_path):
+    from metaschedule import workload_hash
+    from relax import default_schedules
+    mod, reference = convnet
+    target = targets.Target("llvm")
+    tasks = relax.extract_tasks(mod, target)
+    defaults = {workload_hash(t.baseline.func) for t in tasks}
+    options = dict(num_trials_per_iter=3, space=small_space(), builder=_FakeBuilder(),
+                   search={"population_size": 8, "genetic_num_iters": 1}, seed=0,
+                   progress=False, cost_model="random")
+    prepared = _prepare(mod, target, None, None)
+
+    def kernels(db):
+        return {workload_hash(prepared[n]): workload_hash(f)
+                for n, f in schedule_kernels(prepared, target, db).items()}
+    default = {workload_hash(t.func): workload_hash(default_schedules.apply(t.func, target))
+               for t in tasks}
+    trials = 3 * len(tasks) + 4
+    # without the re-measurement the lucky records are used
+    off = relax.tune(mod, target, trials, tmp_path / "off", runner=_LuckyRunner(defaults),
+                     remeasure=0, **options)
+    assert kernels(off) != default
+    # with it (the default), every kernel keeps its default schedule
+    db = relax.tune(mod, target, trials, tmp_path / "on", runner=_LuckyRunner(defaults),
+                    **options)
+    assert kernels(db) == default
+    for t in tasks:
+        m, = db.get_remeasurements(t.func, target)
+        assert m.selected == m.baseline, t.name
+        assert db.query_tuning_record(t.func, target).mean_secs == pytest.approx(1e-3)
+    log = (tmp_path / "on" / "tune.log").read_text()
+    assert log.count("no candidate beat the baseline by 3%: the default schedule stays") == \
+        len(tasks)
     vm = relax.VirtualMachine(relax.build(mod, target, database=db), targets.cpu(0))
     xv = np.random.default_rng(1).uniform(-1, 1, (1, 4, 8, 8)).astype("float32")
     np.testing.assert_allclose(vm["main"](xv).numpy(), reference(xv), rtol=1e-4, atol=1e-4)
