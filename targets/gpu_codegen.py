@@ -18,8 +18,12 @@ What the base handles for every language:
 * ``bool`` buffers are stored as bytes (``uchar``);
 * ``vectorized`` loops of a constant extent the language has vectors for, whose body is a store
   at ``base + v`` of loads at ``base' + v`` and loop-invariant values, become one vector
-  load/compute/store (``vload4`` / ``vstore4`` in OpenCL); other vectorized loops run as
-  unrolled scalar loops.
+  load/compute/store (``vload4`` / ``vstore4`` in OpenCL; an aligned ``float4`` pointer access
+  where the offset is a provable multiple of the lanes: kernel parameters are whole device
+  allocations and shared arrays are declared aligned, ``VECTOR_ALIGN``); a store that is
+  strided (a transposed shared tile) or into a ``local`` array (a register fragment) takes the
+  vector value lane by lane (``VECTOR_LANE_ACCESS``); other vectorized loops run as unrolled
+  scalar loops.
 
 Examples
 --------
@@ -306,10 +310,17 @@ class CodegenC:
         v = f.loop_var
         plans = []
         for st in stores:
-            base = _unit_offset(st.indices[0], v)
-            if base is None or st.buffer.dtype == "bool" or st.buffer.scope == "local" or \
-                    not self._vectorizable(st.value, v):
+            if st.buffer.dtype == "bool" or not self._vectorizable(st.value, v):
                 return False
+            base = _unit_offset(st.indices[0], v)
+            if base is None or st.buffer.scope == "local":
+                # a strided store (a transposed shared tile) or a register array: the value
+                # is computed as one vector, stored lane by lane (a private array indexed by
+                # constants stays in registers; a vector store into it would not)
+                if not self.VECTOR_LANE_ACCESS or not _loaded_buffers(st.value) or \
+                        not E_uses(st.value, v):
+                    return False
+                base = None
             plans.append((st, base))
         # stores must not feed loads of the same buffer inside the loop (order would change)
         stored = {st.buffer for st in stores}
@@ -321,14 +332,50 @@ class CodegenC:
             self.emit(f"if ({self.expr(guard)}) {{")
             self.depth += 1
         for st, base in plans:
-            base = arith.simplify(E.Add(base, lo)) if not _is_zero(lo) else base
             vec = self._vexpr(st.value, v, lanes, lo)
-            ptr = f"{self.name_of(st.buffer, st.buffer.name)} + {self.expr(base)}"
-            self.emit(self.vector_store(lanes, vec, ptr))
+            name = self.name_of(st.buffer, st.buffer.name)
+            if base is None:
+                tmp = self.name_of(object(), "vec")
+                vt = self.type_name(dt.with_lanes(st.value.dtype, lanes))
+                self.emit(f"{vt} {tmp} = {vec};")
+                for lane in range(lanes):
+                    at = arith.simplify(_subst(st.indices[0], v, E.Add(lo, E.IntImm(
+                        lane, v.dtype))))
+                    self.emit(f"{name}[{self.expr(at)}] = "
+                              f"{self.VECTOR_LANE_ACCESS.format(v=tmp, i=lane)};")
+                continue
+            base = arith.simplify(E.Add(base, lo)) if not _is_zero(lo) else base
+            ptr = f"{name} + {self.expr(base)}"
+            if self._aligned(st.buffer, base, lanes):
+                self.emit(self.aligned_vector_store(lanes, vec, ptr, st.buffer))
+            else:
+                self.emit(self.vector_store(lanes, vec, ptr))
         if guard is not None:
             self.depth -= 1
             self.emit("}")
         return True
+
+    # how one lane of a vector value is read (``{v}``: the vector, ``{i}``: the lane); empty:
+    # the language has no lane access and strided / register stores stay scalar loops
+    VECTOR_LANE_ACCESS = ""
+    # the bytes the language aligns its vector types to at most (0: no aligned accesses)
+    VECTOR_ALIGN = 0
+
+    def _aligned(self, buf: S.Buffer, base, lanes: int) -> bool:
+        """Whether ``buf + base`` is provably aligned to a ``lanes``-vector: the buffer's start
+        is (a kernel parameter: a whole device allocation; a shared array the kernel declares
+        aligned) and ``base`` is a multiple of ``lanes``."""
+        size = lanes * max(1, dt.bits(buf.dtype) // 8)
+        if not self.VECTOR_ALIGN or size > self.VECTOR_ALIGN or buf.scope == "local":
+            return False
+        return self.analyzer.can_prove(E.EQ(E.FloorMod(base, E.IntImm(lanes, base.dtype)),
+                                            E.IntImm(0, base.dtype)))
+
+    def aligned_vector_load(self, lanes: int, ptr: str, buf: S.Buffer) -> str:
+        return self.vector_load(lanes, ptr)
+
+    def aligned_vector_store(self, lanes: int, value: str, ptr: str, buf: S.Buffer) -> str:
+        return self.vector_store(lanes, value, ptr)
 
     def _vectorizable(self, e, v) -> bool:
         if not E_uses(e, v):
@@ -352,8 +399,10 @@ class CodegenC:
         if isinstance(e, E.BufferLoad):
             base = _unit_offset(e.indices[0], v)
             base = arith.simplify(E.Add(base, lo)) if not _is_zero(lo) else base
-            return self.vector_load(lanes, f"{self.name_of(e.buffer, e.buffer.name)} + "
-                                           f"{self.expr(base)}")
+            ptr = f"{self.name_of(e.buffer, e.buffer.name)} + {self.expr(base)}"
+            if self._aligned(e.buffer, base, lanes):
+                return self.aligned_vector_load(lanes, ptr, e.buffer)
+            return self.vector_load(lanes, ptr)
         if isinstance(e, (E.Add, E.Sub, E.Mul, E.Div)):
             op = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/"}[type(e)]
             return f"({self._vexpr(e.a, v, lanes, lo)} {op} {self._vexpr(e.b, v, lanes, lo)})"
@@ -506,6 +555,11 @@ def E_uses(e, v) -> bool:
 
 def _is_zero(e) -> bool:
     return isinstance(e, E.IntImm) and e.value == 0
+
+
+def _subst(e, v, value):
+    from tensorir.functor import substitute
+    return substitute(e, {v: value})
 
 
 def _unit_offset(index, v):

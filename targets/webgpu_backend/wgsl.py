@@ -16,7 +16,10 @@ What WGSL changes, and how the generator handles it:
   the uniform, floats through ``bitcast``); the runtime copies them in and out around the launch.
 * ``shared`` allocations are module-scope ``var<workgroup>`` arrays (their total is checked
   against the workgroup-storage limit), ``local`` ones function-scope arrays; a barrier is
-  ``workgroupBarrier()``.
+  ``workgroupBarrier()``. A float32 shared array that a vectorized loop of 4 reads at
+  ``base + v`` (a GEMM's register fragment) is an ``array<vec4<f32>>``: such a read, at a
+  provable multiple of 4, is one ``vec4`` load stored lane by lane; other accesses index a
+  component (``s[i >> 2u][i & 3i]``).
 * **Launch geometry**: ``@workgroup_size`` is the constant ``threadIdx`` extents (checked against
   the invocation and per-dimension limits); the workgroup counts are expressions of the shape
   variables evaluated at launch. A grid that may exceed 65535 workgroups in a dimension is
@@ -45,6 +48,8 @@ from tensorir import stmt as S
 from tensorir.arith import Analyzer
 from tensorir.expr import TIRError
 from tensorir.stmt import Range
+
+from tensorir.functor import substitute
 
 from . import exprjson, storage
 
@@ -281,6 +286,10 @@ class KernelEmitter:
                                          "value": {"offset": [b.binding, k]}})
         self.workgroup_size = tuple(int(x) for x in kernel.block)
         self.shared = [buf for buf in kernel.shared_buffers if buf.scope == "shared"]
+        # float32 workgroup arrays read as vectors somewhere (a vectorized loop of 4 copying
+        # neighbouring elements: a GEMM's register fragment) are declared array<vec4<f32>>,
+        # so that such a read is one 128-bit load; element accesses index a component
+        self.vec4_shared = _vec4_shared(kernel.func.body, self.shared)
         tv = dict(kernel.thread_vars)
         for tag, v in tv.items():
             axis = tag[-1]
@@ -394,6 +403,10 @@ class KernelEmitter:
             out.append(f"@group(0) @binding({uniform_binding}) var<uniform> tc_params: TCParams;")
         for buf in self.shared:
             self.uses_f16 |= buf.dtype == "float16"
+            if id(buf) in self.vec4_shared:
+                out.append(f"var<workgroup> {self.names.get(buf, 's_')}: "
+                           f"array<vec4<f32>, {self._const_size(buf) // 4}>;")
+                continue
             out.append(f"var<workgroup> {self.names.get(buf, 's_')}: "
                        f"array<{storage.wgsl_storage(buf.dtype)}, {self._const_size(buf)}>;")
         for c in sorted(self.private_consts):
@@ -505,8 +518,51 @@ class KernelEmitter:
                                    f"({buf.name}) inside a kernel", s)
         self.stmt(s.body)
 
+    def _vec4_element(self, buf, idx: str) -> str:
+        """Element ``idx`` of a vec4 workgroup array: a component of vector ``idx / 4``."""
+        name = self.names.get(buf, 's_')
+        m = re.fullmatch(r"(\d+)i", idx)
+        if m:
+            k = int(m.group(1))
+            return f"{name}[{k // 4}i][{k % 4}i]"
+        return f"{name}[({idx}) >> 2u][({idx}) & 3i]"
+
+    def _try_vec4_copy(self, s) -> bool:
+        """A vectorized loop of 4 storing ``src[base + v]`` (``src`` a vec4 workgroup array,
+        ``base`` a provable multiple of 4) into any float32 buffer: one vector load, four
+        component stores (a register fragment stays scalars: see ``_scalarize_locals``)."""
+        v = s.loop_var
+        st = s.body
+        if E.as_int(s.extent) != 4 or not isinstance(st, S.BufferStore) or \
+                not isinstance(st.value, E.BufferLoad) or \
+                id(st.value.buffer) not in self.vec4_shared or st.buffer.dtype != "float32":
+            return False
+        base = _unit_base(st.value.indices[0], v)
+        if base is None:
+            return False
+        base = self.ana.simplify(E.Add(base, s.min))
+        four = E.IntImm(4, base.dtype)
+        if not self.ana.can_prove(E.EQ(E.FloorMod(base, four), E.IntImm(0, base.dtype))):
+            return False
+        ref, packed = self._element_ref(st.buffer, "0i", st)
+        if packed:
+            return False
+        src = self.names.get(st.value.buffer, 's_')
+        qidx = self.index(self.ana.simplify(E.FloorDiv(base, four)), st.value.buffer)
+        self.vec4_temps = getattr(self, "vec4_temps", 0) + 1
+        tmp = f"tc_v4_{self.vec4_temps}"
+        self.line(f"let {tmp}: vec4<f32> = {src}[{qidx}];")
+        for lane in range(4):
+            at = E.Add(s.min, E.IntImm(lane, v.dtype))
+            idx = self.index(self.ana.simplify(substitute(st.indices[0], {v: at})), st.buffer)
+            target, _ = self._element_ref(st.buffer, idx, st)
+            self.line(f"{target} = {tmp}[{lane}];")
+        return True
+
     def s_For(self, s):
         v = s.loop_var
+        if s.kind == "vectorized" and self.vec4_shared and self._try_vec4_copy(s):
+            return
         if s.kind == "thread_binding":
             raise WebGPUBuildError(f"kernel {self.name}: loop {v.name} is still bound to "
                                    f"{s.thread_tag}; kernels come from "
@@ -572,6 +628,8 @@ class KernelEmitter:
     def _element_ref(self, buf, idx: str, node) -> tuple[str, bool]:
         """(the WGSL lvalue/rvalue of buf[idx], whether it is a packed u32 word)."""
         if buf.scope == "shared":
+            if id(buf) in self.vec4_shared:
+                return self._vec4_element(buf, idx), False
             return f"{self.names.get(buf, 's_')}[{idx}]", False
         if buf.scope == "local":
             return f"{self.names.get(buf, 'l_')}[{idx}]", False
@@ -847,6 +905,43 @@ class KernelEmitter:
             return f"tc_pow({args[0]}, {args[1]})"
         raise WebGPUBuildError(f"kernel {self.name}: the intrinsic {op!r} has no WGSL "
                                f"equivalent", e)
+
+
+def _unit_base(index, v):
+    """``index == base + v`` with ``base`` free of ``v``: ``base``; else None."""
+    from tensorir.transform._common import linear_coeff
+    r = linear_coeff(index, v)
+    if r is None or r[0] != 1:
+        return None
+    return r[1]
+
+
+def _vec4_shared(body, shared) -> set:
+    """ids of the float32 shared buffers (size a multiple of 4) that some vectorized loop of 4
+    reads at ``base + v``."""
+    from tensorir.functor import post_order_visit
+    cands = {id(b) for b in shared if b.dtype == "float32"}
+    found = set()
+
+    def visit(n):
+        if isinstance(n, S.For) and n.kind == "vectorized" and E.as_int(n.extent) == 4 and \
+                isinstance(n.body, S.BufferStore) and isinstance(n.body.value, E.BufferLoad):
+            src = n.body.value
+            if id(src.buffer) in cands and _unit_base(src.indices[0], n.loop_var) is not None:
+                found.add(id(src.buffer))
+    post_order_visit(body, visit)
+    sizes = {id(b): b for b in shared}
+    out = set()
+    for k in found:
+        try:
+            n = 1
+            for d in sizes[k].shape:
+                n *= E.as_int(d)
+            if n % 4 == 0:
+                out.add(k)
+        except TypeError:
+            pass
+    return out
 
 
 def _touches_local(s) -> bool:
