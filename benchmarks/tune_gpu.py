@@ -105,8 +105,12 @@ def default_schedule(func, target) -> Schedule | None:
     return None
 
 
-def default_tiling() -> tuple:
-    """The default GEMM schedule's tiling: ((threads, registers) of rows, of columns, k-tile)."""
+def default_tiling(target=None) -> tuple:
+    """The default GEMM schedule's tiling for ``target`` (OpenCL when None): ((threads,
+    registers) of rows, of columns, k-tile)."""
+    if target is not None and target.kind == "webgpu":
+        return (gpu_schedules.GEMM_TILE_WEBGPU, gpu_schedules.GEMM_TILE_WEBGPU,
+                gpu_schedules.GEMM_BK_WEBGPU)
     return gpu_schedules.GEMM_TILE, gpu_schedules.GEMM_TILE_J, gpu_schedules.GEMM_BK
 
 
@@ -203,7 +207,7 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
         # (B's tile permuted as the WebGPU default and hand schedules do)
         b_layout = "permuted" if target.kind == "webgpu" else "row"
         seeds = [default_schedule(func, target),
-                 space_point(func, target, default_tiling(), b_layout=b_layout),
+                 space_point(func, target, default_tiling(target), b_layout=b_layout),
                  space_point(func, target, HAND_TILING, b_layout="permuted")]
         for sch in seeds:
             if sch is None:

@@ -15,13 +15,18 @@ are loop nests of one block each):
    a convolution's output channels), columns (the innermost loop's group: a matmul's ``j``, a
    convolution's output image as a 2-D ``h x w`` tile) and batch (loops both inputs read, the
    other loops of a group, a symbolic outer loop such as a convolution's batch:
-   ``blockIdx.z``). A block tile of ``BM x BN`` outputs per work-group — OpenCL 128 x 128 from
-   8 x 16 threads of 16 x 8 registers, WebGPU 128 x 128 from 16 x 16 threads of 8 x 8 —
-   accumulated in registers (``cache_write`` local); the reduction split by ``BK`` (a
-   convolution steps over whole input channels times its window) with both input tiles staged
-   in shared memory (``cache_read`` shared + a cooperative fetch over all threads); on WebGPU
-   the column tile stored permuted ``(k, j % 8, j // 8)`` so that neighbouring threads read
-   neighbouring words. Init decomposed out of the reduction, the register tile unrolled;
+   ``blockIdx.z``). A block tile of ``BM x BN`` outputs per work-group — 128 x 128 from
+   16 x 16 threads of 8 x 8 registers — accumulated in registers (``cache_write`` local); the
+   reduction split by ``BK`` (16, WebGPU 8; a convolution steps over whole input channels
+   times its window) with both input tiles staged in shared memory (``cache_read`` shared + a
+   cooperative fetch over all threads, OpenCL's as float4 loads). Each step of the inner
+   reduction reads a thread's rows of the row tile and columns of the column tile into
+   register fragments (``cache_read`` local at the inner reduction loop) as 4-element vector
+   reads: the row tile stored transposed (rows padded by 4 words where the tiles fit), the
+   column tile in runs of 4 columns per thread. The k-step loop is annotated
+   ``register_prefetch`` (``tensorir.transform.register_prefetch``: the next tiles are loaded
+   into registers while the current ones are multiplied). Init decomposed out of the
+   reduction, the register tile unrolled;
    epilogues (bias, activation, residual add) inlined into the register write-back. Where the
    tiles do not fit the target (WebGPU's 16 KiB of workgroup storage), a quarter-size tile,
    then only the inputs read at plain indices (a convolution's weights) in shared memory, then
@@ -66,15 +71,18 @@ from tensorir.functor import post_order_visit
 from tensorir.schedule import Schedule, ScheduleError
 from tensorir.stmt import Block, For
 from tensorir.transform import lower_device
+from tensorir.transform.register_prefetch import ANN_REGISTER_PREFETCH
 from tensorir.transform._common import uses_any
 
 GPU_KINDS = ("opencl", "webgpu")
 THREADS = 256          # threads per work-group of injective kernels and row reductions
 VECTOR = 4             # elements per thread of injective kernels (one float4)
-# threads x register elements per GEMM output dimension: a 128 x 128 block tile of 8 x 16
-# threads, each 16 rows x 8 columns in registers. On the H200 (OpenCL, 4096^3 fp32) this runs at
-# 28 TFLOP/s, 0.55x cuBLAS; 16 x 16 threads of 8 x 8 ran at 20 (benchmarks/gpu.py --sweep).
-GEMM_TILE = (8, 16)    # rows
+# threads x register elements per GEMM output dimension: a 128 x 128 block tile of 16 x 16
+# threads, each 8 rows x 8 columns in registers, k-step 16. On the H200 (OpenCL, 4096^3 fp32,
+# benchmarks/gpu_gemm_variants.py) with the register fragments and the register prefetch below:
+# 45 TFLOP/s, 0.88x cuBLAS (8 x 16 threads of 16 x 8: 0.82x; without the prefetch 0.82x,
+# without the fragments 0.78x; before the shared tiles were declared 16-byte aligned 0.55x).
+GEMM_TILE = (16, 8)    # rows
 GEMM_TILE_J = (16, 8)  # columns
 # For a CPU OpenCL driver (``Target("opencl -device=cpu")``, e.g. PoCL): a small tile with the
 # reduction step not unrolled. PoCL compiles the GPU tile's 2048 unrolled multiply-adds per
@@ -83,14 +91,28 @@ GEMM_TILE_J = (16, 8)  # columns
 # the interpreter, lavapipe and PoCL with 8 x 8 or with the GPU tile agree with numpy.
 GEMM_TILE_CPU = (8, 4)
 GEMM_BK_CPU = 8
-GEMM_BK = 16           # reduction step staged in shared memory (H200: 16 beats 8 by 6%)
+GEMM_BK = 16           # reduction step staged in shared memory (H200: 16 beats 8 by 3%, 32 by 20%)
 # WebGPU (within the spec's 256 invocations and 16 KiB of workgroup storage): 16 x 16 threads of
-# 8 x 8, BK 16 (A and B tiles 8 KiB each), B's tile stored permuted ``(k, j % 8, j // 8)`` so
-# that neighbouring threads read neighbouring words. On the H200 through Vulkan (4096^3 fp32) the
-# hand schedule of this shape ran at 0.45-0.48x cuBLAS; the OpenCL tile at 0.17x
-# (benchmarks/gpu_webgpu.py).
+# 8 x 8, k-step 8 (so that the transposed A tile's rows can be padded: two 128 x 16 tiles fill
+# the 16 KiB exactly). On the H200 through Vulkan (4096^3 fp32) with fragments and prefetch:
+# 0.62x cuBLAS (k-step 16 unpadded: 0.55x; the former scalar schedule with B stored
+# ``(k, j % 8, j // 8)``: 0.48x).
 GEMM_TILE_WEBGPU = (16, 8)
-GEMM_FETCH_VECTOR = 1  # elements per thread and step of the shared-memory fetch (4: slower on H200)
+GEMM_BK_WEBGPU = 8
+GEMM_FETCH_VECTOR = 1  # elements per thread and step of the shared-memory fetch without fragments
+# GPU GEMM tiles read through register fragments: each reduction step's slice of the shared
+# tiles a thread multiplies (its rows of A, its columns of B) copied into registers first, as
+# 4-element vector reads — A's tile stored transposed ``(k, i)`` (rows padded by 4 words where
+# the tiles still fit), B's in runs of 4 columns per thread ``(k, (j % rj) // 4, j // rj,
+# j % 4)``. OpenCL C reads them as aligned float4, WGSL from array<vec4<f32>> workgroup arrays.
+GEMM_FRAGMENTS = True
+GEMM_FRAGMENT_VECTOR = 4
+GEMM_FRAGMENTS_WEBGPU = True
+GEMM_FETCH_VECTOR_FRAGMENTS = 4   # OpenCL's global -> shared fetch with fragments: float4 loads
+# the k-step loop annotated for tensorir.transform.register_prefetch: the next step's tiles
+# are loaded into registers during this step's multiply-adds (OpenCL 0.82x -> 0.88x cuBLAS)
+GEMM_REGISTER_PREFETCH = True
+WEBGPU_SHARED_BYTES = 16384       # the WebGPU spec's default maxComputeWorkgroupStorageSize
 SYMBOLIC = 1 << 20     # what a symbolic extent counts as when sizing tiles
 # Work-groups a GEMM-like kernel should have at least (at batch 1): smaller register tiles
 # until it does (the H200 has 132 multiprocessors).
@@ -637,10 +659,18 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         found = [iv.var for iv, v in zip(node.iter_vars, _iter_values(sch, block))
                  if iv.kind == "spatial" and uses_any(v, [cvar])]
         col_var = found[0] if len(found) == 1 else None
+    row_var = None
+    rvar = _node(sch, rows[0]).loop_var
+    found = [iv.var for iv, v in zip(node.iter_vars, _iter_values(sch, block))
+             if iv.kind == "spatial" and uses_any(v, [rvar])]
+    row_var = found[0] if len(found) == 1 else None
     sch.reorder(*batch, *rows, *cols)
     il = rows[0]
     cpu = _for_cpu(target)
     webgpu = target.kind == "webgpu" and not cpu
+    # register fragments read as float4 from shared tiles laid out for it (OpenCL on a GPU)
+    fragments = GEMM_FRAGMENTS and not cpu and (target.kind == "opencl" or
+                                                (webgpu and GEMM_FRAGMENTS_WEBGPU))
     cfg_i = GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE
     cfg_j = GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE_J
     if small:      # half the threads and half the registers per dimension
@@ -669,7 +699,7 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         j0, j1, j2 = _split_image(sch, cols, th, tw, rj)
     else:
         j0, j1, j2 = sch.split(cols[0], [None, tj, rj])
-    step = GEMM_BK_CPU if cpu else GEMM_BK
+    step = GEMM_BK_CPU if cpu else GEMM_BK_WEBGPU if webgpu else GEMM_BK
     k0, k1 = _split_reduction(sch, reduce, step)
     # a symbolic batch alone on blockIdx.z; constant batch loops (attention heads) fused
     # with the row tiles on blockIdx.y: fused with a symbolic loop, their index (b // 12)
@@ -709,7 +739,8 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         inner = [lp for lp in sch.get_loops(sh) if _node(sch, lp).kind == "serial" and
                  _is_under(sch, lp, k0)]
         last = _extent(_node(sch, inner[-1]))
-        vec = GEMM_FETCH_VECTOR
+        # (WGSL has no vector loads of storage buffers of scalars: WebGPU fetches by element)
+        vec = GEMM_FETCH_VECTOR_FRAGMENTS if fragments and not webgpu else GEMM_FETCH_VECTOR
         fv = None
         if vec > 1 and last % vec == 0 and last != SYMBOLIC:
             # each thread copies `vec` consecutive elements of a row: one vector load / store
@@ -723,8 +754,19 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         sch.bind(fx, "threadIdx.x")
         if webgpu and _extent(_node(sch, f0)) <= 16:
             sch.unroll(f0)
-        if webgpu and idx == col_input and rj > 1 and col_var is not None:
-            _permute_columns(sch, sh, node, idx, col_var, rj)
+        if idx == col_input and col_var is not None and (fragments or webgpu and rj > 1):
+            _permute_columns(sch, sh, node, idx, col_var, rj,
+                             GEMM_FRAGMENT_VECTOR if fragments else 1)
+        if fragments and idx == row_input and row_var is not None:
+            # padded rows where the tiles still fit (WebGPU's 16 KiB of workgroup storage
+            # hold two 128 x 16 tiles exactly)
+            pad = not webgpu or 4 * step * (ti * ri + 4 + tj * rj) <= WEBGPU_SHARED_BYTES
+            _transpose_rows(sch, sh, node, idx, row_var, pad=pad)
+    if fragments and cached:
+        _register_fragments(sch, block, cached, k1, GEMM_FRAGMENT_VECTOR)
+    if fragments and GEMM_REGISTER_PREFETCH and cached:
+        # the next step's tiles loaded into registers during this step's multiply-adds
+        sch.annotate(k0, ANN_REGISTER_PREFETCH, 1)
     init = sch.decompose_reduction(block, k0)
     names.add(_node(sch, init).name)
     for lp in ((i2, j2) if cpu else (k1, i2, j2)):
@@ -740,12 +782,19 @@ def _schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
 
 
 def _permute_columns(sch: Schedule, shared_block, node: Block, idx: int, col_var,
-                     rj: int) -> None:
+                     rj: int, vector: int = 1) -> None:
     """Store the column input's shared tile as ``(.., c % rj, c // rj, ..)`` along its column
     dim: thread ``t`` reads columns ``t*rj .. t*rj+rj-1``, so without it neighbouring threads
     read words ``rj`` apart (bank conflicts, no vector reads); with it neighbouring words. Only
     when exactly one dim of the input is indexed by the column iter var alone and its extent
-    divides by ``rj``."""
+    divides by ``rj``.
+
+    ``vector > 1`` (dividing ``rj``): ``(.., (c % rj) // vector, c // rj, c % vector, ..)`` —
+    each thread's ``rj`` columns are ``rj / vector`` runs of ``vector`` neighbouring words, the
+    runs of neighbouring threads side by side: one aligned vector read per run, the threads of
+    a warp reading consecutive vectors (no bank conflicts)."""
+    if vector > 1 and rj % vector:
+        return
     from tensorir.schedule.index_map import IndexMap
     read = node.reads[idx]
     dims = [d for d, r in enumerate(read.region) if r.min is col_var]
@@ -757,9 +806,60 @@ def _permute_columns(sch: Schedule, shared_block, node: Block, idx: int, col_var
         return
 
     def permute(*ix):
+        if vector > 1:
+            c = ix[d]
+            return tuple(ix[:d]) + ((c % rj) // vector, c // rj, c % vector) + tuple(ix[d + 1:])
         return tuple(ix[:d]) + (ix[d] % rj, ix[d] // rj) + tuple(ix[d + 1:])
     sch.transform_layout(shared_block, 0, IndexMap.from_func(permute, ndim=len(read.buffer.shape)),
                          "write")
+
+
+def _transpose_rows(sch: Schedule, shared_block, node: Block, idx: int, row_var,
+                    pad: bool = True) -> None:
+    """Store the row input's shared tile with its row dim innermost (``A[i, k]`` as
+    ``(k, i)``): a thread's register rows at one ``k`` are then neighbouring words, read as
+    vectors (``_register_fragments``). Only when exactly one dim is indexed by the row iter var
+    alone."""
+    from tensorir.schedule.index_map import IndexMap
+    read = node.reads[idx]
+    dims = [d for d, r in enumerate(read.region) if r.min is row_var]
+    nd = len(read.buffer.shape)
+    if len(dims) != 1 or dims[0] == nd - 1:
+        return
+    d = dims[0]
+
+    def move_last(*ix):
+        return tuple(ix[:d]) + tuple(ix[d + 1:]) + (ix[d],)
+    sch.transform_layout(shared_block, 0, IndexMap.from_func(move_last, ndim=nd), "write")
+    # the fetch writes a column of the transposed tile per warp: rows 4 words (one float4)
+    # longer than a multiple of the 32 banks spread its stores over the banks (2-way conflicts
+    # instead of 4- to 16-way) and keep every row 16-byte aligned
+    if pad:
+        sch.storage_align(shared_block, 0, nd - 2, 32, 4)
+
+
+def _register_fragments(sch: Schedule, block, cached, k1, vec: int) -> None:
+    """Per reduction step ``k1``, copy each thread's slice of the shared tiles (its register
+    rows of the row input, its register columns of the column input) into registers first
+    (``cache_read`` local at ``k1``), the innermost copy loop vectorized by
+    ``vec``: the multiply-adds then read registers, and the shared memory is read once per
+    element, as 128-bit loads (with the tiles laid out by ``_transpose_rows`` /
+    ``_permute_columns``), instead of once per multiply-add."""
+    for idx in cached:
+        frag = sch.cache_read(block, idx, "local")
+        sch.compute_at(frag, k1)
+        loops = [lp for lp in sch.get_loops(frag) if _is_under(sch, lp, k1)]
+        if not loops:
+            continue
+        inner = loops[-1]
+        ext = _extent(_node(sch, inner))
+        if vec > 1 and ext % vec == 0 and ext != SYMBOLIC:
+            lo, vi = sch.split(inner, [None, vec])
+            sch.vectorize(vi)
+            loops = loops[:-1] + [lo]
+        for lp in loops:
+            if _extent(_node(sch, lp)) <= 64:
+                sch.unroll(lp)
 
 
 def _for_cpu(target: Target) -> bool:

@@ -14,6 +14,10 @@ not hit one bank), ``permuted`` (``X_shared[r, c % w, c // w]`` with ``w`` the c
 columns per thread, read off its final binding: thread ``t`` reads columns ``t * w + x``, which
 land ``x * T + t``, consecutive across the threads; a tile whose consumer does not stride its
 threads so keeps its layout).
+
+The serial loop the caches are computed under (the k-tile loop) is annotated
+``register_prefetch`` (``tensorir.transform.register_prefetch``: the next tiles are loaded into
+registers during the current step).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from tensorir.expr import Add, BufferLoad, FloorMod, IntImm, Mul, Var
 from tensorir.functor import post_order_visit
 from tensorir.schedule import Schedule, ScheduleError, tree
 from tensorir.stmt import For
+from tensorir.transform.register_prefetch import ANN_REGISTER_PREFETCH
 
 from ..schedule_rule import analysis as A
 from ..schedule_rule.base import ANN_COOPERATIVE_FETCH, ANN_SHARED_LAYOUT, SHARED_LAYOUTS
@@ -54,6 +59,7 @@ class RewriteCooperativeFetch(Postproc):
     def _rewrite(self, sch: Schedule, loop: For, ancestors: tuple) -> None:
         v = int(dict(loop.annotations)[ANN_COOPERATIVE_FETCH])
         threads = _kernel_threads(ancestors)
+        _annotate_prefetch(sch, ancestors)
         blocks = tree.child_block_realizes(loop)
         block = sch.get_block(blocks[0].block.name)
         rvs = sch.get_loops(block)
@@ -71,6 +77,23 @@ class RewriteCooperativeFetch(Postproc):
 
 
 PAD_FACTOR, PAD_OFFSET = 32, 4
+
+
+def _annotate_prefetch(sch: Schedule, ancestors: tuple) -> None:
+    """Mark the serial loop the shared cache is computed under (the k-tile loop ``R0``) for
+    ``tensorir.transform.register_prefetch``: its next tiles are then loaded into registers
+    while the current ones are used (a loop whose body does not fit that form is left as it
+    is by the pass)."""
+    at = next((a for a in reversed(ancestors) if isinstance(a, For) and a.kind == "serial"),
+              None)
+    if at is None or dict(at.annotations).get(ANN_REGISTER_PREFETCH):
+        return
+    for block in tree.child_block_realizes(at):
+        rv = next((r for r in sch.get_loops(sch.get_block(block.block.name))
+                   if sch.get(r).loop_var is at.loop_var), None)
+        if rv is not None:
+            sch.annotate(rv, ANN_REGISTER_PREFETCH, 1)
+            return
 
 
 def _apply_layouts(sch: Schedule) -> None:

@@ -10,6 +10,7 @@ from .cross_thread_reduction import LowerCrossThreadReduction
 from .device import GPU_KINDS, HostDeviceSplit, split_host_device
 from .flatten import FlattenBuffers
 from .loop_partition import LoopPartition
+from .register_prefetch import InjectRegisterPrefetch
 from .simplify import Simplify
 from .verify import VerifyMemoryAccess
 
@@ -23,8 +24,10 @@ DEFAULT_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, CompactBufferAllocat
 # For GPU targets (``opencl``, ``webgpu``): reductions over threadIdx-bound loops lowered to
 # a tree over the threads, shared / local tiles compacted to constant sizes,
 # no loop partitioning (a partitioned thread-bound nest would become two kernels).
+# InjectRegisterPrefetch: loops annotated ``register_prefetch`` load their next shared tiles
+# into registers a step ahead (tensorir.transform.register_prefetch).
 GPU_PASSES = (VerifyMemoryAccess, LowerCrossThreadReduction, ConvertBlocksToLoops, Simplify,
-              CompactBufferAllocation, FlattenBuffers, Simplify)
+              CompactBufferAllocation, FlattenBuffers, InjectRegisterPrefetch, Simplify)
 
 
 def target_kind(target) -> str | None:

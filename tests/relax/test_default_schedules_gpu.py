@@ -118,15 +118,25 @@ def _bound(func, tag):
             if lp.kind == "thread_binding" and lp.thread_tag == tag}
 
 
-def test_webgpu_gemm_permutes_the_b_tile():
-    g = gs.apply(_gemm(2048, 2048, 64), Target("webgpu"))
-    text = g.script()
-    assert "B_shared[v0, v1 % 8, v1 // 8]" in text     # the permuted store
-    assert _bound(g, "threadIdx.x") == {16} and _bound(g, "threadIdx.y") == {16}
-    assert _bound(g, "blockIdx.x") == {16}             # 128 columns per work-group: 8 x 8 each
-    g_cl = gs.apply(_gemm(2048, 2048, 64), Target("opencl"))
-    assert "% 8, v1 // 8]" not in g_cl.script()        # OpenCL keeps its own tile
-    assert _bound(g_cl, "threadIdx.x") == {16} and _bound(g_cl, "threadIdx.y") == {8}
+def test_gemm_tiles_are_laid_out_for_vector_fragments():
+    """Both targets: 16 x 16 threads of 8 x 8; A's shared tile transposed (OpenCL: rows padded
+    by 4 words), B's in runs of 4 columns per thread, register fragments per k step and the
+    k-step loop annotated for the register prefetch."""
+    for kind, bk in (("webgpu", gs.GEMM_BK_WEBGPU), ("opencl", gs.GEMM_BK)):
+        g = gs.apply(_gemm(2048, 2048, 64), Target(kind))
+        text = g.script()
+        assert "B_shared[v0, v1 // 4 % 2, v1 // 8, v1 % 4]" in text, kind
+        assert "A_shared[v1, v0]" in text, kind
+        assert "A_shared_local" in text and "B_shared_local" in text
+        assert "register_prefetch" in text
+        assert _bound(g, "threadIdx.x") == {16} and _bound(g, "threadIdx.y") == {16}
+        assert _bound(g, "blockIdx.x") == {16}         # 128 columns per work-group: 8 x 8 each
+        k0 = [lp for lp in gs._loops_of(g) if lp.loop_var.name == "k_0"]
+        assert k0 and k0[0].extent.value == 64 // bk
+    # the padded rows: 132 words apart in OpenCL, none in WebGPU at a k-step of 16
+    from tensorir.transform import lower
+    cl = lower(gs.apply(_gemm(2048, 2048, 64), Target("opencl")), Target("opencl")).script()
+    assert "k_1 * 132" in cl
 
 
 def test_small_outputs_get_smaller_register_tiles():
@@ -137,6 +147,26 @@ def test_small_outputs_get_smaller_register_tiles():
     assert groups >= gs.GEMM_MIN_GROUPS
     big = gs.apply(_gemm(4096, 4096, 64), Target("opencl"))
     assert _bound(big, "blockIdx.x") == {32} and _bound(big, "blockIdx.y") == {32}
+
+
+@pytest.mark.parametrize("kind", ["opencl", "webgpu"])
+@pytest.mark.parametrize("shape", [(1024, 512, 48), (1056, 1040, 40)])
+def test_gpu_gemm_tile_with_fragments_and_prefetch_runs(kind, shape):
+    """The GPU GEMM tile (``Target("opencl")``, not PoCL's CPU variant: float4 fragments,
+    aligned vector loads, the register prefetch) against numpy, on PoCL / lavapipe: a full tile
+    and one with tails in every dimension (1056 = 8 x 128 + 32)."""
+    dev, _ = _opencl() if kind == "opencl" else _webgpu()
+    M, N, K = shape
+    mod = targets.build(gs.apply(_gemm(M, N, K), Target(kind)), Target(kind))
+    src = mod.source if kind == "opencl" else mod.get_source()
+    if shape == (1024, 512, 48):    # the full tile reads its fragments as vectors
+        assert ("__local const float4" if kind == "opencl" else "vec4<f32> = s_") in src
+    assert "prefetch" in src
+    a = RNG.standard_normal((M, K)).astype("float32")
+    b = RNG.standard_normal((K, N)).astype("float32")
+    c = targets.empty((M, N), "float32", dev)
+    mod[mod.entry_name](targets.array(a, dev), targets.array(b, dev), c)
+    np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_webgpu_gemm_runs():

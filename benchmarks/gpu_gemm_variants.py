@@ -1,0 +1,106 @@
+"""GEMM 4096^3 under variants of the default GPU schedule's GEMM rule, beside cuBLAS: a quick
+device run to choose ``relax.gpu_schedules``' constants (tile, k-step, register fragments,
+vector fetch) before a tuning run.
+
+``python -m benchmarks.gpu_gemm_variants [opencl] [webgpu]`` prints one JSON row per variant
+(also to ``$OUT/gemm_variants.json`` when ``OUT`` is set). Every variant's result is checked
+against float64 numpy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import targets
+from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
+from relax import gpu_schedules as G
+
+N = int(os.environ.get("GEMM_VARIANTS_N", "4096"))
+T16 = {"GEMM_TILE": (16, 8), "GEMM_TILE_J": (16, 8)}     # 16 x 16 threads of 8 x 8
+OPENCL = [
+    {"GEMM_FRAGMENTS": False},
+    {"GEMM_REGISTER_PREFETCH": False},
+    {},
+    {**T16, "GEMM_REGISTER_PREFETCH": False},
+    T16,
+    {**T16, "GEMM_BK": 8},
+    {**T16, "GEMM_BK": 32},
+    {"GEMM_TILE": (8, 16), "GEMM_TILE_J": (32, 4)},
+    {"GEMM_BK": 8},
+]
+WEBGPU = [{"GEMM_FRAGMENTS_WEBGPU": False}, {"GEMM_REGISTER_PREFETCH": False}, {},
+          {"GEMM_BK": 8}]
+
+
+def _device(kind):
+    if kind == "opencl":
+        from benchmarks.tune_gpu import _opencl
+        dev, target, name, _ = _opencl()
+    else:
+        from benchmarks.tune_gpu import _webgpu
+        dev, target, name, _ = _webgpu()
+    return dev, target, name
+
+
+def run(kinds) -> list[dict]:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((N, N)).astype("float32")
+    b = rng.standard_normal((N, N)).astype("float32")
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    flops = 2.0 * N ** 3
+    peer_s = None
+    try:
+        import torch
+        if torch.cuda.is_available():
+            torch.backends.cuda.matmul.allow_tf32 = False
+            ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+            peer_s = torch_cuda_seconds(torch, lambda: ta @ tb, 20, 5)
+    except ImportError:
+        pass
+    rows = []
+    for kind in kinds:
+        dev, target, name = _device(kind)
+        A, B = targets.array(a, dev), targets.array(b, dev)
+        C = targets.empty((N, N), "float32", dev)
+        for variant in (OPENCL if kind == "opencl" else WEBGPU):
+            saved = {k: getattr(G, k) for k in variant}
+            row = {"target": kind, "variant": {k: v for k, v in variant.items()}}
+            try:
+                for k, v in variant.items():
+                    setattr(G, k, v)
+                t0 = time.time()
+                mod = targets.build(G.apply(gemm_func(N), target), target)
+                mod[mod.entry_name](A, B, C)
+                row["build_s"] = time.time() - t0
+                err = float(np.abs(C.numpy() - ref).max() / np.abs(ref).max())
+                row["rel_err"] = err
+                if err > 1e-4:
+                    raise AssertionError(f"wrong result (rel {err:.2e})")
+                t = min(mod.time_evaluator(mod.entry_name, dev, number=10, repeat=3)(
+                    A, B, C).median for _ in range(2))
+                row.update({"ms": t * 1e3, "tflops": flops / t / 1e12})
+                if peer_s:
+                    row["ratio"] = peer_s / t
+            except Exception as err:      # a variant over a limit: report it, go on
+                row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+            finally:
+                for k, v in saved.items():
+                    setattr(G, k, v)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if peer_s:
+        rows.append({"peer": "torch cuBLAS fp32 (TF32 off)", "ms": peer_s * 1e3,
+                     "tflops": flops / peer_s / 1e12})
+        print(json.dumps(rows[-1]), flush=True)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gemm_variants.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    run(sys.argv[1:] or ["opencl", "webgpu"])
