@@ -215,8 +215,11 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
             seed_task = Task(name_t, func, baseline=sch, reference=ref)
             if os.path.isdir(wd) and baseline_record(Database(wd), seed_task, target):
                 continue                          # measured by an earlier run
+            # (no end-of-run re-measurement per seed: at 4096^3 it took 30-45 s a call on the
+            # H200; the last batch re-measures the best records against the baseline)
             db = tune_tasks([seed_task], target, max_trials=1, work_dir=wd, builder=builder,
-                            runner=runner, seed=seed, progress=False, search=search)
+                            runner=runner, seed=seed, progress=False, search=search,
+                            remeasure=0)
         # then batches while the trials and the time budget last (each call resumes the
         # database and the cost model)
         done, batch = 0, min(BATCH, trials)
@@ -227,9 +230,14 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
             if done and left < per_batch:
                 break            # the first batch always runs; then while one more fits
             m = min(batch, trials - done)
+            # re-measured (tune_tasks' remeasure) only at the last batch: the one after which
+            # the trials or the time budget (one more batch would not fit) run out
+            last = done + m >= trials or bool(done and left < 2 * per_batch)
+            kw = {} if last else {"remeasure": 0}
             db = tune_tasks([Task(name_t, func, reference=ref)], target, max_trials=m,
                             work_dir=wd, num_trials_per_iter=m, builder=builder,
-                            runner=runner, seed=seed + done, progress=False, search=search)
+                            runner=runner, seed=seed + done, progress=False, search=search,
+                            **kw)
             done += m
     finally:
         builder.close()
