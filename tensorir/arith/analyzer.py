@@ -1414,7 +1414,8 @@ class Analyzer:
             if qlo is not None and qhi is not None:
                 same = self._normalize(sub(self._div_const(qhi, a.upper),
                                            self._div_const(qlo, a.upper)))
-                if same.is_const() and same.const == 0:
+                if (same.is_const() and same.const == 0) or \
+                        self._split_stays_in_block(a, dom, active):
                     return self._mod_const(qlo, a.upper), self._mod_const(qhi, a.upper)
             return Sum.of_const(0, d), Sum.of_const(a.upper - 1, d)
         if t is Mul:
@@ -1439,6 +1440,29 @@ class Analyzer:
         lo, hi = self._atom_bound(a)
         return (None if ib.is_inf(lo) else Sum.of_const(lo, d),
                 None if ib.is_inf(hi) else Sum.of_const(hi, d))
+
+    def _split_stays_in_block(self, a: Split, dom, active) -> bool:
+        """Whether ``(F + v) // lower % upper`` cannot wrap as ``v`` ranges: ``F`` the terms of
+        the index that do not vary (each coefficient a multiple of ``g``, a divisor of
+        ``lower * upper`` that ``lower`` divides), ``v`` the varying terms and the constant,
+        within ``[0, g)``. Then ``F`` is a multiple of ``g`` and the index stays in one block
+        of ``g``, which never straddles a multiple of ``lower * upper``: the low and high ends
+        are in one period. (``(p * 8 + i) % 56`` with ``i < 8``: one run of 8, not the whole
+        row; an over-wide region makes ``reverse_compute_at`` copy values not yet computed.)
+        """
+        n = a.lower * a.upper
+        g = n
+        var_terms = {}
+        for key, (atom, c) in a.index.terms.items():
+            if self._depends(atom, dom, active):
+                var_terms[key] = (atom, c)
+            else:
+                g = gcd(g, c)
+        if not var_terms or g % a.lower:
+            return False
+        vlo, vhi = self._eval_set(Sum(var_terms, a.index.const, a.index.dtype), dom, active)
+        return (vlo is not None and vhi is not None and vlo.is_const() and vhi.is_const()
+                and 0 <= vlo.const and vhi.const < g)
 
     def _depends_expr(self, e, dom, active) -> bool:
         s = self._canon(e)

@@ -383,3 +383,46 @@ def make_nest(block: Block, doms: dict[Var, tuple[PrimExpr, PrimExpr]], ana: ari
     for ax, ext in reversed(loops):
         body = For(ax, 0, ext, "serial", body)
     return body
+
+
+def points_written_under_loop(loop: For, outer_loops: Sequence[For], buf: Buffer,
+                              blocks: set[str]) -> int | None:
+    """An upper bound on how many distinct elements of ``buf`` the blocks named in ``blocks``
+    under ``loop`` write during one iteration of ``loop`` (the thread loops above it whose
+    threads share ``buf`` included, as in ``region_under_loop``): per block, its write
+    region's volume times the extents of the loops inside ``loop`` that its spatial bindings
+    use. None when an extent is not a constant.
+
+    ``reverse_compute_at`` compares it with the volume of the region it will make its block
+    cover: a region larger than the elements written is an over-approximation, and the moved
+    consumer would copy elements no producer has computed yet.
+    """
+    def const(e):
+        return e.value if isinstance(e, IntImm) else None
+
+    above = 1
+    for r in relaxed_thread_loops(list(outer_loops) + [loop], buf).values():
+        if const(r.extent) is None:
+            return None
+        above *= const(r.extent)
+    total = 0
+    for br, inner in realizes_with_loops(loop.body):
+        if br.block.name not in blocks:
+            continue
+        for r in br.block.writes:
+            if r.buffer is not buf:
+                continue
+            n = 1
+            for rng in r.region:
+                if const(rng.extent) is None:
+                    return None
+                n *= const(rng.extent)
+            used = {id(v) for iv, val in zip(br.block.iter_vars, br.iter_values)
+                    if iv.kind == "spatial" for v in free_vars(val)}
+            for f in inner:
+                if id(f.loop_var) in used:
+                    if const(f.extent) is None:
+                        return None
+                    n *= const(f.extent)
+            total += n
+    return total * above

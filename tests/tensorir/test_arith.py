@@ -370,6 +370,26 @@ def test_const_int_bound():
     assert (b.min_value, b.max_value) == (0, 3)
 
 
+def test_int_set_of_a_run_inside_one_period_is_exact():
+    # (p * 8 + r) % 56 with r < 8: one run of 8 inside a row of 56 (the tile of a fused
+    # y * 56 + x loop split by 8), not the whole row; and the same through a // lower. Each
+    # set is checked against every point: a cover always, exact where no run can wrap.
+    ana = arith.Analyzer()
+    cases = [(floormod(i * 8 + j, 56), 8, 8, True),
+             (floormod(floordiv(i * 8 + j, 2), 28), 8, 4, True),
+             (floormod(i * 16 + j + 3, 56), 5, 5, True),
+             (floormod(i * 8 + j + 3, 56), 8, 8, False)]   # 8 * 6 + 3 + 7 wraps past 56
+    for expr, r_ext, width, exact in cases:
+        s = ana.int_set(expr, {j: Range(0, r_ext)})
+        widths = set()
+        for iv in range(-9, 30):
+            vals = [evaluate(expr, {i: iv, j: jv}) for jv in range(r_ext)]
+            lo, hi = evaluate(s.min_value, {i: iv}), evaluate(s.max_value, {i: iv})
+            assert lo <= min(vals) and max(vals) <= hi, (expr, iv)
+            widths.add(hi - lo + 1)
+        assert (widths == {width}) == exact, (expr, widths)
+
+
 def test_int_set():
     s = arith.int_set(i * 4 + j, {i: Range(0, 8), j: Range(0, 4)})
     assert (s.min_value.value, s.max_value.value) == (0, 31)
