@@ -19,6 +19,8 @@ from tensorir.schedule import ScheduleError
 
 HOST = "llvm"
 AVX2 = "llvm -mcpu=haswell"
+# the structure tests expect the host's vector width (16 float lanes on AVX-512, 8 on AVX2)
+LANES = ew.vector_lanes(ew.as_target(HOST), "float32")
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -71,13 +73,13 @@ def test_elementwise_symbolic(kernel, target, rng):
 
 
 def test_elementwise_tail_predicate_runs_whole_vectors_unmasked():
-    # the split's predicate i_0 * 16 + i_1 < n is tested once per vector on its last lane:
+    # the split's predicate i_0 * L + i_1 < n is tested once per vector on its last lane:
     # whole vectors take a branch with plain loads and stores, only the last one masks
     sch = Schedule(ew.exp_func())
     ew.schedule_elementwise(sch, "T_exp", HOST)
     raw = compile_(sch).get_source("ll-raw")
     assert "vif.full" in raw and "vif.part" in raw
-    assert "load <16 x float>" in raw and "llvm.masked.load" in raw
+    assert f"load <{LANES} x float>" in raw and "llvm.masked.load" in raw
 
 
 @pytest.mark.parametrize("shape", [(5, 37), (64, 37), (3, 5, 7), (2, 40000)])
@@ -104,8 +106,8 @@ def test_elementwise_pure_static_fuses_all_loops():
     sch = Schedule(te.create_prim_func([a, c]))
     ew.schedule_elementwise(sch, "C", HOST)
     text = lowered_text(sch)
-    assert "for i_j_fused_0 in range(148):" in text  # 2368 = 148 x 16 lanes, no tail
-    assert "T.vectorized(16)" in text
+    assert f"for i_j_fused_0 in range({2368 // LANES}):" in text  # 2368 = 148 x 16, no tail
+    assert f"T.vectorized({LANES})" in text
 
 
 def test_schedule_injective_inlines_a_chain(rng):
@@ -185,8 +187,8 @@ def test_softmax_fused_rows_structure(rng):
     text = lowered_text(sch)
     assert text.count("T.parallel(") == 1
     # the partial results: one vector per row, allocated in the row loop (CompactBufferAllocation)
-    assert 'T_softmax_maxelem_rf = T.allocate((16,), "float32", scope="local")' in text
-    assert text.count("T.vectorized(16)") == 5  # two inits, two partial reductions, the output
+    assert f'T_softmax_maxelem_rf = T.allocate(({LANES},), "float32", scope="local")' in text
+    assert text.count(f"T.vectorized({LANES})") == 5  # two inits, two partial reductions, the output
     assert "T_softmax_exp =" not in text        # inlined into both consumers
     x = rng.standard_normal((6, 64)).astype("float32")
     y = np.zeros_like(x)
@@ -305,8 +307,9 @@ def test_conv2d_micro_kernel_structure():
     cv.schedule_conv2d_nchw(sch, HOST)
     text = sch.func.script()
     assert 'T.block("conv2d_flat_local")' in text or "conv2d_flat_local" in text
-    assert "T.unroll(4)" in text and "T.unroll(6)" in text  # 4 channels x 6 vectors
-    assert "T.vectorized(16)" in text
+    r, v = cv.choose_tile(64, 3264, LANES, cv.register_count(ew.as_target(HOST)))
+    assert f"T.unroll({r})" in text and f"T.unroll({v})" in text  # 4 channels x 6 vectors
+    assert f"T.vectorized({LANES})" in text
     assert cv.choose_tile(64, 3264, 16, 32) == (4, 6)
     assert cv.choose_tile(64, 3264, 8, 16) == (4, 2)
     g = cv.flat_geometry(56, 56, 3, 1, 1)
