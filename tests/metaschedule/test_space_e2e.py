@@ -151,14 +151,17 @@ def test_random_micro_kernel_samples_pack_and_block_registers():
     f = gemm(M, N, K)
     space = ms.default_space(LLVM)
     design = micro_kernel_design(space, f)
+    lanes = ms.SpaceContext(LLVM).lanes()
     tensorized = 0
     for seed in range(6):
         sch = space.sample(design, f, LLVM, seed)
         assert sch is not None, space.last_rejection
         blocks = {br.block.name: br for br in tree.all_blocks(sch.func)}
         packed = blocks["B_global"].block.writes[0].buffer
-        inner = [l for l in tree.loops_between(tree.find_block(sch.func, "C_local")[1])]
-        nr = inner[-1].extent.value
+        # the register tile's width: the rule's NR draw (candidates lanes, 2 lanes, ...)
+        nr_draw, = [i for i in sch.trace.instructions if i.kind == "sample_categorical"
+                    and i.inputs[0][0] == lanes and all(c % lanes == 0 for c in i.inputs[0])]
+        nr = nr_draw.inputs[0][nr_draw.decision]
         assert len(packed.shape) == 3 and packed.shape[2].value == nr
         assert blocks["C_local"].block.reads[0].buffer.scope == "local"
         kinds = [i.kind for i in sch.trace.instructions]
@@ -179,11 +182,10 @@ def test_seeds_are_the_hand_recipe_and_compute_the_gemm():
     is the same program as ``schedule_gemm``'s (M leaves a row tail, so neither is
     tensorized), every seed is correct, and a seed's trace is a trace of the micro-kernel
     design (mutators can move it)."""
-    from benchmarks.schedules.gemm import GemmConfig, schedule_gemm
+    from benchmarks.schedules.gemm import GemmConfig, default_config, schedule_gemm
     M, N, K = 100, 64, 40
     f = gemm(M, N, K)
     space = ms.default_space(LLVM)
-    lanes = ms.SpaceContext(LLVM).lanes()
     seeds = space.seeds(f, LLVM)
     assert 1 <= len(seeds) <= 6
     design = micro_kernel_design(space, f)
@@ -197,10 +199,10 @@ def test_seeds_are_the_hand_recipe_and_compute_the_gemm():
         moved = space.mutate(sch.trace, f, LLVM, np.random.default_rng(0))
         assert moved is not None, space.last_rejection
         check_build(moved.mod, LLVM, [a, b], a @ b)
-    nr = 4 * lanes if 4 * lanes <= 64 else 2 * lanes
-    if N % nr == 0:
+    cfg = default_config(LLVM)       # 6 x 64 on AVX-512, 6 x 16 on AVX2
+    if N % cfg.nr == 0:
         hand = Schedule(f)
-        schedule_gemm(hand, "C", LLVM, GemmConfig(mr=6, nr=nr))
+        schedule_gemm(hand, "C", LLVM, GemmConfig(mr=cfg.mr, nr=cfg.nr))
         want = lower(hand.mod["main"])
         assert any(same_program(want, lower(s.mod["main"])) for s in seeds)
 

@@ -226,8 +226,10 @@ def test_tiny_tune_is_never_worse_than_the_default(target, tmp_path):
                     search={"population_size": 8, "genetic_num_iters": 1})
     base_rec = baseline_record(db, task, t)
     assert base_rec is not None and base_rec.ok
-    best = db.get_top_k(db.commit_workload(func), t, 1)[0]
-    assert best.mean_secs <= base_rec.mean_secs
+    # what a build uses: the baseline, or a record that beat it when both were re-measured
+    # side by side (the raw fastest record may be a lucky draw, slower than the baseline)
+    chosen = db.query_tuning_record(func, t)
+    assert chosen is not None and chosen.mean_secs <= base_rec.mean_secs
     sch = apply_best(db, func, t)
     mod = targets.build(sch.mod, t)
     rng = np.random.default_rng(2)
