@@ -206,7 +206,9 @@ def plan_conv2d_nchw(g: ConvGeometry, lanes: int, registers: int,
     The tile ``R x V`` (``R`` dividing the output channels, ``R * V`` accumulators, at most 24
     with 32 vector registers and 12 with 16) is scored by the work it does per useful output
     (junk columns, positions rounded up to whole tiles), how many accumulators it keeps busy
-    (16 with 32 registers, 8 with 16: fewer measured slower, 2 x 7 against 4 x 4 on a 3x3)
+    (16 with 32 registers: fewer measured slower, 2 x 7 against 4 x 4 on a 3x3; all 12 with
+    16: on AVX2 the 4 x 3 tile ran ResNet-50's convolutions up to 2.4x faster than the 8 x 1
+    and 2 x 5 tiles that a target of 8 chose, the whole model 0.58x -> 0.68x onnxruntime)
     and its loads per FMA (``(R + V) / (R V)``); each copy stage (padding, the copy to NCHW) costs about two cycles
     per element against ``I * KH * KW / L`` cycles of FMAs. Ties go to the smaller tile.
 
@@ -218,7 +220,7 @@ def plan_conv2d_nchw(g: ConvGeometry, lanes: int, registers: int,
     (2, 7, True, True)
     """
     budget = 24 if registers >= 32 else 12
-    want = 16 if registers >= 32 else 8
+    want = 16 if registers >= 32 else 12
     useful = g.out_h * g.out_w
     # a copy stage moves each element through memory once (and, for the output, applies the
     # epilogue with a masked row tail): about 2 cycles, against ``I * KH * KW / L`` cycles of
