@@ -7,6 +7,7 @@ counterpart exists.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Iterator, Sequence
 
 from .. import arith
@@ -397,32 +398,21 @@ def points_written_under_loop(loop: For, outer_loops: Sequence[For], buf: Buffer
     cover: a region larger than the elements written is an over-approximation, and the moved
     consumer would copy elements no producer has computed yet.
     """
-    def const(e):
-        return e.value if isinstance(e, IntImm) else None
+    def product(exprs) -> int | None:
+        values = [e.value if isinstance(e, IntImm) else None for e in exprs]
+        return None if None in values else math.prod(values)
 
-    above = 1
-    for r in relaxed_thread_loops(list(outer_loops) + [loop], buf).values():
-        if const(r.extent) is None:
-            return None
-        above *= const(r.extent)
-    total = 0
+    above = product(r.extent for r in relaxed_thread_loops(list(outer_loops) + [loop],
+                                                           buf).values())
+    counts = []
     for br, inner in realizes_with_loops(loop.body):
         if br.block.name not in blocks:
             continue
-        for r in br.block.writes:
-            if r.buffer is not buf:
-                continue
-            n = 1
-            for rng in r.region:
-                if const(rng.extent) is None:
-                    return None
-                n *= const(rng.extent)
-            used = {id(v) for iv, val in zip(br.block.iter_vars, br.iter_values)
-                    if iv.kind == "spatial" for v in free_vars(val)}
-            for f in inner:
-                if id(f.loop_var) in used:
-                    if const(f.extent) is None:
-                        return None
-                    n *= const(f.extent)
-            total += n
-    return total * above
+        used = {id(v) for iv, val in zip(br.block.iter_vars, br.iter_values)
+                if iv.kind == "spatial" for v in free_vars(val)}
+        loops = [f.extent for f in inner if id(f.loop_var) in used]
+        counts += [product([rng.extent for rng in r.region] + loops)
+                   for r in br.block.writes if r.buffer is buf]
+    if above is None or None in counts:
+        return None
+    return sum(counts) * above

@@ -18,16 +18,19 @@ Legality follows TVM (``src/tir/schedule/primitive/compute_inline.cc``, ``comput
 """
 from __future__ import annotations
 
+import math
+
 from .. import arith
 from ..expr import BufferLoad, IntImm, PrimExpr, Var
 from ..function import PrimFunc
 from ..functor import IRMutator, free_vars, post_order_visit, substitute
 from ..stmt import Block, BlockRealize, BufferStore, For, LetStmt
 from . import tree
-from ._compute_utils import (BlockRewriter, points_written_under_loop, bind_loops, body_items, buffer_ids, buffer_is_used,
+from ._compute_utils import (BlockRewriter, bind_loops, body_items, buffer_ids, buffer_is_used,
                              check_predicate_guards_domain, conflict, contains_block,
                              drop_alloc_if_unused, insert_into_loop, is_param_buffer, loops_above,
-                             make_nest, realizes_with_loops, region_under_loop,
+                             make_nest, points_written_under_loop, realizes_with_loops,
+                             region_under_loop,
                              relaxed_thread_loops, remove_block, scope_blocks, scope_of,
                              simplify_indices, trivial_pattern)
 from .error import ScheduleError
@@ -456,18 +459,15 @@ def reverse_compute_at(func: PrimFunc, name: str, loop_var: Var, preserve_unit_l
         sets = region_under_loop(loop, outer, b, names, "writes", ana)
         exts = [ana.simplify(s.max_value - s.min_value + 1) for s in sets]
         written_points = points_written_under_loop(loop, outer, b, names)
-        if written_points is not None:
-            volume = 1   # a lower bound: a dimension of symbolic extent counts 1
-            for e in exts:
-                volume *= e.value if isinstance(e, IntImm) else 1
-            if volume > written_points:
-                # the region analysis over-approximated (a non-affine tile of a fused loop):
-                # the moved block would also copy elements not computed in this iteration
-                raise ScheduleError(prim, f"the producers under loop {loop_var.name} write at "
-                                    f"most {written_points} elements of {b.name} per "
-                                    f"iteration, but their region is not exact (at least "
-                                    f"{volume} elements); block {name!r} would read values not yet "
-                                    f"computed", block)
+        # a lower bound of the region's volume: a dimension of symbolic extent counts 1
+        volume = math.prod(e.value if isinstance(e, IntImm) else 1 for e in exts)
+        if written_points is not None and volume > written_points:
+            # the region analysis over-approximated (a non-affine tile of a fused loop): the
+            # moved block would also copy elements not computed in this iteration
+            raise ScheduleError(prim, f"the producers under loop {loop_var.name} write at most "
+                                f"{written_points} elements of {b.name} per iteration, but "
+                                f"their region is not exact (at least {volume} elements); "
+                                f"block {name!r} would read values not yet computed", block)
         for v, s, ext in zip(pattern, sets, exts):
             lo = s.min_value
             if v in doms:

@@ -431,18 +431,11 @@ def test_reverse_compute_at_symbolic_tail():
     assert_round_trip(f, sch)
 
 
-def _fused_rows(rows, cols):
-    A = te.placeholder((rows, cols), "float32", "A")
-    B = te.compute((rows, cols), lambda y, x: A[y, x] * 2.0, "B")
-    C = te.compute((rows, cols), lambda y, x: B[y, x] + 1.0, "C")
-    return te.create_prim_func([A, C])
-
-
 def test_reverse_compute_at_under_a_tile_of_fused_loops():
     # B's (y, x) fused and split by 8: with 8 | 56 each tile is one run of 8 in one row, and
     # C under the tile copies exactly that run (a whole row would copy 48 values not yet
     # computed: the ResNet-50 1x1 convolution that went wrong on AVX2)
-    f = _fused_rows(6, 56)
+    f = exp_then_add(6, 56)
     sch = Schedule(f)
     p = sch.fuse(*sch.get_loops(sch.get_block("B")))
     po, _ = sch.split(p, [None, 8])
@@ -454,7 +447,7 @@ def test_reverse_compute_at_under_a_tile_of_fused_loops():
 def test_reverse_compute_at_refuses_an_inexact_region():
     # by 8 over rows of 12 a tile may straddle two rows: no box is exact, and a covering
     # box would make C copy elements of B no iteration has computed yet
-    f = _fused_rows(6, 12)
+    f = exp_then_add(6, 12)
     sch = Schedule(f)
     p = sch.fuse(*sch.get_loops(sch.get_block("B")))
     po, _ = sch.split(p, [None, 8])
