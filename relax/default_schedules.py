@@ -44,13 +44,14 @@ from tensorir.schedule import Schedule, ScheduleError
 from tensorir.schedule import tree
 from tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
 
-from .transform.packed_kernels import (RULE_CONV_NCHW, RULE_CONV_NHWC, RULE_DENSE, RULE_PAD,
-                                       SCHEDULE_RULE)
+from .transform.packed_kernels import (RULE_CONV_NCHW, RULE_CONV_NCHW_CVEC, RULE_CONV_NHWC,
+                                       RULE_DENSE, RULE_PAD, SCHEDULE_RULE)
 
 MR = 6                    # rows of the register tile of matmul-like reductions
 MIN_PARALLEL_WORK = 4096  # output elements below which a parallel launch costs more than it saves
 SYMBOLIC_EXTENT = 64      # what a symbolic extent counts as in the work estimate
 GEMV_MAX_ROWS = 3         # symbolic row counts up to this run rows on a 1-row micro-kernel
+VECTOR_STRIDES = (1, 2, 3, 4)   # input strides a vectorized loop reads without a gather
 
 
 def _loops_of(func: PrimFunc) -> list[For]:
@@ -145,7 +146,8 @@ def _feeds_tile(children: list[BlockRealize], block: Block) -> bool:
     """Whether ``block``'s result is read by a convolution or dense block (inlined there it
     would be recomputed in the micro-kernel's inner loop)."""
     mine = {id(w.buffer) for w in block.writes}
-    return any(_rule(br.block) in (RULE_CONV_NCHW, RULE_CONV_NHWC, RULE_DENSE)
+    return any(_rule(br.block) in (RULE_CONV_NCHW, RULE_CONV_NCHW_CVEC, RULE_CONV_NHWC,
+                                   RULE_DENSE)
                for br in children if br.block is not block and
                any(id(r.buffer) in mine for r in br.block.reads))
 
@@ -204,6 +206,8 @@ def _schedule(sch: Schedule, target: Target, gemv_rows: PrimExpr | None = None) 
             rule = _rule(blk)
             if rule == RULE_CONV_NCHW:
                 _schedule_conv_nchw(sch, blk.name, target)
+            elif rule == RULE_CONV_NCHW_CVEC:
+                _schedule_conv_nchw_cvec(sch, blk.name, target)
             elif rule == RULE_CONV_NHWC:
                 _schedule_conv_nhwc(sch, blk.name, target)
             elif rule == RULE_DENSE:
@@ -251,11 +255,11 @@ def _schedule_spatial(sch: Schedule, name: str, target: Target) -> None:
 
 
 def _strided_reads(sch: Schedule, block_rv, loop_rv) -> bool:
-    """Whether vectorizing ``loop_rv`` would read some input with a stride other than 1 (its
-    variable outside the last index, or scaled in it: a transpose, a strided window). The code
-    generator makes those gathers, which measured 50-70x slower than a scalar loop on this
-    machine's AVX-512 (Zen 4), so such loops stay scalar (LLVM vectorizes them with shuffles
-    where it can)."""
+    """Whether vectorizing ``loop_rv`` would gather some input: its variable outside the last
+    index (a transpose) or scaled in it by other than 1 to 4 (the code generator loads strides
+    of 2 to 4 as one wide load and a shuffle). Gathers measured 50-70x slower than a scalar
+    loop on this machine's AVX-512 (Zen 4), so such loops stay scalar (LLVM vectorizes them
+    with shuffles where it can)."""
     blk = sch.get(block_rv)
     br = tree.find_block(sch.func, blk.name)[0]
     var = sch.get(loop_rv).loop_var
@@ -268,7 +272,7 @@ def _strided_reads(sch: Schedule, block_rv, loop_rv) -> bool:
             continue
         idx = [substitute(e, binding) for e in ld.indices]
         for k, e in enumerate(idx):
-            if _uses(e, var) and (k != len(idx) - 1 or _coeff(e, var) != 1):
+            if _uses(e, var) and (k != len(idx) - 1 or _coeff(e, var) not in VECTOR_STRIDES):
                 return True
     return False
 
@@ -587,9 +591,9 @@ def _coeff(e: PrimExpr, v: Var) -> int | None:
 
 
 def _schedule_vector_reduction(sch: Schedule, name: str, target: Target) -> bool:
-    """A reduction whose output's last index ``j`` is read only as ``j + ...`` in the last
-    index of its inputs (stride-1 pooling windows, NHWC pooling, column sums; strided NCHW
-    pooling runs on phase planes, ``AlterLayout``): the reduction loops go between ``j``'s
+    """A reduction whose output's last index ``j`` is read only as ``s * j + ...`` (``s`` in
+    ``VECTOR_STRIDES``) in the last index of its inputs (pooling windows, NHWC pooling, column
+    sums): the reduction loops go between ``j``'s
     vector-wide tile and the loops outside it, so each step of the window updates one vector of
     ``j`` accumulators (in a ``local`` tile, registers), the epilogue (an average's division)
     computed on the write-back; the outer loops parallel. False when the block is not of that
@@ -611,8 +615,9 @@ def _schedule_vector_reduction(sch: Schedule, name: str, target: Target) -> bool
         if ld.buffer is store.buffer:
             continue
         for k, e in enumerate(ld.indices):
-            if _uses(e, vj) and (k != len(ld.indices) - 1 or _coeff(e, vj) != 1):
-                return False   # strided: a gather per step (see _strided_reads)
+            if _uses(e, vj) and (k != len(ld.indices) - 1 or
+                                 _coeff(e, vj) not in VECTOR_STRIDES):
+                return False   # a gather per step (see _strided_reads)
     loops = sch.get_loops(block)
     n_sp = len(spatial)
     if len(loops) != len(blk.iter_vars) or len(loops) == n_sp:
@@ -756,6 +761,48 @@ def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
         sch.vectorize(wl)
     else:
         _finish_tile_block(sch, acc, outer)
+
+
+def _schedule_conv_nchw_cvec(sch: Schedule, name: str, target: Target) -> None:
+    """The NCHW convolution with the output channels in the lanes (``conv2d_nchw_cvec``): a
+    tile of ``rows`` output positions of one row x ``width`` channels accumulates in
+    registers over ``(rc, ry, rx)`` -- per step ``rows`` broadcast inputs, ``width / lanes``
+    vector loads of the packed weight, ``rows * width / lanes`` FMAs. The channel blocks run
+    outermost and in parallel, so a block's weights stay in its core's cache while the tiles
+    of the image stream by. The write-back (with the fused epilogue) stores each position's
+    channels one by one: NCHW puts them a plane apart, and a scatter or gather costs more than
+    the scalar stores (a few hundred per tile, against tens of thousands of FMAs)."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    rows, width, lanes = (_ann_int(blk, k) for k in ("rows", "width", "lanes"))
+    loops = sch.get_loops(block)
+    if len(loops) != 7:
+        raise ScheduleError("conv2d_nchw", f"block {name}: unexpected loop nest", blk)
+    b, o, y, x, rc, ry, rx = loops
+    o0, o1 = sch.split(o, [None, width])
+    x0, x1 = sch.split(x, [None, rows])
+    sch.reorder(b, o0, y, x0, rc, ry, rx, x1, o1)
+    par = o0 if (_extent(sch.get(o0)) or 0) >= 2 * _cores(target) else y
+    sch.parallel(par)
+    outer = 4
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, x0)
+    _fuse_epilogue(sch, acc)
+    # the accumulators channel-minor, so a vector of channels is one contiguous run (one
+    # register); in the output's NCHW order its lanes would be a plane apart (a gather)
+    sch.transform_layout(block, 0, lambda b_, o_, y_, x_: (b_, y_, x_, o_))
+    init = sch.decompose_reduction(block, rc)
+    ov, ol = sch.split(o1, [None, lanes])
+    sch.unroll(x1)
+    sch.unroll(ov)
+    sch.vectorize(ol)
+    taps = (_extent(sch.get(ry)) or 1) * (_extent(sch.get(rx)) or 1)
+    sch.unroll(rx)
+    if taps * rows * (width // lanes) <= MAX_UNROLLED_FMAS:
+        sch.unroll(ry)
+    _finish_tile_block(sch, init, outer)
+    for rv in _tile_tail(sch, acc, outer):
+        sch.unroll(rv)
 
 
 def _schedule_pad(sch: Schedule, name: str, target: Target) -> None:

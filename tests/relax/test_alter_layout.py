@@ -76,9 +76,9 @@ def test_alter_layout_text_and_folded_packing():
     mod = _conv_module(w, padding=1)
     after = AlterLayout("llvm")(mod)
     text = to_script(after["main"])
-    plan = pk.plan_conv2d_nchw(pk.ConvGeometry(16, 12, 12, 32, (3, 3), (1, 1), (1, 1, 1, 1),
+    plan = pk.nchw_kernel_plan(pk.ConvGeometry(16, 12, 12, 32, (3, 3), (1, 1), (1, 1, 1, 1),
                                                (1, 1), 1), *_tile())
-    r = plan.oc_block
+    r = plan.width if isinstance(plan, pk.ChannelVectorPlan) else plan.oc_block
     assert (f'R.call_tir(pack_conv2d_nchw_weight, (metadata["relax.expr.Constant"][0],), '
             f'out_sinfo=R.Tensor(({32 // r}, 16, 3, 3, {r}), "float32"))') in text
     assert 'R.call_tir(conv2d_nchw, (x, lv' in text
@@ -212,6 +212,36 @@ def _check_convs(cases, layout):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(cases[k]))
     # each function is one fused kernel: conv + bias + relu
     assert exe.stats()["f0"]["kernel_calls"] == 1
+
+
+@pytest.mark.parametrize("kernel", ["flat", "cvec"])
+def test_each_nchw_kernel_matches_numpy(kernel, monkeypatch):
+    """Both NCHW kernels on every feature (``nchw_kernel_plan`` picks one per geometry; here
+    each is forced where it applies: the channel-vector kernel has no depthwise form)."""
+    def forced(g, lanes, registers):
+        cvec = pk.plan_conv2d_nchw_cvec(g, lanes, registers) if kernel == "cvec" else None
+        return cvec or pk.plan_conv2d_nchw(g, lanes, registers)
+    monkeypatch.setattr(pk, "nchw_kernel_plan", forced)
+    _check_convs([NCHW_CASES[k] for k in FAST["NCHW"]], "NCHW")
+
+
+def test_channel_vector_plan():
+    g = pk.ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    p = pk.plan_conv2d_nchw_cvec(g, 16, 32)
+    assert (p.rows, p.width) == (7, 32)              # 14 accumulators; 7 x 64 would be 28
+    assert isinstance(pk.nchw_kernel_plan(g, 16, 32), pk.ChannelVectorPlan)
+    stem = pk.ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1)
+    p = pk.plan_conv2d_nchw_cvec(stem, 16, 32)
+    assert (p.rows, p.width) == (4, 64) and 112 % p.rows == 0
+    # AVX2: at most 12 accumulators, and the weight vectors and a broadcast fit beside them
+    for geom in (g, stem):
+        p = pk.plan_conv2d_nchw_cvec(geom, 8, 16)
+        assert p.rows * p.vectors <= 12 and p.rows * p.vectors + p.vectors + 1 <= 16
+    # a 56 x 56 stride-1 plane stays on the flat kernel; a depthwise one has no tile
+    big = pk.ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert isinstance(pk.nchw_kernel_plan(big, 16, 32), pk.NchwPlan)
+    dw = pk.ConvGeometry(32, 14, 14, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32)
+    assert pk.plan_conv2d_nchw_cvec(dw, 16, 32) is None
 
 
 def test_conv_kernels_get_their_schedule():
@@ -426,20 +456,26 @@ def test_pooling_layers_match_numpy():
             gv = bb.emit_output(bb.emit(op.nn.adaptive_avg_pool2d(x, 1)))
         bb.emit_func_output(gv)
     mod = bb.get()
-    altered = AlterLayout("llvm")(mod)
-    phased = [k for k in range(len(cases)) if "R.nn." not in to_script(altered[f"f{k}"])]
-    assert phased == [0, 1, 2, 3]        # strided, constant divisor: on phase planes
-    vm = relax.VirtualMachine(relax.build(mod, "llvm"))
-    for k, (kind, ks, st, pad, extra) in enumerate(cases):
-        for n in (1, 2):
-            xs = rand(n, 8, 13, 13)
-            np.testing.assert_allclose(vm[f"f{k}"](xs).numpy(),
-                                       _pool_ref(xs, kind, ks, st, pad,
-                                                 extra.get("count_include_pad", False)),
-                                       rtol=1e-5, atol=1e-5, err_msg=str(cases[k]))
-    xs = rand(2, 32, 7, 7)
-    np.testing.assert_allclose(vm["gap"](xs).numpy(), xs.mean(axis=(2, 3), keepdims=True),
-                               rtol=1e-5, atol=1e-5)
+
+    def phased(m):
+        return [k for k in range(len(cases)) if "R.nn." not in to_script(m[f"f{k}"])]
+    # strided, constant divisor: on phase planes, except on x86 (strided vector loads)
+    arm = AlterLayout("llvm -mtriple=aarch64-linux-gnu")(mod)
+    assert phased(arm) == [0, 1, 2, 3]
+    assert phased(AlterLayout("llvm -mtriple=x86_64-linux-gnu")(mod)) == []
+    # both forms run right here: the module as the host builds it, and the phase-plane kernels
+    for m in (mod, arm):
+        vm = relax.VirtualMachine(relax.build(m, "llvm"))
+        for k, (kind, ks, st, pad, extra) in enumerate(cases):
+            for n in (1, 2):
+                xs = rand(n, 8, 13, 13)
+                np.testing.assert_allclose(vm[f"f{k}"](xs).numpy(),
+                                           _pool_ref(xs, kind, ks, st, pad,
+                                                     extra.get("count_include_pad", False)),
+                                           rtol=1e-5, atol=1e-5, err_msg=str(cases[k]))
+        xs = rand(2, 32, 7, 7)
+        np.testing.assert_allclose(vm["gap"](xs).numpy(), xs.mean(axis=(2, 3), keepdims=True),
+                                   rtol=1e-5, atol=1e-5)
 
 
 def test_avx2_tiles_run_here():

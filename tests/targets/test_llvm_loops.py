@@ -108,6 +108,27 @@ def test_strided_access_becomes_gather_and_scatter(rng):
     np.testing.assert_allclose(y, x.T * 2)
 
 
+@pytest.mark.parametrize("stride", [2, 3, 4])
+def test_small_stride_loads_are_one_masked_load_and_a_shuffle(rng, stride):
+    # B[i] = A[s * i + 1]: the lanes read every s-th element. A symbolic n gives whole vector
+    # steps and a masked tail; A is exactly as long as the last element read, so reading past
+    # it (the wide load's unused lanes) would be out of bounds: those lanes are masked off.
+    n = te.var("n")
+    A = te.placeholder((n * stride - stride + 2,), "float32", "A")
+    B = te.compute((n,), lambda i: A[i * stride + 1] * 2.0, "B")
+    func = with_loop_kinds(lower(te.create_prim_func([A, B])), i="vectorized")
+    mod = targets.build(func, "llvm")
+    raw = mod.get_source("ll-raw")
+    assert "masked.gather" not in raw
+    assert f"llvm.masked.load.v{16 * stride}f32" in raw or \
+        f"llvm.masked.load.v{8 * stride}f32" in raw or f"llvm.masked.load.v{4 * stride}f32" in raw
+    for size in (1, 5, 16, 37):
+        a = rng.standard_normal(size * stride - stride + 2).astype("float32")
+        b = np.zeros(size, "float32")
+        mod["main"](a, b)
+        np.testing.assert_allclose(b, a[1::stride][:size] * 2)
+
+
 def test_lane_varying_if_then_else_guards_loads(rng):
     n = te.var("n")
     A = te.placeholder((n,), "float32", "A")
