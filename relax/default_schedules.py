@@ -763,6 +763,17 @@ def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
         _finish_tile_block(sch, acc, outer)
 
 
+def _conv_tile_block(sch: Schedule, name: str, keys: tuple):
+    """(block, its integer annotations ``keys``, its 7 loops) of a packed 2-D convolution
+    block (batch, three spatial loops, three reduction loops)."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    loops = sch.get_loops(block)
+    if len(loops) != 7:
+        raise ScheduleError("conv2d", f"block {name}: unexpected loop nest", blk)
+    return block, tuple(_ann_int(blk, k) for k in keys), loops
+
+
 def _schedule_conv_nchw_cvec(sch: Schedule, name: str, target: Target) -> None:
     """The NCHW convolution with the output channels in the lanes (``conv2d_nchw_cvec``): a
     tile of ``rows`` output positions of one row x ``width`` channels accumulates in
@@ -772,12 +783,7 @@ def _schedule_conv_nchw_cvec(sch: Schedule, name: str, target: Target) -> None:
     of the image stream by. The write-back (with the fused epilogue) stores each position's
     channels one by one: NCHW puts them a plane apart, and a scatter or gather costs more than
     the scalar stores (a few hundred per tile, against tens of thousands of FMAs)."""
-    block = sch.get_block(name)
-    blk = sch.get(block)
-    rows, width, lanes = (_ann_int(blk, k) for k in ("rows", "width", "lanes"))
-    loops = sch.get_loops(block)
-    if len(loops) != 7:
-        raise ScheduleError("conv2d_nchw", f"block {name}: unexpected loop nest", blk)
+    block, (rows, width, lanes), loops = _conv_tile_block(sch, name, ("rows", "width", "lanes"))
     b, o, y, x, rc, ry, rx = loops
     o0, o1 = sch.split(o, [None, width])
     x0, x1 = sch.split(x, [None, rows])
@@ -825,12 +831,7 @@ def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
     panel) accumulates in registers over ``(ry, rx, rc)``: per step ``rows`` broadcast inputs,
     ``width / lanes`` vector loads of the panel, ``rows * width / lanes`` FMAs. Image rows
     (with the batch) run in parallel; the epilogue is computed in the write-back."""
-    block = sch.get_block(name)
-    blk = sch.get(block)
-    rows, width = _ann_int(blk, "rows"), _ann_int(blk, "width")
-    loops = sch.get_loops(block)
-    if len(loops) != 7:
-        raise ScheduleError("conv2d_nhwc", f"block {name}: unexpected loop nest", blk)
+    block, (rows, width), loops = _conv_tile_block(sch, name, ("rows", "width"))
     b, y, x, o, ry, rx, rc = loops
     x0, x1 = sch.split(x, [None, rows])
     o0, o1 = sch.split(o, [None, width])
@@ -847,7 +848,7 @@ def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
     init = sch.decompose_reduction(block, ry)
     sch.unroll(x1)
     sch.vectorize(o1)
-    if (_extent(sch.get(rx)) or 1) * rows * width // max(1, _lanes(blk, target)) <= \
+    if (_extent(sch.get(rx)) or 1) * rows * width // max(1, _lanes(sch.get(block), target)) <= \
             MAX_UNROLLED_FMAS:
         sch.unroll(rx)
     _finish_tile_block(sch, init, outer)
