@@ -175,24 +175,24 @@ def _gmm(rng, b=1, n=128, m=128, k=128):
 
 
 def _t2d(rng, h=4, ci=512, co=256, k=4, stride=2, pad=1):
-    """Transposed conv2d as a convolution over the zero-dilated, padded input with the kernel
-    flipped (TVM's ``conv2d_transpose_nhwc``)."""
-    X = te.placeholder((1, h, h, ci), "float32", "inputs")
-    W = te.placeholder((k, k, ci, co), "float32", "weight")
-    bpad = k - 1 - pad
-    before = (bpad + stride - 1) // stride
-    P = _pad(X, [(0, 0), (before, before), (before, before), (0, 0)])
-    border = (stride - bpad % stride) % stride
+    """Transposed conv2d as ``relax.nn.conv2d_transpose`` legalizes it: by output phase
+    (``relax/op/nn/conv.py``, ``_te_conv_transpose_phased``), each output summing the
+    ``(k / stride)^2`` taps that meet an input pixel. TVM's ``conv2d_transpose_nhwc`` (which
+    Ansor tunes) convolves the zero-dilated input instead: ``stride^2`` times the multiply-adds,
+    three quarters of them by inserted zeros."""
+    from relax import BlockBuilder, TensorStructInfo, Var, op
+    from relax.build import legalize
+    from tensorir.function import PrimFunc
     out_h = (h - 1) * stride - 2 * pad + k
-    rh, rw = te.reduce_axis((0, k), "rh"), te.reduce_axis((0, k), "rw")
-    rc = te.reduce_axis((0, ci), "rc")
-
-    def dilated(n, y, x, c):
-        ok = te.all(y % stride == 0, x % stride == 0)
-        return te.if_then_else(ok, P[n, y // stride, x // stride, c], 0.0)
-    Y = te.compute((1, out_h, out_h, co), lambda n, y, x, c: te.sum(
-        dilated(n, y + rh + border, x + rw + border, rc) * W[k - 1 - rh, k - 1 - rw, rc, c],
-        axis=[rh, rw, rc]), "conv2d_transpose_nhwc")
+    bb = BlockBuilder()
+    xv = Var("inputs", TensorStructInfo((1, h, h, ci), "float32"))
+    wv = Var("weight", TensorStructInfo((k, k, ci, co), "float32"))
+    with bb.function("main", [xv, wv]):
+        with bb.dataflow():
+            gv = bb.emit_output(bb.emit(op.nn.conv2d_transpose(
+                xv, wv, strides=stride, padding=pad, data_layout="NHWC", kernel_layout="HWIO")))
+        bb.emit_func_output(gv)
+    (func,) = [f for f in legalize(bb.get()).functions.values() if isinstance(f, PrimFunc)]
     x = rng.uniform(-1, 1, (1, h, h, ci)).astype("float32")
     w = (rng.uniform(-1, 1, (k, k, ci, co)) / np.sqrt(ci * k * k / 4)).astype("float32")
     xc = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
@@ -201,7 +201,7 @@ def _t2d(rng, h=4, ci=512, co=256, k=4, stride=2, pad=1):
     sess = _ort("ConvTranspose", xc.shape, wc, (1, co, out_h, out_h), kernel_shape=[k, k],
                 strides=[stride, stride], pads=[pad] * 4)
     feeds = {"x": xc}
-    return (te.create_prim_func([X, W, Y]), [x, w], (1, out_h, out_h, co),
+    return (func.with_attr("global_symbol", "main"), [x, w], (1, out_h, out_h, co),
             lambda: sess.run(None, feeds)[0].transpose(0, 2, 3, 1),
             lambda: sess.run(None, feeds), "onnxruntime ConvTranspose (2 threads)", flop)
 

@@ -275,6 +275,34 @@ def test_conv2d_transpose(strides, padding, output_padding, dilation, groups, ic
     np.testing.assert_allclose(out, onnx_ref, rtol=1e-4, atol=1e-4)
 
 
+def test_strided_conv_transpose_skips_the_inserted_zeros():
+    """With a stride and no dilation the legalized kernel works by output phase: a 4x4
+    stride-2 kernel sums 2 x 2 taps per output (and a 3x3 one, zero-padded to 4x4, too), not
+    the 16 / 9 of the zero-dilated input; the values match numpy and onnxruntime above."""
+    from relax import BlockBuilder
+    from relax.build import legalize
+    from tensorir.function import PrimFunc
+    from tensorir.functor import post_order_visit
+    from tensorir.stmt import Block
+    for k, taps in ((4, 4), (3, 4)):
+        bb = BlockBuilder()
+        x, w = tvar("x", (1, 8, 5, 5)), tvar("w", (8, 6, k, k))
+        with bb.function("main", [x, w]):
+            with bb.dataflow():
+                gv = bb.emit_output(bb.emit(nn.conv2d_transpose(x, w, strides=2, padding=1)))
+            bb.emit_func_output(gv)
+        (f,) = [f for f in legalize(bb.get()).functions.values() if isinstance(f, PrimFunc)]
+        blocks = []
+        post_order_visit(f.body, lambda n: blocks.append(n) if isinstance(n, Block) else None)
+        (conv,) = [b for b in blocks if b.name == "conv2d_transpose"]
+        reduce = [iv.dom.extent.value for iv in conv.iter_vars if iv.kind == "reduce"]
+        assert int(np.prod(reduce)) == 8 * taps, (k, reduce)
+        xs, ws = rand(1, 8, 5, 5), rand(8, 6, k, k)
+        out, _ = run_op(lambda a, b: nn.conv2d_transpose(a, b, strides=2, padding=1), [xs, ws])
+        np.testing.assert_allclose(out, ref_conv_transpose(xs, ws, 2, 1, 0, 1, 1), rtol=1e-4,
+                                   atol=1e-4)
+
+
 def test_conv_transpose_symbolic_and_1d():
     x, w = rand(2, 4, 5, 3), rand(4, 3, 3, 3)
     out, si = run_op(lambda a, b: nn.conv2d_transpose(a, b, strides=2, padding=1,

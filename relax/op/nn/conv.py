@@ -269,7 +269,9 @@ def _te_conv_transpose(data, weight, *, n, strides, padding, dilation, groups, o
                        data_layout, kernel_layout, out_layout, out_dtype, name):
     """Transposed convolution as a direct convolution of the stride-dilated, padded data with
     the flipped kernel: out[y] = sum_k P[y + k * d] * W[K - 1 - k], where P[t + off] is the data
-    at t / stride (zero where t is not a multiple of the stride), off = d * (K - 1) - pad_begin."""
+    at t / stride (zero where t is not a multiple of the stride), off = d * (K - 1) - pad_begin.
+    Without dilation and with static kernel sizes, a stride above 1 takes the phase form
+    (``_te_conv_transpose_phased``), which skips the inserted zeros."""
     sp = SPATIAL[n]
     a = dict(strides=strides, padding=padding, dilation=dilation, groups=groups,
              output_padding=output_padding, data_layout=data_layout, kernel_layout=kernel_layout,
@@ -278,6 +280,12 @@ def _te_conv_transpose(data, weight, *, n, strides, padding, dilation, groups, o
     dl, kl, ol = data_layout, kernel_layout, out_layout
     H = [data.shape[dl.index(c)] for c in sp]
     K = [weight.shape[kl.index(c)] for c in sp]
+    if any(st > 1 for st in strides) and all(d == 1 for d in dilation) and \
+            all(isinstance(k, IntImm) for k in K):
+        return _te_conv_transpose_phased(data, weight, n=n, strides=strides, padding=padding,
+                                         groups=groups, data_layout=dl, kernel_layout=kl,
+                                         out_layout=ol, out_dtype=out_dtype, name=name,
+                                         out_shape=out_shape)
     out_sp = [out_shape[ol.index(c)] for c in sp]
     offs = [simplify(dilation[i] * (K[i] - 1) - padding[i]) for i in range(n)]
     ana = Analyzer()
@@ -320,6 +328,79 @@ def _te_conv_transpose(data, weight, *, n, strides, padding, dilation, groups, o
             di[dl.index(c)] = idx[ol.index(c)] + r
             wi[kl.index(c)] = K[i] - 1 - rk[i].var
         return te.sum(P[tuple(di)].astype(out_dtype) * weight[tuple(wi)].astype(out_dtype),
+                      axis=[rc] + rk)
+
+    return te.compute(out_shape, fcompute, out_name(name.split(".")[-1], data, weight))
+
+
+def _te_conv_transpose_phased(data, weight, *, n, strides, padding, groups, data_layout,
+                              kernel_layout, out_layout, out_dtype, name, out_shape):
+    """Transposed convolution by output phase, without the stride's inserted zeros.
+
+    ``out[y] = sum_k x[(y + pb - k) / s] * W[k]`` over the taps ``k`` with ``y + pb - k`` a
+    multiple of ``s``: with ``t = y + pb`` those are ``k = t % s + s * r`` for
+    ``r < R = ceil(K / s)``, reading ``x[t // s - r]``. So every output sums ``R`` taps per
+    dimension instead of ``K`` (``1 / s^2`` of the zero-dilated form's multiply-adds in 2-D:
+    a 4x4 stride-2 kernel does 4 taps, not 16). Two small stages keep conditions out of the
+    reduction: ``P`` is the data with ``R - 1`` zeros before and zeros after (``x[j]`` at
+    ``j + R - 1``), and where ``s`` does not divide ``K`` the weight is zero-padded to
+    ``R * s`` taps."""
+    sp = SPATIAL[n]
+    dl, kl, ol = data_layout, kernel_layout, out_layout
+    H = [data.shape[dl.index(c)] for c in sp]
+    K = [weight.shape[kl.index(c)].value for c in sp]
+    R = [-(-k // st) for k, st in zip(K, strides)]
+    out_sp = [out_shape[ol.index(c)] for c in sp]
+    zero = te.const(0, data.dtype)
+
+    pshape = list(data.shape)
+    for i, c in enumerate(sp):
+        pshape[dl.index(c)] = simplify(floordiv(out_sp[i] - 1 + padding[i], strides[i]) + R[i])
+
+    def fpad(*idx):
+        src, conds = list(idx), []
+        for i, c in enumerate(sp):
+            ax = dl.index(c)
+            t = idx[ax] - (R[i] - 1)
+            if R[i] > 1:
+                conds.append(t >= 0)
+            conds.append(t < H[i])
+            src[ax] = t
+        return te.if_then_else(te.all(*conds), data[tuple(src)], zero)
+
+    P = te.compute(tuple(pshape), fpad, out_name("data_pad", data, weight))
+    W = weight
+    if any(k % st for k, st in zip(K, strides)):
+        wshape = list(weight.shape)
+        for i, c in enumerate(sp):
+            wshape[kl.index(c)] = IntImm(R[i] * strides[i], "int64")
+
+        def fwpad(*idx):
+            conds = [idx[kl.index(c)] < K[i] for i, c in enumerate(sp) if K[i] % strides[i]]
+            return te.if_then_else(te.all(*conds), weight[idx], te.const(0, weight.dtype))
+        W = te.compute(tuple(wshape), fwpad, out_name("weight_pad", data, weight))
+    C = data.shape[dl.index("C")]
+    icpg = simplify(floordiv(C, groups))
+    ocpg = weight.shape[kl.index("O")]
+    rc = te.reduce_axis((0, icpg), "rc")
+    rk = [te.reduce_axis((0, r), "r" + c.lower()) for c, r in zip(sp, R)]
+
+    def fcompute(*idx):
+        oc = idx[ol.index("C")]
+        chan = rc.var if groups == 1 else floordiv(oc, ocpg) * icpg + rc.var
+        di = [None] * (n + 2)
+        di[dl.index("N")] = idx[ol.index("N")]
+        di[dl.index("C")] = chan
+        wi = [None] * (n + 2)
+        wi[kl.index("I")] = chan
+        wi[kl.index("O")] = oc if groups == 1 else floormod(oc, ocpg)
+        for i, c in enumerate(sp):
+            t = idx[ol.index(c)] + padding[i] if padding[i] else idx[ol.index(c)]
+            st = strides[i]
+            q, ph = (floordiv(t, st), floormod(t, st)) if st > 1 else (t, 0)
+            di[dl.index(c)] = q - rk[i].var + (R[i] - 1)
+            wi[kl.index(c)] = ph + rk[i].var * st if st > 1 else rk[i].var
+        return te.sum(P[tuple(di)].astype(out_dtype) * W[tuple(wi)].astype(out_dtype),
                       axis=[rc] + rk)
 
     return te.compute(out_shape, fcompute, out_name(name.split(".")[-1], data, weight))
