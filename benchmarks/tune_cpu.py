@@ -241,6 +241,7 @@ def bench_resnet50(trials: int = RESNET_TRIALS, rounds: int = 7,
         row["error"] = f"the zoo's resnet50 is not available: {type(err).__name__}: {err}"
         return row
     opts = dict(RESNET_TUNE_OPTIONS if tune_options is None else tune_options)
+    load_before = os.getloadavg()[0]
     zrow = zoo_run.measure(z, "llvm", threads=2, rounds=rounds, quiet=True,
                            tune_trials=trials, tune_options=opts)
     row.update({k: zrow.get(k) for k in (
@@ -252,9 +253,9 @@ def bench_resnet50(trials: int = RESNET_TRIALS, rounds: int = 7,
     tasks = zrow.get("tune_tasks", [])
     write_results("tune_resnet50", [row], {
         "tasks": tasks, "tune_options": opts,
-        "machine_note": "shared 2-core machine, other tuning jobs running: timings are noisy; "
-                        "untuned, tuned and onnxruntime interleaved round by round in one "
-                        "process, medians"})
+        "machine_note": "untuned, tuned and onnxruntime interleaved round by round in one "
+                        "process, medians; load average (1 min) before tuning "
+                        f"{load_before:.2f}, after timing {os.getloadavg()[0]:.2f}"})
     row["tasks_tuned"] = sum(t["uses"] == "tuned record" for t in tasks)
     row["tasks"] = len(tasks)
     return row
