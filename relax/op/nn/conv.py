@@ -528,7 +528,9 @@ def conv2d_transpose(data, weight, strides=(1, 1), padding=(0, 0), output_paddin
                      kernel_layout: str = "IOHW", out_layout: str | None = None,
                      out_dtype: str | None = None) -> Expr:
     """2-D transposed convolution (the gradient of ``conv2d``), as PyTorch ``ConvTranspose2d``
-    and ONNX ``ConvTranspose``.
+    and ONNX ``ConvTranspose``. With a stride and no dilation the kernel works by output phase:
+    each output sums only the ``ceil(K / s)`` taps per dimension that meet an input pixel (a 4x4
+    stride-2 kernel: 4 taps, not the 16 of a convolution over the zero-dilated input).
 
     ``weight`` is ``(C, O / groups, KH, KW)`` (``IOHW``); the output spatial size is
     ``(H - 1) * stride - pad_begin - pad_end + dilation * (K - 1) + output_padding + 1`` and the
