@@ -308,21 +308,12 @@ def _te_conv_transpose(data, weight, *, n, strides, padding, dilation, groups, o
         return te.if_then_else(te.all(*conds), data[tuple(src)], te.const(0, data.dtype))
 
     P = te.compute(tuple(pshape), fpad, out_name("dilate_pad", data, weight))
-    C = data.shape[dl.index("C")]
-    icpg = simplify(floordiv(C, groups))
-    ocpg = weight.shape[kl.index("O")]
-    rc = te.reduce_axis((0, icpg), "rc")
+    channels = _TransposeChannels(data, weight, groups, n, dl, kl, ol)
+    rc = channels.rc
     rk = [te.reduce_axis((0, k), "r" + c.lower()) for c, k in zip(sp, K)]
 
     def fcompute(*idx):
-        oc = idx[ol.index("C")]
-        chan = rc.var if groups == 1 else floordiv(oc, ocpg) * icpg + rc.var
-        di = [None] * (n + 2)
-        di[dl.index("N")] = idx[ol.index("N")]
-        di[dl.index("C")] = chan
-        wi = [None] * (n + 2)
-        wi[kl.index("I")] = chan
-        wi[kl.index("O")] = oc if groups == 1 else floormod(oc, ocpg)
+        di, wi = channels.indices(idx)
         for i, c in enumerate(sp):
             r = rk[i].var * dilation[i] if dilation[i] != 1 else rk[i].var
             di[dl.index(c)] = idx[ol.index(c)] + r
@@ -331,6 +322,31 @@ def _te_conv_transpose(data, weight, *, n, strides, padding, dilation, groups, o
                       axis=[rc] + rk)
 
     return te.compute(out_shape, fcompute, out_name(name.split(".")[-1], data, weight))
+
+
+class _TransposeChannels:
+    """The channel reduction of a grouped transposed convolution (``IO...`` weight): the axis
+    over a group's input channels, and for an output index the data and weight indices with
+    the batch and channel entries filled in (the spatial ones are the caller's)."""
+
+    def __init__(self, data, weight, groups, n, dl, kl, ol):
+        self.icpg = simplify(floordiv(data.shape[dl.index("C")], groups))
+        self.ocpg = weight.shape[kl.index("O")]
+        self.rc = te.reduce_axis((0, self.icpg), "rc")
+        self.groups, self.n, self.dl, self.kl, self.ol = groups, n, dl, kl, ol
+
+    def indices(self, idx):
+        dl, kl, ol = self.dl, self.kl, self.ol
+        oc = idx[ol.index("C")]
+        grouped = self.groups != 1
+        chan = floordiv(oc, self.ocpg) * self.icpg + self.rc.var if grouped else self.rc.var
+        di = [None] * (self.n + 2)
+        di[dl.index("N")] = idx[ol.index("N")]
+        di[dl.index("C")] = chan
+        wi = [None] * (self.n + 2)
+        wi[kl.index("I")] = chan
+        wi[kl.index("O")] = floormod(oc, self.ocpg) if grouped else oc
+        return di, wi
 
 
 def _te_conv_transpose_phased(data, weight, *, n, strides, padding, groups, data_layout,
@@ -379,21 +395,12 @@ def _te_conv_transpose_phased(data, weight, *, n, strides, padding, groups, data
             conds = [idx[kl.index(c)] < K[i] for i, c in enumerate(sp) if K[i] % strides[i]]
             return te.if_then_else(te.all(*conds), weight[idx], te.const(0, weight.dtype))
         W = te.compute(tuple(wshape), fwpad, out_name("weight_pad", data, weight))
-    C = data.shape[dl.index("C")]
-    icpg = simplify(floordiv(C, groups))
-    ocpg = weight.shape[kl.index("O")]
-    rc = te.reduce_axis((0, icpg), "rc")
+    channels = _TransposeChannels(data, weight, groups, n, dl, kl, ol)
+    rc = channels.rc
     rk = [te.reduce_axis((0, r), "r" + c.lower()) for c, r in zip(sp, R)]
 
     def fcompute(*idx):
-        oc = idx[ol.index("C")]
-        chan = rc.var if groups == 1 else floordiv(oc, ocpg) * icpg + rc.var
-        di = [None] * (n + 2)
-        di[dl.index("N")] = idx[ol.index("N")]
-        di[dl.index("C")] = chan
-        wi = [None] * (n + 2)
-        wi[kl.index("I")] = chan
-        wi[kl.index("O")] = oc if groups == 1 else floormod(oc, ocpg)
+        di, wi = channels.indices(idx)
         for i, c in enumerate(sp):
             t = idx[ol.index(c)] + padding[i] if padding[i] else idx[ol.index(c)]
             st = strides[i]
