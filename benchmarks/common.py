@@ -29,17 +29,6 @@ def ensure_clean_openblas_env() -> None:
         os.execvpe(sys.executable, [sys.executable] + sys.argv, env)
 
 
-def aligned(array):
-    """A 64-byte-aligned copy of a numpy array, as the VM's and ``targets.array``'s buffers are
-    (numpy's own are 16-byte aligned: a kernel timed on them pays for vector loads that
-    straddle cache lines, which it does not in a model). Both sides of a comparison get it."""
-    import numpy as np
-    from targets.runtime.ndarray import aligned_empty
-    out = aligned_empty(array.shape, array.dtype)
-    np.copyto(out, array)
-    return out
-
-
 def median_time(fn: Callable[[], object], number: int = 5, repeat: int = 7,
                 warmup: int = 2) -> float:
     """Median over ``repeat`` runs of the mean time of ``number`` calls, in seconds."""

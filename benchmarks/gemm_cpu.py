@@ -28,9 +28,10 @@ import time
 import numpy as np
 
 import targets
+from targets.runtime.ndarray import aligned_copy, aligned_empty
 from tensorir import Schedule
 
-from .common import aligned, side_by_side
+from .common import side_by_side
 from .schedules.gemm import (GELU_C, matmul_bias_gelu_func, matmul_func, schedule_gemm,
                              schedule_gemm_bias_gelu)
 
@@ -102,9 +103,9 @@ def bench_gemm(size: int, rounds: int = 9, target="llvm") -> dict:
     schedule_gemm(sch, "C", target)
     mod = targets.build(sch.mod, target)
     rng = np.random.default_rng(0)
-    a = aligned(rng.standard_normal((m, k), dtype=np.float32))
-    b = aligned(rng.standard_normal((k, n), dtype=np.float32))
-    c = aligned(np.empty((m, n), np.float32))
+    a = aligned_copy(rng.standard_normal((m, k), dtype=np.float32))
+    b = aligned_copy(rng.standard_normal((k, n), dtype=np.float32))
+    c = aligned_empty((m, n), np.float32)
     f = mod["main"]
     f(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=2e-4, atol=2e-3 * np.sqrt(k))
@@ -120,10 +121,10 @@ def bench_gemm_bias_gelu(size: int = 1024, rounds: int = 9, target="llvm") -> di
     schedule_gemm_bias_gelu(sch, "C", "D", target)
     mod = targets.build(sch.mod, target)
     rng = np.random.default_rng(1)
-    a = aligned(rng.standard_normal((m, k), dtype=np.float32) / np.float32(np.sqrt(k)))
-    b = aligned(rng.standard_normal((k, n), dtype=np.float32))
-    bias = aligned(rng.standard_normal(n, dtype=np.float32))
-    d = aligned(np.empty((m, n), np.float32))
+    a = aligned_copy(rng.standard_normal((m, k), dtype=np.float32) / np.float32(np.sqrt(k)))
+    b = aligned_copy(rng.standard_normal((k, n), dtype=np.float32))
+    bias = aligned_copy(rng.standard_normal(n, dtype=np.float32))
+    d = aligned_empty((m, n), np.float32)
     f = mod["main"]
     f(a, b, bias, d)
     np.testing.assert_allclose(d, numpy_bias_gelu(a, b, bias), rtol=1e-3, atol=1e-3)

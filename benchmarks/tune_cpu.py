@@ -45,10 +45,11 @@ import time
 import numpy as np
 
 import targets
+from targets.runtime.ndarray import aligned_copy, aligned_empty
 import metaschedule
 from metaschedule import apply_best, tune_tir, tuning_curve
 
-from .common import RESULTS_DIR, aligned, side_by_side
+from .common import RESULTS_DIR, side_by_side
 from .gemm_cpu import measure
 
 GEMM_SIZE = 1024
@@ -100,9 +101,9 @@ def bench_gemm(work_root: str, quick: bool) -> tuple[list[dict], dict]:
     func = _gemm_func(n)
     work = _fresh(os.path.join(work_root, f"gemm{n}"))
     rng = np.random.default_rng(0)
-    a = aligned(rng.standard_normal((n, n), dtype=np.float32))
-    b = aligned(rng.standard_normal((n, n), dtype=np.float32))
-    c = aligned(np.empty((n, n), np.float32))
+    a = aligned_copy(rng.standard_normal((n, n), dtype=np.float32))
+    b = aligned_copy(rng.standard_normal((n, n), dtype=np.float32))
+    c = aligned_empty((n, n), np.float32)
     flop = 2.0 * n ** 3
     rows, done, tune_secs = [], 0, 0.0
     for cp in checkpoints:

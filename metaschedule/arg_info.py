@@ -32,7 +32,7 @@ from tensorir.expr import IntImm, Var
 from tensorir.function import IRModule, PrimFunc
 from tensorir.functor import free_vars, post_order_visit, substitute
 from tensorir.stmt import Block, BufferStore
-from targets.runtime.ndarray import aligned_empty
+from targets.runtime.ndarray import aligned_copy
 
 __all__ = ["ArgInfo", "args_info", "random_inputs", "output_indices", "reference_outputs"]
 
@@ -168,11 +168,10 @@ def args_info(func: "PrimFunc | IRModule", shape_vars: Mapping[str, int] | None 
 def random_inputs(infos: Sequence[ArgInfo], seed: int) -> list[np.ndarray]:
     """Deterministic random arrays for ``infos``: the same arrays for a seed on every machine.
 
-    Floats are uniform in [-1, 1), integers uniform in [0, 8), booleans fair coins. The arrays
-    start on a 64-byte boundary, as the VM's buffers do (kernels are timed on what they will
-    run on). Argument
+    Floats are uniform in [-1, 1), integers uniform in [0, 8), booleans fair coins. Argument
     ``i`` is drawn from its own stream (``default_rng([seed, i])``), so one argument's values do
-    not depend on the others' shapes. Scalars come back as 0-d arrays.
+    not depend on the others' shapes. Scalars come back as 0-d arrays. The arrays start on a
+    64-byte boundary, as the VM's buffers do, so kernels are timed on what they will run on.
 
     Examples
     --------
@@ -192,13 +191,10 @@ def random_inputs(infos: Sequence[ArgInfo], seed: int) -> list[np.ndarray]:
             arr = rng.integers(0, INT_HIGH, info.shape).astype(np_dtype)
         else:
             raise ValueError(f"random_inputs: no random values for dtype {info.dtype}")
-        # on the ALIGNMENT boundary the VM's and targets.array's buffers start on: a kernel
-        # timed on numpy's 16-byte-aligned data pays for vector loads that straddle cache
-        # lines, the default schedules up to 1.5x, and the tuner then picks schedules that
-        # lose in the model
-        aligned = aligned_empty(info.shape, np_dtype)
-        aligned[...] = arr
-        out.append(aligned)
+        # aligned as the VM's buffers: on numpy's 16-byte-aligned data vector loads straddle
+        # cache lines (the default schedules up to 1.5x slower), and the tuner then picks
+        # schedules that lose in the model
+        out.append(aligned_copy(arr.reshape(info.shape)))
     return out
 
 

@@ -47,6 +47,15 @@ def aligned_empty(shape: Sequence[int], dtype, alignment: int = ALIGNMENT) -> np
     return raw[offset:offset + nbytes].view(dt).reshape(shape)
 
 
+def aligned_copy(source: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``source`` starting on an ``ALIGNMENT`` boundary, as the VM's
+    buffers do (numpy aligns its own to 16 bytes only)."""
+    src = np.asarray(source)
+    out = aligned_empty(src.shape, src.dtype)
+    np.copyto(out, src)
+    return out
+
+
 class NDArray:
     """An n-dimensional array on a device.
 
@@ -143,9 +152,7 @@ def array(source, device: Device | None = None) -> NDArray:
     _dtype_name(src.dtype)
     if device.kind != "cpu":
         return device_runtime(device.kind).array(src, device)
-    out = aligned_empty(src.shape, src.dtype)
-    np.copyto(out, src)
-    return NDArray(out, device)
+    return NDArray(aligned_copy(src), device)
 
 
 def empty(shape: Sequence[int], dtype="float32", device: Device | None = None) -> NDArray:
