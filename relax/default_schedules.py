@@ -45,7 +45,8 @@ from tensorir.schedule import tree
 from tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
 
 from .transform.packed_kernels import (RULE_CONV_NCHW, RULE_CONV_NCHW_CVEC, RULE_CONV_NHWC,
-                                       RULE_DENSE, RULE_PAD, SCHEDULE_RULE)
+                                       RULE_DENSE, RULE_PAD, RULE_POOL, RULE_POOL_ROWS,
+                                       SCHEDULE_RULE)
 
 MR = 6                    # rows of the register tile of matmul-like reductions
 MIN_PARALLEL_WORK = 4096  # output elements below which a parallel launch costs more than it saves
@@ -214,6 +215,10 @@ def _schedule(sch: Schedule, target: Target, gemv_rows: PrimExpr | None = None) 
                 gemv += _schedule_dense(sch, blk.name, target, gemv_rows) == "gemv"
             elif rule == RULE_PAD:
                 _schedule_pad(sch, blk.name, target)
+            elif rule == RULE_POOL_ROWS:
+                continue    # placed and scheduled with its consumer (RULE_POOL)
+            elif rule == RULE_POOL:
+                _schedule_pool_separable(sch, blk.name, target)
             elif _is_spatial(blk):
                 _schedule_spatial(sch, blk.name, target)
             else:
@@ -824,6 +829,30 @@ def _schedule_pad(sch: Schedule, name: str, target: Target) -> None:
         sch.vectorize(last)
     if _work(_loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
         sch.parallel(_parallel_outer(sch, outer))
+
+
+def _schedule_pool_separable(sch: Schedule, name: str, target: Target) -> None:
+    """The two passes of ``pool2d_nchw_separable``: output rows ``(c, y)`` in parallel; per
+    output row the row pass (``RULE_POOL_ROWS``) fills one padded row, then the column pass
+    reads it back with the stride. In both, a vector of lanes is the register the window
+    reduces into (the reduction loop outside the lanes, the init decomposed above it), so a
+    window costs ``KH + KW`` vector operations and each output is stored once."""
+    block = sch.get_block(name)
+    *spatial, rx = sch.get_loops(block)
+    lanes = _lanes(sch.get(block), target)
+    producer = next(p for p in sch.get_producers(block)
+                    if _rule(sch.get(p)) == RULE_POOL_ROWS)
+    par = _parallel_outer(sch, spatial[:-1])
+    if _work(_loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
+        sch.parallel(par)
+    sch.compute_at(producer, par)       # before the column split: one padded row's region
+    for blk in (block, producer):
+        *_, col, red = sch.get_loops(blk)
+        c0, c1 = sch.split(col, [None, lanes])
+        sch.reorder(c0, red, c1)
+        init = sch.decompose_reduction(blk, red)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.vectorize(c1)
 
 
 def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:

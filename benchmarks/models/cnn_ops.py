@@ -180,6 +180,7 @@ CNN_LAYERS = [
     ("mobilenet 1x1 144->24 @56", dict(conv=(144, 24, 56, 1, 1, 0))),
     ("densenet 3x3 128->32 @56", dict(conv=(128, 32, 56, 3, 1, 1))),
     ("densenet avgpool 2x2 s2 128 @56", dict(pool=("avg", 128, 56, 2, 2, 0))),
+    ("googlenet maxpool 3x3 s1 192 @28", dict(pool=("max", 192, 28, 3, 1, 1))),
     ("inception 1x7 128->128 @17", dict(conv=(128, 128, 17, (1, 7), 1, (0, 3, 0, 3)))),
     ("inception 3x3 s2 288->384 @35", dict(conv=(288, 384, 35, 3, 2, 0))),
     ("inception 5x5 48->64 @35", dict(conv=(48, 64, 35, 5, 1, 2))),

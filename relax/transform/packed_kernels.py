@@ -51,7 +51,7 @@ __all__ = ["SCHEDULE_RULE", "RULE_CONV_NCHW", "RULE_CONV_NHWC", "RULE_DENSE", "R
            "ChannelVectorPlan", "plan_conv2d_nchw_cvec", "conv2d_nchw_cvec", "nchw_kernel_plan",
            "pack_conv2d_nchw_weight", "NhwcPlan", "plan_conv2d_nhwc", "conv2d_nhwc_packed",
            "pack_conv2d_nhwc_weight", "dense_panel_width", "dense_packed", "pack_dense_weight",
-           "pool2d_nchw_phased"]
+           "pool2d_nchw_phased", "pool2d_nchw_separable", "RULE_POOL", "RULE_POOL_ROWS"]
 
 SCHEDULE_RULE = "schedule_rule"
 RULE_CONV_NCHW = "tilecraft.conv2d_nchw_flat"
@@ -59,6 +59,8 @@ RULE_CONV_NHWC = "tilecraft.conv2d_nhwc_packed"
 RULE_CONV_NCHW_CVEC = "tilecraft.conv2d_nchw_cvec"
 RULE_DENSE = "tilecraft.dense_packed"
 RULE_PAD = "tilecraft.conv2d_pad"     # a padding / phase-plane stage, kept (not inlined)
+RULE_POOL = "tilecraft.pool2d_separable"        # the column stage of a separable pooling
+RULE_POOL_ROWS = "tilecraft.pool2d_rows"        # its row stage, placed by RULE_POOL
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -760,3 +762,51 @@ def pool2d_nchw_phased(data: te.Tensor, kind: str, pool_size, strides, padding, 
     scale = te.const(1.0 / (kh * kw), data.dtype)
     return te.compute((n, c, out_h, out_w), lambda b, ch, y, x: total[b, ch, y, x] * scale,
                       "pool2d")
+
+
+def pool2d_nchw_separable(data: te.Tensor, kind: str, pool_size, strides, padding, out_h: int,
+                          out_w: int) -> te.Tensor:
+    """Max (``kind="max"``) or average (``"avg"``, divisor ``KH * KW``) pooling of NCHW
+    ``data`` as two passes: ``pool_rows[n, c, y, q]`` reduces the window's ``KH`` input rows
+    of padded column ``q`` (every column of the padded row, unit stride), then
+    ``pool2d[n, c, y, x]`` reduces ``pool_rows[n, c, y, x * sw + rx]`` over the window's
+    ``KW`` columns. A window costs ``KH`` + ``KW`` operations instead of ``KH * KW``, and
+    only the second pass reads with the stride, from a row the first pass just wrote. The
+    pad value (``-inf`` for max, 0 for the average) is applied in the first pass, so the
+    second has no condition. Blocks ``pool_rows`` (``RULE_POOL_ROWS``) and ``pool2d``
+    (``RULE_POOL``: the default schedule computes one row of ``pool_rows`` per output row,
+    see ``relax.default_schedules``).
+
+    Examples
+    --------
+    >>> x = te.placeholder((te.var("n"), 8, 11, 11), "float32", "x")
+    >>> y = pool2d_nchw_separable(x, "max", (3, 3), (2, 2), (1, 1, 1, 1), 6, 6)
+    >>> [str(d) for d in y.shape]
+    ['n', '8', '6', '6']
+    """
+    from tensorir.expr import min_value
+    n, c, h, w = data.shape
+    h, w = _as_int(h), _as_int(w)
+    (kh, kw), (sh, sw) = pool_size, strides
+    pt, pl = padding[0], padding[1]
+    cols = (out_w - 1) * sw + kw          # the padded columns the windows read
+    pad_value = min_value(data.dtype) if kind == "max" else te.const(0, data.dtype)
+    reduce = te.max if kind == "max" else te.sum
+    ry = te.reduce_axis((0, kh), "ry")
+
+    def rows(b, ch, y, q):
+        r, col = y * sh + ry.var - pt, q - pl
+        inside = te.all(r >= 0, r < h, col >= 0, col < w)
+        return reduce(te.if_then_else(inside, data[b, ch, r, col], pad_value), axis=[ry])
+    pooled_rows = te.compute((n, c, out_h, cols), rows, "pool_rows",
+                             attrs={SCHEDULE_RULE: RULE_POOL_ROWS})
+    rx = te.reduce_axis((0, kw), "rx")
+    if kind == "max":
+        def out(b, ch, y, x):
+            return te.max(pooled_rows[b, ch, y, x * sw + rx.var], axis=[rx])
+    else:
+        scale = te.const(1.0 / (kh * kw), data.dtype)
+
+        def out(b, ch, y, x):   # each tap scaled: one block, no separate division pass
+            return te.sum(pooled_rows[b, ch, y, x * sw + rx.var] * scale, axis=[rx])
+    return te.compute((n, c, out_h, out_w), out, "pool2d", attrs={SCHEDULE_RULE: RULE_POOL})

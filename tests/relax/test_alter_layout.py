@@ -459,10 +459,14 @@ def test_pooling_layers_match_numpy():
 
     def phased(m):
         return [k for k in range(len(cases)) if "R.nn." not in to_script(m[f"f{k}"])]
-    # strided, constant divisor: on phase planes, except on x86 (strided vector loads)
+    # strided, constant divisor: on phase planes, except on x86: separable, any stride
     arm = AlterLayout("llvm -mtriple=aarch64-linux-gnu")(mod)
     assert phased(arm) == [0, 1, 2, 3]
-    assert phased(AlterLayout("llvm -mtriple=x86_64-linux-gnu")(mod)) == []
+    x86 = AlterLayout("llvm -mtriple=x86_64-linux-gnu")(mod)
+    assert phased(x86) == [0, 1, 2, 3, 6]
+    kernels = [f for name, f in x86.functions.items()
+               if isinstance(f, PrimFunc) and "pool" in name]
+    assert len(kernels) == 5 and all("pool_rows" in f.script() for f in kernels)
     # both forms run right here: the module as the host builds it, and the phase-plane kernels
     for m in (mod, arm):
         vm = relax.VirtualMachine(relax.build(m, "llvm"))
@@ -476,6 +480,52 @@ def test_pooling_layers_match_numpy():
         xs = rand(2, 32, 7, 7)
         np.testing.assert_allclose(vm["gap"](xs).numpy(), xs.mean(axis=(2, 3), keepdims=True),
                                    rtol=1e-5, atol=1e-5)
+
+
+def _pool_brute(x, kind, k, s, pads, out_hw):
+    """Window by window over the data elements only (padding never wins, and the average
+    divides by the whole window)."""
+    (kh, kw), (sh, sw), (pt, pl) = k, s, pads[:2]
+    n, c, h, w = x.shape
+    out = np.empty((n, c) + tuple(out_hw))
+    for y in range(out_hw[0]):
+        for xx in range(out_hw[1]):
+            r0, c0 = y * sh - pt, xx * sw - pl
+            win = x[:, :, max(r0, 0):max(r0 + kh, 0), max(c0, 0):max(c0 + kw, 0)]
+            out[:, :, y, xx] = win.max(axis=(2, 3)) if kind == "max" else \
+                win.sum(axis=(2, 3)) / (kh * kw)
+    return out
+
+
+@pytest.mark.parametrize("kind,k,s,pads,ceil", [
+    ("max", (3, 3), (2, 2), (1, 1, 1, 1), False),     # ResNet's
+    ("max", (2, 3), (1, 2), (0, 1, 1, 0), False),     # rectangular, asymmetric padding
+    ("max", (3, 3), (2, 2), (0, 0, 0, 0), True),      # ceil mode: the last window overhangs
+    ("max", (5, 5), (3, 3), (2, 2, 2, 2), False),
+    ("avg", (3, 3), (2, 2), (1, 1, 1, 1), False),     # count_include_pad: constant divisor
+    ("avg", (2, 2), (1, 1), (0, 0, 0, 0), False),
+])
+def test_separable_pooling_matches_brute_force(kind, k, s, pads, ceil):
+    """The x86 form (``pool2d_nchw_separable``: rows, then columns of one padded row) on odd
+    sizes, against a window-by-window reference, for two batch sizes of one build."""
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n", 5, 17, 19), "float32"))
+    extra = {"ceil_mode": ceil} if kind == "max" else {"count_include_pad": True}
+    pool = op.nn.max_pool2d if kind == "max" else op.nn.avg_pool2d
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.emit_output(bb.emit(pool(x, k, s, pads, **extra)))
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    out_hw = [d.value for d in mod["main"].ret_struct_info.shape[2:]]
+    x86 = AlterLayout("llvm -mtriple=x86_64-linux-gnu")(mod)
+    assert any("pool_rows" in f.script() for f in x86.functions.values()
+               if isinstance(f, PrimFunc)), "not the separable kernel"
+    vm = relax.VirtualMachine(relax.build(mod, "llvm"))
+    for n in (1, 3):
+        xs = rand(n, 5, 17, 19)
+        np.testing.assert_allclose(vm["main"](xs).numpy(), _pool_brute(xs, kind, k, s, pads, out_hw),
+                                   rtol=1e-5, atol=1e-6)
 
 
 def test_avx2_tiles_run_here():
