@@ -423,16 +423,42 @@ def plan_conv2d_nchw_cvec(g: ConvGeometry, lanes: int,
     (the unrolled taps' broadcasts spill); on the 7 x 7 stride-2 stem 16 x 16 ran 1.6x slower
     than 4 x 64.
 
+    A width whose divisors leave fewer than 12 accumulators under that cap (Inception-v3's
+    17 x 17 planes: 1 x 64, four accumulators and four weight loads per four FMAs) may take
+    up to 20 with 32 registers: 17 x 16 ran Inception's 3x3 stride-2 288->384 layer 2.5x
+    faster than 1 x 64 (0.42x -> 1.0x onnxruntime) and its 1x7 layer 1.5x faster. What is
+    still narrow is left to ``nchw_kernel_plan``.
+
     Examples
     --------
     >>> g = ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     >>> p = plan_conv2d_nchw_cvec(g, 16, 32)
     >>> (p.rows, p.width)
     (7, 32)
+    >>> g17 = ConvGeometry(288, 35, 35, 384, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1)
+    >>> p = plan_conv2d_nchw_cvec(g17, 16, 32)
+    >>> (p.rows, p.width)
+    (17, 16)
     """
     if g.is_depthwise:
         return None     # each lane would read another input channel: a gather per step
     budget = 16 if registers >= 32 else 12
+    plan = _cvec_tile(g, lanes, registers, budget)
+    if plan is not None and registers >= 32 and _narrow(plan, registers):
+        plan = _cvec_tile(g, lanes, registers, 20) or plan
+    return plan
+
+
+def _narrow(plan: ChannelVectorPlan, registers: int) -> bool:
+    """Whether the tile has too few accumulators to hide the loads: under 12 with 32
+    registers, under 6 with 16 (where 7 x 8 on 7 x 7 planes still beat the flat kernel)."""
+    return plan.rows * plan.vectors < (12 if registers >= 32 else 6)
+
+
+def _cvec_tile(g: ConvGeometry, lanes: int, registers: int,
+               budget: int) -> ChannelVectorPlan | None:
+    """The channel-vector tile with the most accumulators up to ``budget`` (ties: more
+    vectors), or None when no multiple of the lanes divides the output channels."""
     best = None
     for v in range(1, 5):
         width = v * lanes
@@ -472,6 +498,11 @@ def nchw_kernel_plan(g: ConvGeometry, lanes: int,
     # (12 accumulators less the weight vectors): it won only on the 7 x 7 planes (1.3x) and
     # lost 2-20% elsewhere.
     useful = g.out_h * g.out_w / flat.out_len
+    if _narrow(cvec, registers):
+        # a narrow tile (an output width with no fitting divisor: 17, 149) is load-bound:
+        # Inception's 3x3 stride-2 layer at 1 x 64 ran at 0.42x onnxruntime, the phased flat
+        # kernel at 0.83x (Zen 4)
+        return flat
     if registers >= 32:
         return cvec if flat.phased or useful < 0.95 else flat
     return cvec if useful < 0.8 else flat

@@ -145,6 +145,7 @@ NCHW_CASES = [  # (C, O, H, W, k, attrs)
     (8, 8, 11, 11, 3, {"padding": 2, "dilation": 2}),                 # dilated
     (8, 12, 10, 12, 3, {}),                                           # no padding, 12 channels
     (6, 8, 9, 9, (1, 7), {"padding": (0, 3, 0, 3)}),                  # Inception's 1x7
+    (8, 16, 35, 35, 3, {"strides": 2}),        # 17 x 17 out: the widened 17 x 16 tile (AVX-512)
 ]
 
 
@@ -179,7 +180,7 @@ NHWC_CASES = [
     (8, 40, 13, 13, 3, {"padding": 1, "strides": 2}), (16, 32, 12, 12, 1, {"strides": 2}),
     (32, 32, 10, 10, 3, {"padding": 1, "groups": 32}),
     (3, 16, 23, 23, 7, {"padding": 3, "strides": 2})]
-FAST = {"NCHW": [0, 2, 3, 4, 6, 7, 8], "NHWC": [0, 2, 4]}   # every feature, fewer compiles
+FAST = {"NCHW": [0, 2, 3, 4, 6, 7, 8, 11], "NHWC": [0, 2, 4]}   # every feature, fewer compiles
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -242,6 +243,17 @@ def test_channel_vector_plan():
     assert isinstance(pk.nchw_kernel_plan(big, 16, 32), pk.NchwPlan)
     dw = pk.ConvGeometry(32, 14, 14, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32)
     assert pk.plan_conv2d_nchw_cvec(dw, 16, 32) is None
+    # a 17-wide output has no divisor up to 16 but 1: the tile widens to 17 x 16 (17
+    # accumulators) rather than run 1 x 64; AVX2 cannot, and its 1 x 32 tile is narrow
+    incep = pk.ConvGeometry(288, 35, 35, 384, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1)
+    p = pk.plan_conv2d_nchw_cvec(incep, 16, 32)
+    assert (p.rows, p.width) == (17, 16)
+    assert isinstance(pk.nchw_kernel_plan(incep, 16, 32), pk.ChannelVectorPlan)
+    assert isinstance(pk.nchw_kernel_plan(incep, 8, 16), pk.NchwPlan)
+    # a prime width beyond the widened tile (Inception's 149) stays narrow: the flat kernel
+    prime = pk.ConvGeometry(32, 149, 149, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert pk._narrow(pk.plan_conv2d_nchw_cvec(prime, 16, 32), 32)
+    assert isinstance(pk.nchw_kernel_plan(prime, 16, 32), pk.NchwPlan)
 
 
 def test_conv_kernels_get_their_schedule():
