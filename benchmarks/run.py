@@ -18,6 +18,7 @@ REGISTRY = {
     "ops_cpu": "benchmarks.ops_cpu",
     "relax_cpu": "benchmarks.relax_cpu",
     "cnn_ops_cpu": "benchmarks.cnn_ops_cpu",
+    "layer_profile": "benchmarks.layer_profile",
     "zoo": "benchmarks.zoo.run",
     "rpc_tune_throughput": "benchmarks.rpc_tune_throughput",
     "gpu_webgpu": "benchmarks.gpu_webgpu",

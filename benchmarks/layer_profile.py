@@ -1,0 +1,151 @@
+"""Where a model's time goes, layer by layer, beside onnxruntime running the same model.
+
+``python -m benchmarks.run layer_profile`` (``TILECRAFT_PROFILE_MODEL``: a zoo model, default
+``resnet50``; ``TILECRAFT_PROFILE_RUNS``: runs per side per round, default 10) builds the model
+untuned, runs ``VirtualMachine.profile`` and onnxruntime's own profiler in interleaved rounds
+(the same input, two threads each), and groups both sides' kernel times by what they compute:
+the operator kind (``conv``, ``max_pool``, ``avg_pool``, ``dense``, ...) and the output shape
+``(C, H, W)``. Writes ``benchmarks/results/layer_profile.json`` and prints one row per
+group, slowest first: ``ours_ms`` / ``ort_ms`` (per model run, summed over the group's
+kernels), ``ratio`` (ort / ours: above 1 we are faster), and the kernel counts.
+
+Why in the model and not layer by layer: a single layer run in onnxruntime pays for the copies
+into and out of its NCHWc layout (``ReorderInput`` / ``ReorderOutput``) that a whole model
+pays once, so ``cnn_ops_cpu`` flatters us by the price of those copies (ResNet-50's 1x1
+64->256 layer: 1.5x faster alone, 0.7x in the model). onnxruntime's rows ``reorder`` and
+ours ``vm`` (the time outside kernels) are listed on their own.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+
+import numpy as np
+
+import targets
+from relax import VirtualMachine, build, extract_tasks
+
+from .zoo.models import light
+from .zoo.run import _ort_session
+
+ORT_KINDS = {"Conv": "conv", "FusedConv": "conv", "MaxPool": "max_pool",
+             "AveragePool": "avg_pool", "GlobalAveragePool": "avg_pool", "Gemm": "dense",
+             "FusedGemm": "dense", "MatMul": "dense", "ReorderInput": "reorder",
+             "ReorderOutput": "reorder"}
+
+
+def our_kind(name: str) -> str:
+    """The operator kind of one of our fused kernels, from its name."""
+    for key, kind in (("conv", "conv"), ("max_pool", "max_pool"), ("avg_pool", "avg_pool"),
+                      ("dense", "dense"), ("matmul", "dense")):
+        if key in name:
+            return kind
+    return name.removeprefix("fused_").split("_")[0]
+
+
+def _chw(dims) -> tuple:
+    dims = [int(d) for d in dims]
+    if len(dims) == 5:                  # NCHWc: (N, C/c, H, W, c)
+        dims = [dims[0], dims[1] * dims[4], dims[2], dims[3]]
+    return tuple(dims[1:])
+
+
+def _our_shapes(mod) -> dict[str, tuple]:
+    """Kernel name -> output shape (without the batch), from the kernels ``build`` schedules."""
+    shapes = {}
+    for task in extract_tasks(mod, "llvm", baselines=False):
+        out = task.func.buffer_map[-1][1]
+        shapes[task.name] = _chw(d.value for d in out.shape)
+    return shapes
+
+
+def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5) -> list[dict]:
+    """Rows of (kind, shape) groups with both sides' milliseconds per model run."""
+    import onnxruntime as ort
+    z = light(name, seed=0)
+    inputs = dict(z.inputs)
+    from relax.frontend import from_onnx
+    mod = from_onnx(z.onnx_model)
+    shapes = _our_shapes(mod)
+    names = sorted(shapes, key=len, reverse=True)     # call sites are the kernel name + a suffix
+    vm = VirtualMachine(build(mod, "llvm"), targets.cpu(0))
+    args = [targets.array(v) for v in inputs.values()]
+    opts = _ort_session(z.onnx_model, 2).get_session_options()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join("/tmp", "tilecraft_layer_profile")
+    sess = ort.InferenceSession(z.onnx_model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    ours, theirs = defaultdict(float), defaultdict(float)
+    counts = defaultdict(lambda: [0, 0])
+    for _ in range(runs):                               # warm-up, not profiled below
+        sess.run(None, inputs)
+    for r in range(rounds):
+        report = vm.profile(*args, number=runs)
+        for row in report.rows:
+            if row["name"] == "(vm)":
+                key = ("vm", ())
+            else:
+                kernel = next((n for n in names if row["name"].startswith(n)), None)
+                key = (our_kind(row["name"]), shapes.get(kernel, ()))
+            ours[key] += row["total_ms"] / runs / rounds
+            if r == 0:
+                counts[key][0] += 1
+        for _ in range(runs):
+            sess.run(None, inputs)
+    path = sess.end_profiling()
+    try:
+        with open(path) as f:
+            events = json.load(f)
+    finally:
+        os.remove(path)
+    model_runs = sum(1 for e in events if e.get("name") == "model_run")
+    measured = rounds * runs
+    skip = model_runs - measured                        # the warm-up runs come first
+    seen_runs = 0
+    for e in events:
+        if e.get("name") == "model_run":
+            seen_runs += 1
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        if seen_runs < skip:
+            continue
+        args_ = e.get("args", {})
+        out = args_.get("output_type_shape") or [{}]
+        dims = next(iter(out[0].values()), []) if out and out[0] else []
+        op = args_.get("op_name", "")
+        kind = ORT_KINDS.get(op, op.lower())
+        key = ("reorder", ()) if kind == "reorder" else (kind, _chw(dims))
+        theirs[key] += e["dur"] / 1e3 / measured
+        if seen_runs == skip:
+            counts[key][1] += 1
+    rows = []
+    for key in sorted(set(ours) | set(theirs), key=lambda k: -max(ours[k], theirs[k])):
+        kind, shape = key
+        row = {"kind": kind, "shape": "x".join(map(str, shape)), "ours_ms": ours[key],
+               "ort_ms": theirs[key], "ours_kernels": counts[key][0],
+               "ort_kernels": counts[key][1]}
+        if ours[key] and theirs[key]:
+            row["ratio"] = theirs[key] / ours[key]
+        rows.append(row)
+    total = {"kind": "total", "shape": "", "ours_ms": sum(ours.values()),
+             "ort_ms": sum(theirs.values())}
+    total["ratio"] = total["ort_ms"] / total["ours_ms"]
+    return rows + [total]
+
+
+def run() -> list[dict]:
+    name = os.environ.get("TILECRAFT_PROFILE_MODEL", "resnet50")
+    rows = profile_model(name, runs=int(os.environ.get("TILECRAFT_PROFILE_RUNS", "10")))
+    for r in rows:
+        r["model"] = name
+    return rows
+
+
+if __name__ == "__main__":
+    from .common import ensure_clean_openblas_env, print_table, write_results
+    ensure_clean_openblas_env()
+    result = run()
+    write_results("layer_profile", result)
+    print_table(result, ["kind", "shape", "ours_ms", "ort_ms", "ratio", "ours_kernels",
+                         "ort_kernels"])
