@@ -45,8 +45,8 @@ from tensorir.schedule import tree
 from tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
 
 from .transform.packed_kernels import (RULE_CONV_NCHW, RULE_CONV_NCHW_CVEC, RULE_CONV_NHWC,
-                                       RULE_DENSE, RULE_PAD, RULE_POOL, RULE_POOL_ROWS,
-                                       SCHEDULE_RULE)
+                                       RULE_DENSE, RULE_DW, RULE_DW_ROWS, RULE_PAD, RULE_POOL,
+                                       RULE_POOL_ROWS, SCHEDULE_RULE)
 
 MR = 6                    # rows of the register tile of matmul-like reductions
 MIN_PARALLEL_WORK = 4096  # output elements below which a parallel launch costs more than it saves
@@ -219,6 +219,10 @@ def _schedule(sch: Schedule, target: Target, gemv_rows: PrimExpr | None = None) 
                 continue    # placed and scheduled with its consumer (RULE_POOL)
             elif rule == RULE_POOL:
                 _schedule_pool_separable(sch, blk.name, target)
+            elif rule == RULE_DW_ROWS:
+                continue    # placed and scheduled with its consumer (RULE_DW)
+            elif rule == RULE_DW:
+                _schedule_depthwise_rows(sch, blk.name, target)
             elif _is_spatial(blk):
                 _schedule_spatial(sch, blk.name, target)
             else:
@@ -853,6 +857,50 @@ def _schedule_pool_separable(sch: Schedule, name: str, target: Target) -> None:
         init = sch.decompose_reduction(blk, red)
         sch.vectorize(sch.get_loops(init)[-1])
         sch.vectorize(c1)
+
+
+def _row_vector(width: int | None, lanes: int) -> int:
+    """The vector length for a row of ``width`` outputs: the row itself when it fits in
+    ``lanes``, else its largest divisor from ``lanes / 2`` to ``lanes`` (56 -> 14), else
+    ``lanes``. A tail would be a predicated vector, and a masked accumulator goes through
+    the stack on every tap (a store-forwarding stall each: 3x slower at 56 x 56)."""
+    if width is None:
+        return lanes
+    if width <= lanes:
+        return width
+    fits = [d for d in range(lanes, lanes // 2 - 1, -1) if width % d == 0]
+    return fits[0] if fits else lanes
+
+
+def _schedule_depthwise_rows(sch: Schedule, name: str, target: Target) -> None:
+    """``depthwise_conv2d_nchw_rows``: output rows ``(n, c, y)`` in parallel; per output row
+    the ``KH`` padded input rows are filled (vectorized) right before the row is computed, so
+    they are read from L1. A vector of output columns accumulates in a register over the
+    unrolled ``KH x KW`` taps (one broadcast weight and one load each: unit stride, or every
+    ``s``-th element of the row buffer), and the epilogue (bias, activation) is applied to it
+    before the single store."""
+    block = sch.get_block(name)
+    b, o, y, x, ry, rx = sch.get_loops(block)
+    lanes = _lanes(sch.get(block), target)
+    producer = next(p for p in sch.get_producers(block) if _rule(sch.get(p)) == RULE_DW_ROWS)
+    par = _parallel_outer(sch, [b, o, y])
+    if _work(_loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
+        sch.parallel(par)
+    sch.compute_at(producer, par)       # the KH rows of this output row
+    *_, q = sch.get_loops(producer)
+    _, q1 = sch.split(q, [None, lanes])
+    sch.vectorize(q1)
+    x0, x1 = sch.split(x, [None, _row_vector(_extent(sch.get(x)), lanes)])
+    sch.reorder(x0, ry, rx, x1)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, x0)
+    _fuse_epilogue(sch, acc)
+    init = sch.decompose_reduction(block, ry)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.unroll(ry)
+    sch.unroll(rx)
+    sch.vectorize(x1)
+    sch.vectorize(sch.get_loops(acc)[-1])
 
 
 def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:

@@ -26,6 +26,10 @@ dedicated recipe:
 - ``pool2d_nchw_phased``: strided NCHW max / average pooling on the stride phase planes of its
   padded input (the convolution's trick), so every window tap reads a contiguous run of
   output columns instead of every ``s``-th element.
+- ``depthwise_conv2d_nchw_rows`` (``RULE_DW``): a depthwise convolution per output row from
+  the window's ``KH`` zero-padded input rows, copied for that row into a small buffer, then
+  ``KH x KW`` vector FMAs per vector of output columns (stride ``s``: every ``s``-th column of
+  the buffer); no full-image padding or phase-plane copy.
 - ``dense`` (``RULE_DENSE``): ``matmul(x, W)`` / ``linear`` with ``W`` packed into panels
   ``[ceil(N/NR), K, NR]`` (the ``[n // 16, k, 16]`` packing of the GEMM recipe,
   ``docs/gemm-tutorial.md``), zero-padded to whole panels.
@@ -51,7 +55,8 @@ __all__ = ["SCHEDULE_RULE", "RULE_CONV_NCHW", "RULE_CONV_NHWC", "RULE_DENSE", "R
            "ChannelVectorPlan", "plan_conv2d_nchw_cvec", "conv2d_nchw_cvec", "nchw_kernel_plan",
            "pack_conv2d_nchw_weight", "NhwcPlan", "plan_conv2d_nhwc", "conv2d_nhwc_packed",
            "pack_conv2d_nhwc_weight", "dense_panel_width", "dense_packed", "pack_dense_weight",
-           "pool2d_nchw_phased", "pool2d_nchw_separable", "RULE_POOL", "RULE_POOL_ROWS"]
+           "pool2d_nchw_phased", "pool2d_nchw_separable", "RULE_POOL", "RULE_POOL_ROWS",
+           "depthwise_conv2d_nchw_rows", "RULE_DW", "RULE_DW_ROWS"]
 
 SCHEDULE_RULE = "schedule_rule"
 RULE_CONV_NCHW = "tilecraft.conv2d_nchw_flat"
@@ -61,6 +66,8 @@ RULE_DENSE = "tilecraft.dense_packed"
 RULE_PAD = "tilecraft.conv2d_pad"     # a padding / phase-plane stage, kept (not inlined)
 RULE_POOL = "tilecraft.pool2d_separable"        # the column stage of a separable pooling
 RULE_POOL_ROWS = "tilecraft.pool2d_rows"        # its row stage, placed by RULE_POOL
+RULE_DW = "tilecraft.depthwise_rows"             # a depthwise convolution over padded rows
+RULE_DW_ROWS = "tilecraft.depthwise_pad_rows"    # its padded input rows, placed by RULE_DW
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -841,3 +848,55 @@ def pool2d_nchw_separable(data: te.Tensor, kind: str, pool_size, strides, paddin
         def out(b, ch, y, x):   # each tap scaled: one block, no separate division pass
             return te.sum(pooled_rows[b, ch, y, x * sw + rx.var] * scale, axis=[rx])
     return te.compute((n, c, out_h, out_w), out, "pool2d", attrs={SCHEDULE_RULE: RULE_POOL})
+
+
+# ---------------------------------------------------------------------------------------------
+# Depthwise NCHW convolution over padded rows
+
+
+def depthwise_conv2d_nchw_rows(data: te.Tensor, weight: te.Tensor, kernel_layout: str,
+                               g: ConvGeometry, out_dtype: str) -> te.Tensor:
+    """The depthwise NCHW convolution of ``data`` ``(N, C, H, W)`` with ``weight`` (letters
+    ``OIHW`` in ``kernel_layout``, ``I = 1``) in two blocks: ``dw_rows[n, c, y, ry, q]``, the
+    ``KH`` zero-padded input rows that output row ``y`` reads (``q`` over the padded columns
+    its windows span), and ``conv2d_nchw[n, c, y, x] = sum(dw_rows[n, c, y, ry, x * sw + rx *
+    dw] * w[c, ry, rx])``. The default schedule fills the rows of one output row just before
+    computing it (they stay in L1), so the image is read once, with no padded copy of it and,
+    for a stride, no phase planes; each vector of output columns costs ``KH x KW`` FMAs with a
+    broadcast weight. Blocks ``dw_rows`` (``RULE_DW_ROWS``) and ``conv2d_nchw`` (``RULE_DW``).
+
+    Examples
+    --------
+    >>> g = ConvGeometry(8, 11, 11, 8, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8)
+    >>> x = te.placeholder((te.var("n"), 8, 11, 11), "float32", "x")
+    >>> w = te.placeholder((8, 1, 3, 3), "float32", "w")
+    >>> [str(d) for d in depthwise_conv2d_nchw_rows(x, w, "OIHW", g, "float32").shape]
+    ['n', '8', '6', '6']
+    """
+    if not g.is_depthwise:
+        raise ValueError(f"depthwise_conv2d_nchw_rows: {g.groups} groups of {g.in_channels} "
+                         f"channels is not a depthwise convolution")
+    n = data.shape[0]
+    (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilation
+    pt, pl = g.padding[0], g.padding[1]
+    cols = (g.out_w - 1) * sw + (kw - 1) * dw + 1      # the padded columns the windows read
+    zero = te.const(0, data.dtype)
+
+    def pad_rows(b, ch, y, r, q):
+        row, col = y * sh + r * dh - pt, q - pl
+        inside = te.all(row >= 0, row < g.height, col >= 0, col < g.width)
+        return te.if_then_else(inside, data[b, ch, row, col], zero)
+    rows = te.compute((n, g.in_channels, g.out_h, kh, cols), pad_rows, "dw_rows",
+                      attrs={SCHEDULE_RULE: RULE_DW_ROWS})
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+
+    def wt(o):
+        at = {"O": o, "I": 0, "H": ry.var, "W": rx.var}
+        return weight[tuple(at[c] for c in kernel_layout)]
+
+    def out(b, o, y, x):
+        v = rows[b, o, y, ry, x * sw + rx * dw]
+        return te.sum(v.astype(out_dtype) * wt(o).astype(out_dtype), axis=[ry, rx])
+    return te.compute((n, g.out_channels, g.out_h, g.out_w), out, "conv2d_nchw",
+                      attrs={SCHEDULE_RULE: RULE_DW})

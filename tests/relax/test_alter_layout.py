@@ -12,6 +12,7 @@ from relax.printer import to_script
 from relax.transform import (AlterLayout, CanonicalizeBindings, DeadCodeElimination,
                              DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FuseOps,
                              FuseTIR, LegalizeOps, get_pipeline)
+from relax.transform import alter_layout
 from relax.transform import packed_kernels as pk
 from tensorir.function import PrimFunc
 from tensorir.functor import post_order_visit
@@ -218,12 +219,38 @@ def _check_convs(cases, layout):
 @pytest.mark.parametrize("kernel", ["flat", "cvec"])
 def test_each_nchw_kernel_matches_numpy(kernel, monkeypatch):
     """Both NCHW kernels on every feature (``nchw_kernel_plan`` picks one per geometry; here
-    each is forced where it applies: the channel-vector kernel has no depthwise form)."""
+    each is forced where it applies: the channel-vector kernel has no depthwise form, and the
+    flat one takes the depthwise convolutions that x86 gives to the row kernel)."""
     def forced(g, lanes, registers):
         cvec = pk.plan_conv2d_nchw_cvec(g, lanes, registers) if kernel == "cvec" else None
         return cvec or pk.plan_conv2d_nchw(g, lanes, registers)
     monkeypatch.setattr(pk, "nchw_kernel_plan", forced)
+    monkeypatch.setattr(alter_layout._Alter, "depthwise_rows", lambda self, g: False)
     _check_convs([NCHW_CASES[k] for k in FAST["NCHW"]], "NCHW")
+
+
+DEPTHWISE_CASES = [  # (C, O, H, W, k, attrs), groups = C; strided: x86 takes the row kernel
+    (16, 16, 10, 10, 3, {"padding": 1, "strides": 2}),                # MobileNet's 3x3 s2
+    (24, 24, 13, 13, 3, {"padding": 1, "strides": 2}),                # odd size
+    (8, 8, 20, 37, 5, {"padding": (2, 1, 2, 3), "strides": (1, 2)}),  # asymmetric pads
+    (8, 8, 23, 23, 3, {"padding": 2, "dilation": 2, "strides": 2}),   # dilated
+    (8, 8, 9, 40, (1, 7), {"padding": (0, 3, 0, 3), "strides": (2, 3)}),  # 1x7, a tail
+    (32, 32, 7, 7, 3, {"strides": 2}),                                # no padding
+    (8, 8, 9, 50, 3, {"padding": 1, "strides": 2}),                   # 25 columns: a tail
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW"])
+def test_depthwise_rows_kernel_matches_numpy(layout):
+    """The depthwise row kernel (x86's strided NCHW depthwise form) on strides, dilation,
+    asymmetric and no padding, a non-square window, rows with a vector tail; batches 1 and 2;
+    the bias and relu fused."""
+    cases = [(c, o, h, w, k, dict(attrs, groups=c)) for c, o, h, w, k, attrs in DEPTHWISE_CASES]
+    mod, _ = _many_convs(cases, layout)
+    altered = AlterLayout("llvm -mtriple=x86_64-linux-gnu")(mod)
+    kernels = [f.script() for _, f in altered.functions.items() if isinstance(f, PrimFunc)]
+    assert sum('T.block("dw_rows")' in k for k in kernels) == len(cases)
+    _check_convs(cases, layout)
 
 
 def test_channel_vector_plan():
@@ -548,3 +575,11 @@ def test_avx2_tiles_run_here():
     vm = relax.VirtualMachine(exe)
     xs = rand(2, 16, 9, 9)
     np.testing.assert_allclose(vm["main"](xs).numpy(), reference(xs), rtol=1e-4, atol=1e-4)
+
+
+def test_row_vector_avoids_a_tail():
+    assert ds._row_vector(56, 16) == 14          # 4 x 14, not 3 x 16 + a masked 8
+    assert ds._row_vector(112, 16) == 16
+    assert ds._row_vector(7, 16) == 7
+    assert ds._row_vector(25, 16) == 16          # no divisor from 8 to 16: the tail stays
+    assert ds._row_vector(None, 8) == 8
