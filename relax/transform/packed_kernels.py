@@ -757,6 +757,15 @@ def _as_int(d) -> int:
 # strided NCHW pooling on phase planes
 
 
+def _pool_input(data: te.Tensor, kind: str):
+    """``(n, c, h, w, pad value)`` of NCHW ``data`` pooled by ``kind``: ``-inf`` (the dtype's
+    lowest) pads a max pooling, 0 an average."""
+    from tensorir.expr import min_value
+    n, c, h, w = data.shape
+    pad_value = min_value(data.dtype) if kind == "max" else te.const(0, data.dtype)
+    return n, c, _as_int(h), _as_int(w), pad_value
+
+
 def pool2d_nchw_phased(data: te.Tensor, kind: str, pool_size, strides, padding, out_h: int,
                        out_w: int) -> te.Tensor:
     """Max (``kind="max"``) or average (``"avg"``, divisor ``KH * KW``) pooling of NCHW
@@ -773,14 +782,10 @@ def pool2d_nchw_phased(data: te.Tensor, kind: str, pool_size, strides, padding, 
     >>> [str(d) for d in y.shape]
     ['n', '8', '6', '6']
     """
-    from tensorir.expr import min_value
-    n, c, h, w = data.shape
-    h, w = _as_int(h), _as_int(w)
+    n, c, h, w, pad_value = _pool_input(data, kind)
     (kh, kw), (sh, sw) = pool_size, strides
-    pt, pl = padding[0], padding[1]
     hq = _ceil_div((out_h - 1) * sh + kh, sh)
     wq = _ceil_div((out_w - 1) * sw + kw, sw)
-    pad_value = min_value(data.dtype) if kind == "max" else te.const(0, data.dtype)
     # the padding (unit stride, vectorized), then the phase split (strided, no condition)
     padded = _pad_image(data, padding, hq * sh, wq * sw, pad_value)
     dp = te.compute((n, c, sh, sw, hq, wq),
@@ -822,13 +827,10 @@ def pool2d_nchw_separable(data: te.Tensor, kind: str, pool_size, strides, paddin
     >>> [str(d) for d in y.shape]
     ['n', '8', '6', '6']
     """
-    from tensorir.expr import min_value
-    n, c, h, w = data.shape
-    h, w = _as_int(h), _as_int(w)
+    n, c, h, w, pad_value = _pool_input(data, kind)
     (kh, kw), (sh, sw) = pool_size, strides
     pt, pl = padding[0], padding[1]
     cols = (out_w - 1) * sw + kw          # the padded columns the windows read
-    pad_value = min_value(data.dtype) if kind == "max" else te.const(0, data.dtype)
     reduce = te.max if kind == "max" else te.sum
     ry = te.reduce_axis((0, kh), "ry")
 
