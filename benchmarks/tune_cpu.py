@@ -27,7 +27,8 @@ Quick mode (``TILECRAFT_BENCH_QUICK=1`` or ``python -m benchmarks.tune_cpu --qui
 same rows with a few trials each (a smoke run of every path, minutes instead of hours).
 ``TILECRAFT_TUNE_WORK=dir`` keeps the tuning databases there (default: a temporary directory),
 ``TILECRAFT_TUNE_OPS=C1D,GMM`` picks operators of the suite, ``TILECRAFT_TUNE_PARTS=gemm,tvm``
-the parts of the benchmark (default ``gemm,tvm,suite``).
+the parts of the benchmark (default ``gemm,tvm,suite``); ``TILECRAFT_SUITE_RETIME=1`` re-times
+the suite's databases already in ``TILECRAFT_TUNE_WORK`` instead of tuning them again.
 
 Run: ``python -m benchmarks.run tune_cpu``. The full run takes hours on a 2-core machine.
 """
@@ -69,6 +70,13 @@ def _work_root() -> str:
         os.makedirs(root, exist_ok=True)
         return root
     return tempfile.mkdtemp(prefix="tilecraft-tune-cpu-")
+
+
+def _seconds_per_call(fn, calls: int = 5) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls
 
 
 def _fresh(path: str) -> str:
@@ -182,33 +190,46 @@ def bench_suite(work_root: str, quick: bool) -> list[dict]:
     from .ansor_suite import NAMES, suite
     names = [x for x in os.environ.get("TILECRAFT_TUNE_OPS", "").split(",") if x] or list(NAMES)
     trials = 8 if quick else SUITE_TRIALS
+    retime = os.environ.get("TILECRAFT_SUITE_RETIME") == "1"
     rows = []
     for op in suite(names):
         row = {"kernel": op.name, "trials": trials, "peer": op.peer_name}
-        work = _fresh(os.path.join(work_root, f"suite_{op.name}"))
-        t0 = time.time()
-        try:
-            db = tune_tir(op.func, "llvm", max_trials=trials, work_dir=work,
-                          num_trials_per_iter=8 if quick else PER_ITER, seed=0,
-                          search=_search(quick))
-        except metaschedule.TuneError as err:
-            row["error"] = str(err)
-            rows.append(row)
-            continue
-        row["tune_min"] = (time.time() - t0) / 60
+        work = os.path.join(work_root, f"suite_{op.name}")
+        if retime and os.path.isdir(work):
+            db = metaschedule.Database(work)    # re-time what an earlier run found
+            row["timing"] = "re-timed database"
+        else:
+            _fresh(work)
+            t0 = time.time()
+            try:
+                db = tune_tir(op.func, "llvm", max_trials=trials, work_dir=work,
+                              num_trials_per_iter=8 if quick else PER_ITER, seed=0,
+                              search=_search(quick))
+            except metaschedule.TuneError as err:
+                row["error"] = str(err)
+                rows.append(row)
+                continue
+            row["tune_min"] = (time.time() - t0) / 60
         sch = apply_best(db, op.func, "llvm")
         if sch is None:
             row["error"] = "no valid schedule found"
             rows.append(row)
             continue
         mod = targets.build(sch.mod, "llvm")
-        out = np.zeros(op.out_shape, np.float32)
+        # on 64-byte-aligned arrays, as the VM's buffers and the tuner's runner (numpy's own
+        # are 16-byte aligned: a kernel's vector loads then straddle cache lines)
+        inputs = [aligned_copy(a) for a in op.inputs]
+        out = aligned_empty(op.out_shape, np.float32)
         f = mod["main"]
-        f(*op.inputs, out)
+        f(*inputs, out)
         ref = op.reference()
         np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(ref).max()))
-        ours_s, peer_s = side_by_side(lambda: f(*op.inputs, out), op.peer, number=5,
-                                      rounds=3 if quick else 7)
+
+        def ours():
+            return f(*inputs, out)
+        # enough calls per round (~0.1 s) that a microsecond kernel is not timed by one call
+        number = max(5, min(2000, int(0.1 / max(_seconds_per_call(ours), 1e-7))))
+        ours_s, peer_s = side_by_side(ours, op.peer, number=number, rounds=3 if quick else 7)
         row.update({"tilecraft_GFLOP/s": op.flop / ours_s / 1e9,
                     "peer_GFLOP/s": op.flop / peer_s / 1e9, "ratio": peer_s / ours_s,
                     "tilecraft_ms": ours_s * 1e3, "checked": f"allclose vs {op.peer_name}"})
