@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections import defaultdict
-
-import numpy as np
 
 import targets
 from relax import VirtualMachine, build, extract_tasks
+from relax.frontend import from_onnx
 
 from .zoo.models import light
 from .zoo.run import _ort_session
@@ -62,20 +62,15 @@ def _our_shapes(mod) -> dict[str, tuple]:
 
 def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5) -> list[dict]:
     """Rows of (kind, shape) groups with both sides' milliseconds per model run."""
-    import onnxruntime as ort
     z = light(name, seed=0)
     inputs = dict(z.inputs)
-    from relax.frontend import from_onnx
     mod = from_onnx(z.onnx_model)
     shapes = _our_shapes(mod)
     names = sorted(shapes, key=len, reverse=True)     # call sites are the kernel name + a suffix
     vm = VirtualMachine(build(mod, "llvm"), targets.cpu(0))
     args = [targets.array(v) for v in inputs.values()]
-    opts = _ort_session(z.onnx_model, 2).get_session_options()
-    opts.enable_profiling = True
-    opts.profile_file_prefix = os.path.join("/tmp", "tilecraft_layer_profile")
-    sess = ort.InferenceSession(z.onnx_model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
+    sess = _ort_session(z.onnx_model, 2, profile_prefix=os.path.join(
+        tempfile.gettempdir(), "tilecraft_layer_profile"))
     ours, theirs = defaultdict(float), defaultdict(float)
     counts = defaultdict(lambda: [0, 0])
     for _ in range(runs):                               # warm-up, not profiled below

@@ -49,6 +49,7 @@ import targets
 from targets.runtime.ndarray import aligned_copy, aligned_empty
 import metaschedule
 from metaschedule import apply_best, tune_tir, tuning_curve
+from tilecraft.timing import calls_per_round
 
 from .common import RESULTS_DIR, side_by_side
 from .gemm_cpu import measure
@@ -70,13 +71,6 @@ def _work_root() -> str:
         os.makedirs(root, exist_ok=True)
         return root
     return tempfile.mkdtemp(prefix="tilecraft-tune-cpu-")
-
-
-def _seconds_per_call(fn, calls: int = 5) -> float:
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t0) / calls
 
 
 def _fresh(path: str) -> str:
@@ -228,7 +222,7 @@ def bench_suite(work_root: str, quick: bool) -> list[dict]:
         def ours():
             return f(*inputs, out)
         # enough calls per round (~0.1 s) that a microsecond kernel is not timed by one call
-        number = max(5, min(2000, int(0.1 / max(_seconds_per_call(ours), 1e-7))))
+        number = max(5, calls_per_round(ours, 0.1))
         ours_s, peer_s = side_by_side(ours, op.peer, number=number, rounds=3 if quick else 7)
         row.update({"tilecraft_GFLOP/s": op.flop / ours_s / 1e9,
                     "peer_GFLOP/s": op.flop / peer_s / 1e9, "ratio": peer_s / ours_s,

@@ -835,6 +835,19 @@ def _schedule_pad(sch: Schedule, name: str, target: Target) -> None:
         sch.parallel(_parallel_outer(sch, outer))
 
 
+def _rows_per_output_row(sch: Schedule, block, rule: str, row_loops: list):
+    """Run ``block``'s output rows (its ``row_loops``, fused) in parallel when the work pays
+    for a launch, and compute its producer marked ``rule`` (the input rows one output row
+    reads) inside that loop, so each output row's input rows are made just before they are
+    read (from L1). Returns the producer."""
+    producer = next(p for p in sch.get_producers(block) if _rule(sch.get(p)) == rule)
+    par = _parallel_outer(sch, row_loops)
+    if _work(_loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
+        sch.parallel(par)
+    sch.compute_at(producer, par)
+    return producer
+
+
 def _schedule_pool_separable(sch: Schedule, name: str, target: Target) -> None:
     """The two passes of ``pool2d_nchw_separable``: output rows ``(c, y)`` in parallel; per
     output row the row pass (``RULE_POOL_ROWS``) fills one padded row, then the column pass
@@ -844,12 +857,8 @@ def _schedule_pool_separable(sch: Schedule, name: str, target: Target) -> None:
     block = sch.get_block(name)
     *spatial, rx = sch.get_loops(block)
     lanes = _lanes(sch.get(block), target)
-    producer = next(p for p in sch.get_producers(block)
-                    if _rule(sch.get(p)) == RULE_POOL_ROWS)
-    par = _parallel_outer(sch, spatial[:-1])
-    if _work(_loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
-        sch.parallel(par)
-    sch.compute_at(producer, par)       # before the column split: one padded row's region
+    # before the column split: one padded row's region
+    producer = _rows_per_output_row(sch, block, RULE_POOL_ROWS, spatial[:-1])
     for blk in (block, producer):
         *_, col, red = sch.get_loops(blk)
         c0, c1 = sch.split(col, [None, lanes])
@@ -882,11 +891,7 @@ def _schedule_depthwise_rows(sch: Schedule, name: str, target: Target) -> None:
     block = sch.get_block(name)
     b, o, y, x, ry, rx = sch.get_loops(block)
     lanes = _lanes(sch.get(block), target)
-    producer = next(p for p in sch.get_producers(block) if _rule(sch.get(p)) == RULE_DW_ROWS)
-    par = _parallel_outer(sch, [b, o, y])
-    if _work(_loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
-        sch.parallel(par)
-    sch.compute_at(producer, par)       # the KH rows of this output row
+    producer = _rows_per_output_row(sch, block, RULE_DW_ROWS, [b, o, y])
     *_, q = sch.get_loops(producer)
     _, q1 = sch.split(q, [None, lanes])
     sch.vectorize(q1)

@@ -80,13 +80,18 @@ def _timed_fns(vm, sess, torch_module, inputs: dict, threads: int):
     return fns, args
 
 
-def _ort_session(model, threads: int):
+def _ort_session(model, threads: int, profile_prefix: str | None = None):
+    """An onnxruntime CPU session of ``model`` with all graph optimizations on ``threads``
+    threads; ``profile_prefix``: with onnxruntime's profiler on, writing there."""
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3
+    if profile_prefix is not None:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
     return ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
 
