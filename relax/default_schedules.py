@@ -750,8 +750,9 @@ def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
     outer = 3
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, tile)
-    if direct:
-        _fuse_epilogue(sch, acc)
+    # the flat result without junk columns is the NCHW output reshaped: the epilogue's read
+    # ``flat[o, y * W + x]`` inverts (``reverse_compute_inline``) and it fuses too
+    _fuse_epilogue(sch, acc)
     init = sch.decompose_reduction(block, rc)
     taps = (_extent(sch.get(ry)) or 1) * (_extent(sch.get(rx)) or 1)
     for loop in [rx, o1, p1] + ([ry] if taps * r * v <= MAX_UNROLLED_FMAS else []):

@@ -198,13 +198,19 @@ def broadcast_sinfo(op_name: str, sinfos: Sequence[TensorStructInfo], dtype: str
     return TensorStructInfo(_broadcast(op_name, [si.shape for si in sinfos], node)[0], dtype)
 
 
-def broadcast_index(indices: Sequence, in_shape: Sequence[PrimExpr]) -> tuple:
+def broadcast_index(indices: Sequence, in_shape: Sequence[PrimExpr],
+                    out_shape: Sequence[PrimExpr] | None = None) -> tuple:
     """The indices into an input of shape ``in_shape`` for output ``indices`` (right-aligned;
-    index 0 where the input dim is 1)."""
+    index 0 where the input dim is 1 and the output's ``out_shape`` dim is not). Where both
+    are 1 the output's own index is kept: ``lv[0, c]`` under an iter var ``b`` in ``[0, 1)``
+    is the same point as ``lv[b, c]``, but only the latter reads as a permutation of the
+    block's iter vars, which inlining an epilogue into its producer needs."""
     off = len(indices) - len(in_shape)
     out = []
     for k, d in enumerate(in_shape):
-        if isinstance(d, IntImm) and d.value == 1:
+        o = out_shape[off + k] if out_shape is not None else None
+        if isinstance(d, IntImm) and d.value == 1 and \
+                not (isinstance(o, IntImm) and o.value == 1):
             out.append(IntImm(0, "int64"))
         else:
             out.append(indices[off + k])

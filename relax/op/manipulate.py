@@ -1122,7 +1122,8 @@ def _legalize_broadcast_to(bb, call: Call):
               for a, b in _broadcast_check(call, si.shape, target)]
 
     def bcast(a):
-        return te.compute(target, lambda *i: a[broadcast_index(i, a.shape)], "T_broadcast_to")
+        return te.compute(target, lambda *i: a[broadcast_index(i, a.shape, target)],
+                          "T_broadcast_to")
     return _call_te(bb, bcast, x, checks=checks, name="broadcast_to")
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from .. import arith
-from ..expr import BufferLoad, IntImm, PrimExpr, Var
+from ..expr import Add, BufferLoad, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Var
 from ..function import PrimFunc
 from ..functor import IRMutator, free_vars, post_order_visit, substitute
 from ..stmt import Block, BlockRealize, BufferStore, For, LetStmt
@@ -110,14 +110,103 @@ def _is_reduction(block: Block) -> bool:
 
 def _as_permutation(indices, block: Block) -> list[int] | None:
     """If ``indices`` are all of ``block``'s iter vars, each once, the iter var position of
-    each index; else None."""
+    each index; else None. A constant index stands for an iter var of extent one starting at
+    it that no other index uses: simplification folds such a unit iter var (a batch of one)
+    to its value, ``buf[0, c, h, w]``, and the access is still a permutation."""
     pos = {id(iv.var): k for k, iv in enumerate(block.iter_vars)}
-    out = []
+    out: list[int | None] = []
     for i in indices:
-        if not isinstance(i, Var) or id(i) not in pos:
+        if isinstance(i, Var) and id(i) in pos:
+            out.append(pos[id(i)])
+        elif isinstance(i, IntImm):
+            out.append(None)
+        else:
             return None
-        out.append(pos[id(i)])
+    used = {k for k in out if k is not None}
+    unit = [k for k, iv in enumerate(block.iter_vars) if k not in used
+            and isinstance(iv.dom.extent, IntImm) and iv.dom.extent.value == 1
+            and isinstance(iv.dom.min, IntImm)]
+    for j, i in enumerate(indices):
+        if out[j] is None:
+            k = next((k for k in unit if block.iter_vars[k].dom.min.value == i.value), None)
+            if k is None:
+                return None
+            unit.remove(k)
+            out[j] = k
     if len(set(out)) != len(out) or len(out) != len(block.iter_vars):
+        return None
+    return out
+
+
+def _linear_vars(e: PrimExpr) -> dict[int, tuple[Var, int]] | None:
+    """``e`` as ``sum(c * v)`` over variables with positive constant coefficients (no
+    constant term): ``{id(v): (v, c)}``, else None."""
+    if isinstance(e, Var):
+        return {id(e): (e, 1)}
+    if isinstance(e, Mul):
+        for k, x in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(k, IntImm) and k.value > 0:
+                inner = _linear_vars(x)
+                return None if inner is None else \
+                    {i: (v, c * k.value) for i, (v, c) in inner.items()}
+        return None
+    if isinstance(e, Add):
+        a, b = _linear_vars(e.a), _linear_vars(e.b)
+        if a is None or b is None or a.keys() & b.keys():
+            return None
+        return {**a, **b}
+    return None
+
+
+def _as_fused_indices(indices, block: Block) -> list[list[tuple[int, int, int]]] | None:
+    """If each index is one of ``block``'s iter vars, or a fuse of several (``y * W + x``
+    with ``x`` in ``[0, W)``: mixed radix, every iter var from zero), and every iter var is
+    used once: per index, its ``(iter var position, stride, extent)`` from the outermost
+    (``stride`` 1 last); else None. A reshape read (``flat[c, y * W + x]``) is such an
+    access, and its inverse (``y = p // W``, ``x = p % W``) maps the producer's points back
+    to the consumer's."""
+    perm = _as_permutation(indices, block)
+    if perm is not None:
+        return [[(k, 1, None)] for k in perm]
+    pos = {id(iv.var): k for k, iv in enumerate(block.iter_vars)}
+    out, used = [], set()
+    for i in indices:
+        if isinstance(i, Var) and id(i) in pos:
+            out.append([(pos[id(i)], 1, None)])
+            used.add(pos[id(i)])
+            continue
+        if isinstance(i, IntImm):
+            out.append(None)    # a unit iter var folded to its value: matched below
+            continue
+        terms = _linear_vars(i)
+        if terms is None or any(t not in pos for t in terms):
+            return None
+        items = sorted(((pos[t], c) for t, (_, c) in terms.items()), key=lambda kc: -kc[1])
+        dims = []
+        for k, c in items:
+            dom = block.iter_vars[k].dom
+            if not (isinstance(dom.min, IntImm) and dom.min.value == 0 and
+                    isinstance(dom.extent, IntImm)):
+                return None
+            dims.append((k, c, dom.extent.value))
+        # mixed radix: the innermost stride 1, each stride the next one times its extent
+        if dims[-1][1] != 1 or any(dims[n][1] != dims[n + 1][1] * dims[n + 1][2]
+                                   for n in range(len(dims) - 1)):
+            return None
+        out.append(dims)
+        used.update(k for k, _, _ in dims)
+    unit = [k for k, iv in enumerate(block.iter_vars) if k not in used
+            and isinstance(iv.dom.extent, IntImm) and iv.dom.extent.value == 1
+            and isinstance(iv.dom.min, IntImm)]
+    for j, i in enumerate(indices):
+        if out[j] is None:
+            k = next((k for k in unit if block.iter_vars[k].dom.min.value == i.value), None)
+            if k is None:
+                return None
+            unit.remove(k)
+            used.add(k)
+            out[j] = [(k, 1, None)]
+    if sum(len(d) for d in out) != len(block.iter_vars) or len(used) != len(block.iter_vars):
         return None
     return out
 
@@ -267,10 +356,11 @@ def reverse_compute_inline(func: PrimFunc, name: str) -> PrimFunc:
     if len(loads) != 1:
         raise ScheduleError(prim, f"block {name!r} reads {buf.name} {len(loads)} times; "
                             f"reverse_compute_inline needs exactly one read", block)
-    perm = _as_permutation(loads[0].indices, block)
-    if perm is None:
+    fused = _as_fused_indices(loads[0].indices, block)
+    if fused is None:
         raise ScheduleError(prim, f"block {name!r} reads {buf.name}{list(loads[0].indices)}; "
-                            f"the indices must be its iter vars, each once", block)
+                            f"the indices must be its iter vars, each once (or fuses of them)",
+                            block)
     if _loads_of(store.value, out):
         raise ScheduleError(prim, f"block {name!r} reads the buffer {out.name} it writes", block)
     _check_closed(func, [store.value, *store.indices], block, prim, "store")
@@ -289,20 +379,27 @@ def reverse_compute_inline(func: PrimFunc, name: str) -> PrimFunc:
     ana = arith.Analyzer()
     for iv in pblock.iter_vars:
         ana.bind(iv.var, iv.dom)
-    for j, k in enumerate(perm):
-        dom = block.iter_vars[k].dom
+    vmap = {}
+    for j, dims in enumerate(fused):
         p = pstore.indices[j]
-        if not (ana.can_prove(p >= dom.min) and ana.can_prove(p < dom.min + dom.extent)):
+        if len(dims) == 1 and dims[0][2] is None:
+            k = dims[0][0]
+            dom = block.iter_vars[k].dom
+            lo, hi = dom.min, dom.min + dom.extent
+            vmap[block.iter_vars[k].var] = p
+        else:
+            lo, hi = IntImm(0, p.dtype), IntImm(dims[0][1] * dims[0][2], p.dtype)
+            for n, (k, stride, extent) in enumerate(dims):
+                v = p if stride == 1 else FloorDiv(p, IntImm(stride, p.dtype))
+                vmap[block.iter_vars[k].var] = v if n == 0 else FloorMod(v, IntImm(extent, p.dtype))
+        if not (ana.can_prove(p >= lo) and ana.can_prove(p < hi)):
             raise ScheduleError(prim, f"the producer {pblock.name!r} writes {buf.name} at "
-                                f"{p!r}, outside the domain of {block.iter_vars[k].var.name} of "
-                                f"block {name!r}", block)
+                                f"{p!r}, outside the points block {name!r} reads", block)
     for x in siblings[siblings.index(pbr) + 1: idx]:
         why = conflict(x.block, block)
         if why is not None:
             raise ScheduleError(prim, f"block {name!r} would move before block "
                                 f"{x.block.name!r}: {why}", block)
-
-    vmap = {block.iter_vars[k].var: pstore.indices[j] for j, k in enumerate(perm)}
 
     class Replace(IRMutator):
         def visit_Buffer(self, b):

@@ -258,6 +258,15 @@ def test_channel_vector_plan():
     p = pk.plan_conv2d_nchw_cvec(g, 16, 32)
     assert (p.rows, p.width) == (7, 32)              # 14 accumulators; 7 x 64 would be 28
     assert isinstance(pk.nchw_kernel_plan(g, 16, 32), pk.ChannelVectorPlan)
+    # a tie in accumulators goes to the channel block whose weight slice stays in L1: a 1x1
+    # 256 -> 1024 layer at 14 x 14 takes 14 x 16 (16 KiB) over 7 x 32 (32 KiB); with 1024
+    # input channels neither fits and 7 x 32 halves the broadcasts
+    one = pk.ConvGeometry(256, 14, 14, 1024, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    assert (pk.plan_conv2d_nchw_cvec(one, 16, 32).rows,
+            pk.plan_conv2d_nchw_cvec(one, 16, 32).width) == (14, 16)
+    wide = pk.ConvGeometry(1024, 14, 14, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    assert (pk.plan_conv2d_nchw_cvec(wide, 16, 32).rows,
+            pk.plan_conv2d_nchw_cvec(wide, 16, 32).width) == (7, 32)
     stem = pk.ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1)
     p = pk.plan_conv2d_nchw_cvec(stem, 16, 32)
     assert (p.rows, p.width) == (4, 64) and 112 % p.rows == 0

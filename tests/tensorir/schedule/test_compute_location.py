@@ -233,6 +233,54 @@ def test_reverse_compute_inline_with_index_change_and_split_tail():
     assert_round_trip(f, sch)
 
 
+def test_reverse_compute_inline_reshape_read():
+    """A consumer reading its producer's flat result reshaped (``B[c, y * 4 + x]``, the flat
+    convolution's output read as NCHW) inlines: the producer's point ``p`` is ``(p // 4,
+    p % 4)`` of the consumer."""
+    A = te.placeholder((3, 12), "float32", "A")
+    bias = te.placeholder((3,), "float32", "bias")
+    B = te.compute((3, 12), lambda c, p: A[c, p] * 2.0, "B")
+    C = te.compute((3, 3, 4), lambda c, y, x: te.max(B[c, y * 4 + x] + bias[c], 0.0), "C")
+    f = te.create_prim_func([A, bias, C])
+    sch = Schedule(f)
+    sch.split(sch.get_loops(sch.get_block("B"))[1], [None, 8])  # a tile straddling rows
+    sch.reverse_compute_inline(sch.get_block("C"))
+    assert block_names(sch.func) == ["root", "B"]
+    assert "C[vc, vp // 4, vp % 4] = T.max(A[vc, vp] * 2.0 + bias[vc], 0.0)" in sch.func.script()
+    assert_same(f, sch.func)
+    assert_round_trip(f, sch)
+
+
+def test_reverse_compute_inline_unit_index_folded():
+    """An index folded to the value of a unit iter var (``B[0, j]`` with ``i`` in ``[0, 1)``, a
+    batch of one) still reads each point once."""
+    A = te.placeholder((1, 8), "float32", "A")
+    B = te.compute((1, 8), lambda i, j: A[i, j] + 1.0, "B")
+    C = te.compute((1, 8), lambda i, j: B[0, j] * 3.0, "C")
+    f = te.create_prim_func([A, C])
+    sch = Schedule(f)
+    sch.reverse_compute_inline(sch.get_block("C"))
+    assert block_names(sch.func) == ["root", "B"]
+    assert_same(f, sch.func)
+    assert_round_trip(f, sch)
+
+
+def test_reverse_compute_inline_reshape_with_junk_columns_rejected():
+    """A flat result with junk columns (rows of 4, the consumer reads 3 of each) is not a
+    reshape: inlining would store the junk over the next row."""
+    A = te.placeholder((3, 12), "float32", "A")
+    B = te.compute((3, 12), lambda c, p: A[c, p] * 2.0, "B")
+    C = te.compute((3, 3, 3), lambda c, y, x: B[c, y * 4 + x] + 1.0, "C")
+    sch = Schedule(te.create_prim_func([A, C]))
+    assert_rejected(sch, lambda s: s.reverse_compute_inline(s.get_block("C")),
+                    "reverse_compute_inline", "'C'", "iter vars")
+    # rows of 4 but only 2 of the 3 rows read: the producer writes points nobody reads
+    C2 = te.compute((3, 2, 4), lambda c, y, x: B[c, y * 4 + x] + 1.0, "C2")
+    sch = Schedule(te.create_prim_func([A, C2]))
+    assert_rejected(sch, lambda s: s.reverse_compute_inline(s.get_block("C2")),
+                    "reverse_compute_inline", "'C2'", "outside")
+
+
 # -- compute_at -----------------------------------------------------------------------------------
 
 def test_compute_at_exp_under_tile_loop():

@@ -60,7 +60,7 @@ def emit_map(ctx, fcompute: Callable, *inputs: Expr, dtype: str | None = None,
 
     def kernel(*ts):
         def body(*idx):
-            vals = [t[broadcast_index(idx, t.shape)] for t in ts]
+            vals = [t[broadcast_index(idx, t.shape, out_shape)] for t in ts]
             return fcompute(*vals)
         return te.compute(out_shape, body, out_name(name, *ts))
     call = _call_te(ctx.bb, kernel, *inputs, name=name)
