@@ -113,29 +113,10 @@ def _as_permutation(indices, block: Block) -> list[int] | None:
     each index; else None. A constant index stands for an iter var of extent one starting at
     it that no other index uses: simplification folds such a unit iter var (a batch of one)
     to its value, ``buf[0, c, h, w]``, and the access is still a permutation."""
-    pos = {id(iv.var): k for k, iv in enumerate(block.iter_vars)}
-    out: list[int | None] = []
-    for i in indices:
-        if isinstance(i, Var) and id(i) in pos:
-            out.append(pos[id(i)])
-        elif isinstance(i, IntImm):
-            out.append(None)
-        else:
-            return None
-    used = {k for k in out if k is not None}
-    unit = [k for k, iv in enumerate(block.iter_vars) if k not in used
-            and isinstance(iv.dom.extent, IntImm) and iv.dom.extent.value == 1
-            and isinstance(iv.dom.min, IntImm)]
-    for j, i in enumerate(indices):
-        if out[j] is None:
-            k = next((k for k in unit if block.iter_vars[k].dom.min.value == i.value), None)
-            if k is None:
-                return None
-            unit.remove(k)
-            out[j] = k
-    if len(set(out)) != len(out) or len(out) != len(block.iter_vars):
+    fused = _as_fused_indices(indices, block)
+    if fused is None or any(len(d) != 1 or d[0][2] is not None for d in fused):
         return None
-    return out
+    return [d[0][0] for d in fused]
 
 
 def _linear_vars(e: PrimExpr) -> dict[int, tuple[Var, int]] | None:
@@ -164,10 +145,7 @@ def _as_fused_indices(indices, block: Block) -> list[list[tuple[int, int, int]]]
     used once: per index, its ``(iter var position, stride, extent)`` from the outermost
     (``stride`` 1 last); else None. A reshape read (``flat[c, y * W + x]``) is such an
     access, and its inverse (``y = p // W``, ``x = p % W``) maps the producer's points back
-    to the consumer's."""
-    perm = _as_permutation(indices, block)
-    if perm is not None:
-        return [[(k, 1, None)] for k in perm]
+    to the consumer's. A constant index is an iter var of extent one (``_as_permutation``)."""
     pos = {id(iv.var): k for k, iv in enumerate(block.iter_vars)}
     out, used = [], set()
     for i in indices:
