@@ -331,7 +331,8 @@ def _make_broadcast_legalize(op_name: str, fcompute):
 
     def te_func(*ts):
         shape = broadcast_shapes(op_name, *[t.shape for t in ts])
-        return te.compute(shape, lambda *i: fcompute(*[t[broadcast_index(i, t.shape, shape)] for t in ts]),
+        return te.compute(shape, lambda *i: fcompute(*[t[broadcast_index(i, t.shape, shape)]
+                                                       for t in ts]),
                           out_name("T_" + short, *ts))
 
     def legalize(bb, call: Call):

@@ -21,10 +21,11 @@ from __future__ import annotations
 import math
 
 from .. import arith
-from ..expr import Add, BufferLoad, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Var
+from ..expr import BufferLoad, FloorDiv, FloorMod, IntImm, PrimExpr, Var
 from ..function import PrimFunc
 from ..functor import IRMutator, free_vars, post_order_visit, substitute
 from ..stmt import Block, BlockRealize, BufferStore, For, LetStmt
+from ..transform._common import affine_coeffs
 from . import tree
 from ._compute_utils import (BlockRewriter, bind_loops, body_items, buffer_ids, buffer_is_used,
                              check_predicate_guards_domain, conflict, contains_block,
@@ -114,77 +115,54 @@ def _as_permutation(indices, block: Block) -> list[int] | None:
     it that no other index uses: simplification folds such a unit iter var (a batch of one)
     to its value, ``buf[0, c, h, w]``, and the access is still a permutation."""
     fused = _as_fused_indices(indices, block)
-    if fused is None or any(len(d) != 1 or d[0][2] is not None for d in fused):
+    if fused is None or any(len(d) != 1 for d in fused):
         return None
     return [d[0][0] for d in fused]
 
 
-def _linear_vars(e: PrimExpr) -> dict[int, tuple[Var, int]] | None:
-    """``e`` as ``sum(c * v)`` over variables with positive constant coefficients (no
-    constant term): ``{id(v): (v, c)}``, else None."""
-    if isinstance(e, Var):
-        return {id(e): (e, 1)}
-    if isinstance(e, Mul):
-        for k, x in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(k, IntImm) and k.value > 0:
-                inner = _linear_vars(x)
-                return None if inner is None else \
-                    {i: (v, c * k.value) for i, (v, c) in inner.items()}
-        return None
-    if isinstance(e, Add):
-        a, b = _linear_vars(e.a), _linear_vars(e.b)
-        if a is None or b is None or a.keys() & b.keys():
-            return None
-        return {**a, **b}
-    return None
-
-
-def _as_fused_indices(indices, block: Block) -> list[list[tuple[int, int, int]]] | None:
+def _as_fused_indices(indices, block: Block) -> list[list[tuple[int, int]]] | None:
     """If each index is one of ``block``'s iter vars, or a fuse of several (``y * W + x``
     with ``x`` in ``[0, W)``: mixed radix, every iter var from zero), and every iter var is
-    used once: per index, its ``(iter var position, stride, extent)`` from the outermost
+    used once: per index, its ``(iter var position, stride)`` pairs from the outermost
     (``stride`` 1 last); else None. A reshape read (``flat[c, y * W + x]``) is such an
     access, and its inverse (``y = p // W``, ``x = p % W``) maps the producer's points back
     to the consumer's. A constant index is an iter var of extent one (``_as_permutation``)."""
-    pos = {id(iv.var): k for k, iv in enumerate(block.iter_vars)}
-    out, used = [], set()
+    ivs = block.iter_vars
+    pos = {id(iv.var): k for k, iv in enumerate(ivs)}
+    out: list = []
     for i in indices:
         if isinstance(i, Var) and id(i) in pos:
-            out.append([(pos[id(i)], 1, None)])
-            used.add(pos[id(i)])
+            out.append([(pos[id(i)], 1)])
             continue
         if isinstance(i, IntImm):
             out.append(None)    # a unit iter var folded to its value: matched below
             continue
-        terms = _linear_vars(i)
-        if terms is None or any(t not in pos for t in terms):
+        found = affine_coeffs(i, [iv.var for iv in ivs])
+        if found is None or not (isinstance(found[1], IntImm) and found[1].value == 0) or \
+                any(c <= 0 for c in found[0].values()):
             return None
-        items = sorted(((pos[t], c) for t, (_, c) in terms.items()), key=lambda kc: -kc[1])
-        dims = []
-        for k, c in items:
-            dom = block.iter_vars[k].dom
-            if not (isinstance(dom.min, IntImm) and dom.min.value == 0 and
-                    isinstance(dom.extent, IntImm)):
-                return None
-            dims.append((k, c, dom.extent.value))
+        dims = sorted(((pos[id(v)], c) for v, c in found[0].items()), key=lambda kc: -kc[1])
+        if not all(isinstance(ivs[k].dom.min, IntImm) and ivs[k].dom.min.value == 0 and
+                   isinstance(ivs[k].dom.extent, IntImm) for k, _ in dims):
+            return None
         # mixed radix: the innermost stride 1, each stride the next one times its extent
-        if dims[-1][1] != 1 or any(dims[n][1] != dims[n + 1][1] * dims[n + 1][2]
-                                   for n in range(len(dims) - 1)):
+        radix = [(c, ivs[k].dom.extent.value) for k, c in dims]
+        if radix[-1][0] != 1 or any(radix[n][0] != radix[n + 1][0] * radix[n + 1][1]
+                                    for n in range(len(radix) - 1)):
             return None
         out.append(dims)
-        used.update(k for k, _, _ in dims)
-    unit = [k for k, iv in enumerate(block.iter_vars) if k not in used
-            and isinstance(iv.dom.extent, IntImm) and iv.dom.extent.value == 1
-            and isinstance(iv.dom.min, IntImm)]
+    used = {k for d in out if d is not None for k, _ in d}
+    unit = [k for k, iv in enumerate(ivs) if k not in used and isinstance(iv.dom.min, IntImm)
+            and isinstance(iv.dom.extent, IntImm) and iv.dom.extent.value == 1]
     for j, i in enumerate(indices):
         if out[j] is None:
-            k = next((k for k in unit if block.iter_vars[k].dom.min.value == i.value), None)
+            k = next((k for k in unit if ivs[k].dom.min.value == i.value), None)
             if k is None:
                 return None
             unit.remove(k)
-            used.add(k)
-            out[j] = [(k, 1, None)]
-    if sum(len(d) for d in out) != len(block.iter_vars) or len(used) != len(block.iter_vars):
+            out[j] = [(k, 1)]
+    flat = [k for d in out for k, _ in d]
+    if len(flat) != len(ivs) or len(set(flat)) != len(flat):
         return None
     return out
 
@@ -360,16 +338,18 @@ def reverse_compute_inline(func: PrimFunc, name: str) -> PrimFunc:
     vmap = {}
     for j, dims in enumerate(fused):
         p = pstore.indices[j]
-        if len(dims) == 1 and dims[0][2] is None:
-            k = dims[0][0]
-            dom = block.iter_vars[k].dom
+        if len(dims) == 1:
+            dom = block.iter_vars[dims[0][0]].dom
             lo, hi = dom.min, dom.min + dom.extent
-            vmap[block.iter_vars[k].var] = p
-        else:
-            lo, hi = IntImm(0, p.dtype), IntImm(dims[0][1] * dims[0][2], p.dtype)
-            for n, (k, stride, extent) in enumerate(dims):
+            vmap[block.iter_vars[dims[0][0]].var] = p
+        else:   # a fused index: each iter var's digit of p in the mixed radix
+            outer_k, outer_stride = dims[0]
+            lo = IntImm(0, p.dtype)
+            hi = IntImm(outer_stride * block.iter_vars[outer_k].dom.extent.value, p.dtype)
+            for n, (k, stride) in enumerate(dims):
                 v = p if stride == 1 else FloorDiv(p, IntImm(stride, p.dtype))
-                vmap[block.iter_vars[k].var] = v if n == 0 else FloorMod(v, IntImm(extent, p.dtype))
+                extent = block.iter_vars[k].dom.extent
+                vmap[block.iter_vars[k].var] = v if n == 0 else FloorMod(v, extent)
         if not (ana.can_prove(p >= lo) and ana.can_prove(p < hi)):
             raise ScheduleError(prim, f"the producer {pblock.name!r} writes {buf.name} at "
                                 f"{p!r}, outside the points block {name!r} reads", block)
