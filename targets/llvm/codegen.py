@@ -16,7 +16,9 @@ Loop kinds:
 * ``vectorized``: the body is evaluated once on vectors of L lanes (the loop variable is
   ``<base, base+1, ..., base+L-1>``): contiguous accesses become vector loads/stores, loads
   with a constant stride of 2 to 4 one wide masked load and a shuffle (``_strided_load``),
-  other lane-varying accesses gathers/scatters, lane-varying conditions masks. A constant
+  other strided loads from a stack buffer (a register tile) one load per lane
+  (``_lane_loads``: shuffles once LLVM promotes the tile), other lane-varying accesses
+  gathers/scatters, lane-varying conditions masks. A constant
   extent up to 64 is one vector step; longer or symbolic extents loop over L-lane steps with
   a masked tail.
   Bodies that cannot be vectorized (inner loops, allocations, asserts, stores to a lane-invariant
@@ -1345,6 +1347,8 @@ class CodeGenLLVM(EntryEmitter):
             return self._from_mem(raw, buf.dtype)
         if stride in STRIDED_LOAD_STRIDES:
             return self._strided_load(ptr, index, stride, buf)
+        if vec.mask is None and isinstance(ptr, ir.AllocaInstr):
+            return self._lane_loads(ptr, index, buf)
         ptrs = self._vector_gep(ptr, index, memty)
         mask = vec.mask if vec.mask is not None else const(vec_type(I1, n), 1)
         fn = self.mb.intrinsic("masked.gather", vty, [ptrs.type, I32, vec_type(I1, n), vty],
@@ -1382,6 +1386,22 @@ class CodeGenLLVM(EntryEmitter):
         keep = ir.Constant(vec_type(I32, n), [k * stride for k in range(n)])
         lanes = b.shuffle_vector(raw, ir.Constant(wty, ir.Undefined), keep)
         return self._from_mem(lanes, buf.dtype)
+
+    def _lane_loads(self, ptr, index, buf: Buffer):
+        """The lanes of a load from a stack buffer (a register tile) one scalar load each,
+        put together with ``insertelement``. Once LLVM has promoted the tile to registers
+        these are lane extracts and shuffles (a tile read across its vectors, the transpose of
+        a channel-vector convolution's accumulators); a gather would keep the tile in memory
+        (every accumulator spilled to the stack to be gathered back) and is slow on Zen 4."""
+        b = self.b
+        n = lanes_of(index)
+        memty = self.mtype(buf.dtype)
+        out = ir.Constant(vec_type(memty, n), ir.Undefined)
+        for k in range(n):
+            addr = b.gep(ptr, [b.extract_element(index, I32(k))], source_etype=memty)
+            lane = self._tag(b.load(addr, typ=memty, align=self.itemsize(buf.dtype)), buf)
+            out = b.insert_element(out, lane, I32(k))
+        return self._from_mem(out, buf.dtype)
 
     def _guarded_scalar_load(self, ptr, index, buf: Buffer):
         """A lane-invariant load under a mask: done only if some lane is active."""

@@ -108,6 +108,30 @@ def test_strided_access_becomes_gather_and_scatter(rng):
     np.testing.assert_allclose(y, x.T * 2)
 
 
+def test_strided_load_from_a_register_tile_is_lane_loads(rng):
+    # a 7 x 16 tile on the stack, filled by rows (one vector each), read across: for c
+    # (unrolled): Y[c, 0:7] = T[0:7, c] (lanes 16 apart). No gather: per-lane loads that LLVM
+    # turns into a transpose in registers once the tile is promoted (the channel-vector
+    # convolution's write-back).
+    X, Y = Buffer("X", (7, 16), "float32"), Buffer("Y", (16, 7), "float32")
+    Xf, Yf = Buffer("X", (112,), "float32"), Buffer("Y", (112,), "float32")
+    T = Buffer("T", (112,), "float32", scope="local")
+    p, c, k = var("p"), var("c"), var("k")
+    fill = For(p, 0, 7, "unrolled", For(k, 0, 16, "vectorized",
+                                          BufferStore(T, Xf[p * 16 + k] + 1.0, [p * 16 + k])))
+    read = For(c, 0, 16, "unrolled", For(k, 0, 7, "vectorized",
+                                         BufferStore(Yf, T[k * 16 + c] * 2.0, [c * 7 + k])))
+    body = Allocate(T, seq(fill, read))
+    mod = targets.build(lowered_func([X, Y], body, flat={X: Xf, Y: Yf}), "llvm")
+    raw = mod.get_source("ll-raw")
+    assert "masked.gather" not in raw and "insertelement <7 x float>" in raw
+    assert "gather" not in mod.get_source("asm")
+    x = rng.standard_normal((7, 16)).astype("float32")
+    y = np.zeros((16, 7), "float32")
+    mod["main"](x, y)
+    np.testing.assert_allclose(y, (x.T + 1) * 2, rtol=1e-6)
+
+
 @pytest.mark.parametrize("stride", [2, 3, 4])
 def test_small_stride_loads_are_one_masked_load_and_a_shuffle(rng, stride):
     # B[i] = A[s * i + 1]: the lanes read every s-th element. A symbolic n gives whole vector
