@@ -11,7 +11,12 @@
   rounds, and the one it selected. Once a workload has one, ``query_tuning_record`` /
   ``query_schedule`` return the latest one's selection instead of the fastest record (whose
   time is the minimum of many noisy measurements, often a lucky one). A database without the
-  file (written before it existed) loads as before.
+  file (written before it existed) loads as before;
+* ``work_dir/layouts.json`` — one line per layout decision (``commit_layout``): a choice made
+  before the kernels exist, such as which packed tile a convolution's kernel is built with
+  (``relax.tune_layouts``), keyed by a string that names what was decided and the target,
+  with the candidates' measured times. The latest line of a key and target is in force
+  (``query_layout``).
 
 Every line carries the schema version (``"v": 1``). A line is written with a single ``write``
 under an exclusive ``flock`` and ``fsync``'d before the call returns, so a tuning run killed at
@@ -60,12 +65,14 @@ except ImportError:  # pragma: no cover
     fcntl = None
 
 __all__ = ["Workload", "TuningRecord", "Remeasurement", "Database", "workload_hash",
-           "target_key", "SCHEMA_VERSION", "WORKLOADS_FILE", "RECORDS_FILE", "REMEASURED_FILE"]
+           "target_key", "SCHEMA_VERSION", "WORKLOADS_FILE", "RECORDS_FILE", "REMEASURED_FILE",
+           "LAYOUTS_FILE"]
 
 SCHEMA_VERSION = 1
 WORKLOADS_FILE = "workloads.json"
 RECORDS_FILE = "records.json"
 REMEASURED_FILE = "remeasured.json"
+LAYOUTS_FILE = "layouts.json"
 
 # attributes that name a function rather than say what it computes
 _NAME_ATTRS = ("global_symbol",)
@@ -606,6 +613,8 @@ class Database:
         self._wl_log = _Log(os.path.join(self.work_dir, WORKLOADS_FILE))
         self._rec_log = _Log(os.path.join(self.work_dir, RECORDS_FILE))
         self._remeasure_log = _Log(os.path.join(self.work_dir, REMEASURED_FILE))
+        self._layout_log = _Log(os.path.join(self.work_dir, LAYOUTS_FILE))
+        self._layouts: dict[tuple[str, str], dict] = {}
         self._workloads: dict[str, Workload] = {}
         self._records: list[TuningRecord] = []
         self._by_key: dict[tuple[str, str], list[TuningRecord]] = {}
@@ -658,6 +667,14 @@ class Database:
                     self._remeasure_log.warn(lineno, f"{type(err).__name__}: {err}")
                     continue
                 self._remeasured.setdefault((wl.shash, target_key(m.target)), []).append(m)
+            for lineno, obj in self._layout_log.read_new():
+                key, tgt, choice = obj.get("key"), obj.get("target"), obj.get("choice")
+                if not (isinstance(key, str) and isinstance(tgt, str) and
+                        isinstance(choice, dict)):
+                    self._layout_log.warn(lineno, "a layout line needs a string key and "
+                                                  "target and an object choice")
+                    continue
+                self._layouts[(key, tgt)] = obj
 
     # -- workloads --------------------------------------------------------------------------
     def commit_workload(self, func: "PrimFunc | IRModule") -> Workload:
@@ -745,6 +762,45 @@ class Database:
         with self._lock:
             return list(self._remeasured.get((shash, target_key(target)), ()))
 
+    # -- layout decisions -------------------------------------------------------------------
+    def commit_layout(self, key: str, target, choice: dict,
+                      candidates: Iterable[dict] = ()) -> None:
+        """Append the layout decision ``choice`` for ``key`` on ``target`` (durably), with
+        the ``candidates`` it was chosen from (their plans and times, for the record); from
+        now on ``query_layout(key, target)`` returns ``choice``.
+
+        Examples
+        --------
+        >>> db.commit_layout("conv2d_nchw c=64 ...", "llvm", {"kind": "cvec", "rows": 8,
+        ...                  "width": 32})                                   # doctest: +SKIP
+        """
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"commit_layout: the key must be a non-empty string, got {key!r}")
+        if not isinstance(choice, dict):
+            raise TypeError(f"commit_layout: the choice must be a dict, got "
+                            f"{type(choice).__name__}")
+        obj = {"v": SCHEMA_VERSION, "key": key, "target": target_key(target),
+               "choice": choice, "candidates": list(candidates), "time": time.time()}
+        with self._lock:
+            self._layout_log.append(obj)
+            self._refresh()
+
+    def query_layout(self, key: str, target) -> dict | None:
+        """The layout decision in force for ``key`` on ``target`` (the latest committed), or
+        None."""
+        self._refresh()
+        with self._lock:
+            obj = self._layouts.get((key, target_key(target)))
+        return None if obj is None else dict(obj["choice"])
+
+    def get_layouts(self, target) -> dict[str, dict]:
+        """Every layout decision in force on ``target``: ``{key: line}``, each line with its
+        ``choice`` and ``candidates``."""
+        self._refresh()
+        tk = target_key(target)
+        with self._lock:
+            return {k: dict(v) for (k, t), v in self._layouts.items() if t == tk}
+
     def query_tuning_record(self, func: "PrimFunc | IRModule", target) -> TuningRecord | None:
         """The record a build of ``func`` on ``target`` uses, or None: the selection of the
         latest re-measurement (``Remeasurement.selected_record``: its ``run_secs`` is the
@@ -803,4 +859,5 @@ class Database:
     def __repr__(self):
         n_re = sum(len(v) for v in self._remeasured.values())
         return (f"<metaschedule.Database {self.work_dir!r}: {len(self._workloads)} workloads, "
-                f"{len(self._records)} records, {n_re} re-measurements>")
+                f"{len(self._records)} records, {n_re} re-measurements, "
+                f"{len(self._layouts)} layout decisions>")

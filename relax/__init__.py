@@ -18,3 +18,4 @@ from .build import build
 from .vm import VMArgumentError, VirtualMachine
 from .executable import Executable, load_executable
 from .tune import extract_tasks, tune
+from .tune_layouts import tune_layouts

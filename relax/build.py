@@ -58,6 +58,16 @@ def legalize(mod: IRModule) -> IRModule:
     return LegalizeOps()(mod)
 
 
+def _layout_pipeline(pipeline, database, target):
+    """The default pipeline with ``database``'s layout decisions (``relax.tune_layouts``)
+    when it has some for ``target`` and no other pipeline was asked for; else ``pipeline``."""
+    if database is None or not (pipeline is None or pipeline == "default"):
+        return pipeline
+    from .tune_layouts import conv_plans_from
+    hook = conv_plans_from(database, target)
+    return pipeline if hook is None else get_pipeline(target=target, conv_plans=hook)
+
+
 def _run_pipeline(mod: IRModule, pipeline, target=None) -> IRModule:
     if pipeline is None or pipeline == "default":
         pipeline = default_pipeline(target)
@@ -589,6 +599,8 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
         Tuning records: any object with ``query_schedule(func, target)`` returning a
         ``tensorir.Schedule`` (or scheduled PrimFunc) for a kernel it knows, else None.
         Kernels it does not cover get the default schedules (``relax.default_schedules``).
+        A ``metaschedule.Database`` with layout decisions (``relax.tune_layouts``) also
+        chooses the convolutions' packed kernels (with the default pipeline).
     upper_bounds : dict[str, int], optional
         Upper bounds of symbolic dims by name (``{"n": 64}``): memory is planned statically at
         them (see ``StaticPlanBlockMemory``).
@@ -613,7 +625,7 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
     target = target if isinstance(target, Target) else Target(target)
     if target.kind not in ("llvm",) + gpu_schedules.GPU_KINDS:
         raise targets.TargetError(f"relax.build: no VM support for target {target}")
-    mod = _run_pipeline(mod, pipeline, target)
+    mod = _run_pipeline(mod, _layout_pipeline(pipeline, database, target), target)
     mod = legalize(mod)
     mod = StaticPlanBlockMemory(upper_bounds, target=target)(mod)   # device sizes, limits
     program, constants = vm_codegen(mod)

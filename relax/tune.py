@@ -37,7 +37,8 @@ from metaschedule.space_generator import DEFAULT_SHAPE_HINT, shape_vars
 from tensorir.schedule import Schedule, ScheduleError
 
 from . import default_schedules
-from .build import _called_kernels, _run_pipeline, legalize
+from .build import _called_kernels, _layout_pipeline, _run_pipeline, legalize
+from .tune_layouts import tune_layouts
 from .default_schedules import is_scheduled
 from .expr import Call, Function, RelaxError
 from .op.base import Op
@@ -46,9 +47,10 @@ from .transform.static_plan_block_memory import StaticPlanBlockMemory
 __all__ = ["extract_tasks", "tune", "default_schedule"]
 
 
-def _prepare(mod: IRModule, target: Target, upper_bounds, pipeline) -> IRModule:
+def _prepare(mod: IRModule, target: Target, upper_bounds, pipeline, database=None) -> IRModule:
     """What ``relax.build`` schedules: the module after its pipeline, legalization and memory
     planning."""
+    pipeline = _layout_pipeline(pipeline, database, target)
     if "target" in inspect.signature(_run_pipeline).parameters:
         mod = _run_pipeline(mod, pipeline, target=target)
     else:
@@ -97,7 +99,7 @@ def _call_counts(mod: IRModule) -> dict[str, int]:
 
 def extract_tasks(mod: IRModule, target="llvm", *, upper_bounds: Mapping[str, int] | None = None,
                   shape_hints: Mapping[str, int] | None = None, pipeline=None,
-                  baselines: bool = True) -> list[Task]:
+                  baselines: bool = True, database=None) -> list[Task]:
     """The tuning tasks of a Relax module: one per distinct kernel, weighted by its calls.
 
     Parameters
@@ -114,6 +116,9 @@ def extract_tasks(mod: IRModule, target="llvm", *, upper_bounds: Mapping[str, in
         As for ``relax.build``.
     baselines : bool
         Give each task its default schedule as ``Task.baseline`` (``default_schedule``).
+    database : metaschedule.Database, optional
+        Its layout decisions (``relax.tune_layouts``) choose the convolutions' kernels, as
+        in ``relax.build(..., database=db)``.
 
     Returns
     -------
@@ -130,7 +135,7 @@ def extract_tasks(mod: IRModule, target="llvm", *, upper_bounds: Mapping[str, in
     if not isinstance(mod, IRModule):
         raise TypeError(f"relax.extract_tasks takes an IRModule, got {type(mod).__name__}")
     target = target if isinstance(target, Target) else Target(target)
-    prepared = _prepare(mod, target, upper_bounds, pipeline)
+    prepared = _prepare(mod, target, upper_bounds, pipeline, database)
     counts = _call_counts(prepared)
     hints_in = {str(k): int(v) for k, v in (upper_bounds or {}).items()}
     hints_in.update({str(k): int(v) for k, v in (shape_hints or {}).items()})
@@ -158,6 +163,7 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
          num_trials_per_iter: int = 64, max_trials_per_task: int | None = None,
          cost_model="xgb", space=None, search=None, task_scheduler="gradient",
          seed: int | None = None, progress: bool = True, baselines: bool = True,
+         layouts: bool = True,
          remeasure: int = metaschedule.tune.DEFAULT_REMEASURE,
          remeasure_rounds: int = metaschedule.tune.DEFAULT_REMEASURE_ROUNDS,
          remeasure_margin: float = metaschedule.tune.DEFAULT_REMEASURE_MARGIN) -> Database:
@@ -171,6 +177,10 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     each): the database's best record of a kernel is then its default schedule unless the
     search found a faster one, so ``relax.build(mod, target, database=db)`` never uses a
     record slower than what it would build without one.
+
+    With ``layouts`` (the default) on a CPU target, each convolution's packed kernel is
+    chosen by measurement first (``relax.tune_layouts``; its decisions go to the same
+    database, and the tasks are the chosen kernels).
 
     At the end (``remeasure``, the default 4; 0 turns it off) each task's best distinct
     records are re-measured with its default schedule, interleaved over ``remeasure_rounds``
@@ -190,8 +200,13 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     >>> db = relax.tune(mod, "llvm", 500, "tune/", remeasure_margin=0.05)     # doctest: +SKIP
     """
     target = target if isinstance(target, Target) else Target(target)
+    database = None
+    if layouts and target.kind == "llvm" and (pipeline is None or pipeline == "default"):
+        database = Database(work_dir)
+        tune_layouts(mod, target, database, progress=progress,
+                     builder=builder if isinstance(builder, metaschedule.LocalBuilder) else None)
     tasks = extract_tasks(mod, target, upper_bounds=upper_bounds, shape_hints=shape_hints,
-                          pipeline=pipeline, baselines=baselines)
+                          pipeline=pipeline, baselines=baselines, database=database)
     if not tasks:
         raise metaschedule.TuneError("relax.tune: the module calls no kernel that can be tuned "
                                      "(no call_tir of an unscheduled PrimFunc)")

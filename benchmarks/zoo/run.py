@@ -159,7 +159,9 @@ def _tuned(mod, target, z, trials: int, row: dict, tune_options: dict | None = N
         return None
     work_dir = tune_work_dir(z)
     ub = z.upper_bounds or None
-    tasks = relax.extract_tasks(mod, target, upper_bounds=ub)
+    # the kernels of the database's layout decisions (relax.tune_layouts), where it has them
+    tasks = relax.extract_tasks(mod, target, upper_bounds=ub,
+                                database=metaschedule.Database(work_dir))
     _, done, _ = tuning_summary(tasks, metaschedule.Database(work_dir), target)
     t0 = time.perf_counter()
     if trials > done:
@@ -169,6 +171,7 @@ def _tuned(mod, target, z, trials: int, row: dict, tune_options: dict | None = N
         db = metaschedule.Database(work_dir)
     row["tune_s"] = time.perf_counter() - t0
     exe = relax.build(mod, target, database=db, upper_bounds=ub)
+    tasks = relax.extract_tasks(mod, target, upper_bounds=ub, database=db)
     per_task, n, minutes = tuning_summary(tasks, db, target)
     row["tune_trials"] = n
     row["tune_minutes"] = minutes

@@ -84,6 +84,11 @@ class AlterLayout(Pass):
         Which operators to rewrite (default all of ``AlterLayout.OPS``: ``"relax.nn.conv2d"``,
         ``"relax.matmul"``, ``"relax.linear"``, ``"relax.nn.max_pool2d"``,
         ``"relax.nn.avg_pool2d"``).
+    conv_plans : callable, optional
+        ``conv_plans(geometry, plan) -> plan``: the NCHW convolution kernel to use, given its
+        ``packed_kernels.ConvGeometry`` and the plan ``nchw_kernel_plan`` chose (return it to
+        keep it). ``relax.build`` passes the measured choices of ``relax.tune_layouts`` here
+        when its database has them.
 
     Examples
     --------
@@ -94,9 +99,13 @@ class AlterLayout(Pass):
     OPS = ("relax.nn.conv2d", "relax.matmul", "relax.linear", "relax.nn.max_pool2d",
            "relax.nn.avg_pool2d")
 
-    def __init__(self, target: "Target | str | None" = None, ops=None):
+    def __init__(self, target: "Target | str | None" = None, ops=None, conv_plans=None):
         self.target = target if isinstance(target, Target) else Target(target or "llvm")
         self.ops = frozenset(ops if ops is not None else self.OPS)
+        if conv_plans is not None and not callable(conv_plans):
+            raise TypeError(f"AlterLayout: conv_plans must be callable (geometry, plan) -> "
+                            f"plan, got {type(conv_plans).__name__}")
+        self.conv_plans = conv_plans
         unknown = self.ops - set(self.OPS)
         if unknown:
             raise ValueError(f"AlterLayout: cannot rewrite {sorted(unknown)}; known: "
@@ -105,7 +114,7 @@ class AlterLayout(Pass):
     def transform_module(self, mod: IRModule) -> IRModule:
         if self.target.kind != "llvm":
             return mod
-        return _Alter(mod, self.target, self.ops).visit_module()
+        return _Alter(mod, self.target, self.ops, self.conv_plans).visit_module()
 
 
 def _static_shape(e: Expr):
@@ -125,10 +134,11 @@ def _ints(dims) -> list[int] | None:
 
 
 class _Alter(ExprMutator):
-    def __init__(self, mod: IRModule, target: Target, ops):
+    def __init__(self, mod: IRModule, target: Target, ops, conv_plans=None):
         super().__init__(mod)
         self.target = target
         self.ops = ops
+        self.conv_plans = conv_plans
         self.lanes, self.registers = cpu_tile_params(target)
 
     def visit_call_(self, call: Call) -> Expr:
@@ -228,6 +238,8 @@ class _Alter(ExprMutator):
                                pattern=OpPattern.OUT_EWISE_FUSABLE)
         if layout == "NCHW":
             plan = pk.nchw_kernel_plan(g, self.lanes, self.registers)
+            if self.conv_plans is not None:
+                plan = self.conv_plans(g, plan)
             cvec = isinstance(plan, pk.ChannelVectorPlan)
             packed = self.builder.emit(self.kernel(
                 pk.pack_conv2d_nchw_weight, weight, klayout,

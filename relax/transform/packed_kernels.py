@@ -53,6 +53,7 @@ from tensorir.expr import IntImm, PrimExpr
 __all__ = ["SCHEDULE_RULE", "RULE_CONV_NCHW", "RULE_CONV_NHWC", "RULE_DENSE", "RULE_PAD",
            "RULE_CONV_NCHW_CVEC", "ConvGeometry", "NchwPlan", "plan_conv2d_nchw", "conv2d_nchw_packed",
            "ChannelVectorPlan", "plan_conv2d_nchw_cvec", "conv2d_nchw_cvec", "nchw_kernel_plan",
+           "nchw_plan_candidates", "plan_to_json", "plan_from_json",
            "pack_conv2d_nchw_weight", "NhwcPlan", "plan_conv2d_nhwc", "conv2d_nhwc_packed",
            "pack_conv2d_nhwc_weight", "dense_panel_width", "dense_packed", "pack_dense_weight",
            "pool2d_nchw_phased", "pool2d_nchw_separable", "RULE_POOL", "RULE_POOL_ROWS",
@@ -526,6 +527,96 @@ def nchw_kernel_plan(g: ConvGeometry, lanes: int,
     if registers >= 32:
         return cvec if flat.phased or useful < 0.95 else flat
     return cvec if useful < 0.8 else flat
+
+
+def nchw_plan_candidates(g: ConvGeometry, lanes: int,
+                         registers: int) -> list["NchwPlan | ChannelVectorPlan"]:
+    """The NCHW kernels ``relax.tune_layouts`` measures for ``g``: ``nchw_kernel_plan``'s
+    choice first, then the flat kernel's best tile for each channel block ``R`` of 2, 4, 8
+    and 16 (``plan_conv2d_nchw(..., oc_block=R)``), then the channel-vector tile with the
+    most accumulators for each width of one to four vectors; no plan twice.
+
+    Examples
+    --------
+    >>> g = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    >>> [plan_to_json(p)["kind"] for p in nchw_plan_candidates(g, 16, 32)][:3]
+    ['flat', 'flat', 'flat']
+    """
+    plans = [nchw_kernel_plan(g, lanes, registers)]
+    budget = 24 if registers >= 32 else 12
+    for r in (2, 4, 8, 16):
+        if r <= budget and g.out_channels % r == 0:
+            try:
+                plans.append(plan_conv2d_nchw(g, lanes, registers, oc_block=r))
+            except ValueError:
+                pass     # no tile of that block fits
+    if not g.is_depthwise:
+        acc = 16 if registers >= 32 else 12
+        for v in range(1, 5):
+            width = v * lanes
+            if g.out_channels % width or (g.groups > 1 and g.out_per_group % width):
+                continue
+            rows = [m for m in _divisors(g.out_w) if m * v <= acc and m * v + v + 1 <= registers]
+            if rows and rows[-1] * v * 2 >= acc:   # half the accumulators or more
+                plans.append(ChannelVectorPlan(g, rows[-1], width, lanes))
+    out, seen = [], set()
+    for p in plans:
+        key = tuple(sorted(plan_to_json(p).items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def plan_to_json(plan: "NchwPlan | ChannelVectorPlan") -> dict:
+    """The tile of an NCHW plan as a JSON object (what a layout decision stores):
+    ``{"kind": "flat", "oc_block": R, "vectors": V}`` or
+    ``{"kind": "cvec", "rows": M, "width": W}``.
+
+    Examples
+    --------
+    >>> g = ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    >>> plan_to_json(nchw_kernel_plan(g, 16, 32))
+    {'kind': 'cvec', 'rows': 7, 'width': 32}
+    """
+    if isinstance(plan, ChannelVectorPlan):
+        return {"kind": "cvec", "rows": plan.rows, "width": plan.width}
+    return {"kind": "flat", "oc_block": plan.oc_block, "vectors": plan.vectors}
+
+
+def plan_from_json(g: ConvGeometry, data: dict, lanes: int,
+                   registers: int) -> "NchwPlan | ChannelVectorPlan":
+    """The plan ``plan_to_json`` wrote, for ``g``; ``ValueError`` naming the problem when it
+    does not fit ``g`` (a tile that does not divide the channels or the row, more
+    accumulators than registers, an unknown kind).
+
+    Examples
+    --------
+    >>> g = ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    >>> plan_from_json(g, {"kind": "cvec", "rows": 7, "width": 16}, 16, 32).width
+    16
+    """
+    def pos_int(name):
+        v = data.get(name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"conv2d plan {data}: {name!r} must be a positive integer")
+        return v
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "cvec":
+        rows, width = pos_int("rows"), pos_int("width")
+        v = width // lanes
+        if g.is_depthwise or width % lanes or g.out_channels % width or \
+                (g.groups > 1 and g.out_per_group % width) or g.out_w % rows or \
+                rows * v + v + 1 > registers:
+            raise ValueError(f"conv2d plan {data} does not fit {g} with {lanes} lanes and "
+                             f"{registers} registers")
+        return ChannelVectorPlan(g, rows, width, lanes)
+    if kind == "flat":
+        r, v = pos_int("oc_block"), pos_int("vectors")
+        if g.out_channels % r or r * v > registers:
+            raise ValueError(f"conv2d plan {data} does not fit {g} with {registers} registers")
+        return plan_conv2d_nchw(g, lanes, registers, oc_block=r, vectors=v)
+    raise ValueError(f"conv2d plan {data!r}: kind must be 'flat' or 'cvec'")
 
 
 def conv2d_nchw_cvec(data: te.Tensor, weight: te.Tensor, plan: ChannelVectorPlan,

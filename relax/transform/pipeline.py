@@ -25,7 +25,8 @@ from .legalize_ops import LegalizeOps
 __all__ = ["get_pipeline", "PIPELINES"]
 
 
-def _default(check: bool = False, target: "Target | str | None" = None) -> Sequential:
+def _default(check: bool = False, target: "Target | str | None" = None,
+             conv_plans=None) -> Sequential:
     target = target if isinstance(target, Target) else Target(target or "llvm")
     passes = [
         DecomposeOpsForInference(),  # inference batch_norm -> per-channel scale and shift
@@ -33,7 +34,8 @@ def _default(check: bool = False, target: "Target | str | None" = None) -> Seque
         FoldScaleAxis(),             # constant per-channel scales -> into conv / dense weights
     ]
     if target.kind == "llvm":
-        passes.append(AlterLayout(target))   # conv / dense -> kernels on packed weights
+        # conv / dense -> kernels on packed weights
+        passes.append(AlterLayout(target, conv_plans=conv_plans))
     passes += [
         LegalizeOps(),            # operators -> call_tir of TensorIR kernels (+ "op_pattern")
         FoldConstant(),           # kernels on constants run now (the weight packing too)
@@ -52,7 +54,7 @@ PIPELINES = {"default": _default, "default_build": _default}
 
 
 def get_pipeline(name: str = "default", check: bool = False,
-                 target: "Target | str | None" = None) -> Sequential:
+                 target: "Target | str | None" = None, conv_plans=None) -> Sequential:
     """The named pass pipeline (``"default"``), as a ``Sequential``.
 
     Parameters
@@ -66,6 +68,9 @@ def get_pipeline(name: str = "default", check: bool = False,
     target : Target | str | None
         The target the module is built for; None means this machine (``"llvm"``). It decides
         whether ``AlterLayout`` runs (CPU targets) and the tiles of its kernels.
+    conv_plans : callable, optional
+        ``AlterLayout``'s ``conv_plans``: the convolution kernels chosen by measurement
+        (``relax.tune_layouts``).
 
     Examples
     --------
@@ -75,4 +80,6 @@ def get_pipeline(name: str = "default", check: bool = False,
         make = PIPELINES[name]
     except KeyError:
         raise ValueError(f"unknown pipeline {name!r}; known: {sorted(PIPELINES)}") from None
-    return make(check=check, target=target)
+    if conv_plans is None:     # a pipeline registered in PIPELINES need not take it
+        return make(check=check, target=target)
+    return make(check=check, target=target, conv_plans=conv_plans)

@@ -183,7 +183,7 @@ def test_a_record_is_used_only_where_it_beats_the_baseline(convnet, tmp_path, fa
     db = relax.tune(mod, target, max_trials=len(tasks) + 4, work_dir=tmp_path,
                     runner=runner, num_trials_per_iter=2, space=small_space(),
                     search={"population_size": 8, "genetic_num_iters": 1}, seed=0,
-                    progress=False, remeasure=0)
+                    progress=False, remeasure=0, layouts=False)
     prepared = _prepare(mod, target, None, None)
     scheduled = schedule_kernels(prepared, target, db)
     by_hash = {workload_hash(prepared[n]): f for n, f in scheduled.items()}
@@ -254,7 +254,7 @@ def test_lucky_records_do_not_replace_the_default_schedules(convnet, tmp_path):
     defaults = {workload_hash(t.baseline.func) for t in tasks}
     options = dict(num_trials_per_iter=3, space=small_space(), builder=_FakeBuilder(),
                    search={"population_size": 8, "genetic_num_iters": 1}, seed=0,
-                   progress=False, cost_model="random")
+                   progress=False, cost_model="random", layouts=False)
     prepared = _prepare(mod, target, None, None)
 
     def kernels(db):
