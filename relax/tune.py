@@ -178,9 +178,10 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     search found a faster one, so ``relax.build(mod, target, database=db)`` never uses a
     record slower than what it would build without one.
 
-    With ``layouts`` (the default) on a CPU target, each convolution's packed kernel is
-    chosen by measurement first (``relax.tune_layouts``; its decisions go to the same
-    database, and the tasks are the chosen kernels).
+    With ``layouts`` (the default) on a CPU target of this machine measured here (no remote
+    runner), each convolution's packed kernel is chosen by measurement first
+    (``relax.tune_layouts``; its decisions go to the same database, and the tasks are the
+    chosen kernels).
 
     At the end (``remeasure``, the default 4; 0 turns it off) each task's best distinct
     records are re-measured with its default schedule, interleaved over ``remeasure_rounds``
@@ -201,7 +202,10 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     """
     target = target if isinstance(target, Target) else Target(target)
     database = None
-    if layouts and target.kind == "llvm" and (pipeline is None or pipeline == "default"):
+    if layouts and target.kind == "llvm" and target.is_host and \
+            (runner is None or isinstance(runner, metaschedule.LocalRunner)) and \
+            (pipeline is None or pipeline == "default"):
+        # timed on this machine: not for a board's target or a remote runner
         database = Database(work_dir)
         tune_layouts(mod, target, database, progress=progress,
                      builder=builder if isinstance(builder, metaschedule.LocalBuilder) else None)

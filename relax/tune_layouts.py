@@ -15,8 +15,11 @@ measures instead, the way AutoTVM tunes a convolution template's tile knobs:
    width) are built as standalone kernels with their default schedules, at batch 1, and
    measured with ``metaschedule.LocalRunner`` in isolated processes: each checked once against
    a numpy convolution on random inputs (a wrong or crashing candidate is logged and left
-   out), then timed ``rounds`` times, interleaved, medians compared;
-3. a candidate replaces the rule's choice only when it is faster by ``margin`` (3%): a
+   out), then timed ``rounds`` times, interleaved; a candidate's least time counts (a busy
+   machine only slows a kernel down);
+3. the fastest then runs against the rule's choice back to back, ``confirm`` (5) pairs, and
+   replaces it only when the median of the pairs' ratios is ``margin`` (3%) or more in its
+   favour: a ratio of two timings a moment apart hardly moves with the machine's load, so a
    noisy machine does not trade the rule for luck. The decision goes to the database
    (``Database.commit_layout``: ``layouts.json``, one fsync'd line per convolution, with
    every candidate's time) under a key naming the convolution (``conv_layout_key``).
@@ -59,6 +62,7 @@ __all__ = ["tune_layouts", "conv_layout_key", "conv_plans_from", "collect_convs"
 
 DEFAULT_MARGIN = 0.03
 DEFAULT_ROUNDS = 3
+DEFAULT_CONFIRM = 5
 
 
 def conv_layout_key(g: pk.ConvGeometry) -> str:
@@ -174,10 +178,20 @@ def _describe(data: dict) -> str:
     return f"flat {data['oc_block']}x{data['vectors']}"
 
 
+def _time(runner: LocalRunner, path: str, target: Target, infos, seed: int, reference=None):
+    """(seconds per call, None) or (None, why)."""
+    res, = runner.run([RunnerInput(path, target, infos, seed=seed, reference=reference)])
+    if res.error_msg is not None:
+        return None, res.error_msg
+    return sum(res.run_secs) / len(res.run_secs), None
+
+
 def _measure(g: pk.ConvGeometry, plans: list, target: Target, builder, runner: LocalRunner,
-             rounds: int, seed: int) -> list[dict]:
-    """Per plan ``{"plan", "secs" (median over rounds) or None, "error"}``."""
-    rows = [{"plan": pk.plan_to_json(p), "secs": None, "error": None} for p in plans]
+             rounds: int, confirm: int, margin: float, seed: int) -> tuple[list[dict], int | None]:
+    """Per plan ``{"plan", "secs", "rounds_secs", "error"}`` (``secs`` the least of the
+    rounds, None when it failed), and the index of the plan to use (None: none ran)."""
+    rows = [{"plan": pk.plan_to_json(p), "secs": None, "rounds_secs": [], "error": None}
+            for p in plans]
     funcs, infos = [], []
     for row, plan in zip(rows, plans):
         try:
@@ -196,31 +210,46 @@ def _measure(g: pk.ConvGeometry, plans: list, target: Target, builder, runner: L
             rows[i]["error"] = f"build failed: {res.error_msg}"
         else:
             paths[i] = res.artifact_path
-    times: dict[int, list[float]] = {i: [] for i in paths}
     try:
+        order = list(paths)
         for r in range(rounds):
-            order = list(paths)
-            order = order[r % len(order):] + order[:r % len(order)] if order else order
-            for i in order:
+            k = r % len(order) if order else 0
+            for i in order[k:] + order[:k]:
                 if rows[i]["error"] is not None:
                     continue
                 ref = None
                 if r == 0:      # every candidate checked once, on the inputs it is timed on
                     data, packed = random_inputs(infos[i][:2], seed)
                     ref = [_reference(g, data, packed)]
-                res, = runner.run([RunnerInput(paths[i], target, infos[i], seed=seed,
-                                               reference=ref)])
-                if res.error_msg is not None:
-                    rows[i]["error"] = res.error_msg
+                t, err = _time(runner, paths[i], target, infos[i], seed, ref)
+                if err is not None:
+                    rows[i]["error"] = err
                     continue
-                times[i].append(sum(res.run_secs) / len(res.run_secs))
+                rows[i]["rounds_secs"].append(t)
+        ok = [i for i in paths if rows[i]["error"] is None and rows[i]["rounds_secs"]]
+        for i in ok:
+            # a busy machine only slows a kernel down: its least time is its own
+            rows[i]["secs"] = min(rows[i]["rounds_secs"])
+        if not ok:
+            return rows, None
+        best = min(ok, key=lambda i: rows[i]["secs"])
+        if 0 not in ok or best == 0:
+            return rows, best
+        # the fastest against the rule's kernel, back to back: a ratio of two timings taken
+        # a moment apart does not move with the machine's load the way either timing does
+        ratios = []
+        for k in range(confirm):
+            pair = (0, best) if k % 2 == 0 else (best, 0)
+            got = {i: _time(runner, paths[i], target, infos[i], seed)[0] for i in pair}
+            if None in got.values():
+                break
+            ratios.append(got[best] / got[0])
+        rows[best]["paired_ratios"] = ratios
+        won = len(ratios) == confirm and statistics.median(ratios) < 1 - margin
+        return rows, best if won else 0
     finally:
         for p in paths.values():
             remove_artifact(p)
-    for i, ts in times.items():
-        if rows[i]["error"] is None and ts:
-            rows[i]["secs"] = statistics.median(ts)
-    return rows
 
 
 def _log(work_dir: str | None, line: str, progress: bool) -> None:
@@ -232,7 +261,8 @@ def _log(work_dir: str | None, line: str, progress: bool) -> None:
 
 
 def tune_layouts(mod, target="llvm", database=None, *, work_dir=None, pipeline=None,
-                 rounds: int = DEFAULT_ROUNDS, margin: float = DEFAULT_MARGIN,
+                 rounds: int = DEFAULT_ROUNDS, confirm: int = DEFAULT_CONFIRM,
+                 margin: float = DEFAULT_MARGIN,
                  builder=None, progress: bool = True, seed: int = 0) -> dict[str, dict]:
     """Measure each NCHW convolution's candidate kernels and record the choices in the
     database (see the module docstring).
@@ -242,7 +272,9 @@ def tune_layouts(mod, target="llvm", database=None, *, work_dir=None, pipeline=N
     mod : IRModule
         The Relax module, as given to ``relax.build``.
     target : Target | str
-        A CPU (``llvm``) target; others have no packed kernels (nothing is done).
+        A CPU (``llvm``) target of this machine (the candidates are timed here); other kinds
+        have no packed kernels and a cross-compiled target (a board) keeps the rules'
+        kernels: nothing is done for either.
     database : metaschedule.Database, optional
         Where the decisions go; default ``Database(work_dir)``.
     work_dir : str, optional
@@ -252,9 +284,14 @@ def tune_layouts(mod, target="llvm", database=None, *, work_dir=None, pipeline=N
         As for ``relax.build``: only the default pipeline has ``AlterLayout``; with any
         other, nothing is done.
     rounds : int
-        Timings per candidate, interleaved (the median counts).
+        Timings per candidate, interleaved; the least counts (a busy machine only slows a
+        kernel down).
+    confirm : int
+        Back-to-back timings of the fastest candidate and the rule's kernel before the one
+        replaces the other.
     margin : float
-        How much faster than the rule's kernel a candidate must be to replace it.
+        How much faster than the rule's kernel the fastest candidate must be (the median of
+        its ``confirm`` back-to-back ratios) to replace it.
     builder : metaschedule.LocalBuilder, optional
     progress : bool
         Print a line per convolution.
@@ -278,8 +315,9 @@ def tune_layouts(mod, target="llvm", database=None, *, work_dir=None, pipeline=N
     >>> choices["conv2d_nchw float32 c=64 h=56 w=56 o=256 k=1x1 ..."]       # doctest: +SKIP
     {'kind': 'cvec', 'rows': 8, 'width': 32}
     """
-    if rounds < 1:
-        raise ValueError(f"tune_layouts: rounds must be >= 1, got {rounds}")
+    if rounds < 1 or confirm < 1:
+        raise ValueError(f"tune_layouts: rounds and confirm must be >= 1, got {rounds} and "
+                         f"{confirm}")
     if margin < 0:
         raise ValueError(f"tune_layouts: margin must be >= 0, got {margin}")
     target = target if isinstance(target, Target) else Target(target)
@@ -289,6 +327,11 @@ def tune_layouts(mod, target="llvm", database=None, *, work_dir=None, pipeline=N
         database = metaschedule.Database(work_dir)
     work_dir = database.work_dir
     if target.kind != "llvm" or (pipeline is not None and pipeline != "default"):
+        return {}
+    if not target.is_host:
+        # the candidates are timed here; a board's convolutions keep the rules' kernels
+        _log(work_dir, f"layouts: {target} is not this machine's; the rules' kernels stay",
+             progress)
         return {}
     lanes, registers = cpu_tile_params(target)
     convs = collect_convs(mod, target)
@@ -307,32 +350,35 @@ def tune_layouts(mod, target="llvm", database=None, *, work_dir=None, pipeline=N
                 continue
             plans = pk.nchw_plan_candidates(g, lanes, registers)
             start = time.perf_counter()
-            rows = _measure(g, plans, target, builder, runner, rounds, seed)
-            default = rows[0]
-            ok = [r for r in rows if r["secs"] is not None]
+            rows, pick = _measure(g, plans, target, builder, runner, rounds, confirm,
+                                  margin, seed)
             for r in rows:
                 if r["error"] is not None:
                     _log(work_dir, f"layout {key}: {_describe(r['plan'])} failed: "
                                    f"{r['error']}", progress)
-            if not ok:
+            if pick is None:
                 _log(work_dir, f"layout {key}: no candidate ran; keeping the default kernel",
                      progress)
                 continue
-            best = min(ok, key=lambda r: r["secs"])
-            chosen = default
-            if default["secs"] is None or \
-                    best["secs"] < default["secs"] * (1 - margin):
-                chosen = best
+            chosen, default = rows[pick], rows[0]
+            best = min((r for r in rows if r["secs"] is not None), key=lambda r: r["secs"])
             database.commit_layout(key, target, chosen["plan"], rows)
             out[key] = chosen["plan"]
-            base = default["secs"]
-            _log(work_dir, f"layout {key}: {_describe(chosen['plan'])} "
-                           f"{chosen['secs'] * 1e3:.3f} ms"
-                           + (f" (default {_describe(default['plan'])} {base * 1e3:.3f} ms, "
-                              f"{base / chosen['secs']:.2f}x)" if base is not None and
-                              chosen is not default else " (the default)")
-                           + f"; {len(rows)} candidates, {time.perf_counter() - start:.0f} s",
-                 progress)
+            if pick != 0 and default["secs"] is not None:
+                ratio = statistics.median(chosen["paired_ratios"])
+                what = (f"{_describe(chosen['plan'])} {chosen['secs'] * 1e3:.3f} ms (default "
+                        f"{_describe(default['plan'])} {default['secs'] * 1e3:.3f} ms; back to "
+                        f"back {1 / ratio:.2f}x)")
+            elif best is not chosen and "paired_ratios" in best:
+                ratio = statistics.median(best["paired_ratios"]) if best["paired_ratios"] \
+                    else float("nan")
+                what = (f"{_describe(chosen['plan'])} {chosen['secs'] * 1e3:.3f} ms, the "
+                        f"default ({_describe(best['plan'])} timed {best['secs'] * 1e3:.3f} ms "
+                        f"but back to back only {1 / ratio:.2f}x)")
+            else:
+                what = f"{_describe(chosen['plan'])} {chosen['secs'] * 1e3:.3f} ms (the default)"
+            _log(work_dir, f"layout {key}: {what}; {len(rows)} candidates, "
+                           f"{time.perf_counter() - start:.0f} s", progress)
     finally:
         runner.close()
         if own_builder:
