@@ -116,7 +116,7 @@ def conv_plans_from(database, target) -> Callable | None:
     return choose
 
 
-def collect_convs(mod, target, pipeline=None) -> list[pk.ConvGeometry]:
+def collect_convs(mod, target) -> list[pk.ConvGeometry]:
     """The NCHW convolutions ``AlterLayout`` packs in ``mod`` for ``target`` (each distinct
     one once, in program order): the default pipeline is run up to ``AlterLayout``.
 
@@ -307,7 +307,8 @@ def tune_layouts(mod, target="llvm", database=None, *, work_dir=None, pipeline=N
     Raises
     ------
     ValueError
-        ``rounds`` below 1 or a negative ``margin``.
+        ``rounds`` or ``confirm`` below 1, a negative ``margin``, neither ``database`` nor
+        ``work_dir``.
 
     Examples
     --------
