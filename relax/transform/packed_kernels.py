@@ -468,6 +468,30 @@ def _narrow(plan: ChannelVectorPlan, registers: int) -> bool:
 L1_WEIGHT_BYTES = 16 * 1024
 
 
+def _cvec_fits(g: ConvGeometry, rows: int, width: int, lanes: int, registers: int) -> bool:
+    """Whether ``rows`` x ``width`` is a channel-vector tile of ``g``: whole vectors dividing
+    the (per-group) output channels, ``rows`` dividing the output width, the accumulators,
+    the weight vectors and a broadcast within the registers."""
+    v = width // lanes
+    return (not g.is_depthwise and width % lanes == 0 and g.out_channels % width == 0 and
+            (g.groups == 1 or g.out_per_group % width == 0) and g.out_w % rows == 0 and
+            rows * v + v + 1 <= registers)
+
+
+def _cvec_widest_rows(g: ConvGeometry, lanes: int, registers: int,
+                      budget: int) -> list[tuple[int, int]]:
+    """For each width of one to four vectors that fits ``g``: ``(rows, width)`` with the
+    most rows keeping ``rows * vectors <= budget`` accumulators."""
+    out = []
+    for v in range(1, 5):
+        width = v * lanes
+        rows = [m for m in _divisors(g.out_w)
+                if m * v <= budget and _cvec_fits(g, m, width, lanes, registers)]
+        if rows:
+            out.append((rows[-1], width))
+    return out
+
+
 def _cvec_tile(g: ConvGeometry, lanes: int, registers: int,
                budget: int) -> ChannelVectorPlan | None:
     """The channel-vector tile with the most accumulators up to ``budget``, or None when no
@@ -480,14 +504,8 @@ def _cvec_tile(g: ConvGeometry, lanes: int, registers: int,
     re-reads its input rows from L1 for each tap, and there the wider tile stayed ahead
     (the 7x7 stem: 4 x 64 ran 1.6x faster than 16 x 16)."""
     best = None
-    for v in range(1, 5):
-        width = v * lanes
-        if g.out_channels % width or (g.groups > 1 and g.out_per_group % width):
-            continue
-        rows = [m for m in _divisors(g.out_w) if m * v <= budget and m * v + v + 1 <= registers]
-        if not rows:
-            continue
-        m = rows[-1]
+    for m, width in _cvec_widest_rows(g, lanes, registers, budget):
+        v = width // lanes
         fits = g.kernel == (1, 1) and g.in_per_group * width * 4 <= L1_WEIGHT_BYTES
         key = (m * v, fits, v)
         if best is None or key > best[0]:
@@ -550,15 +568,10 @@ def nchw_plan_candidates(g: ConvGeometry, lanes: int,
                 plans.append(plan_conv2d_nchw(g, lanes, registers, oc_block=r))
             except ValueError:
                 pass     # no tile of that block fits
-    if not g.is_depthwise:
-        acc = 16 if registers >= 32 else 12
-        for v in range(1, 5):
-            width = v * lanes
-            if g.out_channels % width or (g.groups > 1 and g.out_per_group % width):
-                continue
-            rows = [m for m in _divisors(g.out_w) if m * v <= acc and m * v + v + 1 <= registers]
-            if rows and rows[-1] * v * 2 >= acc:   # half the accumulators or more
-                plans.append(ChannelVectorPlan(g, rows[-1], width, lanes))
+    acc = 16 if registers >= 32 else 12
+    for m, width in _cvec_widest_rows(g, lanes, registers, acc):
+        if m * (width // lanes) * 2 >= acc:   # half the accumulators or more
+            plans.append(ChannelVectorPlan(g, m, width, lanes))
     out, seen = [], set()
     for p in plans:
         key = tuple(sorted(plan_to_json(p).items()))
@@ -604,10 +617,7 @@ def plan_from_json(g: ConvGeometry, data: dict, lanes: int,
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind == "cvec":
         rows, width = pos_int("rows"), pos_int("width")
-        v = width // lanes
-        if g.is_depthwise or width % lanes or g.out_channels % width or \
-                (g.groups > 1 and g.out_per_group % width) or g.out_w % rows or \
-                rows * v + v + 1 > registers:
+        if not _cvec_fits(g, rows, width, lanes, registers):
             raise ValueError(f"conv2d plan {data} does not fit {g} with {lanes} lanes and "
                              f"{registers} registers")
         return ChannelVectorPlan(g, rows, width, lanes)
