@@ -1,9 +1,10 @@
 """Where a model's time goes, layer by layer, beside onnxruntime running the same model.
 
 ``python -m benchmarks.run layer_profile`` (``TILECRAFT_PROFILE_MODEL``: a zoo model, default
-``resnet50``; ``TILECRAFT_PROFILE_RUNS``: runs per side per round, default 10) builds the model
-untuned, runs ``VirtualMachine.profile`` and onnxruntime's own profiler in interleaved rounds
-(the same input, two threads each), and groups both sides' kernel times by what they compute:
+``resnet50``; ``TILECRAFT_PROFILE_RUNS``: runs per side per round, default 10;
+``TILECRAFT_PROFILE_THREADS``: threads per side, default 2) builds the model untuned, runs
+``VirtualMachine.profile`` and onnxruntime's own profiler in interleaved rounds (the same input,
+the same threads), and groups both sides' kernel times by what they compute:
 the operator kind (``conv``, ``max_pool``, ``avg_pool``, ``dense``, ...) and the output shape
 ``(C, H, W)``. Writes ``benchmarks/results/layer_profile.json`` and prints one row per
 group, slowest first: ``ours_ms`` / ``ort_ms`` (per model run, summed over the group's
@@ -60,16 +61,20 @@ def _our_shapes(mod) -> dict[str, tuple]:
     return shapes
 
 
-def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5) -> list[dict]:
-    """Rows of (kind, shape) groups with both sides' milliseconds per model run."""
+def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5,
+                  threads: int = 2) -> list[dict]:
+    """Rows of (kind, shape) groups with both sides' milliseconds per model run, on
+    ``threads`` threads each."""
     z = light(name, seed=0)
     inputs = dict(z.inputs)
     mod = from_onnx(z.onnx_model)
     shapes = _our_shapes(mod)
     names = sorted(shapes, key=len, reverse=True)     # call sites are the kernel name + a suffix
-    vm = VirtualMachine(build(mod, "llvm"), targets.cpu(0))
+    exe = build(mod, "llvm")
+    exe.kernel_module.num_threads = threads
+    vm = VirtualMachine(exe, targets.cpu(0))
     args = [targets.array(v) for v in inputs.values()]
-    sess = _ort_session(z.onnx_model, 2, profile_prefix=os.path.join(
+    sess = _ort_session(z.onnx_model, threads, profile_prefix=os.path.join(
         tempfile.gettempdir(), "tilecraft_layer_profile"))
     ours, theirs = defaultdict(float), defaultdict(float)
     counts = defaultdict(lambda: [0, 0])
@@ -131,7 +136,8 @@ def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5) -> li
 
 def run() -> list[dict]:
     name = os.environ.get("TILECRAFT_PROFILE_MODEL", "resnet50")
-    rows = profile_model(name, runs=int(os.environ.get("TILECRAFT_PROFILE_RUNS", "10")))
+    rows = profile_model(name, runs=int(os.environ.get("TILECRAFT_PROFILE_RUNS", "10")),
+                         threads=int(os.environ.get("TILECRAFT_PROFILE_THREADS", "2")))
     for r in rows:
         r["model"] = name
     return rows

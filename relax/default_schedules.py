@@ -138,8 +138,12 @@ def _rule(block: Block) -> str | None:
     return getattr(value, "value", value)
 
 
-def _ann_int(block: Block, key: str) -> int:
-    value = dict(block.annotations or {})[key]
+def _ann_int(block: Block, key: str, default: int | None = None) -> int:
+    """The integer annotation ``key`` of ``block`` (``default`` when it has none, if given)."""
+    ann = dict(block.annotations or {})
+    if key not in ann and default is not None:
+        return default
+    value = ann[key]
     return int(getattr(value, "value", value))
 
 
@@ -796,6 +800,9 @@ def _schedule_conv_nchw_cvec(sch: Schedule, name: str, target: Target) -> None:
     in registers (``_lane_loads``). Storing each position's channels one by one instead (a
     few hundred scalar epilogues per tile) ran ResNet-50's channel-vector layers 5-7% slower
     on their own and the model's kernels 1.4% slower in all (one thread, Zen 4)."""
+    if _ann_int(sch.get(sch.get_block(name)), "across_rows", 0):
+        _schedule_conv_cvec_tiles(sch, name, target)
+        return
     block, (rows, width, lanes), loops = _conv_tile_block(sch, name, ("rows", "width", "lanes"))
     b, o, y, x, rc, ry, rx = loops
     o0, o1 = sch.split(o, [None, width])
@@ -811,7 +818,31 @@ def _schedule_conv_nchw_cvec(sch: Schedule, name: str, target: Target) -> None:
     # register); in the output's NCHW order its lanes would be a plane apart (a gather)
     sch.transform_layout(block, 0, lambda b_, o_, y_, x_: (b_, y_, x_, o_))
     init = sch.decompose_reduction(block, rc)
+    _cvec_inner(sch, rc, ry, rx, x1, o1, rows, width, lanes)
+    _finish_tile_block(sch, init, outer)
+    # the write-back: per channel (unrolled), a vector of the tile's positions -- a run of
+    # one NCHW row, so the epilogue's loads (residual) and the store are vector accesses; the
+    # accumulators are read across (a transpose, lane extracts and shuffles in registers)
+    *chans, positions = _tile_tail(sch, acc, outer)
+    for rv in chans:
+        sch.unroll(rv)
+    if rows > 1:
+        sch.vectorize(positions)
+    else:
+        sch.unroll(positions)
+
+
+def _cvec_inner(sch: Schedule, rc, ry, rx, x1, o1, rows: int, width: int, lanes: int,
+                broadcasts_live: bool = False) -> None:
+    """The channel-vector tile's inner loops: positions and channel vectors unrolled, the
+    lanes vectorized, the taps unrolled (the kernel rows too when the FMAs stay few).
+    ``broadcasts_live``: with fewer positions than weight vectors, the weight vectors go
+    outside the positions, so the broadcasts stay in registers and each weight vector is
+    loaded for its FMAs and dropped (``rows + 1`` registers besides the accumulators instead
+    of ``vectors + 1``: 3 x 32 on AVX2 fits 16 registers only so)."""
     ov, ol = sch.split(o1, [None, lanes])
+    if broadcasts_live and rows < width // lanes:
+        sch.reorder(ov, x1)
     sch.unroll(x1)
     sch.unroll(ov)
     sch.vectorize(ol)
@@ -819,11 +850,55 @@ def _schedule_conv_nchw_cvec(sch: Schedule, name: str, target: Target) -> None:
     sch.unroll(rx)
     if taps * rows * (width // lanes) <= MAX_UNROLLED_FMAS:
         sch.unroll(ry)
-    _finish_tile_block(sch, init, outer)
-    # the write-back: per channel (unrolled), a vector of the tile's positions -- a run of
-    # one NCHW row, so the epilogue's loads (residual) and the store are vector accesses; the
-    # accumulators are read across (a transpose, lane extracts and shuffles in registers)
-    *chans, positions = _tile_tail(sch, acc, outer)
+
+
+def _schedule_conv_cvec_tiles(sch: Schedule, name: str, target: Target) -> None:
+    """The channel-vector convolution over tiles of the flattened output plane
+    (``conv2d_nchw_cvec`` with ``across_rows``): ``rows`` consecutive positions (any count:
+    the last tile is padded) x ``width`` channels accumulate in registers, as in
+    ``_schedule_conv_nchw_cvec``, into the padded plane of tiles; the copy from there to
+    NCHW (with the fused epilogue) is a stage of its own.
+
+    With ``k_chunk``, the reduction runs in chunks of that many input channels and each
+    channel block's tiles all accumulate one chunk before the next: the chunk's weights
+    stay in L1 while the tiles stream by, and each tile's accumulators are loaded from the
+    tile buffer (channel-minor there, one vector per position and channel vector) before
+    the chunk and stored after it. Without chunks, a long reduction reads its channel
+    block's whole weight slice from L2 for every tile (Zen 3: the 7 x 7 1x1 layers of
+    ResNet-50 ran 1.3-1.5x faster chunked). Chunks need channel blocks to run in parallel
+    (two per core); with fewer, the tiles run in parallel unchunked."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    rows, width, lanes, k_chunk = (_ann_int(blk, k) for k in
+                                   ("rows", "width", "lanes", "k_chunk"))
+    loops = sch.get_loops(block)
+    if len(loops) != 6:
+        raise ScheduleError("conv2d", f"block {name}: unexpected loop nest", blk)
+    b, o, p, rc, ry, rx = loops
+    o0, o1 = sch.split(o, [None, width])
+    x0, x1 = sch.split(p, [None, rows])
+    blocks = _extent(sch.get(o0)) or 0
+    if 0 < k_chunk < (_extent(sch.get(rc)) or 0) and blocks >= 2 * _cores(target):
+        rc0, rc1 = sch.split(rc, [None, k_chunk])
+        sch.reorder(b, o0, rc0, x0, rc1, ry, rx, x1, o1)
+        sch.parallel(o0)
+        # the tile buffer is the accumulator: LLVM keeps a tile's vectors in registers over
+        # the chunk (their addresses do not change in it)
+        sch.transform_layout(block, 0, lambda b_, o_, p_: (b_, o_ // width, p_, o_ % width))
+        init = sch.decompose_reduction(block, rc0)
+        _cvec_inner(sch, rc1, ry, rx, x1, o1, rows, width, lanes, broadcasts_live=True)
+        sch.vectorize(sch.get_loops(init)[-1])
+        return
+    sch.reorder(b, o0, x0, rc, ry, rx, x1, o1)
+    sch.parallel(o0 if blocks >= 2 * _cores(target) else x0)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, x0)
+    sch.transform_layout(block, 0, lambda b_, o_, p_: (b_, p_, o_))
+    init = sch.decompose_reduction(block, rc)
+    _cvec_inner(sch, rc, ry, rx, x1, o1, rows, width, lanes, broadcasts_live=True)
+    _finish_tile_block(sch, init, 3)
+    # the write-back per channel, a vector of the tile's positions (a transpose in registers)
+    *chans, positions = _tile_tail(sch, acc, 3)
     for rv in chans:
         sch.unroll(rv)
     if rows > 1:

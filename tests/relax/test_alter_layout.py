@@ -280,12 +280,24 @@ def test_channel_vector_plan():
     dw = pk.ConvGeometry(32, 14, 14, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32)
     assert pk.plan_conv2d_nchw_cvec(dw, 16, 32) is None
     # a 17-wide output has no divisor up to 16 but 1: the tile widens to 17 x 16 (17
-    # accumulators) rather than run 1 x 64; AVX2 cannot, and its 1 x 32 tile is narrow
+    # accumulators) rather than run 1 x 64; AVX2 cannot, and its 1 x 32 tile is narrow, so
+    # (a long reduction) it takes the tiles across rows, 3 x 32 in reduction chunks of 48
     incep = pk.ConvGeometry(288, 35, 35, 384, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1)
     p = pk.plan_conv2d_nchw_cvec(incep, 16, 32)
     assert (p.rows, p.width) == (17, 16)
     assert isinstance(pk.nchw_kernel_plan(incep, 16, 32), pk.ChannelVectorPlan)
-    assert isinstance(pk.nchw_kernel_plan(incep, 8, 16), pk.NchwPlan)
+    p = pk.nchw_kernel_plan(incep, 8, 16)
+    assert (p.rows, p.width, p.across_rows, p.k_chunk) == (3, 32, True, 48)
+    # with fewer multiply-adds per output the AVX2 rule keeps the row tiles or the flat kernel
+    short = pk.ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    assert isinstance(pk.nchw_kernel_plan(short, 8, 16), pk.NchwPlan)
+    # 12 accumulators on any plane; the reduction in chunks whose weights fit 8 KiB
+    for geom, tile in ((pk.ConvGeometry(2048, 7, 7, 512, (1, 1), (1, 1), (0,) * 4, (1, 1), 1),
+                        (3, 32, 64)),
+                       (pk.ConvGeometry(512, 7, 7, 48, (3, 3), (1, 1), (1,) * 4, (1, 1), 1),
+                        (6, 16, 128))):
+        p = pk.nchw_kernel_plan(geom, 8, 16)
+        assert (p.rows, p.width, p.k_chunk) == tile and p.across_rows
     # a prime width beyond the widened tile (Inception's 149) stays narrow: the flat kernel
     prime = pk.ConvGeometry(32, 149, 149, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     assert pk._narrow(pk.plan_conv2d_nchw_cvec(prime, 16, 32), 32)

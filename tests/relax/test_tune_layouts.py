@@ -11,7 +11,10 @@ import relax
 import targets
 from relax import BlockBuilder, TensorStructInfo, Var, const, op
 from relax.transform import packed_kernels as pk
+from relax.transform.alter_layout import cpu_tile_params
 from relax.tune_layouts import _kernel, _reference, collect_convs, conv_layout_key
+
+HOST = cpu_tile_params(targets.Target("llvm"))     # (lanes, registers) the host's plans use
 
 @pytest.fixture
 def rng():
@@ -24,6 +27,8 @@ GEOMETRIES = [
     pk.ConvGeometry(8, 10, 10, 32, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),
     pk.ConvGeometry(16, 8, 8, 32, (3, 3), (1, 1), (1, 0, 1, 0), (1, 1), 2),      # grouped
     pk.ConvGeometry(16, 12, 12, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),   # depthwise
+    # a long reduction: the AVX2 rule's tiles across rows with reduction chunks
+    pk.ConvGeometry(256, 7, 7, 64, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 ]
 
 
@@ -48,17 +53,19 @@ def pack(w, r):
     return np.ascontiguousarray(w.reshape(o // r, r, i, kh, kw).transpose(0, 2, 3, 4, 1))
 
 
+@pytest.mark.parametrize("isa", [(16, 32), (8, 16)], ids=["avx512", "avx2"])
 @pytest.mark.parametrize("g", GEOMETRIES, ids=conv_layout_key)
-def test_every_candidate_computes_the_convolution(g, rng):
-    plans = pk.nchw_plan_candidates(g, 16, 32)
-    assert plans[0] == pk.nchw_kernel_plan(g, 16, 32)          # the rule's choice first
+def test_every_candidate_computes_the_convolution(g, isa, rng):
+    lanes, registers = isa
+    plans = pk.nchw_plan_candidates(g, lanes, registers)
+    assert plans[0] == pk.nchw_kernel_plan(g, lanes, registers)   # the rule's choice first
     keys = [json.dumps(pk.plan_to_json(p), sort_keys=True) for p in plans]
     assert len(set(keys)) == len(keys) > 1
     x = rng.uniform(-1, 1, (1, g.in_channels, g.height, g.width)).astype("float32")
     w = rng.uniform(-1, 1, (g.out_channels, g.in_per_group) + g.kernel).astype("float32")
     want = conv_ref(x, w, g)
     for p in plans:
-        assert pk.plan_from_json(g, pk.plan_to_json(p), 16, 32) == p     # the JSON round trip
+        assert pk.plan_from_json(g, pk.plan_to_json(p), lanes, registers) == p   # JSON round trip
         r = p.width if isinstance(p, pk.ChannelVectorPlan) else p.oc_block
         packed = pack(w, r)
         np.testing.assert_allclose(_reference(g, x, packed), want, rtol=1e-5, atol=1e-5)
@@ -74,6 +81,12 @@ def test_a_plan_that_does_not_fit_is_refused():
                      ({"kind": "cvec", "rows": 7, "width": 48}, "does not fit"),
                      ({"kind": "flat", "oc_block": 3, "vectors": 4}, "does not fit"),
                      ({"kind": "flat", "oc_block": 2, "vectors": "7"}, "positive integer"),
+                     ({"kind": "cvec", "rows": 3, "width": 16, "across_rows": True,
+                       "k_chunk": 5}, "divisor"),
+                     ({"kind": "cvec", "rows": 3, "width": 16, "k_chunk": 4}, "divisor"),
+                     ({"kind": "cvec", "rows": 3, "width": 16, "across_rows": 1}, "boolean"),
+                     ({"kind": "cvec", "rows": 9, "width": 64, "across_rows": True},
+                      "does not fit"),
                      ({"kind": "winograd"}, "kind must be")]:
         with pytest.raises(ValueError, match=why):
             pk.plan_from_json(g, bad, 16, 32)
@@ -126,7 +139,7 @@ def test_tune_layouts_measures_records_and_resumes(tmp_path, rng):
     for g in geos:
         line = db.get_layouts("llvm")[conv_layout_key(g)]
         cands = line["candidates"]
-        assert len(cands) == len(pk.nchw_plan_candidates(g, 16, 32))
+        assert len(cands) == len(pk.nchw_plan_candidates(g, *HOST))
         assert all(c["error"] is None and c["secs"] == min(c["rounds_secs"]) > 0 and
                    len(c["rounds_secs"]) == 2 for c in cands)     # all ran, checked, timed
         fastest = min(cands, key=lambda c: c["secs"])
@@ -149,10 +162,22 @@ def test_tune_layouts_measures_records_and_resumes(tmp_path, rng):
     assert again == choices
 
 
+def _rule_of(plan):
+    return pk.RULE_CONV_NCHW_CVEC if isinstance(plan, pk.ChannelVectorPlan) else pk.RULE_CONV_NCHW
+
+
 def test_build_uses_the_decisions(tmp_path, rng):
     mod, reference, (g1, g2) = two_convs()
-    assert _rules(mod) == [pk.RULE_CONV_NCHW_CVEC] * 2          # the rule's kernels
+    rules = [_rule_of(pk.nchw_kernel_plan(g, *HOST)) for g in (g1, g2)]
+    assert _rules(mod) == rules          # the rule's kernels
     db = metaschedule.Database(tmp_path)
+    for g in (g1, g2):
+        db.commit_layout(conv_layout_key(g), "llvm", {"kind": "cvec", "rows": 3, "width": 32,
+                                                      "across_rows": True, "k_chunk": 8})
+    assert _rules(mod, db) == [pk.RULE_CONV_NCHW_CVEC] * 2
+    x = rng.uniform(-1, 1, (1, 16, 14, 14)).astype("float32")
+    np.testing.assert_allclose(_run(relax.build(mod, "llvm", database=db), x), reference(x),
+                               rtol=1e-4, atol=1e-4)
     for g in (g1, g2):
         db.commit_layout(conv_layout_key(g), "llvm", {"kind": "flat", "oc_block": 4,
                                                       "vectors": 3})
@@ -164,7 +189,7 @@ def test_build_uses_the_decisions(tmp_path, rng):
     other = metaschedule.Database(tmp_path / "other")
     other.commit_layout(conv_layout_key(g1), "llvm -mattr=+avx2", {"kind": "flat",
                                                                    "oc_block": 4, "vectors": 3})
-    assert _rules(mod, other) == [pk.RULE_CONV_NCHW_CVEC] * 2
+    assert _rules(mod, other) == rules
 
 
 def test_a_stale_decision_warns_and_keeps_the_default(tmp_path):
@@ -173,7 +198,7 @@ def test_a_stale_decision_warns_and_keeps_the_default(tmp_path):
     db.commit_layout(conv_layout_key(g1), "llvm", {"kind": "cvec", "rows": 5, "width": 16})
     with pytest.warns(RuntimeWarning, match="does not apply"):
         rules = _rules(mod, db)
-    assert rules == [pk.RULE_CONV_NCHW_CVEC] * 2
+    assert rules == [_rule_of(pk.nchw_kernel_plan(g, *HOST)) for g in two_convs()[2]]
 
 
 def test_corrupt_layout_lines_are_skipped(tmp_path):
@@ -195,6 +220,37 @@ def test_corrupt_layout_lines_are_skipped(tmp_path):
         db.commit_layout("", "llvm", {})
     with pytest.raises(TypeError, match="must be a dict"):
         db.commit_layout("k", "llvm", ["flat"])
+
+
+@pytest.mark.skipif(targets.Target("llvm").arch != "x86_64", reason="an AVX2 target")
+def test_tiles_across_rows_with_epilogue_and_symbolic_batch(rng):
+    """The AVX2 rule's tiles across rows in a model: a 3x3 128 -> 128 convolution on 10 x 10
+    (100 positions: the last 3 x 32 tile padded; reduction chunks of 64 channels) with bias,
+    residual and relu fused into its copy, then 128 -> 32 (one channel block: tiles in
+    parallel, unchunked); the batch symbolic."""
+    target = "llvm -mcpu=haswell"
+    w1 = rng.uniform(-0.05, 0.05, (128, 128, 3, 3)).astype("float32")
+    b1 = rng.uniform(-1, 1, (1, 128, 1, 1)).astype("float32")
+    w2 = rng.uniform(-0.05, 0.05, (32, 128, 3, 3)).astype("float32")
+    g1 = pk.ConvGeometry(128, 10, 10, 128, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    g2 = pk.ConvGeometry(128, 10, 10, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert pk.nchw_kernel_plan(g1, 8, 16) == pk.ChannelVectorPlan(g1, 3, 32, 8, True, 64)
+    assert pk.nchw_kernel_plan(g2, 8, 16).across_rows
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n", 128, 10, 10), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c1 = bb.emit(op.add(bb.emit(op.nn.conv2d(x, const(w1), padding=1)), const(b1)))
+            h = bb.emit(op.nn.relu(bb.emit(op.add(c1, x))))
+            gv = bb.emit_output(bb.emit(op.nn.conv2d(h, const(w2), padding=1)))
+        bb.emit_func_output(gv)
+    tasks = relax.extract_tasks(bb.get(), target, baselines=False)
+    assert sum("conv2d_tiles" in t.func.script() for t in tasks) == 2
+    exe = relax.build(bb.get(), target)
+    for n in (1, 3):
+        xv = rng.uniform(-1, 1, (n, 128, 10, 10)).astype("float32")
+        h = np.maximum(conv_ref(xv, w1, g1) + b1 + xv, 0)
+        np.testing.assert_allclose(_run(exe, xv), conv_ref(h, w2, g2), rtol=1e-4, atol=1e-4)
 
 
 def test_relax_tune_decides_layouts_first(tmp_path):
