@@ -289,8 +289,13 @@ def test_channel_vector_plan():
     p = pk.nchw_kernel_plan(incep, 8, 16)
     assert (p.rows, p.width, p.across_rows, p.k_chunk) == (3, 32, True, 48)
     # with fewer multiply-adds per output the AVX2 rule keeps the row tiles or the flat kernel
+    # (a 1x1 layer: the 4 x 2 flat tile that reads the input in place, not the 4 x 3 one
+    # that needs a padded copy of it)
     short = pk.ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
-    assert isinstance(pk.nchw_kernel_plan(short, 8, 16), pk.NchwPlan)
+    p = pk.nchw_kernel_plan(short, 8, 16)
+    assert isinstance(p, pk.NchwPlan) and (p.oc_block, p.vectors, p.direct_in) == (4, 2, True)
+    assert (pk.plan_conv2d_nchw(short, 16, 32).oc_block,
+            pk.plan_conv2d_nchw(short, 16, 32).vectors) == (2, 7)    # AVX-512 unchanged
     # 12 accumulators on any plane; the reduction in chunks whose weights fit 8 KiB
     for geom, tile in ((pk.ConvGeometry(2048, 7, 7, 512, (1, 1), (1, 1), (0,) * 4, (1, 1), 1),
                         (3, 32, 64)),
