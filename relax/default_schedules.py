@@ -44,6 +44,7 @@ from tensorir.schedule import Schedule, ScheduleError
 from tensorir.schedule import tree
 from tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
 
+from .transform.alter_layout import cpu_tile_params
 from .transform.packed_kernels import (RULE_CONV_NCHW, RULE_CONV_NCHW_CVEC, RULE_CONV_NHWC,
                                        RULE_DENSE, RULE_DW, RULE_DW_ROWS, RULE_PAD, RULE_POOL,
                                        RULE_POOL_ROWS, SCHEDULE_RULE)
@@ -744,14 +745,27 @@ def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
     # generator from shrinking the accumulators to one tile (registers).
     if _extent(sch.get(p0)) >= 4 * _cores(target) or \
             _extent(sch.get(p0)) >= _extent(sch.get(o0)):
-        sch.reorder(b, p0, o0, rc, ry, rx, o1, p1, p2)
-        sch.parallel(p0)
-        tile = o0
+        chunk = _position_chunk(_extent(sch.get(p0)), v * lanes, target)
+        if chunk > 1:
+            # runs of ~256 positions: a channel block's output and residual rows are read
+            # and written as runs of whole lines, not one line per channel and tile (a
+            # 1x1 layer's fused residual read at 16 positions per channel and tile ran
+            # 1.3x slower than through a separate copy; Zen 3)
+            p00, p01 = sch.split(p0, [None, chunk])
+            sch.reorder(b, p00, o0, p01, rc, ry, rx, o1, p1, p2)
+            sch.parallel(p00)
+            tile = p01
+            outer = 4
+        else:
+            sch.reorder(b, p0, o0, rc, ry, rx, o1, p1, p2)
+            sch.parallel(p0)
+            tile = o0
+            outer = 3
     else:
         sch.reorder(b, o0, p0, rc, ry, rx, o1, p1, p2)
         sch.parallel(o0)
         tile = p0
-    outer = 3
+        outer = 3
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, tile)
     # the flat result without junk columns is the NCHW output reshaped: the epilogue's read
@@ -775,6 +789,17 @@ def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
         sch.vectorize(wl)
     else:
         _finish_tile_block(sch, acc, outer)
+
+
+def _position_chunk(tiles: int, tile_len: int, target: Target) -> int:
+    """Position tiles per parallel chunk of the flat convolution on a 16-register target:
+    the most that divides ``tiles``, covers at most 256 positions and leaves two chunks per
+    core; 1 (no chunks) on targets with 32 registers, whose tiles are wider."""
+    if target.kind != "llvm" or cpu_tile_params(target)[1] >= 32:
+        return 1
+    fits = [d for d in range(1, tiles + 1) if tiles % d == 0 and d * tile_len <= 256 and
+            tiles // d >= 2 * _cores(target)]
+    return max(fits, default=1)
 
 
 def _conv_tile_block(sch: Schedule, name: str, keys: tuple):
