@@ -296,6 +296,9 @@ def test_channel_vector_plan():
     assert isinstance(p, pk.NchwPlan) and (p.oc_block, p.vectors, p.direct_in) == (4, 2, True)
     assert (pk.plan_conv2d_nchw(short, 16, 32).oc_block,
             pk.plan_conv2d_nchw(short, 16, 32).vectors) == (2, 7)    # AVX-512 unchanged
+    # a strided KxK stem reads its input in place as row tiles (4 x 16), no phase planes
+    p = pk.nchw_kernel_plan(stem, 8, 16)
+    assert isinstance(p, pk.ChannelVectorPlan) and (p.rows, p.width) == (4, 16)
     # 12 accumulators on any plane; the reduction in chunks whose weights fit 8 KiB
     for geom, tile in ((pk.ConvGeometry(2048, 7, 7, 512, (1, 1), (1, 1), (0,) * 4, (1, 1), 1),
                         (3, 32, 64)),
