@@ -224,6 +224,9 @@ def plan_conv2d_nchw(g: ConvGeometry, lanes: int, registers: int,
     and 2 x 5 tiles that a target of 8 chose, the whole model 0.58x -> 0.68x onnxruntime)
     and its loads per FMA (``(R + V) / (R V)``); each copy stage (padding, the copy to NCHW) costs about two cycles
     per element against ``I * KH * KW / L`` cycles of FMAs. Ties go to the smaller tile.
+    With 16 registers a 1x1 layer with fewer than 512 input channels takes the best tile
+    that reads its input in place (no padded copy) when the best tile overall does not
+    (4 x 2 over 4 x 3 at 56 x 56: measured, the copy costs more than the model says).
 
     Examples
     --------
@@ -584,7 +587,9 @@ def nchw_kernel_plan(g: ConvGeometry, lanes: int,
                      registers: int) -> "NchwPlan | ChannelVectorPlan":
     """The NCHW kernel for ``g``: the flat kernel's plan, or the channel-vector plan where the
     flat kernel would waste lanes (an output plane that whole vectors of positions cover
-    badly) and the channel-vector tile applies.
+    badly) and the channel-vector tile applies. With 16 registers, a long reduction (512 or
+    more multiply-adds per output) takes the tiles across rows (``cvec_tiles_plan``) and a
+    strided KxK layer with a short one (a stem) the row tiles with 8 accumulators.
 
     Examples
     --------
