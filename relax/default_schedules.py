@@ -845,9 +845,14 @@ def _schedule_conv_nchw_cvec(sch: Schedule, name: str, target: Target) -> None:
     init = sch.decompose_reduction(block, rc)
     _cvec_inner(sch, rc, ry, rx, x1, o1, rows, width, lanes)
     _finish_tile_block(sch, init, outer)
-    # the write-back: per channel (unrolled), a vector of the tile's positions -- a run of
-    # one NCHW row, so the epilogue's loads (residual) and the store are vector accesses; the
-    # accumulators are read across (a transpose, lane extracts and shuffles in registers)
+    _cvec_write_back(sch, acc, outer, rows)
+
+
+def _cvec_write_back(sch: Schedule, acc, outer: int, rows: int) -> None:
+    """The channel-vector tile's write-back: per channel (unrolled), a vector of the tile's
+    positions -- a run of one NCHW row (or of the flattened plane), so the epilogue's loads
+    (residual) and the store are vector accesses; the accumulators are read across (a
+    transpose, lane extracts and shuffles in registers)."""
     *chans, positions = _tile_tail(sch, acc, outer)
     for rv in chans:
         sch.unroll(rv)
@@ -922,14 +927,7 @@ def _schedule_conv_cvec_tiles(sch: Schedule, name: str, target: Target) -> None:
     init = sch.decompose_reduction(block, rc)
     _cvec_inner(sch, rc, ry, rx, x1, o1, rows, width, lanes, broadcasts_live=True)
     _finish_tile_block(sch, init, 3)
-    # the write-back per channel, a vector of the tile's positions (a transpose in registers)
-    *chans, positions = _tile_tail(sch, acc, 3)
-    for rv in chans:
-        sch.unroll(rv)
-    if rows > 1:
-        sch.vectorize(positions)
-    else:
-        sch.unroll(positions)
+    _cvec_write_back(sch, acc, 3, rows)
 
 
 def _schedule_pad(sch: Schedule, name: str, target: Target) -> None:
