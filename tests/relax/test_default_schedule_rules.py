@@ -111,3 +111,36 @@ def test_narrow_dense_tile_is_a_whole_panel():
         out = np.zeros((rows, 10), "float32")
         mod["main"](xs, ws, out)
         np.testing.assert_allclose(out, xs @ ws[0][:, :10], rtol=1e-4, atol=1e-4)
+
+
+def _conv_pad_loops(hw: int, target: Target) -> str:
+    """A 3x3 tiles-across-rows convolution on ``hw x hw`` and its lowered form."""
+    g = pk.ConvGeometry(64, hw, hw, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    plan = pk.cvec_tiles_plan(g, 8, 16)
+    x = te.placeholder((1, 64, hw, hw), "float32", "x")
+    w = te.placeholder((1, 64, 3, 3, 32), "float32", "w")
+    y = pk.conv2d_nchw_cvec(x, w, plan, "float32")
+    f = te.create_prim_func([x, w, y])
+    return f, lower(ds.apply(f, target)).script()
+
+
+def test_short_ragged_padding_rows_stay_scalar():
+    """A 7 x 7 plane padded by one has 9-wide rows: under two AVX2 vectors with a ragged end,
+    they are copied scalar (LLVM's masked 9-lane vector ran ~100 cycles a row on Zen 3); the
+    16-wide rows of a 14 x 14 plane stay vectorized. Values checked on the host."""
+    haswell = Target("llvm -mcpu=haswell")
+    f7, pad7 = _conv_pad_loops(7, haswell)
+    _, pad14 = _conv_pad_loops(14, haswell)
+    assert "T.vectorized(9)" not in pad7 and "range(9)" in pad7, pad7
+    assert "T.vectorized(16)" in pad14, pad14
+    mod = targets.build(ds.apply(f7, TARGET), "llvm")
+    xs, ws = rand(1, 64, 7, 7), rand(1, 64, 3, 3, 32)
+    out = np.zeros((1, 32, 7, 7), "float32")
+    mod["main"](xs, ws, out)
+    wt = ws[0].transpose(3, 0, 1, 2)             # (O, I, KH, KW)
+    xp = np.pad(xs[0], ((0, 0), (1, 1), (1, 1)))
+    ref = np.zeros((32, 7, 7))
+    for ry in range(3):
+        for rx in range(3):
+            ref += np.einsum("oi,iyx->oyx", wt[:, :, ry, rx], xp[:, ry:ry + 7, rx:rx + 7])
+    np.testing.assert_allclose(out[0], ref, rtol=1e-4, atol=1e-4)
