@@ -27,6 +27,10 @@ GEOMETRIES = [
     pk.ConvGeometry(8, 10, 10, 32, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),
     pk.ConvGeometry(16, 8, 8, 32, (3, 3), (1, 1), (1, 0, 1, 0), (1, 1), 2),      # grouped
     pk.ConvGeometry(16, 12, 12, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),   # depthwise
+    # a stride above the kernel: the flat kernel reads only some phase planes (one for the
+    # 1x1 layer; two of three per axis for the 2x2 stride-3 one, with a border)
+    pk.ConvGeometry(16, 15, 15, 32, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    pk.ConvGeometry(8, 11, 11, 16, (2, 2), (3, 3), (1, 1, 1, 1), (1, 1), 1),
     # a long reduction: the AVX2 rule's tiles across rows with reduction chunks
     pk.ConvGeometry(256, 7, 7, 64, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 ]
