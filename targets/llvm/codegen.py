@@ -36,6 +36,7 @@ alias scope per buffer, and reduction updates ``acc + a * b`` become fused multi
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
@@ -1158,7 +1159,15 @@ class CodeGenLLVM(EntryEmitter):
         b = self.b
         d = e.a.dtype
         if dt.is_float(d):
-            pick = b.fcmp_ordered(">" if is_max else "<", a, b_)
+            op = ">" if is_max else "<"
+            for c, x, imm in ((b_, a, e.b), (a, b_, e.a)):
+                if isinstance(imm, FloatImm) and not math.isnan(imm.value):
+                    # a constant that is not NaN (relu's 0, a clip bound): ``c op x ? c : x``
+                    # keeps a NaN ``x`` and is one max / min instruction (x86 ``maxps(c, x)``
+                    # returns its second operand when either is NaN), against three for the
+                    # general form below (a compare, a NaN test and a blend)
+                    return b.select(b.fcmp_ordered(op, c, x), c, x)
+            pick = b.fcmp_ordered(op, a, b_)
             r = b.select(pick, a, b_)
             return b.select(b.fcmp_unordered("uno", a, a), a, r)  # NaN propagates, as in numpy
         cmp = b.icmp_unsigned if (dt.is_uint(d) or d == "bool") else b.icmp_signed

@@ -7,6 +7,7 @@ import pytest
 
 import targets
 from tensorir import te
+from tensorir.schedule import Schedule
 
 UNARY = {
     "exp": (te.exp, np.exp, (-3, 3)),
@@ -437,3 +438,31 @@ def test_float32_exp_and_tanh_accuracy_and_special_values(rng):
         err[got[~nan] == ref32] = 0  # infinities
         assert err.max() <= ulps, (err.max(), a[~nan][err.argmax()])
     assert e[-3] == np.inf and e[-2] == 0 and t[-3] == 1 and t[-2] == -1
+
+
+def test_min_max_with_a_constant_keep_nan(rng):
+    """``max(x, 0)`` / ``min(x, 6)`` / ``max(-1, x)`` (a constant operand that is not NaN: one
+    max / min instruction) keep numpy's results: NaN stays NaN, infinities and signed zeros
+    are ordered; vectorized and scalar loops alike."""
+    A = te.placeholder((103,), "float32", "A")
+    outs = [te.compute((103,), lambda i: te.max(A[i], te.const(0.0, "float32")), "relu"),
+            te.compute((103,), lambda i: te.min(A[i], te.const(6.0, "float32")), "clip_hi"),
+            te.compute((103,), lambda i: te.max(te.const(-1.0, "float32"), A[i]), "clip_lo"),
+            te.compute((103,), lambda i: te.min(te.const(np.inf, "float32"), A[i]), "min_inf")]
+    func = te.create_prim_func([A] + outs)
+    a = rng.uniform(-10, 10, 103).astype("float32")
+    a[[0, 9, 50]] = np.nan
+    a[[1, 60]] = np.inf, -np.inf
+    a[2] = -0.0
+    refs = [np.maximum(a, 0), np.minimum(a, 6), np.maximum(-1, a), np.minimum(np.inf, a)]
+    sch = Schedule(func)
+    for name in ("relu", "clip_hi", "clip_lo", "min_inf"):
+        (i,) = sch.get_loops(sch.get_block(name))
+        _, inner = sch.split(i, [None, 8])
+        sch.vectorize(inner)
+    for f in (func, sch.func):
+        mod = targets.build(f, "llvm")
+        res = [np.zeros(103, "float32") for _ in outs]
+        mod["main"](a, *res)
+        for got, ref in zip(res, refs):
+            np.testing.assert_array_equal(got, ref)
