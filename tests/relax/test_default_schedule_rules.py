@@ -144,3 +144,36 @@ def test_short_ragged_padding_rows_stay_scalar():
         for rx in range(3):
             ref += np.einsum("oi,iyx->oyx", wt[:, :, ry, rx], xp[:, ry:ry + 7, rx:rx + 7])
     np.testing.assert_allclose(out[0], ref, rtol=1e-4, atol=1e-4)
+
+
+def _flat_1x1(cores: int):
+    """A 1x1 64 -> 64 convolution on 28 x 28 as the AVX2 flat kernel (4 x 2, input in place,
+    49 position tiles in 7 chunks), scheduled for ``cores`` cores: (func, lowered text)."""
+    g = pk.ConvGeometry(64, 28, 28, 64, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    plan = pk.nchw_kernel_plan(g, 8, 16)
+    assert isinstance(plan, pk.NchwPlan) and plan.direct_in and \
+        (plan.oc_block, plan.vectors) == (4, 2)
+    x = te.placeholder((1, 64, 28, 28), "float32", "x")
+    w = te.placeholder((16, 64, 1, 1, 4), "float32", "w")
+    y = pk.conv2d_nchw_packed(x, w, plan, "float32")
+    f = te.create_prim_func([x, w, y])
+    return f, lower(ds.apply(f, Target(f"llvm -mcpu=haswell -num-cores={cores}"))).script()
+
+
+def test_uneven_position_chunks_split_the_channel_blocks_over_the_cores():
+    """7 position chunks on 2 cores would keep one core idle an eighth of the time: the cores
+    take halves of the channel blocks instead (a parallel loop of 2); on 7 cores the 49
+    position tiles split evenly and stay the parallel loop. Values checked on the host's
+    build."""
+    _, two = _flat_1x1(2)
+    _, seven = _flat_1x1(7)
+    assert "T.parallel(2)" in two and "T.parallel(7)" not in two, two
+    assert "T.parallel(49)" in seven, seven
+    f, _ = _flat_1x1(2)
+    mod = targets.build(ds.apply(f, TARGET), "llvm")
+    xs, ws = rand(1, 64, 28, 28), rand(16, 64, 1, 1, 4)
+    out = np.zeros((1, 64, 28, 28), "float32")
+    mod["main"](xs, ws, out)
+    wt = ws.transpose(0, 4, 1, 2, 3).reshape(64, 64)         # [O/R, I, 1, 1, R] -> (O, I)
+    np.testing.assert_allclose(out[0], np.einsum("oi,iyx->oyx", wt, xs[0]), rtol=1e-4,
+                               atol=1e-4)
