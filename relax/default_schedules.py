@@ -743,9 +743,10 @@ def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
     # reused by all channel blocks in one core's cache), else over the channel blocks. Loops
     # are not fused: a fused index (f // P0) is not affine, which would keep the code
     # generator from shrinking the accumulators to one tile (registers).
-    if _extent(sch.get(p0)) >= 4 * _cores(target) or \
-            _extent(sch.get(p0)) >= _extent(sch.get(o0)):
-        chunk = _position_chunk(_extent(sch.get(p0)), v * lanes, target)
+    cores = _cores(target)
+    tiles, blocks = _extent(sch.get(p0)), _extent(sch.get(o0))
+    if tiles >= 4 * cores or tiles >= blocks:
+        chunk = _position_chunk(tiles, v * lanes, target)
         if chunk > 1:
             # runs of ~256 positions: a channel block's output and residual rows are read
             # and written as runs of whole lines, not one line per channel and tile (a
@@ -755,10 +756,7 @@ def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
             pos = [p00, o0, p01]
         else:
             pos = [p0, o0]
-        cores = _cores(target)
-        par = pos[0]
-        if _balance(_extent(sch.get(par)), cores) < 0.95 and \
-                _extent(sch.get(o0)) % cores == 0:
+        if _balance(_extent(sch.get(pos[0])), cores) < 0.95 and blocks % cores == 0:
             # the position chunks split badly over the cores (7 on 2 cores: 7/8 of the time
             # in use): each core takes its share of the channel blocks instead, over all
             # positions (its copy of the input read once more; ResNet-50's 1x1 128 -> 512
@@ -766,9 +764,8 @@ def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
             # cores, alone and in the model; Zen 3)
             oc, o0 = sch.split(o0, [cores, None])
             pos = [oc, pos[0], o0] + pos[2:]
-            par = oc
         sch.reorder(b, *pos, rc, ry, rx, o1, p1, p2)
-        sch.parallel(par)
+        sch.parallel(pos[0])
         tile = pos[-1]
         outer = 1 + len(pos)
     else:

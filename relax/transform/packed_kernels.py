@@ -288,6 +288,14 @@ def _phases_read(g: ConvGeometry) -> tuple[int, int]:
     return (min(kh, sh) if dh == 1 else sh, min(kw, sw) if dw == 1 else sw)
 
 
+def _image_at(data: te.Tensor, b, ch, row, col, pad_value):
+    """``data[b, ch, row, col]`` of NCHW ``data`` where ``(row, col)`` is inside the image,
+    ``pad_value`` outside it (the read is guarded, so it never leaves the image)."""
+    h, w = _as_int(data.shape[2]), _as_int(data.shape[3])
+    inside = te.all(row >= 0, row < h, col >= 0, col < w)
+    return te.if_then_else(inside, data[b, ch, row, col], pad_value)
+
+
 def _pad_image(data: te.Tensor, padding, rows: int, cols: int, pad_value) -> te.Tensor:
     """NCHW ``data`` padded by ``padding`` (top, left, ...) to ``rows x cols`` (the pad value
     beyond the image, also past the bottom / right padding); ``data`` itself when nothing
@@ -345,7 +353,7 @@ def conv2d_nchw_packed(data: te.Tensor, weight: te.Tensor, plan: NchwPlan,
     """
     g = plan.geometry
     n = data.shape[0]
-    c_in, h, w = g.in_channels, g.height, g.width
+    c_in, w = g.in_channels, g.width
     sh, sw = g.strides
     pt, pl = g.padding[0], g.padding[1]
     wq, r_blk = plan.row_width, plan.oc_block
@@ -370,9 +378,8 @@ def conv2d_nchw_packed(data: te.Tensor, weight: te.Tensor, plan: NchwPlan,
             # taken from the image with the border test per element, instead of padding all
             # of it first (four times what a 1x1 stride-2 layer reads)
             def phase(b, ch, a, bb, q):
-                row, col = (q // wq) * sh + a - pt, (q % wq) * sw + bb - pl
-                inside = te.all(row >= 0, row < h, col >= 0, col < w)
-                return te.if_then_else(inside, data[b, ch, row, col], zero)
+                return _image_at(data, b, ch, (q // wq) * sh + a - pt,
+                                 (q % wq) * sw + bb - pl, zero)
         data_pad = te.compute((n, c_in, pa, pb, plan.plane_len), phase, "data_phases",
                               attrs={SCHEDULE_RULE: RULE_PAD, "row_width": wq})
 
@@ -380,9 +387,7 @@ def conv2d_nchw_packed(data: te.Tensor, weight: te.Tensor, plan: NchwPlan,
             return data_pad[b, ch, a, bb, q]
     else:
         def pad_value(b, ch, q):
-            row, col = q // wq - pt, q % wq - pl
-            inside = te.all(row >= 0, row < h, col >= 0, col < w)
-            return te.if_then_else(inside, data[b, ch, row, col], zero)
+            return _image_at(data, b, ch, q // wq - pt, q % wq - pl, zero)
         data_pad = te.compute((n, c_in, plan.plane_len), pad_value, "data_pad",
                               attrs={SCHEDULE_RULE: RULE_PAD, "row_width": wq})
 
@@ -1082,7 +1087,7 @@ def pool2d_nchw_separable(data: te.Tensor, kind: str, pool_size, strides, paddin
     >>> [str(d) for d in y.shape]
     ['n', '8', '6', '6']
     """
-    n, c, h, w, pad_value = _pool_input(data, kind)
+    n, c, _, _, pad_value = _pool_input(data, kind)
     (kh, kw), (sh, sw) = pool_size, strides
     pt, pl = padding[0], padding[1]
     cols = (out_w - 1) * sw + kw          # the padded columns the windows read
@@ -1090,9 +1095,8 @@ def pool2d_nchw_separable(data: te.Tensor, kind: str, pool_size, strides, paddin
     ry = te.reduce_axis((0, kh), "ry")
 
     def rows(b, ch, y, q):
-        r, col = y * sh + ry.var - pt, q - pl
-        inside = te.all(r >= 0, r < h, col >= 0, col < w)
-        return reduce(te.if_then_else(inside, data[b, ch, r, col], pad_value), axis=[ry])
+        return reduce(_image_at(data, b, ch, y * sh + ry.var - pt, q - pl, pad_value),
+                      axis=[ry])
     pooled_rows = te.compute((n, c, out_h, cols), rows, "pool_rows",
                              attrs={SCHEDULE_RULE: RULE_POOL_ROWS})
     rx = te.reduce_axis((0, kw), "rx")
@@ -1140,9 +1144,7 @@ def depthwise_conv2d_nchw_rows(data: te.Tensor, weight: te.Tensor, kernel_layout
     zero = te.const(0, data.dtype)
 
     def pad_rows(b, ch, y, r, q):
-        row, col = y * sh + r * dh - pt, q - pl
-        inside = te.all(row >= 0, row < g.height, col >= 0, col < g.width)
-        return te.if_then_else(inside, data[b, ch, row, col], zero)
+        return _image_at(data, b, ch, y * sh + r * dh - pt, q - pl, zero)
     rows = te.compute((n, g.in_channels, g.out_h, kh, cols), pad_rows, "dw_rows",
                       attrs={SCHEDULE_RULE: RULE_DW_ROWS})
     ry = te.reduce_axis((0, kh), "ry")

@@ -113,7 +113,7 @@ def test_narrow_dense_tile_is_a_whole_panel():
         np.testing.assert_allclose(out, xs @ ws[0][:, :10], rtol=1e-4, atol=1e-4)
 
 
-def _conv_pad_loops(hw: int, target: Target) -> str:
+def _conv_pad_loops(hw: int, target: Target):
     """A 3x3 tiles-across-rows convolution on ``hw x hw`` and its lowered form."""
     g = pk.ConvGeometry(64, hw, hw, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     plan = pk.cvec_tiles_plan(g, 8, 16)
@@ -165,11 +165,10 @@ def test_uneven_position_chunks_split_the_channel_blocks_over_the_cores():
     take halves of the channel blocks instead (a parallel loop of 2); on 7 cores the 49
     position tiles split evenly and stay the parallel loop. Values checked on the host's
     build."""
-    _, two = _flat_1x1(2)
+    f, two = _flat_1x1(2)
     _, seven = _flat_1x1(7)
     assert "T.parallel(2)" in two and "T.parallel(7)" not in two, two
     assert "T.parallel(49)" in seven, seven
-    f, _ = _flat_1x1(2)
     mod = targets.build(ds.apply(f, TARGET), "llvm")
     xs, ws = rand(1, 64, 28, 28), rand(16, 64, 1, 1, 4)
     out = np.zeros((1, 64, 28, 28), "float32")
