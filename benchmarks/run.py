@@ -19,6 +19,7 @@ REGISTRY = {
     "relax_cpu": "benchmarks.relax_cpu",
     "cnn_ops_cpu": "benchmarks.cnn_ops_cpu",
     "layer_profile": "benchmarks.layer_profile",
+    "convert_layout": "benchmarks.convert_layout",
     "zoo": "benchmarks.zoo.run",
     "rpc_tune_throughput": "benchmarks.rpc_tune_throughput",
     "gpu_webgpu": "benchmarks.gpu_webgpu",

@@ -264,8 +264,57 @@ def _schedule_spatial(sch: Schedule, name: str, target: Target) -> None:
         return
     if _extent(nodes[-1]) != 1 and not _strided_reads(sch, block, loops[-1]):
         sch.vectorize(_vector_inner(sch, loops[-1], lanes))
+    elif _transpose_tiles(sch, block, loops, work):
+        return
     if work >= MIN_PARALLEL_WORK:
         sch.parallel(_parallel_outer(sch, loops[:-1]))
+
+
+TRANSPOSE_TILE = 16     # a transpose's square tile: 16 lines read, 16 lines written
+
+
+def _tile_side(extent: int | None) -> int:
+    """The side of a transpose tile along a loop of ``extent``: its largest divisor from 16
+    down to 4 (no tail), else 16."""
+    if extent is None:
+        return TRANSPOSE_TILE
+    return next((d for d in range(TRANSPOSE_TILE, 3, -1) if extent % d == 0), TRANSPOSE_TILE)
+
+
+def _transpose_tiles(sch: Schedule, block_rv, loops: list, work: int) -> bool:
+    """A transpose (``permute_dims``, a layout change): the innermost loop walks the output's
+    last axis while the input's last axis is another loop's. Run both in square tiles, so a
+    tile reads whole lines of the input and writes whole lines of the output (the outer loops
+    in parallel). Walking the output alone reads one float per line: NHWC -> NCHW of
+    ``28 x 28 x 512`` took 1.17 ms, the input's lines evicted from L1 before their next
+    channel is read; tiled, 0.17 ms (Zen 3). Returns False when the block is not such a copy
+    or needs no tiles."""
+    blk = sch.get(block_rv)
+    if not isinstance(blk.body, BufferStore):
+        return False
+    br = tree.find_block(sch.func, blk.name)[0]
+    binding = {iv.var: value for iv, value in zip(blk.iter_vars, br.iter_values)}
+    loads = []
+    post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+    if len(loads) != 1:
+        return False
+    last = substitute(loads[0].indices[-1], binding)
+    vars_ = [sch.get(rv).loop_var for rv in loops]
+    inner = [k for k, v in enumerate(vars_[:-1]) if _unit_stride(last, v)]
+    if not inner or inner[0] == len(loops) - 2:
+        # the input's last axis right outside the innermost loop: the lines one pass of that
+        # loop reads are the next pass's too, a tile already (NCHW -> NHWC of 64 x 56 x 56:
+        # 0.064 ms so, 0.080 ms tiled)
+        return False
+    k = inner[0]
+    t, out_inner = loops[k], loops[-1]
+    t0, t1 = sch.split(t, [None, _tile_side(_extent(sch.get(t)))])
+    l0, l1 = sch.split(out_inner, [None, _tile_side(_extent(sch.get(out_inner)))])
+    outer = [rv for j, rv in enumerate(loops[:-1]) if j != k]
+    sch.reorder(*outer, t0, l0, t1, l1)
+    if work >= MIN_PARALLEL_WORK:
+        sch.parallel(_parallel_outer(sch, outer + [t0]))
+    return True
 
 
 def _strided_reads(sch: Schedule, block_rv, loop_rv) -> bool:

@@ -53,7 +53,7 @@ from ..struct_info import TensorStructInfo
 from .base import ExprMutator, Pass
 from . import packed_kernels as pk
 
-__all__ = ["AlterLayout", "cpu_tile_params"]
+__all__ = ["AlterLayout", "cpu_tile_params", "conv2d_geometry"]
 
 
 def cpu_tile_params(target: Target, dtype: str = "float32") -> tuple[int, int]:
@@ -133,6 +133,44 @@ def _ints(dims) -> list[int] | None:
     return out
 
 
+def conv2d_geometry(call: Call) -> "pk.ConvGeometry | None":
+    """The ``ConvGeometry`` of a ``relax.nn.conv2d`` call the packed CPU kernels can run:
+    float32, NCHW or NHWC data with the output in the same layout, static channels, image
+    size and weight; None otherwise (and for what the operator's own checks report).
+
+    Examples
+    --------
+    >>> conv2d_geometry(call).kernel   # doctest: +SKIP
+    (3, 3)
+    """
+    a = call.attr_dict
+    data, weight = call.args
+    layout, klayout = a["data_layout"], a["kernel_layout"]
+    if layout not in ("NCHW", "NHWC") or a["out_layout"] != layout:
+        return None
+    dsi, wsi = data.struct_info, weight.struct_info
+    out_si = call.struct_info
+    if not all(isinstance(s, TensorStructInfo) for s in (dsi, wsi, out_si)) or \
+            not dsi.dtype == wsi.dtype == out_si.dtype == "float32":
+        return None
+    dshape, wshape = _static_shape(data), _static_shape(weight)
+    if dshape is None or wshape is None or len(dshape) != 4 or len(wshape) != 4:
+        return None
+    dims = _ints([dshape[layout.index(c)] for c in "CHW"])
+    wdims = _ints(wshape)
+    if dims is None or wdims is None:
+        return None
+    c, h, w = dims
+    kd = {ch: wdims[klayout.index(ch)] for ch in "OIHW"}
+    g = pk.ConvGeometry(in_channels=c, height=h, width=w, out_channels=kd["O"],
+                        kernel=(kd["H"], kd["W"]), strides=tuple(a["strides"]),
+                        padding=tuple(a["padding"]), dilation=tuple(a["dilation"]),
+                        groups=a["groups"])
+    if g.in_per_group != kd["I"] or g.out_h < 1 or g.out_w < 1:
+        return None
+    return g
+
+
 class _Alter(ExprMutator):
     def __init__(self, mod: IRModule, target: Target, ops, conv_plans=None):
         super().__init__(mod)
@@ -206,31 +244,12 @@ class _Alter(ExprMutator):
         return g.is_depthwise and g.strides != (1, 1) and self.target.arch == "x86_64"
 
     def conv2d(self, call: Call) -> Expr | None:
-        a = call.attr_dict
+        g = conv2d_geometry(call)
+        if g is None:
+            return None
         data, weight = call.args
+        a = call.attr_dict
         layout, klayout = a["data_layout"], a["kernel_layout"]
-        if layout not in ("NCHW", "NHWC") or a["out_layout"] != layout:
-            return None
-        dsi, wsi = data.struct_info, weight.struct_info
-        out_si = call.struct_info
-        if not all(isinstance(s, TensorStructInfo) for s in (dsi, wsi, out_si)) or \
-                not dsi.dtype == wsi.dtype == out_si.dtype == "float32":
-            return None
-        dshape, wshape = _static_shape(data), _static_shape(weight)
-        if dshape is None or wshape is None or len(dshape) != 4 or len(wshape) != 4:
-            return None
-        dims = _ints([dshape[layout.index(c)] for c in "CHW"])
-        wdims = _ints(wshape)
-        if dims is None or wdims is None:
-            return None
-        c, h, w = dims
-        kd = {ch: wdims[klayout.index(ch)] for ch in "OIHW"}
-        g = pk.ConvGeometry(in_channels=c, height=h, width=w, out_channels=kd["O"],
-                            kernel=(kd["H"], kd["W"]), strides=tuple(a["strides"]),
-                            padding=tuple(a["padding"]), dilation=tuple(a["dilation"]),
-                            groups=a["groups"])
-        if g.in_per_group != kd["I"] or g.out_h < 1 or g.out_w < 1:
-            return None   # the operator's own checks report these
         if layout == "NCHW" and self.depthwise_rows(g):
             # no packing: a tap's weight is one broadcast scalar per channel
             return self.kernel(pk.depthwise_conv2d_nchw_rows, data, weight, klayout, g,

@@ -4,14 +4,15 @@ Examples
 --------
 >>> from relax.transform import get_pipeline
 >>> seq = get_pipeline()
->>> [p.name for p in seq.passes][:4]
-['DecomposeOpsForInference', 'FoldConstant', 'FoldScaleAxis', 'AlterLayout']
+>>> [p.name for p in seq.passes][:5]
+['DecomposeOpsForInference', 'FoldConstant', 'FoldScaleAxis', 'ConvertLayout', 'AlterLayout']
 """
 from __future__ import annotations
 
 from targets import Target
 
 from .alter_layout import AlterLayout
+from .convert_layout import ConvertLayout
 from .base import Sequential
 from .canonicalize_bindings import CanonicalizeBindings
 from .dead_code_elimination import DeadCodeElimination
@@ -34,6 +35,8 @@ def _default(check: bool = False, target: "Target | str | None" = None,
         FoldScaleAxis(),             # constant per-channel scales -> into conv / dense weights
     ]
     if target.kind == "llvm":
+        # NCHW convolutions whose NHWC tiles run faster -> NHWC (with what lies between them)
+        passes.append(ConvertLayout(target))
         # conv / dense -> kernels on packed weights
         passes.append(AlterLayout(target, conv_plans=conv_plans))
     passes += [
@@ -60,8 +63,8 @@ def get_pipeline(name: str = "default", check: bool = False,
     Parameters
     ----------
     name : str
-        ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, AlterLayout (CPU
-        targets only), LegalizeOps, FoldConstant, DeadCodeElimination, CanonicalizeBindings,
+        ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, ConvertLayout and
+        AlterLayout (CPU targets only), LegalizeOps, FoldConstant, DeadCodeElimination, CanonicalizeBindings,
         FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).

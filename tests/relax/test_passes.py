@@ -596,11 +596,13 @@ def test_pipeline_default_symbolic_and_well_formed():
     mod = bb.get()
     seq = get_pipeline()
     assert [p.name for p in seq.passes] == ["DecomposeOpsForInference", "FoldConstant",
-                                           "FoldScaleAxis", "AlterLayout", "LegalizeOps",
+                                           "FoldScaleAxis", "ConvertLayout", "AlterLayout",
+                                           "LegalizeOps",
                                            "FoldConstant", "DeadCodeElimination",
                                            "CanonicalizeBindings", "FuseOps", "FuseTIR",
                                            "DeadCodeElimination"]
-    assert "AlterLayout" not in [p.name for p in get_pipeline(target="opencl").passes]
+    gpu = [p.name for p in get_pipeline(target="opencl").passes]
+    assert "AlterLayout" not in gpu and "ConvertLayout" not in gpu
     out = get_pipeline(check=True)(mod)
     assert well_formed(out)
     # add(c, c) is folded before legalization (the first FoldConstant), so the one add kernel

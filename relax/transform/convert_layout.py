@@ -1,0 +1,325 @@
+"""``ConvertLayout``: run a model's 2-D convolutions, pooling and the elementwise operators
+between them in NHWC instead of NCHW (TVM's ``ConvertLayout({"relax.nn.conv2d": ["NHWC",
+"default"]})``; onnxruntime's NCHWc transformer does the same with blocked channels).
+
+ONNX and PyTorch models are NCHW. An NCHW convolution's fast CPU kernels keep either positions
+or output channels in the vector lanes, and a channels-in-lanes tile has to transpose its
+result back to NCHW (and read its residual across channels) on the way out. In NHWC a
+convolution is a GEMM over pixels x channels whose tile writes whole channel vectors and whose
+fused epilogue (bias, residual add, relu) reads them, one contiguous run per pixel.
+
+The pass rewrites, on operator calls before ``LegalizeOps``:
+
+- ``relax.nn.conv2d`` with NCHW data and output that ``nhwc_pays`` for the target (or the
+  given ``convertible`` accepts) and that reaches another such convolution through
+  elementwise operators and pooling, into ``conv2d`` with ``data_layout="NHWC"``,
+  ``out_layout="NHWC"`` and the kernel layout unchanged (a lone convolution would pay a
+  permutation on each side for what its NHWC tile saves, and stays NCHW);
+- ``max_pool2d`` / ``avg_pool2d`` / ``adaptive_*_pool2d`` on NCHW into their NHWC form;
+- elementwise and broadcast operators (``relax.add``, ``multiply``, ``nn.relu``, ``clip``, ...)
+  whose 4-D operand is already NHWC: the other operands that broadcast against it
+  (a per-channel bias ``[1, C, 1, 1]`` or ``[C, 1, 1]``, a scalar) are permuted the same way,
+  a constant one at build time by ``FoldConstant``.
+
+A tensor is permuted into NHWC where an NCHW one first meets a converted operator, and back
+(``permute_dims(x, [0, 3, 1, 2])``) where a consumer needs NCHW (a reshape, a flatten, the
+function's result); the NCHW forms nothing reads are removed (``DeadCodeElimination``), so a
+chain of layers pays for one permutation at each end. Everything else is left as it is.
+
+Examples
+--------
+>>> # lv = R.nn.conv2d(x, w, padding=[1, 1, 1, 1]); lv1 = R.add(lv, b); lv2 = R.nn.relu(lv1)
+>>> # becomes
+>>> # t = R.permute_dims(x, [0, 2, 3, 1])
+>>> # lv = R.nn.conv2d(t, w, padding=[1, 1, 1, 1], data_layout="NHWC", out_layout="NHWC")
+>>> # lv1 = R.add(lv, R.permute_dims(b, [0, 2, 3, 1])); lv2 = R.nn.relu(lv1)
+>>> # out = R.permute_dims(lv2, [0, 3, 1, 2])
+>>> # new_mod = ConvertLayout()(mod)
+"""
+from __future__ import annotations
+
+from targets import Target
+from tensorir.function import IRModule
+
+from ..expr import Call, Expr, Function, SeqExpr, Var, VarBinding
+from ..op import permute_dims, reshape
+from ..op.base import Op, OpPattern
+from ..struct_info import TensorStructInfo
+from . import packed_kernels as pk
+from .alter_layout import conv2d_geometry, cpu_tile_params
+from .base import ExprMutator, Pass
+from .dead_code_elimination import DeadCodeElimination
+
+__all__ = ["ConvertLayout", "nhwc_pays", "TO_NHWC", "TO_NCHW"]
+
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+
+_POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d",
+          "relax.nn.adaptive_max_pool2d")
+
+
+class ConvertLayout(Pass):
+    """Run NCHW 2-D convolutions, pooling and the elementwise operators between them in NHWC
+    (see the module docstring).
+
+    Parameters
+    ----------
+    target : Target | str | None
+        The CPU target the kernels are for (it sets the NHWC tile, ``nhwc_pays``); None means
+        this machine (``"llvm"``).
+    convertible : callable, optional
+        ``convertible(call) -> bool``: whether this NCHW ``conv2d`` call runs in NHWC; the
+        default is ``nhwc_pays`` on the call's geometry for ``target``. ``lambda call: True``
+        converts every convolution the NHWC kernel runs.
+
+    Examples
+    --------
+    >>> new_mod = ConvertLayout("llvm")(mod)   # doctest: +SKIP
+    """
+
+    name = "ConvertLayout"
+
+    def __init__(self, target: "Target | str | None" = None, convertible=None):
+        self.target = target if isinstance(target, Target) else Target(target or "llvm")
+        if convertible is not None and not callable(convertible):
+            raise TypeError(f"ConvertLayout: convertible must be callable (call) -> bool, got "
+                            f"{type(convertible).__name__}")
+        self.convertible = convertible or self.default_convertible
+
+    def default_convertible(self, call: Call) -> bool:
+        g = conv2d_geometry(call)
+        return g is not None and nhwc_pays(g, self.target)
+
+    def transform_module(self, mod: IRModule) -> IRModule:
+        new = _Converter(mod, self.convertible).visit_module()
+        return new if new is mod else DeadCodeElimination()(new)
+
+
+def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
+    """Whether the NCHW convolution ``g`` runs faster converted to NHWC on ``target``: not
+    grouped, at least 16 input channels (a stem on the image's 3 channels fills no vector of
+    a pixel's channels), and an NHWC tile (``plan_conv2d_nhwc``) whose pixels divide the
+    output row with 8 or more accumulators. Measured on Zen 3 (AVX2, 16 vector registers:
+    ``benchmarks/results/convert_layout_zen3_avx2.json``), one layer in each layout: ResNet-50's
+    1x1 layers at 56 x 56 and 28 x 28 ran 1.08-1.18x faster in NHWC (their residual and
+    output written a pixel's channels at a time), the 3x3 ones 0.96-1.04x; on 14 x 14 and
+    7 x 7 planes, where no tile of 4 or more pixels divides the row, NHWC lost 5-17%. Only
+    targets with 16 vector registers: the NHWC tiles with 32 (AVX-512, NEON) are unmeasured.
+
+    Examples
+    --------
+    >>> from relax.transform.packed_kernels import ConvGeometry
+    >>> g = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    >>> avx2 = "llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma"
+    >>> nhwc_pays(g, avx2)
+    True
+    >>> nhwc_pays(ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), avx2)
+    False
+    """
+    target = target if isinstance(target, Target) else Target(target)
+    if target.kind != "llvm" or g.groups != 1 or g.in_channels < 16:
+        return False
+    lanes, registers = cpu_tile_params(target)
+    if registers >= 32:
+        return False
+    plan = pk.plan_conv2d_nhwc(g, lanes, registers)
+    return plan is not None and g.out_w % plan.rows == 0 and \
+        plan.rows * (plan.width // lanes) >= 8
+
+
+def _tensor4(e: Expr) -> TensorStructInfo | None:
+    si = e.struct_info
+    if isinstance(si, TensorStructInfo) and si.ndim == 4:
+        return si
+    return None
+
+
+def _op_name(e) -> str | None:
+    return e.op.name if isinstance(e, Call) and isinstance(e.op, Op) else None
+
+
+def _carries_layout(value) -> bool:
+    """Whether the converted form of ``value`` stays NHWC: elementwise / broadcast operators,
+    pooling, copies."""
+    if isinstance(value, Var):
+        return True
+    name = _op_name(value)
+    return name in _POOLS or (name is not None and
+                              value.op.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST))
+
+
+def _chained_convs(func: Function, convertible) -> set[int]:
+    """The ids of the binding vars of the convertible convolutions in ``func`` that reach
+    another convertible one through elementwise operators, pooling and copies (both ways:
+    a residual add joins its branches).
+    Those run in NHWC; a convolution alone would pay a permutation on each side for a tile
+    10-20% faster (one layer, a few tenths of a millisecond of permutations against as much
+    saved) and stays NCHW."""
+    body = func.body
+    if not isinstance(body, SeqExpr):
+        return set()
+    value_of: dict[int, object] = {}
+    users: dict[int, list[Var]] = {}
+    convs: dict[int, bool] = {}
+    for blk in body.blocks:
+        for b in blk.bindings:
+            if not isinstance(b, VarBinding):
+                continue
+            value_of[id(b.var)] = b.value
+            if _op_name(b.value) == "relax.nn.conv2d":
+                convs[id(b.var)] = bool(convertible(b.value))
+                inputs = [b.value.args[0]]
+            elif _carries_layout(b.value):
+                inputs = [b.value] if isinstance(b.value, Var) else list(b.value.args)
+            else:
+                continue
+            for a in inputs:
+                if isinstance(a, Var):
+                    users.setdefault(id(a), []).append(b.var)
+
+    def inputs(v: Var) -> list[Var]:
+        value = value_of.get(id(v))
+        if _op_name(value) == "relax.nn.conv2d":
+            args = [value.args[0]]
+        elif isinstance(value, Var):
+            args = [value]
+        elif value is not None and _carries_layout(value):
+            args = list(value.args)
+        else:
+            args = []
+        return [a for a in args if isinstance(a, Var)]
+
+    def chained(start: Var) -> bool:
+        # the tensors that would be NHWC with ``start``: across elementwise operators and
+        # pooling both ways (a residual add joins its two branches), up to convolutions
+        seen, todo = {id(start)}, inputs(start) + users.get(id(start), [])
+        while todo:
+            v = todo.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if convs.get(id(v)):
+                return True
+            if id(v) in convs or not _carries_layout(value_of.get(id(v))):
+                continue
+            todo.extend(inputs(v) + users.get(id(v), []))
+        return False
+
+    out = set()
+    for blk in body.blocks:
+        for b in blk.bindings:
+            if convs.get(id(b.var)) and chained(b.var):
+                out.add(id(b.var))
+    return out
+
+
+class _Converter(ExprMutator):
+    def __init__(self, mod, convertible):
+        super().__init__(mod)
+        self.convertible = convertible
+        self.nhwc: set[int] = set()     # ids of the vars this pass bound to NHWC tensors
+        self.permuted: dict[int, Var] = {}   # id(NCHW var) -> its permutation to NHWC
+        self.chained: set[int] = set()       # ids of the convolutions to convert
+        self.binding: Var | None = None      # the var of the binding being rewritten
+
+    def visit_function_root(self, name, func):
+        self.chained = _chained_convs(func, self.convertible)
+        return super().visit_function_root(name, func)
+
+    def visit_var_binding(self, b) -> None:
+        self.binding = b.var
+        super().visit_var_binding(b)
+
+    # -- the NHWC form of an NCHW operand -------------------------------------------------------
+    def nhwc_source(self, e: Expr) -> Var | None:
+        """The NHWC var that ``e`` is the permutation back to NCHW of, or None."""
+        value = e
+        while isinstance(value, Var):     # through copies (``r1 = lv78``)
+            value = self.builder.lookup_binding(value)
+        if _op_name(value) == "relax.permute_dims" and \
+                tuple(value.attr_dict["axes"] or ()) == TO_NCHW and \
+                id(value.args[0]) in self.nhwc:
+            return value.args[0]
+        return None
+
+    def to_nhwc(self, e: Expr) -> Expr:
+        """``e`` (4-D NCHW) in NHWC: its source when this pass made it, else a permutation."""
+        src = self.nhwc_source(e)
+        if src is not None:
+            return src
+        if not isinstance(e, Var):
+            return self.builder.emit(permute_dims(e, TO_NHWC))
+        if id(e) not in self.permuted:      # one permutation however many layers read it
+            self.permuted[id(e)] = self.builder.emit(permute_dims(e, TO_NHWC))
+        return self.permuted[id(e)]
+
+    def converted(self, call: Call) -> Expr:
+        """Bind the NHWC ``call``, remember it, and return its permutation back to NCHW."""
+        v = self.builder.emit(call)
+        self.nhwc.add(id(v))
+        return permute_dims(v, TO_NCHW)
+
+    # -- operators --------------------------------------------------------------------------------
+    def visit_call_(self, call: Call) -> Expr:
+        call = super().visit_call_(call)
+        name = _op_name(call)
+        if name is None or not self.builder.building:
+            return call
+        if name == "relax.nn.conv2d":
+            return self.conv2d(call) or call
+        if name in _POOLS:
+            return self.pool(call) or call
+        if call.op.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST):
+            return self.elementwise(call) or call
+        return call
+
+    def conv2d(self, call: Call) -> Expr | None:
+        a = call.attr_dict
+        if a["data_layout"] != "NCHW" or a["out_layout"] != "NCHW" or \
+                _tensor4(call) is None or self.binding is None or \
+                id(self.binding) not in self.chained:
+            return None
+        a.update(data_layout="NHWC", out_layout="NHWC")
+        return self.converted(Call(call.op, [self.to_nhwc(call.args[0]), call.args[1]], a))
+
+    def pool(self, call: Call) -> Expr | None:
+        a = call.attr_dict
+        # only where the input is NHWC already: a pooling alone is as fast in NCHW
+        src = self.nhwc_source(call.args[0])
+        if a["layout"] != "NCHW" or a["out_layout"] != "NCHW" or src is None:
+            return None
+        a.update(layout="NHWC", out_layout="NHWC")
+        return self.converted(Call(call.op, [src], a))
+
+    def elementwise(self, call: Call) -> Expr | None:
+        out = call.struct_info
+        if not isinstance(out, TensorStructInfo) or out.ndim != 4 or out.shape is None:
+            return None
+        sources = [self.nhwc_source(x) for x in call.args]
+        if not any(s is not None for s in sources):
+            return None
+        args = []
+        for x, src in zip(call.args, sources):
+            if src is not None:
+                args.append(src)
+                continue
+            si = x.struct_info
+            if not isinstance(si, TensorStructInfo) or si.ndim < 0:
+                if isinstance(si, TensorStructInfo):
+                    return None     # a tensor of unknown rank: its broadcast is unknown
+                args.append(x)      # PrimValues, shapes: not laid out
+                continue
+            if si.ndim == 0:
+                args.append(x)
+                continue
+            if si.ndim > 4 or si.shape is None:
+                return None
+            # the broadcast against a 4-D NCHW result: pad to 4-D with leading ones, permute
+            y = x if si.ndim == 4 else self.builder.emit(
+                reshape(x, (1,) * (4 - si.ndim) + tuple(si.shape)))
+            args.append(self.builder.emit(permute_dims(y, TO_NHWC)))
+        new = Call(call.op, args, call.attrs, call.sinfo_args)
+        if _tensor4(new) is None:
+            return None
+        return self.converted(new)

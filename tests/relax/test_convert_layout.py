@@ -1,0 +1,242 @@
+"""ConvertLayout (NCHW convolutions, pooling and the elementwise operators between them run in
+NHWC) and the tiled transpose schedule: which calls convert, where the permutations go, and
+results against numpy on random inputs (static and symbolic batch)."""
+import numpy as np
+import pytest
+
+import relax
+import targets
+from relax import BlockBuilder, TensorStructInfo, Var, const, op
+from relax import default_schedules as ds
+from relax.transform import ConvertLayout, get_pipeline
+from relax.transform.convert_layout import nhwc_pays
+from relax.transform.packed_kernels import ConvGeometry
+from tensorir.functor import post_order_visit
+from tensorir.stmt import For
+
+from test_alter_layout import conv_ref
+
+AVX2 = "llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma"
+AVX512 = "llvm -mtriple=x86_64-linux-gnu -mattr=+avx512f"
+RNG = np.random.default_rng(11)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+def bottleneck(batch, c=16, hw=8, mid=16, out=32):
+    """conv 1x1 + bias + relu -> conv 3x3 + bias (rank-3 bias) + relu -> conv 1x1 + bias,
+    plus a projection of the input, add, relu, max pool, flatten: a ResNet block."""
+    w1, w2, w3, wp = (rand(mid, c, 1, 1) * 0.2, rand(mid, mid, 3, 3) * 0.1,
+                      rand(out, mid, 1, 1) * 0.2, rand(out, c, 1, 1) * 0.2)
+    b1, b2, b3 = rand(1, mid, 1, 1), rand(mid, 1, 1), rand(1, out, 1, 1)
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((batch, c, hw, hw), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(op.nn.relu(bb.emit(op.add(bb.emit(op.nn.conv2d(x, const(w1))),
+                                                  const(b1)))))
+            y = bb.emit(op.add(bb.emit(op.nn.conv2d(y, const(w2), padding=1)), const(b2)))
+            y = bb.emit(op.nn.relu(y))
+            y = bb.emit(op.add(bb.emit(op.nn.conv2d(y, const(w3))), const(b3)))
+            p = bb.emit(op.nn.conv2d(x, const(wp)))
+            y = bb.emit(op.nn.relu(bb.emit(op.add(y, p))))
+            y = bb.emit(op.multiply(y, const(np.float32(0.5))))
+            y = bb.emit(op.nn.max_pool2d(y, pool_size=2, strides=2))
+            gv = bb.emit_output(bb.emit(op.reshape(y, (-1, out * (hw // 2) ** 2))))
+        bb.emit_func_output(gv)
+
+    def ref(xv):
+        relu = lambda a: np.maximum(a, 0)
+        t = relu(conv_ref(xv, w1) + b1)
+        t = relu(conv_ref(t, w2, padding=1) + b2)
+        t = relu(conv_ref(t, w3) + b3 + conv_ref(xv, wp)) * 0.5
+        n = xv.shape[0]
+        t = t.reshape(n, out, hw // 2, 2, hw // 2, 2).max(axis=(3, 5))
+        return t.reshape(n, -1)
+    return bb.get(), ref
+
+
+def calls(mod, name):
+    out = []
+    for blk in mod["main"].body.blocks:
+        for b in blk.bindings:
+            v = b.value
+            if getattr(getattr(v, "op", None), "name", None) == name:
+                out.append(v)
+    return out
+
+
+def test_rewrite_converts_the_chain_and_permutes_only_at_the_ends():
+    mod, _ = bottleneck(2)
+    new = ConvertLayout(AVX2, convertible=lambda call: True)(mod)
+    convs = calls(new, "relax.nn.conv2d")
+    assert len(convs) == 4
+    assert all(c.attr_dict["data_layout"] == "NHWC" and c.attr_dict["out_layout"] == "NHWC"
+               and c.attr_dict["kernel_layout"] == "OIHW" for c in convs)
+    pools = calls(new, "relax.nn.max_pool2d")
+    assert [p.attr_dict["layout"] for p in pools] == ["NHWC"]
+    perms = [tuple(p.attr_dict["axes"]) for p in calls(new, "relax.permute_dims")
+             if p.args[0].struct_info.ndim == 4 and
+             not isinstance(p.args[0], relax.Constant)]
+    # the input once (shared by the two convolutions that read it), the pooled result once;
+    # the rest are the biases (constants, folded at build time)
+    activations = [p for p in calls(new, "relax.permute_dims")
+                   if isinstance(p.args[0], Var) and p.args[0].name_hint == "x"]
+    assert len(activations) == 1
+    assert perms.count((0, 3, 1, 2)) == 1
+    # the original is untouched (passes return new IR)
+    assert all(c.attr_dict["data_layout"] == "NCHW" for c in calls(mod, "relax.nn.conv2d"))
+
+
+@pytest.mark.parametrize("batch", [1, 3, "n"])
+def test_converted_model_matches_numpy(batch):
+    n = 3 if batch == "n" else batch
+    mod, ref = bottleneck(batch)
+    new = ConvertLayout("llvm", convertible=lambda call: True)(mod)
+    xv = rand(n, 16, 8, 8)
+    vm = relax.VirtualMachine(relax.build(new, "llvm"), targets.cpu(0))
+    got = vm["main"](targets.array(xv)).numpy()
+    np.testing.assert_allclose(got, ref(xv), rtol=1e-4, atol=1e-4)
+
+
+def test_default_rule_keeps_the_stem_and_unmeasured_targets():
+    # 3 image channels: NCHW; grouped: NCHW; 32-register targets: not measured, NCHW
+    stem = ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1)
+    big = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    grouped = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2)
+    small = ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert nhwc_pays(big, AVX2)
+    assert not nhwc_pays(stem, AVX2)
+    assert not nhwc_pays(grouped, AVX2)
+    assert not nhwc_pays(small, AVX2)      # no tile of 4+ pixels divides a 7-wide row
+    assert not nhwc_pays(big, AVX512)
+    assert not nhwc_pays(big, "opencl")
+
+
+def test_default_pipeline_converts_on_avx2_and_results_hold():
+    # the pipeline's rule on an AVX2 target: the 8 x 8 layers keep 4-pixel tiles that
+    # divide the row, so they convert (in NHWC end to end), and the model still computes
+    # the same; an AVX-512 target keeps NCHW
+    mod, ref = bottleneck(2, c=16, hw=8, mid=16, out=32)
+    seq = get_pipeline(target=AVX2)
+    names = [p.name for p in seq.passes]
+    assert names.index("ConvertLayout") < names.index("AlterLayout")
+    converted = ConvertLayout(AVX2)(mod)
+    assert all(c.attr_dict["data_layout"] == "NHWC"
+               for c in calls(converted, "relax.nn.conv2d"))
+    kept = ConvertLayout(AVX512)(mod)
+    assert all(c.attr_dict["data_layout"] == "NCHW" for c in calls(kept, "relax.nn.conv2d"))
+    xv = rand(2, 16, 8, 8)
+    for m in (converted, mod):
+        vm = relax.VirtualMachine(relax.build(m, "llvm"), targets.cpu(0))
+        np.testing.assert_allclose(vm["main"](targets.array(xv)).numpy(), ref(xv),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_elementwise_with_a_full_nchw_operand_and_unknown_consumers():
+    # add(conv_nhwc, y) with y a 4-D NCHW parameter: y is permuted; softmax over the channel
+    # axis is not elementwise, so it reads the NCHW form
+    w, w2 = rand(16, 16, 1, 1) * 0.3, rand(16, 16, 1, 1) * 0.3
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((2, 16, 4, 4), "float32"))
+    y = Var("y", TensorStructInfo((2, 16, 4, 4), "float32"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            t = bb.emit(op.add(bb.emit(op.nn.conv2d(x, const(w))), y))
+            t = bb.emit(op.nn.conv2d(bb.emit(op.nn.relu(t)), const(w2)))
+            t = bb.emit(op.nn.softmax(t, axis=1))
+            gv = bb.emit_output(t)
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    new = ConvertLayout("llvm", convertible=lambda call: True)(mod)
+    assert all(c.attr_dict["data_layout"] == "NHWC" for c in calls(new, "relax.nn.conv2d"))
+    softmax = calls(new, "relax.nn.softmax")[0]
+    assert softmax.args[0].struct_info.shape[1].value == 16     # NCHW
+    xv, yv = rand(2, 16, 4, 4), rand(2, 16, 4, 4)
+    vm = relax.VirtualMachine(relax.build(new, "llvm"), targets.cpu(0))
+    z = conv_ref(np.maximum(conv_ref(xv, w) + yv, 0), w2)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(vm["main"](targets.array(xv), targets.array(yv)).numpy(),
+                               e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-5)
+
+
+def test_a_lone_convolution_stays_nchw():
+    # one convolution would pay a permutation on each side: left as it is
+    w = rand(16, 16, 1, 1)
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((1, 16, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            t = bb.emit(op.nn.relu(bb.emit(op.add(bb.emit(op.nn.conv2d(x, const(w))),
+                                                  const(rand(16, 1, 1))))))
+            gv = bb.emit_output(bb.emit(op.nn.max_pool2d(t, pool_size=2)))
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    new = ConvertLayout(AVX2, convertible=lambda call: True)(mod)
+    assert [c.attr_dict["data_layout"] for c in calls(new, "relax.nn.conv2d")] == ["NCHW"]
+    assert not calls(new, "relax.permute_dims")
+
+
+def test_bad_convertible_is_a_type_error():
+    with pytest.raises(TypeError, match="convertible must be callable"):
+        ConvertLayout("llvm", convertible=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# the tiled transpose
+
+
+def transpose_module(shape, axes):
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.emit_output(bb.emit(op.permute_dims(x, axes)))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+@pytest.mark.parametrize("shape,axes", [
+    ((1, 28, 28, 512), (0, 3, 1, 2)),      # NHWC -> NCHW: tiled 16 x 14
+    ((2, 7, 7, 30), (0, 3, 1, 2)),         # tails on both sides of the tile
+    ((1, 64, 12, 12), (0, 2, 3, 1)),       # NCHW -> NHWC: the input's axis right outside
+    ((3, 5, 40, 33), (2, 0, 3, 1)),
+])
+def test_transpose_values(shape, axes):
+    xv = rand(*shape)
+    vm = relax.VirtualMachine(relax.build(transpose_module(shape, axes), "llvm"),
+                              targets.cpu(0))
+    np.testing.assert_array_equal(vm["main"](targets.array(xv)).numpy(), xv.transpose(axes))
+
+
+def test_symbolic_batch_transpose_values():
+    mod = transpose_module(("n", 9, 9, 24), (0, 3, 1, 2))
+    vm = relax.VirtualMachine(relax.build(mod, "llvm"), targets.cpu(0))
+    for b in (1, 4):
+        xv = rand(b, 9, 9, 24)
+        np.testing.assert_array_equal(vm["main"](targets.array(xv)).numpy(),
+                                      xv.transpose(0, 3, 1, 2))
+
+
+def _loop_extents(func):
+    out = []
+
+    def visit(s):
+        if isinstance(s, For):
+            out.append(s.extent.value if hasattr(s.extent, "value") else None)
+    post_order_visit(func.body, visit)
+    return out
+
+
+def test_nhwc_to_nchw_is_scheduled_in_tiles():
+    tasks = relax.extract_tasks(transpose_module((1, 28, 28, 512), (0, 3, 1, 2)), "llvm",
+                                baselines=False)
+    func = ds.apply(tasks[0].func, targets.Target("llvm"))
+    extents = _loop_extents(func)
+    assert 16 in extents and 14 in extents       # 16 channels x 14 columns per tile
+    # NCHW -> NHWC reads whole lines already: no tiles
+    tasks = relax.extract_tasks(transpose_module((1, 64, 12, 12), (0, 2, 3, 1)), "llvm",
+                                baselines=False)
+    assert 16 not in _loop_extents(ds.apply(tasks[0].func, targets.Target("llvm")))
