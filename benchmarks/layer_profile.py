@@ -45,19 +45,23 @@ def our_kind(name: str) -> str:
     return name.removeprefix("fused_").split("_")[0]
 
 
-def _chw(dims) -> tuple:
+def _chw(dims, nhwc: bool = False) -> tuple:
     dims = [int(d) for d in dims]
     if len(dims) == 5:                  # NCHWc: (N, C/c, H, W, c)
         dims = [dims[0], dims[1] * dims[4], dims[2], dims[3]]
+    if nhwc and len(dims) == 4:         # (N, H, W, C), as onnxruntime names it: C x H x W
+        dims = [dims[0], dims[3], dims[1], dims[2]]
     return tuple(dims[1:])
 
 
 def _our_shapes(mod) -> dict[str, tuple]:
-    """Kernel name -> output shape (without the batch), from the kernels ``build`` schedules."""
+    """Kernel name -> output shape (without the batch, channels first whatever the kernel's
+    layout), from the kernels ``build`` schedules."""
     shapes = {}
     for task in extract_tasks(mod, "llvm", baselines=False):
         out = task.func.buffer_map[-1][1]
-        shapes[task.name] = _chw(d.value for d in out.shape)
+        nhwc = "nhwc" in task.name
+        shapes[task.name] = _chw((d.value for d in out.shape), nhwc)
     return shapes
 
 

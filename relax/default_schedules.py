@@ -37,7 +37,8 @@ import warnings
 
 from targets import Target
 from tensorir import dtype as dt
-from tensorir.expr import Add, BufferLoad, Call, FloorDiv, IntImm, Mul, PrimExpr, Sub, Var
+from tensorir.expr import (Add, BufferLoad, Call, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub,
+                           Var)
 from tensorir.function import PrimFunc
 from tensorir.functor import post_order_visit, substitute
 from tensorir.schedule import Schedule, ScheduleError
@@ -264,10 +265,56 @@ def _schedule_spatial(sch: Schedule, name: str, target: Target) -> None:
         return
     if _extent(nodes[-1]) != 1 and not _strided_reads(sch, block, loops[-1]):
         sch.vectorize(_vector_inner(sch, loops[-1], lanes))
+    elif _vector_runs(sch, block, loops, lanes):
+        pass
     elif _transpose_tiles(sch, block, loops, work):
         return
     if work >= MIN_PARALLEL_WORK:
         sch.parallel(_parallel_outer(sch, loops[:-1]))
+
+
+def _vector_runs(sch: Schedule, block_rv, loops: list, lanes: int) -> bool:
+    """Vectorize the innermost loop in runs of ``c`` when every input reads its variable ``v``
+    as ``v % c`` in the last index and ``v // c`` before it (a copy out of a channel-blocked
+    buffer ``[.., o // c, .., o % c]``, such as the NHWC convolution's tile buffer): split by
+    ``c``, the inner loop reads contiguously. ``c`` must be a multiple of the lanes dividing
+    the loop. Returns whether it did."""
+    loop = sch.get(loops[-1])
+    var, extent = loop.loop_var, _extent(loop)
+    blk = sch.get(block_rv)
+    br = tree.find_block(sch.func, blk.name)[0]
+    binding = {iv.var: value for iv, value in zip(blk.iter_vars, br.iter_values)}
+    out = {id(w.buffer) for w in blk.writes}
+    loads = []
+    post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+    runs = set()
+    for ld in loads:
+        if id(ld.buffer) in out:
+            continue
+        idx = [substitute(e, binding) for e in ld.indices]
+        last = idx[-1]
+        if not _uses(last, var):
+            if any(_uses(e, var) for e in idx):
+                return False
+            continue
+        if _unit_stride(last, var) and not any(_uses(e, var) for e in idx[:-1]):
+            continue        # contiguous along the loop whatever the split
+        if not (isinstance(last, FloorMod) and last.a is var and isinstance(last.b, IntImm)):
+            return False
+        c = last.b.value
+        for e in idx[:-1]:
+            if _uses(e, var) and not (isinstance(e, FloorDiv) and e.a is var and
+                                      isinstance(e.b, IntImm) and e.b.value == c):
+                return False
+        runs.add(c)
+    if len(runs) != 1:
+        return False
+    c = runs.pop()
+    if extent is None or c % lanes or extent % c:
+        return False
+    _, inner = sch.split(loops[-1], [None, c])
+    sch.vectorize(_vector_inner(sch, inner, lanes))
+    return True
 
 
 TRANSPOSE_TILE = 16     # a transpose's square tile: 16 lines read, 16 lines written
@@ -1093,17 +1140,33 @@ def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
     panel) accumulates in registers over ``(ry, rx, rc)``: per step ``rows`` broadcast inputs,
     ``width / lanes`` vector loads of the panel, ``rows * width / lanes`` FMAs. Image rows
     (with the batch) run in parallel; the epilogue is computed in the write-back."""
-    block, (rows, width), loops = _conv_tile_block(sch, name, ("rows", "width"))
-    b, y, x, o, ry, rx, rc = loops
-    x0, x1 = sch.split(x, [None, rows])
-    o0, o1 = sch.split(o, [None, width])
-    sch.reorder(b, y, x0, o0, ry, rx, rc, x1, o1)
-    # one parallel loop, not a fused one (see _schedule_conv_nchw): the image rows, or the
-    # first of the loops below them with enough iterations
-    par = next((rv for rv in (y, x0, o0) if (_extent(sch.get(rv)) or 0) >= 2 * _cores(target)),
-               y)
+    block = sch.get_block(name)
+    if _ann_int(sch.get(block), "flat", 0):
+        # tiles of the whole plane's pixels (a 1x1 unit-stride layer: output pixel p reads
+        # input pixel p), so 4 pixels divide a 14 x 14 plane that no 4-6 divide by rows
+        rows, width = (_ann_int(sch.get(block), k) for k in ("rows", "width"))
+        loops = sch.get_loops(block)
+        if len(loops) != 6:
+            raise ScheduleError("conv2d", f"block {name}: unexpected loop nest", sch.get(block))
+        b, p, o, ry, rx, rc = loops
+        o0, o1 = sch.split(o, [None, width])
+        x0, x1 = sch.split(p, [None, rows])
+        sch.reorder(b, x0, o0, ry, rx, rc, x1, o1)
+        par = next((rv for rv in (x0, o0) if (_extent(sch.get(rv)) or 0) >= 2 * _cores(target)),
+                   x0)
+        outer = 3
+    else:
+        block, (rows, width), loops = _conv_tile_block(sch, name, ("rows", "width"))
+        b, y, x, o, ry, rx, rc = loops
+        o0, o1 = sch.split(o, [None, width])
+        x0, x1 = sch.split(x, [None, rows])
+        sch.reorder(b, y, x0, o0, ry, rx, rc, x1, o1)
+        # one parallel loop, not a fused one (see _schedule_conv_nchw): the image rows, or the
+        # first of the loops below them with enough iterations
+        par = next((rv for rv in (y, x0, o0) if (_extent(sch.get(rv)) or 0) >= 2 * _cores(target)),
+                   y)
+        outer = 4
     sch.parallel(par)
-    outer = 4
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, o0)
     _fuse_epilogue(sch, acc)

@@ -267,9 +267,15 @@ class _Alter(ExprMutator):
             return self.kernel(pk.conv2d_nchw_cvec if cvec else pk.conv2d_nchw_packed, data,
                                packed, plan, "float32", name="conv2d_nchw",
                                pattern=OpPattern.OUT_EWISE_FUSABLE)
-        plan = pk.plan_conv2d_nhwc(g, self.lanes, self.registers)
+        plan = pk.nhwc_kernel_plan(g, self.lanes, self.registers)
         if plan is None:
             return None
+        if isinstance(plan, pk.ChannelVectorPlan):
+            packed = self.builder.emit(self.kernel(
+                pk.pack_conv2d_nchw_weight, weight, klayout, plan.width,
+                name="pack_conv2d_nchw_weight", pattern=OpPattern.INJECTIVE))
+            return self.kernel(pk.conv2d_nchw_cvec, data, packed, plan, "float32", "NHWC",
+                               name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
         packed = self.builder.emit(self.kernel(
             pk.pack_conv2d_nhwc_weight, weight, klayout, plan.width,
             name="pack_conv2d_nhwc_weight", pattern=OpPattern.INJECTIVE))

@@ -44,7 +44,7 @@ from tensorir.function import IRModule
 from ..expr import Call, Expr, Function, SeqExpr, Var, VarBinding
 from ..op import permute_dims, reshape
 from ..op.base import Op, OpPattern
-from ..struct_info import TensorStructInfo
+from ..struct_info import PrimStructInfo, TensorStructInfo
 from . import packed_kernels as pk
 from .alter_layout import conv2d_geometry, cpu_tile_params
 from .base import ExprMutator, Pass
@@ -123,9 +123,10 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
     lanes, registers = cpu_tile_params(target)
     if registers >= 32:
         return False
-    plan = pk.plan_conv2d_nhwc(g, lanes, registers)
-    return plan is not None and g.out_w % plan.rows == 0 and \
-        plan.rows * (plan.width // lanes) >= 8
+    plan = pk.nhwc_kernel_plan(g, lanes, registers)
+    if isinstance(plan, pk.ChannelVectorPlan):
+        return g.kernel == (1, 1)
+    return plan is not None and pk.nhwc_tile_divides(plan)
 
 
 def _tensor4(e: Expr) -> TensorStructInfo | None:
@@ -305,19 +306,18 @@ class _Converter(ExprMutator):
                 args.append(src)
                 continue
             si = x.struct_info
-            if not isinstance(si, TensorStructInfo) or si.ndim < 0:
-                if isinstance(si, TensorStructInfo):
-                    return None     # a tensor of unknown rank: its broadcast is unknown
-                args.append(x)      # PrimValues, shapes: not laid out
+            if isinstance(si, PrimStructInfo) or \
+                    (isinstance(si, TensorStructInfo) and si.ndim == 0):
+                args.append(x)      # scalars: not laid out
                 continue
-            if si.ndim == 0:
-                args.append(x)
-                continue
-            if si.ndim > 4 or si.shape is None:
+            if not isinstance(si, TensorStructInfo) or not 0 < si.ndim <= 4 or si.shape is None:
+                # a target shape (broadcast_to), a tensor of unknown rank or shape: left NCHW
                 return None
+            if si.ndim == 4:
+                args.append(self.to_nhwc(x))
+                continue
             # the broadcast against a 4-D NCHW result: pad to 4-D with leading ones, permute
-            y = x if si.ndim == 4 else self.builder.emit(
-                reshape(x, (1,) * (4 - si.ndim) + tuple(si.shape)))
+            y = self.builder.emit(reshape(x, (1,) * (4 - si.ndim) + tuple(si.shape)))
             args.append(self.builder.emit(permute_dims(y, TO_NHWC)))
         new = Call(call.op, args, call.attrs, call.sinfo_args)
         if _tensor4(new) is None:

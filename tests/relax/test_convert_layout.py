@@ -10,6 +10,7 @@ from relax import BlockBuilder, TensorStructInfo, Var, const, op
 from relax import default_schedules as ds
 from relax.transform import ConvertLayout, get_pipeline
 from relax.transform.convert_layout import nhwc_pays
+from relax.transform import packed_kernels as pk
 from relax.transform.packed_kernels import ConvGeometry
 from tensorir.functor import post_order_visit
 from tensorir.stmt import For
@@ -240,3 +241,92 @@ def test_nhwc_to_nchw_is_scheduled_in_tiles():
     tasks = relax.extract_tasks(transpose_module((1, 64, 12, 12), (0, 2, 3, 1)), "llvm",
                                 baselines=False)
     assert 16 not in _loop_extents(ds.apply(tasks[0].func, targets.Target("llvm")))
+
+
+# ---------------------------------------------------------------------------------------------
+# the NHWC kernels for planes no pixel tile divides
+
+HASWELL = "llvm -mcpu=haswell"     # AVX2: 8 lanes, 16 vector registers
+
+
+def nhwc_conv_module(c, hw, o, k, stride, pad, residual):
+    w, b = rand(o, c, k, k) * 0.1, rand(o)
+    oh = (hw + 2 * pad - k) // stride + 1
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n", hw, hw, c), "float32"))
+    r = Var("r", TensorStructInfo(("n", oh, oh, o), "float32"))
+    with bb.function("main", [x, r]):
+        with bb.dataflow():
+            y = bb.emit(op.nn.conv2d(x, const(w), strides=stride, padding=pad,
+                                     data_layout="NHWC"))
+            y = bb.emit(op.add(y, const(b)))
+            if residual:
+                y = bb.emit(op.add(y, r))
+            gv = bb.emit_output(bb.emit(op.nn.relu(y)))
+        bb.emit_func_output(gv)
+
+    def ref(xv, rv):
+        out = conv_ref(xv, w.transpose(2, 3, 1, 0), stride, pad, layout="NHWC") + b
+        return np.maximum(out + rv if residual else out, 0)
+    return bb.get(), ref, oh
+
+
+@pytest.mark.parametrize("c,hw,o,k,stride,pad,residual,kind", [
+    (64, 14, 32, 1, 1, 0, True, "flat"),        # 196 pixels in tiles of 4 across rows
+    (512, 7, 32, 1, 1, 0, True, "tiles"),       # long reduction, 7-wide rows: cvec tiles
+    (64, 13, 32, 3, 2, 1, False, "tiles"),      # strided 3x3 with padding, 576 MACs/output
+])
+def test_nhwc_kernels_without_a_row_tile_match_numpy(c, hw, o, k, stride, pad, residual, kind):
+    g = ConvGeometry(c, hw, hw, o, (k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
+    plan = pk.nhwc_kernel_plan(g, 8, 16)
+    assert (kind == "flat") == (isinstance(plan, pk.NhwcPlan) and plan.flat)
+    assert (kind == "tiles") == isinstance(plan, pk.ChannelVectorPlan)
+    mod, ref, oh = nhwc_conv_module(c, hw, o, k, stride, pad, residual)
+    exe = relax.build(mod, HASWELL)
+    assert exe.stats()["main"]["kernel_calls"] <= 2       # (padding) + conv with its epilogue
+    vm = relax.VirtualMachine(exe, targets.cpu(0))
+    for n in (1, 2):
+        xv, rv = rand(n, hw, hw, c), rand(n, oh, oh, o)
+        np.testing.assert_allclose(vm["main"](targets.array(xv), targets.array(rv)).numpy(),
+                                   ref(xv, rv), rtol=1e-4, atol=1e-4)
+
+
+def test_nhwc_tiles_copy_reads_channel_runs():
+    # the copy out of the channel-blocked tile buffer is vectorized in runs of the tile's
+    # width (it reads ``[.., o // 32, p, o % 32]``), not left scalar as a transpose
+    mod, _, _ = nhwc_conv_module(512, 7, 64, 1, 1, 0, False)
+    tasks = [t for t in relax.extract_tasks(mod, HASWELL, baselines=False) if "conv" in t.name]
+    func = ds.apply(tasks[0].func, targets.Target(HASWELL))
+    assert "conv2d_tiles" in func.script()
+    vectorized = []
+    post_order_visit(func.body, lambda s: vectorized.append(s.extent.value)
+                     if isinstance(s, For) and s.kind == "vectorized" else None)
+    assert 32 in vectorized
+
+
+def test_nhwc_pays_for_1x1_tiles_not_3x3():
+    one = ConvGeometry(2048, 7, 7, 512, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    three = ConvGeometry(256, 14, 14, 256, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    flat = ConvGeometry(1024, 14, 14, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    assert nhwc_pays(one, AVX2) and nhwc_pays(flat, AVX2)
+    assert not nhwc_pays(three, AVX2)
+
+
+def test_broadcast_to_a_target_shape_reads_nchw():
+    # broadcast_to's shape argument is NCHW: the op is not converted, it reads the NCHW form
+    w1, w2 = rand(16, 16, 1, 1) * 0.3, rand(16, 16, 1, 1) * 0.3
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((1, 16, 4, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            t = bb.emit(op.nn.relu(bb.emit(op.nn.conv2d(x, const(w1)))))
+            t = bb.emit(op.nn.conv2d(t, const(w2)))
+            gv = bb.emit_output(bb.emit(op.broadcast_to(t, (3, 16, 4, 4))))
+        bb.emit_func_output(gv)
+    new = ConvertLayout("llvm", convertible=lambda call: True)(bb.get())
+    assert all(c.attr_dict["data_layout"] == "NHWC" for c in calls(new, "relax.nn.conv2d"))
+    xv = rand(1, 16, 4, 4)
+    vm = relax.VirtualMachine(relax.build(new, "llvm"), targets.cpu(0))
+    want = np.broadcast_to(conv_ref(np.maximum(conv_ref(xv, w1), 0), w2), (3, 16, 4, 4))
+    np.testing.assert_allclose(vm["main"](targets.array(xv)).numpy(), want, rtol=1e-4,
+                               atol=1e-5)
