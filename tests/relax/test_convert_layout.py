@@ -107,11 +107,11 @@ def test_default_rule_keeps_the_stem_and_unmeasured_targets():
     stem = ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1)
     big = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     grouped = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2)
-    small = ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    strided = ConvGeometry(512, 14, 14, 512, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1)
     assert nhwc_pays(big, AVX2)
     assert not nhwc_pays(stem, AVX2)
     assert not nhwc_pays(grouped, AVX2)
-    assert not nhwc_pays(small, AVX2)      # no tile of 4+ pixels divides a 7-wide row
+    assert not nhwc_pays(strided, AVX2)    # a strided 3x3 on the channel-vector tiles
     assert not nhwc_pays(big, AVX512)
     assert not nhwc_pays(big, "opencl")
 
@@ -304,12 +304,13 @@ def test_nhwc_tiles_copy_reads_channel_runs():
     assert 32 in vectorized
 
 
-def test_nhwc_pays_for_1x1_tiles_not_3x3():
+def test_nhwc_pays_for_tiles_but_not_strided_3x3():
     one = ConvGeometry(2048, 7, 7, 512, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     three = ConvGeometry(256, 14, 14, 256, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     flat = ConvGeometry(1024, 14, 14, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
-    assert nhwc_pays(one, AVX2) and nhwc_pays(flat, AVX2)
-    assert not nhwc_pays(three, AVX2)
+    strided = ConvGeometry(256, 28, 28, 256, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1)
+    assert nhwc_pays(one, AVX2) and nhwc_pays(flat, AVX2) and nhwc_pays(three, AVX2)
+    assert not nhwc_pays(strided, AVX2)
 
 
 def test_broadcast_to_a_target_shape_reads_nchw():
