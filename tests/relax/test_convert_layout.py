@@ -12,6 +12,7 @@ from relax.transform import ConvertLayout, get_pipeline
 from relax.transform.convert_layout import nhwc_pays
 from relax.transform import packed_kernels as pk
 from relax.transform.packed_kernels import ConvGeometry
+from tensorir import te
 from tensorir.functor import post_order_visit
 from tensorir.stmt import For
 
@@ -107,11 +108,9 @@ def test_default_rule_keeps_the_stem_and_unmeasured_targets():
     stem = ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1)
     big = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     grouped = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2)
-    strided = ConvGeometry(512, 14, 14, 512, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1)
     assert nhwc_pays(big, AVX2)
     assert not nhwc_pays(stem, AVX2)
     assert not nhwc_pays(grouped, AVX2)
-    assert not nhwc_pays(strided, AVX2)    # a strided 3x3 on the channel-vector tiles
     assert not nhwc_pays(big, AVX512)
     assert not nhwc_pays(big, "opencl")
 
@@ -275,6 +274,8 @@ def nhwc_conv_module(c, hw, o, k, stride, pad, residual):
     (64, 14, 32, 1, 1, 0, True, "flat"),        # 196 pixels in tiles of 4 across rows
     (512, 7, 32, 1, 1, 0, True, "tiles"),       # long reduction, 7-wide rows: cvec tiles
     (64, 13, 32, 3, 2, 1, False, "tiles"),      # strided 3x3 with padding, 576 MACs/output
+    (256, 13, 32, 3, 2, 1, False, "tiles"),     # 1 KiB pixels: padded with a line of channels
+    (256, 9, 32, 3, 2, 1, True, "rows"),        # the same on the pixel tiles (5 divide 5)
 ])
 def test_nhwc_kernels_without_a_row_tile_match_numpy(c, hw, o, k, stride, pad, residual, kind):
     g = ConvGeometry(c, hw, hw, o, (k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
@@ -304,13 +305,25 @@ def test_nhwc_tiles_copy_reads_channel_runs():
     assert 32 in vectorized
 
 
-def test_nhwc_pays_for_tiles_but_not_strided_3x3():
+def test_nhwc_pays_on_the_tiles_and_ragged_rows_do_not():
     one = ConvGeometry(2048, 7, 7, 512, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     three = ConvGeometry(256, 14, 14, 256, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     flat = ConvGeometry(1024, 14, 14, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     strided = ConvGeometry(256, 28, 28, 256, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1)
-    assert nhwc_pays(one, AVX2) and nhwc_pays(flat, AVX2) and nhwc_pays(three, AVX2)
-    assert not nhwc_pays(strided, AVX2)
+    for g in (one, three, flat, strided):
+        assert nhwc_pays(g, AVX2), g
+    # a short reduction on a 7-wide row: neither a dividing pixel tile nor the tiles
+    ragged = ConvGeometry(16, 7, 7, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert not nhwc_pays(ragged, AVX2)
+
+
+def test_nhwc_padding_offsets_1kib_pixels_by_a_line():
+    x = te.placeholder((1, 14, 14, 512), "float32", "x")
+    g = ConvGeometry(512, 14, 14, 512, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1)
+    assert [d.value for d in pk._pad_nhwc(x, g).shape] == [1, 16, 16, 512 + 16]
+    x = te.placeholder((1, 14, 14, 96), "float32", "x")
+    g = ConvGeometry(96, 14, 14, 96, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert [d.value for d in pk._pad_nhwc(x, g).shape] == [1, 16, 16, 96]
 
 
 def test_broadcast_to_a_target_shape_reads_nchw():
