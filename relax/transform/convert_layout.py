@@ -69,9 +69,14 @@ class ConvertLayout(Pass):
         The CPU target the kernels are for (it sets the NHWC tile, ``nhwc_pays``); None means
         this machine (``"llvm"``).
     convertible : callable, optional
-        ``convertible(call) -> bool``: whether this NCHW ``conv2d`` call runs in NHWC; the
-        default is ``nhwc_pays`` on the call's geometry for ``target``. ``lambda call: True``
-        converts every convolution the NHWC kernel runs.
+        ``convertible(call) -> bool``: whether this NCHW ``conv2d`` call may run in NHWC; the
+        default is ``nhwc_pays`` on the call's geometry for ``target``.
+    anchor : callable, optional
+        ``anchor(call) -> bool``: whether this convertible call makes its chain worth
+        converting (default: a 1x1 kernel, the layers NHWC runs faster rather than on par).
+        A chain of convolutions joined by elementwise operators and pooling converts when it
+        holds two or more convertible ones and an anchor. ``convertible=lambda call: True,
+        anchor=lambda call: True`` converts every chain the NHWC kernel runs.
 
     Examples
     --------
@@ -80,19 +85,21 @@ class ConvertLayout(Pass):
 
     name = "ConvertLayout"
 
-    def __init__(self, target: "Target | str | None" = None, convertible=None):
+    def __init__(self, target: "Target | str | None" = None, convertible=None, anchor=None):
         self.target = target if isinstance(target, Target) else Target(target or "llvm")
-        if convertible is not None and not callable(convertible):
-            raise TypeError(f"ConvertLayout: convertible must be callable (call) -> bool, got "
-                            f"{type(convertible).__name__}")
+        for what, f in (("convertible", convertible), ("anchor", anchor)):
+            if f is not None and not callable(f):
+                raise TypeError(f"ConvertLayout: {what} must be callable (call) -> bool, got "
+                                f"{type(f).__name__}")
         self.convertible = convertible or self.default_convertible
+        self.anchor = anchor or _one_by_one
 
     def default_convertible(self, call: Call) -> bool:
         g = conv2d_geometry(call)
         return g is not None and nhwc_pays(g, self.target)
 
     def transform_module(self, mod: IRModule) -> IRModule:
-        new = _Converter(mod, self.convertible).visit_module()
+        new = _Converter(mod, self.convertible, self.anchor).visit_module()
         return new if new is mod else DeadCodeElimination()(new)
 
 
@@ -131,6 +138,15 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
     return plan is not None and pk.nhwc_tile_divides(plan)
 
 
+def _one_by_one(call: Call) -> bool:
+    """Whether ``call`` is a convolution with a 1x1 kernel (any layout)."""
+    si = call.args[1].struct_info
+    if not isinstance(si, TensorStructInfo) or si.shape is None or si.ndim != 4:
+        return False
+    k = call.attr_dict["kernel_layout"]
+    return all(getattr(si.shape[k.index(ch)], "value", None) == 1 for ch in "HW")
+
+
 def _tensor4(e: Expr) -> TensorStructInfo | None:
     si = e.struct_info
     if isinstance(si, TensorStructInfo) and si.ndim == 4:
@@ -152,26 +168,32 @@ def _carries_layout(value) -> bool:
                               value.op.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST))
 
 
-def _chained_convs(func: Function, convertible) -> set[int]:
-    """The ids of the binding vars of the convertible convolutions in ``func`` that reach
-    another convertible one through elementwise operators, pooling and copies (both ways:
-    a residual add joins its branches).
-    Those run in NHWC; a convolution alone would pay a permutation on each side for a tile
-    10-20% faster (one layer, a few tenths of a millisecond of permutations against as much
-    saved) and stays NCHW."""
+def _chained_convs(func: Function, convertible, anchor) -> set[int]:
+    """The ids of the binding vars of the convolutions in ``func`` to convert: the convertible
+    ones in chains (joined through elementwise operators, pooling and copies, both ways: a
+    residual add joins its branches) of two or more that hold an ``anchor``. A convolution
+    alone would pay a permutation on each side for a tile 10-20% faster, and a chain of layers
+    NHWC only runs on par (VGG-19's 3x3 layers: 0.96x in all) gains nothing for its two."""
     body = func.body
     if not isinstance(body, SeqExpr):
         return set()
     value_of: dict[int, object] = {}
     users: dict[int, list[Var]] = {}
-    convs: dict[int, bool] = {}
+    convs: dict[int, Var] = {}          # id -> var of the convertible convolutions
+    blocked: set[int] = set()           # the other convolutions
+    anchors: set[int] = set()
     for blk in body.blocks:
         for b in blk.bindings:
             if not isinstance(b, VarBinding):
                 continue
             value_of[id(b.var)] = b.value
             if _op_name(b.value) == "relax.nn.conv2d":
-                convs[id(b.var)] = bool(convertible(b.value))
+                if convertible(b.value):
+                    convs[id(b.var)] = b.var
+                    if anchor(b.value):
+                        anchors.add(id(b.var))
+                else:
+                    blocked.add(id(b.var))
                 inputs = [b.value.args[0]]
             elif _carries_layout(b.value):
                 inputs = [b.value] if isinstance(b.value, Var) else list(b.value.args)
@@ -193,41 +215,54 @@ def _chained_convs(func: Function, convertible) -> set[int]:
             args = []
         return [a for a in args if isinstance(a, Var)]
 
-    def chained(start: Var) -> bool:
-        # the tensors that would be NHWC with ``start``: across elementwise operators and
-        # pooling both ways (a residual add joins its two branches), up to convolutions
-        seen, todo = {id(start)}, inputs(start) + users.get(id(start), [])
+    def neighbours(start: Var) -> list[int]:
+        # the convertible convolutions whose tensors would be NHWC with ``start``'s
+        found, seen, todo = [], {id(start)}, inputs(start) + users.get(id(start), [])
         while todo:
             v = todo.pop()
             if id(v) in seen:
                 continue
             seen.add(id(v))
-            if convs.get(id(v)):
-                return True
-            if id(v) in convs or not _carries_layout(value_of.get(id(v))):
+            if id(v) in convs:
+                found.append(id(v))
+                continue
+            if id(v) in blocked or not _carries_layout(value_of.get(id(v))):
                 continue
             todo.extend(inputs(v) + users.get(id(v), []))
-        return False
+        return found
 
+    parent = {k: k for k in convs}
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+    for k, v in convs.items():
+        for other in neighbours(v):
+            parent[root(other)] = root(k)
+    members: dict[int, list[int]] = {}
+    for k in convs:
+        members.setdefault(root(k), []).append(k)
     out = set()
-    for blk in body.blocks:
-        for b in blk.bindings:
-            if convs.get(id(b.var)) and chained(b.var):
-                out.add(id(b.var))
+    for group in members.values():
+        if len(group) >= 2 and any(k in anchors for k in group):
+            out.update(group)
     return out
 
 
 class _Converter(ExprMutator):
-    def __init__(self, mod, convertible):
+    def __init__(self, mod, convertible, anchor):
         super().__init__(mod)
         self.convertible = convertible
+        self.anchor = anchor
         self.nhwc: set[int] = set()     # ids of the vars this pass bound to NHWC tensors
         self.permuted: dict[int, Var] = {}   # id(NCHW var) -> its permutation to NHWC
         self.chained: set[int] = set()       # ids of the convolutions to convert
         self.binding: Var | None = None      # the var of the binding being rewritten
 
     def visit_function_root(self, name, func):
-        self.chained = _chained_convs(func, self.convertible)
+        self.chained = _chained_convs(func, self.convertible, self.anchor)
         return super().visit_function_root(name, func)
 
     def visit_var_binding(self, b) -> None:
