@@ -281,17 +281,8 @@ def _vector_runs(sch: Schedule, block_rv, loops: list, lanes: int) -> bool:
     the loop. Returns whether it did."""
     loop = sch.get(loops[-1])
     var, extent = loop.loop_var, _extent(loop)
-    blk = sch.get(block_rv)
-    br = tree.find_block(sch.func, blk.name)[0]
-    binding = {iv.var: value for iv, value in zip(blk.iter_vars, br.iter_values)}
-    out = {id(w.buffer) for w in blk.writes}
-    loads = []
-    post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
     runs = set()
-    for ld in loads:
-        if id(ld.buffer) in out:
-            continue
-        idx = [substitute(e, binding) for e in ld.indices]
+    for idx in _input_indices(sch, block_rv):
         last = idx[-1]
         if not _uses(last, var):
             if any(_uses(e, var) for e in idx):
@@ -336,16 +327,12 @@ def _transpose_tiles(sch: Schedule, block_rv, loops: list, work: int) -> bool:
     ``28 x 28 x 512`` took 1.17 ms, the input's lines evicted from L1 before their next
     channel is read; tiled, 0.17 ms (Zen 3). Returns False when the block is not such a copy
     or needs no tiles."""
-    blk = sch.get(block_rv)
-    if not isinstance(blk.body, BufferStore):
+    if not isinstance(sch.get(block_rv).body, BufferStore):
         return False
-    br = tree.find_block(sch.func, blk.name)[0]
-    binding = {iv.var: value for iv, value in zip(blk.iter_vars, br.iter_values)}
-    loads = []
-    post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
-    if len(loads) != 1:
+    reads = _input_indices(sch, block_rv)
+    if len(reads) != 1:
         return False
-    last = substitute(loads[0].indices[-1], binding)
+    last = reads[0][-1]
     vars_ = [sch.get(rv).loop_var for rv in loops]
     inner = [k for k, v in enumerate(vars_[:-1]) if _unit_stride(last, v)]
     if not inner or inner[0] == len(loops) - 2:
@@ -364,23 +351,27 @@ def _transpose_tiles(sch: Schedule, block_rv, loops: list, work: int) -> bool:
     return True
 
 
+def _input_indices(sch: Schedule, block_rv) -> list[list[PrimExpr]]:
+    """The indices of each read of ``block_rv``'s inputs (not of what it writes), in terms of
+    the loop variables."""
+    blk = sch.get(block_rv)
+    br = tree.find_block(sch.func, blk.name)[0]
+    binding = {iv.var: value for iv, value in zip(blk.iter_vars, br.iter_values)}
+    out = {id(w.buffer) for w in blk.writes}
+    loads = []
+    post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+    return [[substitute(e, binding) for e in ld.indices] for ld in loads
+            if id(ld.buffer) not in out]
+
+
 def _strided_reads(sch: Schedule, block_rv, loop_rv) -> bool:
     """Whether vectorizing ``loop_rv`` would gather some input: its variable outside the last
     index (a transpose) or scaled in it by other than 1 to 4 (the code generator loads strides
     of 2 to 4 as one wide load and a shuffle). Gathers measured 50-70x slower than a scalar
     loop on this machine's AVX-512 (Zen 4), so such loops stay scalar (LLVM vectorizes them
     with shuffles where it can)."""
-    blk = sch.get(block_rv)
-    br = tree.find_block(sch.func, blk.name)[0]
     var = sch.get(loop_rv).loop_var
-    binding = {iv.var: value for iv, value in zip(blk.iter_vars, br.iter_values)}
-    out = {id(w.buffer) for w in blk.writes}
-    loads = []
-    post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
-    for ld in loads:
-        if id(ld.buffer) in out:
-            continue
-        idx = [substitute(e, binding) for e in ld.indices]
+    for idx in _input_indices(sch, block_rv):
         for k, e in enumerate(idx):
             if _uses(e, var) and (k != len(idx) - 1 or _coeff(e, var) not in VECTOR_STRIDES):
                 return True
@@ -913,13 +904,14 @@ def _position_chunk(tiles: int, tile_len: int, target: Target) -> int:
     return max(fits, default=1)
 
 
-def _conv_tile_block(sch: Schedule, name: str, keys: tuple):
-    """(block, its integer annotations ``keys``, its 7 loops) of a packed 2-D convolution
-    block (batch, three spatial loops, three reduction loops)."""
+def _conv_tile_block(sch: Schedule, name: str, keys: tuple, count: int = 7):
+    """(block, its integer annotations ``keys``, its ``count`` loops) of a packed 2-D
+    convolution block (batch, three spatial loops, three reduction loops; two spatial loops
+    over a flattened plane)."""
     block = sch.get_block(name)
     blk = sch.get(block)
     loops = sch.get_loops(block)
-    if len(loops) != 7:
+    if len(loops) != count:
         raise ScheduleError("conv2d", f"block {name}: unexpected loop nest", blk)
     return block, tuple(_ann_int(blk, k) for k in keys), loops
 
@@ -1140,32 +1132,25 @@ def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
     panel) accumulates in registers over ``(ry, rx, rc)``: per step ``rows`` broadcast inputs,
     ``width / lanes`` vector loads of the panel, ``rows * width / lanes`` FMAs. Image rows
     (with the batch) run in parallel; the epilogue is computed in the write-back."""
-    block = sch.get_block(name)
-    if _ann_int(sch.get(block), "flat", 0):
-        # tiles of the whole plane's pixels (a 1x1 unit-stride layer: output pixel p reads
-        # input pixel p), so 4 pixels divide a 14 x 14 plane that no 4-6 divide by rows
-        rows, width = (_ann_int(sch.get(block), k) for k in ("rows", "width"))
-        loops = sch.get_loops(block)
-        if len(loops) != 6:
-            raise ScheduleError("conv2d", f"block {name}: unexpected loop nest", sch.get(block))
-        b, p, o, ry, rx, rc = loops
-        o0, o1 = sch.split(o, [None, width])
-        x0, x1 = sch.split(p, [None, rows])
-        sch.reorder(b, x0, o0, ry, rx, rc, x1, o1)
-        par = next((rv for rv in (x0, o0) if (_extent(sch.get(rv)) or 0) >= 2 * _cores(target)),
-                   x0)
-        outer = 3
+    # ``flat``: tiles of the whole plane's pixels (a 1x1 unit-stride layer: output pixel p
+    # reads input pixel p), so 4 pixels divide a 14 x 14 plane that no 4-6 divide by rows
+    flat = _ann_int(sch.get(sch.get_block(name)), "flat", 0)
+    block, (rows, width), loops = _conv_tile_block(sch, name, ("rows", "width"),
+                                                   6 if flat else 7)
+    if flat:
+        (b, x, o, ry, rx, rc), rows_of = loops, []
     else:
-        block, (rows, width), loops = _conv_tile_block(sch, name, ("rows", "width"))
         b, y, x, o, ry, rx, rc = loops
-        o0, o1 = sch.split(o, [None, width])
-        x0, x1 = sch.split(x, [None, rows])
-        sch.reorder(b, y, x0, o0, ry, rx, rc, x1, o1)
-        # one parallel loop, not a fused one (see _schedule_conv_nchw): the image rows, or the
-        # first of the loops below them with enough iterations
-        par = next((rv for rv in (y, x0, o0) if (_extent(sch.get(rv)) or 0) >= 2 * _cores(target)),
-                   y)
-        outer = 4
+        rows_of = [y]
+    o0, o1 = sch.split(o, [None, width])
+    x0, x1 = sch.split(x, [None, rows])
+    sch.reorder(b, *rows_of, x0, o0, ry, rx, rc, x1, o1)
+    # one parallel loop, not a fused one (see _schedule_conv_nchw): the image rows, or the
+    # first of the loops below them with enough iterations
+    candidates = rows_of + [x0, o0]
+    par = next((rv for rv in candidates if (_extent(sch.get(rv)) or 0) >= 2 * _cores(target)),
+               candidates[0])
+    outer = len(rows_of) + 3
     sch.parallel(par)
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, o0)

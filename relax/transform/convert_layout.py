@@ -177,7 +177,7 @@ def _chained_convs(func: Function, convertible, anchor) -> set[int]:
     body = func.body
     if not isinstance(body, SeqExpr):
         return set()
-    value_of: dict[int, object] = {}
+    inputs_of: dict[int, list[Var]] = {}  # the convolutions and layout carriers: their inputs
     users: dict[int, list[Var]] = {}
     convs: dict[int, Var] = {}          # id -> var of the convertible convolutions
     blocked: set[int] = set()           # the other convolutions
@@ -186,7 +186,6 @@ def _chained_convs(func: Function, convertible, anchor) -> set[int]:
         for b in blk.bindings:
             if not isinstance(b, VarBinding):
                 continue
-            value_of[id(b.var)] = b.value
             if _op_name(b.value) == "relax.nn.conv2d":
                 if convertible(b.value):
                     convs[id(b.var)] = b.var
@@ -194,30 +193,19 @@ def _chained_convs(func: Function, convertible, anchor) -> set[int]:
                         anchors.add(id(b.var))
                 else:
                     blocked.add(id(b.var))
-                inputs = [b.value.args[0]]
+                args = [b.value.args[0]]
             elif _carries_layout(b.value):
-                inputs = [b.value] if isinstance(b.value, Var) else list(b.value.args)
+                args = [b.value] if isinstance(b.value, Var) else list(b.value.args)
             else:
                 continue
-            for a in inputs:
-                if isinstance(a, Var):
-                    users.setdefault(id(a), []).append(b.var)
-
-    def inputs(v: Var) -> list[Var]:
-        value = value_of.get(id(v))
-        if _op_name(value) == "relax.nn.conv2d":
-            args = [value.args[0]]
-        elif isinstance(value, Var):
-            args = [value]
-        elif value is not None and _carries_layout(value):
-            args = list(value.args)
-        else:
-            args = []
-        return [a for a in args if isinstance(a, Var)]
+            inputs_of[id(b.var)] = [a for a in args if isinstance(a, Var)]
+            for a in inputs_of[id(b.var)]:
+                users.setdefault(id(a), []).append(b.var)
 
     def neighbours(start: Var) -> list[int]:
         # the convertible convolutions whose tensors would be NHWC with ``start``'s
-        found, seen, todo = [], {id(start)}, inputs(start) + users.get(id(start), [])
+        found, seen = [], {id(start)}
+        todo = inputs_of[id(start)] + users.get(id(start), [])
         while todo:
             v = todo.pop()
             if id(v) in seen:
@@ -226,9 +214,9 @@ def _chained_convs(func: Function, convertible, anchor) -> set[int]:
             if id(v) in convs:
                 found.append(id(v))
                 continue
-            if id(v) in blocked or not _carries_layout(value_of.get(id(v))):
-                continue
-            todo.extend(inputs(v) + users.get(id(v), []))
+            if id(v) in blocked or id(v) not in inputs_of:
+                continue    # an unconverted convolution, a parameter, another operator
+            todo.extend(inputs_of[id(v)] + users.get(id(v), []))
         return found
 
     parent = {k: k for k in convs}

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tensorir import dtype as dt
 from tensorir import te
 from tensorir.expr import IntImm, PrimExpr
 
@@ -328,10 +329,9 @@ def _pad_nhwc(data: te.Tensor, g: ConvGeometry) -> te.Tensor:
     pt, pl = g.padding[0], g.padding[1]
     hp, wp = g.padded
     zero = te.const(0, data.dtype)
-    channels = g.in_channels
-    line = 64 // _dtype_bytes(data.dtype)
-    if (channels * _dtype_bytes(data.dtype)) % PIXEL_PITCH_ALIAS == 0:
-        channels += line
+    channels, itemsize = g.in_channels, max(1, dt.bits(data.dtype) // 8)
+    if (channels * itemsize) % PIXEL_PITCH_ALIAS == 0:
+        channels += 64 // itemsize
 
     def pad_value(b, y, x, c):
         inside = te.all(y >= pt, y < pt + g.height, x >= pl, x < pl + g.width,
@@ -340,10 +340,6 @@ def _pad_nhwc(data: te.Tensor, g: ConvGeometry) -> te.Tensor:
                                zero)
     return te.compute((data.shape[0], hp, wp, channels), pad_value, "data_pad",
                       attrs={SCHEDULE_RULE: RULE_PAD})
-
-
-def _dtype_bytes(dtype: str) -> int:
-    return max(1, int("".join(ch for ch in dtype if ch.isdigit()) or 32) // 8)
 
 
 def pack_conv2d_nchw_weight(weight: te.Tensor, kernel_layout: str, oc_block: int) -> te.Tensor:
