@@ -5,8 +5,9 @@
 ``TILECRAFT_PROFILE_THREADS``: threads per side, default 2) builds the model untuned, runs
 ``VirtualMachine.profile`` and onnxruntime's own profiler in interleaved rounds (the same input,
 the same threads), and groups both sides' kernel times by what they compute:
-the operator kind (``conv``, ``max_pool``, ``avg_pool``, ``dense``, ...) and the output shape
-``(C, H, W)``. Writes ``benchmarks/results/layer_profile.json`` and prints one row per
+the operator kind (``conv``, ``max_pool``, ``avg_pool``, ``dense``, ...), the output shape
+``(C, H, W)`` and, for a convolution, its input channels and kernel (``layer``: ``64 in 3x3``;
+a grouped one's multiply-adds per output, ``64 in 9``). Writes ``benchmarks/results/layer_profile.json`` and prints one row per
 group, slowest first: ``ours_ms`` / ``ort_ms`` (per model run, summed over the group's
 kernels), ``ratio`` (ort / ours: above 1 we are faster), and the kernel counts.
 
@@ -26,6 +27,8 @@ from collections import defaultdict
 import targets
 from relax import VirtualMachine, build, extract_tasks
 from relax.frontend import from_onnx
+from tensorir.functor import post_order_visit
+from tensorir.stmt import Block
 
 from .zoo.models import light
 from .zoo.run import _ort_session
@@ -54,14 +57,48 @@ def _chw(dims, nhwc: bool = False) -> tuple:
     return tuple(dims[1:])
 
 
+def _conv_layer(in_channels: int, macs: int) -> str:
+    """A convolution's input channels and multiply-adds per output as a row label:
+    ``64 in 3x3`` (576 = 64 x 3 x 3), ``64 in 9`` for a depthwise 3x3."""
+    taps, rest = divmod(macs, in_channels)
+    side = round(taps ** 0.5)
+    if not rest and taps and side * side == taps:
+        return f"{in_channels} in {side}x{side}"
+    return f"{in_channels} in {macs}"
+
+
+def _reduction_length(func) -> int:
+    """The multiply-adds per output of ``func``'s longest reduction block (a convolution's
+    input channels per group x kernel taps)."""
+    longest = [1]
+
+    def visit(node):
+        if isinstance(node, Block) and any(iv.kind == "reduce" for iv in node.iter_vars):
+            n = 1
+            for iv in node.iter_vars:
+                if iv.kind == "reduce":
+                    n *= int(iv.dom.extent.value)
+            longest[0] = max(longest[0], n)
+
+    post_order_visit(func.body, visit)
+    return longest[0]
+
+
 def _our_shapes(mod) -> dict[str, tuple]:
-    """Kernel name -> output shape (without the batch, channels first whatever the kernel's
-    layout), from the kernels ``build`` schedules."""
+    """Kernel name -> (output shape without the batch, channels first whatever the kernel's
+    layout; for a convolution its input channels and multiply-adds per output, else ""),
+    from the kernels ``build`` schedules (the packed weights' shapes differ by kernel, the
+    input's does not)."""
     shapes = {}
     for task in extract_tasks(mod, "llvm", baselines=False):
         out = task.func.buffer_map[-1][1]
         nhwc = "nhwc" in task.name
-        shapes[task.name] = _chw((d.value for d in out.shape), nhwc)
+        layer = ""
+        if our_kind(task.name) == "conv":
+            data = task.func.buffer_map[0][1]
+            cin = _chw((d.value for d in data.shape), nhwc)[0]
+            layer = _conv_layer(cin, _reduction_length(task.func))
+        shapes[task.name] = (_chw((d.value for d in out.shape), nhwc), layer)
     return shapes
 
 
@@ -88,10 +125,10 @@ def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5,
         report = vm.profile(*args, number=runs)
         for row in report.rows:
             if row["name"] == "(vm)":
-                key = ("vm", ())
+                key = ("vm", (), "")
             else:
                 kernel = next((n for n in names if row["name"].startswith(n)), None)
-                key = (our_kind(row["name"]), shapes.get(kernel, ()))
+                key = (our_kind(row["name"]), *shapes.get(kernel, ((), "")))
             ours[key] += row["total_ms"] / runs / rounds
             if r == 0:
                 counts[key][0] += 1
@@ -119,14 +156,21 @@ def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5,
         dims = next(iter(out[0].values()), []) if out and out[0] else []
         op = args_.get("op_name", "")
         kind = ORT_KINDS.get(op, op.lower())
-        key = ("reorder", ()) if kind == "reorder" else (kind, _chw(dims))
+        layer = ""
+        if kind == "conv":
+            ins = [next(iter(t.values()), []) for t in args_.get("input_type_shape", [])]
+            if len(ins) >= 2 and len(ins[1]) == 4:      # weight (O, I/groups, KH, KW)
+                layer = _conv_layer(int(ins[0][1]),
+                                    int(ins[1][1]) * int(ins[1][2]) * int(ins[1][3]))
+        key = ("reorder", (), "") if kind == "reorder" else (kind, _chw(dims), layer)
         theirs[key] += e["dur"] / 1e3 / measured
         if seen_runs == skip:
             counts[key][1] += 1
     rows = []
     for key in sorted(set(ours) | set(theirs), key=lambda k: -max(ours[k], theirs[k])):
-        kind, shape = key
-        row = {"kind": kind, "shape": "x".join(map(str, shape)), "ours_ms": ours[key],
+        kind, shape, layer = key
+        row = {"kind": kind, "shape": "x".join(map(str, shape)), "layer": layer,
+               "ours_ms": ours[key],
                "ort_ms": theirs[key], "ours_kernels": counts[key][0],
                "ort_kernels": counts[key][1]}
         if ours[key] and theirs[key]:
@@ -152,5 +196,5 @@ if __name__ == "__main__":
     ensure_clean_openblas_env()
     result = run()
     write_results("layer_profile", result)
-    print_table(result, ["kind", "shape", "ours_ms", "ort_ms", "ratio", "ours_kernels",
+    print_table(result, ["kind", "shape", "layer", "ours_ms", "ort_ms", "ratio", "ours_kernels",
                          "ort_kernels"])

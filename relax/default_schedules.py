@@ -1142,18 +1142,32 @@ def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
     else:
         b, y, x, o, ry, rx, rc = loops
         rows_of = [y]
+    pixels = _extent(sch.get(x))
     o0, o1 = sch.split(o, [None, width])
     x0, x1 = sch.split(x, [None, rows])
-    sch.reorder(b, *rows_of, x0, o0, ry, rx, rc, x1, o1)
     # one parallel loop, not a fused one (see _schedule_conv_nchw): the image rows, or the
-    # first of the loops below them with enough iterations
+    # first of the loops below them with enough iterations that split evenly over the cores
+    # (a 7 x 7 plane's 9 tiles of 6 pixels on two cores, one of them a single pixel, kept a
+    # core idle for a ninth of the time: its 16-channel panels split instead)
+    cores = _cores(target)
     candidates = rows_of + [x0, o0]
-    par = next((rv for rv in candidates if (_extent(sch.get(rv)) or 0) >= 2 * _cores(target)),
-               candidates[0])
+
+    def balance(rv) -> float:
+        extent = _extent(sch.get(rv))
+        if rv is not x0 or pixels is None or pixels % rows == 0:
+            return _balance(extent, cores)
+        # the ragged last tile is part of a tile's work
+        return pixels / rows / (cores * -(-extent // cores))
+
+    enough = [rv for rv in candidates if (_extent(sch.get(rv)) or 0) >= 2 * cores]
+    par = next((rv for rv in enough if balance(rv) >= 0.95),
+               enough[0] if enough else candidates[0])
+    tiles = [o0, x0] if par is o0 else [x0, o0]
+    sch.reorder(b, *rows_of, *tiles, ry, rx, rc, x1, o1)
     outer = len(rows_of) + 3
     sch.parallel(par)
     acc = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(acc, o0)
+    sch.reverse_compute_at(acc, tiles[1])
     _fuse_epilogue(sch, acc)
     init = sch.decompose_reduction(block, ry)
     sch.unroll(x1)

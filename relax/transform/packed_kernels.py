@@ -55,7 +55,7 @@ __all__ = ["SCHEDULE_RULE", "RULE_CONV_NCHW", "RULE_CONV_NHWC", "RULE_DENSE", "R
            "RULE_CONV_NCHW_CVEC", "ConvGeometry", "NchwPlan", "plan_conv2d_nchw", "conv2d_nchw_packed",
            "ChannelVectorPlan", "plan_conv2d_nchw_cvec", "cvec_tiles_plan", "conv2d_nchw_cvec",
            "nchw_kernel_plan",
-           "nchw_plan_candidates", "nhwc_kernel_plan", "nhwc_tile_divides", "plan_to_json", "plan_from_json",
+           "nchw_plan_candidates", "nhwc_kernel_plan", "nhwc_tile_fills", "plan_to_json", "plan_from_json",
            "pack_conv2d_nchw_weight", "NhwcPlan", "plan_conv2d_nhwc", "conv2d_nhwc_packed",
            "pack_conv2d_nhwc_weight", "dense_panel_width", "dense_packed", "pack_dense_weight",
            "pool2d_nchw_phased", "pool2d_nchw_separable", "RULE_POOL", "RULE_POOL_ROWS",
@@ -861,6 +861,11 @@ def conv2d_nchw_cvec(data: te.Tensor, weight: te.Tensor, plan: ChannelVectorPlan
 # NHWC: pixels x channels
 
 
+# with 16 vector registers, a row (or plane) of at least this many full NHWC tiles takes
+# them with a ragged last tile rather than a smaller tile that divides it
+RAGGED_MIN_TILES = 4
+
+
 @dataclass(frozen=True)
 class NhwcPlan:
     """The tile of ``conv2d_nhwc_packed``: ``rows`` output pixels of one image row x ``width``
@@ -896,10 +901,21 @@ def plan_conv2d_nhwc(g: ConvGeometry, lanes: int, registers: int) -> NhwcPlan | 
     budget = (24 if registers >= 32 else 12) // vectors
     ow = g.out_w
     fits = [m for m in range(min(budget, ow), 3, -1) if ow % m == 0]
-    if not fits and _pixel_aligned(g):
-        # tiles across rows: 14 x 14 takes 4 pixels (196 = 49 x 4) where no tile of 4-6
-        # divides the 14-pixel row (a ragged 6 + 6 + 2)
+    # 16 registers: a full tile with a ragged last one beats a smaller tile that divides
+    # the row once the row holds RAGGED_MIN_TILES of them (Zen 3, one layer each: 6 pixels
+    # against 4 on 56- and 28-wide rows ran 1.0-1.12x, the 3x3 layers most; on 14- and
+    # 7-wide rows, 6 + 6 + 2 and 6 + 1, 0.75-0.9x the channel-vector tiles)
+    ragged = registers < 32 and g.groups == 1
+    if fits and (fits[0] == budget or not ragged or ow < RAGGED_MIN_TILES * budget):
+        return NhwcPlan(g, fits[0], width, lanes)
+    if ragged and ow >= RAGGED_MIN_TILES * budget:
+        return NhwcPlan(g, budget, width, lanes)
+    if _pixel_aligned(g):
+        # tiles across rows: the plane's pixels in one axis (a 14 x 14 plane takes 6 x 32
+        # + 4 where 6 + 6 + 2 splits each row)
         plane = g.out_h * ow
+        if ragged and plane >= RAGGED_MIN_TILES * budget:
+            return NhwcPlan(g, budget, width, lanes, flat=True)
         flat = [m for m in range(min(budget, plane), 3, -1) if plane % m == 0]
         if flat:
             return NhwcPlan(g, flat[0], width, lanes, flat=True)
@@ -915,19 +931,20 @@ def _pixel_aligned(g: ConvGeometry) -> bool:
 
 def nhwc_kernel_plan(g: ConvGeometry, lanes: int,
                      registers: int) -> "NhwcPlan | ChannelVectorPlan | None":
-    """The NHWC kernel for ``g``: the pixels x channels tile (``plan_conv2d_nhwc``) when its
-    pixels divide the row (or the plane) with 8 or more accumulators; else, with 16 registers
+    """The NHWC kernel for ``g``: the pixels x channels tile (``plan_conv2d_nhwc``) when it
+    fills the row (or the plane) with 8 or more accumulators (``nhwc_tile_fills``); else,
+    with 16 registers
     and a long reduction (512 or more multiply-adds per output, as in ``nchw_kernel_plan``),
     the channel-vector tiles across rows (``cvec_tiles_plan``, run by
     ``conv2d_nchw_cvec(..., layout="NHWC")``): 3 pixels of the flattened plane, the reduction
-    in chunks whose weights stay in L1. On Zen 3 they ran ResNet-50's 1x1 layers at 7 x 7
-    1.07x and its strided 1x1 ones 1.09-1.20x faster than the NCHW kernels, where the ragged
-    pixel tile (6 + 1 on a 7-wide row) ran 0.73-0.84x. None for a grouped convolution whose
-    tile would span groups.
+    in chunks whose weights stay in L1. On Zen 3 they ran ResNet-50's strided 1x1 layers
+    1.09-1.20x faster than the NCHW kernels, where the ragged pixel tile (6 + 1 on a 7-wide
+    row) ran 0.73-0.84x; its 3x3 layers on 14- and 7-wide rows 1.1-1.3x faster than that
+    tile. None for a grouped convolution whose tile would span groups.
 
     Examples
     --------
-    >>> g = ConvGeometry(2048, 7, 7, 512, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    >>> g = ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     >>> type(nhwc_kernel_plan(g, 8, 16)).__name__
     'ChannelVectorPlan'
     >>> g = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
@@ -935,7 +952,7 @@ def nhwc_kernel_plan(g: ConvGeometry, lanes: int,
     'NhwcPlan'
     """
     plan = plan_conv2d_nhwc(g, lanes, registers)
-    if plan is None or nhwc_tile_divides(plan):
+    if plan is None or nhwc_tile_fills(plan):
         return plan
     if registers < 32 and g.in_per_group * g.kernel[0] * g.kernel[1] >= 512 and \
             not g.is_depthwise:
@@ -945,12 +962,14 @@ def nhwc_kernel_plan(g: ConvGeometry, lanes: int,
     return plan
 
 
-def nhwc_tile_divides(plan: NhwcPlan) -> bool:
-    """Whether the NHWC tile's pixels divide its row (or, ``flat``, its plane) with 8 or more
-    accumulators: no ragged tile at the end of each row."""
+def nhwc_tile_fills(plan: NhwcPlan) -> bool:
+    """Whether the NHWC tile fills its row (or, ``flat``, its plane) with 8 or more
+    accumulators: its pixels divide the row, or the row holds ``RAGGED_MIN_TILES`` tiles or
+    more, so that the ragged one at its end is a small part of the work."""
     g = plan.geometry
     pixels = g.out_h * g.out_w if plan.flat else g.out_w
-    return pixels % plan.rows == 0 and plan.rows * (plan.width // plan.lanes) >= 8
+    spread = pixels % plan.rows == 0 or pixels >= RAGGED_MIN_TILES * plan.rows
+    return spread and plan.rows * (plan.width // plan.lanes) >= 8
 
 
 def pack_conv2d_nhwc_weight(weight: te.Tensor, kernel_layout: str, width: int) -> te.Tensor:

@@ -271,8 +271,10 @@ def nhwc_conv_module(c, hw, o, k, stride, pad, residual):
 
 
 @pytest.mark.parametrize("c,hw,o,k,stride,pad,residual,kind", [
-    (64, 14, 32, 1, 1, 0, True, "flat"),        # 196 pixels in tiles of 4 across rows
-    (512, 7, 32, 1, 1, 0, True, "tiles"),       # long reduction, 7-wide rows: cvec tiles
+    (64, 14, 32, 1, 1, 0, True, "flat"),        # 196 pixels: 32 tiles of 6 + 4 across rows
+    (512, 7, 32, 1, 1, 0, True, "flat"),        # 49 pixels: 8 tiles of 6 + 1 across rows
+    (512, 14, 32, 1, 2, 0, True, "tiles"),      # strided, long reduction, 7-wide rows: cvec
+    (64, 28, 32, 3, 1, 1, True, "rows"),        # 28-wide rows: 4 tiles of 6 + 4
     (64, 13, 32, 3, 2, 1, False, "tiles"),      # strided 3x3 with padding, 576 MACs/output
     (256, 13, 32, 3, 2, 1, False, "tiles"),     # 1 KiB pixels: padded with a line of channels
     (256, 9, 32, 3, 2, 1, True, "rows"),        # the same on the pixel tiles (5 divide 5)
@@ -292,10 +294,26 @@ def test_nhwc_kernels_without_a_row_tile_match_numpy(c, hw, o, k, stride, pad, r
                                    ref(xv, rv), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("c,hw,o,k,stride,pad,registers,rows,flat", [
+    (64, 56, 64, 3, 1, 1, 16, 6, False),    # 9 tiles of 6 + 2, not 14 of 4
+    (128, 28, 128, 3, 1, 1, 16, 6, False),  # 4 tiles of 6 + 4, not 7 of 4
+    (64, 20, 64, 3, 1, 1, 16, 5, False),    # 3 tiles of 6 + 2 would be too ragged: 4 of 5
+    (256, 14, 1024, 1, 1, 0, 16, 6, True),  # the plane: 32 tiles of 6 + 4
+    (64, 56, 64, 3, 1, 1, 32, 8, False),    # 32 registers: a dividing tile (unmeasured)
+])
+def test_nhwc_tile_takes_ragged_rows_with_16_registers(c, hw, o, k, stride, pad, registers,
+                                                       rows, flat):
+    g = ConvGeometry(c, hw, hw, o, (k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
+    lanes = 16 if registers == 32 else 8
+    plan = pk.nhwc_kernel_plan(g, lanes, registers)
+    assert isinstance(plan, pk.NhwcPlan) and (plan.rows, plan.flat) == (rows, flat)
+    assert pk.nhwc_tile_fills(plan)
+
+
 def test_nhwc_tiles_copy_reads_channel_runs():
     # the copy out of the channel-blocked tile buffer is vectorized in runs of the tile's
     # width (it reads ``[.., o // 32, p, o % 32]``), not left scalar as a transpose
-    mod, _, _ = nhwc_conv_module(512, 7, 64, 1, 1, 0, False)
+    mod, _, _ = nhwc_conv_module(512, 7, 64, 3, 1, 1, False)
     tasks = [t for t in relax.extract_tasks(mod, HASWELL, baselines=False) if "conv" in t.name]
     func = ds.apply(tasks[0].func, targets.Target(HASWELL))
     assert "conv2d_tiles" in func.script()
