@@ -1154,7 +1154,7 @@ def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
 
     def balance(rv) -> float:
         extent = _extent(sch.get(rv))
-        if rv is not x0 or pixels is None or pixels % rows == 0:
+        if rv is not x0 or pixels is None or pixels % rows == 0 or cores <= 1:
             return _balance(extent, cores)
         # the ragged last tile is part of a tile's work
         return pixels / rows / (cores * -(-extent // cores))

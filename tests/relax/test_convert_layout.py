@@ -310,6 +310,27 @@ def test_nhwc_tile_takes_ragged_rows_with_16_registers(c, hw, o, k, stride, pad,
     assert pk.nhwc_tile_fills(plan)
 
 
+@pytest.mark.parametrize("hw,cores,parallel_extent", [
+    (7, 2, 4),      # 9 tiles of 6 over 49 pixels split badly on 2 cores: the 4 panels
+    (14, 2, 33),    # 33 tiles over 196 pixels split well: the tiles
+    (7, 1, 9),      # one core: the first loop with work for it
+])
+def test_nhwc_plane_tiles_run_in_parallel_where_they_split_evenly(hw, cores, parallel_extent):
+    mod, ref, oh = nhwc_conv_module(64, hw, 64, 1, 1, 0, True)
+    target = f"{HASWELL} -num-cores={cores}"
+    tasks = [t for t in relax.extract_tasks(mod, target, baselines=False) if "conv" in t.name]
+    func = ds.apply(tasks[0].func, targets.Target(target))
+    loops = []
+    post_order_visit(func.body, lambda s: loops.append(s) if isinstance(s, For) else None)
+    parallel = [f.extent.value for f in loops if f.kind == "parallel"]
+    assert parallel == [parallel_extent]
+    exe = relax.build(mod, target)
+    vm = relax.VirtualMachine(exe, targets.cpu(0))
+    xv, rv = rand(1, hw, hw, 64), rand(1, oh, oh, 64)
+    np.testing.assert_allclose(vm["main"](targets.array(xv), targets.array(rv)).numpy(),
+                               ref(xv, rv), rtol=1e-4, atol=1e-4)
+
+
 def test_nhwc_tiles_copy_reads_channel_runs():
     # the copy out of the channel-blocked tile buffer is vectorized in runs of the tile's
     # width (it reads ``[.., o // 32, p, o % 32]``), not left scalar as a transpose
