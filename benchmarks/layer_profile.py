@@ -7,9 +7,10 @@
 the same threads), and groups both sides' kernel times by what they compute:
 the operator kind (``conv``, ``max_pool``, ``avg_pool``, ``dense``, ...), the output shape
 ``(C, H, W)`` and, for a convolution, its input channels and kernel (``layer``: ``64 in 3x3``;
-a grouped one's multiply-adds per output, ``64 in 9``). Writes ``benchmarks/results/layer_profile.json`` and prints one row per
-group, slowest first: ``ours_ms`` / ``ort_ms`` (per model run, summed over the group's
-kernels), ``ratio`` (ort / ours: above 1 we are faster), and the kernel counts.
+a grouped one's multiply-adds per output, ``64 in 9``). Writes
+``benchmarks/results/layer_profile.json`` and prints one row per group, slowest first:
+``ours_ms`` / ``ort_ms`` (per model run, summed over the group's kernels), ``ratio``
+(ort / ours: above 1 we are faster), and the kernel counts.
 
 Why in the model and not layer by layer: a single layer run in onnxruntime pays for the copies
 into and out of its NCHWc layout (``ReorderInput`` / ``ReorderOutput``) that a whole model
@@ -20,6 +21,7 @@ ours ``vm`` (the time outside kernels) are listed on their own.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections import defaultdict
@@ -70,18 +72,16 @@ def _conv_layer(in_channels: int, macs: int) -> str:
 def _reduction_length(func) -> int:
     """The multiply-adds per output of ``func``'s longest reduction block (a convolution's
     input channels per group x kernel taps)."""
-    longest = [1]
+    lengths = [1]
 
     def visit(node):
-        if isinstance(node, Block) and any(iv.kind == "reduce" for iv in node.iter_vars):
-            n = 1
-            for iv in node.iter_vars:
-                if iv.kind == "reduce":
-                    n *= int(iv.dom.extent.value)
-            longest[0] = max(longest[0], n)
+        if isinstance(node, Block):
+            extents = [int(iv.dom.extent.value) for iv in node.iter_vars if iv.kind == "reduce"]
+            if extents:
+                lengths.append(math.prod(extents))
 
     post_order_visit(func.body, visit)
-    return longest[0]
+    return max(lengths)
 
 
 def _our_shapes(mod) -> dict[str, tuple]:

@@ -885,12 +885,13 @@ def _schedule_conv_nchw(sch: Schedule, name: str, target: Target) -> None:
         _finish_tile_block(sch, acc, outer)
 
 
-def _balance(extent: int, cores: int) -> float:
-    """The share of the cores' time in use when a parallel loop of ``extent`` equal
-    iterations runs in even chunks on ``cores`` cores (7 on 2: 0.875)."""
+def _balance(extent: int, cores: int, last: float = 1.0) -> float:
+    """The share of the cores' time in use when a parallel loop of ``extent`` iterations runs
+    in even chunks on ``cores`` cores (7 on 2: 0.875), its last iteration ``last`` of the
+    others' work (a ragged tile)."""
     if cores <= 1 or extent <= 0:
         return 1.0
-    return extent / (cores * -(-extent // cores))
+    return (extent - 1 + last) / (cores * -(-extent // cores))
 
 
 def _position_chunk(tiles: int, tile_len: int, target: Target) -> int:
@@ -1133,7 +1134,8 @@ def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
     ``width / lanes`` vector loads of the panel, ``rows * width / lanes`` FMAs. Image rows
     (with the batch) run in parallel; the epilogue is computed in the write-back."""
     # ``flat``: tiles of the whole plane's pixels (a 1x1 unit-stride layer: output pixel p
-    # reads input pixel p), so 4 pixels divide a 14 x 14 plane that no 4-6 divide by rows
+    # reads input pixel p), so a 14 x 14 plane takes 32 tiles of 6 and one of 4 where each
+    # row would split 6 + 6 + 2
     flat = _ann_int(sch.get(sch.get_block(name)), "flat", 0)
     block, (rows, width), loops = _conv_tile_block(sch, name, ("rows", "width"),
                                                    6 if flat else 7)
@@ -1153,11 +1155,8 @@ def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
     candidates = rows_of + [x0, o0]
 
     def balance(rv) -> float:
-        extent = _extent(sch.get(rv))
-        if rv is not x0 or pixels is None or pixels % rows == 0 or cores <= 1:
-            return _balance(extent, cores)
-        # the ragged last tile is part of a tile's work
-        return pixels / rows / (cores * -(-extent // cores))
+        ragged = rv is x0 and pixels is not None and pixels % rows
+        return _balance(_extent(sch.get(rv)), cores, (pixels % rows) / rows if ragged else 1.0)
 
     enough = [rv for rv in candidates if (_extent(sch.get(rv)) or 0) >= 2 * cores]
     par = next((rv for rv in enough if balance(rv) >= 0.95),

@@ -55,7 +55,8 @@ __all__ = ["SCHEDULE_RULE", "RULE_CONV_NCHW", "RULE_CONV_NHWC", "RULE_DENSE", "R
            "RULE_CONV_NCHW_CVEC", "ConvGeometry", "NchwPlan", "plan_conv2d_nchw", "conv2d_nchw_packed",
            "ChannelVectorPlan", "plan_conv2d_nchw_cvec", "cvec_tiles_plan", "conv2d_nchw_cvec",
            "nchw_kernel_plan",
-           "nchw_plan_candidates", "nhwc_kernel_plan", "nhwc_tile_fills", "plan_to_json", "plan_from_json",
+           "nchw_plan_candidates", "nhwc_kernel_plan", "nhwc_tile_fills", "plan_to_json",
+           "plan_from_json",
            "pack_conv2d_nchw_weight", "NhwcPlan", "plan_conv2d_nhwc", "conv2d_nhwc_packed",
            "pack_conv2d_nhwc_weight", "dense_panel_width", "dense_packed", "pack_dense_weight",
            "pool2d_nchw_phased", "pool2d_nchw_separable", "RULE_POOL", "RULE_POOL_ROWS",
@@ -906,10 +907,10 @@ def plan_conv2d_nhwc(g: ConvGeometry, lanes: int, registers: int) -> NhwcPlan | 
     # against 4 on 56- and 28-wide rows ran 1.0-1.12x, the 3x3 layers most; on 14- and
     # 7-wide rows, 6 + 6 + 2 and 6 + 1, 0.75-0.9x the channel-vector tiles)
     ragged = registers < 32 and g.groups == 1
-    if fits and (fits[0] == budget or not ragged or ow < RAGGED_MIN_TILES * budget):
-        return NhwcPlan(g, fits[0], width, lanes)
     if ragged and ow >= RAGGED_MIN_TILES * budget:
         return NhwcPlan(g, budget, width, lanes)
+    if fits:
+        return NhwcPlan(g, fits[0], width, lanes)
     if _pixel_aligned(g):
         # tiles across rows: the plane's pixels in one axis (a 14 x 14 plane takes 6 x 32
         # + 4 where 6 + 6 + 2 splits each row)
@@ -933,9 +934,8 @@ def nhwc_kernel_plan(g: ConvGeometry, lanes: int,
                      registers: int) -> "NhwcPlan | ChannelVectorPlan | None":
     """The NHWC kernel for ``g``: the pixels x channels tile (``plan_conv2d_nhwc``) when it
     fills the row (or the plane) with 8 or more accumulators (``nhwc_tile_fills``); else,
-    with 16 registers
-    and a long reduction (512 or more multiply-adds per output, as in ``nchw_kernel_plan``),
-    the channel-vector tiles across rows (``cvec_tiles_plan``, run by
+    with 16 registers and a long reduction (512 or more multiply-adds per output, as in
+    ``nchw_kernel_plan``), the channel-vector tiles across rows (``cvec_tiles_plan``, run by
     ``conv2d_nchw_cvec(..., layout="NHWC")``): 3 pixels of the flattened plane, the reduction
     in chunks whose weights stay in L1. On Zen 3 they ran ResNet-50's strided 1x1 layers
     1.09-1.20x faster than the NCHW kernels, where the ragged pixel tile (6 + 1 on a 7-wide
