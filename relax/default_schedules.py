@@ -49,6 +49,7 @@ from .transform.alter_layout import cpu_tile_params
 from .transform.packed_kernels import (RULE_CONV_NCHW, RULE_CONV_NCHW_CVEC, RULE_CONV_NHWC,
                                        RULE_DENSE, RULE_DW, RULE_DW_ROWS, RULE_PAD, RULE_POOL,
                                        RULE_POOL_ROWS, SCHEDULE_RULE)
+from .transform.winograd import RULE_WINOGRAD_GEMM
 
 MR = 6                    # rows of the register tile of matmul-like reductions
 MIN_PARALLEL_WORK = 4096  # output elements below which a parallel launch costs more than it saves
@@ -154,7 +155,7 @@ def _feeds_tile(children: list[BlockRealize], block: Block) -> bool:
     would be recomputed in the micro-kernel's inner loop)."""
     mine = {id(w.buffer) for w in block.writes}
     return any(_rule(br.block) in (RULE_CONV_NCHW, RULE_CONV_NCHW_CVEC, RULE_CONV_NHWC,
-                                   RULE_DENSE)
+                                   RULE_DENSE, RULE_WINOGRAD_GEMM)
                for br in children if br.block is not block and
                any(id(r.buffer) in mine for r in br.block.reads))
 
@@ -219,6 +220,8 @@ def _schedule(sch: Schedule, target: Target, gemv_rows: PrimExpr | None = None) 
                 _schedule_conv_nhwc(sch, blk.name, target)
             elif rule == RULE_DENSE:
                 gemv += _schedule_dense(sch, blk.name, target, gemv_rows) == "gemv"
+            elif rule == RULE_WINOGRAD_GEMM:
+                _schedule_winograd_gemm(sch, blk.name, target)
             elif rule == RULE_PAD:
                 _schedule_pad(sch, blk.name, target)
             elif rule == RULE_POOL_ROWS:
@@ -1176,6 +1179,34 @@ def _schedule_conv_nhwc(sch: Schedule, name: str, target: Target) -> None:
         sch.unroll(rx)
     _finish_tile_block(sch, init, outer)
     _finish_tile_block(sch, acc, outer)
+
+
+def _schedule_winograd_gemm(sch: Schedule, name: str, target: Target) -> None:
+    """The 16 products of a Winograd convolution (``transform.winograd``), ``M[ab, n, t, o] =
+    sum_c V[ab, n, t, c] * U[ab, o // NR, c, o % NR]``: a tile of ``rows`` tiles x ``NR``
+    channels (one packed panel) accumulates in registers over the input channels, as in the
+    NHWC 1x1 kernel. The (position, panel) pairs are fused and run in parallel: a core's run
+    of them keeps one position's ``V`` in its L2 while the panels, each read once, stream by;
+    the image's tiles (a multiple of ``rows``: no ragged tile) are inside."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    rows, width = _ann_int(blk, "rows"), _ann_int(blk, "width")
+    loops = sch.get_loops(block)
+    if len(loops) != 5:
+        raise ScheduleError("winograd", f"block {name}: unexpected loop nest", blk)
+    ab, b, t, o, k = loops
+    o0, o1 = sch.split(o, [None, width])
+    t0, t1 = sch.split(t, [None, rows])
+    sch.reorder(ab, o0, b, t0, k, t1, o1)
+    par = sch.fuse(ab, o0)
+    sch.parallel(par)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, t0)
+    init = sch.decompose_reduction(block, k)
+    sch.unroll(t1)
+    sch.vectorize(o1)
+    _finish_tile_block(sch, init, 3)
+    _finish_tile_block(sch, acc, 3)
 
 
 def _schedule_dense(sch: Schedule, name: str, target: Target,

@@ -12,7 +12,9 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
   ``[O/R, I, KH, KW, R]`` for NCHW, a pixels x channels tile with ``[O/NR, KH, KW, I, NR]`` for
   NHWC); a strided depthwise NCHW convolution on x86 becomes ``conv2d_nchw`` alone, the row kernel
   ``depthwise_conv2d_nchw_rows`` on the unpacked weight (each output row from its window's
-  padded input rows: no padded or phase-plane copy of the image);
+  padded input rows: no padded or phase-plane copy of the image); an NHWC 3x3 stride-1
+  convolution with 16 or more input and output channels becomes Winograd F(2x2, 3x3)
+  (``transform.winograd``: ``pack_winograd_weight`` and ``conv2d_nhwc``);
 - ``relax.matmul(x, W)`` and ``relax.linear(x, W, b)`` with a constant 2-D ``W`` become
   ``pack_dense_weight`` on ``W`` (panels ``[N/NR, K, NR]``) and ``dense`` (plus ``add`` of the
   bias for ``linear``);
@@ -52,6 +54,7 @@ from ..op.base import Op, OpPattern
 from ..struct_info import TensorStructInfo
 from .base import ExprMutator, Pass
 from . import packed_kernels as pk
+from . import winograd
 
 __all__ = ["AlterLayout", "cpu_tile_params", "conv2d_geometry"]
 
@@ -89,6 +92,10 @@ class AlterLayout(Pass):
         ``packed_kernels.ConvGeometry`` and the plan ``nchw_kernel_plan`` chose (return it to
         keep it). ``relax.build`` passes the measured choices of ``relax.tune_layouts`` here
         when its database has them.
+    winograd : bool
+        Whether NHWC 3x3 stride-1 convolutions run as Winograd F(2x2, 3x3)
+        (``transform.winograd``; default True). False keeps the direct kernels, whose float32
+        results round differently.
 
     Examples
     --------
@@ -99,8 +106,10 @@ class AlterLayout(Pass):
     OPS = ("relax.nn.conv2d", "relax.matmul", "relax.linear", "relax.nn.max_pool2d",
            "relax.nn.avg_pool2d")
 
-    def __init__(self, target: "Target | str | None" = None, ops=None, conv_plans=None):
+    def __init__(self, target: "Target | str | None" = None, ops=None, conv_plans=None,
+                 winograd: bool = True):
         self.target = target if isinstance(target, Target) else Target(target or "llvm")
+        self.winograd = bool(winograd)
         self.ops = frozenset(ops if ops is not None else self.OPS)
         if conv_plans is not None and not callable(conv_plans):
             raise TypeError(f"AlterLayout: conv_plans must be callable (geometry, plan) -> "
@@ -114,7 +123,8 @@ class AlterLayout(Pass):
     def transform_module(self, mod: IRModule) -> IRModule:
         if self.target.kind != "llvm":
             return mod
-        return _Alter(mod, self.target, self.ops, self.conv_plans).visit_module()
+        return _Alter(mod, self.target, self.ops, self.conv_plans,
+                      self.winograd).visit_module()
 
 
 def _static_shape(e: Expr):
@@ -172,11 +182,13 @@ def conv2d_geometry(call: Call) -> "pk.ConvGeometry | None":
 
 
 class _Alter(ExprMutator):
-    def __init__(self, mod: IRModule, target: Target, ops, conv_plans=None):
+    def __init__(self, mod: IRModule, target: Target, ops, conv_plans=None,
+                 winograd: bool = True):
         super().__init__(mod)
         self.target = target
         self.ops = ops
         self.conv_plans = conv_plans
+        self.winograd = winograd
         self.lanes, self.registers = cpu_tile_params(target)
 
     def visit_call_(self, call: Call) -> Expr:
@@ -267,6 +279,13 @@ class _Alter(ExprMutator):
             return self.kernel(pk.conv2d_nchw_cvec if cvec else pk.conv2d_nchw_packed, data,
                                packed, plan, "float32", name="conv2d_nchw",
                                pattern=OpPattern.OUT_EWISE_FUSABLE)
+        if self.winograd and winograd.winograd_applies(g):
+            rows, width = winograd.gemm_tile(g, self.lanes, self.registers)
+            packed = self.builder.emit(self.kernel(
+                winograd.pack_winograd_weight, weight, klayout, width,
+                name="pack_winograd_weight", pattern=OpPattern.INJECTIVE))
+            return self.kernel(winograd.conv2d_nhwc_winograd, data, packed, g, rows, "float32",
+                               name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
         plan = pk.nhwc_kernel_plan(g, self.lanes, self.registers)
         if plan is None:
             return None

@@ -49,6 +49,7 @@ from . import packed_kernels as pk
 from .alter_layout import conv2d_geometry, cpu_tile_params
 from .base import ExprMutator, Pass
 from .dead_code_elimination import DeadCodeElimination
+from .winograd import winograd_applies
 
 __all__ = ["ConvertLayout", "nhwc_pays", "TO_NHWC", "TO_NCHW"]
 
@@ -73,7 +74,8 @@ class ConvertLayout(Pass):
         default is ``nhwc_pays`` on the call's geometry for ``target``.
     anchor : callable, optional
         ``anchor(call) -> bool``: whether this convertible call makes its chain worth
-        converting (default: a 1x1 kernel, the layers NHWC runs faster rather than on par).
+        converting (default: a 1x1 kernel or a layer Winograd computes, the layers NHWC runs
+        faster rather than on par).
         A chain of convolutions joined by elementwise operators and pooling converts when it
         holds two or more convertible ones and an anchor. ``convertible=lambda call: True,
         anchor=lambda call: True`` converts every chain the NHWC kernel runs.
@@ -92,7 +94,7 @@ class ConvertLayout(Pass):
                 raise TypeError(f"ConvertLayout: {what} must be callable (call) -> bool, got "
                                 f"{type(f).__name__}")
         self.convertible = convertible or self.default_convertible
-        self.anchor = anchor or _one_by_one
+        self.anchor = anchor or _nhwc_faster
 
     def default_convertible(self, call: Call) -> bool:
         g = conv2d_geometry(call)
@@ -107,6 +109,8 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
     """Whether the NCHW convolution ``g`` runs faster converted to NHWC on ``target``: not
     grouped, at least 16 input channels (a stem on the image's 3 channels fills no vector of
     a pixel's channels), and an NHWC kernel (``packed_kernels.nhwc_kernel_plan``) that is
+    a 3x3 stride-1 layer that Winograd F(2x2, 3x3) computes (``winograd.winograd_applies``;
+    NHWC only), or an NHWC kernel that is
     either a pixel tile filling the row (or the plane) with 8 or more accumulators
     (``packed_kernels.nhwc_tile_fills``), or the channel-vector tiles across rows. Measured on Zen 3 (AVX2, 16 vector registers;
     ``benchmarks/results/convert_layout_zen3_avx2.json``), one layer in each layout:
@@ -132,10 +136,21 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
     lanes, registers = cpu_tile_params(target)
     if registers >= 32:
         return False
+    if winograd_applies(g):
+        return True     # Winograd F(2x2, 3x3), NHWC only: 1.1-1.9x the direct kernels
     plan = pk.nhwc_kernel_plan(g, lanes, registers)
     if isinstance(plan, pk.ChannelVectorPlan):
         return True
     return plan is not None and pk.nhwc_tile_fills(plan)
+
+
+def _nhwc_faster(call: Call) -> bool:
+    """Whether ``call`` is a convolution NHWC runs faster rather than on par: a 1x1 kernel, or
+    a layer Winograd F(2x2, 3x3) computes (``winograd.winograd_applies``; NHWC only)."""
+    if _one_by_one(call):
+        return True
+    g = conv2d_geometry(call)
+    return g is not None and winograd_applies(g)
 
 
 def _one_by_one(call: Call) -> bool:

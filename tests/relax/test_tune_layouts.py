@@ -97,7 +97,8 @@ def test_a_plan_that_does_not_fit_is_refused():
 
 
 def two_convs():
-    """1x1 16 -> 32 + relu, then 3x3 32 -> 32 (padding 1), on 14 x 14."""
+    """1x1 16 -> 32 + relu, then 3x3 32 -> 32 (dilation 2, padding 2), on 14 x 14: a chain
+    that stays NCHW (undilated, the 3x3 layer would run as Winograd F(2x2, 3x3) in NHWC)."""
     rng = np.random.default_rng(1)
     w1 = rng.uniform(-0.3, 0.3, (32, 16, 1, 1)).astype("float32")
     w2 = rng.uniform(-0.2, 0.2, (32, 32, 3, 3)).astype("float32")
@@ -106,10 +107,10 @@ def two_convs():
     with bb.function("main", [x]):
         with bb.dataflow():
             h = bb.emit(op.nn.relu(bb.emit(op.nn.conv2d(x, const(w1)))))
-            gv = bb.emit_output(bb.emit(op.nn.conv2d(h, const(w2), padding=1)))
+            gv = bb.emit_output(bb.emit(op.nn.conv2d(h, const(w2), padding=2, dilation=2)))
         bb.emit_func_output(gv)
     g1 = pk.ConvGeometry(16, 14, 14, 32, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
-    g2 = pk.ConvGeometry(32, 14, 14, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    g2 = pk.ConvGeometry(32, 14, 14, 32, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1)
 
     def reference(xv):
         return conv_ref(np.maximum(conv_ref(xv, w1, g1), 0), w2, g2)
