@@ -38,10 +38,11 @@ from __future__ import annotations
 
 from tensorir import te
 
-from .packed_kernels import SCHEDULE_RULE, ConvGeometry, _ceil_div, _pad_nhwc, dense_panel_width
+from .packed_kernels import (SCHEDULE_RULE, ConvGeometry, _as_int, _ceil_div, _pad_nhwc,
+                             dense_panel_width)
 
-__all__ = ["RULE_WINOGRAD_GEMM", "winograd_applies", "gemm_tile", "winograd_tiles", "pack_winograd_weight",
-           "conv2d_nhwc_winograd"]
+__all__ = ["RULE_WINOGRAD_GEMM", "winograd_applies", "gemm_tile", "winograd_tiles",
+           "pack_winograd_weight", "conv2d_nhwc_winograd"]
 
 RULE_WINOGRAD_GEMM = "tilecraft.winograd_gemm"
 
@@ -115,7 +116,7 @@ def pack_winograd_weight(weight: te.Tensor, kernel_layout: str, width: int) -> t
     [16, 4, 32, 16]
     """
     dims = {c: weight.shape[kernel_layout.index(c)] for c in "OIHW"}
-    o = int(dims["O"].value) if hasattr(dims["O"], "value") else int(dims["O"])
+    o = _as_int(dims["O"])
     dtype = weight.dtype
     zero = te.const(0, dtype)
 
@@ -154,7 +155,7 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
     if not winograd_applies(g):
         raise ValueError(f"conv2d_nhwc_winograd: F(2x2, 3x3) does not compute {g}")
     n = data.shape[0]
-    nr = int(weight.shape[3].value) if hasattr(weight.shape[3], "value") else int(weight.shape[3])
+    nr = _as_int(weight.shape[3])
     src = _pad_nhwc(data, g)
     hp, wp = g.padded
     th, tw = winograd_tiles(g)
@@ -176,8 +177,8 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
             ia, sa = _pick(a, taps[u]), _pick(a, signs[u], dtype)
             for v in range(2):
                 ib, sb = _pick(b, taps[v]), _pick(b, signs[v], dtype)
-                # the last tile of an odd size reads past the padded image: clamped (only
-                # outputs that are never written depend on those rows)
+                # the last tile of an odd size reads past the padded image: clamped (the
+                # pixels it writes depend on those rows only through rounding)
                 yy = te.min(y0 + ia, hp - 1)
                 xx = te.min(x0 + ib, wp - 1)
                 total = total + sa * sb * src[b_, yy, xx, c].astype(dtype)
