@@ -147,6 +147,7 @@ NCHW_CASES = [  # (C, O, H, W, k, attrs)
     (8, 12, 10, 12, 3, {}),                                           # no padding, 12 channels
     (6, 8, 9, 9, (1, 7), {"padding": (0, 3, 0, 3)}),                  # Inception's 1x7
     (8, 16, 35, 35, 3, {"strides": 2}),        # 17 x 17 out: the widened 17 x 16 tile (AVX-512)
+    (64, 128, 9, 9, 5, {"padding": 2, "groups": 2}),  # AlexNet's 2 groups: tiles in one group
 ]
 
 
@@ -180,8 +181,10 @@ NHWC_CASES = [
     (16, 32, 12, 12, 1, {}), (16, 32, 14, 14, 3, {"padding": 1}),
     (8, 40, 13, 13, 3, {"padding": 1, "strides": 2}), (16, 32, 12, 12, 1, {"strides": 2}),
     (32, 32, 10, 10, 3, {"padding": 1, "groups": 32}),
-    (3, 16, 23, 23, 7, {"padding": 3, "strides": 2})]
-FAST = {"NCHW": [0, 2, 3, 4, 6, 7, 8, 11], "NHWC": [0, 2, 4]}   # every feature, fewer compiles
+    (3, 16, 23, 23, 7, {"padding": 3, "strides": 2}),
+    (64, 64, 9, 9, 3, {"padding": 1, "groups": 2})]
+FAST = {"NCHW": [0, 2, 3, 4, 6, 7, 8, 11, 12], "NHWC": [0, 2, 4, 6]}   # every feature, fewer
+# compiles
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
