@@ -108,11 +108,11 @@ class ConvertLayout(Pass):
 def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
     """Whether the NCHW convolution ``g`` runs faster converted to NHWC on ``target``: not
     grouped, at least 16 input channels (a stem on the image's 3 channels fills no vector of
-    a pixel's channels), and an NHWC kernel (``packed_kernels.nhwc_kernel_plan``) that is
-    a 3x3 stride-1 layer that Winograd F(2x2, 3x3) computes (``winograd.winograd_applies``;
-    NHWC only), or an NHWC kernel that is
-    either a pixel tile filling the row (or the plane) with 8 or more accumulators
-    (``packed_kernels.nhwc_tile_fills``), or the channel-vector tiles across rows. Measured on Zen 3 (AVX2, 16 vector registers;
+    a pixel's channels), and either a 3x3 stride-1 layer that Winograd F(2x2, 3x3) computes
+    (``winograd.winograd_applies``; NHWC only) or an NHWC kernel
+    (``packed_kernels.nhwc_kernel_plan``) that is a pixel tile filling the row (or the plane)
+    with 8 or more accumulators (``packed_kernels.nhwc_tile_fills``) or the channel-vector
+    tiles across rows. Measured on Zen 3 (AVX2, 16 vector registers;
     ``benchmarks/results/convert_layout_zen3_avx2.json``), one layer in each layout:
     ResNet-50's 1x1 layers ran 1.0-1.3x faster in NHWC (their residual and output written a
     pixel's channels at a time), its 3x3 ones 0.87-1.15x; in the model, converting every

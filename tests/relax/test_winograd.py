@@ -124,7 +124,7 @@ def test_winograd_convolution_matches_numpy(c, hw, o, pad, batch, klayout, resid
 
 
 def test_winograd_off_keeps_the_direct_kernel():
-    mod, ref, _ = conv_module(32, 8, 32, 1, 1)
+    mod, _, _ = conv_module(32, 8, 32, 1, 1)
     assert not [f for f in AlterLayout("llvm", winograd=False)(mod).functions.values()
                 if "winograd_gemm" in getattr(f, "script", lambda: "")()]
 
