@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from tensorir import te
+from tilecraft.tensorir import te
 
 __all__ = ["Op", "suite", "NAMES"]
 
@@ -180,9 +180,9 @@ def _t2d(rng, h=4, ci=512, co=256, k=4, stride=2, pad=1):
     ``(k / stride)^2`` taps that meet an input pixel. TVM's ``conv2d_transpose_nhwc`` (which
     Ansor tunes) convolves the zero-dilated input instead: ``stride^2`` times the multiply-adds,
     three quarters of them by inserted zeros."""
-    from relax import BlockBuilder, TensorStructInfo, Var, op
-    from relax.build import legalize
-    from tensorir.function import PrimFunc
+    from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, op
+    from tilecraft.relax.build import legalize
+    from tilecraft.tensorir.function import PrimFunc
     out_h = (h - 1) * stride - 2 * pad + k
     bb = BlockBuilder()
     xv = Var("inputs", TensorStructInfo((1, h, h, ci), "float32"))

@@ -24,8 +24,8 @@ import re
 
 import numpy as np
 
-import targets
-from relax import VirtualMachine, build
+from tilecraft import targets
+from tilecraft.relax import VirtualMachine, build
 
 from .common import side_by_side
 from .models import onnx_session

@@ -13,12 +13,12 @@ import time
 
 import numpy as np
 
-import relax
-import targets
-from relax import BlockBuilder, TensorStructInfo, Var, const, op
-from relax.transform import Sequential, get_pipeline
-from relax.transform.convert_layout import nhwc_pays
-from relax.transform.packed_kernels import ConvGeometry
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.transform import Sequential, get_pipeline
+from tilecraft.relax.transform.convert_layout import nhwc_pays
+from tilecraft.relax.transform.packed_kernels import ConvGeometry
 
 from .common import side_by_side
 
@@ -92,7 +92,7 @@ def _layers(rounds: int) -> list[dict]:
 
 def _model(rounds: int) -> list[dict]:
     import onnxruntime as ort
-    from relax.frontend.onnx import from_onnx
+    from tilecraft.relax.frontend.onnx import from_onnx
     from .zoo.models import light
     z = light("resnet50", seed=0)
     name, x = next(iter(z.inputs.items()))

@@ -20,9 +20,9 @@ import numpy as np
 
 def run(rounds: int = 5, quiet: bool = False) -> list[dict]:
     """Compile, check and time ResNet-50; one row for ``benchmarks.run``."""
-    import relax
-    import targets
-    from relax.frontend import from_onnx
+    from tilecraft import relax
+    from tilecraft import targets
+    from tilecraft.relax.frontend import from_onnx
     from tilecraft.progress import Steps
     from tilecraft.timing import calls_per_round, interleaved
     from .zoo.models import light

@@ -27,9 +27,9 @@ import time
 
 import numpy as np
 
-import targets
-from targets.runtime.ndarray import aligned_copy, aligned_empty
-from tensorir import Schedule
+from tilecraft import targets
+from tilecraft.targets.runtime.ndarray import aligned_copy, aligned_empty
+from tilecraft.tensorir import Schedule
 
 from .common import side_by_side
 from .schedules.gemm import (GELU_C, matmul_bias_gelu_func, matmul_func, schedule_gemm,

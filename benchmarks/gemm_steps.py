@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
-import targets
-from tensorir import Schedule
+from tilecraft import targets
+from tilecraft.tensorir import Schedule
 
 from .common import ensure_clean_openblas_env, print_table, write_results
 from .gemm_cpu import measure

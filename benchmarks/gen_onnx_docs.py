@@ -18,9 +18,9 @@ import sys
 
 import onnx
 
-from relax.frontend.onnx import ops  # noqa: F401  (registers the converters)
-from relax.frontend.onnx.importer import MAX_OPSET, MIN_OPSET
-from relax.frontend.onnx.registry import supported_ops
+from tilecraft.relax.frontend.onnx import ops  # noqa: F401  (registers the converters)
+from tilecraft.relax.frontend.onnx.importer import MAX_OPSET, MIN_OPSET
+from tilecraft.relax.frontend.onnx.registry import supported_ops
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC_PATH = os.path.join(REPO, "docs", "frontends.md")

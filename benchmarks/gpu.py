@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-import targets
+from tilecraft import targets
 
 from .common import write_results
 from .gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel, torch_cuda_seconds
@@ -40,7 +40,7 @@ POCL_N = int(os.environ.get("TILECRAFT_POCL_GEMM_N", "1024"))
 
 
 def _pick_device():
-    from targets.opencl_backend import list_devices
+    from tilecraft.targets.opencl_backend import list_devices
     devs = list_devices()
     for d in devs:
         if "nvidia" in f"{d['platform']} {d['vendor']} {d['name']}".lower():
@@ -49,7 +49,7 @@ def _pick_device():
 
 
 def _pocl_device():
-    from targets.opencl_backend import list_devices
+    from tilecraft.targets.opencl_backend import list_devices
     for d in list_devices():
         if "portable computing language" in d["platform"].lower():
             return targets.opencl(d["index"]), d
@@ -88,7 +88,7 @@ def _torch():
 
 def _copy_bandwidth(dev, nbytes: int) -> float:
     """Bytes read + written per second by a device-to-device buffer copy."""
-    from targets.opencl_backend import context
+    from tilecraft.targets.opencl_backend import context
     ctx = context(dev.index)
     cl = ctx.cl
     a = ctx.create_buffer(nbytes, "copy source")
@@ -103,7 +103,7 @@ def _copy_bandwidth(dev, nbytes: int) -> float:
 
 
 def _build(func, target):
-    from relax import gpu_schedules
+    from tilecraft.relax import gpu_schedules
     sched = gpu_schedules.apply(func, target)
     return targets.build(sched, target)
 
@@ -140,7 +140,7 @@ def _gemm_row(dev, info, target, n, torch) -> dict:
 
 
 def _row_kernel_rows(dev, info, target, n, torch) -> list[dict]:
-    from relax.op import nn
+    from tilecraft.relax.op import nn
     rng = np.random.default_rng(1)
     x = rng.standard_normal((n, n)).astype("float32")
     g = np.ones(n, "float32")
@@ -156,7 +156,7 @@ def _row_kernel_rows(dev, info, target, n, torch) -> list[dict]:
             e = np.exp(x - x.max(-1, keepdims=True))
             ref = e / e.sum(-1, keepdims=True)
         else:
-            from relax import const
+            from tilecraft.relax import const
             func = _relax_kernel(lambda v: nn.layer_norm(v, const(g), const(np.zeros(n, "float32")),
                                                           axes=[-1]), (n, n))
             ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
@@ -207,7 +207,7 @@ def _wall(fn) -> float:
 
 def sweep(dev, info, target, n, torch) -> list[dict]:
     """GEMM with other tile configurations of the default schedule (for tuning it)."""
-    from relax import gpu_schedules as G
+    from tilecraft.relax import gpu_schedules as G
     saved = (G.GEMM_TILE, G.GEMM_TILE_J, G.GEMM_BK)
     rows = []
     try:

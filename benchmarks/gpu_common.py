@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from tensorir import te
+from tilecraft.tensorir import te
 
 
 def gemm_func(n: int):
@@ -25,8 +25,8 @@ def gemm_func(n: int):
 def relax_kernel(make, shape):
     """The (legalized, unscheduled) PrimFunc of one Relax operator ``make(x)`` on a float32
     tensor ``x`` of ``shape``."""
-    from relax import BlockBuilder, TensorStructInfo, Var
-    from relax.transform import LegalizeOps
+    from tilecraft.relax import BlockBuilder, TensorStructInfo, Var
+    from tilecraft.relax.transform import LegalizeOps
     bb = BlockBuilder()
     x = Var("x", TensorStructInfo(shape, "float32"))
     with bb.function("main", [x]):

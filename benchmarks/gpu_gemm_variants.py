@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 
-import targets
+from tilecraft import targets
 from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
-from relax import gpu_schedules as G
+from tilecraft.relax import gpu_schedules as G
 
 N = int(os.environ.get("GEMM_VARIANTS_N", "4096"))
 T16 = {"GEMM_TILE": (16, 8), "GEMM_TILE_J": (16, 8)}     # 16 x 16 threads of 8 x 8

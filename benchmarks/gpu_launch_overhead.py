@@ -47,8 +47,8 @@ def _per_call(fn, sync, number: int, repeat: int = 7) -> float:
 
 
 def _kernels(target: str):
-    import targets
-    from tensorir import Schedule, te
+    from tilecraft import targets
+    from tilecraft.tensorir import Schedule, te
 
     def bind(func, block):
         sch = Schedule(func)
@@ -69,8 +69,8 @@ def _kernels(target: str):
 
 
 def _chain(length: int, with_take: bool):
-    from relax import BlockBuilder, TensorStructInfo, Var
-    from tensorir import te
+    from tilecraft.relax import BlockBuilder, TensorStructInfo, Var
+    from tilecraft.tensorir import te
 
     def add1(a):
         return te.compute(a.shape, lambda i, j: a[i, j] + 1.0, "add1")
@@ -98,7 +98,7 @@ class _NullBackend:
     """A back end whose launches do nothing: isolates the host program's own cost."""
 
     def __init__(self):
-        from targets.runtime.host_program import KernelErrorLog
+        from tilecraft.targets.runtime.host_program import KernelErrorLog
         self.errors = KernelErrorLog(lambda words: [0] * len(words), lambda word: None)
 
     def launcher(self, key):
@@ -128,8 +128,8 @@ def _host_path_rows(kind: str, fn, args, number: int) -> list[dict]:
 
 
 def _rows_for(kind: str, dev, target: str, number: int) -> list[dict]:
-    import relax
-    import targets
+    from tilecraft import relax
+    from tilecraft import targets
     rows = []
     double, gather = _kernels(target)
     x = np.random.default_rng(0).standard_normal(64).astype("float32")
@@ -169,14 +169,14 @@ def _rows_for(kind: str, dev, target: str, number: int) -> list[dict]:
 
 
 def run(number: int = 200) -> list[dict]:
-    import targets
+    from tilecraft import targets
     rows = []
     for kind, make, target in (("opencl", targets.opencl, "opencl -device=cpu"),
                                ("webgpu", targets.webgpu, "webgpu")):
         try:
             dev = make(0)
             if kind == "opencl":
-                from targets.opencl_backend.runtime import context
+                from tilecraft.targets.opencl_backend.runtime import context
                 if context(dev.index).is_gpu:
                     target = "opencl"
             if not dev.exist:

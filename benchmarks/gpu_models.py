@@ -118,7 +118,7 @@ def _torch_time(module, x: np.ndarray, device: str, number: int = 10, repeat: in
 def _device(target: str):
     """The NVIDIA GPU for OpenCL when there is one (else the first device); WebGPU's
     high-performance adapter."""
-    import targets
+    from tilecraft import targets
     if target.startswith("opencl"):
         try:
             return targets.opencl("NVIDIA")
@@ -131,9 +131,9 @@ def run() -> list[dict]:
     """The rows (``benchmarks.run`` prints and writes them; ``main`` also writes the per-GPU
     file)."""
     import torch
-    import relax
-    import targets
-    from relax.frontend import from_onnx
+    from tilecraft import relax
+    from tilecraft import targets
+    from tilecraft.relax.frontend import from_onnx
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -17,12 +17,12 @@ import time
 
 import numpy as np
 
-import targets
+from tilecraft import targets
 from benchmarks.common import side_by_side
 from benchmarks.gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel
 from benchmarks.gpu_common import torch_cuda_seconds
 from benchmarks.schedules import webgpu as sched
-from targets.webgpu_backend import list_adapters, num_adapters
+from tilecraft.targets.webgpu_backend import list_adapters, num_adapters
 
 
 def _torch_cuda():
@@ -43,7 +43,7 @@ def _wg_time(mod, dev, args, number) -> float:
 
 def _default(func):
     """``func`` with the GPU default schedule relax.build gives it for ``webgpu``."""
-    from relax import gpu_schedules
+    from tilecraft.relax import gpu_schedules
     return gpu_schedules.apply(func, targets.Target("webgpu"))
 
 
@@ -137,8 +137,8 @@ def run() -> list[dict]:
     mu, var = x_np.mean(1, keepdims=True), x_np.var(1, keepdims=True)
     ln_ref = (x_np - mu) / np.sqrt(var + 1e-5) * g_np + bt_np
     g, bt = targets.array(g_np, dev), targets.array(bt_np, dev)
-    from relax import const
-    from relax.op import nn
+    from tilecraft.relax import const
+    from tilecraft.relax.op import nn
     d_soft = _default(_relax_kernel(lambda v: nn.softmax(v, axis=-1), (n, n)))
     d_ln = _default(_relax_kernel(lambda v: nn.layer_norm(v, const(g_np), const(bt_np),
                                                           axes=[-1]), (n, n)))

@@ -26,11 +26,11 @@ import os
 import tempfile
 from collections import defaultdict
 
-import targets
-from relax import VirtualMachine, build, extract_tasks
-from relax.frontend import from_onnx
-from tensorir.functor import post_order_visit
-from tensorir.stmt import Block
+from tilecraft import targets
+from tilecraft.relax import VirtualMachine, build, extract_tasks
+from tilecraft.relax.frontend import from_onnx
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.stmt import Block
 
 from .zoo.models import light
 from .zoo.run import _ort_session

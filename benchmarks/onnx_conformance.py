@@ -171,9 +171,9 @@ def _first_line(err) -> str:
 
 def _import_into(bb, case, fname):
     """Import ``case`` as function ``fname`` of ``bb``; return (data, mode) or raise."""
-    from relax.frontend import UnsupportedError
-    from relax.frontend.onnx.importer import GraphImporter
-    from relax.frontend.onnx import ops  # noqa: F401  (registers the converters)
+    from tilecraft.relax.frontend import UnsupportedError
+    from tilecraft.relax.frontend.onnx.importer import GraphImporter
+    from tilecraft.relax.frontend.onnx import ops  # noqa: F401  (registers the converters)
     data = case_data(case)
     model = case.model
     order = graph_inputs(model)
@@ -204,7 +204,7 @@ def _import_into(bb, case, fname):
 
 
 def _run_function(vm, fname, data, case):
-    from targets.runtime.ndarray import NDArray
+    from tilecraft.targets.runtime.ndarray import NDArray
     for inputs, expected in data:
         out = vm[fname](*[to_storage(v) for v in inputs])
         got = list(out) if isinstance(out, tuple) else [out]
@@ -215,9 +215,9 @@ def _run_function(vm, fname, data, case):
 
 def _run_chunk(cases) -> dict:
     """Import, build and run a list of cases in shared modules; name -> result dict."""
-    import relax
-    import targets
-    from relax import BlockBuilder
+    from tilecraft import relax
+    from tilecraft import targets
+    from tilecraft.relax import BlockBuilder
     results = {}
     pending = []   # (case, fname, data, mode)
     bb = BlockBuilder()
@@ -241,9 +241,9 @@ def _build_and_run(bb, pending, results, relax, targets):
         return
     mod = bb.get()
     names = {p[1] for p in pending}
-    from relax.expr import Function
+    from tilecraft.relax.expr import Function
     funcs = {n: f for n, f in mod.functions.items() if not isinstance(f, Function) or n in names}
-    from tensorir.function import IRModule
+    from tilecraft.tensorir.function import IRModule
     try:
         exe = relax.build(IRModule(funcs), TARGET)
     except Exception as err:   # noqa: BLE001

@@ -36,8 +36,8 @@ import os
 
 import numpy as np
 
-import targets
-from tensorir import Schedule
+from tilecraft import targets
+from tilecraft.tensorir import Schedule
 
 from .common import side_by_side
 from .schedules import conv2d as conv_sched

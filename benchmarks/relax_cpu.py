@@ -38,11 +38,11 @@ import time
 
 import numpy as np
 
-import targets
-from relax import Function, build, VirtualMachine
-from relax.transform import LegalizeOps
-from tensorir.function import IRModule
-from tensorir.functor import post_order_visit
+from tilecraft import targets
+from tilecraft.relax import Function, build, VirtualMachine
+from tilecraft.relax.transform import LegalizeOps
+from tilecraft.tensorir.function import IRModule
+from tilecraft.tensorir.functor import post_order_visit
 
 from .common import side_by_side
 from .models import Model, bert_encoder_layer, mlp, onnx_session, resnet_bottleneck

@@ -1,6 +1,6 @@
 """RPC overhead on loopback: what a remote call, a session and a transfer cost beyond the kernel.
 
-A server (``python -m rpc.server``) runs in its own process on 127.0.0.1; the kernel is tiny
+A server (``python -m tilecraft.rpc.server``) runs in its own process on 127.0.0.1; the kernel is tiny
 (``B = A * 2 + 1`` over 4 floats), so a remote call's time is almost all overhead: framing,
 JSON, two trips through the loopback TCP stack, the session process's dispatch. The target
 is well under 1 ms per call. ``time_evaluator`` runs on the board's own clock, so its figure is
@@ -19,9 +19,9 @@ import time
 
 import numpy as np
 
-import rpc
-import targets
-from tensorir import te
+from tilecraft import rpc
+from tilecraft import targets
+from tilecraft.tensorir import te
 
 from .common import median_time
 
@@ -37,7 +37,7 @@ def tiny_kernel():
 
 def start_server() -> tuple[subprocess.Popen, int]:
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "rpc.server", "--host", "127.0.0.1", "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "tilecraft.rpc.server", "--host", "127.0.0.1", "--port",
                              "0", "--key", "bench", "--max-upload-mb", "128",
                              "--max-array-mb", "64"],
                             stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)

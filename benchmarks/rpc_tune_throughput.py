@@ -27,12 +27,12 @@ import tempfile
 import time
 
 
-import rpc
-from metaschedule.arg_info import args_info, random_inputs, reference_outputs
-from metaschedule.builder import BuilderInput, LocalBuilder
-from metaschedule.rpc_runner import RPCRunner
-from metaschedule.runner import RunnerInput, compare_outputs
-from tensorir import Schedule, te
+from tilecraft import rpc
+from tilecraft.metaschedule.arg_info import args_info, random_inputs, reference_outputs
+from tilecraft.metaschedule.builder import BuilderInput, LocalBuilder
+from tilecraft.metaschedule.rpc_runner import RPCRunner
+from tilecraft.metaschedule.runner import RunnerInput, compare_outputs
+from tilecraft.tensorir import Schedule, te
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRIALS = 24        # per round and per setting

@@ -23,15 +23,15 @@ import time
 
 import numpy as np
 
-import targets
-from tensorir import Schedule
+from tilecraft import targets
+from tilecraft.tensorir import Schedule
 
 from benchmarks.common import ensure_clean_openblas_env, side_by_side
 from benchmarks.schedules.gemm import default_config, matmul_func, schedule_gemm
 
 
 def _micro_kernel_design(space, func, target):
-    from metaschedule.schedule_rule.base import ANN_TENSORIZE
+    from tilecraft.metaschedule.schedule_rule.base import ANN_TENSORIZE
     return next(d for d in space.generate(func, target)
                 if any(i.kind == "annotate" and i.inputs[1] == ANN_TENSORIZE
                        for i in d.trace.instructions))
@@ -50,7 +50,7 @@ def _with_decisions(design, M, N, K, mr, nr):
 
 
 def run(size: int = 1024, random_samples: int = 4) -> list[dict]:
-    import metaschedule as ms
+    from tilecraft import metaschedule as ms
     target = targets.Target("llvm")
     M = N = K = size
     func = matmul_func(M, N, K)

@@ -45,10 +45,10 @@ import time
 
 import numpy as np
 
-import targets
-from targets.runtime.ndarray import aligned_copy, aligned_empty
-import metaschedule
-from metaschedule import apply_best, tune_tir, tuning_curve
+from tilecraft import targets
+from tilecraft.targets.runtime.ndarray import aligned_copy, aligned_empty
+from tilecraft import metaschedule
+from tilecraft.metaschedule import apply_best, tune_tir, tuning_curve
 from tilecraft.timing import calls_per_round
 
 from .common import RESULTS_DIR, side_by_side
@@ -80,7 +80,7 @@ def _fresh(path: str) -> str:
 
 
 def _gemm_func(n: int):
-    from tensorir import te
+    from tilecraft.tensorir import te
     A = te.placeholder((n, n), "float32", "A")
     B = te.placeholder((n, n), "float32", "B")
     k = te.reduce_axis((0, n), "k")

@@ -30,19 +30,19 @@ import time
 
 import numpy as np
 
-import targets
+from tilecraft import targets
 from benchmarks.common import print_table, write_results
 from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
-from metaschedule import (Database, LocalBuilder, LocalRunner, Task, apply_best,
+from tilecraft.metaschedule import (Database, LocalBuilder, LocalRunner, Task, apply_best,
                           baseline_record, tune_tasks)
-from metaschedule.database import workload_hash
-from metaschedule.plot import tuning_curve
-from metaschedule.schedule_rule.base import ANN_SHARED_LAYOUT, SHARED_LAYOUTS
-from relax import gpu_schedules
-from tensorir import Schedule
-from tensorir.expr import TIRError
-from tensorir.schedule import ScheduleError
-from tensorir.transform import lower_device
+from tilecraft.metaschedule.database import workload_hash
+from tilecraft.metaschedule.plot import tuning_curve
+from tilecraft.metaschedule.schedule_rule.base import ANN_SHARED_LAYOUT, SHARED_LAYOUTS
+from tilecraft.relax import gpu_schedules
+from tilecraft.tensorir import Schedule
+from tilecraft.tensorir.expr import TIRError
+from tilecraft.tensorir.schedule import ScheduleError
+from tilecraft.tensorir.transform import lower_device
 
 TRIALS = int(os.environ.get("TUNE_GPU_TRIALS", "64"))
 BATCH = int(os.environ.get("TUNE_GPU_BATCH", "32"))
@@ -54,7 +54,7 @@ WORK_DIR = os.environ.get("TUNE_GPU_WORK_DIR", ".tune_gpu")
 # -- devices and targets --------------------------------------------------------------------
 def _opencl():
     """(device, Target, description) of the first OpenCL GPU (else the first device)."""
-    from targets.opencl_backend import list_devices
+    from tilecraft.targets.opencl_backend import list_devices
     devs = list_devices()
     if not devs:
         return None
@@ -68,7 +68,7 @@ def _opencl():
 
 
 def _webgpu():
-    from targets.webgpu_backend import list_adapters, num_adapters
+    from tilecraft.targets.webgpu_backend import list_adapters, num_adapters
     if num_adapters() == 0:
         return None
     info = list_adapters()[0]
@@ -125,7 +125,7 @@ def space_point(func, target, tiling, space=None, b_layout: str = "row") -> Sche
     schedule's tiling (``default_tiling()``) is the search's first parent, so its mutations
     explore the neighbourhood of a schedule known to be good. None when the space has no such
     point (the extents do not divide, a limit of the target)."""
-    from metaschedule import default_space
+    from tilecraft.metaschedule import default_space
     space = space or default_space(target)
     n_i, n_j = (int(e.value) for e in func.buffers[2].shape)
     (ty, ri), (tx, rj), bk = tiling

@@ -20,11 +20,11 @@ import time
 
 import numpy as np
 
-import targets
-from relax import BlockBuilder, TensorStructInfo, Var
-from relax.build import build
-from relax.vm import VirtualMachine
-from tensorir import te
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var
+from tilecraft.relax.build import build
+from tilecraft.relax.vm import VirtualMachine
+from tilecraft.tensorir import te
 
 
 def add1(a):

@@ -6,7 +6,7 @@ everywhere, so a board's outputs can be checked against a reference computed her
 
 Examples
 --------
->>> from tensorir import te
+>>> from tilecraft.tensorir import te
 >>> n = te.var("n")
 >>> A = te.placeholder((n, 16), "float32", "A")
 >>> B = te.compute((n, 16), lambda i, j: A[i, j] * 2.0, "B")
@@ -26,13 +26,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from tensorir import arith
-from tensorir import dtype as dt
-from tensorir.expr import IntImm, Var
-from tensorir.function import IRModule, PrimFunc
-from tensorir.functor import free_vars, post_order_visit, substitute
-from tensorir.stmt import Block, BufferStore
-from targets.runtime.ndarray import aligned_copy
+from tilecraft.tensorir import arith
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import IntImm, Var
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.functor import free_vars, post_order_visit, substitute
+from tilecraft.tensorir.stmt import Block, BufferStore
+from tilecraft.targets.runtime.ndarray import aligned_copy
 
 __all__ = ["ArgInfo", "args_info", "random_inputs", "output_indices", "reference_outputs"]
 
@@ -231,7 +231,7 @@ def reference_outputs(func: "PrimFunc | IRModule", infos: Sequence[ArgInfo], see
     --------
     >>> ref = reference_outputs(func, args_info(func, {"n": 4}), seed=0)   # doctest: +SKIP
     """
-    from tensorir.interpret import interpret
+    from tilecraft.tensorir.interpret import interpret
     func = _main(func)
     arrays = random_inputs(infos, seed)
     call_args = [a[()].item() if info.scalar else a for a, info in zip(arrays, infos)]

@@ -10,7 +10,7 @@ takes longer than ``timeout_sec`` — comes back as a ``BuilderResult`` with ``e
 
 Examples
 --------
->>> from tensorir import Schedule
+>>> from tilecraft.tensorir import Schedule
 >>> builder = LocalBuilder()                                                # doctest: +SKIP
 >>> res, = builder.build([BuilderInput(Schedule(func).mod, Target("llvm"))])  # doctest: +SKIP
 >>> res.error_msg is None, res.artifact_path.endswith(".so")               # doctest: +SKIP
@@ -28,10 +28,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tensorir.expr import Node
-from tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.expr import Node
+from tilecraft.tensorir.function import IRModule, PrimFunc
 
-from targets import Target
+from tilecraft.targets import Target
 
 from .popen_worker import PopenWorker, WorkerDied, WorkerError, WorkerTimeout
 
@@ -110,7 +110,7 @@ def dumps_ir(obj) -> bytes:
 def _build_in_worker(payload: bytes, target: str, out_dir: str) -> tuple[str, float]:
     import sys
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))  # deep IR
-    import targets as _targets
+    from tilecraft import targets as _targets
     mod = pickle.loads(payload)
     start = time.perf_counter()
     built = _targets.build(mod, target)

@@ -37,7 +37,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from tensorir.function import PrimFunc
+from tilecraft.tensorir.function import PrimFunc
 
 from .feature import NUM_FEATURES, PerStoreFeature, analytic_cost
 

@@ -49,13 +49,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from tensorir.expr import Node, Var
-from tensorir.function import IRModule, PrimFunc
-from tensorir.schedule import Schedule, Trace
-from tensorir.stmt import Buffer
-from tensorir.structural import _definitions, _is_leaf
+from tilecraft.tensorir.expr import Node, Var
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.schedule import Schedule, Trace
+from tilecraft.tensorir.stmt import Buffer
+from tilecraft.tensorir.structural import _definitions, _is_leaf
 
-from targets import Target
+from tilecraft.targets import Target
 
 from .arg_info import ArgInfo
 
@@ -178,7 +178,7 @@ def workload_hash(func: "PrimFunc | IRModule") -> str:
 
     Examples
     --------
-    >>> from tensorir import te
+    >>> from tilecraft.tensorir import te
     >>> def f(dtype):
     ...     A = te.placeholder((8,), dtype, "A")
     ...     return te.create_prim_func([A, te.compute((8,), lambda i: A[i] + A[i], "B")])
@@ -221,7 +221,7 @@ class Workload:
     @property
     def func(self) -> PrimFunc:
         if self._func is None:
-            from tensorir.parser import parse
+            from tilecraft.tensorir.parser import parse
             try:
                 self._func = parse(self._script)
             except Exception as err:

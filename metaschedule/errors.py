@@ -13,7 +13,7 @@ class TuneError(RuntimeError):
 
     Examples
     --------
-    >>> from metaschedule import TuneError
+    >>> from tilecraft.metaschedule import TuneError
     >>> raise TuneError("no schedule rules for target kind 'cuda'")
     Traceback (most recent call last):
     ...

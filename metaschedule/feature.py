@@ -23,7 +23,7 @@ before a single one has been measured.
 
 Examples
 --------
->>> from tensorir import te, Schedule
+>>> from tilecraft.tensorir import te, Schedule
 >>> A = te.placeholder((64, 64), "float32", "A")
 >>> B = te.compute((64, 64), lambda i, j: A[i, j] * 2.0, "B")
 >>> feats = PerStoreFeature().extract([te.create_prim_func([A, B])])
@@ -39,15 +39,15 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from targets import Target
-from tensorir import dtype as dt
-from tensorir.expr import (Add, And, BinaryOp, BufferLoad, Call, Cast, CmpOp, Div, FloatImm,
+from tilecraft.targets import Target
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import (Add, And, BinaryOp, BufferLoad, Call, Cast, CmpOp, Div, FloatImm,
                            FloorDiv, FloorMod, GE, GT, IntImm, LE, LT, Let, Max, Min, Mod, Mul,
                            Not, Or, PrimExpr, Select, Sub, Var)
-from tensorir.function import IRModule, PrimFunc
-from tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore,
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore,
                            Evaluate, For, IfThenElse, LetStmt, SeqStmt)
-from tensorir.transform import lower
+from tilecraft.tensorir.transform import lower
 
 DEFAULT_SYMBOLIC_EXTENT = 64   # a symbolic extent with no representative value counts as this
 NUM_BUFFER_SLOTS = 5           # buffers described per store (the most-touched first)
@@ -1028,7 +1028,7 @@ class PerStoreFeature:
 
     Examples
     --------
-    >>> from tensorir import te
+    >>> from tilecraft.tensorir import te
     >>> A = te.placeholder((128,), "float32", "A")
     >>> B = te.compute((128,), lambda i: te.exp(A[i]), "B")
     >>> row = PerStoreFeature().extract([te.create_prim_func([A, B])])[0][0]
@@ -1107,7 +1107,7 @@ def count_flop(func: PrimFunc | IRModule, shape_vars: Mapping[str, int] | None =
 
     Examples
     --------
-    >>> from tensorir import te
+    >>> from tilecraft.tensorir import te
     >>> A = te.placeholder((8, 4), "float32", "A")
     >>> k = te.reduce_axis((0, 4), "k")
     >>> B = te.compute((8,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), "B")

@@ -7,7 +7,7 @@ each trial. ``plot_tuning_curve(work_dir)`` draws it with matplotlib (optional: 
 
 Examples
 --------
->>> import metaschedule
+>>> from tilecraft import metaschedule
 >>> path = metaschedule.plot_tuning_curve("tune/")            # doctest: +SKIP
 >>> curves = metaschedule.tuning_curve("tune/")               # doctest: +SKIP
 >>> curves["matmul"]["best_gflops"][-1]                        # doctest: +SKIP

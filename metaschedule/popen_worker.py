@@ -2,7 +2,7 @@
 
 The builder and the runner do their risky work — compiling with LLVM, running candidate kernels —
 in worker processes, so that a crash, a hang or a leak there costs one candidate, never the
-tuner. A worker is a fresh interpreter (``python -m metaschedule.popen_worker``), not a fork of
+tuner. A worker is a fresh interpreter (``python -m tilecraft.metaschedule.popen_worker``), not a fork of
 the tuner: the tuner may have threads (LLVM's, a thread pool of a kernel, xgboost's), and a
 forked copy of a threaded process may deadlock; nor is the user's ``__main__`` imported again,
 as ``multiprocessing``'s spawn would.
@@ -156,7 +156,7 @@ class PopenWorker:
         self._log = tempfile.TemporaryFile(prefix="tilecraft-worker-")
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "metaschedule.popen_worker", str(c_read), str(c_write)],
+                [sys.executable, "-m", "tilecraft.metaschedule.popen_worker", str(c_read), str(c_write)],
                 pass_fds=(c_read, c_write), stdin=subprocess.DEVNULL, stdout=self._log,
                 stderr=self._log, env=env, cwd=_REPO, start_new_session=True)
         finally:

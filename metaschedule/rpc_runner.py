@@ -37,8 +37,8 @@ import time
 
 import numpy as np
 
-import rpc
-from targets import Target
+from tilecraft import rpc
+from tilecraft.targets import Target
 
 from .arg_info import random_inputs
 from .builder import remove_artifact
@@ -103,9 +103,9 @@ class RPCRunner:
     Parameters
     ----------
     tracker : str or (str, int)
-        ``"host:port"`` or ``(host, port)`` of ``python -m rpc.tracker``.
+        ``"host:port"`` or ``(host, port)`` of ``python -m tilecraft.rpc.tracker``.
     key : str
-        The boards' key (``python -m rpc.server --key KEY``).
+        The boards' key (``python -m tilecraft.rpc.server --key KEY``).
     token : str or bytes, optional
         The boards' shared secret (``--token-file``).
     timeout_sec : float

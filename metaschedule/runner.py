@@ -41,7 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
-from targets import Target
+from tilecraft.targets import Target
 
 from .arg_info import ArgInfo, random_inputs
 from .builder import remove_artifact
@@ -183,7 +183,7 @@ def cache_flush_bytes() -> int:
 
 # -- the measuring child ------------------------------------------------------------------------------
 def _device_and_arrays(target_kind: str, arrays):
-    import targets as _targets
+    from tilecraft import targets as _targets
     if target_kind == "llvm":
         return _targets.cpu(0), arrays
     dev = _targets.device(target_kind, 0)
@@ -192,7 +192,7 @@ def _device_and_arrays(target_kind: str, arrays):
 
 def _measure_here(req: dict, flush) -> dict:
     """Load, check and time one candidate in this process (the forked child)."""
-    from targets import load_module
+    from tilecraft.targets import load_module
     infos = [ArgInfo.from_json(a) for a in req["args_info"]]
     mod = load_module(req["artifact_path"])
     fname = mod.entry_name

@@ -15,8 +15,8 @@ correct program for every ``n``.
 
 Examples
 --------
->>> import targets
->>> from metaschedule import default_space
+>>> from tilecraft import targets
+>>> from tilecraft.metaschedule import default_space
 >>> space = default_space(targets.Target("llvm"))
 >>> designs = space.generate(func, "llvm")                      # doctest: +SKIP
 >>> sch = space.sample(designs[0], func, "llvm", seed=1)        # doctest: +SKIP
@@ -29,11 +29,11 @@ from typing import Mapping
 
 import numpy as np
 
-from targets import Target, TargetError
-from tensorir.expr import TIRError, Var
-from tensorir.function import IRModule, PrimFunc
-from tensorir.functor import free_vars
-from tensorir.schedule import Schedule, ScheduleError, Trace
+from tilecraft.targets import Target, TargetError
+from tilecraft.tensorir.expr import TIRError, Var
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.functor import free_vars
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
 
 from .errors import TuneError
 from .mutator import (MutateComputeLocation, MutateParallel, MutateThreadBinding,
@@ -444,7 +444,7 @@ def default_space(target) -> SpaceGenerator:
 
     Examples
     --------
-    >>> import targets
+    >>> from tilecraft import targets
     >>> space = default_space(targets.Target("llvm"))
     >>> [type(m).__name__ for m in space.mutator_probs]
     ['MutateTileSize', 'MutateComputeLocation', 'MutateUnroll', 'MutateParallel']

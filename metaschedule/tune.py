@@ -23,8 +23,8 @@ for every value of ``n``.
 
 Examples
 --------
->>> from tensorir import te
->>> import metaschedule
+>>> from tilecraft.tensorir import te
+>>> from tilecraft import metaschedule
 >>> A = te.placeholder((512, 512), "float32", "A")
 >>> B = te.placeholder((512, 512), "float32", "B")
 >>> k = te.reduce_axis((0, 512), "k")
@@ -49,9 +49,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from targets import Target
-from tensorir.function import IRModule, PrimFunc
-from tensorir.schedule import Schedule
+from tilecraft.targets import Target
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.schedule import Schedule
 
 from .arg_info import output_indices, random_inputs
 from .builder import ARTIFACT_PREFIX, BuilderResult, LocalBuilder, remove_artifact

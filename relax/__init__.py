@@ -11,7 +11,7 @@ from .expr import (Binding, BindingBlock, Call, Constant, DataflowBlock, Dataflo
                    ShapeExpr, StringImm, Tuple, TupleGetItem, Var, VarBinding, const)
 from . import op
 from .block_builder import BlockBuilder, call_tir
-from tensorir.function import IRModule
+from tilecraft.tensorir.function import IRModule
 from . import analysis, printer, transform
 from .transform import get_pipeline
 from .build import build

@@ -3,7 +3,7 @@ pattern of a PrimFunc, and the well-formedness checker.
 
 Examples
 --------
->>> from relax import BlockBuilder, Var, TensorStructInfo
+>>> from tilecraft.relax import BlockBuilder, Var, TensorStructInfo
 >>> bb = BlockBuilder()
 >>> x = Var("x", TensorStructInfo((4,), "float32"))
 >>> with bb.function("main", [x]):
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tensorir import arith
-from tensorir.expr import (Add, BufferLoad, Cast, IntImm, Mul, Node, PrimExpr, Var as TirVar)
-from tensorir.function import IRModule, PrimFunc
-from tensorir.functor import post_order_visit, substitute
-from tensorir.stmt import Block, BufferStore
-from tensorir.structural import structural_equal
+from tilecraft.tensorir import arith
+from tilecraft.tensorir.expr import (Add, BufferLoad, Cast, IntImm, Mul, Node, PrimExpr, Var as TirVar)
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.functor import post_order_visit, substitute
+from tilecraft.tensorir.stmt import Block, BufferStore
+from tilecraft.tensorir.structural import structural_equal
 
 from .expr import (Binding, BindingBlock, Call, Constant, DataflowBlock, DataflowVar, Expr,
                    ExternFunc, Function, GlobalVar, If, MatchCast, PrimValue, RelaxError, SeqExpr,
@@ -109,7 +109,7 @@ def free_vars(expr) -> list[Var]:
 
     Examples
     --------
-    >>> from relax import Var, Tuple
+    >>> from tilecraft.relax import Var, Tuple
     >>> x = Var("x")
     >>> [v.name_hint for v in free_vars(Tuple([x, x]))]
     ['x']
@@ -253,7 +253,7 @@ def struct_info_base_check(base: StructInfo, derived: StructInfo,
 
     Examples
     --------
-    >>> from relax import TensorStructInfo, ObjectStructInfo
+    >>> from tilecraft.relax import TensorStructInfo, ObjectStructInfo
     >>> struct_info_base_check(TensorStructInfo(ndim=2), TensorStructInfo((4, 5)))
     True
     >>> struct_info_base_check(TensorStructInfo((4, 5)), TensorStructInfo((4, 6)))
@@ -430,7 +430,7 @@ def infer_op_pattern(func: PrimFunc) -> int:
 
     Examples
     --------
-    >>> from tensorir import te
+    >>> from tilecraft.tensorir import te
     >>> A = te.placeholder((4, 8), "float32", "A")
     >>> B = te.compute((4, 8), lambda i, j: A[i, j] * 2.0, "B")
     >>> infer_op_pattern(te.create_prim_func([A, B]))
@@ -521,7 +521,7 @@ def well_formed(mod_or_func) -> bool:
 
     Examples
     --------
-    >>> from relax import Var, Function, SeqExpr
+    >>> from tilecraft.relax import Var, Function, SeqExpr
     >>> x = Var("x")
     >>> well_formed(Function([], SeqExpr([], x)))  # x is not defined
     False

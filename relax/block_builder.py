@@ -3,7 +3,7 @@
 Examples
 --------
 >>> import numpy as np
->>> from relax import BlockBuilder, Var, TensorStructInfo, const, op
+>>> from tilecraft.relax import BlockBuilder, Var, TensorStructInfo, const, op
 >>> bb = BlockBuilder()
 >>> x = Var("x", TensorStructInfo(("n", 4), "float32"))
 >>> with bb.function("main", [x]):
@@ -19,11 +19,11 @@ import contextlib
 import re
 from typing import Any, Callable, Sequence
 
-from tensorir import te
-from tensorir.expr import PrimExpr, Var as TirVar
-from tensorir.function import IRModule, PrimFunc
-from tensorir.functor import post_order_visit
-from tensorir.structural import structural_equal, structural_hash
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import PrimExpr, Var as TirVar
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.structural import structural_equal, structural_hash
 
 from .expr import (BindingBlock, Call, DataflowBlock, DataflowVar, Expr, Function, GlobalVar,
                    MatchCast, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
@@ -194,7 +194,7 @@ class BlockBuilder:
         return GlobalVar(s.name, func.struct_info)
 
     def _check_dataflow_scoping(self, s: _FunctionScope, output: Expr):
-        from tensorir.functor import children
+        from tilecraft.tensorir.functor import children
         local = set()
         for blk in s.blocks:
             if isinstance(blk, DataflowBlock):

@@ -24,13 +24,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-import targets
-from targets import Target
-from tensorir.expr import (Add, And, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE, GT,
+from tilecraft import targets
+from tilecraft.targets import Target
+from tilecraft.tensorir.expr import (Add, And, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE, GT,
                            IntImm, LE, LT, Max, Min, Mod, Mul, NE, Not, Or, PrimExpr, Select, Sub,
                            Var as TirVar)
-from tensorir.function import IRModule, PrimFunc
-from tensorir.functor import post_order_visit
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.functor import post_order_visit
 
 from .executable import PROGRAM_VERSION, Executable
 from .expr import (Call, Constant, Expr, ExternFunc, Function, GlobalVar, If, MatchCast,
@@ -101,7 +101,7 @@ def _called_kernels(mod: IRModule) -> list[str]:
 
 
 def _as_prim_func(result, name: str) -> PrimFunc:
-    from tensorir.schedule import Schedule
+    from tilecraft.tensorir.schedule import Schedule
     if isinstance(result, Schedule):
         return result.mod[result._func_name]
     if isinstance(result, IRModule):
@@ -156,7 +156,7 @@ def _text(e: PrimExpr) -> str:
     if isinstance(e, TirVar):
         return e.name
     try:
-        from tensorir.script import expr_to_str  # type: ignore[attr-defined]
+        from tilecraft.tensorir.script import expr_to_str  # type: ignore[attr-defined]
         return expr_to_str(e)
     except Exception:
         return repr(e)

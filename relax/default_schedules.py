@@ -23,7 +23,7 @@ vectorized or thread-bound loops (a hand schedule) is left alone.
 
 Examples
 --------
->>> from tensorir import te
+>>> from tilecraft.tensorir import te
 >>> A = te.placeholder((64, 64), "float32", "A")
 >>> B = te.compute((64, 64), lambda i, j: A[i, j] * 2.0, "B")
 >>> f = apply(te.create_prim_func([A, B]), Target("llvm -mcpu=skylake-avx512"))
@@ -35,15 +35,15 @@ from __future__ import annotations
 import os
 import warnings
 
-from targets import Target
-from tensorir import dtype as dt
-from tensorir.expr import (Add, BufferLoad, Call, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub,
+from tilecraft.targets import Target
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import (Add, BufferLoad, Call, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub,
                            Var)
-from tensorir.function import PrimFunc
-from tensorir.functor import post_order_visit, substitute
-from tensorir.schedule import Schedule, ScheduleError
-from tensorir.schedule import tree
-from tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.functor import post_order_visit, substitute
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.schedule import tree
+from tilecraft.tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
 
 from .transform.alter_layout import cpu_tile_params
 from .transform.packed_kernels import (RULE_CONV_NCHW, RULE_CONV_NCHW_CVEC, RULE_CONV_NHWC,

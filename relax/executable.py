@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from targets.runtime import abi
-from targets.runtime.elf import NotELFError, read_elf_header
-from targets.runtime.module import Module, atomic_write_bytes, load_module
+from tilecraft.targets.runtime import abi
+from tilecraft.targets.runtime.elf import NotELFError, read_elf_header
+from tilecraft.targets.runtime.module import Module, atomic_write_bytes, load_module
 
 FORMAT = "tilecraft-relax-executable"
 FORMAT_VERSION = 1
@@ -175,7 +175,7 @@ class Executable:
 def _frozen(c) -> np.ndarray:
     arr = np.require(c, requirements="C")
     if arr.flags.writeable or arr.base is not None:
-        from targets.runtime.ndarray import aligned_empty
+        from tilecraft.targets.runtime.ndarray import aligned_empty
         out = aligned_empty(arr.shape, arr.dtype)
         np.copyto(out, arr)
         arr = out
@@ -265,7 +265,7 @@ def load_executable(path: str) -> Executable:
 def _load_library(lib: bytes, path: str):
     """dlopen the kernel library from a private temporary directory, or say why it cannot run
     here."""
-    from targets.runtime.module import _host_arch
+    from tilecraft.targets.runtime.module import _host_arch
     try:
         header = read_elf_header(lib[:64])
     except NotELFError:

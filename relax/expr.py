@@ -14,9 +14,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tensorir import dtype as dt
-from tensorir.expr import Node, PrimExpr, TIRError, Var as _TirVar, convert
-from tensorir.function import PrimFunc
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import Node, PrimExpr, TIRError, Var as _TirVar, convert
+from tilecraft.tensorir.function import PrimFunc
 
 from .struct_info import (FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo,
                           StructInfo, TensorStructInfo, TupleStructInfo, make_shape)

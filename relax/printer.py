@@ -39,7 +39,7 @@ Relax parser. PrimFuncs of a module print through ``tensorir.script``.
 
 Examples
 --------
->>> from relax import BlockBuilder, Var, TensorStructInfo
+>>> from tilecraft.relax import BlockBuilder, Var, TensorStructInfo
 >>> bb = BlockBuilder()
 >>> x = Var("x", TensorStructInfo(("n", 4), "float32"))
 >>> with bb.function("main", [x]):
@@ -57,11 +57,11 @@ from typing import Any
 
 import numpy as np
 
-from tensorir.expr import Node, PrimExpr, Var as TirVar
-from tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.expr import Node, PrimExpr, Var as TirVar
+from tilecraft.tensorir.function import IRModule, PrimFunc
 # the TensorIR printer's internals: one namer for Relax names and symbolic dims, and the
 # PrimFunc printer at the module's indentation (as tensorir.script's own module printer does)
-from tensorir.script import (INDENT, RESERVED_NAMES, _Printer, sanitize, string_literal,
+from tilecraft.tensorir.script import (INDENT, RESERVED_NAMES, _Printer, sanitize, string_literal,
                              unique_name)
 
 from .expr import (Binding, BindingBlock, Call, Constant, DataflowBlock, DataflowVar, Expr,
@@ -93,7 +93,7 @@ def to_script(node) -> str:
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo, Tuple
+    >>> from tilecraft.relax import Var, TensorStructInfo, Tuple
     >>> x = Var("x", TensorStructInfo((2, 3), "float32"))
     >>> to_script(Tuple([x, x]))
     '(x, x)'
@@ -124,7 +124,7 @@ def to_script(node) -> str:
         meta = p.metadata_lines()
         return text if not meta else text + "\n" + "\n".join(meta)
     if isinstance(node, Node):
-        from tensorir.script import to_script as tir_to_script
+        from tilecraft.tensorir.script import to_script as tir_to_script
         return tir_to_script(node)
     raise TypeError(f"relax.printer.to_script expects a Relax node or an IRModule, got "
                     f"{type(node).__name__} {node!r}")
@@ -138,8 +138,8 @@ def module_script(mod: IRModule) -> str:
 
     Examples
     --------
-    >>> from relax import BlockBuilder, Var, TensorStructInfo
-    >>> from tensorir import te
+    >>> from tilecraft.relax import BlockBuilder, Var, TensorStructInfo
+    >>> from tilecraft.tensorir import te
     >>> bb = BlockBuilder()
     >>> x = Var("x", TensorStructInfo((4,), "float32"))
     >>> with bb.function("main", [x]):

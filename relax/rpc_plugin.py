@@ -3,7 +3,7 @@
 ``rpc`` sits below ``relax`` and knows nothing of it; this module adds the session operations
 that load and run an executable on the board, and the client API that calls them.
 
-* **Board half.** ``python -m rpc.server --plugin relax.rpc_plugin ...`` imports this module
+* **Board half.** ``python -m tilecraft.rpc.server --plugin relax.rpc_plugin ...`` imports this module
   before the server forks its session launcher, which registers (``rpc.worker.register_op``):
 
   ========================  =====================================================================
@@ -46,9 +46,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rpc.client import RemoteDevice, RemoteError, RemoteNDArray, Session
-from rpc.worker import OpContext, register_op
-from targets.runtime import BenchmarkResult, Device, NDArray
+from tilecraft.rpc.client import RemoteDevice, RemoteError, RemoteNDArray, Session
+from tilecraft.rpc.worker import OpContext, register_op
+from tilecraft.targets.runtime import BenchmarkResult, Device, NDArray
 
 from .executable import load_executable
 from .vm import ProfileReport, VirtualMachine, VMArgumentError

@@ -7,7 +7,7 @@ through every op's shape inference.
 
 Examples
 --------
->>> from relax import TensorStructInfo
+>>> from tilecraft.relax import TensorStructInfo
 >>> s = TensorStructInfo(("n", 768), "float32")
 >>> s.ndim, s.dtype
 (2, 'float32')
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tensorir import dtype as dt
-from tensorir.expr import IntImm, Node, PrimExpr, TIRError, Var, convert
-from tensorir.structural import structural_equal
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import IntImm, Node, PrimExpr, TIRError, Var, convert
+from tilecraft.tensorir.structural import structural_equal
 
 
 def make_shape(shape, var_table: dict | None = None) -> tuple[PrimExpr, ...]:
@@ -55,7 +55,7 @@ class StructInfo(Node):
         return isinstance(other, StructInfo) and structural_equal(self, other)
 
     def __hash__(self):
-        from tensorir.structural import structural_hash
+        from tilecraft.tensorir.structural import structural_hash
         return structural_hash(self)
 
 

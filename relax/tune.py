@@ -25,16 +25,16 @@ from __future__ import annotations
 import inspect
 from typing import Mapping
 
-from targets import Target
-from tensorir.function import IRModule, PrimFunc
-from tensorir.functor import post_order_visit
+from tilecraft.targets import Target
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.functor import post_order_visit
 
-import metaschedule
-from metaschedule import Database, Task
-from metaschedule.database import workload_hash
-from metaschedule.space_generator import DEFAULT_SHAPE_HINT, shape_vars
+from tilecraft import metaschedule
+from tilecraft.metaschedule import Database, Task
+from tilecraft.metaschedule.database import workload_hash
+from tilecraft.metaschedule.space_generator import DEFAULT_SHAPE_HINT, shape_vars
 
-from tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
 
 from . import default_schedules
 from .build import _called_kernels, _layout_pipeline, _run_pipeline, legalize

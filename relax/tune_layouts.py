@@ -45,13 +45,13 @@ from typing import Callable
 
 import numpy as np
 
-from targets import Target
-from tensorir import te
+from tilecraft.targets import Target
+from tilecraft.tensorir import te
 
-import metaschedule
-from metaschedule.arg_info import args_info, random_inputs
-from metaschedule.builder import BuilderInput, LocalBuilder, remove_artifact
-from metaschedule.runner import LocalRunner, RunnerInput
+from tilecraft import metaschedule
+from tilecraft.metaschedule.arg_info import args_info, random_inputs
+from tilecraft.metaschedule.builder import BuilderInput, LocalBuilder, remove_artifact
+from tilecraft.metaschedule.runner import LocalRunner, RunnerInput
 
 from . import default_schedules
 from .transform import packed_kernels as pk

@@ -45,10 +45,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from targets.runtime import abi
-from targets.runtime.device import Device, cpu
-from targets.runtime.module import BenchmarkResult
-from targets.runtime.ndarray import NDArray
+from tilecraft.targets.runtime import abi
+from tilecraft.targets.runtime.device import Device, cpu
+from tilecraft.targets.runtime.module import BenchmarkResult
+from tilecraft.targets.runtime.ndarray import NDArray
 
 from .executable import Executable
 from . import vm_gpu

@@ -12,7 +12,8 @@ This module needs only numpy and the ``targets`` runtime: it runs on the board.
 
 Examples
 --------
->>> import numpy as np, targets
+>>> import numpy as np
+>>> from tilecraft import targets
 >>> BUILTINS["vm.builtin.shape_of"](targets.array(np.zeros((2, 3), "float32")))
 (2, 3)
 """
@@ -23,8 +24,8 @@ from typing import Callable
 
 import numpy as np
 
-from targets.runtime.ndarray import NDArray
-from targets.runtime.device import cpu
+from tilecraft.targets.runtime.ndarray import NDArray
+from tilecraft.targets.runtime.device import cpu
 
 _CPU = cpu(0)
 _C0 = ctypes.c_char * 0

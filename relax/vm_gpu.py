@@ -23,9 +23,9 @@ from typing import Callable
 
 import numpy as np
 
-from targets.runtime.device import device_runtime
-from targets.runtime.host_program import DeviceKernelError
-from targets.runtime.ndarray import NDArray
+from tilecraft.targets.runtime.device import device_runtime
+from tilecraft.targets.runtime.host_program import DeviceKernelError
+from tilecraft.targets.runtime.ndarray import NDArray
 
 from .vm_builtins import BUILTINS, as_ndarray, read_condition
 

@@ -1,21 +1,22 @@
 """rpc: run and time kernels on remote boards (Raspberry Pi, Jetson, phones) over TCP.
 
-* ``python -m rpc.server --host 127.0.0.1 --port 9090 --key rasp4`` — the board side; it needs
+* ``python -m tilecraft.rpc.server --host 127.0.0.1 --port 9090 --key rasp4`` — the board side; it needs
   only Python >= 3.9 and numpy.
-* ``python -m rpc.tracker --host 127.0.0.1 --port 9190`` — a queue of boards per key.
+* ``python -m tilecraft.rpc.tracker --host 127.0.0.1 --port 9190`` — a queue of boards per key.
 * ``rpc.connect(host, port, token=None) -> Session`` and
   ``rpc.connect_tracker(host, port).request(key, timeout=...) -> Session`` — the client.
 
 A ``Session`` uploads files, loads kernel libraries, moves arrays and calls and times kernels
 on the board: ``sess.upload(path)``, ``sess.load_module(name)``, ``sess.array(x, sess.cpu(0))``,
 ``mod["main"](*arrays)``, ``mod.time_evaluator("main", dev, number, repeat)(*arrays)``.
-Plugins add session operations (``rpc.worker.register_op``, ``python -m rpc.server --plugin
+Plugins add session operations (``rpc.worker.register_op``, ``python -m tilecraft.rpc.server --plugin
 MODULE``, ``sess.call_plugin(name, ...)``): ``relax.rpc_plugin`` runs Relax executables on a board.
 See ``docs/rpc.md``.
 
 Examples
 --------
->>> import numpy as np, rpc                                                  # doctest: +SKIP
+>>> import numpy as np
+>>> from tilecraft import rpc                                     # doctest: +SKIP
 >>> with rpc.connect("127.0.0.1", 9090) as sess:                             # doctest: +SKIP
 ...     mod = sess.load_module(sess.upload("add.so"))
 ...     a = sess.array(np.arange(8, dtype="float32")); b = sess.empty((8,), "float32")

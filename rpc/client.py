@@ -2,7 +2,8 @@
 
 Examples
 --------
->>> import numpy as np, rpc, targets                          # doctest: +SKIP
+>>> import numpy as np
+>>> from tilecraft import rpc, targets                          # doctest: +SKIP
 >>> targets.build(func, "raspberry-pi/4b-aarch64").export_library("add.so")   # doctest: +SKIP
 >>> with rpc.connect_tracker("127.0.0.1", 9190).request("rasp4", timeout=60) as sess:
 ...     sess.upload("add.so")
@@ -24,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from targets.runtime import BenchmarkResult, Device
+from tilecraft.targets.runtime import BenchmarkResult, Device
 
 from .auth import AuthenticationError, as_token, client_digest, new_nonce, verify
 from .protocol import (AUTH, ERROR, HELLO, MAX_BLOBS, REPLY, REQUEST, VERSION, WELCOME,
@@ -513,7 +514,7 @@ class Session:
         ----------
         op : str
             The operation, ``"<plugin>.<op>"``; the server must have been started with the
-            plugin (``python -m rpc.server --plugin MODULE``).
+            plugin (``python -m tilecraft.rpc.server --plugin MODULE``).
         arrays : sequence
             Input arrays: ``RemoteNDArray`` of this session (passed by handle) or anything
             ``np.asarray`` takes (sent with the request).

@@ -1,6 +1,6 @@
 """The board side of RPC: accept sessions, run each in its own process, register with a tracker.
 
-    python -m rpc.server --host 127.0.0.1 --port 9090 --key rasp4 [--tracker HOST:PORT]
+    python -m tilecraft.rpc.server --host 127.0.0.1 --port 9090 --key rasp4 [--tracker HOST:PORT]
                          [--token-file F] [--insecure] [--plugin MODULE ...]
 
 Process layout::
@@ -46,7 +46,7 @@ from .protocol import (AUTH, ERROR, EVENT, HELLO, PING, PONG, REPLY, REQUEST, VE
                        ConnectionClosed, IdleTimeout, RPCError, recv_frame, send_frame)
 from .worker import SessionLimits, load_plugins, platform_info, plugin_ops, run_session
 
-log = logging.getLogger("rpc.server")
+log = logging.getLogger(__name__)
 
 HANDSHAKE_MAX_FRAME = 64 << 10
 TRACKER_MAX_FRAME = 1 << 20
@@ -131,7 +131,7 @@ class RPCServer:
     plugins : sequence of str
         Modules to import in ``start()``, before the launcher is forked, so that the session
         operations they register (``rpc.worker.register_op``) exist in every session:
-        ``plugins=["relax.rpc_plugin"]``.
+        ``plugins=["tilecraft.relax.rpc_plugin"]``.
 
     ``start()`` forks the session launcher, so call it before starting threads of your own.
 
@@ -637,7 +637,7 @@ def _fork_session(fd, sid, ctrl, wake_r, wake_w, limits, work_root, info, childr
 
 # -- command line ---------------------------------------------------------------------------------
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rpc.server", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="python -m tilecraft.rpc.server", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=9090, help="port (0: any free port; default 9090)")

@@ -1,9 +1,9 @@
 """The tracker: a queue of RPC servers per device key, handing out sessions by lease.
 
-    python -m rpc.tracker --host 127.0.0.1 --port 9190
-    python -m rpc.tracker --host 127.0.0.1 --port 9190 --summary     # ask a running tracker
+    python -m tilecraft.rpc.tracker --host 127.0.0.1 --port 9190
+    python -m tilecraft.rpc.tracker --host 127.0.0.1 --port 9190 --summary     # ask a running tracker
 
-Servers register (``python -m rpc.server --tracker HOST:PORT --key rasp4``) and keep their
+Servers register (``python -m tilecraft.rpc.server --tracker HOST:PORT --key rasp4``) and keep their
 connection open; the tracker pings each one every ``ping_interval`` seconds and drops a server
 that does not answer within ``ping_timeout`` or whose connection closes. A server that loses
 the tracker (a tracker restart) registers again by itself.
@@ -37,7 +37,7 @@ from .client import TrackerClient
 from .protocol import (ERROR, EVENT, PING, PONG, REPLY, REQUEST, ConnectionClosed, IdleTimeout,
                        RPCError, error_meta, recv_frame, send_frame)
 
-log = logging.getLogger("rpc.tracker")
+log = logging.getLogger(__name__)
 
 _FIRST_FRAME_MAX = 1 << 20
 _GRACE = 2.0   # seconds a reserved lease outlives its ttl here, so the server's expiry comes first
@@ -441,7 +441,7 @@ def format_summary(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rpc.tracker", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tilecraft.rpc.tracker", description=__doc__.split("\n")[0])
     p.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=9190, help="port (0: any free port; default 9190)")
     p.add_argument("--summary", action="store_true",

@@ -30,7 +30,7 @@ PLUGIN.OP      args (JSON object), arrays, timeout         the handler's reply (
 request may carry ``"free": [handles]`` to release objects the client dropped.
 
 Plugins add operations: a module that calls :func:`register_op` at import time, imported by the
-server (``python -m rpc.server --plugin MODULE``) before it forks the session launcher, so every
+server (``python -m tilecraft.rpc.server --plugin MODULE``) before it forks the session launcher, so every
 session has its handlers. A plugin operation's name has a dot (``relax.vm_call``); its request
 carries ``args`` (a JSON object) and ``arrays`` (each ``{"handle": h}``, an array of the session,
 or ``{"dtype", "shape"}``, whose bytes are the request's next blob); the handler gets an
@@ -56,7 +56,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from targets.runtime import (Device, Module, NDArray, array as nd_array, empty as nd_empty,
+from tilecraft.targets.runtime import (Device, Module, NDArray, array as nd_array, empty as nd_empty,
                              load_module)
 
 from .protocol import (ERROR, REPLY, REQUEST, ConnectionClosed, IdleTimeout, ProtocolError,
@@ -126,7 +126,7 @@ def load_plugins(modules) -> list[str]:
 
     Examples
     --------
-    >>> load_plugins(["relax.rpc_plugin"])             # doctest: +SKIP
+    >>> load_plugins(["tilecraft.relax.rpc_plugin"])             # doctest: +SKIP
     ['relax.load_executable', 'relax.vm_call', 'relax.vm_profile', 'relax.vm_time']
     """
     added = []

@@ -7,8 +7,9 @@
 
 Examples
 --------
->>> import numpy as np, targets
->>> from tensorir import te
+>>> import numpy as np
+>>> from tilecraft import targets
+>>> from tilecraft.tensorir import te
 >>> n = te.var("n")
 >>> A = te.placeholder((n,), "float32", "A")
 >>> B = te.compute((n,), lambda i: te.exp(A[i]), "B")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-from tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from .runtime.module import Module
 from .target import Target, TargetError
@@ -29,7 +29,7 @@ def lower_module(mod: IRModule, target: Target | None = None) -> IRModule:
     for name, func in mod.functions.items():
         if isinstance(func, PrimFunc) and not is_lowered(func):
             try:
-                from tensorir.transform import lower
+                from tilecraft.tensorir.transform import lower
             except ImportError as err:
                 raise RuntimeError(f"targets.build needs tensorir.transform.lower to lower "
                                    f"{name!r}: {err}") from None
@@ -51,7 +51,7 @@ def build(func_or_mod, target: "Target | str | dict" = "llvm") -> Module:
     Examples
     --------
     >>> import numpy as np
-    >>> from tensorir import te
+    >>> from tilecraft.tensorir import te
     >>> A = te.placeholder((8,), "float32", "A")
     >>> B = te.compute((8,), lambda i: A[i] * 2.0, "B")
     >>> mod = build(te.create_prim_func([A, B]), "llvm")

@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tensorir import expr as E
-from tensorir.function import IRModule, PrimFunc
-from tensorir.stmt import Allocate, AssertStmt, Buffer, For, IfThenElse, LetStmt, SeqStmt
-from tensorir.transform import lower_device
-from tensorir.transform.device import HostDeviceSplit, LaunchKernel
-from tensorir.transform._common import is_no_op
+from tilecraft.tensorir import expr as E
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.stmt import Allocate, AssertStmt, Buffer, For, IfThenElse, LetStmt, SeqStmt
+from tilecraft.tensorir.transform import lower_device
+from tilecraft.tensorir.transform.device import HostDeviceSplit, LaunchKernel
+from tilecraft.tensorir.transform._common import is_no_op
 
 from .build_module import is_lowered
 from .target import Target
@@ -102,7 +102,7 @@ def _shape_text(d) -> Any:
     if isinstance(d, E.IntImm):
         return int(d.value)
     try:
-        from tensorir.script import expr_to_str  # type: ignore[attr-defined]
+        from tilecraft.tensorir.script import expr_to_str  # type: ignore[attr-defined]
         return expr_to_str(d)
     except Exception:
         return str(d)
@@ -198,7 +198,7 @@ def split_module(mod: IRModule, target: Target) -> list[GPUFunction]:
         if "global_symbol" not in func.attr_dict or func.attr_dict["global_symbol"] != name:
             func = func.replace(attrs={**func.attr_dict, "global_symbol": name})
         if is_lowered(func):
-            from tensorir.transform import split_host_device
+            from tilecraft.tensorir.transform import split_host_device
             split = split_host_device(func, target)
         else:
             split = lower_device(func, target)

@@ -27,7 +27,7 @@ What the base handles for every language:
 
 Examples
 --------
->>> from targets.opencl_backend.codegen import OpenCLCodegen      # doctest: +SKIP
+>>> from tilecraft.targets.opencl_backend.codegen import OpenCLCodegen      # doctest: +SKIP
 >>> src = OpenCLCodegen().kernel_source(split.kernels[0])         # doctest: +SKIP
 """
 from __future__ import annotations
@@ -36,12 +36,12 @@ import math
 import re
 from typing import Iterable
 
-from tensorir import arith
-from tensorir import dtype as dt
-from tensorir import expr as E
-from tensorir import stmt as S
-from tensorir.stmt import Range
-from tensorir.transform.device import BARRIER_OP, DeviceKernel
+from tilecraft.tensorir import arith
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import expr as E
+from tilecraft.tensorir import stmt as S
+from tilecraft.tensorir.stmt import Range
+from tilecraft.tensorir.transform.device import BARRIER_OP, DeviceKernel
 
 
 class CodegenError(E.TIRError, ValueError):
@@ -523,7 +523,7 @@ class CodegenC:
         return text
 
     def expr_Let(self, e: E.Let):
-        from tensorir.functor import substitute
+        from tilecraft.tensorir.functor import substitute
         return self.expr(substitute(e.body, {e.var: e.value}))
 
     def expr_Call(self, e: E.Call):
@@ -549,7 +549,7 @@ class CodegenC:
 
 
 def E_uses(e, v) -> bool:
-    from tensorir.transform._common import uses_any
+    from tilecraft.tensorir.transform._common import uses_any
     return uses_any(e, [v])
 
 
@@ -558,13 +558,13 @@ def _is_zero(e) -> bool:
 
 
 def _subst(e, v, value):
-    from tensorir.functor import substitute
+    from tilecraft.tensorir.functor import substitute
     return substitute(e, {v: value})
 
 
 def _unit_offset(index, v):
     """``index == base + v`` with ``base`` free of ``v``: ``base``; else None."""
-    from tensorir.transform._common import linear_coeff
+    from tilecraft.tensorir.transform._common import linear_coeff
     r = linear_coeff(index, v)
     if r is None or r[0] != 1:
         return None
@@ -574,7 +574,7 @@ def _unit_offset(index, v):
 def _buffers_of(node, node_type) -> set:
     """The buffers of the ``node_type`` nodes (BufferLoad / BufferStore) inside ``node``."""
     out = set()
-    from tensorir.functor import post_order_visit
+    from tilecraft.tensorir.functor import post_order_visit
 
     def f(n):
         if isinstance(n, node_type):

@@ -2,7 +2,7 @@
 
 Every node is a ``PrimExpr`` with a ``dtype`` string. Python operators build new nodes::
 
-    >>> from tensorir import var
+    >>> from tilecraft.tensorir import var
     >>> n = var("n")
     >>> e = (n * 8 + 3) // 8
     >>> e.dtype

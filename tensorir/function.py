@@ -17,7 +17,7 @@ class PrimFunc(Node):
 
     Examples
     --------
-    >>> from tensorir import te
+    >>> from tilecraft.tensorir import te
     >>> n = te.var("n")
     >>> A = te.placeholder((n,), "float32", "A")
     >>> B = te.compute((n,), lambda i: A[i] * 2.0, "B")

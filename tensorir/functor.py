@@ -134,7 +134,7 @@ def substitute(node, vmap):
 
     Examples
     --------
-    >>> from tensorir import var
+    >>> from tilecraft.tensorir import var
     >>> i = var("i")
     >>> substitute(i + 1, {i: i * 2})
     i * 2 + 1

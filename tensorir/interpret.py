@@ -105,7 +105,7 @@ def interpret(func, *arrays, func_name: str | None = None, **var_values) -> None
     Examples
     --------
     >>> import numpy as np
-    >>> from tensorir import te
+    >>> from tilecraft.tensorir import te
     >>> n = te.var("n")
     >>> A = te.placeholder((n,), "float32", "A")
     >>> B = te.compute((n,), lambda i: A[i] * 2.0, "B")

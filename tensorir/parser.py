@@ -64,7 +64,7 @@ def parse(text: str, extra_vars: Mapping[str, "Var | Buffer"] | None = None
 
     Examples
     --------
-    >>> from tensorir import var
+    >>> from tilecraft.tensorir import var
     >>> n = var("n")
     >>> e = parse("n * 4 + 1", {"n": n})
     >>> e.script()

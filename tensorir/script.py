@@ -91,7 +91,7 @@ def to_script(node) -> str:
 
     Examples
     --------
-    >>> from tensorir import var
+    >>> from tilecraft.tensorir import var
     >>> n = var("n")
     >>> to_script((n + 1) * 4)
     '(n + 1) * 4'

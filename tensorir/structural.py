@@ -115,7 +115,7 @@ def structural_equal(a, b, map_free_vars: bool = False) -> bool:
 
     Examples
     --------
-    >>> from tensorir import var
+    >>> from tilecraft.tensorir import var
     >>> i = var("i")
     >>> structural_equal(i + 1, i + 1)
     True

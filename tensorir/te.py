@@ -2,7 +2,7 @@
 
 Examples
 --------
->>> from tensorir import te
+>>> from tilecraft.tensorir import te
 >>> n = te.var("n")
 >>> A = te.placeholder((n, 64), "float32", "A")
 >>> W = te.placeholder((64, 32), "float32", "W")

@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _compile(args, steps: Steps):
-    import relax
+    from tilecraft import relax
     shapes = parse_shapes(args.shape)
     bounds = parse_ints(args.upper_bound, "--upper-bound")
     steps.step(f"importing {os.path.basename(args.model)}")
@@ -193,8 +193,8 @@ def _read_inputs(items: list[str], specs: list[InputSpec]) -> list[np.ndarray]:
 
 
 def cmd_run(args) -> int:
-    import relax
-    import targets
+    from tilecraft import relax
+    from tilecraft import targets
     if not os.path.exists(args.executable):
         raise CLIError(f"{args.executable}: no such file")
     exe = relax.load_executable(args.executable)
@@ -279,8 +279,8 @@ def _peer(args, model, inputs):
 
 
 def cmd_bench(args) -> int:
-    import relax
-    import targets
+    from tilecraft import relax
+    from tilecraft import targets
     from .timing import calls_per_round, interleaved
     dims = parse_ints(args.dim, "--dim")
     with Steps(4, "bench", quiet=args.quiet) as steps:

@@ -103,7 +103,7 @@ def model_kind(path: str) -> str:
 
 def main_inputs(mod) -> list[InputSpec]:
     """The parameters of ``main`` as ``InputSpec``s."""
-    from relax import TensorStructInfo
+    from tilecraft.relax import TensorStructInfo
     func = mod["main"]
     n = func.attr_dict.get("num_input", len(func.params))
     out = []
@@ -127,7 +127,7 @@ def load_model(path: str, shapes: dict[str, list] | None = None) -> LoadedModel:
     kind = model_kind(path)
     if kind == "onnx":
         import onnx
-        from relax.frontend import from_onnx
+        from tilecraft.relax.frontend import from_onnx
         try:
             model = onnx.load(path)
         except Exception as err:  # protobuf's DecodeError and friends
@@ -149,7 +149,7 @@ def load_model(path: str, shapes: dict[str, list] | None = None) -> LoadedModel:
     except ImportError:
         raise CLIError(f"{path}: loading a torch.export program needs PyTorch "
                        f"(pip install 'tilecraft[torch]')") from None
-    from relax.frontend import from_torch
+    from tilecraft.relax.frontend import from_torch
     try:
         ep = torch.export.load(path)
     except Exception as err:

@@ -13,7 +13,8 @@ as initializers, the symbolic dims as ``dim_param``) so that onnxruntime runs th
 
 Examples
 --------
->>> import numpy as np, relax
+>>> import numpy as np
+>>> from tilecraft import relax
 >>> from benchmarks.models import mlp
 >>> m = mlp(in_features=16, hidden=(32,), out_features=4)
 >>> exe = relax.build(m.mod, "llvm")                                   # doctest: +SKIP

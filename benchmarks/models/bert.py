@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 
 from .common import Model, erf, initializer, make_onnx_model, tensor_value_info, uniform
 

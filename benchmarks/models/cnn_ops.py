@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 
 from .common import Model, initializer, make_onnx_model, tensor_value_info, uniform
 

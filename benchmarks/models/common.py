@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tensorir.function import IRModule
+from tilecraft.tensorir.function import IRModule
 
 
 @dataclass

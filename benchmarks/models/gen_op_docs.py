@@ -18,9 +18,9 @@ import inspect
 import os
 import sys
 
-import relax  # noqa: F401  (registers every operator)
-from relax import op as relax_op
-from relax.op.base import Op, OpPattern
+from tilecraft import relax  # noqa: F401  (registers every operator)
+from tilecraft.relax import op as relax_op
+from tilecraft.relax.op.base import Op, OpPattern
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC_PATH = os.path.join(REPO, "docs", "relax-ops.md")
@@ -73,7 +73,7 @@ def generate() -> str:
     internal: list[str] = []
     for name in Op.list_ops():
         o = Op.get(name)
-        if not getattr(o.infer, "__module__", "").startswith("relax."):
+        if not getattr(o.infer, "__module__", "").startswith("tilecraft.relax."):
             continue  # registered by a test or a user, not by the relax package
         fn = builder_of(name)
         pattern = OpPattern.NAMES.get(o.pattern, str(o.pattern))
@@ -81,7 +81,7 @@ def generate() -> str:
         if fn is None:
             internal.append(f"| `{name}` | {pattern} | {first_line(o.doc)} |")
             continue
-        module = getattr(inspect.unwrap(fn), "__module__", "") or ""
+        module = (getattr(inspect.unwrap(fn), "__module__", "") or "").removeprefix("tilecraft.")
         if module not in by_section:
             by_section[module] = []
             other_titles[module] = f"`{module}`"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relax import BlockBuilder, TensorStructInfo, TupleGetItem, Var, const, op
+from tilecraft.relax import BlockBuilder, TensorStructInfo, TupleGetItem, Var, const, op
 
 from .common import Model, initializer, make_onnx_model, tensor_value_info, uniform
 

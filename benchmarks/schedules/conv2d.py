@@ -25,8 +25,8 @@ OIHW layout, nothing is pre-packed):
 
 Examples
 --------
->>> import targets
->>> from tensorir import Schedule
+>>> from tilecraft import targets
+>>> from tilecraft.tensorir import Schedule
 >>> from benchmarks.schedules import conv2d
 >>> sch = Schedule(conv2d.conv2d_nchw_func(1, 64, 64, 56, 56))
 >>> conv2d.schedule_conv2d_nchw(sch, targets.Target("llvm"))
@@ -37,9 +37,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tensorir import te
-from tensorir.function import PrimFunc
-from tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir import te
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
 
 from .elementwise import as_target, const_int, vector_lanes
 

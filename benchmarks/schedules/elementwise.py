@@ -12,8 +12,8 @@ LLVM code generator tests once per vector on the last lane (whole vectors run wi
 
 Examples
 --------
->>> import targets
->>> from tensorir import Schedule
+>>> from tilecraft import targets
+>>> from tilecraft.tensorir import Schedule
 >>> from benchmarks.schedules import elementwise as ew
 >>> sch = Schedule(ew.gelu_tanh_func())                    # symbolic n
 >>> ew.schedule_elementwise(sch, "T_gelu", targets.Target("llvm"))
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import math
 
-import targets
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import IntImm
-from tensorir.function import PrimFunc
-from tensorir.schedule import BlockRV, Schedule, ScheduleError
+from tilecraft import targets
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import IntImm
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.schedule import BlockRV, Schedule, ScheduleError
 
 PARALLEL_MIN_ELEMENTS = 1 << 14   # below this a thread-pool launch costs more than it saves
 FEW_ROWS = 64                     # fewer parallel rows than this: split the rows' chunks too

@@ -36,8 +36,8 @@ runs every full tile without those tests.
 
 Examples
 --------
->>> import targets
->>> from tensorir import Schedule
+>>> from tilecraft import targets
+>>> from tilecraft.tensorir import Schedule
 >>> from benchmarks.schedules.gemm import matmul_func, schedule_gemm
 >>> sch = Schedule(matmul_func(256, 256, 256))
 >>> _ = schedule_gemm(sch, "C", "llvm")
@@ -47,11 +47,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tensorir import te
-from tensorir.expr import Add, BufferLoad, Cast, Mul, Var
-from tensorir.function import PrimFunc
-from tensorir.schedule import BlockRV, LoopRV, Schedule
-from tensorir.schedule.error import ScheduleError
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import Add, BufferLoad, Cast, Mul, Var
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.schedule import BlockRV, LoopRV, Schedule
+from tilecraft.tensorir.schedule.error import ScheduleError
 
 
 def _vector_registers(target) -> int:
@@ -122,7 +122,7 @@ class GemmConfig:
 
 def _target(target):
     if target is None or isinstance(target, str) or isinstance(target, dict):
-        import targets  # the benchmarks sit above both packages
+        from tilecraft import targets  # the benchmarks sit above both packages
         return targets.Target(target or "llvm")
     return target
 

@@ -16,8 +16,8 @@ then one reduction over the lanes.
 
 Examples
 --------
->>> import targets
->>> from tensorir import Schedule
+>>> from tilecraft import targets
+>>> from tilecraft.tensorir import Schedule
 >>> from benchmarks.schedules import softmax
 >>> sch = Schedule(softmax.softmax_func(("n", 1024)))
 >>> softmax.schedule_softmax(sch, targets.Target("llvm"))
@@ -25,11 +25,11 @@ Examples
 """
 from __future__ import annotations
 
-from tensorir import te
-from tensorir.function import PrimFunc
-from tensorir.functor import free_vars
-from tensorir.schedule import BlockRV, Schedule, ScheduleError
-from tensorir.schedule import tree
+from tilecraft.tensorir import te
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.functor import free_vars
+from tilecraft.tensorir.schedule import BlockRV, Schedule, ScheduleError
+from tilecraft.tensorir.schedule import tree
 
 from .elementwise import (const_int, inline_injective, is_output_block, is_spatial, vector_lanes)
 

@@ -4,7 +4,7 @@ layer norm with cross-thread (tree) reductions. ``benchmarks/gpu_webgpu.py`` tim
 the default schedules."""
 from __future__ import annotations
 
-from tensorir import Schedule, te
+from tilecraft.tensorir import Schedule, te
 
 
 def gemm(M, N, K, bm: int = 128, bn: int = 128, bk: int = 8, tm: int = 8, tn: int = 8,

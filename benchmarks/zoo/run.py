@@ -64,7 +64,7 @@ def kernel_kind(name: str) -> str:
 
 
 def _timed_fns(vm, sess, torch_module, inputs: dict, threads: int):
-    import targets
+    from tilecraft import targets
     args = [targets.array(a) for a in inputs.values()]
     fn = vm["main"]
     fns = {"tilecraft": lambda: fn(*args), "onnxruntime": lambda: sess.run(None, inputs)}
@@ -128,7 +128,7 @@ def _tuning_minutes(records) -> float:
 def tuning_summary(tasks, db, target) -> tuple[list[dict], int, float]:
     """Per task: trials, baseline (default schedule) and best ms in the database, and which
     ``relax.build`` uses; also the model's trials and tuning minutes."""
-    import metaschedule
+    from tilecraft import metaschedule
     hashes = {metaschedule.workload_hash(t.func): t for t in tasks}
     records = [r for r in db.get_all_tuning_records() if r.workload.shash in hashes]
     per_task = []
@@ -152,8 +152,8 @@ def _tuned(mod, target, z, trials: int, row: dict, tune_options: dict | None = N
     """A VM of the model built with ``relax.tune``'s database (``trials`` in all: a database
     that already has some, from an earlier or killed run in ``tune_work_dir(z)``, is topped
     up), or None (noted in ``row``) while the tuner does not exist."""
-    import relax
-    import metaschedule
+    from tilecraft import relax
+    from tilecraft import metaschedule
     if not hasattr(relax, "tune"):
         row["tuned_note"] = "relax.tune is not available yet"
         return None
@@ -186,8 +186,8 @@ def measure(z, target: str, threads: int, rounds: int, quiet: bool = False,
     (``relax.tune`` up to that many trials in all, ``tune_options`` its keyword arguments,
     then ``relax.build(..., database=...)``; the tuned output is checked against onnxruntime
     too, and all three are timed interleaved)."""
-    import relax
-    from relax.frontend import from_onnx
+    from tilecraft import relax
+    from tilecraft.relax.frontend import from_onnx
     from tilecraft.timing import calls_per_round, interleaved
 
     row = {"model": z.name, "description": z.description}

@@ -9,10 +9,10 @@ any browser with WebGPU runs it.
 """
 import os
 
-import targets
-from relax import BlockBuilder, TensorStructInfo, Var, gpu_schedules
-from relax.op import nn
-from relax.transform import LegalizeOps
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, gpu_schedules
+from tilecraft.relax.op import nn
+from tilecraft.relax.transform import LegalizeOps
 
 
 def softmax_kernel():

@@ -11,7 +11,7 @@ import copy
 
 import numpy as np
 
-from tensorir.schedule import Trace
+from tilecraft.tensorir.schedule import Trace
 
 from ..schedule_rule.base import SpaceContext
 

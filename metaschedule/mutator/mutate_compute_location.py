@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.schedule import Schedule, ScheduleError, Trace
-from tensorir.schedule.primitives_compute import compute_location_candidates
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
+from tilecraft.tensorir.schedule.primitives_compute import compute_location_candidates
 
 from .base import Mutator, producer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.schedule import Trace
+from tilecraft.tensorir.schedule import Trace
 
 from ..schedule_rule.base import ANN_PARALLEL
 from .base import Mutator, with_input

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.schedule import Trace
+from tilecraft.tensorir.schedule import Trace
 
 from .base import Mutator, categorical_uses, other_index, split_outputs_bound_to
 

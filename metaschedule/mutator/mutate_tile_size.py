@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.schedule import Trace
-from tensorir.schedule.sampling import prime_factors
+from tilecraft.tensorir.schedule import Trace
+from tilecraft.tensorir.schedule.sampling import prime_factors
 
 from ..schedule_rule.base import ANN_COOPERATIVE_FETCH, ANN_SHARED_LAYOUT
 from .base import Mutator, categorical_uses, other_index

@@ -13,7 +13,7 @@ cuts it at the mark (``trace.without_postproc()``) and runs them again.
 """
 from __future__ import annotations
 
-from tensorir.schedule import Schedule
+from tilecraft.tensorir.schedule import Schedule
 
 from ..schedule_rule.base import SpaceContext
 

@@ -7,8 +7,8 @@ vectorized and unrolled loops (the code generator would silently fall back to a 
 """
 from __future__ import annotations
 
-from tensorir.schedule import Schedule, tree
-from tensorir.stmt import For
+from tilecraft.tensorir.schedule import Schedule, tree
+from tilecraft.tensorir.stmt import For
 
 from ..schedule_rule import analysis as A
 from .base import Postproc

@@ -21,11 +21,11 @@ registers during the current step).
 """
 from __future__ import annotations
 
-from tensorir.expr import Add, BufferLoad, FloorMod, IntImm, Mul, Var
-from tensorir.functor import post_order_visit
-from tensorir.schedule import Schedule, ScheduleError, tree
-from tensorir.stmt import For
-from tensorir.transform.register_prefetch import ANN_REGISTER_PREFETCH
+from tilecraft.tensorir.expr import Add, BufferLoad, FloorMod, IntImm, Mul, Var
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, tree
+from tilecraft.tensorir.stmt import For
+from tilecraft.tensorir.transform.register_prefetch import ANN_REGISTER_PREFETCH
 
 from ..schedule_rule import analysis as A
 from ..schedule_rule.base import ANN_COOPERATIVE_FETCH, ANN_SHARED_LAYOUT, SHARED_LAYOUTS

@@ -13,11 +13,11 @@ sizes: the trace of the rule only says *that* the operand is packed.
 """
 from __future__ import annotations
 
-from tensorir import arith
-from tensorir.expr import IntImm, Var
-from tensorir.functor import free_vars, substitute
-from tensorir.schedule import Schedule, ScheduleError, tree
-from tensorir.schedule.index_map import IndexMap
+from tilecraft.tensorir import arith
+from tilecraft.tensorir.expr import IntImm, Var
+from tilecraft.tensorir.functor import free_vars, substitute
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, tree
+from tilecraft.tensorir.schedule.index_map import IndexMap
 
 from ..schedule_rule import analysis as A
 from ..schedule_rule.base import ANN_PACK

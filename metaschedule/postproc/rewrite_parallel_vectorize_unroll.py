@@ -19,8 +19,8 @@ stays symbolic counts as large: it is parallelized, never vectorized or unrolled
 """
 from __future__ import annotations
 
-from tensorir.schedule import Schedule, ScheduleError, tree
-from tensorir.stmt import BlockRealize, For, SeqStmt
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, tree
+from tilecraft.tensorir.stmt import BlockRealize, For, SeqStmt
 
 from ..schedule_rule import analysis as A
 from ..schedule_rule.base import ANN_PARALLEL, ANN_UNROLL, ANN_VECTORIZE

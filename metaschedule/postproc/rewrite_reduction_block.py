@@ -3,7 +3,7 @@
 that can be vectorized, unrolled or tensorized (``fill_zero``) like the update."""
 from __future__ import annotations
 
-from tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
 
 from ..schedule_rule import analysis as A
 from .base import Postproc

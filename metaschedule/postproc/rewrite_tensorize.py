@@ -14,8 +14,8 @@ runs the micro-kernel.
 """
 from __future__ import annotations
 
-from tensorir.schedule import Schedule, ScheduleError
-from tensorir.schedule.intrinsics import ISA_LANES, TensorIntrin, target_isas
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.schedule.intrinsics import ISA_LANES, TensorIntrin, target_isas
 
 from ..schedule_rule import analysis as A
 from ..schedule_rule.base import ANN_TENSORIZE

@@ -2,7 +2,7 @@
 loop above it) to ``blockIdx.x`` / ``threadIdx.x``, so nothing runs on the host."""
 from __future__ import annotations
 
-from tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
 
 from ..schedule_rule import analysis as A
 from ..schedule_rule.auto_bind import bind_block

@@ -10,10 +10,10 @@ be inside a kernel.
 """
 from __future__ import annotations
 
-from targets.target import WEBGPU_SPEC_LIMITS
-from tensorir import dtype as dt
-from tensorir.schedule import Schedule, tree
-from tensorir.stmt import BlockRealize, For
+from tilecraft.targets.target import WEBGPU_SPEC_LIMITS
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.schedule import Schedule, tree
+from tilecraft.tensorir.stmt import BlockRealize, For
 
 from ..schedule_rule import analysis as A
 from .base import Postproc

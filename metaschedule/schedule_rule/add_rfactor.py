@@ -8,7 +8,7 @@ rfactor'ed design space, beside the unchanged one. The partial-result block is t
 """
 from __future__ import annotations
 
-from tensorir.schedule import BlockRV, Schedule, ScheduleError
+from tilecraft.tensorir.schedule import BlockRV, Schedule, ScheduleError
 
 from . import analysis as A
 from .base import ANN_TILED, ScheduleRule

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tensorir.expr import BufferLoad, Call, IntImm, PrimExpr, Select, Var
-from tensorir.functor import free_vars, post_order_visit
-from tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
-from tensorir.schedule import tree
-from tensorir.schedule.sampling import representative_extent
-from tensorir.stmt import Block, BlockRealize, For, IfThenElse
+from tilecraft.tensorir.expr import BufferLoad, Call, IntImm, PrimExpr, Select, Var
+from tilecraft.tensorir.functor import free_vars, post_order_visit
+from tilecraft.tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
+from tilecraft.tensorir.schedule import tree
+from tilecraft.tensorir.schedule.sampling import representative_extent
+from tilecraft.tensorir.stmt import Block, BlockRealize, For, IfThenElse
 
 
 @dataclass

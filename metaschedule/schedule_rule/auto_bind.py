@@ -3,7 +3,7 @@ per iteration of its outer spatial loops: fused, split by a sampled thread count
 ``blockIdx.x`` and ``threadIdx.x``."""
 from __future__ import annotations
 
-from tensorir.schedule import BlockRV, Schedule, ScheduleError
+from tilecraft.tensorir.schedule import BlockRV, Schedule, ScheduleError
 
 from . import analysis as A
 from .base import ScheduleRule

@@ -10,7 +10,7 @@ an epilogue folds into an elementwise producer).
 """
 from __future__ import annotations
 
-from tensorir.schedule import BlockRV, Schedule, ScheduleError
+from tilecraft.tensorir.schedule import BlockRV, Schedule, ScheduleError
 
 from . import analysis as A
 from .base import ScheduleRule

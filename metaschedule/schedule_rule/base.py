@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from tensorir.function import PrimFunc
-from tensorir.schedule import BlockRV, Schedule
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.schedule import BlockRV, Schedule
 
 # block annotation: the block was tiled by a MultiLevelTiling rule (value: the structure)
 ANN_TILED = "meta_schedule.tiling_structure"

@@ -16,7 +16,7 @@ The unchanged schedule stays in the space too (``AutoBind`` then gives each outp
 """
 from __future__ import annotations
 
-from tensorir.schedule import BlockRV, Schedule, ScheduleError
+from tilecraft.tensorir.schedule import BlockRV, Schedule, ScheduleError
 
 from . import analysis as A
 from .base import ANN_TILED, ScheduleRule

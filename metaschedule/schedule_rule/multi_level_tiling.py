@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tensorir.expr import Add, BufferLoad, Cast, FloorDiv, FloorMod, IntImm, Mul, Var
-from tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
+from tilecraft.tensorir.expr import Add, BufferLoad, Cast, FloorDiv, FloorMod, IntImm, Mul, Var
+from tilecraft.tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
 
 from . import analysis as A
 from .base import (ANN_COOPERATIVE_FETCH, ANN_PACK, ANN_SHARED_LAYOUT, ANN_TENSORIZE, ANN_TILED,
@@ -322,7 +322,7 @@ def _operands(info: A.BlockInfo) -> _Operands | None:
     only, and ``i`` (the next spatial var of C's indices) indexing X."""
     b = info.block
     body = b.body
-    from tensorir.stmt import BufferStore
+    from tilecraft.tensorir.stmt import BufferStore
     if not isinstance(body, BufferStore) or not isinstance(body.value, Add):
         return None
     prod = body.value.b if isinstance(body.value.b, Mul) else body.value.a

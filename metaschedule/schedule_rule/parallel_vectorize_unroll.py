@@ -7,7 +7,7 @@ TVM does), so ``MutateUnroll`` can change it; the parallel extent is
 """
 from __future__ import annotations
 
-from tensorir.schedule import BlockRV, Schedule
+from tilecraft.tensorir.schedule import BlockRV, Schedule
 
 from . import analysis as A
 from .base import ANN_PARALLEL, ANN_UNROLL, ANN_VECTORIZE, ScheduleRule

@@ -4,7 +4,7 @@
 ``MutateComputeLocation`` moves later."""
 from __future__ import annotations
 
-from tensorir.schedule import BlockRV, Schedule, ScheduleError
+from tilecraft.tensorir.schedule import BlockRV, Schedule, ScheduleError
 
 from . import analysis as A
 from .base import ANN_TILED, ScheduleRule

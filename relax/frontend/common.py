@@ -52,7 +52,7 @@ def detach_params(mod):
     >>> mod, params = relax.frontend.detach_params(mod)                    # doctest: +SKIP
     >>> vm["main"](x, *params["main"])                                     # doctest: +SKIP
     """
-    from tensorir.function import IRModule
+    from tilecraft.tensorir.function import IRModule
     from ..expr import Function
     funcs, params = {}, {}
     for name, func in mod.functions.items():

@@ -14,7 +14,7 @@ Broadcasting follows numpy, dimension by dimension from the right (a missing dim
 
 Examples
 --------
->>> from tensorir import var
+>>> from tilecraft.tensorir import var
 >>> n = var("n")
 >>> broadcast_shapes("relax.add", (n, 1), (1, 4))
 (n, 4)
@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tensorir import dtype as dt
-from tensorir.arith import Analyzer
-from tensorir.expr import IntImm, PrimExpr, convert
-from tensorir.stmt import AssertStmt, Evaluate, seq
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.arith import Analyzer
+from tilecraft.tensorir.expr import IntImm, PrimExpr, convert
+from tilecraft.tensorir.stmt import AssertStmt, Evaluate, seq
 
 from ..expr import Call, RelaxError
 from ..struct_info import TensorStructInfo

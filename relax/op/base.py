@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tensorir.expr import Node
+from tilecraft.tensorir.expr import Node
 
 from ..expr import Call, Expr, RelaxError
 from ..struct_info import StructInfo

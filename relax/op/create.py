@@ -9,7 +9,7 @@ variants are ``ELEMWISE``, the rest ``INJECTIVE``.
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo, op
+>>> from tilecraft.relax import Var, TensorStructInfo, op
 >>> x = Var("x", TensorStructInfo(("n",), "int64"))
 >>> op.arange(0, x.shape[0], 2).struct_info
 Tensor(((n + 1) // 2,), 'int64')
@@ -20,10 +20,10 @@ import math
 
 import numpy as np
 
-from tensorir import te
-from tensorir import dtype as dt
-from tensorir.expr import FloatImm, IntImm, PrimExpr, Select, Var as TirVar
-from tensorir.functor import post_order_visit
+from tilecraft.tensorir import te
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr, Select, Var as TirVar
+from tilecraft.tensorir.functor import post_order_visit
 
 from ..expr import Call, Constant, Expr, PrimValue, RelaxError, const
 from ..struct_info import PrimStructInfo, StructInfo, TensorStructInfo

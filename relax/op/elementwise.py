@@ -22,7 +22,7 @@ binary operators, comparisons and ``where`` are ``BROADCAST``.
 Examples
 --------
 >>> import numpy as np
->>> from relax import Var, TensorStructInfo, op
+>>> from tilecraft.relax import Var, TensorStructInfo, op
 >>> x = Var("x", TensorStructInfo(("n", 1), "float32"))
 >>> y = Var("y", TensorStructInfo((1, 4), "float32"))
 >>> op.add(x, y).struct_info
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import math
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import (Cast, FloatImm, FloorDiv, FloorMod, IntImm, Max, Min, Mod, Not,
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import (Cast, FloatImm, FloorDiv, FloorMod, IntImm, Max, Min, Mod, Not,
                            PrimExpr, Select, Div, call as tir_call)
 
 from ..expr import Call, Constant, Expr, RelaxError, const
@@ -396,7 +396,7 @@ def add(x1, x2) -> Call:
     Examples
     --------
     >>> import numpy as np
-    >>> from relax import Var, TensorStructInfo, const
+    >>> from tilecraft.relax import Var, TensorStructInfo, const
     >>> x = Var("x", TensorStructInfo(("n", 1), "float32"))
     >>> add(x, const(np.ones((1, 4), "float32"))).struct_info
     Tensor((n, 4), 'float32')

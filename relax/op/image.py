@@ -11,8 +11,8 @@ Computation is in float32 (float64 for float64 data), as onnxruntime does.
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo
->>> from relax.op import image
+>>> from tilecraft.relax import Var, TensorStructInfo
+>>> from tilecraft.relax.op import image
 >>> x = Var("x", TensorStructInfo(("n", 3, 32, 32), "float32"))
 >>> image.resize2d(x, (64, 48), method="linear").struct_info
 Tensor((n, 3, 64, 48), 'float32')
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tensorir import te
-from tensorir.expr import FloatImm, IntImm, PrimExpr, Select, max_, min_
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr, Select, max_, min_
 
 from ..expr import Expr, RelaxError, ShapeExpr
 from ..struct_info import ShapeStructInfo, TensorStructInfo
@@ -269,7 +269,7 @@ def resize2d(data, size, roi=None, layout: str = "NCHW", method: str = "linear",
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo
+    >>> from tilecraft.relax import Var, TensorStructInfo
     >>> x = Var("x", TensorStructInfo((1, 3, "h", "w"), "float32"))
     >>> resize2d(x, ("h2", "w2"), method="nearest").struct_info
     Tensor((1, 3, h2, w2), 'float32')

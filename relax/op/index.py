@@ -12,7 +12,7 @@ updates of the same element must win) and is ``OPAQUE``.
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo, op
+>>> from tilecraft.relax import Var, TensorStructInfo, op
 >>> x = Var("x", TensorStructInfo(("n", 16), "float32"))
 >>> i = Var("i", TensorStructInfo(("b", "s"), "int64"))
 >>> op.take(x, i, axis=0).struct_info
@@ -20,10 +20,10 @@ Tensor((b, s, 16), 'float32')
 """
 from __future__ import annotations
 
-from tensorir import te
-from tensorir import dtype as dt
-from tensorir.expr import IntImm, Max, Min, PrimExpr, Select, Var as TirVar
-from tensorir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, Range, seq)
+from tilecraft.tensorir import te
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import IntImm, Max, Min, PrimExpr, Select, Var as TirVar
+from tilecraft.tensorir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, Range, seq)
 
 from ..expr import Call, Expr, RelaxError
 from ..struct_info import StructInfo, TensorStructInfo, shape_of_sinfo

@@ -8,7 +8,7 @@ bounds are not provable).
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo, op
+>>> from tilecraft.relax import Var, TensorStructInfo, op
 >>> a = Var("a", TensorStructInfo(("n", 768), "float32"))
 >>> w = Var("w", TensorStructInfo((768, 3072), "float32"))
 >>> op.matmul(a, w).struct_info
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tensorir import te
-from tensorir.arith import Analyzer
-from tensorir.expr import NE, IntImm, PrimExpr
+from tilecraft.tensorir import te
+from tilecraft.tensorir.arith import Analyzer
+from tilecraft.tensorir.expr import NE, IntImm, PrimExpr
 
 from ..expr import Expr, RelaxError
 from ..struct_info import TensorStructInfo
@@ -201,7 +201,7 @@ def matmul(a, b, out_dtype: str | None = None) -> Expr:
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo, op
+    >>> from tilecraft.relax import Var, TensorStructInfo, op
     >>> q = Var("q", TensorStructInfo(("b", 12, "s", 64), "float32"))
     >>> k = Var("k", TensorStructInfo(("b", 12, 64, "s"), "float32"))
     >>> op.matmul(q, k).struct_info
@@ -294,7 +294,7 @@ def linear(x, weight, bias=None, out_dtype: str | None = None) -> Expr:
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo, op
+    >>> from tilecraft.relax import Var, TensorStructInfo, op
     >>> x = Var("x", TensorStructInfo(("n", 768), "float32"))
     >>> w = Var("w", TensorStructInfo((3072, 768), "float32"))
     >>> op.linear(x, w).struct_info
@@ -469,7 +469,7 @@ def einsum(subscripts, *operands) -> Expr:
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo, op
+    >>> from tilecraft.relax import Var, TensorStructInfo, op
     >>> a = Var("a", TensorStructInfo(("b", 4, 8), "float32"))
     >>> c = Var("c", TensorStructInfo(("b", 8, 5), "float32"))
     >>> op.einsum("bij,bjk->bik", a, c).struct_info

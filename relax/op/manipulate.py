@@ -13,7 +13,7 @@ All of them legalize to ``tensorir.te`` (through ``bb.call_te``, see ``_call_te`
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo, op
+>>> from tilecraft.relax import Var, TensorStructInfo, op
 >>> x = Var("x", TensorStructInfo(("n", 12, 64), "float32"))
 >>> op.reshape(x, (-1, 64)).struct_info
 Tensor((n * 12, 64), 'float32')
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tensorir import arith, te
-from tensorir import dtype as dt
-from tensorir.expr import FloatImm, IntImm, Max, Min, PrimExpr, Var as TirVar
-from tensorir.function import PrimFunc
-from tensorir.functor import post_order_visit
-from tensorir.stmt import AssertStmt, Block, BlockRealize, Buffer
+from tilecraft.tensorir import arith, te
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import FloatImm, IntImm, Max, Min, PrimExpr, Var as TirVar
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.stmt import AssertStmt, Block, BlockRealize, Buffer
 
 from ..expr import Call, Expr, RelaxError, ShapeExpr, Tuple, TupleGetItem
 from ..struct_info import (ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
@@ -104,7 +104,7 @@ def _prod(dims, ana: arith.Analyzer | None = None) -> PrimExpr:
 
 
 def _factors(e) -> list[PrimExpr]:
-    from tensorir.expr import Mul
+    from tilecraft.tensorir.expr import Mul
     if isinstance(e, Mul):
         return _factors(e.a) + _factors(e.b)
     return [e]
@@ -115,7 +115,7 @@ def _cancel(num_dims, den_dims, ana) -> tuple[PrimExpr, PrimExpr]:
     symbolic factors and the gcd of the constants cancelled: ``(n, 12, 64) / (n * 12, 8)``
     gives ``(8, 1)``. (The simplifier does not cancel symbolic factors across a division.)"""
     from math import gcd
-    from tensorir.structural import structural_equal
+    from tilecraft.tensorir.structural import structural_equal
     num = [f for d in num_dims for f in _factors(ana.simplify(d))]
     den = [f for d in den_dims for f in _factors(ana.simplify(d))]
     for f in list(den):

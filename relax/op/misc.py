@@ -9,17 +9,17 @@ in the program and the VM evaluates it to the shape value of its argument.
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo, op
+>>> from tilecraft.relax import Var, TensorStructInfo, op
 >>> x = Var("x", TensorStructInfo(("n", 8), "float32"))
 >>> op.topk(x, 3).struct_info
 Tuple(Tensor((n, 3), 'float32'), Tensor((n, 3), 'int64'))
 """
 from __future__ import annotations
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import IntImm, PrimExpr, Var as TirVar
-from tensorir.stmt import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, IfThenElse,
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import IntImm, PrimExpr, Var as TirVar
+from tilecraft.tensorir.stmt import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, IfThenElse,
                            IterVar, Range, seq)
 
 from ..expr import Call, Expr, RelaxError, ShapeExpr, TupleGetItem
@@ -290,7 +290,7 @@ def _legalize_shape_to_tensor(bb, call: Call):
     if values is None:
         raise RelaxError(f"{call.op.name}: the dims of the shape must be known to legalize",
                          call)
-    from tensorir.functor import post_order_visit
+    from tilecraft.tensorir.functor import post_order_visit
     scalars: list[TirVar] = []
     for d in values:
         post_order_visit(d, lambda v: scalars.append(v) if isinstance(v, TirVar) and

@@ -16,7 +16,7 @@ All are ``COMM_REDUCE`` for fusion (elementwise producers fuse into them).
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo
+>>> from tilecraft.relax import Var, TensorStructInfo
 >>> x = Var("x", TensorStructInfo(("n", 8, 4), "float32"))
 >>> sum(x, axis=[1, -1]).struct_info
 Tensor((n), 'float32')
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import builtins
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import Cast, FloatImm, IntImm, Select, max_value
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import Cast, FloatImm, IntImm, Select, max_value
 
 from ..expr import Call, Expr, RelaxError
 from ..struct_info import TensorStructInfo
@@ -94,7 +94,7 @@ def reduce_count(shape, axes, dtype: str):
     n = IntImm(1, "int64")
     for d in axes:
         n = n * shape[d]
-    from tensorir import arith
+    from tilecraft.tensorir import arith
     n = arith.simplify(n)
     if isinstance(n, IntImm):
         return FloatImm(float(n.value), dtype)

@@ -44,9 +44,9 @@ Examples
 """
 from __future__ import annotations
 
-from targets import Target
-from tensorir.expr import IntImm
-from tensorir.function import IRModule, PrimFunc
+from tilecraft.targets import Target
+from tilecraft.tensorir.expr import IntImm
+from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from ..expr import Call, Constant, Expr
 from ..op import add

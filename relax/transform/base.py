@@ -6,7 +6,7 @@ functions and bindings that a pass leaves alone are the same objects in its resu
 
 Examples
 --------
->>> from relax.transform import Sequential, DeadCodeElimination, CanonicalizeBindings
+>>> from tilecraft.relax.transform import Sequential, DeadCodeElimination, CanonicalizeBindings
 >>> seq = Sequential([CanonicalizeBindings(), DeadCodeElimination()])
 >>> # new_mod = seq(mod)
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tensorir.function import IRModule
+from tilecraft.tensorir.function import IRModule
 
 from ..analysis import bound_vars, check_well_formed, struct_info_base_check
 from ..block_builder import BlockBuilder

@@ -17,8 +17,8 @@ Examples
 """
 from __future__ import annotations
 
-from tensorir import arith
-from tensorir.function import IRModule
+from tilecraft.tensorir import arith
+from tilecraft.tensorir.function import IRModule
 
 from ..analysis import struct_info_base_check
 from ..expr import (DataflowBlock, DataflowVar, Expr, MatchCast, Var, VarBinding)

@@ -38,8 +38,8 @@ Examples
 """
 from __future__ import annotations
 
-from targets import Target
-from tensorir.function import IRModule
+from tilecraft.targets import Target
+from tilecraft.tensorir.function import IRModule
 
 from ..expr import Call, Expr, Function, SeqExpr, Var, VarBinding
 from ..op import permute_dims, reshape
@@ -122,7 +122,7 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
 
     Examples
     --------
-    >>> from relax.transform.packed_kernels import ConvGeometry
+    >>> from tilecraft.relax.transform.packed_kernels import ConvGeometry
     >>> g = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     >>> avx2 = "llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma"
     >>> nhwc_pays(g, avx2)

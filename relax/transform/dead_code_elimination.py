@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tensorir.function import IRModule
+from tilecraft.tensorir.function import IRModule
 
 from ..analysis import all_global_vars, free_vars, tir_vars_in
 from ..expr import (Call, Constant, DataflowBlock, ExternFunc, Function, GlobalVar,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.function import IRModule
+from tilecraft.tensorir.function import IRModule
 
 from ..expr import Call, Expr, Tuple, const
 from ..op import add, multiply, reshape, rsqrt, subtract

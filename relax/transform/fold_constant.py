@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-import targets
-from tensorir import arith
-from tensorir.interpret import interpret
-from tensorir.expr import FloatImm, IntImm, TIRError, Var as TirVar
-from tensorir.function import IRModule, PrimFunc
-from tensorir.functor import substitute
+from tilecraft import targets
+from tilecraft.tensorir import arith
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.expr import FloatImm, IntImm, TIRError, Var as TirVar
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.functor import substitute
 
 from ..analysis import is_call_tir
 from ..expr import (Call, Constant, Expr, PrimValue, ShapeExpr, StringImm, Tuple,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir.function import IRModule
+from tilecraft.tensorir.function import IRModule
 
 from ..analysis import free_vars
 from ..expr import Call, Constant, Expr, Function, SeqExpr, Var, const

@@ -30,8 +30,8 @@ Examples
 """
 from __future__ import annotations
 
-from tensorir.function import IRModule, PrimFunc
-from tensorir.structural import structural_equal, structural_hash
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.structural import structural_equal, structural_hash
 
 from ..analysis import free_vars, infer_op_pattern, is_call_tir, is_primitive
 from ..expr import (Call, Constant, DataflowBlock, DataflowVar, Expr, Function, GlobalVar,

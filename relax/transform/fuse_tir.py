@@ -25,11 +25,11 @@ Examples
 """
 from __future__ import annotations
 
-from tensorir import arith
-from tensorir.expr import Let, Var as TirVar
-from tensorir.function import IRModule, PrimFunc
-from tensorir.functor import IRMutator, free_vars as tir_free_vars, substitute
-from tensorir.stmt import Block, BlockRealize, Buffer, For, IterVar, LetStmt, seq
+from tilecraft.tensorir import arith
+from tilecraft.tensorir.expr import Let, Var as TirVar
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.functor import IRMutator, free_vars as tir_free_vars, substitute
+from tilecraft.tensorir.stmt import Block, BlockRealize, Buffer, For, IterVar, LetStmt, seq
 
 from ..analysis import (_match_sinfo, _substitute_sinfo, all_global_vars, infer_op_pattern,
                         is_call_tir, is_primitive, tir_vars_in)

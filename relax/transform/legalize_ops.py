@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from ..analysis import infer_op_pattern, is_call_tir
 from ..expr import Call, Expr, RelaxError, Tuple, Var

@@ -36,7 +36,7 @@ dedicated recipe:
 
 Examples
 --------
->>> from tensorir import te
+>>> from tilecraft.tensorir import te
 >>> g = ConvGeometry(in_channels=64, height=56, width=56, out_channels=64, kernel=(3, 3),
 ...                  strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
 >>> plan = plan_conv2d_nchw(g, lanes=16, registers=32)
@@ -47,9 +47,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import IntImm, PrimExpr
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import IntImm, PrimExpr
 
 __all__ = ["SCHEDULE_RULE", "RULE_CONV_NCHW", "RULE_CONV_NHWC", "RULE_DENSE", "RULE_PAD",
            "RULE_CONV_NCHW_CVEC", "ConvGeometry", "NchwPlan", "plan_conv2d_nchw", "conv2d_nchw_packed",
@@ -1146,7 +1146,7 @@ def _as_int(d) -> int:
 def _pool_input(data: te.Tensor, kind: str):
     """``(n, c, h, w, pad value)`` of NCHW ``data`` pooled by ``kind``: ``-inf`` (the dtype's
     lowest) pads a max pooling, 0 an average."""
-    from tensorir.expr import min_value
+    from tilecraft.tensorir.expr import min_value
     n, c, h, w = data.shape
     pad_value = min_value(data.dtype) if kind == "max" else te.const(0, data.dtype)
     return n, c, _as_int(h), _as_int(w), pad_value

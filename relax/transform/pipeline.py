@@ -2,14 +2,14 @@
 
 Examples
 --------
->>> from relax.transform import get_pipeline
+>>> from tilecraft.relax.transform import get_pipeline
 >>> seq = get_pipeline()
 >>> [p.name for p in seq.passes][:5]
 ['DecomposeOpsForInference', 'FoldConstant', 'FoldScaleAxis', 'ConvertLayout', 'AlterLayout']
 """
 from __future__ import annotations
 
-from targets import Target
+from tilecraft.targets import Target
 
 from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout

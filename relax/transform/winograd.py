@@ -36,7 +36,7 @@ True
 """
 from __future__ import annotations
 
-from tensorir import te
+from tilecraft.tensorir import te
 
 from .packed_kernels import (SCHEDULE_RULE, ConvGeometry, _as_int, _ceil_div, _pad_nhwc,
                              dense_panel_width)

@@ -1,7 +1,7 @@
 """An emulated arm64 board: Debian's Python and numpy for aarch64, run on this machine by qemu.
 
 It is a real board as far as RPC is concerned: an aarch64 ``python3`` with ``numpy`` runs
-``python -m rpc.server`` from this project, loads aarch64 kernel libraries cross-compiled here
+``python -m tilecraft.rpc.server`` from this project, loads aarch64 kernel libraries cross-compiled here
 (``targets.build(func, "raspberry-pi/4b-aarch64").export_library(...)``) and runs them, all under
 ``qemu-aarch64-static`` (user-mode emulation: no virtual machine, no kernel, no disk image).
 
@@ -19,7 +19,7 @@ Everything after ``--`` goes to ``rpc.server``. What it does:
 2. Link ``libblas.so.3`` and ``liblapack.so.3`` from their ``blas/`` and ``lapack/`` folders:
    Debian's alternatives system would make those links in a maintainer script, and numpy
    needs them.
-3. Run ``qemu-aarch64-static -L ROOT ROOT/usr/bin/python3 -m rpc.server ...`` with this project on
+3. Run ``qemu-aarch64-static -L ROOT ROOT/usr/bin/python3 -m tilecraft.rpc.server ...`` with this project on
    ``PYTHONPATH``. ``-L`` makes the emulated program see ROOT's dynamic loader and libraries.
 
 The root is cached in ``--root`` (default ``$TILECRAFT_ARM64_ROOT`` or
@@ -137,7 +137,7 @@ def ensure_root(root: str | None = None, log=print) -> str:
     return root
 
 
-def board_command(root: str, module: str = "rpc.server", args=()) -> list[str]:
+def board_command(root: str, module: str = "tilecraft.rpc.server", args=()) -> list[str]:
     """The command that runs ``python3 -m module args`` on the emulated board."""
     q = qemu()
     if q is None:
@@ -175,7 +175,7 @@ def start_board(server_args=(), root: str | None = None, project: str = PROJECT,
     if not root_ready(root):
         raise RuntimeError(f"no arm64 root at {root}: build it with `python "
                            f"rpc/board/emulated_board.py --build-only --root {root}` (as root)")
-    return subprocess.Popen(board_command(root, "rpc.server", list(server_args)),
+    return subprocess.Popen(board_command(root, "tilecraft.rpc.server", list(server_args)),
                             env=board_env(project), cwd=project, **popen_kwargs)
 
 
@@ -213,7 +213,7 @@ def main(argv=None) -> int:
         return 0
     server_args = server_args or ["--host", "127.0.0.1", "--port", "9090", "--key",
                                   "emulated-arm64"]
-    cmd = board_command(root, "rpc.server", server_args)
+    cmd = board_command(root, "tilecraft.rpc.server", server_args)
     os.chdir(PROJECT)
     os.execvpe(cmd[0], cmd, board_env())
 

@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 import llvmlite.ir as ir
 import numpy as np
 
-from tensorir import dtype as dt
-from tensorir.expr import (Add, BufferLoad, Call, Cast, CmpOp, Div, FloatImm, FloorDiv, FloorMod,
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import (Add, BufferLoad, Call, Cast, CmpOp, Div, FloatImm, FloorDiv, FloorMod,
                            IntImm, Let, Max, Min, Mod, Mul, Not, PrimExpr, Reduce, Select,
                            StringImm, Sub, TIRError, Var)
-from tensorir.function import PrimFunc
-from tensorir.functor import free_vars, post_order_visit
-from tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore,
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.functor import free_vars, post_order_visit
+from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore,
                            Evaluate, For, IfThenElse, LetStmt, SeqStmt, Stmt)
 
 from ..runtime import abi
@@ -511,7 +511,7 @@ class CodeGenLLVM(EntryEmitter):
         integer comparison whose sides are affine in the lane (or an ``And`` of such and
         lane-invariant terms); None for any other condition. An affine difference is monotonic
         over the lanes, so the comparison at the first or the last lane decides."""
-        from tensorir.expr import GE, GT, LE, LT, And
+        from tilecraft.tensorir.expr import GE, GT, LE, LT, And
         vec = self.ctx.vec
         if isinstance(cond, And):
             parts = [self._all_lanes(x) if self._stride(x) != 0 else x for x in (cond.a, cond.b)]

@@ -12,7 +12,7 @@ import threading
 
 import llvmlite.binding as llvm
 
-from tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from ..runtime import abi
 from ..runtime.module import Module

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from tensorir import dtype as dt
-from tensorir.expr import (Add, Cast, FloorDiv, FloorMod, IntImm, Max, Min, Mul, Sub, Var, Div,
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import (Add, Cast, FloorDiv, FloorMod, IntImm, Max, Min, Mul, Sub, Var, Div,
                            Mod)
 
 from ..runtime import abi

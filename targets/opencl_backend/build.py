@@ -2,7 +2,7 @@
 ``opencl`` target)."""
 from __future__ import annotations
 
-from tensorir.function import IRModule
+from tilecraft.tensorir.function import IRModule
 
 from ..gpu_build import split_module
 from ..target import Target

@@ -14,14 +14,14 @@ One ``__kernel`` per device kernel of the device form (``docs/lowering.md``):
 
 Examples
 --------
->>> from targets.opencl_backend.codegen import opencl_source       # doctest: +SKIP
+>>> from tilecraft.targets.opencl_backend.codegen import opencl_source       # doctest: +SKIP
 >>> print(opencl_source(split.kernels))                            # doctest: +SKIP
 """
 from __future__ import annotations
 
-from tensorir import dtype as dt
-from tensorir import stmt as S
-from tensorir.transform.device import DeviceKernel
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import stmt as S
+from tilecraft.tensorir.transform.device import DeviceKernel
 
 from ..gpu_codegen import CodegenC, floordiv_helpers
 

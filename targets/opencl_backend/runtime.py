@@ -13,7 +13,8 @@ driver is an ``OpenCLBuildError`` quoting the source line it names.
 
 Examples
 --------
->>> import numpy as np, targets
+>>> import numpy as np
+>>> from tilecraft import targets
 >>> dev = targets.opencl(0)                                      # doctest: +SKIP
 >>> a = targets.array(np.arange(4, dtype="float32"), dev)        # doctest: +SKIP
 >>> a.numpy()                                                    # doctest: +SKIP

@@ -7,7 +7,8 @@ its source, ``repr`` and ``__array__`` live here once. Nothing here imports a GP
 
 Examples
 --------
->>> import numpy as np, targets
+>>> import numpy as np
+>>> from tilecraft import targets
 >>> a = targets.array(np.ones(4, "float32"), targets.opencl(0))   # doctest: +SKIP
 >>> isinstance(a, DeviceNDArray)                                  # doctest: +SKIP
 True

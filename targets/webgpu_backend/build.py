@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorir import dtype as dt
-from tensorir import expr as E
-from tensorir import stmt as S
-from tensorir.function import IRModule, PrimFunc
-from tensorir.transform import DeviceLimitError, LaunchKernel, lower_device
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import expr as E
+from tilecraft.tensorir import stmt as S
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.transform import DeviceLimitError, LaunchKernel, lower_device
 
 from ..gpu_codegen import written_buffers
 from . import exprjson, storage

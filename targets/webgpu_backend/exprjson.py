@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from tensorir import expr as E
+from tilecraft.tensorir import expr as E
 
 _BINARY = {E.Add: "add", E.Sub: "sub", E.Mul: "mul", E.FloorDiv: "floordiv",
            E.FloorMod: "floormod", E.Div: "div", E.Mod: "mod", E.Min: "min", E.Max: "max",

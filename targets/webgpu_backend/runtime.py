@@ -18,7 +18,8 @@ A module that needs more than the device was opened with, or a feature it lacks,
 
 Examples
 --------
->>> import numpy as np, targets
+>>> import numpy as np
+>>> from tilecraft import targets
 >>> dev = targets.webgpu(0)                                     # doctest: +SKIP
 >>> a = targets.array(np.arange(4, dtype="float32"), dev)       # doctest: +SKIP
 >>> a.numpy()                                                   # doctest: +SKIP

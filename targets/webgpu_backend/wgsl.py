@@ -42,14 +42,14 @@ from typing import Sequence
 
 import numpy as np
 
-from tensorir import dtype as dt
-from tensorir import expr as E
-from tensorir import stmt as S
-from tensorir.arith import Analyzer
-from tensorir.expr import TIRError
-from tensorir.stmt import Range
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import expr as E
+from tilecraft.tensorir import stmt as S
+from tilecraft.tensorir.arith import Analyzer
+from tilecraft.tensorir.expr import TIRError
+from tilecraft.tensorir.stmt import Range
 
-from tensorir.functor import substitute
+from tilecraft.tensorir.functor import substitute
 
 from . import exprjson, storage
 
@@ -817,7 +817,7 @@ class KernelEmitter:
                 f"{self.expr(e.condition)})")
 
     def e_Let(self, e):
-        from tensorir.functor import substitute
+        from tilecraft.tensorir.functor import substitute
         return self.expr(substitute(e.body, {e.var: e.value}))
 
     def ty(self, dtype: str, node=None) -> str:
@@ -909,7 +909,7 @@ class KernelEmitter:
 
 def _unit_base(index, v):
     """``index == base + v`` with ``base`` free of ``v``: ``base``; else None."""
-    from tensorir.transform._common import linear_coeff
+    from tilecraft.tensorir.transform._common import linear_coeff
     r = linear_coeff(index, v)
     if r is None or r[0] != 1:
         return None
@@ -919,7 +919,7 @@ def _unit_base(index, v):
 def _vec4_shared(body, shared) -> set:
     """ids of the float32 shared buffers (size a multiple of 4) that some vectorized loop of 4
     reads at ``base + v``."""
-    from tensorir.functor import post_order_visit
+    from tilecraft.tensorir.functor import post_order_visit
     cands = {id(b) for b in shared if b.dtype == "float32"}
     found = set()
 
@@ -952,7 +952,7 @@ def _touches_local(s) -> bool:
         if isinstance(n, (E.BufferLoad, S.BufferStore)) and n.buffer.scope == "local":
             found = True
 
-    from tensorir.functor import post_order_visit
+    from tilecraft.tensorir.functor import post_order_visit
     post_order_visit(s, visit)
     return found
 

@@ -11,8 +11,8 @@
 The simplifier puts integer expressions into a canonical linear form (see ``linear``), which
 folds the index patterns that loop splitting and fusion produce::
 
-    >>> from tensorir import var, Range
-    >>> from tensorir import arith
+    >>> from tilecraft.tensorir import var, Range
+    >>> from tilecraft.tensorir import arith
     >>> i = var("i")
     >>> arith.simplify((i // 4) * 4 + i % 4)
     i

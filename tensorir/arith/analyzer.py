@@ -16,8 +16,8 @@ arithmetic does not overflow (unsigned types included: ``x - 1`` of a ``uint`` i
 wrap). Folded constants do wrap to their dtype, like the machine operation. Float expressions
 are only constant-folded (plus ``x * 1.0``, ``x + 0.0``), never reassociated.
 
-    >>> from tensorir import var, Range
-    >>> from tensorir.arith import Analyzer
+    >>> from tilecraft.tensorir import var, Range
+    >>> from tilecraft.tensorir.arith import Analyzer
     >>> i, j = var("i"), var("j")
     >>> ana = Analyzer()
     >>> ana.bind(j, Range(0, 8))
@@ -99,7 +99,7 @@ class Analyzer:
 
     Examples
     --------
-    >>> from tensorir import var, Range
+    >>> from tilecraft.tensorir import var, Range
     >>> i, n = var("i"), var("n")
     >>> ana = Analyzer()
     >>> ana.bind(i, Range(0, n))
@@ -143,7 +143,7 @@ class Analyzer:
 
         Examples
         --------
-        >>> from tensorir import var, Range
+        >>> from tilecraft.tensorir import var, Range
         >>> i = var("i")
         >>> ana = Analyzer()
         >>> ana.bind(i, Range(0, 8))
@@ -189,7 +189,7 @@ class Analyzer:
 
         Examples
         --------
-        >>> from tensorir import var
+        >>> from tilecraft.tensorir import var
         >>> n = var("n")
         >>> ana = Analyzer()
         >>> ana.update_bound(n, 1, None)
@@ -215,7 +215,7 @@ class Analyzer:
 
         Examples
         --------
-        >>> from tensorir import var
+        >>> from tilecraft.tensorir import var
         >>> i, n = var("i"), var("n")
         >>> ana = Analyzer()
         >>> with ana.with_constraint(i < n):
@@ -323,7 +323,7 @@ class Analyzer:
 
         Examples
         --------
-        >>> from tensorir import var
+        >>> from tilecraft.tensorir import var
         >>> i, j = var("i"), var("j")
         >>> Analyzer().simplify(i * 4 + j - i * 4)
         j
@@ -337,7 +337,7 @@ class Analyzer:
 
         Examples
         --------
-        >>> from tensorir import var, Range
+        >>> from tilecraft.tensorir import var, Range
         >>> i = var("i")
         >>> ana = Analyzer()
         >>> ana.bind(i, Range(0, 8))
@@ -360,7 +360,7 @@ class Analyzer:
 
         Examples
         --------
-        >>> from tensorir import var, Range
+        >>> from tilecraft.tensorir import var, Range
         >>> i = var("i")
         >>> ana = Analyzer()
         >>> ana.bind(i, Range(0, 8))
@@ -379,7 +379,7 @@ class Analyzer:
 
         Examples
         --------
-        >>> from tensorir import var
+        >>> from tilecraft.tensorir import var
         >>> i = var("i")
         >>> Analyzer().can_prove_equal((i // 4) * 4 + i % 4, i)
         True
@@ -399,7 +399,7 @@ class Analyzer:
 
         Examples
         --------
-        >>> from tensorir import var, Range
+        >>> from tilecraft.tensorir import var, Range
         >>> i, j, n = var("i"), var("j"), var("n")
         >>> s = Analyzer().int_set(i * 4 + j, {i: Range(0, n), j: Range(0, 4)})
         >>> s.max_value
@@ -1619,7 +1619,7 @@ def simplify(expr, bindings: Mapping[Var, Range | PrimExpr] | None = None) -> Pr
 
     Examples
     --------
-    >>> from tensorir import var, Range
+    >>> from tilecraft.tensorir import var, Range
     >>> i, j = var("i"), var("j")
     >>> simplify((i * 8 + j) % 8, {j: Range(0, 8)})
     j
@@ -1632,7 +1632,7 @@ def can_prove(cond, bindings: Mapping[Var, Range | PrimExpr] | None = None) -> b
 
     Examples
     --------
-    >>> from tensorir import var, Range
+    >>> from tilecraft.tensorir import var, Range
     >>> i = var("i")
     >>> can_prove(i < 16, {i: Range(0, 8)})
     True
@@ -1645,7 +1645,7 @@ def const_int_bound(expr, bindings: Mapping[Var, Range | PrimExpr] | None = None
 
     Examples
     --------
-    >>> from tensorir import var, Range
+    >>> from tilecraft.tensorir import var, Range
     >>> i = var("i")
     >>> const_int_bound(i % 4 + 1, {i: Range(0, 100)})
     ConstIntBound[1, 4]
@@ -1658,7 +1658,7 @@ def int_set(expr, dom_map: Mapping[Var, Range]) -> IntervalSet:
 
     Examples
     --------
-    >>> from tensorir import var, Range
+    >>> from tilecraft.tensorir import var, Range
     >>> i, j = var("i"), var("j")
     >>> s = int_set(i * 4 + j, {i: Range(0, 8), j: Range(0, 4)})
     >>> (s.min_value.value, s.max_value.value)

@@ -22,8 +22,8 @@ class ConstIntBound:
 
     Examples
     --------
-    >>> from tensorir import var, Range
-    >>> from tensorir import arith
+    >>> from tilecraft.tensorir import var, Range
+    >>> from tilecraft.tensorir import arith
     >>> i = var("i")
     >>> b = arith.const_int_bound(i * 4 + 3, {i: Range(0, 8)})
     >>> (b.min_value, b.max_value)

@@ -6,7 +6,7 @@ the dtype. Floats are computed in their own precision through numpy scalars, so 
 ``float32`` expression gives the bits the generated code would compute. Division by an integer
 zero is never folded (the program's behaviour there is the target's business, not ours).
 
-    >>> from tensorir import IntImm
+    >>> from tilecraft.tensorir import IntImm
     >>> fold_binary(FloorDiv, IntImm(-7), IntImm(2)).value
     -4
 """

@@ -23,8 +23,8 @@ class IntervalSet:
 
     Examples
     --------
-    >>> from tensorir import var, Range
-    >>> from tensorir import arith
+    >>> from tilecraft.tensorir import var, Range
+    >>> from tilecraft.tensorir import arith
     >>> i, j = var("i"), var("j")
     >>> s = arith.Analyzer().int_set(i * 4 + j, {i: Range(0, 8), j: Range(0, 4)})
     >>> (s.min_value.value, s.max_value.value)

@@ -42,7 +42,7 @@ def is_quasi_affine(e: PrimExpr, loop_vars: set[Var]) -> bool:
 
     Examples
     --------
-    >>> from tensorir import var
+    >>> from tilecraft.tensorir import var
     >>> i, j = var("i"), var("j")
     >>> is_quasi_affine((i * 8 + j) // 4, {i, j}), is_quasi_affine(i * j, {i, j})
     (True, False)

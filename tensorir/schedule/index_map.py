@@ -7,7 +7,7 @@ as a small JSON tree, so it travels in schedule traces.
 
 Examples
 --------
->>> from tensorir.schedule.index_map import IndexMap
+>>> from tilecraft.tensorir.schedule.index_map import IndexMap
 >>> m = IndexMap.from_func(lambda i, j: [i // 16, j, i % 16])
 >>> m
 IndexMap(lambda i, j: (i // 16, j, i % 16))
@@ -156,7 +156,7 @@ class IndexMap:
 
         Examples
         --------
-        >>> from tensorir import var
+        >>> from tilecraft.tensorir import var
         >>> i = var("i")
         >>> IndexMap.from_func(lambda a, b: [a // 16, b, a % 16]).map_indices([i * 16 + 3, 7])
         [i, 7, 3]
@@ -194,7 +194,7 @@ class IndexMap:
 
         Examples
         --------
-        >>> from tensorir import var
+        >>> from tilecraft.tensorir import var
         >>> n = var("n")
         >>> IndexMap.from_func(lambda i, j: [i // 16, j, i % 16]).map_shape([n, 8])
         [(n + 15) // 16, 8, 16]

@@ -36,7 +36,7 @@ lists the default sizes):
 
 Examples
 --------
->>> from tensorir.schedule.intrinsics import TensorIntrin
+>>> from tilecraft.tensorir.schedule.intrinsics import TensorIntrin
 >>> intrin = TensorIntrin.get("outer_product_f32_avx512_4x16")
 >>> [b.shape for b in intrin.desc.buffers]          # doctest: +SKIP
 [(4, 1), (1, 16), (4, 16)]

@@ -65,7 +65,7 @@ def _split_binding(e: PrimExpr, inner: set[Var], loops: set[Var]
 
     Examples
     --------
-    >>> from tensorir import var
+    >>> from tilecraft.tensorir import var
     >>> i0, i1 = var("i_0"), var("i_1")
     >>> _split_binding(i0 * 16 + i1, {i1}, {i0, i1})
     (i_0 * 16, i_1)

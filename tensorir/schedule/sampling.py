@@ -57,7 +57,7 @@ def representative_extent(extent: PrimExpr | int, shape_hints: dict | None) -> i
 
     Examples
     --------
-    >>> from tensorir import var
+    >>> from tilecraft.tensorir import var
     >>> n = var("n")
     >>> representative_extent((n + 15) // 16, {"n": 64})
     4

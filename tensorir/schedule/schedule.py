@@ -8,7 +8,7 @@ a new function and only then install it).
 
 Examples
 --------
->>> from tensorir import te, Schedule
+>>> from tilecraft.tensorir import te, Schedule
 >>> A = te.placeholder((128, 128), "float32", "A")
 >>> B = te.compute((128, 128), lambda i, j: A[i, j] * 2.0, "B")
 >>> sch = Schedule(te.create_prim_func([A, B]))

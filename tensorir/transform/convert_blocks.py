@@ -43,7 +43,7 @@ def LowerInitBlock(func: PrimFunc) -> PrimFunc:
 
     Examples
     --------
-    >>> from tensorir import te, transform
+    >>> from tilecraft.tensorir import te, transform
     >>> A = te.placeholder((4, 8), "float32", "A")
     >>> k = te.reduce_axis((0, 8), "k")
     >>> B = te.compute((4,), lambda i: te.sum(A[i, k], axis=k), "B")
@@ -152,7 +152,7 @@ def ConvertBlocksToLoops(func: PrimFunc) -> PrimFunc:
 
     Examples
     --------
-    >>> from tensorir import te, transform
+    >>> from tilecraft.tensorir import te, transform
     >>> A = te.placeholder((4, 8), "float32", "A")
     >>> k = te.reduce_axis((0, 8), "k")
     >>> B = te.compute((4,), lambda i: te.sum(A[i, k], axis=k), "B")

@@ -33,7 +33,7 @@ target (``target.limits``); anything over them is a ``DeviceLimitError`` at buil
 
 Examples
 --------
->>> from tensorir import te, transform, Schedule
+>>> from tilecraft.tensorir import te, transform, Schedule
 >>> A = te.placeholder((1024,), "float32", "A")
 >>> B = te.compute((1024,), lambda i: A[i] * 2.0, "B")
 >>> sch = Schedule(te.create_prim_func([A, B]))

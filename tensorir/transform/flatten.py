@@ -47,7 +47,7 @@ def linear_index(buf: Buffer, indices: Sequence[PrimExpr]) -> PrimExpr:
 
     Examples
     --------
-    >>> from tensorir import Buffer, var
+    >>> from tilecraft.tensorir import Buffer, var
     >>> i, j = var("i"), var("j")
     >>> linear_index(Buffer("A", (4, 8)), [i, j])    # i * 8 + j
     i * 8 + j
@@ -111,7 +111,7 @@ def FlattenBuffers(func: PrimFunc) -> PrimFunc:
 
     Examples
     --------
-    >>> from tensorir import te, transform
+    >>> from tilecraft.tensorir import te, transform
     >>> A = te.placeholder((4, 8), "float32", "A")
     >>> B = te.compute((4, 8), lambda i, j: A[i, j] + 1.0, "B")
     >>> f = transform.FlattenBuffers(transform.ConvertBlocksToLoops(te.create_prim_func([A, B])))

@@ -237,7 +237,7 @@ def LoopPartition(func: PrimFunc) -> PrimFunc:
 
     Examples
     --------
-    >>> from tensorir import te, Schedule, transform
+    >>> from tilecraft.tensorir import te, Schedule, transform
     >>> n = te.var("n")
     >>> A = te.placeholder((n,), "float32", "A")
     >>> B = te.compute((n,), lambda i: A[i] + 1.0, "B")

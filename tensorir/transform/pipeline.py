@@ -78,7 +78,7 @@ def lower(func_or_mod, target=None):
 
     Examples
     --------
-    >>> from tensorir import te, transform
+    >>> from tilecraft.tensorir import te, transform
     >>> n = te.var("n")
     >>> A = te.placeholder((n, 4), "float32", "A")
     >>> B = te.compute((n, 4), lambda i, j: A[i, j] * 2.0, "B")

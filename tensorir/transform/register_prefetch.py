@@ -34,7 +34,7 @@ is left unchanged: the annotation is a hint, never an error.
 
 Examples
 --------
->>> from tensorir.transform.register_prefetch import InjectRegisterPrefetch  # doctest: +SKIP
+>>> from tilecraft.tensorir.transform.register_prefetch import InjectRegisterPrefetch  # doctest: +SKIP
 >>> lowered = InjectRegisterPrefetch(FlattenBuffers(func))                  # doctest: +SKIP
 """
 from __future__ import annotations

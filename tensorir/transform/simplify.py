@@ -277,7 +277,7 @@ def Simplify(func: PrimFunc) -> PrimFunc:
 
     Examples
     --------
-    >>> from tensorir import te, transform
+    >>> from tilecraft.tensorir import te, transform
     >>> A = te.placeholder((1, 8), "float32", "A")
     >>> B = te.compute((1, 8), lambda i, j: A[i, j] * 2.0, "B")
     >>> f = transform.Simplify(transform.ConvertBlocksToLoops(te.create_prim_func([A, B])))

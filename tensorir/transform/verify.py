@@ -523,7 +523,7 @@ def VerifyMemoryAccess(func: PrimFunc) -> PrimFunc:
 
     Examples
     --------
-    >>> from tensorir import te, transform
+    >>> from tilecraft.tensorir import te, transform
     >>> n, k = te.var("n"), te.var("k")
     >>> A = te.placeholder((n,), "float32", "A")
     >>> B = te.compute((n,), lambda i: A[i + k], "B")

@@ -41,7 +41,7 @@ def tiny_onnx(tmp_path_factory):
                                                        numpy_helper.from_array(B, "B")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    from relax.frontend import from_onnx
+    from tilecraft.relax.frontend import from_onnx
     try:
         from_onnx(model)
     except NotImplementedError as err:     # while the ONNX importer is being written

@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import relax
-import targets
+from tilecraft import relax
+from tilecraft import targets
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from relax.frontend import from_onnx  # noqa: E402
+from tilecraft.relax.frontend import from_onnx  # noqa: E402
 
 # (in channels, out channels, image size, kernel, stride, padding): ResNet-50's distinct kinds
 # at each image size (the stem, 1x1 and 3x3 at stride 1 and 2, the projection shortcuts)

@@ -13,16 +13,16 @@ import re
 import numpy as np
 import pytest
 
-import targets
-from tensorir import Buffer, BufferStore, For, IfThenElse, Schedule, Trace, te, var
-from tensorir.expr import BufferLoad, IntImm
-from tensorir.interpret import interpret
-from tensorir.stmt import Allocate, seq
-from tensorir.structural import structural_equal
+from tilecraft import targets
+from tilecraft.tensorir import Buffer, BufferStore, For, IfThenElse, Schedule, Trace, te, var
+from tilecraft.tensorir.expr import BufferLoad, IntImm
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.stmt import Allocate, seq
+from tilecraft.tensorir.structural import structural_equal
 
 from benchmarks.schedules.gemm import (GemmConfig, default_config, matmul_bias_gelu_func,
                                        matmul_func, schedule_gemm, schedule_gemm_bias_gelu)
-from tensorir.transform.compact_local import compact_local_allocations
+from tilecraft.tensorir.transform.compact_local import compact_local_allocations
 
 CONFIGS = [
     None,                                           # the target's default tile

@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pytest
 
-import targets
+from tilecraft import targets
 from benchmarks.schedules import conv2d as cv
 from benchmarks.schedules import elementwise as ew
 from benchmarks.schedules import softmax as sm
-from tensorir import Schedule, te, transform
-from tensorir.schedule import ScheduleError
+from tilecraft.tensorir import Schedule, te, transform
+from tilecraft.tensorir.schedule import ScheduleError
 
 HOST = "llvm"
 AVX2 = "llvm -mcpu=haswell"

@@ -17,12 +17,12 @@ import textwrap
 import numpy as np
 import pytest
 
-import relax
-import targets
+from tilecraft import relax
+from tilecraft import targets
 from benchmarks.models import bert_encoder_layer, mlp, onnx_session, resnet_bottleneck
 from benchmarks.models import gen_op_docs
-from relax.executable import load_executable
-from relax.vm import VirtualMachine, VMArgumentError
+from tilecraft.relax.executable import load_executable
+from tilecraft.relax.vm import VirtualMachine, VMArgumentError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RTOL, ATOL = 1e-4, 1e-5
@@ -113,9 +113,9 @@ class NoCompiler:
 sys.meta_path.insert(0, NoCompiler())
 sys.path.insert(0, {repo!r})
 import numpy as np
-from relax.executable import load_executable
-from relax.vm import VirtualMachine
-import targets
+from tilecraft.relax.executable import load_executable
+from tilecraft.relax.vm import VirtualMachine
+from tilecraft import targets
 
 data = np.load({data!r})
 for name in ("mlp", "encoder"):

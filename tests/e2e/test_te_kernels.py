@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import targets
-from tensorir import te
-from tensorir.interpret import interpret
+from tilecraft import targets
+from tilecraft.tensorir import te
+from tilecraft.tensorir.interpret import interpret
 
 UNARY = {
     "neg": (lambda x: -x, lambda x: -x),

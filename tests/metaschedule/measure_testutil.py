@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from metaschedule.arg_info import ArgInfo
+from tilecraft.metaschedule.arg_info import ArgInfo
 
 # A kernel library with the real ABI whose main(A, B) crashes in the ways a bad kernel can.
 FAULTY_C = r"""

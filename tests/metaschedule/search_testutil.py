@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import targets
-from tensorir import Schedule, ScheduleError, te
+from tilecraft import targets
+from tilecraft.tensorir import Schedule, ScheduleError, te
 
 
 def gemm_func(m: int = 128, n: int = 128, k: int = 128, dtype: str = "float32"):
@@ -87,7 +87,7 @@ def measure_candidate(sch: Schedule, args, target="llvm", number: int = 5) -> fl
 def small_space():
     """A CPU design space with short unrolling and small inner tiles: candidates build in a
     fraction of a second, so tuning tests take seconds."""
-    from metaschedule import (AutoInline, MultiLevelTiling, ParallelVectorizeUnroll,
+    from tilecraft.metaschedule import (AutoInline, MultiLevelTiling, ParallelVectorizeUnroll,
                               ReuseConfig, SpaceGenerator)
     return SpaceGenerator(rules=[
         AutoInline(),

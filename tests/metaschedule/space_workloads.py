@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir import te, interpret
+from tilecraft.tensorir import te, interpret
 
 RNG = np.random.default_rng(0)
 
@@ -125,7 +125,7 @@ def check_interpret(func, inputs, expected, **shape_vars):
 
 def check_build(mod, target, inputs, expected):
     """Build for an LLVM target, run, compare."""
-    import targets
+    from tilecraft import targets
     lib = targets.build(mod, target)
     out = np.zeros(expected.shape, "float32")
     lib["main"](*inputs, out)

@@ -10,13 +10,13 @@ import time
 import numpy as np
 import pytest
 
-from metaschedule import TuneError  # noqa: F401  (the package imports)
-from metaschedule.arg_info import ArgInfo, args_info, reference_outputs
-from metaschedule.builder import BuilderInput, BuilderResult, LocalBuilder, remove_artifact
-from metaschedule.popen_worker import PopenWorker, WorkerDied, WorkerError, WorkerTimeout
-from metaschedule.runner import (LocalRunner, RunnerInput, cache_flush_bytes, compare_outputs,
+from tilecraft.metaschedule import TuneError  # noqa: F401  (the package imports)
+from tilecraft.metaschedule.arg_info import ArgInfo, args_info, reference_outputs
+from tilecraft.metaschedule.builder import BuilderInput, BuilderResult, LocalBuilder, remove_artifact
+from tilecraft.metaschedule.popen_worker import PopenWorker, WorkerDied, WorkerError, WorkerTimeout
+from tilecraft.metaschedule.runner import (LocalRunner, RunnerInput, cache_flush_bytes, compare_outputs,
                                  default_tolerance)
-from tensorir import Schedule, te
+from tilecraft.tensorir import Schedule, te
 
 from measure_testutil import ELEMWISE_INFOS, build_faulty_libraries
 
@@ -141,7 +141,7 @@ def _worker_pids():
                 cmd = f.read()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == me and b"metaschedule.popen_worker" in cmd:
+        if ppid == me and b"tilecraft.metaschedule.popen_worker" in cmd:
             pids.append(int(entry))
     return pids
 

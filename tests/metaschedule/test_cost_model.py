@@ -7,9 +7,9 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import pytest
 
-from tensorir import Trace
-from metaschedule.cost_model import RandomModel, XGBModel
-from metaschedule.feature import NUM_FEATURES, PerStoreFeature
+from tilecraft.tensorir import Trace
+from tilecraft.metaschedule.cost_model import RandomModel, XGBModel
+from tilecraft.metaschedule.feature import NUM_FEATURES, PerStoreFeature
 
 from search_testutil import gemm_func, measure_candidate, random_gemm_schedule
 

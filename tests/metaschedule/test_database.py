@@ -12,12 +12,12 @@ import warnings
 import numpy as np
 import pytest
 
-import targets
-from metaschedule.arg_info import (ArgInfo, args_info, output_indices, random_inputs,
+from tilecraft import targets
+from tilecraft.metaschedule.arg_info import (ArgInfo, args_info, output_indices, random_inputs,
                                    reference_outputs)
-from metaschedule.database import (RECORDS_FILE, SCHEMA_VERSION, WORKLOADS_FILE, Database,
+from tilecraft.metaschedule.database import (RECORDS_FILE, SCHEMA_VERSION, WORKLOADS_FILE, Database,
                                    TuningRecord, Workload, workload_hash)
-from tensorir import Schedule, te
+from tilecraft.tensorir import Schedule, te
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -58,7 +58,7 @@ def test_workload_hash_is_structural_and_stable_across_processes():
     code = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {REPO!r}); sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_database import gemm
-        from metaschedule.database import workload_hash
+        from tilecraft.metaschedule.database import workload_hash
         print(workload_hash(gemm()))
     """)
     for seed in ("0", "12345"):  # Python's own hash() differs between these processes
@@ -194,7 +194,7 @@ WRITER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {repo!r}); sys.path.insert(0, {here!r})
     from test_database import gemm, record
-    from metaschedule.database import Database
+    from tilecraft.metaschedule.database import Database
     db = Database(sys.argv[1])
     wl = db.commit_workload(gemm())
     i = 0
@@ -315,7 +315,7 @@ def test_args_info_random_inputs_and_outputs():
 def test_random_inputs_start_on_the_vm_alignment():
     """Kernels are timed on buffers aligned as the VM's: numpy's own 16-byte alignment made
     the tuner time vector loads straddling cache lines that the model never does."""
-    from targets.runtime.ndarray import ALIGNMENT
+    from tilecraft.targets.runtime.ndarray import ALIGNMENT
     infos = [ArgInfo((7, 3), "float32"), ArgInfo((5,), "int8"), ArgInfo((33,), "float64"),
              ArgInfo((), "float32", scalar=True)]
     for seed in range(4):
@@ -328,7 +328,7 @@ def test_random_inputs_start_on_the_vm_alignment():
 def test_random_inputs_are_the_same_in_another_process():
     code = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {REPO!r})
-        from metaschedule.arg_info import ArgInfo, random_inputs
+        from tilecraft.metaschedule.arg_info import ArgInfo, random_inputs
         print(random_inputs([ArgInfo((4,), "float32"), ArgInfo((3,), "int64")], 11)[0].tobytes().hex())
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from tensorir import Schedule, te, transform
-from metaschedule.feature import (FEATURE_DOCS, FEATURE_NAMES, NUM_FEATURES, PerStoreFeature,
+from tilecraft.tensorir import Schedule, te, transform
+from tilecraft.metaschedule.feature import (FEATURE_DOCS, FEATURE_NAMES, NUM_FEATURES, PerStoreFeature,
                                   analytic_cost, describe_features)
 
 from search_testutil import gemm_func

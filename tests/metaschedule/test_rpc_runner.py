@@ -18,15 +18,15 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "rpc"))   # the rpc tests' process helpers
 
-import rpc  # noqa: E402
-from metaschedule import TuneError  # noqa: E402
-from metaschedule.arg_info import ArgInfo, args_info, reference_outputs  # noqa: E402
-from metaschedule.builder import BuilderInput, LocalBuilder, remove_artifact  # noqa: E402
-from metaschedule.rpc_runner import RPCRunner  # noqa: E402
-from metaschedule.runner import RunnerInput  # noqa: E402
-from rpc.board import emulated_board as eb  # noqa: E402
+from tilecraft import rpc  # noqa: E402
+from tilecraft.metaschedule import TuneError  # noqa: E402
+from tilecraft.metaschedule.arg_info import ArgInfo, args_info, reference_outputs  # noqa: E402
+from tilecraft.metaschedule.builder import BuilderInput, LocalBuilder, remove_artifact  # noqa: E402
+from tilecraft.metaschedule.rpc_runner import RPCRunner  # noqa: E402
+from tilecraft.metaschedule.runner import RunnerInput  # noqa: E402
+from tilecraft.rpc.board import emulated_board as eb  # noqa: E402
 from rpc_testutil import HOST, Proc, start_server, start_tracker, wait_until  # noqa: E402
-from tensorir import Schedule, te  # noqa: E402
+from tilecraft.tensorir import Schedule, te  # noqa: E402
 
 from measure_testutil import ELEMWISE_INFOS, build_faulty_libraries  # noqa: E402
 
@@ -248,7 +248,7 @@ def two_boards():
     boards = []
     try:
         for _ in range(2):
-            cmd = eb.board_command(ROOT, "rpc.server",
+            cmd = eb.board_command(ROOT, "tilecraft.rpc.server",
                                    ["--host", HOST, "--port", "0", "--key", BOARD_KEY,
                                     "--tracker", f"{HOST}:{tracker.port}", "--tracker-retry",
                                     "0.5", "-v"])
@@ -289,8 +289,8 @@ TUNE_SEARCH = {"population_size": 8, "genetic_num_iters": 1}
 def _check_tuned(db, func, target, trials, rng):
     """Every trial is in the database; the ones that ran were checked against the reference on
     the board; the best schedule computes A @ B."""
-    import targets
-    from metaschedule import apply_best
+    from tilecraft import targets
+    from tilecraft.metaschedule import apply_best
     recs = db.get_all_tuning_records()
     assert len(recs) == trials
     ok = [r for r in recs if r.ok]
@@ -307,7 +307,7 @@ def _check_tuned(db, func, target, trials, rng):
 
 
 def test_tune_tir_over_two_loopback_servers(cluster, tmp_path, rng):
-    from metaschedule import tune_tir
+    from tilecraft.metaschedule import tune_tir
     from search_testutil import small_space
     a, b = cluster.add(2)
     runner = cluster.runner(number=2, repeat=1, min_repeat_ms=0, cache_flush_bytes=1 << 20,
@@ -326,7 +326,7 @@ def test_tune_tir_on_two_emulated_boards(two_boards, tmp_path, rng):
     """The short remote tune of the RPC issue: candidates cross-compiled for a Raspberry Pi 4
     here, measured and checked on two emulated arm64 boards (about a minute with the boards'
     start: ``-m slow``; CI runs the loopback tune above and the emulated batch measurement)."""
-    from metaschedule import tune_tir
+    from tilecraft.metaschedule import tune_tir
     from search_testutil import small_space
     tracker, boards = two_boards
     target = "raspberry-pi/4b-aarch64"

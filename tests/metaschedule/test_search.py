@@ -6,15 +6,15 @@ import logging
 import numpy as np
 import pytest
 
-from targets import Target
-from tensorir import Schedule, te
-from metaschedule import Database
-from metaschedule.builder import LocalBuilder
-from metaschedule.cost_model import RandomModel, XGBModel
-from metaschedule.database import workload_hash
-from metaschedule.errors import TuneError
-from metaschedule.runner import LocalRunner
-from metaschedule.search import (Candidate, EvolutionarySearch, MeasureResult, TuneContext,
+from tilecraft.targets import Target
+from tilecraft.tensorir import Schedule, te
+from tilecraft.metaschedule import Database
+from tilecraft.metaschedule.builder import LocalBuilder
+from tilecraft.metaschedule.cost_model import RandomModel, XGBModel
+from tilecraft.metaschedule.database import workload_hash
+from tilecraft.metaschedule.errors import TuneError
+from tilecraft.metaschedule.runner import LocalRunner
+from tilecraft.metaschedule.search import (Candidate, EvolutionarySearch, MeasureResult, TuneContext,
                                  compute_reference, measure_candidates)
 
 from search_testutil import gemm_func, small_space
@@ -36,7 +36,7 @@ def make_ctx(tmp_path, func=None, model=None, seed=0):
 
 def test_reference_is_the_unscheduled_function(tmp_path):
     ctx = make_ctx(tmp_path)
-    from metaschedule import random_inputs
+    from tilecraft.metaschedule import random_inputs
     a, b, _ = random_inputs(ctx.args_info, ctx.seed)
     ref, = ctx.reference
     np.testing.assert_allclose(ref, a @ b, rtol=1e-4, atol=1e-4)

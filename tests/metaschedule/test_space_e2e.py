@@ -3,18 +3,18 @@ against numpy; symbolic extents; the GEMM space contains the hand-written BLAS r
 import numpy as np
 import pytest
 
-import targets
-from tensorir import Schedule, arith
-from tensorir.functor import substitute
-from tensorir.schedule import tree
-from tensorir.stmt import (Allocate, BufferStore, For, IfThenElse, SeqStmt)
-from tensorir.transform import lower
-from tensorir.expr import BufferLoad, PrimExpr
+from tilecraft import targets
+from tilecraft.tensorir import Schedule, arith
+from tilecraft.tensorir.functor import substitute
+from tilecraft.tensorir.schedule import tree
+from tilecraft.tensorir.stmt import (Allocate, BufferStore, For, IfThenElse, SeqStmt)
+from tilecraft.tensorir.transform import lower
+from tilecraft.tensorir.expr import BufferLoad, PrimExpr
 
-from tensorir.schedule.intrinsics import target_isas
+from tilecraft.tensorir.schedule.intrinsics import target_isas
 
-import metaschedule as ms
-from metaschedule.schedule_rule.base import ANN_TENSORIZE
+from tilecraft import metaschedule as ms
+from tilecraft.metaschedule.schedule_rule.base import ANN_TENSORIZE
 from space_workloads import (WORKLOADS, check_build, gemm, inputs_of, symbolic_matmul)
 
 LLVM = targets.Target("llvm")

@@ -4,12 +4,12 @@ import warnings
 import numpy as np
 import pytest
 
-import targets
-from tensorir import Schedule
-from tensorir.function import PrimFunc
-from tensorir.stmt import Block, BlockRealize, Evaluate
+from tilecraft import targets
+from tilecraft.tensorir import Schedule
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.stmt import Block, BlockRealize, Evaluate
 
-import metaschedule as ms
+from tilecraft import metaschedule as ms
 from space_workloads import (WORKLOADS, check_interpret, gemm, inputs_of, symbolic_matmul)
 
 LLVM = targets.Target("llvm")
@@ -112,7 +112,7 @@ def test_sample_mutate_finish_round_trip():
     design = space.generate(f, LLVM)[1]
     sch = space.sample(design, f, LLVM, seed=5)
     # a finished trace replays to the same program, and finish() gives it again
-    from tensorir.structural import structural_equal
+    from tilecraft.tensorir.structural import structural_equal
     again = ms.default_space(LLVM).finish(sch.trace, f, LLVM)
     assert structural_equal(again.mod["main"], sch.mod["main"])
     assert structural_equal(sch.trace.apply(f).mod["main"], sch.mod["main"])

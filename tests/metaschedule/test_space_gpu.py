@@ -4,19 +4,19 @@ missing."""
 import numpy as np
 import pytest
 
-import targets
+from tilecraft import targets
 
-import metaschedule as ms
+from tilecraft import metaschedule as ms
 from space_workloads import WORKLOADS, inputs_of, symbolic_matmul
 
 
 def device(kind):
     try:
         if kind == "opencl":
-            from targets.opencl_backend import list_devices
+            from tilecraft.targets.opencl_backend import list_devices
             list_devices()
         else:
-            from targets.webgpu_backend import runtime
+            from tilecraft.targets.webgpu_backend import runtime
             if not runtime._adapter_list():
                 pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
     except pytest.skip.Exception:

@@ -3,11 +3,11 @@ trace replays to a program that still computes the right thing."""
 import numpy as np
 import pytest
 
-import targets
-from tensorir.schedule.primitives_compute import compute_location_candidates
+from tilecraft import targets
+from tilecraft.tensorir.schedule.primitives_compute import compute_location_candidates
 
-import metaschedule as ms
-from metaschedule.schedule_rule.base import ANN_PARALLEL, SpaceContext
+from tilecraft import metaschedule as ms
+from tilecraft.metaschedule.schedule_rule.base import ANN_PARALLEL, SpaceContext
 from space_workloads import WORKLOADS, check_interpret, conv2d_nhwc, gemm, inputs_of, softmax
 
 LLVM = targets.Target("llvm")
@@ -15,7 +15,7 @@ OPENCL = targets.Target("opencl")
 
 
 def micro_kernel_index(space, func, target):
-    from metaschedule.schedule_rule.base import ANN_TENSORIZE
+    from tilecraft.metaschedule.schedule_rule.base import ANN_TENSORIZE
     return next(n for n, d in enumerate(space.generate(func, target))
                 if any(i.kind == "annotate" and i.inputs[1] == ANN_TENSORIZE
                        for i in d.trace.instructions))
@@ -107,8 +107,8 @@ def test_mutate_compute_location_picks_another_legal_place():
                            tries=3)
     assert new
     idx = [i.kind for i in sch.trace.instructions].index("sample_compute_location")
-    from tensorir import Schedule
-    from tensorir.schedule import Trace
+    from tilecraft.tensorir import Schedule
+    from tilecraft.tensorir.schedule import Trace
     prefix = Schedule(f)
     prefix.replay(Trace(sch.trace.instructions[:idx]))
     legal = {d for d, _ in compute_location_candidates(prefix.func, "pad")}

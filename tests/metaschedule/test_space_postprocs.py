@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 
-import targets
-from tensorir import Schedule, te
-from tensorir.schedule import tree
-from tensorir.stmt import For
+from tilecraft import targets
+from tilecraft.tensorir import Schedule, te
+from tilecraft.tensorir.schedule import tree
+from tilecraft.tensorir.stmt import For
 
-import metaschedule as ms
-from metaschedule.schedule_rule.base import ANN_PARALLEL, ANN_UNROLL, ANN_VECTORIZE, SpaceContext
+from tilecraft import metaschedule as ms
+from tilecraft.metaschedule.schedule_rule.base import ANN_PARALLEL, ANN_UNROLL, ANN_VECTORIZE, SpaceContext
 from space_workloads import (WORKLOADS, check_interpret, elementwise_chain, gemm, inputs_of,
                              softmax, symbolic_matmul)
 
@@ -124,7 +124,7 @@ def _micro_kernel(f, mr, nr):
 
 
 def test_rewrite_tensorize_full_and_partial_tiles():
-    from tensorir.schedule.intrinsics import target_isas
+    from tilecraft.tensorir.schedule.intrinsics import target_isas
     lanes = SpaceContext(LLVM).lanes()
     ins = [np.random.default_rng(3).uniform(-1, 1, s).astype("float32") for s in ((64, 32),
                                                                                   (32, 64))]

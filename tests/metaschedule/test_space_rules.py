@@ -3,12 +3,12 @@ spaces it makes computes the right thing (tensorir.interpret against numpy)."""
 import numpy as np
 import pytest
 
-import targets
-from tensorir import Schedule
-from tensorir.schedule import tree
+from tilecraft import targets
+from tilecraft.tensorir import Schedule
+from tilecraft.tensorir.schedule import tree
 
-import metaschedule as ms
-from metaschedule.schedule_rule.base import (ANN_PACK, ANN_PARALLEL, ANN_TENSORIZE, ANN_TILED,
+from tilecraft import metaschedule as ms
+from tilecraft.metaschedule.schedule_rule.base import (ANN_PACK, ANN_PARALLEL, ANN_TENSORIZE, ANN_TILED,
                                              ANN_UNROLL, ANN_VECTORIZE, SpaceContext)
 from space_workloads import (WORKLOADS, check_interpret, conv2d_nhwc, elementwise_chain, gemm,
                              inputs_of, row_sum, softmax)
@@ -185,7 +185,7 @@ def test_cross_thread_reduction_and_auto_bind_on_gpu():
 def test_micro_kernel_on_weights_packed_at_build_time():
     """relax's AlterLayout hands kernels weights already in panels, W[j // 32, k, j % 32]:
     the micro-kernel rule uses them as they are, with tiles that stay inside a panel."""
-    from tensorir import te
+    from tilecraft.tensorir import te
     M, N, K = 16, 64, 24
     X = te.placeholder((M, K), "float32", "X")
     W = te.placeholder((N // 32, K, 32), "float32", "W")

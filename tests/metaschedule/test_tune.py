@@ -9,15 +9,15 @@ import socket
 import numpy as np
 import pytest
 
-import targets
-from targets import Target
-from tensorir import te
-import metaschedule
-from metaschedule import (AutoInline, Database, SpaceGenerator, Task, TuneError, apply_best,
+from tilecraft import targets
+from tilecraft.targets import Target
+from tilecraft.tensorir import te
+from tilecraft import metaschedule
+from tilecraft.metaschedule import (AutoInline, Database, SpaceGenerator, Task, TuneError, apply_best,
                           plot_tuning_curve, tune_tasks, tune_tir, tuning_curve)
-from metaschedule.progress import format_eta, format_line
-from metaschedule.runner import LocalRunner
-from metaschedule.task_scheduler import GradientTaskScheduler, RoundRobin
+from tilecraft.metaschedule.progress import format_eta, format_line
+from tilecraft.metaschedule.runner import LocalRunner
+from tilecraft.metaschedule.task_scheduler import GradientTaskScheduler, RoundRobin
 
 from search_testutil import gemm_func, small_space
 
@@ -135,7 +135,7 @@ def test_unsupported_target(tmp_path):
 
 
 def test_unreachable_runner(tmp_path):
-    from metaschedule.rpc_runner import RPCRunner
+    from tilecraft.metaschedule.rpc_runner import RPCRunner
     with socket.socket() as s:          # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -187,7 +187,7 @@ def test_progress_line():
 
 def test_progress_bar_and_plain_line():
     import io
-    from metaschedule.progress import Progress
+    from tilecraft.metaschedule.progress import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):

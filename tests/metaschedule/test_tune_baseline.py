@@ -4,11 +4,11 @@ measure it again, and a baseline that is not a schedule of the task's function i
 import numpy as np
 import pytest
 
-import metaschedule
-from metaschedule import Task, apply_best, baseline_record, tune_tasks, workload_hash
-from metaschedule.runner import LocalRunner
-from metaschedule.search import trace_key
-from tensorir.schedule import Schedule
+from tilecraft import metaschedule
+from tilecraft.metaschedule import Task, apply_best, baseline_record, tune_tasks, workload_hash
+from tilecraft.metaschedule.runner import LocalRunner
+from tilecraft.metaschedule.search import trace_key
+from tilecraft.tensorir.schedule import Schedule
 
 from search_testutil import gemm_func, small_space
 
@@ -83,8 +83,8 @@ def test_baseline_must_be_a_schedule():
 
 
 def test_lift_tiles_makes_constant_splits_mutable():
-    from metaschedule import default_space
-    from metaschedule.search import lift_tiles
+    from tilecraft.metaschedule import default_space
+    from tilecraft.metaschedule.search import lift_tiles
     func = gemm_func(64, 64, 64)
     sch = Schedule(func)
     i, j, k = sch.get_loops(sch.get_block("C"))
@@ -111,9 +111,9 @@ def test_lift_tiles_makes_constant_splits_mutable():
 
 
 def test_candidates_too_large_to_build_are_dropped():
-    from metaschedule import Database, TuneContext, XGBModel
-    from metaschedule.search import EvolutionarySearch, unrolled_size
-    from tensorir.transform import lower
+    from tilecraft.metaschedule import Database, TuneContext, XGBModel
+    from tilecraft.metaschedule.search import EvolutionarySearch, unrolled_size
+    from tilecraft.tensorir.transform import lower
     func = gemm_func(64, 64, 64)
     sch = Schedule(func)
     i, j, k = sch.get_loops(sch.get_block("C"))
@@ -134,8 +134,8 @@ def test_a_record_replays_on_the_same_workload_under_other_names(tmp_path):
     """Fused kernels of different call sites have the same structure but buffers named after
     their Relax variables, and blocks a schedule makes are named after buffers: a record made
     on one call site's kernel applies to all."""
-    from metaschedule import Database, TuningRecord
-    from tensorir import te
+    from tilecraft.metaschedule import Database, TuningRecord
+    from tilecraft.tensorir import te
 
     def gemm(a_name, symbol):
         A = te.placeholder((16, 16), "float32", a_name)

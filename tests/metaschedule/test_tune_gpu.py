@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-import targets
-from targets import Target
-from metaschedule import (Database, LocalRunner, ParallelVectorizeUnroll, SpaceGenerator,
+from tilecraft import targets
+from tilecraft.targets import Target
+from tilecraft.metaschedule import (Database, LocalRunner, ParallelVectorizeUnroll, SpaceGenerator,
                           apply_best, tune_tir)
-from metaschedule.space_generator import (default_mutator_probs, default_postprocs,
+from tilecraft.metaschedule.space_generator import (default_mutator_probs, default_postprocs,
                                           default_rules)
 
 from search_testutil import gemm_func
@@ -107,7 +107,7 @@ def test_tune_gemm_webgpu(tmp_path):
 # -- the measuring path alone (fast): a hand-scheduled GEMM built, run and checked on the device
 @pytest.mark.parametrize("target", ["opencl -device=cpu", "webgpu"])
 def test_runner_checks_gpu_candidates(target):
-    from metaschedule import BuilderInput, LocalBuilder, RunnerInput, args_info, random_inputs
+    from tilecraft.metaschedule import BuilderInput, LocalBuilder, RunnerInput, args_info, random_inputs
     from webgpu_testutil import gemm_shared
     dev = opencl_device() if target.startswith("opencl") else webgpu_device()
     func = gemm_shared(64, 64, 64)
@@ -125,7 +125,7 @@ def test_runner_checks_gpu_candidates(target):
                         reference=[a @ b + 1])])
     finally:
         runner.close()
-        from metaschedule.builder import remove_artifact
+        from tilecraft.metaschedule.builder import remove_artifact
         remove_artifact(built.artifact_path)
     assert good.error_msg is None and len(good.run_secs) == 2, good.error_msg
     assert all(t > 0 for t in good.run_secs)

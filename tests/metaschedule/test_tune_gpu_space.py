@@ -10,17 +10,17 @@ import sys
 import numpy as np
 import pytest
 
-import targets
-from targets import Target
-from tensorir import Schedule
-from tensorir.transform.pipeline import CompactBufferAllocation, ConvertBlocksToLoops
+from tilecraft import targets
+from tilecraft.targets import Target
+from tilecraft.tensorir import Schedule
+from tilecraft.tensorir.transform.pipeline import CompactBufferAllocation, ConvertBlocksToLoops
 
-from metaschedule import Task, apply_best, baseline_record, tune_tasks
-from metaschedule.mutator import MutateTileSize
-from metaschedule.schedule_rule.base import ANN_SHARED_LAYOUT, SHARED_LAYOUTS
-from metaschedule.space_generator import (GPU_TILE_CAPS, default_mutator_probs,
+from tilecraft.metaschedule import Task, apply_best, baseline_record, tune_tasks
+from tilecraft.metaschedule.mutator import MutateTileSize
+from tilecraft.metaschedule.schedule_rule.base import ANN_SHARED_LAYOUT, SHARED_LAYOUTS
+from tilecraft.metaschedule.space_generator import (GPU_TILE_CAPS, default_mutator_probs,
                                           default_postprocs, default_rules, default_space)
-from metaschedule import LocalRunner, SpaceGenerator
+from tilecraft.metaschedule import LocalRunner, SpaceGenerator
 
 from search_testutil import gemm_func
 
@@ -96,7 +96,7 @@ def test_bounded_sample_tile_respects_caps_and_replays():
 
 
 def test_bounded_sample_tile_rejects_a_wrong_bound_list():
-    from tensorir.schedule import ScheduleError
+    from tilecraft.tensorir.schedule import ScheduleError
     sch = Schedule(gemm_func(64, 64, 64))
     i, _, _ = sch.get_loops(sch.get_block("C"))
     with pytest.raises(ScheduleError, match="max_factors needs 3 entries"):
@@ -199,7 +199,7 @@ def test_sgemm_tiling_computes_the_product_webgpu(size, tiles):
 def _small_space(target):
     """The default space with the unroll depths capped at 16 (lavapipe compiles long
     unrolled shaders slowly)."""
-    from metaschedule import ParallelVectorizeUnroll
+    from tilecraft.metaschedule import ParallelVectorizeUnroll
     t = Target(target)
     rules = [ParallelVectorizeUnroll(max_jobs_per_core=-1, max_vectorize_extent=-1,
                                      unroll_max_steps=(0, 16))
@@ -209,7 +209,7 @@ def _small_space(target):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_tiny_tune_is_never_worse_than_the_default(target, tmp_path):
-    from relax import gpu_schedules
+    from tilecraft.relax import gpu_schedules
     dev = _device(target)
     t = Target(target)
     n = 64 if target.startswith("opencl") else 32     # lavapipe compiles slowly
@@ -242,7 +242,7 @@ def test_tiny_tune_is_never_worse_than_the_default(target, tmp_path):
 
 
 def test_task_reference_must_match_the_outputs(tmp_path):
-    from metaschedule import TuneError
+    from tilecraft.metaschedule import TuneError
     func = gemm_func(16, 16, 16)
     task = Task("gemm", func, reference=lambda a, b, c: [a @ b, a])
     with pytest.raises(TuneError, match="reference gave 2 output"):

@@ -11,13 +11,13 @@ import os
 
 import pytest
 
-import metaschedule
-from metaschedule import Database, Task, apply_best, baseline_record, tune_tasks, tune_tir
-from metaschedule.builder import BuilderResult
-from metaschedule.database import REMEASURED_FILE, Remeasurement, TuningRecord
-from metaschedule.runner import RunnerResult
-from metaschedule.search import trace_key
-from tensorir.schedule import Schedule
+from tilecraft import metaschedule
+from tilecraft.metaschedule import Database, Task, apply_best, baseline_record, tune_tasks, tune_tir
+from tilecraft.metaschedule.builder import BuilderResult
+from tilecraft.metaschedule.database import REMEASURED_FILE, Remeasurement, TuningRecord
+from tilecraft.metaschedule.runner import RunnerResult
+from tilecraft.metaschedule.search import trace_key
+from tilecraft.tensorir.schedule import Schedule
 
 from search_testutil import gemm_func, small_space
 

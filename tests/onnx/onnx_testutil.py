@@ -6,9 +6,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import relax
-import relax.frontend
-import targets
+from tilecraft import relax
+from tilecraft import relax
+import tilecraft.relax.frontend
+from tilecraft import targets
 
 # the tests build many tiny models: LLVM's optimizations change no result, only build time
 TARGET = "llvm -opt-level=0"

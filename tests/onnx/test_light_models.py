@@ -10,9 +10,10 @@ CI.
 import numpy as np
 import pytest
 
-import relax
-import relax.frontend
-import targets
+from tilecraft import relax
+from tilecraft import relax
+import tilecraft.relax.frontend
+from tilecraft import targets
 import light_models
 from onnx_testutil import run_onnxruntime
 

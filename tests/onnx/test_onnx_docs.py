@@ -2,7 +2,7 @@
 import os
 
 from benchmarks import gen_onnx_docs
-from relax.frontend.onnx.registry import supported_ops
+from tilecraft.relax.frontend.onnx.registry import supported_ops
 
 
 def test_onnx_operator_list_is_up_to_date():

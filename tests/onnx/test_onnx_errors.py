@@ -5,8 +5,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import relax.frontend
-from relax.frontend import UnsupportedError
+from tilecraft import relax
+import tilecraft.relax.frontend
+from tilecraft.relax.frontend import UnsupportedError
 from onnx_testutil import make_model, one_node
 
 

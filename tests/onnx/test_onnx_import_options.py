@@ -5,9 +5,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import relax
-import relax.frontend
-import targets
+from tilecraft import relax
+from tilecraft import relax
+import tilecraft.relax.frontend
+from tilecraft import targets
 from onnx_testutil import TARGET, check, make_model, one_node, rand, run_onnxruntime
 
 

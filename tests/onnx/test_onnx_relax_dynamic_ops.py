@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-import relax
-import targets
-import tensorir
-from relax import BlockBuilder, ShapeStructInfo, TensorStructInfo, Var, op
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft import tensorir
+from tilecraft.relax import BlockBuilder, ShapeStructInfo, TensorStructInfo, Var, op
 
 
 def _reshape_by_tensor():

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import relax
-import relax.frontend
-import targets
+from tilecraft import relax
+from tilecraft import relax
+import tilecraft.relax.frontend
+from tilecraft import targets
 from onnx_testutil import run_onnxruntime
 
 HIDDEN, HEADS, FFN, VOCAB, MAX_POS = 32, 4, 64, 50, 256

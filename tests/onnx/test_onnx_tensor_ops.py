@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-import relax.frontend
+from tilecraft import relax
+import tilecraft.relax.frontend
 from onnx_testutil import check, make_model, one_node, rand, run_tilecraft
 
 

@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pytest
 
-import relax
-import targets
-from relax import BlockBuilder, TensorStructInfo, Tuple, Var, const
-from relax import op
-from relax.op import nn
-from relax.vm import VirtualMachine
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Tuple, Var, const
+from tilecraft.relax import op
+from tilecraft.relax.op import nn
+from tilecraft.relax.vm import VirtualMachine
 
 
 def module(params, body):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 
 
 def mlp_module(sizes, seed: int = 0):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-import targets
-from relax import (BlockBuilder, Call, Constant, Expr, GlobalVar, ShapeExpr, TensorStructInfo,
+from tilecraft import targets
+from tilecraft.relax import (BlockBuilder, Call, Constant, Expr, GlobalVar, ShapeExpr, TensorStructInfo,
                    Tuple, TupleGetItem, TupleStructInfo, Var)
-from relax.op.base import Op
-from tensorir.expr import IntImm, Var as TirVar
-from tensorir.functor import substitute
-from tensorir.interpret import interpret
+from tilecraft.relax.op.base import Op
+from tilecraft.tensorir.expr import IntImm, Var as TirVar
+from tilecraft.tensorir.functor import substitute
+from tilecraft.tensorir.interpret import interpret
 
 
 def _bind_shape(dims, shape, env):
@@ -25,7 +25,7 @@ def _bind_shape(dims, shape, env):
 
 
 def _eval_dim(d, env):
-    from tensorir import arith
+    from tilecraft.tensorir import arith
     v = arith.simplify(substitute(d, {k: IntImm(val, "int64") for k, val in env.items()}))
     if not isinstance(v, IntImm):
         raise AssertionError(f"cannot evaluate dim {d!r} with {env}")

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-import targets
-from relax import (Call, Constant, Function, GlobalVar, If, MatchCast, PrimValue, ShapeExpr,
+from tilecraft import targets
+from tilecraft.relax import (Call, Constant, Function, GlobalVar, If, MatchCast, PrimValue, ShapeExpr,
                    ShapeStructInfo, TensorStructInfo, Tuple, TupleGetItem, TupleStructInfo, Var)
-from relax.op.base import Op, OpPattern, call, register_op
-from tensorir import arith, te
-from tensorir.expr import IntImm, Var as TirVar
-from tensorir.function import PrimFunc
-from tensorir.functor import substitute
+from tilecraft.relax.op.base import Op, OpPattern, call, register_op
+from tilecraft.tensorir import arith, te
+from tilecraft.tensorir.expr import IntImm, Var as TirVar
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.functor import substitute
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ class _Evaluator:
         return out
 
     def seq(self, seq, values, env):
-        from relax import SeqExpr
+        from tilecraft.relax import SeqExpr
         if not isinstance(seq, SeqExpr):
             return self.expr(seq, values, env)
         for blk in seq.blocks:

@@ -4,20 +4,20 @@ schedules of the packed kernels: before/after text, results against numpy on ran
 import numpy as np
 import pytest
 
-import relax
-import targets
-from relax import BlockBuilder, TensorStructInfo, TupleGetItem, Var, const, op
-from relax import default_schedules as ds
-from relax.printer import to_script
-from relax.transform import (AlterLayout, CanonicalizeBindings, DeadCodeElimination,
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, TupleGetItem, Var, const, op
+from tilecraft.relax import default_schedules as ds
+from tilecraft.relax.printer import to_script
+from tilecraft.relax.transform import (AlterLayout, CanonicalizeBindings, DeadCodeElimination,
                              DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FuseOps,
                              FuseTIR, LegalizeOps, get_pipeline)
-from relax.transform import alter_layout
-from relax.transform import packed_kernels as pk
-from tensorir.function import PrimFunc
-from tensorir.functor import post_order_visit
-from tensorir.stmt import Allocate
-from tensorir.transform import lower
+from tilecraft.relax.transform import alter_layout
+from tilecraft.relax.transform import packed_kernels as pk
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.stmt import Allocate
+from tilecraft.tensorir.transform import lower
 
 RNG = np.random.default_rng(7)
 

@@ -9,13 +9,13 @@ import zipfile
 import numpy as np
 import pytest
 
-import targets
-from relax import BlockBuilder, TensorStructInfo, Tuple, Var, const
-from relax.build import build
-from relax.executable import ExecutableFormatError, load_executable
-from relax.vm import VirtualMachine
-from targets.runtime.elf import read_elf_header
-from tensorir import Schedule, te
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Tuple, Var, const
+from tilecraft.relax.build import build
+from tilecraft.relax.executable import ExecutableFormatError, load_executable
+from tilecraft.relax.vm import VirtualMachine
+from tilecraft.targets.runtime.elf import read_elf_header
+from tilecraft.tensorir import Schedule, te
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RNG = np.random.default_rng(11)
@@ -92,9 +92,9 @@ import sys
 sys.modules["llvmlite"] = None          # the board has no LLVM: importing it must not happen
 sys.path.insert(0, {REPO!r})
 import numpy as np
-from relax.executable import load_executable
-from relax.vm import VirtualMachine
-import targets
+from tilecraft.relax.executable import load_executable
+from tilecraft.relax.vm import VirtualMachine
+from tilecraft import targets
 exe = load_executable({path!r})
 vm = VirtualMachine(exe, targets.cpu(0))
 y, h = vm["main"](np.load({str(tmp_path / 'x.npy')!r}))
@@ -209,7 +209,7 @@ def test_program_text_and_stats(exe):
 
 
 def test_executable_without_kernels_round_trips(tmp_path):
-    from relax import ShapeExpr
+    from tilecraft.relax import ShapeExpr
     bb = BlockBuilder()
     x = Var("x", TensorStructInfo(("n", "m"), "float32"))
     n, m = x.struct_info.shape

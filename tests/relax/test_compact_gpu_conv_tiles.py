@@ -5,15 +5,15 @@ Checked on the device against numpy where there is one."""
 import numpy as np
 import pytest
 
-import relax
-import targets
-from relax import BlockBuilder, TensorStructInfo, Var, const, op
-from relax.build import default_pipeline
-from relax import gpu_schedules
-from relax.vm import VirtualMachine
-from tensorir.functor import post_order_visit
-from tensorir.stmt import Allocate
-from tensorir.transform import lower_device
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.build import default_pipeline
+from tilecraft.relax import gpu_schedules
+from tilecraft.relax.vm import VirtualMachine
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.stmt import Allocate
+from tilecraft.tensorir.transform import lower_device
 
 
 def _conv_module(w):
@@ -55,7 +55,7 @@ def test_conv_weight_tile_fits_webgpu_shared_memory():
 
 @pytest.mark.slow   # ~20 s: lavapipe compiles the unrolled GEMM tile (CI: the ResNet kernels test)
 def test_conv_on_webgpu_matches_numpy():
-    from targets.webgpu_backend import WebGPUError, num_adapters
+    from tilecraft.targets.webgpu_backend import WebGPUError, num_adapters
     try:
         if num_adapters() == 0:
             pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")

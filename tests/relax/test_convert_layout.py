@@ -4,17 +4,17 @@ results against numpy on random inputs (static and symbolic batch)."""
 import numpy as np
 import pytest
 
-import relax
-import targets
-from relax import BlockBuilder, TensorStructInfo, Var, const, op
-from relax import default_schedules as ds
-from relax.transform import ConvertLayout, get_pipeline
-from relax.transform.convert_layout import nhwc_pays
-from relax.transform import packed_kernels as pk
-from relax.transform.packed_kernels import ConvGeometry
-from tensorir import te
-from tensorir.functor import post_order_visit
-from tensorir.stmt import For
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax import default_schedules as ds
+from tilecraft.relax.transform import ConvertLayout, get_pipeline
+from tilecraft.relax.transform.convert_layout import nhwc_pays
+from tilecraft.relax.transform import packed_kernels as pk
+from tilecraft.relax.transform.packed_kernels import ConvGeometry
+from tilecraft.tensorir import te
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.stmt import For
 
 from test_alter_layout import conv_ref
 

@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 
-import relax
-from relax import (BlockBuilder, DataflowVar, RelaxError, ShapeExpr, TensorStructInfo,
+from tilecraft import relax
+from tilecraft.relax import (BlockBuilder, DataflowVar, RelaxError, ShapeExpr, TensorStructInfo,
                    TupleStructInfo, Var, const)
-from tensorir import te
-from tensorir.expr import IntImm, Var as TirVar
-from tensorir.function import PrimFunc
-from tensorir.structural import structural_equal
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import IntImm, Var as TirVar
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.structural import structural_equal
 
 
 def test_struct_info_shapes():

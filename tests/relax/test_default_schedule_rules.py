@@ -7,12 +7,12 @@ import re
 
 import numpy as np
 
-import targets
-from relax import default_schedules as ds
-from relax.transform import packed_kernels as pk
-from targets import Target
-from tensorir import te
-from tensorir.transform import lower
+from tilecraft import targets
+from tilecraft.relax import default_schedules as ds
+from tilecraft.relax.transform import packed_kernels as pk
+from tilecraft.targets import Target
+from tilecraft.tensorir import te
+from tilecraft.tensorir.transform import lower
 
 TARGET = Target("llvm")
 # the tile sizes asserted below are AVX-512's (16 lanes, 32 registers): the structure is checked

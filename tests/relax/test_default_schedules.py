@@ -3,11 +3,11 @@ on small odd and symbolic sizes."""
 import numpy as np
 import pytest
 
-import targets
-from relax import default_schedules as ds
-from targets import Target
-from tensorir import te
-from tensorir.interpret import interpret
+from tilecraft import targets
+from tilecraft.relax import default_schedules as ds
+from tilecraft.targets import Target
+from tilecraft.tensorir import te
+from tilecraft.tensorir.interpret import interpret
 
 TARGET = Target("llvm")
 

@@ -7,16 +7,16 @@ import warnings
 import numpy as np
 import pytest
 
-import targets
-from relax import BlockBuilder, op
-from relax import default_schedules as ds
-from relax.build import build, default_pipeline, schedule_kernels
-from relax.expr import Var
-from relax.struct_info import TensorStructInfo
-from relax.vm import VirtualMachine
-from targets import Target
-from tensorir.functor import post_order_visit
-from tensorir.stmt import AssertStmt, Block
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, op
+from tilecraft.relax import default_schedules as ds
+from tilecraft.relax.build import build, default_pipeline, schedule_kernels
+from tilecraft.relax.expr import Var
+from tilecraft.relax.struct_info import TensorStructInfo
+from tilecraft.relax.vm import VirtualMachine
+from tilecraft.targets import Target
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.stmt import AssertStmt, Block
 
 
 def _module(kind):

@@ -8,21 +8,21 @@ import numpy as np
 import pytest
 
 import gpu_testutil as gpu
-import targets
-from relax import const, gpu_schedules as gs
-from relax import op
-from relax.build import _run_pipeline, legalize
-from relax.op import nn
-from targets import Target
-from tensorir import te
-from tensorir.function import PrimFunc
+from tilecraft import targets
+from tilecraft.relax import const, gpu_schedules as gs
+from tilecraft.relax import op
+from tilecraft.relax.build import _run_pipeline, legalize
+from tilecraft.relax.op import nn
+from tilecraft.targets import Target
+from tilecraft.tensorir import te
+from tilecraft.tensorir.function import PrimFunc
 
 RNG = np.random.default_rng(5)
 
 
 def _opencl():
     try:
-        from targets.opencl_backend import list_devices
+        from tilecraft.targets.opencl_backend import list_devices
         devices = list_devices()
     except Exception as err:
         pytest.skip(f"no OpenCL platform: {err}")
@@ -31,7 +31,7 @@ def _opencl():
 
 
 def _webgpu():
-    from targets.webgpu_backend import WebGPUError, num_adapters
+    from tilecraft.targets.webgpu_backend import WebGPUError, num_adapters
     try:
         if num_adapters() == 0:
             pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
@@ -56,8 +56,8 @@ def _threads(func):
 
 
 def _scopes(func):
-    from tensorir.functor import post_order_visit
-    from tensorir.stmt import Block
+    from tilecraft.tensorir.functor import post_order_visit
+    from tilecraft.tensorir.stmt import Block
     found = set()
 
     def visit(n):
@@ -134,7 +134,7 @@ def test_gemm_tiles_are_laid_out_for_vector_fragments():
         k0 = [lp for lp in gs._loops_of(g) if lp.loop_var.name == "k_0"]
         assert k0 and k0[0].extent.value == 64 // bk
     # the padded rows: 132 words apart in OpenCL, none in WebGPU at a k-step of 16
-    from tensorir.transform import lower
+    from tilecraft.tensorir.transform import lower
     cl = lower(gs.apply(_gemm(2048, 2048, 64), Target("opencl")), Target("opencl")).script()
     assert "k_1 * 132" in cl
 

@@ -2,15 +2,15 @@
 import numpy as np
 import pytest
 
-from relax import BlockBuilder, TensorStructInfo, Tuple, Var, const
-from relax.build import build, vm_codegen
-from relax.executable import Executable
-from relax.expr import Call
-from relax.op.base import Op
-from relax.transform.static_plan_block_memory import StaticPlanBlockMemory, plan_summary
-from relax.vm import VirtualMachine
-import targets
-from tensorir import te
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Tuple, Var, const
+from tilecraft.relax.build import build, vm_codegen
+from tilecraft.relax.executable import Executable
+from tilecraft.relax.expr import Call
+from tilecraft.relax.op.base import Op
+from tilecraft.relax.transform.static_plan_block_memory import StaticPlanBlockMemory, plan_summary
+from tilecraft.relax.vm import VirtualMachine
+from tilecraft import targets
+from tilecraft.tensorir import te
 
 RNG = np.random.default_rng(3)
 
@@ -68,7 +68,7 @@ def _ops(func):
 
 def _unplanned_exe(mod):
     program, constants = vm_codegen(mod)
-    from relax.build import schedule_kernels
+    from tilecraft.relax.build import schedule_kernels
     kernels = targets.build(__import__("tensorir").IRModule(
         schedule_kernels(mod, targets.Target("llvm"), None, program["kernels"])), "llvm")
     return Executable(program, constants, kernels, "llvm")
@@ -242,7 +242,7 @@ def test_webgpu_sizes_are_device_bytes():
     """On WebGPU an int8 element takes a 32-bit word and int64 is narrowed to one: the plan
     counts device bytes, so a planned int8 tensor fits its storage (and the storage of n bytes
     is n bytes on the device, not a widened uint8 array of 4n)."""
-    from relax.transform.static_plan_block_memory import device_storage
+    from tilecraft.relax.transform.static_plan_block_memory import device_storage
     itemsize, limit = device_storage(targets.Target("webgpu"))
     assert (itemsize("int8"), itemsize("int64"), itemsize("float32"), itemsize("float16")) == \
         (4, 4, 4, 2)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from oputil import run_op
-from relax import RelaxError, TensorStructInfo, Var
-from relax.op import OpPattern, get, nn
+from tilecraft.relax import RelaxError, TensorStructInfo, Var
+from tilecraft.relax.op import OpPattern, get, nn
 
 rng = np.random.default_rng(0)
 
@@ -279,11 +279,11 @@ def test_strided_conv_transpose_skips_the_inserted_zeros():
     """With a stride and no dilation the legalized kernel works by output phase: a 4x4
     stride-2 kernel sums 2 x 2 taps per output (and a 3x3 one, zero-padded to 4x4, too), not
     the 16 / 9 of the zero-dilated input; the values match numpy and onnxruntime above."""
-    from relax import BlockBuilder
-    from relax.build import legalize
-    from tensorir.function import PrimFunc
-    from tensorir.functor import post_order_visit
-    from tensorir.stmt import Block
+    from tilecraft.relax import BlockBuilder
+    from tilecraft.relax.build import legalize
+    from tilecraft.tensorir.function import PrimFunc
+    from tilecraft.tensorir.functor import post_order_visit
+    from tilecraft.tensorir.stmt import Block
     for k, taps in ((4, 4), (3, 4)):
         bb = BlockBuilder()
         x, w = tvar("x", (1, 8, 5, 5)), tvar("w", (8, 6, k, k))
@@ -446,8 +446,8 @@ def test_avg_pool_float16_accumulates_in_float32():
 
 def test_kernel_buffer_names_do_not_clash_with_argument_names():
     # Relax variables named like the kernels' internal stages still give valid PrimFuncs
-    import targets
-    from relax import BlockBuilder
+    from tilecraft import targets
+    from tilecraft.relax import BlockBuilder
     x = tvar("pad", (1, 2, 5, 5))
     w = tvar("conv2d", (3, 2, 3, 3))
     bb = BlockBuilder()

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from oputil import run_op
-from relax import RelaxError, TensorStructInfo, Var, op
-from relax.op import OpPattern
-from relax.op._broadcast import broadcast_shapes
-from tensorir import var as tir_var
+from tilecraft.relax import RelaxError, TensorStructInfo, Var, op
+from tilecraft.relax.op import OpPattern
+from tilecraft.relax.op._broadcast import broadcast_shapes
+from tilecraft.tensorir import var as tir_var
 
 RNG = np.random.default_rng(0)
 
@@ -108,7 +108,7 @@ def test_errors_name_the_op():
     with pytest.raises(RelaxError, match=r"relax\.clip: min must be a Python number"):
         op.clip(x, "a", 1.0)
     with pytest.raises(RelaxError, match=r"relax\.negative: the input must be a tensor"):
-        from relax import ShapeExpr
+        from tilecraft.relax import ShapeExpr
         op.negative(ShapeExpr((2, 3)))
 
 
@@ -376,11 +376,11 @@ def test_astype(src, dst):
 def test_run_time_checks_survive_compute_inline():
     # the checks are statements of their own ahead of the loop nests: inlining a block (as the
     # default schedules do after FuseTIR) keeps them
-    import targets
-    from relax import BlockBuilder
-    from relax.op._broadcast import call_te_checked
-    from tensorir import te
-    from tensorir.schedule import Schedule
+    from tilecraft import targets
+    from tilecraft.relax import BlockBuilder
+    from tilecraft.relax.op._broadcast import call_te_checked
+    from tilecraft.tensorir import te
+    from tilecraft.tensorir.schedule import Schedule
 
     def add_exp(a, b):
         s = te.compute(a.shape, lambda i: a[i] + b[i], "s")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from oputil import run_op
-from relax import RelaxError, TensorStructInfo, Var
-from relax.op import OpPattern, get, image
+from tilecraft.relax import RelaxError, TensorStructInfo, Var
+from tilecraft.relax.op import OpPattern, get, image
 
 rng = np.random.default_rng(0)
 f32 = np.float32

@@ -3,13 +3,13 @@ take / gather / scatter, arange / full / eye / tril / triu, cumsum, topk, shape_
 import numpy as np
 import pytest
 
-import targets
+from tilecraft import targets
 from oputil import run_op
-from relax import (BlockBuilder, RelaxError, ShapeExpr, ShapeStructInfo, TensorStructInfo,
+from tilecraft.relax import (BlockBuilder, RelaxError, ShapeExpr, ShapeStructInfo, TensorStructInfo,
                    TupleStructInfo, Var, const, op)
-from relax.op.base import Op, OpPattern
-from tensorir import arith
-from tensorir.expr import IntImm, Var as TirVar
+from tilecraft.relax.op.base import Op, OpPattern
+from tilecraft.tensorir import arith
+from tilecraft.tensorir.expr import IntImm, Var as TirVar
 
 
 @pytest.fixture
@@ -323,8 +323,8 @@ def test_shape_to_tensor():
 def test_compound_symbolic_dims_end_to_end(rng):
     """Kernels whose inputs have dims like ``n * 3`` or ``min(n, 2)`` take ``n`` as a scalar
     parameter (it cannot be bound from such a dim); the VM passes it."""
-    from relax.build import build
-    from relax.vm import VirtualMachine
+    from tilecraft.relax.build import build
+    from tilecraft.relax.vm import VirtualMachine
     bb = BlockBuilder()
     x = Var("x", TensorStructInfo(("n", 3, 4), "float32"))
     with bb.function("main", [x]):

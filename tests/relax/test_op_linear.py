@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from oputil import run_op
-from relax import RelaxError, TensorStructInfo, Var, op
-from relax.op import OpPattern
+from tilecraft.relax import RelaxError, TensorStructInfo, Var, op
+from tilecraft.relax.op import OpPattern
 
 rng = np.random.default_rng(0)
 
@@ -192,8 +192,8 @@ def test_einsum_errors():
 
 def test_kernel_buffer_names_do_not_clash_with_argument_names():
     # Relax variables named like the kernels' own stages still give valid PrimFuncs
-    import targets
-    from relax import BlockBuilder
+    from tilecraft import targets
+    from tilecraft.relax import BlockBuilder
     x, w = tvar("matmul", (2, 3)), tvar("linear_mm", (4, 3))
     bias, e = tvar("linear", (4,)), tvar("einsum", (2, 3))
     bb = BlockBuilder()

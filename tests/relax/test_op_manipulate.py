@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from oputil import run_op
-from relax import RelaxError, ShapeExpr, TensorStructInfo, Var, op
-from relax.op.base import Op, OpPattern
-from tensorir import arith
-from tensorir.expr import IntImm, Var as TirVar
+from tilecraft.relax import RelaxError, ShapeExpr, TensorStructInfo, Var, op
+from tilecraft.relax.op.base import Op, OpPattern
+from tilecraft.tensorir import arith
+from tilecraft.tensorir.expr import IntImm, Var as TirVar
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from oputil import run_op
-from relax import RelaxError, TensorStructInfo, TupleStructInfo, Var, op
-from relax.op import OpPattern, nn
+from tilecraft.relax import RelaxError, TensorStructInfo, TupleStructInfo, Var, op
+from tilecraft.relax.op import OpPattern, nn
 
 RNG = np.random.default_rng(2)
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from oputil import run_op
-from relax import RelaxError, TensorStructInfo, Var, op
-from relax.op import OpPattern
+from tilecraft.relax import RelaxError, TensorStructInfo, Var, op
+from tilecraft.relax.op import OpPattern
 
 RNG = np.random.default_rng(1)
 

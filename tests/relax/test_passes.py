@@ -9,18 +9,18 @@ and after, on random inputs, with symbolic dims.
 import numpy as np
 import pytest
 
-import relax
-import tensorir
-from relax import (BlockBuilder, Call, Function, GlobalVar, RelaxError, TensorStructInfo, Tuple,
+from tilecraft import relax
+from tilecraft import tensorir
+from tilecraft.relax import (BlockBuilder, Call, Function, GlobalVar, RelaxError, TensorStructInfo, Tuple,
                    TupleGetItem, Var, const)
-from relax.analysis import check_well_formed, infer_op_pattern, well_formed
-from relax.op.base import OpPattern, call, register_op
-from relax.printer import to_script
-from relax.transform import (CanonicalizeBindings, DeadCodeElimination, FoldConstant, FuseOps,
+from tilecraft.relax.analysis import check_well_formed, infer_op_pattern, well_formed
+from tilecraft.relax.op.base import OpPattern, call, register_op
+from tilecraft.relax.printer import to_script
+from tilecraft.relax.transform import (CanonicalizeBindings, DeadCodeElimination, FoldConstant, FuseOps,
                              FuseTIR, LegalizeOps, Sequential, get_pipeline)
-from tensorir import te
-from tensorir.function import PrimFunc
-from tensorir.interpret import interpret
+from tilecraft.tensorir import te
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.interpret import interpret
 
 from passutil import (REFERENCE, add, cumsum, div, exp, matmul, relu, rowmax, rowsum, run_module,
                       shape_of, sub, transpose)
@@ -636,9 +636,9 @@ def test_passes_reject_non_modules():
 
 
 def test_pipeline_result_runs_on_the_vm():
-    build_mod = pytest.importorskip("relax.build")
-    vm_mod = pytest.importorskip("relax.vm")
-    import targets
+    build_mod = pytest.importorskip("tilecraft.relax.build")
+    vm_mod = pytest.importorskip("tilecraft.relax.vm")
+    from tilecraft import targets
     mod = mlp_module()
     exe = build_mod.build(mod, "llvm")       # runs get_pipeline() first
     vm = vm_mod.VirtualMachine(exe, targets.cpu(0))

@@ -1,19 +1,19 @@
 """The Relax printer: TVMScript-like text of functions, mixed modules and loose expressions."""
 import numpy as np
 
-import relax
-from relax import (BlockBuilder, Call, ExternFunc, Function, If, MatchCast,
+from tilecraft import relax
+from tilecraft.relax import (BlockBuilder, Call, ExternFunc, Function, If, MatchCast,
                    PrimValue, SeqExpr, ShapeExpr, StringImm, TensorStructInfo, Tuple,
                    TupleGetItem, TupleStructInfo, Var, VarBinding, const)
-from relax.op.base import call
-from relax.printer import module_script, to_script
-from relax.struct_info import (FuncStructInfo, ObjectStructInfo, PrimStructInfo,
+from tilecraft.relax.op.base import call
+from tilecraft.relax.printer import module_script, to_script
+from tilecraft.relax.struct_info import (FuncStructInfo, ObjectStructInfo, PrimStructInfo,
                                ShapeStructInfo)
-from relax.transform import FuseOps, LegalizeOps
-from tensorir import te
-from tensorir.expr import Var as TirVar
-from tensorir.function import IRModule
-from tensorir.script import to_script as tir_to_script
+from tilecraft.relax.transform import FuseOps, LegalizeOps
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import Var as TirVar
+from tilecraft.tensorir.function import IRModule
+from tilecraft.tensorir.script import to_script as tir_to_script
 
 from passutil import add, exp, matmul, relu
 

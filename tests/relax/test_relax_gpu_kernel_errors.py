@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-import relax
-import targets
-from relax import BlockBuilder, TensorStructInfo, Var
-from targets.runtime.host_program import DeviceKernelError
-from tensorir import te
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var
+from tilecraft.targets.runtime.host_program import DeviceKernelError
+from tilecraft.tensorir import te
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
 from opencl_testutil import opencl_device_and_target  # noqa: E402
@@ -130,7 +130,7 @@ def test_webgpu_submits_once_per_vm_call(setup, monkeypatch):
 
 def _ctx(dev):
     if dev.kind == "opencl":
-        from targets.opencl_backend.runtime import context
+        from tilecraft.targets.opencl_backend.runtime import context
     else:
-        from targets.webgpu_backend.runtime import context
+        from tilecraft.targets.webgpu_backend.runtime import context
     return context(dev.index)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import gpu_testutil as gpu
-import relax
-import targets
-from relax.vm import VirtualMachine
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax.vm import VirtualMachine
 
 RNG = np.random.default_rng(11)
 
@@ -18,7 +18,7 @@ RNG = np.random.default_rng(11)
 @pytest.fixture(scope="module")
 def dev():
     try:
-        from targets.opencl_backend import list_devices
+        from tilecraft.targets.opencl_backend import list_devices
         devices = list_devices()
     except Exception as err:
         pytest.skip(f"no OpenCL platform: {err}")

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 import gpu_testutil as gpu
-import relax
-import targets
-from relax.vm import VirtualMachine
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax.vm import VirtualMachine
 
 RNG = np.random.default_rng(11)
 
 
 @pytest.fixture(scope="module")
 def dev():
-    from targets.webgpu_backend import WebGPUError, num_adapters
+    from tilecraft.targets.webgpu_backend import WebGPUError, num_adapters
     try:
         if num_adapters() == 0:
             pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
@@ -76,7 +76,7 @@ def test_planned_storage_is_device_bytes(dev):
     """Planned storages hold int8 intermediates (a word an element on WebGPU) and float32 ones;
     a storage of n bytes takes n bytes on the device (not a uint8 array widened to 4n), and
     the results match numpy at two batch sizes, the bound's storage reused."""
-    from relax import op
+    from tilecraft.relax import op
 
     def body(x):
         q = op.astype(op.multiply(x, relax.const(np.float32(4.0))), "int8")   # int8 intermediate

@@ -4,15 +4,15 @@ matches numpy for several batch sizes."""
 import numpy as np
 import pytest
 
-import relax
-import targets
+from tilecraft import relax
+from tilecraft import targets
 from mlputil import mlp_module
-from relax import BlockBuilder, TensorStructInfo, Var, const, op
-from relax.build import schedule_kernels
-from relax.tune import _prepare
-from metaschedule import (AutoInline, LocalRunner, MultiLevelTiling, ParallelVectorizeUnroll,
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.build import schedule_kernels
+from tilecraft.relax.tune import _prepare
+from tilecraft.metaschedule import (AutoInline, LocalRunner, MultiLevelTiling, ParallelVectorizeUnroll,
                           ReuseConfig, SpaceGenerator, TuneError, apply_best)
-from tensorir import structural_equal
+from tilecraft.tensorir import structural_equal
 
 SIZES = [32, 64, 64, 64, 16]        # layers 2 and 3 are the same kernel
 
@@ -150,9 +150,9 @@ class _Recorder:
 
 
 def test_extracted_tasks_are_the_kernels_built(convnet):
-    from metaschedule import workload_hash
-    from relax import default_schedules
-    from relax.tune import default_schedule
+    from tilecraft.metaschedule import workload_hash
+    from tilecraft.relax import default_schedules
+    from tilecraft.relax.tune import default_schedule
     mod, _ = convnet
     rec = _Recorder()
     relax.build(mod, "llvm", database=rec)
@@ -172,8 +172,8 @@ def test_extracted_tasks_are_the_kernels_built(convnet):
 
 @pytest.mark.parametrize("factor", [1000.0, 1e-3])
 def test_a_record_is_used_only_where_it_beats_the_baseline(convnet, tmp_path, factor):
-    from metaschedule import baseline_record, workload_hash
-    from relax import default_schedules
+    from tilecraft.metaschedule import baseline_record, workload_hash
+    from tilecraft.relax import default_schedules
     mod, reference = convnet
     target = targets.Target("llvm")
     tasks = relax.extract_tasks(mod, target)
@@ -216,8 +216,8 @@ class _FakeBuilder:
     """Builds nothing: the artifact "path" names the scheduled program's structural hash."""
 
     def build(self, inputs):
-        from metaschedule import workload_hash
-        from metaschedule.builder import BuilderResult
+        from tilecraft.metaschedule import workload_hash
+        from tilecraft.metaschedule.builder import BuilderResult
         return [BuilderResult("fake:" + workload_hash(i.mod), None) for i in inputs]
 
     def close(self):
@@ -232,7 +232,7 @@ class _LuckyRunner:
         self.defaults, self.seen = defaults, set()
 
     def run(self, inputs):
-        from metaschedule.runner import RunnerResult
+        from tilecraft.metaschedule.runner import RunnerResult
         out = []
         for inp in inputs:
             h = inp.artifact_path[len("fake:"):]
@@ -246,8 +246,8 @@ class _LuckyRunner:
 
 
 def test_lucky_records_do_not_replace_the_default_schedules(convnet, tmp_path):
-    from metaschedule import workload_hash
-    from relax import default_schedules
+    from tilecraft.metaschedule import workload_hash
+    from tilecraft.relax import default_schedules
     mod, reference = convnet
     target = targets.Target("llvm")
     tasks = relax.extract_tasks(mod, target)

@@ -6,10 +6,10 @@ import sys
 import numpy as np
 import pytest
 
-import relax
-import targets
+from tilecraft import relax
+from tilecraft import targets
 from mlputil import mlp_module
-from metaschedule import LocalRunner, apply_best
+from tilecraft.metaschedule import LocalRunner, apply_best
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
 from opencl_testutil import opencl_device  # noqa: E402

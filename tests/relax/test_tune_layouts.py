@@ -6,13 +6,13 @@ import warnings
 import numpy as np
 import pytest
 
-import metaschedule
-import relax
-import targets
-from relax import BlockBuilder, TensorStructInfo, Var, const, op
-from relax.transform import packed_kernels as pk
-from relax.transform.alter_layout import cpu_tile_params
-from relax.tune_layouts import _kernel, _reference, collect_convs, conv_layout_key
+from tilecraft import metaschedule
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.transform import packed_kernels as pk
+from tilecraft.relax.transform.alter_layout import cpu_tile_params
+from tilecraft.relax.tune_layouts import _kernel, _reference, collect_convs, conv_layout_key
 
 HOST = cpu_tile_params(targets.Target("llvm"))     # (lanes, registers) the host's plans use
 
@@ -234,7 +234,7 @@ def test_tiles_across_rows_with_epilogue_and_symbolic_batch(rng, monkeypatch):
     residual and relu fused into its copy, then 128 -> 32 (one channel block: tiles in
     parallel, unchunked); the batch symbolic. NCHW throughout: ``ConvertLayout`` would run
     these 10 x 10 layers in NHWC on AVX2 (5-pixel tiles divide the row)."""
-    from relax.transform import convert_layout
+    from tilecraft.relax.transform import convert_layout
     monkeypatch.setattr(convert_layout, "nhwc_pays", lambda g, target: False)
     target = "llvm -mcpu=haswell"
     w1 = rng.uniform(-0.05, 0.05, (128, 128, 3, 3)).astype("float32")
@@ -271,7 +271,7 @@ def test_relax_tune_decides_layouts_first(tmp_path):
     assert set(db.get_layouts("llvm")) == {conv_layout_key(g) for g in geos}
     # the tasks tuned are the kernels the decisions give
     tuned = {w.shash for w in db.workloads}
-    from metaschedule import workload_hash
+    from tilecraft.metaschedule import workload_hash
     assert {workload_hash(t.func) for t in relax.extract_tasks(mod, "llvm", database=db)} \
         <= tuned
     with pytest.raises(ValueError, match="rounds and confirm"):

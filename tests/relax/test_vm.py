@@ -2,16 +2,16 @@
 import numpy as np
 import pytest
 
-import relax
-import targets
-from relax import (BlockBuilder, ExternFunc, If, PrimValue, RelaxError, SeqExpr, ShapeExpr,
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax import (BlockBuilder, ExternFunc, If, PrimValue, RelaxError, SeqExpr, ShapeExpr,
                    ShapeStructInfo, TensorStructInfo, TupleStructInfo, Var, const)
-from relax.build import build
-from relax.expr import Call, Function, GlobalVar, Tuple, TupleGetItem
-from relax.op.base import OpPattern, register_op
-from relax.vm import ProfileReport, VirtualMachine, VMArgumentError
-from tensorir import te
-from tensorir.function import IRModule
+from tilecraft.relax.build import build
+from tilecraft.relax.expr import Call, Function, GlobalVar, Tuple, TupleGetItem
+from tilecraft.relax.op.base import OpPattern, register_op
+from tilecraft.relax.vm import ProfileReport, VirtualMachine, VMArgumentError
+from tilecraft.tensorir import te
+from tilecraft.tensorir.function import IRModule
 
 RNG = np.random.default_rng(7)
 
@@ -218,7 +218,7 @@ def test_if_with_scalar_condition_and_call_between_functions():
     double = GlobalVar("double", mod["double"].struct_info)
     t = Var("t", sinfo)
     e = Var("e", sinfo)
-    from relax.expr import BindingBlock, VarBinding
+    from tilecraft.relax.expr import BindingBlock, VarBinding
     body_if = If(cond,
                  SeqExpr([BindingBlock([VarBinding(t, Call(double, [x]))])], t),
                  SeqExpr([BindingBlock([VarBinding(e, x)])], e))

@@ -2,17 +2,17 @@
 import numpy as np
 import pytest
 
-from relax import (BindingBlock, BlockBuilder, Call, DataflowBlock, DataflowVar, Function,
+from tilecraft.relax import (BindingBlock, BlockBuilder, Call, DataflowBlock, DataflowVar, Function,
                    GlobalVar, MatchCast, RelaxError, SeqExpr, ShapeExpr, TensorStructInfo, Var,
                    VarBinding, call_tir, const)
-from relax.analysis import (all_global_vars, all_vars, bound_vars, check_well_formed,
+from tilecraft.relax.analysis import (all_global_vars, all_vars, bound_vars, check_well_formed,
                             derive_call_ret_struct_info, free_vars, get_var2val,
                             struct_info_base_check, udchain, well_formed)
-from relax.op.base import Op
-from relax.struct_info import FuncStructInfo, ObjectStructInfo, ShapeStructInfo
-from relax.transform import LegalizeOps
-from tensorir.expr import IntImm, Var as TirVar
-from tensorir.function import IRModule
+from tilecraft.relax.op.base import Op
+from tilecraft.relax.struct_info import FuncStructInfo, ObjectStructInfo, ShapeStructInfo
+from tilecraft.relax.transform import LegalizeOps
+from tilecraft.tensorir.expr import IntImm, Var as TirVar
+from tilecraft.tensorir.function import IRModule
 
 from passutil import exp, relu
 

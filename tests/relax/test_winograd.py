@@ -5,17 +5,17 @@ symbolic batch, fused epilogues), and the schedule of its kernel."""
 import numpy as np
 import pytest
 
-import relax
-import targets
-from relax import BlockBuilder, TensorStructInfo, Var, const, op
-from relax import default_schedules as ds
-from relax.transform import AlterLayout
-from relax.transform.convert_layout import nhwc_pays
-from relax.transform.packed_kernels import ConvGeometry
-from relax.transform import winograd as wg
-from tensorir import te
-from tensorir.functor import post_order_visit
-from tensorir.stmt import For
+from tilecraft import relax
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax import default_schedules as ds
+from tilecraft.relax.transform import AlterLayout
+from tilecraft.relax.transform.convert_layout import nhwc_pays
+from tilecraft.relax.transform.packed_kernels import ConvGeometry
+from tilecraft.relax.transform import winograd as wg
+from tilecraft.tensorir import te
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.stmt import For
 
 from test_alter_layout import conv_ref
 
@@ -48,7 +48,7 @@ def test_which_layers_take_winograd(g, applies):
 
 def test_winograd_layers_convert_to_nhwc(monkeypatch):
     # a layer Winograd computes converts whatever the direct NHWC kernel would be
-    from relax.transform import packed_kernels as pk
+    from tilecraft.relax.transform import packed_kernels as pk
     monkeypatch.setattr(pk, "nhwc_kernel_plan", lambda g, lanes, registers: None)
     assert nhwc_pays(geometry(64, 20, 64), AVX2)
     assert not nhwc_pays(geometry(64, 20, 64, stride=2), AVX2)
@@ -176,7 +176,7 @@ def test_a_chain_of_3x3_layers_converts_and_runs_as_winograd():
             gv = bb.emit_output(bb.emit(op.nn.conv2d(h, const(w2), padding=1)))
         bb.emit_func_output(gv)
     mod = bb.get()
-    from relax.transform import ConvertLayout
+    from tilecraft.relax.transform import ConvertLayout
     converted = ConvertLayout(AVX2)(mod)
     layouts = [b.value.attr_dict["data_layout"] for blk in converted["main"].body.blocks
                for b in blk.bindings

@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
-import targets
+from tilecraft import targets
 
 from rpc_testutil import FAULTY_C, Proc, axpb_func, start_server, start_tracker
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tensorir import te
+from tilecraft.tensorir import te
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOST = "127.0.0.1"
@@ -110,7 +110,7 @@ class Proc:
 
 def start_server(*args, key: str = "test", port: int = 0, tracker: int | None = None,
                  wait: bool = True) -> Proc:
-    cmd = [sys.executable, "-m", "rpc.server", "--host", HOST, "--port", str(port), "--key", key,
+    cmd = [sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", str(port), "--key", key,
            "-v", *args]
     if tracker is not None:
         cmd += ["--tracker", f"{HOST}:{tracker}", "--tracker-retry", "0.2"]
@@ -118,7 +118,7 @@ def start_server(*args, key: str = "test", port: int = 0, tracker: int | None = 
 
 
 def start_tracker(*args, port: int = 0) -> Proc:
-    return Proc([sys.executable, "-m", "rpc.tracker", "--host", HOST, "--port", str(port), "-v",
+    return Proc([sys.executable, "-m", "tilecraft.rpc.tracker", "--host", HOST, "--port", str(port), "-v",
                  *args])
 
 

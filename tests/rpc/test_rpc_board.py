@@ -11,10 +11,10 @@ import subprocess
 import numpy as np
 import pytest
 
-import rpc
-import targets
-from rpc.board import emulated_board as eb
-from tensorir import te
+from tilecraft import rpc
+from tilecraft import targets
+from tilecraft.rpc.board import emulated_board as eb
+from tilecraft.tensorir import te
 
 from rpc_testutil import FAULTY_C, HOST, Proc, start_tracker, wait_until
 
@@ -46,7 +46,7 @@ def kernel():
 def board():
     root = eb.ensure_root(ROOT)
     tracker = start_tracker("--ping-interval", "2", "--ping-timeout", "10")
-    cmd = eb.board_command(root, "rpc.server", ["--host", HOST, "--port", "0", "--key", KEY,
+    cmd = eb.board_command(root, "tilecraft.rpc.server", ["--host", HOST, "--port", "0", "--key", KEY,
                                                 "--tracker", f"{HOST}:{tracker.port}",
                                                 "--tracker-retry", "0.5", "-v"])
     server = Proc(cmd, env=eb.board_env(), ready_timeout=180)

@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-import rpc
-import targets
-from rpc.protocol import (AUTH, ERROR, HEADER, HELLO, MAGIC, REQUEST, VERSION, WELCOME,
+from tilecraft import rpc
+from tilecraft import targets
+from tilecraft.rpc.protocol import (AUTH, ERROR, HEADER, HELLO, MAGIC, REQUEST, VERSION, WELCOME,
                           encode_frame, recv_frame, send_frame)
 
 from rpc_testutil import HOST, axpb_func, start_server, wait_until

@@ -9,12 +9,12 @@ import threading
 import numpy as np
 import pytest
 
-from rpc import auth, protocol
-from rpc.protocol import (ERROR, HEADER, MAGIC, REPLY, REQUEST, VERSION, ConnectionClosed,
+from tilecraft.rpc import auth, protocol
+from tilecraft.rpc.protocol import (ERROR, HEADER, MAGIC, REPLY, REQUEST, VERSION, ConnectionClosed,
                           IdleTimeout, ProtocolError, RPCTimeoutError, decode_array,
                           encode_array, encode_frame, recv_frame, send_frame)
-from rpc.server import describe_exit, parse_hostport
-from rpc.worker import check_file_name
+from tilecraft.rpc.server import describe_exit, parse_hostport
+from tilecraft.rpc.worker import check_file_name
 
 
 @pytest.fixture
@@ -80,10 +80,14 @@ def test_big_endian_and_strided_arrays_are_sent_in_wire_order(rng):
 
 def test_no_pickle_or_eval_anywhere_in_the_protocol():
     import inspect
-    import rpc.client
-    import rpc.server
-    import rpc.tracker
-    import rpc.worker
+    from tilecraft import rpc
+    import tilecraft.rpc.client
+    from tilecraft import rpc
+    import tilecraft.rpc.server
+    from tilecraft import rpc
+    import tilecraft.rpc.tracker
+    from tilecraft import rpc
+    import tilecraft.rpc.worker
     for mod in (protocol, rpc.client, rpc.server, rpc.tracker, rpc.worker, auth):
         src = inspect.getsource(mod)
         for word in ("import pickle", "pickle.", "eval(", "exec(", "marshal"):
@@ -218,7 +222,7 @@ def test_listening_beyond_loopback_needs_a_token_or_insecure():
 
 def test_server_refuses_to_start_beyond_loopback_without_a_token():
     # The check runs before anything is bound; the server object is never started here.
-    from rpc.server import RPCServer
+    from tilecraft.rpc.server import RPCServer
     with pytest.raises(auth.AuthenticationError, match="--token-file"):
         RPCServer("0.0.0.0", 0, "k").start()
 

@@ -12,14 +12,14 @@ import sys
 import numpy as np
 import pytest
 
-import relax
-import rpc
-import targets
-from relax import BlockBuilder, TensorStructInfo, Var, const
-from relax.executable import Executable
-from relax.rpc_plugin import RemoteVirtualMachine, RemoteVMArgumentError
-from rpc.board import emulated_board as eb
-from targets import Target
+from tilecraft import relax
+from tilecraft import rpc
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const
+from tilecraft.relax.executable import Executable
+from tilecraft.relax.rpc_plugin import RemoteVirtualMachine, RemoteVMArgumentError
+from tilecraft.rpc.board import emulated_board as eb
+from tilecraft.targets import Target
 
 from rpc_testutil import (HOST, REPO, Proc, needs_lld, repo_env, start_server, start_tracker,
                           wait_until)
@@ -72,7 +72,7 @@ def host_exe(weights, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server():
-    p = start_server("--plugin", "relax.rpc_plugin", "--max-sessions", "4", key="relax-test")
+    p = start_server("--plugin", "tilecraft.relax.rpc_plugin", "--max-sessions", "4", key="relax-test")
     yield p
     p.stop()
 
@@ -241,7 +241,7 @@ def test_a_plugin_that_does_not_import_stops_the_server_at_start():
 # -- the plugin hook itself ---------------------------------------------------------------------
 TOY_PLUGIN = """
 import numpy as np
-from rpc.worker import register_op
+from tilecraft.rpc.worker import register_op
 
 class Counter:
     def __init__(self, start):
@@ -269,11 +269,11 @@ for name, fn in [("toy.scale", scale), ("toy.keep", keep), ("toy.bump", bump),
 
 
 def test_the_plugin_hook_with_a_toy_plugin(tmp_path, rng):
-    from rpc import worker
+    from tilecraft.rpc import worker
     (tmp_path / "toy_plugin.py").write_text(TOY_PLUGIN)
     env = repo_env(PYTHONPATH=f"{REPO}:{tmp_path}")
-    p = Proc([sys.executable, "-m", "rpc.server", "--host", HOST, "--port", "0", "--key", "toy",
-              "--plugin", "toy_plugin", "--plugin", "relax.rpc_plugin"], env=env)
+    p = Proc([sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", "0", "--key", "toy",
+              "--plugin", "toy_plugin", "--plugin", "tilecraft.relax.rpc_plugin"], env=env)
     try:
         with rpc.connect(HOST, p.port, timeout=10) as s:
             assert {"toy.scale", "relax.vm_call"} <= set(s.plugins)
@@ -362,10 +362,10 @@ KEY = "emulated-arm64-relax"
 def board():
     root = eb.ensure_root(ROOT)
     tracker = start_tracker("--ping-interval", "2", "--ping-timeout", "10")
-    cmd = eb.board_command(root, "rpc.server", ["--host", HOST, "--port", "0", "--key", KEY,
+    cmd = eb.board_command(root, "tilecraft.rpc.server", ["--host", HOST, "--port", "0", "--key", KEY,
                                                 "--tracker", f"{HOST}:{tracker.port}",
                                                 "--tracker-retry", "0.5",
-                                                "--plugin", "relax.rpc_plugin", "-v"])
+                                                "--plugin", "tilecraft.relax.rpc_plugin", "-v"])
     server = Proc(cmd, env=eb.board_env(), ready_timeout=180)
     try:
         client = rpc.connect_tracker(HOST, tracker.port)

@@ -7,10 +7,10 @@ import threading
 import numpy as np
 import pytest
 
-import rpc
-import targets
-from rpc import auth
-from rpc.protocol import AUTH, HELLO, WELCOME, recv_frame, send_frame
+from tilecraft import rpc
+from tilecraft import targets
+from tilecraft.rpc import auth
+from tilecraft.rpc.protocol import AUTH, HELLO, WELCOME, recv_frame, send_frame
 
 from rpc_testutil import HOST, start_server
 

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-import rpc
-from rpc.protocol import ERROR, REQUEST, recv_frame, send_frame
+from tilecraft import rpc
+from tilecraft.rpc.protocol import ERROR, REQUEST, recv_frame, send_frame
 
 from rpc_testutil import HOST, REPO, repo_env, wait_until
 
@@ -188,7 +188,7 @@ def test_servers_register_again_after_a_tracker_restart(procs, kernel_lib):
 def test_summary_from_the_command_line(shared):
     tracker, _ = shared
     wait_queue(tracker, "cpu", free=2)
-    cmd = [sys.executable, "-m", "rpc.tracker", "--host", HOST, "--port", str(tracker.port),
+    cmd = [sys.executable, "-m", "tilecraft.rpc.tracker", "--host", HOST, "--port", str(tracker.port),
            "--summary"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=repo_env(), cwd=REPO,
                          timeout=30)

@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from tensorir import IRMutator, PrimFunc, Var
-from tensorir.stmt import Buffer
+from tilecraft.tensorir import IRMutator, PrimFunc, Var
+from tilecraft.tensorir.stmt import Buffer
 
 needs_lld = pytest.mark.skipif(shutil.which("ld.lld") is None, reason="ld.lld not installed")
 
@@ -50,7 +50,7 @@ def lowered_func(buffers: list[Buffer], body, scalars=(), flat=None) -> PrimFunc
 
 
 def lower(func):
-    from tensorir import transform
+    from tilecraft.tensorir import transform
     return transform.lower(func)
 
 

@@ -7,11 +7,11 @@ import textwrap
 import numpy as np
 import pytest
 
-import targets
-from targets.runtime.elf import (EF_ARM_ABI_FLOAT_HARD, EF_RISCV_FLOAT_ABI_DOUBLE,
+from tilecraft import targets
+from tilecraft.targets.runtime.elf import (EF_ARM_ABI_FLOAT_HARD, EF_RISCV_FLOAT_ABI_DOUBLE,
                                  EF_RISCV_FLOAT_ABI_MASK, ET_DYN, read_elf_file_header)
-from targets.target import ELF_MACHINE
-from tensorir import te
+from tilecraft.targets.target import ELF_MACHINE
+from tilecraft.tensorir import te
 
 from targets_testutil import lower, needs_lld, run_sub, with_loop_kinds
 
@@ -67,7 +67,8 @@ def test_export_and_load_in_a_fresh_process_without_llvmlite(tmp_path):
     assert mod.export_library(str(path)) == str(path)
     assert [p.name for p in tmp_path.iterdir()] == ["kernel.so"]  # no temporary left behind
     code = BLOCK_LLVMLITE + textwrap.dedent(f"""
-        import numpy as np, targets
+        import numpy as np
+        from tilecraft import targets
         mod = targets.load_module({str(path)!r})
         assert mod.num_threads == 2, mod.num_threads
         rng = np.random.default_rng(1)
@@ -265,7 +266,7 @@ def test_int_kernel_on_the_host(rng):
 
 def test_software_division_and_int64_casts_on_the_host(monkeypatch, rng):
     """What 32-bit targets get (softops), forced on for the host so it runs here."""
-    from targets.llvm import compiler, softops
+    from tilecraft.targets.llvm import compiler, softops
     monkeypatch.setattr(compiler, "hardware_division", lambda *a: {32: False, 64: False})
     init = softops.SoftOps.__init__
 

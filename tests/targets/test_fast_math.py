@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-import targets
-from tensorir import Schedule, te
+from tilecraft import targets
+from tilecraft.tensorir import Schedule, te
 
 TARGETS = {
     "host": "llvm",

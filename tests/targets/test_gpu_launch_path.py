@@ -4,12 +4,12 @@ device (a recording back end), then the same plan code on OpenCL and WebGPU."""
 import numpy as np
 import pytest
 
-import targets
-from targets.runtime.device_module import DeviceFunction
-from targets.runtime.host_program import (ERROR_SLOT, DeviceArgumentError, DeviceKernelError,
+from tilecraft import targets
+from tilecraft.targets.runtime.device_module import DeviceFunction
+from tilecraft.targets.runtime.host_program import (ERROR_SLOT, DeviceArgumentError, DeviceKernelError,
                                           HostPlan, KernelErrorLog, ParamSpec, compile_expr,
                                           eval_expr)
-from tensorir import Schedule, te
+from tilecraft.tensorir import Schedule, te
 
 from opencl_testutil import opencl_device_and_target
 from webgpu_testutil import webgpu_device

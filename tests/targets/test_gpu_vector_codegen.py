@@ -4,9 +4,9 @@ load at a provable multiple of 4 elements is an aligned float4 access; shared ar
 declared 16-byte aligned. Results against numpy."""
 import numpy as np
 
-import targets
+from tilecraft import targets
 from opencl_testutil import opencl_device
-from tensorir import Schedule, te
+from tilecraft.tensorir import Schedule, te
 
 
 def test_transpose_loads_vectors_and_stores_lanes():

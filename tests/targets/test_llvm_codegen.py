@@ -5,9 +5,9 @@ import warnings
 import numpy as np
 import pytest
 
-import targets
-from tensorir import te
-from tensorir.schedule import Schedule
+from tilecraft import targets
+from tilecraft.tensorir import te
+from tilecraft.tensorir.schedule import Schedule
 
 UNARY = {
     "exp": (te.exp, np.exp, (-3, 3)),
@@ -30,7 +30,7 @@ UNARY = {
 
 
 def _intrin(op, x):
-    from tensorir.expr import Call
+    from tilecraft.tensorir.expr import Call
     return Call(x.dtype, op, [x])
 
 
@@ -137,7 +137,7 @@ def test_integer_arithmetic(dtype, rng):
 
 
 def test_truncating_div_mod_and_constant_divisors(rng):
-    from tensorir.expr import truncdiv, truncmod
+    from tilecraft.tensorir.expr import truncdiv, truncmod
     A = te.placeholder((200,), "int32", "A")
     B = te.placeholder((200,), "int32", "B")
     TD = te.compute((200,), lambda i: truncdiv(A[i], B[i]), "TD")
@@ -338,7 +338,7 @@ def test_ndarray_inputs_and_time_evaluator(rng):
 
 
 def test_module_with_several_functions(rng):
-    from tensorir import IRModule
+    from tilecraft.tensorir import IRModule
     A = te.placeholder((16,), "float32", "A")
     B = te.compute((16,), lambda i: A[i] + 1.0, "B")
     C = te.compute((16,), lambda i: A[i] * 3.0, "C")

@@ -4,9 +4,9 @@ import ctypes
 import numpy as np
 import pytest
 
-import targets
-from targets.runtime import abi
-from tensorir import Buffer, BufferStore, For, TIRError, te, var
+from tilecraft import targets
+from tilecraft.targets.runtime import abi
+from tilecraft.tensorir import Buffer, BufferStore, For, TIRError, te, var
 
 from targets_testutil import lower, lowered_func
 
@@ -71,7 +71,7 @@ def test_scalar_argument_checks():
 def _raw_call(mod, tensors, codes=None):
     """Call the C entry directly with hand-made DLTensors (what a C caller could pass)."""
     fn = mod["main"]
-    from targets.runtime.module import _Packed
+    from tilecraft.targets.runtime.module import _Packed
     packed = _Packed(len(tensors))
     for i, t in enumerate(tensors):
         if isinstance(t, abi.DLTensor):
@@ -166,7 +166,7 @@ def test_unknown_triple_is_a_target_error():
     with pytest.raises(targets.TargetError, match="unknown target triple 'sparc64-linux-gnu'"):
         targets.Target("llvm -mtriple=sparc64-linux-gnu")
     # LLVM's own refusal is wrapped too (Target lets no such triple through, so force one)
-    from targets.llvm.compiler import MachineConfig
+    from tilecraft.targets.llvm.compiler import MachineConfig
     t = targets.Target("llvm")
     t._config["mtriple"] = "foo-linux-gnu"
     with pytest.raises(targets.TargetError, match="LLVM cannot generate code for the triple "

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-import targets
-from tensorir import AssertStmt, Buffer, BufferStore, For, IfThenElse, LetStmt, Var, te, var
-from tensorir.stmt import Allocate, seq
+from tilecraft import targets
+from tilecraft.tensorir import AssertStmt, Buffer, BufferStore, For, IfThenElse, LetStmt, Var, te, var
+from tilecraft.tensorir.stmt import Allocate, seq
 
 from targets_testutil import lower, lowered_func, with_loop_kinds
 

@@ -4,10 +4,10 @@ in-kernel checks. All functions go into one module (one program: PoCL compiles s
 import numpy as np
 import pytest
 
-import targets
+from tilecraft import targets
 from opencl_testutil import opencl_device
-from tensorir import Schedule, te
-from tensorir.function import IRModule
+from tilecraft.tensorir import Schedule, te
+from tilecraft.tensorir.function import IRModule
 
 
 def _bind_flat(sch, block, threads=64, vector=None):
@@ -211,7 +211,7 @@ def test_two_kernels_through_a_device_temporary(mod, dev):
 
 
 def test_in_kernel_bounds_check_raises(mod, dev):
-    from targets.runtime.device_module import DeviceKernelError
+    from tilecraft.targets.runtime.device_module import DeviceKernelError
     a = np.arange(10, dtype="float32")
     idx = np.array([0, 3, 9, 2], "int64")
     b, = _run(mod, dev, "gather", [a, idx], [((4,), "float32")])

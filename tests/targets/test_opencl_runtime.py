@@ -5,9 +5,9 @@ import sys
 import numpy as np
 import pytest
 
-import targets
+from tilecraft import targets
 from opencl_testutil import opencl_device
-from tensorir import Schedule, te
+from tilecraft.tensorir import Schedule, te
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def scaled_mod():
 
 
 def test_device_selection(dev):
-    from targets.opencl_backend import list_devices
+    from tilecraft.targets.opencl_backend import list_devices
     devs = list_devices()
     assert dev.exist and dev.kind == "opencl" and dev.index == 0
     assert not targets.opencl(len(devs)).exist
@@ -107,14 +107,14 @@ def test_export_and_load(dev, scaled_mod, tmp_path):
 
 
 def test_driver_compile_error_quotes_the_source_line(dev):
-    from targets.opencl_backend.runtime import OpenCLBuildError, context
+    from tilecraft.targets.opencl_backend.runtime import OpenCLBuildError, context
     src = "__kernel void f(__global float* a) {\n  a[0] = undefined_thing + 1.0f;\n}\n"
     with pytest.raises(OpenCLBuildError, match=r"line 2: a\[0\] = undefined_thing \+ 1.0f;"):
         context(dev.index).program(src)
 
 
 def test_float16_needs_the_extension(dev):
-    from targets.opencl_backend.runtime import OpenCLError, context
+    from tilecraft.targets.opencl_backend.runtime import OpenCLError, context
     A = te.placeholder((64,), "float16", "A")
     B = te.compute((64,), lambda i: A[i] * te.const(2.0, "float16"), "B")
     sch = Schedule(te.create_prim_func([A, B]))
@@ -133,7 +133,7 @@ def test_float16_needs_the_extension(dev):
 
 
 def test_over_limit_kernel_is_a_build_error():
-    from tensorir.transform import DeviceLimitError
+    from tilecraft.tensorir.transform import DeviceLimitError
     with pytest.raises(DeviceLimitError, match="threads per block .* exceed the target's limit"):
         targets.build(_scaled(1024, 512), "opencl -max-threads-per-block=256")
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-import targets
-from targets.runtime.elf import NotELFError, read_elf_header
+from tilecraft import targets
+from tilecraft.targets.runtime.elf import NotELFError, read_elf_header
 
 from targets_testutil import run_sub
 
@@ -71,8 +71,8 @@ class Block(importlib.abc.MetaPathFinder):
             raise ImportError('blocked: ' + name)
 sys.meta_path.insert(0, Block())
 import numpy as np
-import targets
-from targets.runtime import abi
+from tilecraft import targets
+from tilecraft.targets.runtime import abi
 a = targets.array(np.ones(3, 'float32'))
 print(a.numpy().sum(), targets.Target('raspberry-pi/4b-aarch64').arch)
 try:

@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-import targets
-import tensorir as T
-from tensorir import Schedule, te
+from tilecraft import targets
+from tilecraft import tensorir as T
+from tilecraft.tensorir import Schedule, te
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,9 +26,9 @@ def _clamped_select(n_in: int, n_out: int):
 _GUARD_PAGE_SCRIPT = textwrap.dedent("""
     import ctypes, mmap, sys
     import numpy as np
-    import targets
-    import tensorir as T
-    from tensorir import Schedule, te
+    from tilecraft import targets
+    from tilecraft import tensorir as T
+    from tilecraft.tensorir import Schedule, te
 
     n_in, n_out, vector = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
     A = te.placeholder((n_in,), "float32", "A")

@@ -1,7 +1,7 @@
 """Target: string, dict and tag forms; limits; errors."""
 import pytest
 
-from targets.target import ELF_MACHINE, TAGS, Target, TargetError, host_triple
+from tilecraft.targets.target import ELF_MACHINE, TAGS, Target, TargetError, host_triple
 
 
 def test_string_form_round_trips():

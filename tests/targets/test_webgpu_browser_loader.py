@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-import targets
-from tensorir import te
+from tilecraft import targets
+from tilecraft.tensorir import te
 from webgpu_testutil import bind_1d
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-import targets
-from tensorir import Schedule, te
+from tilecraft import targets
+from tilecraft.tensorir import Schedule, te
 from webgpu_testutil import bind_1d, bind_all, gemm_shared, webgpu_device
 
 
@@ -141,7 +141,7 @@ def test_more_than_eight_buffers_are_packed(dev, rng):
 
 
 def test_float16_with_shader_f16(dev, rng):
-    from targets.webgpu_backend import runtime
+    from tilecraft.targets.webgpu_backend import runtime
     if "shader-f16" not in runtime.adapter_features(dev.index):
         pytest.skip("the adapter has no shader-f16")
     A = te.placeholder((64,), "float16", "A")

@@ -4,10 +4,10 @@ import json
 import numpy as np
 import pytest
 
-import targets
-from targets.webgpu_backend import (WebGPUError, WGSLCompileError, list_adapters, runtime,
+from tilecraft import targets
+from tilecraft.targets.webgpu_backend import (WebGPUError, WGSLCompileError, list_adapters, runtime,
                                     storage)
-from tensorir import Schedule, te
+from tilecraft.tensorir import Schedule, te
 from webgpu_testutil import bind_1d, webgpu_device
 
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from tensorir import Schedule, te
+from tilecraft.tensorir import Schedule, te
 
 
 def webgpu_device():
     """``targets.webgpu(0)``, or skip the test naming why there is none."""
-    import targets
-    from targets.webgpu_backend import runtime
+    from tilecraft import targets
+    from tilecraft.targets.webgpu_backend import runtime
     try:
         n = len(runtime._adapter_list())
     except runtime.WebGPUError as err:

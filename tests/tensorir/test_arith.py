@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tensorir import Range, var
-from tensorir import arith
-from tensorir.expr import (EQ, GE, GT, LE, LT, NE, Add, And, BufferLoad, Call, Cast, Div,
+from tilecraft.tensorir import Range, var
+from tilecraft.tensorir import arith
+from tilecraft.tensorir.expr import (EQ, GE, GT, LE, LT, NE, Add, And, BufferLoad, Call, Cast, Div,
                            FloatImm, FloorDiv, FloorMod, IntImm, Let, Max, Min, Mod, Mul, Not, Or,
                            PrimExpr, Select, Sub, TIRError, Var, floordiv, floormod, max_, min_,
                            select, truncdiv, truncmod)
-from tensorir.stmt import Buffer
-from tensorir.structural import structural_equal
+from tilecraft.tensorir.stmt import Buffer
+from tilecraft.tensorir.structural import structural_equal
 
 # ---------------------------------------------------------------------------------------------
 # oracle
@@ -906,9 +906,9 @@ def test_clamped_index_in_loop_proven():
 def test_simplify_clamp_assert_inside_loop():
     # Simplify learns an assert's condition for its body: a clamped-index check inside a loop
     # (what VerifyMemoryAccess used to leave per element) sent it into the recursion
-    from tensorir import interpret, transform
-    from tensorir.function import PrimFunc
-    from tensorir.stmt import AssertStmt, BufferStore, For
+    from tilecraft.tensorir import interpret, transform
+    from tilecraft.tensorir.function import PrimFunc
+    from tilecraft.tensorir.stmt import AssertStmt, BufferStore, For
     nn = var("n")
     A = Buffer("A", (nn,), "float32")
     B = Buffer("B", (nn + 3,), "float32")
@@ -952,7 +952,7 @@ def test_nested_min_max_proofs_are_sound(outer, inner, c1, c2, c3, cmp, off, in_
 
 def _asserts(func):
     """``[(assert, number of loops around it)]`` of a lowered function."""
-    from tensorir.stmt import AssertStmt, For
+    from tilecraft.tensorir.stmt import AssertStmt, For
     found = []
 
     def walk(node, loops):
@@ -971,7 +971,7 @@ def _asserts(func):
 
 
 def test_lower_symbolic_pad_clamp():
-    from tensorir import interpret, te, transform
+    from tilecraft.tensorir import interpret, te, transform
     nn = te.var("n")
     A = te.placeholder((nn,), "float32", "A")
     B = te.compute((nn + 3,), lambda x: A[te.max(te.min(x - 2, nn - 1), 0)], "B")
@@ -991,7 +991,7 @@ def test_lower_symbolic_pad_clamp():
 
 
 def _bilinear_kernel():
-    from tensorir import te
+    from tilecraft.tensorir import te
     h, w, oh, ow = te.var("h"), te.var("w"), te.var("oh"), te.var("ow")
     A = te.placeholder((h, w), "float32", "A")
 
@@ -1032,7 +1032,7 @@ def _bilinear_numpy(a, oh, ow):
 
 
 def test_lower_symbolic_bilinear_resize():
-    from tensorir import interpret, te, transform
+    from tilecraft.tensorir import interpret, te, transform
     A, B = _bilinear_kernel()
     f = transform.lower(te.create_prim_func([A, B]))
     assert [loops for _, loops in _asserts(f)] == [0, 0]  # "h >= 1", "w >= 1", once each
@@ -1045,7 +1045,7 @@ def test_lower_symbolic_bilinear_resize():
 
 
 def test_verify_symbolic_div_extent_with_clamp():
-    from tensorir import interpret, te, transform
+    from tilecraft.tensorir import interpret, te, transform
     a, b, c = te.var("a"), te.var("b"), te.var("c")
     A = te.placeholder((a, b, c), "float32", "A")
     B = te.compute((a, b, floordiv(a * b * c, a * b * 8)),
@@ -1088,7 +1088,7 @@ def test_lowered_clamp_checks_are_exact(outer, inner, scale, shift, c_hi, lo, ex
     # A[outer(inner(i * scale + shift, n + c_hi), lo)] over i in [0, n + extra): whatever
     # the verifier proves, hoists or checks, running the kernel must fail exactly when an
     # index is out of bounds
-    from tensorir import interpret, te, transform
+    from tilecraft.tensorir import interpret, te, transform
     nn = te.var("n")
     A = te.placeholder((nn,), "float32", "A")
 

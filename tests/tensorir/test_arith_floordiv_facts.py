@@ -6,8 +6,8 @@ import itertools
 
 from hypothesis import given, settings, strategies as st
 
-from tensorir import Range, arith, var
-from tensorir.expr import FloorDiv, IntImm, Not
+from tilecraft.tensorir import Range, arith, var
+from tilecraft.tensorir.expr import FloorDiv, IntImm, Not
 
 X = [var("x0"), var("x1"), var("x2")]
 

@@ -12,10 +12,10 @@ Each lowered function is run by the interpreter (which checks every access) agai
 import numpy as np
 import pytest
 
-import tensorir as T
-from tensorir import Schedule, te, transform
-from tensorir.functor import post_order_visit
-from tensorir.stmt import Allocate
+from tilecraft import tensorir as T
+from tilecraft.tensorir import Schedule, te, transform
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.stmt import Allocate
 
 
 def _allocs(func):

@@ -5,12 +5,12 @@ Correctness of the generated kernels on a device is tested through the OpenCL ba
 """
 import pytest
 
-from tensorir import Schedule, te, transform
-from tensorir.expr import IntImm, Var
-from tensorir.functor import IRVisitor
-from tensorir.stmt import Allocate, BufferStore, For
-from tensorir.transform import DeviceLimitError, LaunchKernel, lower_device
-from tensorir.transform.device import is_barrier
+from tilecraft.tensorir import Schedule, te, transform
+from tilecraft.tensorir.expr import IntImm, Var
+from tilecraft.tensorir.functor import IRVisitor
+from tilecraft.tensorir.stmt import Allocate, BufferStore, For
+from tilecraft.tensorir.transform import DeviceLimitError, LaunchKernel, lower_device
+from tilecraft.tensorir.transform.device import is_barrier
 
 LIMITS = {"max_threads_per_block": 256, "max_shared_memory_per_block": 16384}
 

@@ -1,9 +1,9 @@
 """Expression nodes: construction, dtype rules, operator overloading, structural equality/hash."""
 import pytest
 
-import tensorir as T
-from tensorir import dtype as dt
-from tensorir.expr import TIRError
+from tilecraft import tensorir as T
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import TIRError
 
 
 def test_operators_build_nodes():
@@ -121,5 +121,5 @@ def test_substitute_and_free_vars():
     assert T.structural_equal(e, (n + 1) * 2 + n)
     A = T.Buffer("A", (n,), "float32")
     loop = T.For(i, 0, n, "serial", T.BufferStore(A, T.FloatImm(0.0), [i]))
-    from tensorir.functor import free_vars
+    from tilecraft.tensorir.functor import free_vars
     assert free_vars(loop) == [n]

@@ -9,12 +9,12 @@ import time
 import numpy as np
 import pytest
 
-import tensorir as T
-from tensorir import te
-from tensorir.expr import TIRError, call
-from tensorir.function import IRModule, PrimFunc
-from tensorir.interpret import _kernel_source, interpret
-from tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, BufferStore, Evaluate, For,
+from tilecraft import tensorir as T
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import TIRError, call
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.interpret import _kernel_source, interpret
+from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, BufferStore, Evaluate, For,
                            IfThenElse, IterVar, LetStmt, Range, seq)
 
 RNG = np.random.default_rng(20240601)
@@ -946,7 +946,7 @@ def test_random_loop_nests_fast_path_equals_scalar_path(monkeypatch):
     per loop), the reduction form always allowed and, for half of the programs, the nested
     block limits tiny (generated helper functions everywhere)."""
     import sys
-    mod = sys.modules["tensorir.interpret"]
+    mod = sys.modules["tilecraft.tensorir.interpret"]
     monkeypatch.setitem(mod._RUNTIME, "_CAP", 7)
     monkeypatch.setattr(mod, "_REDUCE_BOX", 10**9)
     n_vec = 0
@@ -966,8 +966,8 @@ def test_random_loop_nests_fast_path_equals_scalar_path(monkeypatch):
 
 
 def test_scheduled_and_lowered_functions():
-    transform = pytest.importorskip("tensorir.transform")
-    from tensorir.schedule import Schedule
+    transform = pytest.importorskip("tilecraft.tensorir.transform")
+    from tilecraft.tensorir.schedule import Schedule
     if not all(hasattr(Schedule, p) for p in ("split", "reorder", "vectorize", "parallel")):
         pytest.skip("the schedule primitives are not there yet")
     n = 40

@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from tensorir import te
-from tensorir.functor import post_order_visit
-from tensorir.interpret import interpret
-from tensorir.schedule import Schedule
-from tensorir.stmt import For, IfThenElse
-from tensorir.transform import ConvertBlocksToLoops, LoopPartition, VerifyMemoryAccess, lower
+from tilecraft.tensorir import te
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.schedule import Schedule
+from tilecraft.tensorir.stmt import For, IfThenElse
+from tilecraft.tensorir.transform import ConvertBlocksToLoops, LoopPartition, VerifyMemoryAccess, lower
 
 MR, NR = 4, 8
 

@@ -1,13 +1,13 @@
 """tensorir.transform.register_prefetch on the GPU default GEMM schedule: the structure of the
 pipelined k-step loop, and loops it leaves alone. (The results of such kernels against numpy:
 tests/relax/test_default_schedules_gpu.py, on PoCL and lavapipe.)"""
-from relax import gpu_schedules as gs
-from targets import Target
-from tensorir import Schedule, te
-from tensorir.functor import post_order_visit
-from tensorir.stmt import Allocate, For, IfThenElse
-from tensorir.transform import lower
-from tensorir.transform.register_prefetch import (ANN_REGISTER_PREFETCH, MAX_STAGING,
+from tilecraft.relax import gpu_schedules as gs
+from tilecraft.targets import Target
+from tilecraft.tensorir import Schedule, te
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.stmt import Allocate, For, IfThenElse
+from tilecraft.tensorir.transform import lower
+from tilecraft.tensorir.transform.register_prefetch import (ANN_REGISTER_PREFETCH, MAX_STAGING,
                                                   InjectRegisterPrefetch)
 
 

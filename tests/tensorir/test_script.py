@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import tensorir as T
-from tensorir import te
-from tensorir.expr import (Add, And, Call, Cast, Div, EQ, FloatImm, FloorDiv,
+from tilecraft import tensorir as T
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import (Add, And, Call, Cast, Div, EQ, FloatImm, FloorDiv,
                            FloorMod, GE, GT, IntImm, LE, LT, Let, Max, Min, Mod, Mul, NE, Not, Or,
                            Select, StringImm, Sub, Var, call)
-from tensorir.function import IRModule, PrimFunc
-from tensorir.parser import ParseError, parse
-from tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferRegion,
+from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.parser import ParseError, parse
+from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferRegion,
                            BufferStore, Evaluate, For, IfThenElse, IterVar, LetStmt, Range,
                            SeqStmt, seq)
-from tensorir.script import to_script
+from tilecraft.tensorir.script import to_script
 
 ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
               "float16", "float32", "float64"]
@@ -702,7 +702,7 @@ def test_handle_used_in_body_prints_match_buffer():
 
 
 def test_lowered_functions_round_trip():
-    from tensorir import transform
+    from tilecraft.tensorir import transform
     n = te.var("n")
     A = te.placeholder((n,), "float32", "A")
     B = te.compute((n,), lambda i: te.if_then_else(i < 4, A[i], A[i - 4]) * 2.0, "B")

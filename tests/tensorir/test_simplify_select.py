@@ -4,8 +4,8 @@ is false. Lazy contexts (``if_then_else``, ``IfThenElse``) still use their condi
 import numpy as np
 import pytest
 
-import tensorir as T
-from tensorir import te, transform
+from tilecraft import tensorir as T
+from tilecraft.tensorir import te, transform
 
 
 def _loads(func):

@@ -1,9 +1,9 @@
 """te: placeholders, computes, reductions and create_prim_func's TensorIR."""
 import pytest
 
-import tensorir as T
-from tensorir import te
-from tensorir.expr import TIRError
+from tilecraft import tensorir as T
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import TIRError
 
 
 def _blocks(func):

@@ -9,14 +9,14 @@ import os
 import numpy as np
 import pytest
 
-import tensorir as T
-import tensorir.transform as transform
-from tensorir import arith, te
-from tensorir.expr import TIRError
-from tensorir.stmt import seq
+from tilecraft import tensorir as T
+from tilecraft.tensorir import transform as transform
+from tilecraft.tensorir import arith, te
+from tilecraft.tensorir.expr import TIRError
+from tilecraft.tensorir.stmt import seq
 
 try:
-    from tensorir.interpret import interpret as _interpret
+    from tilecraft.tensorir.interpret import interpret as _interpret
 except ImportError:  # the interpreter is written by another engineer; use ours until it lands
     _interpret = None
 if os.environ.get("TRANSFORM_TEST_OWN_EVAL"):

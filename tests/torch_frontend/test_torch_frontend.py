@@ -18,10 +18,10 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip insta
 import torch.nn as nn                     # noqa: E402
 import torch.nn.functional as F           # noqa: E402
 
-import relax                              # noqa: E402
-import targets                            # noqa: E402
-from relax.frontend import UnsupportedError, detach_params, from_torch   # noqa: E402
-from relax.frontend.torch import supported_ops            # noqa: E402
+from tilecraft import relax                              # noqa: E402
+from tilecraft import targets                            # noqa: E402
+from tilecraft.relax.frontend import UnsupportedError, detach_params, from_torch   # noqa: E402
+from tilecraft.relax.frontend.torch import supported_ops            # noqa: E402
 
 Dim = torch.export.Dim
 
@@ -454,7 +454,7 @@ def test_supported_ops_listed():
 
 
 def test_importing_relax_does_not_import_torch():
-    code = ("import sys, relax, relax.frontend, relax.frontend.torch; "
+    code = ("import sys; from tilecraft import relax; import tilecraft.relax.frontend.torch; "
             "relax.frontend.torch.supported_ops(); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -21,14 +21,14 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
-import tensorir
-from tensorir.expr import IntImm, PrimExpr, TIRError, Var as TirVar
+from tilecraft import tensorir
+from tilecraft.tensorir.expr import IntImm, PrimExpr, TIRError, Var as TirVar
 
 from ... import op as _op
 from ...block_builder import BlockBuilder
 from ...expr import Constant, Expr, RelaxError, ShapeExpr, Tuple, Var, const
 from ...struct_info import ShapeStructInfo, TensorStructInfo
-from tensorir.function import IRModule
+from tilecraft.tensorir.function import IRModule
 from ..common import UnsupportedError
 from .registry import (CONVERTERS, ConversionError, NeedsConstant, OnnxNode, onnx_dtype_name,
                        supported_elem_type, to_dtype, to_numpy, ONNX_DTYPES)
@@ -1047,7 +1047,9 @@ def from_onnx(model, shape_dict: Mapping[str, Sequence] | None = None,
 
     Examples
     --------
-    >>> import onnx, relax, relax.frontend, targets
+    >>> import onnx
+    >>> from tilecraft import relax, targets
+    >>> import tilecraft.relax.frontend
     >>> mod = relax.frontend.from_onnx(onnx.load("resnet50.onnx"),
     ...                                shape_dict={"data": ["batch", 3, 224, 224]})  # doctest: +SKIP
     >>> vm = relax.VirtualMachine(relax.build(mod, "llvm"), targets.cpu(0))       # doctest: +SKIP

@@ -17,10 +17,10 @@ import operator
 
 import numpy as np
 
-from tensorir import arith
-from tensorir import dtype as dt
-from tensorir.expr import IntImm, Max, Min, Not, PrimExpr, Var as TirVar, truncdiv
-from tensorir.functor import post_order_visit
+from tilecraft.tensorir import arith
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import IntImm, Max, Min, Not, PrimExpr, Var as TirVar, truncdiv
+from tilecraft.tensorir.functor import post_order_visit
 
 from .registry import ConversionError, ONNX_DTYPES
 

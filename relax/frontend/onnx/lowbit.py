@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from tensorir import te
-from tensorir.expr import Cast, FloatImm, IntImm, Select, call as tir_call
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import Cast, FloatImm, IntImm, Select, call as tir_call
 
 from ... import op as _op
 from ...expr import Expr, const
@@ -220,7 +220,7 @@ def _encode_fn(fmt: FloatFormat, saturate: bool):
 def _encode_e8m0(saturate: bool, round_mode: str):
     """ONNX's ``to_float8e8m0``: the float32 exponent field, rounded by the mantissa
     (``up``, ``down`` or ``nearest``); NaN and infinity give 0xFF."""
-    from tensorir.expr import FloorDiv, FloorMod
+    from tilecraft.tensorir.expr import FloorDiv, FloorMod
     f32 = _encode_fn(NATIVE_FLOATS["float32"], False)
     i64 = "int64"
 
@@ -260,7 +260,7 @@ def encode(ctx, x: Expr, fmt: FloatFormat, saturate: bool = False,
 def encode_int(ctx, x: Expr, fmt: IntFormat) -> Expr:
     """``x`` converted to a 4- or 2-bit integer as ``ml_dtypes`` does (the value truncated
     towards zero; out of range, NaN or infinite gives 0), in its storage dtype."""
-    from tensorir import dtype as dt
+    from tilecraft.tensorir import dtype as dt
     from .ops.common import emit_map
     src = ctx.dtype(x)
 

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
-from tensorir import dtype as dt
+from tilecraft.tensorir import dtype as dt
 
 
 class ConversionError(ValueError):

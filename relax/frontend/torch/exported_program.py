@@ -24,8 +24,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-import tensorir
-from tensorir import expr as tir
+from tilecraft import tensorir
+from tilecraft.tensorir import expr as tir
 
 from ...block_builder import BlockBuilder
 from ...expr import Expr, RelaxError, Tuple, TupleGetItem, Var, const

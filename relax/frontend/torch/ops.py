@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from tensorir import expr as tir
+from tilecraft.tensorir import expr as tir
 
 from ... import op as R
 from ...expr import Constant, Expr, TupleGetItem, const

@@ -3,8 +3,8 @@
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo
->>> from relax.op import nn
+>>> from tilecraft.relax import Var, TensorStructInfo
+>>> from tilecraft.relax.op import nn
 >>> x = Var("x", TensorStructInfo(("n", 10), "float32"))
 >>> nn.relu(x).struct_info
 Tensor((n, 10), 'float32')

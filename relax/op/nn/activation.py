@@ -7,8 +7,8 @@ and normalizations.
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo
->>> from relax.op import nn
+>>> from tilecraft.relax import Var, TensorStructInfo
+>>> from tilecraft.relax.op import nn
 >>> x = Var("x", TensorStructInfo(("n", 10), "float32"))
 >>> nn.softmax(x).struct_info
 Tensor((n, 10), 'float32')
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import FloatImm, IntImm, Max, Min, Select
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import FloatImm, IntImm, Max, Min, Select
 
 from ...expr import Call, Expr, RelaxError
 from ...struct_info import TensorStructInfo

@@ -11,8 +11,8 @@ Batch and spatial dims may be symbolic: the output spatial size is the expressio
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo
->>> from relax.op.nn import conv2d
+>>> from tilecraft.relax import Var, TensorStructInfo
+>>> from tilecraft.relax.op.nn import conv2d
 >>> x = Var("x", TensorStructInfo(("n", 3, "h", "w"), "float32"))
 >>> w = Var("w", TensorStructInfo((16, 3, 3, 3), "float32"))
 >>> conv2d(x, w, strides=2, padding=1).struct_info
@@ -24,9 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
-from tensorir import te
-from tensorir.arith import Analyzer
-from tensorir.expr import IntImm, PrimExpr, floordiv, floormod
+from tilecraft.tensorir import te
+from tilecraft.tensorir.arith import Analyzer
+from tilecraft.tensorir.expr import IntImm, PrimExpr, floordiv, floormod
 
 from ...expr import Expr, RelaxError
 from ...struct_info import TensorStructInfo
@@ -478,7 +478,7 @@ def conv2d(data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo
+    >>> from tilecraft.relax import Var, TensorStructInfo
     >>> x = Var("x", TensorStructInfo(("n", 224, 224, 3), "float32"))
     >>> w = Var("w", TensorStructInfo((7, 7, 3, 64), "float32"))
     >>> conv2d(x, w, strides=2, padding=3, data_layout="NHWC", kernel_layout="HWIO").struct_info
@@ -498,7 +498,7 @@ def conv1d(data, weight, strides=1, padding=0, dilation=1, groups: int = 1,
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo
+    >>> from tilecraft.relax import Var, TensorStructInfo
     >>> x = Var("x", TensorStructInfo(("n", 4, "l"), "float32"))
     >>> w = Var("w", TensorStructInfo((8, 4, 3), "float32"))
     >>> conv1d(x, w, padding=1).struct_info
@@ -518,7 +518,7 @@ def conv3d(data, weight, strides=1, padding=0, dilation=1, groups: int = 1,
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo
+    >>> from tilecraft.relax import Var, TensorStructInfo
     >>> x = Var("x", TensorStructInfo((1, 2, 5, 6, 7), "float32"))
     >>> w = Var("w", TensorStructInfo((4, 2, 3, 3, 3), "float32"))
     >>> conv3d(x, w).struct_info
@@ -545,7 +545,7 @@ def conv2d_transpose(data, weight, strides=(1, 1), padding=(0, 0), output_paddin
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo
+    >>> from tilecraft.relax import Var, TensorStructInfo
     >>> x = Var("x", TensorStructInfo(("n", 8, 5, 5), "float32"))
     >>> w = Var("w", TensorStructInfo((8, 4, 3, 3), "float32"))
     >>> conv2d_transpose(x, w, strides=2, padding=1, output_padding=1).struct_info
@@ -564,7 +564,7 @@ def conv1d_transpose(data, weight, strides=1, padding=0, output_padding=0, dilat
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo
+    >>> from tilecraft.relax import Var, TensorStructInfo
     >>> x = Var("x", TensorStructInfo((1, 4, "l"), "float32"))
     >>> w = Var("w", TensorStructInfo((4, 2, 3), "float32"))
     >>> conv1d_transpose(x, w, strides=2).struct_info

@@ -15,8 +15,8 @@ moving statistics ``(1 - momentum) * moving + momentum * batch``.
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo
->>> from relax.op import nn
+>>> from tilecraft.relax import Var, TensorStructInfo
+>>> from tilecraft.relax.op import nn
 >>> x = Var("x", TensorStructInfo(("n", 16, 768), "float32"))
 >>> g = Var("g", TensorStructInfo((768,), "float32"))
 >>> nn.layer_norm(x, g, g, axes=-1).struct_info
@@ -24,9 +24,9 @@ Tensor((n, 16, 768), 'float32')
 """
 from __future__ import annotations
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import FloatImm, FloorMod, IntImm
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import FloatImm, FloorMod, IntImm
 
 from ...expr import Call, Expr, RelaxError
 from ...struct_info import TensorStructInfo, TupleStructInfo
@@ -367,8 +367,8 @@ def te_group_norm(x, gamma, beta, num_groups, channel_axis, axes, epsilon, cente
     n_expr = cg
     for d in axes:
         n_expr = n_expr * x.shape[d]
-    from tensorir import arith
-    from tensorir.expr import Cast
+    from tilecraft.tensorir import arith
+    from tilecraft.tensorir.expr import Cast
     n_expr = arith.simplify(n_expr)
     n = FloatImm(float(n_expr.value), acc) if isinstance(n_expr, IntImm) else Cast(acc, n_expr)
 

@@ -9,8 +9,8 @@ window must start inside the data or the begin padding), ``count_include_pad`` f
 
 Examples
 --------
->>> from relax import Var, TensorStructInfo
->>> from relax.op.nn import max_pool2d, adaptive_avg_pool2d
+>>> from tilecraft.relax import Var, TensorStructInfo
+>>> from tilecraft.relax.op.nn import max_pool2d, adaptive_avg_pool2d
 >>> x = Var("x", TensorStructInfo(("n", 64, 112, 112), "float32"))
 >>> max_pool2d(x, pool_size=3, strides=2, padding=1).struct_info
 Tensor((n, 64, 56, 56), 'float32')
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir import te
-from tensorir.arith import Analyzer
-from tensorir.expr import IntImm, PrimExpr, floordiv, max_, min_, min_value
+from tilecraft.tensorir import te
+from tilecraft.tensorir.arith import Analyzer
+from tilecraft.tensorir.expr import IntImm, PrimExpr, floordiv, max_, min_, min_value
 
 from ...expr import Expr, RelaxError
 from ...struct_info import TensorStructInfo
@@ -213,7 +213,7 @@ max_pool2d.__doc__ = """2-D max pooling.
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo
+    >>> from tilecraft.relax import Var, TensorStructInfo
     >>> x = Var("x", TensorStructInfo(("n", 3, 7, 7), "float32"))
     >>> max_pool2d(x, 2, 2, ceil_mode=True).struct_info
     Tensor((n, 3, 4, 4), 'float32')
@@ -223,7 +223,7 @@ avg_pool2d.__doc__ = """2-D average pooling; arguments as ``max_pool2d`` plus ``
 
     Examples
     --------
-    >>> from relax import Var, TensorStructInfo
+    >>> from tilecraft.relax import Var, TensorStructInfo
     >>> x = Var("x", TensorStructInfo((1, 3, 8, 8), "float32"))
     >>> avg_pool2d(x, 3, 2, padding=1, count_include_pad=True).struct_info
     Tensor((1, 3, 4, 4), 'float32')

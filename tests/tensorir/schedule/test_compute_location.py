@@ -11,15 +11,15 @@ import json
 import numpy as np
 import pytest
 
-from tensorir import te, var
-from tensorir.expr import FloatImm
-from tensorir.interpret import interpret
-from tensorir.schedule import LoopRV, Schedule, ScheduleError, Trace
-from tensorir.schedule import tree
-from tensorir.structural import structural_equal
-from tensorir.schedule.regions import with_regions
-from tensorir.stmt import BufferStore
-from tensorir.structural import structural_equal
+from tilecraft.tensorir import te, var
+from tilecraft.tensorir.expr import FloatImm
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.schedule import LoopRV, Schedule, ScheduleError, Trace
+from tilecraft.tensorir.schedule import tree
+from tilecraft.tensorir.structural import structural_equal
+from tilecraft.tensorir.schedule.regions import with_regions
+from tilecraft.tensorir.stmt import BufferStore
+from tilecraft.tensorir.structural import structural_equal
 
 RNG = np.random.default_rng(7)
 
@@ -567,7 +567,7 @@ def test_sample_compute_location_decisions():
 
 
 def test_sample_compute_location_skips_illegal_loops():
-    from tensorir.schedule.primitives_compute import compute_location_candidates
+    from tilecraft.tensorir.schedule.primitives_compute import compute_location_candidates
     f = conv1d_pad(8, 3)
     # the padding stage can be inlined, or computed at either loop of the convolution
     assert [d for d, _ in compute_location_candidates(f, "A_pad")] == [-2, -1, 0, 1]
@@ -724,7 +724,7 @@ def test_reverse_compute_at_illegal():
 
 def _llvm_build():
     try:
-        import targets
+        from tilecraft import targets
         probe_a = te.placeholder((4,), "float32", "A")
         probe = te.create_prim_func([probe_a, te.compute((4,), lambda i: probe_a[i] + 1.0, "B")])
         mod = targets.build(probe, "llvm")

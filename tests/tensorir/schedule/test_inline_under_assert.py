@@ -4,12 +4,12 @@ goes, the check stays with an empty body and still fires."""
 import numpy as np
 import pytest
 
-from tensorir import te, var
-from tensorir.expr import Select
-from tensorir.interpret import interpret
-from tensorir.schedule import Schedule
-from tensorir.stmt import AssertStmt, Evaluate, SeqStmt, seq
-from tensorir.functor import post_order_visit
+from tilecraft.tensorir import te, var
+from tilecraft.tensorir.expr import Select
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.schedule import Schedule
+from tilecraft.tensorir.stmt import AssertStmt, Evaluate, SeqStmt, seq
+from tilecraft.tensorir.functor import post_order_visit
 
 
 def _checked_two_stage():

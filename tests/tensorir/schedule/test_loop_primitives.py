@@ -11,12 +11,12 @@ import re
 import numpy as np
 import pytest
 
-from tensorir import te, var
-from tensorir.interpret import interpret
-from tensorir.parser import parse
-from tensorir.schedule import LoopRV, Schedule, ScheduleError, Trace
-from tensorir.schedule._loop_utils import is_quasi_affine
-from tensorir.structural import structural_equal
+from tilecraft.tensorir import te, var
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.parser import parse
+from tilecraft.tensorir.schedule import LoopRV, Schedule, ScheduleError, Trace
+from tilecraft.tensorir.schedule._loop_utils import is_quasi_affine
+from tilecraft.tensorir.structural import structural_equal
 
 RNG = np.random.default_rng(0)
 
@@ -714,7 +714,7 @@ def test_quasi_affine():
 
 def _build_or_skip(mod):
     try:
-        import targets
+        from tilecraft import targets
         return targets.build(mod, "llvm")
     except ImportError as err:  # llvmlite or the code generator missing
         pytest.skip(f"targets.build is not available: {err}")

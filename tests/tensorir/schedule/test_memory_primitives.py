@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from tensorir import te, transform, var
-from tensorir.expr import IntImm, TIRError
-from tensorir.interpret import interpret
-from tensorir.schedule import Schedule, ScheduleError, Trace
-from tensorir.schedule import tree
-from tensorir.schedule.index_map import IndexMap
-from tensorir.structural import structural_equal
+from tilecraft.tensorir import te, transform, var
+from tilecraft.tensorir.expr import IntImm, TIRError
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
+from tilecraft.tensorir.schedule import tree
+from tilecraft.tensorir.schedule.index_map import IndexMap
+from tilecraft.tensorir.structural import structural_equal
 
 RNG = np.random.default_rng(20240601)
 
@@ -361,7 +361,7 @@ def test_index_map_shape_inverse_and_json():
     with pytest.raises(TIRError, match="not a bijection"):
         m.inverse([40, 8])
     inv, pad = m.non_surjective_inverse([40, 8])
-    from tensorir import arith
+    from tilecraft.tensorir import arith
     for y0 in range(3):
         for y2 in range(16):
             is_pad = arith.simplify(__import__("tensorir").functor.substitute(
@@ -450,7 +450,7 @@ def test_illegal_requests():
 
 def test_compiled_packed_weight_matmul_matches_numpy():
     try:
-        import targets
+        from tilecraft import targets
     except Exception as err:  # pragma: no cover - depends on the other layers
         pytest.skip(f"targets is not importable: {err}")
     f = matmul(M=16, K=12, N=40)

@@ -5,13 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from tensorir import te, var
-from tensorir.expr import FloatImm
-from tensorir.interpret import interpret
-from tensorir.schedule import Schedule, ScheduleError, Trace
-from tensorir.schedule import tree
-from tensorir.stmt import BufferStore
-from tensorir.structural import structural_equal
+from tilecraft.tensorir import te, var
+from tilecraft.tensorir.expr import FloatImm
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
+from tilecraft.tensorir.schedule import tree
+from tilecraft.tensorir.stmt import BufferStore
+from tilecraft.tensorir.structural import structural_equal
 
 RNG = np.random.default_rng(7)
 

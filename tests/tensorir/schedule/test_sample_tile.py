@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from tensorir import interpret, te, var
-from tensorir.schedule import Schedule, ScheduleError, Trace
-from tensorir.schedule.sampling import representative_extent
+from tilecraft.tensorir import interpret, te, var
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
+from tilecraft.tensorir.schedule.sampling import representative_extent
 
 
 def scaled(n):

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from tensorir import te
-from tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError, Trace
-from tensorir.structural import structural_equal
+from tilecraft.tensorir import te
+from tilecraft.tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError, Trace
+from tilecraft.tensorir.structural import structural_equal
 
 
 def two_stage():

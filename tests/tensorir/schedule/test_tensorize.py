@@ -6,14 +6,14 @@ import json
 import numpy as np
 import pytest
 
-from tensorir import te, var
-from tensorir.interpret import interpret
-from tensorir.schedule import Schedule, ScheduleError, Trace
-from tensorir.schedule import intrinsics, tree
-from tensorir.schedule.intrinsics import TensorIntrin
-from tensorir.expr import TIRError
-from tensorir.stmt import For
-from tensorir.structural import structural_equal
+from tilecraft.tensorir import te, var
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
+from tilecraft.tensorir.schedule import intrinsics, tree
+from tilecraft.tensorir.schedule.intrinsics import TensorIntrin
+from tilecraft.tensorir.expr import TIRError
+from tilecraft.tensorir.stmt import For
+from tilecraft.tensorir.structural import structural_equal
 
 RNG = np.random.default_rng(11)
 
@@ -107,7 +107,7 @@ def names(func):
 
 def build_or_skip(mod):
     try:
-        import targets
+        from tilecraft import targets
     except ImportError as err:  # pragma: no cover - targets is part of the repo
         pytest.skip(f"targets cannot be imported: {err}")
     return targets.build(mod, "llvm")
@@ -115,7 +115,7 @@ def build_or_skip(mod):
 
 def host_isas():
     try:
-        import targets
+        from tilecraft import targets
     except ImportError as err:  # pragma: no cover
         pytest.skip(f"targets cannot be imported: {err}")
     return intrinsics.target_isas(targets.Target("llvm"))

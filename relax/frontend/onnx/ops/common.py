@@ -5,9 +5,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import FloatImm, IntImm, PrimExpr
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr
 
 from .... import op as _op
 from ....expr import Expr, const

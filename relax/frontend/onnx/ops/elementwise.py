@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import Cast, FloatImm, IntImm, Select, call as tir_call
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import Cast, FloatImm, IntImm, Select, call as tir_call
 
 from .... import op as _op
 from ..registry import ConversionError, ONNX_DTYPES, converter, onnx_dtype_name
@@ -249,7 +249,7 @@ def _pow2(y, dtype):
 
 def _bitwise(combine, name):
     """``combine`` applied to each bit pair (two's complement bits for signed types)."""
-    from tensorir.expr import FloorDiv, FloorMod
+    from tilecraft.tensorir.expr import FloorDiv, FloorMod
 
     def f(a, b):
         d = a.dtype
@@ -269,12 +269,12 @@ def _bitwise(combine, name):
 
 
 def te_floordiv(a, b):
-    from tensorir.expr import FloorDiv
+    from tilecraft.tensorir.expr import FloorDiv
     return FloorDiv(a, b)
 
 
 def te_floormod(a, b):
-    from tensorir.expr import FloorMod
+    from tilecraft.tensorir.expr import FloorMod
     return FloorMod(a, b)
 
 
@@ -345,7 +345,7 @@ def _signed_shift(left: bool, bits: int):
     """Shifts of signed integers: arithmetic right shift (floor division by 2 ** s), left shift
     wrapping in two's complement; a shift < 0 or >= the width gives the sign fill (-1 for a
     negative value shifted right, else 0)."""
-    from tensorir.expr import FloorDiv
+    from tilecraft.tensorir.expr import FloorDiv
 
     def f(a, s):
         d = a.dtype

@@ -74,7 +74,7 @@ def _resize(ctx, node, x, scales, sizes, mode, coord, nearest, cubic_a, exclude)
             full_scales[a] = float(s)
             d = static_int(xs[a])
             if d is None:
-                from tensorir.expr import Cast, FloatImm
+                from tilecraft.tensorir.expr import Cast, FloatImm
                 out[a] = Cast("int64", Cast("float64", xs[a]) * FloatImm(float(s), "float64"))
             else:
                 out[a] = int(math.floor(d * float(s)))
@@ -163,8 +163,8 @@ def _grid_check(node):
                "padding; 2-D and 3-D)")
 def _grid_sample(ctx, node):
     import itertools
-    from tensorir import te
-    from tensorir.expr import Cast, FloatImm, FloorMod, IntImm, Select
+    from tilecraft.tensorir import te
+    from tilecraft.tensorir.expr import Cast, FloatImm, FloorMod, IntImm, Select
     from .common import emit_kernel
     x, grid = ctx.input(node, 0), ctx.input(node, 1)
     xs, gs = ctx.shape(x), ctx.shape(grid)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import IntImm, Select, Var as TirVar
-from tensorir.stmt import Block, BlockRealize, BufferRegion, BufferStore, For, Range, seq
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import IntImm, Select, Var as TirVar
+from tilecraft.tensorir.stmt import Block, BlockRealize, BufferRegion, BufferStore, For, Range, seq
 
 from .... import op as _op
 from ....op.manipulate import _call_prim

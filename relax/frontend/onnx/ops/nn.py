@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import IntImm, Select
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import IntImm, Select
 
 from .... import op as _op
 from ....expr import TupleGetItem, const

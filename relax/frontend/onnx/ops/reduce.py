@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import PrimExpr, Select
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import PrimExpr, Select
 
 from .... import op as _op
 from ....expr import TupleGetItem

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir import te
-from tensorir.expr import Select
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import Select
 
 from .... import op as _op
 from ..registry import ConversionError, converter

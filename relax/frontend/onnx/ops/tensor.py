@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorir import dtype as dt
-from tensorir import te
-from tensorir.expr import FloorMod, IntImm, Max, Min, PrimExpr, Select
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import FloorMod, IntImm, Max, Min, PrimExpr, Select
 
 from .... import op as _op
 from ....expr import Expr, ShapeExpr, TupleGetItem, const
@@ -80,7 +80,7 @@ def _size(ctx, node):
 
 
 def _simplify(e):
-    from tensorir import arith
+    from tilecraft.tensorir import arith
     return arith.Analyzer().simplify(e)
 
 
