@@ -6,7 +6,7 @@ label) prints one row per layer of ``benchmarks.models.cnn_ops.CNN_LAYERS`` -- c
 ``relu(conv2d(x, W) + b)`` of ResNet-18/50 (the 7x7 stem, 1x1, 3x3, strided), MobileNet-V2
 (depthwise, expand / project 1x1), DenseNet-121, Inception-v3 (1x7, 3x3 stride 2 without
 padding, 5x5) and a ResNeXt grouped conv, the max / average pooling and the global average
-pooling -- and writes ``benchmarks/results/cnn_ops_cpu.json``.
+pooling -- and writes ``benchmarks/results/cnn_ops_cpu/<machine>.json``.
 
 Both sides run batch 1, NCHW, float32 on 2 threads: the layer built with
 ``relax.build(mod, "llvm", upper_bounds={"batch": 1})`` (batch symbolic, default schedules, the

@@ -8,7 +8,7 @@ the same threads), and groups both sides' kernel times by what they compute:
 the operator kind (``conv``, ``max_pool``, ``avg_pool``, ``dense``, ...), the output shape
 ``(C, H, W)`` and, for a convolution, its input channels and kernel (``layer``: ``64 in 3x3``;
 a grouped one's multiply-adds per output, ``64 in 9``). Writes
-``benchmarks/results/layer_profile.json`` and prints one row per group, slowest first:
+``benchmarks/results/layer_profile/<machine>.json`` and prints one row per group, slowest first:
 ``ours_ms`` / ``ort_ms`` (per model run, summed over the group's kernels), ``ratio``
 (ort / ours: above 1 we are faster), and the kernel counts.
 
@@ -184,10 +184,12 @@ def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5,
 
 def run() -> list[dict]:
     name = os.environ.get("TILECRAFT_PROFILE_MODEL", "resnet50")
+    threads = int(os.environ.get("TILECRAFT_PROFILE_THREADS", "2"))
     rows = profile_model(name, runs=int(os.environ.get("TILECRAFT_PROFILE_RUNS", "10")),
-                         threads=int(os.environ.get("TILECRAFT_PROFILE_THREADS", "2")))
+                         threads=threads)
     for r in rows:
         r["model"] = name
+        r["threads"] = threads      # the results file is per machine, not per thread count
     return rows
 
 

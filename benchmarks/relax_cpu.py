@@ -3,7 +3,7 @@
 ``python -m benchmarks.run relax_cpu`` (run it as
 ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python -m benchmarks.run relax_cpu``;
 the runner re-executes itself without those variables anyway) prints one row per case and writes
-``benchmarks/results/relax_cpu.json``:
+``benchmarks/results/relax_cpu/<machine>.json``:
 
 ==========================  =====================================================  ======
 case                        model (``benchmarks.models``)                          target

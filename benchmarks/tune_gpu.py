@@ -15,7 +15,7 @@ float64 numpy on fresh inputs and times it (``time_evaluator``) beside PyTorch's
 events, TF32 off) and beside the untuned default schedule. On a machine without CUDA the peer
 is numpy (OpenBLAS).
 
-Results: ``benchmarks/results/tune_gpu-<device>.json`` (rows, per target the best-so-far
+Results: ``benchmarks/results/tune_gpu/<machine>.json`` (rows, per target the best-so-far
 curve over trials, trials per minute); the database in ``TUNE_GPU_WORK_DIR`` (default
 ``.tune_gpu/``; a second run resumes it). ``python -m benchmarks.run tune_gpu`` or
 ``python -m benchmarks.tune_gpu [opencl] [webgpu]``.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 import time
 
@@ -297,23 +296,27 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
     return rows, extra
 
 
+# run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
+WRITES_RESULTS = True
+
+
 def run(kinds=None) -> list[dict]:
     kinds = kinds or [k for k in os.environ.get("TUNE_GPU_TARGETS", "opencl,webgpu").split(",")
                       if k]
     rows, extras = [], {}
-    device = None
+    gpu_name = None                    # the first GPU tuned on names the results file
     for kind in kinds:
         found = _opencl() if kind == "opencl" else _webgpu()
         gpu = bool(found and found[3])
+        if gpu and gpu_name is None:
+            gpu_name = found[2]
         n = int(os.environ.get("TUNE_GPU_SIZE", 4096 if gpu else 256))
         r, extra = tune_one(kind, n, TRIALS, WORK_DIR)
         rows += r
         extras[kind] = extra
-        device = device or extra.get("device")
         for row in r:
             row["trials_per_min"] = extra.get("trials_per_min")
-    slug = re.sub(r"[^0-9A-Za-z]+", "-", device or "none").strip("-").lower()
-    path = write_results(f"tune_gpu-{slug}", rows, {"tuning": extras})
+    path = write_results("tune_gpu", rows, {"tuning": extras}, gpu=gpu_name)
     print(f"(written to {path})")
     return rows
 

@@ -113,7 +113,7 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
     (``packed_kernels.nhwc_kernel_plan``) that is a pixel tile filling the row (or the plane)
     with 8 or more accumulators (``packed_kernels.nhwc_tile_fills``) or the channel-vector
     tiles across rows. Measured on Zen 3 (AVX2, 16 vector registers;
-    ``benchmarks/results/convert_layout_zen3_avx2.json``), one layer in each layout:
+    ``benchmarks/results/convert_layout/zen3-avx2.json``), one layer in each layout:
     ResNet-50's 1x1 layers ran 1.0-1.3x faster in NHWC (their residual and output written a
     pixel's channels at a time), its 3x3 ones 0.87-1.15x; in the model, converting every
     layer after the stem ran 1-5% faster than keeping the 3x3 ones on the tiles NCHW with
