@@ -80,7 +80,9 @@ def run(args) -> int:
                                     database=db)
     done = trials_done(tasks, db, target)
     where = f"on {board.describe()}" if runner is not None else "here"
-    print(f"{args.model}: {len(tasks)} distinct kernels to tune for {target}, measured {where}; "
+    n = len(tasks)
+    print(f"{args.model}: {n} distinct kernel{'s' if n != 1 else ''} to tune for {target}, "
+          f"measured {where}; "
           f"{args.work_dir} holds {done} trials of them"
           + (" (resuming)" if 0 < done < args.trials else ""))
     if done >= args.trials:
