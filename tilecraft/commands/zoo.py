@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import os
 
+from ..devices import open_device
 from ..errors import CLIError
 from ..zoo import run as zoo_run
 from ..zoo.models import NEEDS_TORCH, ZOO
+from .common import parse_target
 
 DESCRIPTION = """\
 Run the zoo's models (docs/zoo.md) through tilecraft, onnxruntime and PyTorch: each is built
@@ -59,6 +61,8 @@ def run(args) -> int:
     for n in names or []:
         if n not in ZOO:
             raise CLIError(f"--models: unknown zoo model {n!r} (known: {', '.join(ZOO)})")
+    parse_target(args.target)
+    open_device(args.target, args.device)     # before the first model: a clear error, once
     tune_root = os.path.join(args.out, "tune", zoo_run.target_tag(args.target))
     rows = zoo_run.run(names, args.target, args.quiet, args.tune_trials, out_dir=args.out,
                        tune_root=tune_root, device=args.device)
