@@ -1,5 +1,5 @@
 """``tilecraft tune`` (few trials, a small search) and resuming it, then ``tilecraft compile
---tuning-db`` and the tuned executable run against numpy."""
+--tuning-db`` and the tuned executable run against numpy (and PyTorch, for a ``.pt2`` program)."""
 from __future__ import annotations
 
 import json
@@ -70,3 +70,21 @@ def test_tune_errors(tmp_path):
     proc = tilecraft("compile", "tiny.onnx", "-o", "m.tcx", "--tuning-db", "empty",
                      check=False, cwd=tmp_path)
     assert proc.returncode == 1 and "no tuning records there" in last_error(proc)
+
+
+def test_a_torch_export_program_tunes_and_compiles(tmp_path):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU()).eval()
+    ep = torch.export.export(module, (torch.randn(3, 8),))
+    torch.export.save(ep, str(tmp_path / "m.pt2"))
+    proc = tilecraft("tune", "m.pt2", "--trials", "2", "--work-dir", "tune", *FAST[:-2],
+                     cwd=tmp_path)
+    assert "2 trials in tune" in proc.stdout
+    tilecraft("compile", "m.pt2", "--tuning-db", "tune", "-o", "m.tcx", cwd=tmp_path)
+    x = np.random.default_rng(4).standard_normal((3, 8)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    tilecraft("run", "m.tcx", "-i", "x.npy", "-o", "y.npy", cwd=tmp_path)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-5)
