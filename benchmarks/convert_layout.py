@@ -93,7 +93,7 @@ def _layers(rounds: int) -> list[dict]:
 def _model(rounds: int) -> list[dict]:
     import onnxruntime as ort
     from tilecraft.relax.frontend.onnx import from_onnx
-    from .zoo.models import light
+    from tilecraft.zoo.models import light
     z = light("resnet50", seed=0)
     name, x = next(iter(z.inputs.items()))
     mod = from_onnx(z.onnx_model)

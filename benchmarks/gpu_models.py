@@ -74,7 +74,7 @@ def _resnet50():
 
 def _models():
     import torch
-    from benchmarks.zoo.models import _export, _randomize_bn, _torch_modules
+    from tilecraft.zoo.models import _export, _randomize_bn, _torch_modules
 
     torch.manual_seed(0)
     resnet = _resnet50()

@@ -31,9 +31,8 @@ from tilecraft.relax import VirtualMachine, build, extract_tasks
 from tilecraft.relax.frontend import from_onnx
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import Block
-
-from .zoo.models import light
-from .zoo.run import _ort_session
+from tilecraft.zoo.models import light
+from tilecraft.zoo.run import ort_session
 
 ORT_KINDS = {"Conv": "conv", "FusedConv": "conv", "MaxPool": "max_pool",
              "AveragePool": "avg_pool", "GlobalAveragePool": "avg_pool", "Gemm": "dense",
@@ -115,7 +114,7 @@ def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5,
     exe.kernel_module.num_threads = threads
     vm = VirtualMachine(exe, targets.cpu(0))
     args = [targets.array(v) for v in inputs.values()]
-    sess = _ort_session(z.onnx_model, threads, profile_prefix=os.path.join(
+    sess = ort_session(z.onnx_model, threads, profile_prefix=os.path.join(
         tempfile.gettempdir(), "tilecraft_layer_profile"))
     ours, theirs = defaultdict(float), defaultdict(float)
     counts = defaultdict(lambda: [0, 0])

@@ -13,9 +13,9 @@ import sys
 
 from .common import ensure_clean_openblas_env, print_table, write_results
 
-# name -> module under benchmarks/ with a run() -> list[dict]
+# name -> module with a run() -> list[dict] (under benchmarks/, or the package's demo)
 REGISTRY = {
-    "demo": "benchmarks.demo",
+    "demo": "tilecraft.demo",
     "rpc_overhead": "benchmarks.rpc_overhead",
     "gemm_cpu": "benchmarks.gemm_cpu",
     "ops_cpu": "benchmarks.ops_cpu",
@@ -23,7 +23,7 @@ REGISTRY = {
     "cnn_ops_cpu": "benchmarks.cnn_ops_cpu",
     "layer_profile": "benchmarks.layer_profile",
     "convert_layout": "benchmarks.convert_layout",
-    "zoo": "benchmarks.zoo.run",
+    "zoo": "benchmarks.zoo",
     "rpc_tune_throughput": "benchmarks.rpc_tune_throughput",
     "gpu_webgpu": "benchmarks.gpu_webgpu",
     "gpu": "benchmarks.gpu",

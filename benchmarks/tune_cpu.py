@@ -50,6 +50,7 @@ from tilecraft.targets.runtime.ndarray import aligned_copy, aligned_empty
 from tilecraft import metaschedule
 from tilecraft.metaschedule import apply_best, tune_tir, tuning_curve
 from tilecraft.timing import calls_per_round
+from tilecraft.tuning import TUNED
 
 from .common import RESULTS_DIR, results_path, side_by_side, write_results
 from .gemm_cpu import measure
@@ -239,13 +240,13 @@ def bench_resnet50(trials: int = RESNET_TRIALS, rounds: int = 7,
     """ResNet-50 (the zoo's light model) tuned end to end with up to ``trials`` trials (issue
     6: ``<= 3000``, latency ``<=`` onnxruntime's), measured in one process interleaved round by
     round: untuned build, tuned build, onnxruntime (2 threads). The database lives in
-    ``benchmarks.zoo.run.tune_work_dir`` (``$TILECRAFT_ZOO_TUNE_WORK/resnet50``): a run that
+    ``tilecraft.zoo.run.tune_work_dir`` (``$TILECRAFT_ZOO_TUNE_WORK/resnet50``): a run that
     finds trials there (a long tuning run, killed or not) tops them up to ``trials`` (none
     when it has them) and measures. Writes ``benchmarks/results/tune_resnet50/<machine>.json``."""
     row = {"kernel": "ResNet-50 end to end (relax.tune)", "trials_budget": trials}
     try:
-        from .zoo import models as zoo_models
-        from .zoo import run as zoo_run
+        from tilecraft.zoo import models as zoo_models
+        from tilecraft.zoo import run as zoo_run
         z = zoo_models.ZOO["resnet50"]()
     except (ImportError, KeyError, OSError) as err:
         row["error"] = f"the zoo's resnet50 is not available: {type(err).__name__}: {err}"
@@ -266,7 +267,7 @@ def bench_resnet50(trials: int = RESNET_TRIALS, rounds: int = 7,
         "machine_note": "untuned, tuned and onnxruntime interleaved round by round in one "
                         "process, medians; load average (1 min) before tuning "
                         f"{load_before:.2f}, after timing {os.getloadavg()[0]:.2f}"})
-    row["tasks_tuned"] = sum(t["uses"] == "tuned record" for t in tasks)
+    row["tasks_tuned"] = sum(t["uses"] == TUNED for t in tasks)
     row["tasks"] = len(tasks)
     return row
 

@@ -636,8 +636,9 @@ def _fork_session(fd, sid, ctrl, wake_r, wake_w, limits, work_root, info, childr
 
 
 # -- command line ---------------------------------------------------------------------------------
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tilecraft.rpc.server", description=__doc__.split("\n")[0],
+def main(argv=None, prog: str = "python -m tilecraft.rpc.server") -> int:
+    """The server's command line (also ``tilecraft rpc server``, with its ``prog``)."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=9090, help="port (0: any free port; default 9090)")
@@ -668,7 +669,7 @@ def main(argv=None) -> int:
                                       "temporary directory)")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import MODULE, which adds session operations, before serving "
-                        "(repeatable), e.g. --plugin relax.rpc_plugin")
+                        "(repeatable), e.g. --plugin tilecraft.relax.rpc_plugin")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

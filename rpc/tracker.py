@@ -440,8 +440,9 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tilecraft.rpc.tracker", description=__doc__.split("\n")[0])
+def main(argv=None, prog: str = "python -m tilecraft.rpc.tracker") -> int:
+    """The tracker's command line (also ``tilecraft rpc tracker``, with its ``prog``)."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=9190, help="port (0: any free port; default 9190)")
     p.add_argument("--summary", action="store_true",

@@ -1,5 +1,5 @@
 """Whole models through relax.build and the VM: the MLP, a (small) transformer encoder layer and a
-ResNet bottleneck block of ``benchmarks.models``.
+ResNet bottleneck block of ``tilecraft.models``.
 
 One build per model serves every batch size and sequence length; results are compared with the
 builders' numpy references and with onnxruntime running the builders' ONNX graphs. The exported
@@ -19,8 +19,8 @@ import pytest
 
 from tilecraft import relax
 from tilecraft import targets
-from benchmarks.models import bert_encoder_layer, mlp, onnx_session, resnet_bottleneck
-from benchmarks.models import gen_op_docs
+from benchmarks import gen_op_docs
+from tilecraft.models import bert_encoder_layer, mlp, onnx_session, resnet_bottleneck
 from tilecraft.relax.executable import load_executable
 from tilecraft.relax.vm import VirtualMachine, VMArgumentError
 
@@ -198,4 +198,4 @@ def test_operator_list_is_up_to_date():
     with open(path, encoding="utf-8") as f:
         current = f.read()
     assert current == gen_op_docs.generate(), (
-        "docs/relax-ops.md is out of date: run python -m benchmarks.models.gen_op_docs")
+        "docs/relax-ops.md is out of date: run python -m benchmarks.gen_op_docs")

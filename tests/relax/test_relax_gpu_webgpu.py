@@ -54,7 +54,7 @@ def test_mlp_end_to_end_symbolic_batch(dev):
 
 
 def test_exported_executable_runs_after_loading(dev, tmp_path):
-    from benchmarks.models import mlp
+    from tilecraft.models import mlp
     model = mlp(in_features=16, hidden=(32,), out_features=4, seed=2)
     path = str(tmp_path / "mlp.tcx")
     relax.build(model.mod, "webgpu").export_library(path)

@@ -1,6 +1,6 @@
 """Relax executables on a board through RPC: the ``relax.rpc_plugin`` plugin.
 
-A loopback server started with ``--plugin relax.rpc_plugin`` loads an exported MLP (a symbolic
+A loopback server started with ``--plugin tilecraft.relax.rpc_plugin`` loads an exported MLP (a symbolic
 batch) and runs it; results are checked against numpy and the host's own VM. The last test
 runs a model cross-compiled for ``raspberry-pi/4b-aarch64`` on the emulated arm64 board
 (``rpc/board/emulated_board.py``), under the same skip / slow rules as ``test_rpc_board.py``.
@@ -217,7 +217,7 @@ def test_a_server_without_the_plugin_says_how_to_start_one(host_exe):
     try:
         with rpc.connect(HOST, plain.port, timeout=10) as s:
             assert s.plugins == [] and s.info()["plugins"] == []
-            with pytest.raises(ValueError, match="--plugin relax.rpc_plugin"):
+            with pytest.raises(ValueError, match="--plugin tilecraft.relax.rpc_plugin"):
                 RemoteVirtualMachine(s, s.upload(host_exe[1]))
             with pytest.raises(ValueError, match="has no operation 'relax.vm_call'"):
                 s.call_plugin("relax.vm_call")

@@ -1,24 +1,30 @@
 """The model zoo: every model through tilecraft, onnxruntime and PyTorch eager, side by side.
 
-``python -m benchmarks.zoo.run [--models a,b] [--target llvm] [--show] [--list]`` (also
-``tilecraft zoo`` and ``python -m benchmarks.run zoo``). For each model of
-``benchmarks.zoo.models.ZOO``:
+``tilecraft zoo [--models a,b] [--target llvm] [--out DIR] [--show] [--list]`` (also
+``python -m benchmarks.run zoo``, which writes through ``benchmarks.common.write_results``).
+For each model of ``tilecraft.zoo.models.ZOO``:
 
 1. the ONNX model is imported with ``relax.frontend.from_onnx`` (symbolic dims stay symbolic)
    and built with ``relax.build(mod, target, upper_bounds=...)``: untuned, every kernel gets
-   the default schedules (a tuned column is added once ``relax.tune`` exists);
+   the default schedules (``tune_trials`` adds a tuned column: ``relax.tune``, then
+   ``relax.build(..., database=...)``);
 2. the output is checked against onnxruntime on the timed inputs and on the extra inputs
    (other sequence lengths, the same executable), ``rtol 1e-3``;
 3. tilecraft, onnxruntime (``intra_op_num_threads`` = the cores, all graph optimizations) and
    PyTorch eager (``torch.no_grad``, the same threads; for the models written in PyTorch) are
-   timed in turn, interleaved round by round (``benchmarks.common.side_by_side``'s method);
+   timed in turn, interleaved round by round (``tilecraft.timing.interleaved``);
 4. ``vm.profile`` splits tilecraft's time by kernel kind (convolution, matmul, softmax, ...).
 
-Writes ``benchmarks/results/zoo-<target>.json``, ``zoo-<target>.md`` (the markdown table) and
-``zoo-<target>.png`` (latency ratios, matplotlib). Columns: ``tilecraft_ms``,
-``onnxruntime_ms``, ``torch_ms``, ``vs_ort`` = onnxruntime / tilecraft (above 1: we are
-faster), ``vs_torch``, ``build_s``, ``kernels`` (kernel calls per run), ``top_kinds`` (the
-kernel kinds with the largest shares of tilecraft's time), ``check``.
+``write(rows, target, out_dir)`` writes ``zoo-<target>.json``, ``zoo-<target>.md`` (the markdown
+table) and ``zoo-<target>.png`` (latency ratios, matplotlib) into ``out_dir``, merged with the
+rows already there. Columns: ``tilecraft_ms``, ``onnxruntime_ms``, ``torch_ms``, ``vs_ort`` =
+onnxruntime / tilecraft (above 1: we are faster), ``vs_torch``, ``build_s``, ``kernels``
+(kernel calls per run), ``top_kinds`` (the kernel kinds with the largest shares of
+tilecraft's time), ``check``.
+
+onnxruntime (the ``[bench]`` extra) is required: every row is checked against it. Without
+PyTorch (the ``[torch]`` extra) the models written in PyTorch get a row that says they were
+skipped and why.
 
 Targets (issue 5): untuned within 1.5x of onnxruntime (``vs_ort >= 0.67``) on each model at
 batch 1, and ahead of it (``vs_ort > 1``) on the MLP-Mixer and the BERT layer.
@@ -27,17 +33,26 @@ batch 1, and ahead of it (``vs_ort > 1``) on the MLP-Mixer and the BERT layer.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import sys
+import tempfile
 import time
 import traceback
+from typing import Callable
 
 import numpy as np
 
-from ..common import RESULTS_DIR, ensure_clean_openblas_env, machine_info
+from tilecraft import metaschedule, relax, targets
+from tilecraft.relax.frontend import from_onnx
+
+from ..devices import open_device
+from ..errors import has_module, missing_message, require
+from ..progress import iterate
+from ..timing import calls_per_round, interleaved, machine_info
+from ..tuning import kernel_choices, records_of, trials_done, tuning_minutes
+from .models import NEEDS_TORCH, ZOO, ZooModel
 
 TARGET_RATIO = 1 / 1.5
 AHEAD_MODELS = ("mlp_mixer", "bert_layer")
@@ -63,11 +78,15 @@ def kernel_kind(name: str) -> str:
     return "elementwise"
 
 
-def _timed_fns(vm, sess, torch_module, inputs: dict, threads: int):
-    from tilecraft import targets
-    args = [targets.array(a) for a in inputs.values()]
+def _timed_fns(vm, dev, sess, torch_module, inputs: dict, threads: int):
+    """The callables timed side by side, and tilecraft's arguments (on its device)."""
+    args = [targets.array(a, dev) for a in inputs.values()]
     fn = vm["main"]
-    fns = {"tilecraft": lambda: fn(*args), "onnxruntime": lambda: sess.run(None, inputs)}
+
+    def ours():
+        fn(*args)
+        dev.sync()            # a GPU queue runs behind the host: time the work, not the enqueue
+    fns = {"tilecraft": ours, "onnxruntime": lambda: sess.run(None, inputs)}
     if torch_module is not None:
         import torch
         torch.set_num_threads(threads)
@@ -80,10 +99,10 @@ def _timed_fns(vm, sess, torch_module, inputs: dict, threads: int):
     return fns, args
 
 
-def _ort_session(model, threads: int, profile_prefix: str | None = None):
+def ort_session(model, threads: int, profile_prefix: str | None = None):
     """An onnxruntime CPU session of ``model`` with all graph optimizations on ``threads``
     threads; ``profile_prefix``: with onnxruntime's profiler on, writing there."""
-    import onnxruntime as ort
+    ort = require("onnxruntime", "the zoo")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -109,96 +128,57 @@ def _check(vm, sess, inputs: dict, rtol: float, atol: float) -> float:
     return worst
 
 
-def tune_work_dir(z) -> str:
-    """Where a zoo model's tuning database lives: ``$TILECRAFT_ZOO_TUNE_WORK/<model>`` or
-    ``<tmp>/tilecraft-zoo-tune-<model>``; a second run with the same directory resumes."""
-    import tempfile
+def tune_work_dir(z: ZooModel) -> str:
+    """Where a zoo model's tuning database lives by default: ``$TILECRAFT_ZOO_TUNE_WORK/<model>``
+    or ``<tmp>/tilecraft-zoo-tune-<model>``; a second run with the same directory resumes."""
     root = os.environ.get("TILECRAFT_ZOO_TUNE_WORK")
     return os.path.join(root, z.name) if root else \
         os.path.join(tempfile.gettempdir(), f"tilecraft-zoo-tune-{z.name}")
 
 
-def _tuning_minutes(records) -> float:
-    """Tuning time from the records' timestamps: the sum of the gaps between consecutive
-    records, leaving out gaps over 10 minutes (a killed run resumed later)."""
-    times = sorted(r.timestamp for r in records if r.timestamp is not None)
-    return sum(b - a for a, b in zip(times, times[1:]) if b - a < 600) / 60
-
-
-def tuning_summary(tasks, db, target) -> tuple[list[dict], int, float]:
-    """Per task: trials, baseline (default schedule) and best ms in the database, and which
-    ``relax.build`` uses; also the model's trials and tuning minutes."""
-    from tilecraft import metaschedule
-    hashes = {metaschedule.workload_hash(t.func): t for t in tasks}
-    records = [r for r in db.get_all_tuning_records() if r.workload.shash in hashes]
-    per_task = []
-    for shash, t in hashes.items():
-        recs = [r for r in records if r.workload.shash == shash]
-        base = metaschedule.baseline_record(db, t, target)
-        best = db.query_tuning_record(t.func, target)
-        # by program, not trace: a record of the default schedule by another trace is it too
-        uses_default = best is None or (
-            t.baseline is not None and metaschedule.workload_hash(best.as_schedule(t.func).func)
-            == metaschedule.workload_hash(t.baseline.func))
-        per_task.append({
-            "task": t.name, "weight": t.weight, "trials": len(recs),
-            "baseline_ms": base.mean_secs * 1e3 if base is not None and base.ok else None,
-            "best_ms": best.mean_secs * 1e3 if best is not None else None,
-            "uses": "default schedule" if uses_default else "tuned record"})
-    return per_task, len(records), _tuning_minutes(records)
-
-
-def _tuned(mod, target, z, trials: int, row: dict, tune_options: dict | None = None):
-    """A VM of the model built with ``relax.tune``'s database (``trials`` in all: a database
-    that already has some, from an earlier or killed run in ``tune_work_dir(z)``, is topped
-    up), or None (noted in ``row``) while the tuner does not exist."""
-    from tilecraft import relax
-    from tilecraft import metaschedule
-    if not hasattr(relax, "tune"):
-        row["tuned_note"] = "relax.tune is not available yet"
-        return None
-    work_dir = tune_work_dir(z)
+def _tuned(mod, target, dev, z, trials: int, row: dict, work_dir: str,
+           tune_options: dict | None = None, quiet: bool = True):
+    """A VM of the model built with ``relax.tune``'s database in ``work_dir`` (``trials`` in
+    all: a database that already has some, from an earlier or killed run, is topped up)."""
     ub = z.upper_bounds or None
     # the kernels of the database's layout decisions (relax.tune_layouts), where it has them
     tasks = relax.extract_tasks(mod, target, upper_bounds=ub,
                                 database=metaschedule.Database(work_dir))
-    _, done, _ = tuning_summary(tasks, metaschedule.Database(work_dir), target)
+    done = trials_done(tasks, metaschedule.Database(work_dir), target)
     t0 = time.perf_counter()
     if trials > done:
         db = relax.tune(mod, target, max_trials=trials - done, work_dir=work_dir,
-                        upper_bounds=ub, progress=False, **(tune_options or {}))
+                        upper_bounds=ub, progress=not quiet, **(tune_options or {}))
     else:
         db = metaschedule.Database(work_dir)
     row["tune_s"] = time.perf_counter() - t0
     exe = relax.build(mod, target, database=db, upper_bounds=ub)
     tasks = relax.extract_tasks(mod, target, upper_bounds=ub, database=db)
-    per_task, n, minutes = tuning_summary(tasks, db, target)
-    row["tune_trials"] = n
-    row["tune_minutes"] = minutes
+    row["tune_trials"] = trials_done(tasks, db, target)
+    row["tune_minutes"] = tuning_minutes(records_of(tasks, db, target))
     row["tune_work_dir"] = work_dir
-    row["tune_tasks"] = per_task
-    return relax.VirtualMachine(exe)
+    row["tune_tasks"] = kernel_choices(tasks, db, target)
+    return relax.VirtualMachine(exe, dev)
 
 
-def measure(z, target: str, threads: int, rounds: int, quiet: bool = False,
-            tune_trials: int = 0, tune_options: dict | None = None) -> dict:
+def measure(z: ZooModel, target: str, threads: int, rounds: int, quiet: bool = False,
+            tune_trials: int = 0, tune_options: dict | None = None,
+            tune_dir: str | None = None, device: int = 0) -> dict:
     """One zoo row (see the module docstring); ``tune_trials`` > 0 adds a tuned column
-    (``relax.tune`` up to that many trials in all, ``tune_options`` its keyword arguments,
-    then ``relax.build(..., database=...)``; the tuned output is checked against onnxruntime
-    too, and all three are timed interleaved)."""
-    from tilecraft import relax
-    from tilecraft.relax.frontend import from_onnx
-    from tilecraft.timing import calls_per_round, interleaved
-
-    row = {"model": z.name, "description": z.description}
+    (``relax.tune`` up to that many trials in all in ``tune_dir`` (default
+    ``tune_work_dir(z)``), ``tune_options`` its keyword arguments, then ``relax.build(...,
+    database=...)``; the tuned output is checked against onnxruntime too, and all are timed
+    interleaved). ``device``: which device of the target's kind runs tilecraft's side."""
+    dev, dev_name = open_device(target, device)
+    row = {"model": z.name, "description": z.description, "device": dev_name}
     t0 = time.perf_counter()
     mod = from_onnx(z.onnx_model)
     row["import_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     exe = relax.build(mod, target, upper_bounds=z.upper_bounds or None)
     row["build_s"] = time.perf_counter() - t0
-    vm = relax.VirtualMachine(exe)
-    sess = _ort_session(z.onnx_model, threads)
+    vm = relax.VirtualMachine(exe, dev)
+    sess = ort_session(z.onnx_model, threads)
     rtol, atol = 1e-3, 1e-4
     worst = _check(vm, sess, z.inputs, rtol, atol)
     for extra in z.extra_inputs:
@@ -208,17 +188,21 @@ def measure(z, target: str, threads: int, rounds: int, quiet: bool = False,
                     f"{worst:.1e}; {1 + len(z.extra_inputs)} input set(s))")
     tuned_vm = None
     if tune_trials:
-        tuned_vm = _tuned(mod, target, z, tune_trials, row, tune_options)
-        if tuned_vm is not None:
-            tw = _check(tuned_vm, sess, z.inputs, rtol, atol)
-            for extra in z.extra_inputs:
-                tw = max(tw, _check(tuned_vm, sess, extra, rtol, atol))
-            row["tuned_check"] = f"allclose onnxruntime rtol {rtol:g} atol {atol:g} (max " \
-                                 f"abs diff {tw:.1e})"
-    fns, args = _timed_fns(vm, sess, z.torch_module, z.inputs, threads)
+        tuned_vm = _tuned(mod, target, dev, z, tune_trials, row, tune_dir or tune_work_dir(z),
+                          tune_options, quiet)
+        tw = _check(tuned_vm, sess, z.inputs, rtol, atol)
+        for extra in z.extra_inputs:
+            tw = max(tw, _check(tuned_vm, sess, extra, rtol, atol))
+        row["tuned_check"] = f"allclose onnxruntime rtol {rtol:g} atol {atol:g} (max " \
+                             f"abs diff {tw:.1e})"
+    fns, args = _timed_fns(vm, dev, sess, z.torch_module, z.inputs, threads)
     if tuned_vm is not None:
         tfn = tuned_vm["main"]
-        fns["tuned"] = lambda: tfn(*args)
+
+        def tuned():
+            tfn(*args)
+            dev.sync()
+        fns["tuned"] = tuned
     number = calls_per_round(fns["tilecraft"], 0.3)
     names = list(fns)
     times = dict(zip(names, interleaved([fns[n] for n in names], number, rounds)))
@@ -267,6 +251,7 @@ def _fmt(v, digits=2):
 
 
 def markdown_table(rows: list[dict], target: str, note: str = "") -> str:
+    """The zoo's table in markdown: one line per row (failed and skipped rows say why)."""
     tuned = any("tuned_ms" in r for r in rows)
     cols = ["model", "inputs", "tilecraft ms", "onnxruntime ms", "PyTorch ms"] + \
         (["tuned ms"] if tuned else []) + \
@@ -277,9 +262,10 @@ def markdown_table(rows: list[dict], target: str, note: str = "") -> str:
              f"(above 1: tilecraft is faster). {note}".strip(), "",
              "| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
     for r in rows:
-        if "error" in r:
-            cells = [r["model"]] + [""] * (len(cols) - 2) + [r["error"][:160]]
-            cells[cols.index("target")] = "failed"
+        if "error" in r or "skipped" in r:
+            cells = [r["model"]] + [""] * (len(cols) - 2) + \
+                [r.get("error", r.get("skipped", ""))[:160]]
+            cells[cols.index("target")] = "failed" if "error" in r else "skipped"
             lines.append("| " + " | ".join(cells) + " |")
             continue
         goal = (f"{'>' if r['model'] in AHEAD_MODELS else '>='} {r['target_vs_ort']:.2f} "
@@ -293,14 +279,14 @@ def markdown_table(rows: list[dict], target: str, note: str = "") -> str:
 
 
 def bar_chart(rows: list[dict], path: str, target: str) -> str | None:
-    """Latency ratios (peer / tilecraft) per model, log scale; None without matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    """Latency ratios (peer / tilecraft) per model, log scale, written to ``path``; None
+    without matplotlib (the ``[bench]`` extra) or without a measured row."""
+    if not has_module("matplotlib"):
         return None
-    ok = [r for r in rows if "error" not in r]
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ok = [r for r in rows if "error" not in r and "skipped" not in r]
     if not ok:
         return None
     names = [r["model"] for r in ok]
@@ -333,45 +319,86 @@ def _atomic_write(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def paths(target: str) -> dict[str, str]:
-    tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", target)
-    return {ext: os.path.join(RESULTS_DIR, f"zoo-{tag}.{ext}") for ext in ("json", "md", "png")}
+def target_tag(target: str) -> str:
+    """The target as a file-name part: ``"opencl -device=cpu"`` -> ``"opencl_-device_cpu"``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(target))
 
 
-def run(names=None, target: str = "llvm", quiet: bool = False,
-        tune_trials: int = 0) -> list[dict]:
-    """Measure ``names`` (default: the whole zoo); write the JSON, table and chart; return the
-    rows. A model that fails gets a row with its ``error`` (the others still run)."""
-    from tilecraft.progress import iterate
-    from .models import ZOO
+def paths(target: str, out_dir: str) -> dict[str, str]:
+    """The files ``write`` makes in ``out_dir``: ``{"json": ..., "md": ..., "png": ...}``."""
+    tag = target_tag(target)
+    return {ext: os.path.join(out_dir, f"zoo-{tag}.{ext}") for ext in ("json", "md", "png")}
+
+
+def note() -> str:
+    """The line under the table: when and where it was measured."""
+    return (f"Measured {time.strftime('%Y-%m-%d')} on {machine_info().get('cpu', '?')} "
+            f"({os.cpu_count()} cores).")
+
+
+def skipped_row(name: str) -> dict | None:
+    """The row of a model that cannot run here (a PyTorch model without torch), else None."""
+    if name in NEEDS_TORCH and not has_module("torch"):
+        return {"model": name, "skipped": missing_message("torch", f"zoo model {name}")}
+    return None
+
+
+def run(names=None, target: str = "llvm", quiet: bool = False, tune_trials: int = 0,
+        out_dir: str | None = None, on_rows: Callable[[list[dict]], None] | None = None,
+        tune_root: str | None = None, tune_options: dict | None = None,
+        device: int = 0) -> list[dict]:
+    """Measure ``names`` (default: the whole zoo) and return the rows. A model that fails gets
+    a row with its ``error``, one that cannot run here (PyTorch missing) a row with why it was
+    ``skipped``; the others still run.
+
+    After each model the rows so far are saved: with ``out_dir``, by ``write`` (merged with
+    the rows already there); with ``on_rows``, by calling it (``benchmarks.zoo`` writes
+    through ``benchmarks.common.write_results``). With ``tune_trials`` each model is tuned in
+    ``tune_root/<model>`` (default ``tune_work_dir``).
+
+    Raises ``MissingExtraError`` without onnxruntime (the ``[bench]`` extra) and ``KeyError``
+    for an unknown name.
+    """
+    require("onnxruntime", "tilecraft zoo")
     names = list(names or ZOO)
-    for n in names:
-        if n not in ZOO:
-            raise SystemExit(f"unknown zoo model {n!r}; known: {', '.join(ZOO)}")
+    unknown = [n for n in names if n not in ZOO]
+    if unknown:
+        raise KeyError(f"unknown zoo model {unknown[0]!r}; known: {', '.join(ZOO)}")
     threads = os.cpu_count() or 1
     rounds = int(os.environ.get("TILECRAFT_ZOO_ROUNDS", "5"))
     rows = []
     for name in iterate(names, "zoo", quiet=quiet):
         t0 = time.perf_counter()
-        try:
-            z = ZOO[name]()
-            row = measure(z, target, threads, rounds, quiet, tune_trials)
-        except Exception as err:  # keep going: one broken model must not hide the others
-            row = {"model": name, "error": f"{type(err).__name__}: {err}".splitlines()[0],
-                   "traceback": traceback.format_exc()[-2000:]}
+        row = skipped_row(name)
+        if row is None:
+            try:
+                z = ZOO[name]()
+                tune_dir = os.path.join(tune_root, name) if tune_root else None
+                row = measure(z, target, threads, rounds, quiet, tune_trials, tune_options,
+                              tune_dir, device)
+            except Exception as err:  # keep going: one broken model must not hide the others
+                row = {"model": name, "error": f"{type(err).__name__}: {err}".splitlines()[0],
+                       "traceback": traceback.format_exc()[-2000:]}
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
         if not quiet:
-            msg = row.get("error") or (f"{row['tilecraft_ms']:.2f} ms vs onnxruntime "
-                                       f"{row['onnxruntime_ms']:.2f} ms ({row['vs_ort']:.2f}x)")
+            msg = row.get("error") or row.get("skipped") or (
+                f"{row['tilecraft_ms']:.2f} ms vs onnxruntime {row['onnxruntime_ms']:.2f} ms "
+                f"({row['vs_ort']:.2f}x)")
             print(f"  {name}: {msg}", file=sys.stderr, flush=True)
-        write([row], target)           # after each model: a long run keeps what it measured
+        if out_dir is not None:
+            write([row], target, out_dir)   # after each model: a long run keeps what it measured
+        if on_rows is not None:
+            on_rows(list(rows))
     return rows
 
 
-def write(rows: list[dict], target: str) -> dict[str, str]:
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    p = paths(target)
+def write(rows: list[dict], target: str, out_dir: str) -> dict[str, str]:
+    """Write the JSON, the markdown table and the chart (when matplotlib is installed) into
+    ``out_dir``, merged with the rows of other models already there; returns the paths of the
+    files written."""
+    os.makedirs(out_dir, exist_ok=True)
+    p = paths(target, out_dir)
     old = {}
     if os.path.exists(p["json"]):        # merge: a partial run keeps the other models' rows
         try:
@@ -381,51 +408,13 @@ def write(rows: list[dict], target: str) -> dict[str, str]:
             old = {}
     for r in rows:
         old[r["model"]] = r
-    from .models import ZOO
     order = {n: i for i, n in enumerate(ZOO)}
     merged = sorted(old.values(), key=lambda r: order.get(r["model"], 1 << 20))
-    note = (f"Measured {time.strftime('%Y-%m-%d')} on {machine_info().get('cpu', '?')} "
-            f"({os.cpu_count()} cores, shared with other jobs: noisy).")
     doc = {"benchmark": f"zoo-{target}", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-           "machine": machine_info(), "target": target, "note": note, "rows": merged}
+           "machine": machine_info(), "target": target, "note": note(), "rows": merged}
     _atomic_write(p["json"], json.dumps(doc, indent=2) + "\n")
-    _atomic_write(p["md"], markdown_table(merged, target, note))
-    bar_chart(merged, p["png"], target)
-    return p
-
-
-def main(argv=None) -> int:
-    ensure_clean_openblas_env()
-    parser = argparse.ArgumentParser(prog="tilecraft zoo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", help="comma-separated names (default: all)")
-    parser.add_argument("--target", default="llvm")
-    parser.add_argument("--show", action="store_true", help="print the last table")
-    parser.add_argument("--list", action="store_true", help="list the models")
-    parser.add_argument("--quiet", action="store_true")
-    parser.add_argument("--tune-trials", type=int, default=0,
-                        help="also tune each model with relax.tune (that many trials) and "
-                             "time the tuned build")
-    args = parser.parse_args(argv)
-    if args.list:
-        from .models import ZOO
-        for n in ZOO:
-            print(n)
-        return 0
-    p = paths(args.target)
-    if args.show:
-        if not os.path.exists(p["md"]):
-            print(f"no zoo results for {args.target} yet: run `tilecraft zoo`", file=sys.stderr)
-            return 1
-        with open(p["md"], encoding="utf-8") as f:
-            print(f.read())
-        return 0
-    names = [n.strip() for n in args.models.split(",")] if args.models else None
-    rows = run(names, args.target, args.quiet, args.tune_trials)
-    with open(p["md"], encoding="utf-8") as f:
-        print(f.read())
-    print(f"(written to {p['json']}, {p['md']}, {p['png']})")
-    return 0 if all("error" not in r for r in rows) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    _atomic_write(p["md"], markdown_table(merged, target, note()))
+    written = {"json": p["json"], "md": p["md"]}
+    if bar_chart(merged, p["png"], target) is not None:
+        written["png"] = p["png"]
+    return written

@@ -1,4 +1,4 @@
-"""Model builders for the end-to-end tests and the Relax benchmarks.
+"""Model builders for the end-to-end tests, the Relax benchmarks and the zoo (``bert_layer``).
 
 Each builder makes one network three times over, with the same random weights (a seeded numpy
 RNG): a Relax ``IRModule`` built with ``BlockBuilder`` and ``relax.op`` (batch and sequence dims
@@ -15,7 +15,7 @@ Examples
 --------
 >>> import numpy as np
 >>> from tilecraft import relax
->>> from benchmarks.models import mlp
+>>> from tilecraft.models import mlp
 >>> m = mlp(in_features=16, hidden=(32,), out_features=4)
 >>> exe = relax.build(m.mod, "llvm")                                   # doctest: +SKIP
 >>> x, = m.make_inputs(np.random.default_rng(0), batch=3)

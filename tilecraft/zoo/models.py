@@ -14,10 +14,20 @@ here in PyTorch, the torch module for the eager column).
   (embeddings and 12 post-LN encoder layers as Hugging Face writes them, ``seq_len``
   symbolic), ``gpt2_small`` (12 pre-LN decoder blocks with a causal mask sliced from a buffer,
   tanh GELU, ``seq_len`` symbolic), ``mlp_mixer`` (Mixer-S/16 at 224x224);
-- ``bert_layer``: the single BERT-base encoder layer of ``benchmarks.models`` (built with
-  onnx.helper; ``batch`` and ``seq_len`` symbolic).
+- ``bert_layer``: the single BERT-base encoder layer of ``tilecraft.models`` (built with
+  onnx.helper; ``batch`` and ``seq_len`` symbolic);
+- ``mlp``: the 4-layer perceptron of ``tilecraft.models`` (784-1024-1024-1024-10, ``batch``
+  symbolic): the zoo's small model, built in seconds (``tilecraft demo --model mlp``).
 
-``ZOO`` maps each name to a builder returning a ``ZooModel``.
+``ZOO`` maps each name to a builder returning a ``ZooModel``; ``NEEDS_TORCH`` names the models
+written in PyTorch (they need the ``[torch]`` extra).
+
+Examples
+--------
+>>> from tilecraft.zoo.models import ZOO
+>>> z = ZOO["mlp"]()                                                  # doctest: +SKIP
+>>> z.name, [a.shape for a in z.inputs.values()]                      # doctest: +SKIP
+('mlp', [(1, 784)])
 """
 from __future__ import annotations
 
@@ -29,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+
+from ..models import bert_encoder_layer, mlp as mlp_builder
 
 
 @dataclass
@@ -461,14 +473,23 @@ def gpt2_small(seed: int = 0) -> ZooModel:
 
 
 def bert_layer(seed: int = 0) -> ZooModel:
-    from benchmarks.models import bert_encoder_layer
     m = bert_encoder_layer(seed=seed)
     rng = np.random.default_rng(seed + 1)
     (x,) = m.make_inputs(rng, batch=1, seq_len=128)
     (x7,) = m.make_inputs(rng, batch=1, seq_len=7)
-    return ZooModel("bert_layer", "one BERT-base encoder layer (benchmarks.models), batch and "
+    return ZooModel("bert_layer", "one BERT-base encoder layer (tilecraft.models), batch and "
                     "seq_len symbolic, timed at 1x128x768", m.onnx_model, {"x": x},
                     {"batch": 1, "seq_len": 128}, [{"x": x7}], family="transformer")
+
+
+def mlp(seed: int = 0) -> ZooModel:
+    m = mlp_builder(seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    (x,) = m.make_inputs(rng, batch=1)
+    (x5,) = m.make_inputs(rng, batch=5)
+    return ZooModel("mlp", "4-layer perceptron 784-1024-1024-1024-10 (tilecraft.models), batch "
+                    "symbolic, timed at 1x784", m.onnx_model, {"x": x}, {"batch": 8}, [{"x": x5}],
+                    family="mlp")
 
 
 def _light_builder(name):
@@ -477,4 +498,7 @@ def _light_builder(name):
 
 ZOO: dict[str, Callable[..., ZooModel]] = {n: _light_builder(n) for n in light_models()}
 ZOO.update({"mobilenet_v2": mobilenet_v2, "resnet18": resnet18, "bert_layer": bert_layer,
-            "bert_base": bert_base, "gpt2_small": gpt2_small, "mlp_mixer": mlp_mixer})
+            "bert_base": bert_base, "gpt2_small": gpt2_small, "mlp_mixer": mlp_mixer, "mlp": mlp})
+
+# the models written in PyTorch here: without torch (the [torch] extra) their rows are skipped
+NEEDS_TORCH = frozenset({"mobilenet_v2", "resnet18", "bert_base", "gpt2_small", "mlp_mixer"})
