@@ -18,7 +18,7 @@ from tilecraft import targets
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax.transform import Sequential, get_pipeline
 from tilecraft.relax.transform.convert_layout import nhwc_pays
-from tilecraft.relax.transform.packed_kernels import ConvGeometry
+from tilecraft.relax.backend.cpu import ConvGeometry
 
 from .common import side_by_side
 

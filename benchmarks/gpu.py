@@ -207,7 +207,7 @@ def _wall(fn) -> float:
 
 def sweep(dev, info, target, n, torch) -> list[dict]:
     """GEMM with other tile configurations of the default schedule (for tuning it)."""
-    from tilecraft.relax import gpu_schedules as G
+    from tilecraft.relax.backend.gpu import gemm as G
     saved = (G.GEMM_TILE, G.GEMM_TILE_J, G.GEMM_BK)
     rows = []
     try:

@@ -1,6 +1,6 @@
 """GEMM 4096^3 under variants of the default GPU schedule's GEMM rule, beside cuBLAS: a quick
-device run to choose ``relax.gpu_schedules``' constants (tile, k-step, register fragments,
-vector fetch) before a tuning run.
+device run to choose the GPU GEMM family's constants (``relax.backend.gpu.gemm``: tile, k-step,
+register fragments, vector fetch) before a tuning run.
 
 ``python -m benchmarks.gpu_gemm_variants [opencl] [webgpu]`` prints one JSON row per variant and
 writes them to ``benchmarks/results/gpu_gemm_variants/<machine>.json`` (the machine: the GPU
@@ -20,7 +20,8 @@ import numpy as np
 from tilecraft import targets
 from benchmarks.common import write_results
 from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
-from tilecraft.relax import gpu_schedules as G
+from tilecraft.relax import gpu_schedules
+from tilecraft.relax.backend.gpu import gemm as G
 
 N = int(os.environ.get("GEMM_VARIANTS_N", "4096"))
 T16 = {"GEMM_TILE": (16, 8), "GEMM_TILE_J": (16, 8)}     # 16 x 16 threads of 8 x 8
@@ -77,7 +78,7 @@ def run(kinds) -> list[dict]:
                 for k, v in variant.items():
                     setattr(G, k, v)
                 t0 = time.time()
-                mod = targets.build(G.apply(gemm_func(N), target), target)
+                mod = targets.build(gpu_schedules.apply(gemm_func(N), target), target)
                 mod[mod.entry_name](A, B, C)
                 row["build_s"] = time.time() - t0
                 err = float(np.abs(C.numpy() - ref).max() / np.abs(ref).max())

@@ -38,6 +38,7 @@ from tilecraft.metaschedule.database import workload_hash
 from tilecraft.metaschedule.plot import tuning_curve
 from tilecraft.metaschedule.schedule_rule.base import ANN_SHARED_LAYOUT, SHARED_LAYOUTS
 from tilecraft.relax import gpu_schedules
+from tilecraft.relax.backend.gpu import gemm
 from tilecraft.tensorir import Schedule
 from tilecraft.tensorir.expr import TIRError
 from tilecraft.tensorir.schedule import ScheduleError
@@ -108,9 +109,8 @@ def default_tiling(target=None) -> tuple:
     """The default GEMM schedule's tiling for ``target`` (OpenCL when None): ((threads,
     registers) of rows, of columns, k-tile)."""
     if target is not None and target.kind == "webgpu":
-        return (gpu_schedules.GEMM_TILE_WEBGPU, gpu_schedules.GEMM_TILE_WEBGPU,
-                gpu_schedules.GEMM_BK_WEBGPU)
-    return gpu_schedules.GEMM_TILE, gpu_schedules.GEMM_TILE_J, gpu_schedules.GEMM_BK
+        return gemm.GEMM_TILE_WEBGPU, gemm.GEMM_TILE_WEBGPU, gemm.GEMM_BK_WEBGPU
+    return gemm.GEMM_TILE, gemm.GEMM_TILE_J, gemm.GEMM_BK
 
 
 # the hand WebGPU schedule's tiling (benchmarks/schedules/webgpu.py): 128 x 128 x 16, 8 x 8

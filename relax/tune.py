@@ -75,7 +75,7 @@ def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
     sch = Schedule(func)
     try:
         # the rules of default_schedules.apply, kept as one trace (apply returns the function)
-        default_schedules._schedule(sch, target)
+        default_schedules.schedule_blocks(sch, target)
     except ScheduleError:
         return None
     # apply may do more than one trace can say (two versions of the body on a symbolic row

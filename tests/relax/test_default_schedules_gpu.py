@@ -10,6 +10,7 @@ import pytest
 import gpu_testutil as gpu
 from tilecraft import targets
 from tilecraft.relax import const, gpu_schedules as gs
+from tilecraft.relax.backend.gpu import gemm
 from tilecraft.relax import op
 from tilecraft.relax.build import _run_pipeline, legalize
 from tilecraft.relax.op import nn
@@ -122,7 +123,7 @@ def test_gemm_tiles_are_laid_out_for_vector_fragments():
     """Both targets: 16 x 16 threads of 8 x 8; A's shared tile transposed (OpenCL: rows padded
     by 4 words), B's in runs of 4 columns per thread, register fragments per k step and the
     k-step loop annotated for the register prefetch."""
-    for kind, bk in (("webgpu", gs.GEMM_BK_WEBGPU), ("opencl", gs.GEMM_BK)):
+    for kind, bk in (("webgpu", gemm.GEMM_BK_WEBGPU), ("opencl", gemm.GEMM_BK)):
         g = gs.apply(_gemm(2048, 2048, 64), Target(kind))
         text = g.script()
         assert "B_shared[v0, v1 // 4 % 2, v1 // 8, v1 % 4]" in text, kind
@@ -144,7 +145,7 @@ def test_small_outputs_get_smaller_register_tiles():
     thread halved) until it has GEMM_MIN_GROUPS, to fill the GPU at batch 1."""
     g = gs.apply(_gemm(256, 256, 64), Target("opencl"))
     groups = next(iter(_bound(g, "blockIdx.x"))) * next(iter(_bound(g, "blockIdx.y")))
-    assert groups >= gs.GEMM_MIN_GROUPS
+    assert groups >= gemm.GEMM_MIN_GROUPS
     big = gs.apply(_gemm(4096, 4096, 64), Target("opencl"))
     assert _bound(big, "blockIdx.x") == {32} and _bound(big, "blockIdx.y") == {32}
 

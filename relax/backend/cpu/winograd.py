@@ -21,6 +21,11 @@ Stages (``conv2d_nhwc_winograd``):
    coefficients of its position in the tile; the elementwise epilogue (bias, residual,
    activation) is inlined into it.
 
+The family (rule ``RULE_WINOGRAD_GEMM``, on the GEMM block): plan ``winograd_applies`` and
+``gemm_tile``; weight packing ``pack_winograd_weight``; compute ``conv2d_nhwc_winograd``;
+schedule ``schedule_winograd_gemm`` (the other stages take the padding stage's and the generic
+schedules).
+
 F(2x2, 3x3) is exact in real arithmetic and its transforms have coefficients 0, 1/2 and 1,
 so float32 results differ from the direct convolution by rounding only (about 1e-6 relative on
 ResNet-50's layers). Larger tiles (F(4x4, 3x3): 4x fewer multiply-adds) need coefficients up
@@ -36,15 +41,22 @@ True
 """
 from __future__ import annotations
 
+from tilecraft.targets import Target
 from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import PrimExpr
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
 
-from .packed_kernels import (SCHEDULE_RULE, ConvGeometry, _as_int, _ceil_div, _pad_nhwc,
-                             dense_panel_width)
+from .dense import dense_panel_width
+from .geometry import ConvGeometry, as_int, ceil_div
+from .padding import RULE_PAD, pad_nhwc, schedule_pad
+from .registry import SCHEDULE_RULE, KernelFamily
+from .schedule_utils import ann_int, finish_tile_block
 
 __all__ = ["RULE_WINOGRAD_GEMM", "winograd_applies", "gemm_tile", "winograd_tiles",
-           "pack_winograd_weight", "conv2d_nhwc_winograd"]
+           "pack_winograd_weight", "conv2d_nhwc_winograd", "schedule_winograd_gemm", "FAMILY"]
 
 RULE_WINOGRAD_GEMM = "tilecraft.winograd_gemm"
+
 
 # F(2, 3): B^T (4 x 4), G (4 x 3), A^T (2 x 4)
 B_T = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
@@ -52,6 +64,7 @@ G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
 A_T = ((1, 1, 1, 0), (0, 1, -1, -1))
 ALPHA = 4      # the transformed patch is ALPHA x ALPHA
 TILE = 2       # output pixels per tile side
+
 
 # the fewest input and output channels that take it: the multiply-adds per tile scale with
 # C * O, the transforms' memory traffic with C + O. Zen 3 (AVX2), one thread, against the
@@ -77,7 +90,7 @@ def winograd_applies(g: ConvGeometry) -> bool:
 
 def gemm_tile(g: ConvGeometry, lanes: int, registers: int) -> tuple[int, int]:
     """``(rows, NR)``: the GEMM's register tile, ``rows`` Winograd tiles x ``NR`` output
-    channels (``packed_kernels.dense_panel_width``: two vectors with 16 registers, four with
+    channels (``dense.dense_panel_width``: two vectors with 16 registers, four with
     32).
 
     Examples
@@ -91,7 +104,7 @@ def gemm_tile(g: ConvGeometry, lanes: int, registers: int) -> tuple[int, int]:
 def winograd_tiles(g: ConvGeometry) -> tuple[int, int]:
     """Output tiles of ``g`` per image, vertically and horizontally (an odd output size
     takes a last tile half outside, whose outside pixels are computed and not written)."""
-    return _ceil_div(g.out_h, TILE), _ceil_div(g.out_w, TILE)
+    return ceil_div(g.out_h, TILE), ceil_div(g.out_w, TILE)
 
 
 def _pick(i, values, dtype: str | None = None):
@@ -116,7 +129,7 @@ def pack_winograd_weight(weight: te.Tensor, kernel_layout: str, width: int) -> t
     [16, 4, 32, 16]
     """
     dims = {c: weight.shape[kernel_layout.index(c)] for c in "OIHW"}
-    o = _as_int(dims["O"])
+    o = as_int(dims["O"])
     dtype = weight.dtype
     zero = te.const(0, dtype)
 
@@ -132,7 +145,7 @@ def pack_winograd_weight(weight: te.Tensor, kernel_layout: str, width: int) -> t
                 total = total + coef * weight[tuple(at[c] for c in kernel_layout)]
         return total if o % width == 0 else te.if_then_else(oc < o, total, zero)
 
-    return te.compute((ALPHA * ALPHA, _ceil_div(o, width), dims["I"], width), f,
+    return te.compute((ALPHA * ALPHA, ceil_div(o, width), dims["I"], width), f,
                       "winograd_weight")
 
 
@@ -155,12 +168,12 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
     if not winograd_applies(g):
         raise ValueError(f"conv2d_nhwc_winograd: F(2x2, 3x3) does not compute {g}")
     n = data.shape[0]
-    nr = _as_int(weight.shape[3])
-    src = _pad_nhwc(data, g)
+    nr = as_int(weight.shape[3])
+    src = pad_nhwc(data, g)
     hp, wp = g.padded
     th, tw = winograd_tiles(g)
     tiles = th * tw
-    tiles_pad = _ceil_div(tiles, rows) * rows
+    tiles_pad = ceil_div(tiles, rows) * rows
 
     # 1. V = B^T d B: each row of B^T has two nonzero entries (+1 and +-1)
     nonzero = [[k for k, v in enumerate(row) if v] for row in B_T]
@@ -193,7 +206,7 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
         return te.sum(v[ab, b_, t, k].astype(out_dtype) *
                       weight[ab, o // nr, k, o % nr].astype(out_dtype), axis=k)
 
-    m = te.compute((ALPHA * ALPHA, n, tiles_pad, _ceil_div(g.out_channels, nr) * nr), m_at,
+    m = te.compute((ALPHA * ALPHA, n, tiles_pad, ceil_div(g.out_channels, nr) * nr), m_at,
                    "winograd_gemm",
                    attrs={SCHEDULE_RULE: RULE_WINOGRAD_GEMM, "rows": rows, "width": nr})
 
@@ -211,3 +224,38 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
         return total
 
     return te.compute((n, g.out_h, g.out_w, g.out_channels), y_at, "conv2d_nhwc")
+
+
+def schedule_winograd_gemm(sch: Schedule, name: str, target: Target,
+                           gemv_rows: PrimExpr | None = None) -> None:
+    """The 16 products of a Winograd convolution (``conv2d_nhwc_winograd``), ``M[ab, n, t, o] =
+    sum_c V[ab, n, t, c] * U[ab, o // NR, c, o % NR]``: a tile of ``rows`` tiles x ``NR``
+    channels (one packed panel) accumulates in registers over the input channels, as in the
+    NHWC 1x1 kernel. The (position, panel) pairs are fused and run in parallel: a core's run
+    of them keeps one position's ``V`` in its L2 while the panels, each read once, stream by;
+    the image's tiles (a multiple of ``rows``: no ragged tile) are inside."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    rows, width = ann_int(blk, "rows"), ann_int(blk, "width")
+    loops = sch.get_loops(block)
+    if len(loops) != 5:
+        raise ScheduleError("winograd", f"block {name}: unexpected loop nest", blk)
+    ab, b, t, o, k = loops
+    o0, o1 = sch.split(o, [None, width])
+    t0, t1 = sch.split(t, [None, rows])
+    sch.reorder(ab, o0, b, t0, k, t1, o1)
+    par = sch.fuse(ab, o0)
+    sch.parallel(par)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, t0)
+    init = sch.decompose_reduction(block, k)
+    sch.unroll(t1)
+    sch.vectorize(o1)
+    finish_tile_block(sch, init, 3)
+    finish_tile_block(sch, acc, 3)
+
+
+FAMILY = KernelFamily(
+    name="winograd", rule=RULE_WINOGRAD_GEMM, plan=gemm_tile, compute=conv2d_nhwc_winograd,
+    pack=pack_winograd_weight, schedule=schedule_winograd_gemm, tile=True,
+    stages={RULE_PAD: schedule_pad})
