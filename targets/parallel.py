@@ -4,15 +4,17 @@
 results in order. With ``jobs > 1`` the tasks run in forked worker processes (the workers
 inherit the tasks, so nothing but the results -- object code and metadata -- crosses a process
 boundary), longest first by the ``cost`` estimates, each worker taking the next task when it is
-free. The results are the same as a serial run's, in the same order. A task that raises in a
-worker is run again in this process, so the exception (with the IR node it names) is exactly
-the serial build's; a worker that dies (a crash of LLVM) raises ``RuntimeError`` naming the
+free. The results are the same as a serial run's, in the same order, and so are the warnings
+the tasks issue (issued again here, in task order). A task that raises in a worker is run
+again in this process, so the exception (with the IR node it names) is exactly the serial
+build's; a worker that dies (a crash of LLVM, out of memory) raises ``RuntimeError`` naming the
 tasks it may have been running.
 
 Forking is what makes a parallel build cheap (no new interpreter imports tilecraft and LLVM),
-and it is safe here: a worker only runs code generation and LLVM on its own data, never the
-kernel thread pool or anything else another thread of this process may hold. Where ``fork``
-is not available (Windows, macOS by policy) or inside a worker, tasks run serially.
+and it is safe here: a worker only runs scheduling, lowering, code generation and LLVM on its
+own data, never the kernel thread pool or anything else another thread of this process may
+hold. Where ``fork`` is not available (Windows, macOS) or inside a worker, tasks run serially.
+The number of workers: ``jobs``, else ``$TILECRAFT_JOBS``, else one per core.
 """
 from __future__ import annotations
 
@@ -32,8 +34,20 @@ _POOL_LOCK = threading.Lock()
 _IN_WORKER = False
 
 
+ENV_JOBS = "TILECRAFT_JOBS"
+
+
 def default_jobs() -> int:
-    """The cores this process may run on."""
+    """``$TILECRAFT_JOBS``, else the cores this process may run on."""
+    text = os.environ.get(ENV_JOBS, "").strip()
+    if text:
+        try:
+            jobs = int(text)
+        except ValueError:
+            jobs = 0
+        if jobs < 1:
+            raise ValueError(f"{ENV_JOBS}={text!r} must be a positive integer")
+        return jobs
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -62,10 +76,20 @@ def _worker_init():
 
 
 def _run_one(index: int):
-    try:
-        return True, _TASKS[index]()
-    except BaseException as err:  # noqa: BLE001 - reported, then re-raised by the parent
-        return False, f"{type(err).__name__}: {err}"
+    """Task ``index`` in a worker: (ok, result or error text, warnings it issued)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ok, value = True, _TASKS[index]()
+        except BaseException as err:  # noqa: BLE001 - reported, then re-raised by the parent
+            ok, value = False, f"{type(err).__name__}: {err}"
+    issued = [(str(w.message), w.category, w.filename, w.lineno) for w in caught
+              if _picklable_category(w.category)]
+    return ok, value, issued
+
+
+def _picklable_category(category) -> bool:
+    return getattr(sys.modules.get(category.__module__), category.__qualname__, None) is category
 
 
 def run_tasks(tasks: Sequence[Callable], jobs: int = 1, cost: Sequence[float] | None = None,
@@ -94,6 +118,7 @@ def run_tasks(tasks: Sequence[Callable], jobs: int = 1, cost: Sequence[float] | 
     order = sorted(range(len(tasks)), key=lambda i: -cost[i]) if cost is not None else \
         list(range(len(tasks)))
     results: list = [None] * len(tasks)
+    issued: list = [()] * len(tasks)
     failed: list[int] = []
     global _TASKS
     with _POOL_LOCK:
@@ -109,7 +134,7 @@ def run_tasks(tasks: Sequence[Callable], jobs: int = 1, cost: Sequence[float] | 
                     futures = {i: pool.submit(_run_one, i) for i in order}
                     for i in order:
                         try:
-                            ok, value = futures[i].result()
+                            ok, value, issued[i] = futures[i].result()
                         except BrokenProcessPool:
                             unfinished = [j for j in order if not (
                                 futures[j].done() and futures[j].exception(timeout=0) is None)]
@@ -125,9 +150,13 @@ def run_tasks(tasks: Sequence[Callable], jobs: int = 1, cost: Sequence[float] | 
                             failed.append(i)
         finally:
             _TASKS = None
+    first = min(failed) if failed else len(tasks)
+    # the warnings the workers' tasks issued, here and in task order, as a serial run issues them
+    for i in range(first):
+        for message, category, filename, lineno in issued[i]:
+            warnings.warn_explicit(message, category, filename, lineno)
     if failed:
         # the first failure in task order, raised by this process as a serial run raises it
-        first = min(failed)
         results[first] = tasks[first]()
         raise RuntimeError(f"task {names[first] if names else first} failed in a worker "
                            f"process but not when run again here")
