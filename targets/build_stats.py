@@ -24,11 +24,14 @@ class BuildStats:
     ----------
     phases : dict[str, float]
         Wall-clock seconds of each phase of the build, in the order they ran.
+    cpu : dict[str, float]
+        CPU seconds of this process in each phase (the worker processes' are in
+        ``kernel_phases``); on a loaded machine the wall-clock times grow, these do not.
     kernel_phases : dict[str, float]
-        Seconds spent on the kernels that were compiled, by phase (``schedule``, ``lower``,
-        ``codegen``, ``llvm_optimize``, ``llvm_emit``), summed over the kernels and the worker
-        processes that compiled them: with several workers their sum exceeds the wall time
-        of "compile kernels".
+        CPU seconds spent on the kernels that were compiled, by phase (``schedule``,
+        ``lower``, ``codegen``, ``llvm_optimize``, ``llvm_emit``), summed over the kernels and
+        the worker processes that compiled them: with several workers their sum exceeds the
+        wall time of "compile kernels".
     kernels : int
         Kernels the program calls (before deduplication).
     distinct : int
@@ -47,6 +50,7 @@ class BuildStats:
     """
 
     phases: dict = field(default_factory=dict)
+    cpu: dict = field(default_factory=dict)
     kernel_phases: dict = field(default_factory=dict)
     kernels: int = 0
     distinct: int = 0
@@ -58,11 +62,12 @@ class BuildStats:
     @contextlib.contextmanager
     def phase(self, name: str):
         """Time the block as phase ``name`` (added to it when it ran before)."""
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
+            self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - cpu
 
     @property
     def total(self) -> float:
@@ -71,7 +76,8 @@ class BuildStats:
 
     def as_dict(self) -> dict:
         """Plain data (for JSON)."""
-        return {"phases": dict(self.phases), "kernel_phases": dict(self.kernel_phases),
+        return {"phases": dict(self.phases), "cpu": dict(self.cpu),
+                "kernel_phases": dict(self.kernel_phases),
                 "kernels": self.kernels, "distinct": self.distinct,
                 "cache_hits": self.cache_hits, "compiled": self.compiled, "jobs": self.jobs,
                 "cache_dir": self.cache_dir, "total": self.total}
@@ -79,12 +85,13 @@ class BuildStats:
     def summary(self) -> str:
         """A few lines for people: each phase's seconds and share, then the kernels."""
         total = self.total or 1e-12
-        lines = [f"build: {self.total:.2f} s"]
+        lines = [f"build: {self.total:.2f} s  (wall clock, share, CPU of this process)"]
         for name, secs in self.phases.items():
-            lines.append(f"  {name:<22s} {secs:8.3f} s  {100 * secs / total:5.1f} %")
+            lines.append(f"  {name:<22s} {secs:8.3f} s  {100 * secs / total:5.1f} %  "
+                         f"{self.cpu.get(name, 0.0):8.3f} s")
         if self.kernel_phases:
             busy = sum(self.kernel_phases.values())
-            lines.append(f"  kernels compiled: {busy:.2f} s of work in {self.jobs} "
+            lines.append(f"  kernels compiled: {busy:.2f} CPU s in {self.jobs} "
                          f"process{'es' if self.jobs > 1 else ''}")
             for name, secs in self.kernel_phases.items():
                 lines.append(f"    {KERNEL_PHASES.get(name, name):<20s} {secs:8.3f} s")

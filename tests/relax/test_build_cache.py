@@ -125,3 +125,33 @@ def test_jobs_do_not_change_the_executable(tmp_path):
     assert one.kernel_module.objects() == three.kernel_module.objects()
     with pytest.raises(ValueError, match="jobs must be a positive integer"):
         relax.build(mod, "llvm", jobs=0)
+
+
+@pytest.mark.parametrize("name", ["mlp", "squeezenet"])
+def test_folded_constants_do_not_depend_on_the_llvm_opt_level(name, monkeypatch):
+    """FoldConstant compiles its kernels at -O0 (fast to build, run once): the constants are
+    the same bits as with -O3."""
+    import importlib
+    import tilecraft.relax.transform.fold_constant as fold
+    from tilecraft.relax.analysis import post_order_visit
+    from tilecraft.relax.expr import Constant
+    build_module = importlib.import_module("tilecraft.relax.build")
+    mod = from_onnx(models.ZOO[name]().onnx_model)
+
+    def constants(target):
+        monkeypatch.setattr(fold, "_FOLD_TARGET", target)
+        monkeypatch.setattr(fold, "_BUILD_CACHE", {})
+        with targets.kernel_cache.use(False):
+            out = build_module._run_pipeline(mod, None, targets.Target("llvm"))
+        found = []
+        for f in out.functions.values():
+            if isinstance(f, relax.Function):
+                post_order_visit(f, lambda n: found.append(n.data)
+                                 if isinstance(n, Constant) else None)
+        return found
+
+    assert fold._FOLD_TARGET == "llvm -opt-level=0"
+    fast, slow = constants("llvm -opt-level=0"), constants("llvm")
+    assert len(fast) == len(slow) > 0
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
