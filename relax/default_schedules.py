@@ -58,6 +58,11 @@ GEMV_MAX_ROWS = 3         # symbolic row counts up to this run rows on a 1-row m
 VECTOR_STRIDES = (1, 2, 3, 4)   # input strides a vectorized loop reads without a gather
 
 
+class DefaultScheduleWarning(UserWarning):
+    """A kernel the default rules could not schedule (left as it is: correct, slow);
+    ``relax.build(..., strict=True)`` raises instead."""
+
+
 def _loops_of(func: PrimFunc) -> list[For]:
     out = []
     post_order_visit(func.body, lambda n: out.append(n) if isinstance(n, For) else None)
@@ -97,7 +102,8 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
         return func
     except Exception as err:  # a bug in a rule must not break the build: keep the kernel as is
         warnings.warn(f"default schedule of {func.attr_dict.get('global_symbol', '?')} failed "
-                      f"({type(err).__name__}: {err}); the kernel is left unscheduled")
+                      f"({type(err).__name__}: {err}); the kernel is left unscheduled",
+                      DefaultScheduleWarning)
         return func
 
 
@@ -356,7 +362,8 @@ def _transpose_tiles(sch: Schedule, block_rv, loops: list, work: int) -> bool:
 
 def _input_indices(sch: Schedule, block_rv) -> list[list[PrimExpr]]:
     """The indices of each read of ``block_rv``'s inputs (not of what it writes), in terms of
-    the loop variables."""
+    the loop variables. Reads of 0-d inputs are left out: one element, the same for every
+    iteration, they constrain no loop (and have no last index to look at)."""
     blk = sch.get(block_rv)
     br = tree.find_block(sch.func, blk.name)[0]
     binding = {iv.var: value for iv, value in zip(blk.iter_vars, br.iter_values)}
@@ -364,7 +371,7 @@ def _input_indices(sch: Schedule, block_rv) -> list[list[PrimExpr]]:
     loads = []
     post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
     return [[substitute(e, binding) for e in ld.indices] for ld in loads
-            if id(ld.buffer) not in out]
+            if id(ld.buffer) not in out and ld.indices]
 
 
 def _strided_reads(sch: Schedule, block_rv, loop_rv) -> bool:

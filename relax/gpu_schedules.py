@@ -74,6 +74,8 @@ from tilecraft.tensorir.transform import lower_device
 from tilecraft.tensorir.transform.register_prefetch import ANN_REGISTER_PREFETCH
 from tilecraft.tensorir.transform._common import uses_any
 
+from .default_schedules import DefaultScheduleWarning
+
 GPU_KINDS = ("opencl", "webgpu")
 THREADS = 256          # threads per work-group of injective kernels and row reductions
 VECTOR = 4             # elements per thread of injective kernels (one float4)
@@ -158,7 +160,8 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
             warnings.warn(f"GPU default schedule of {name} failed ({type(err).__name__}: "
                           f"{err}); trying a simpler one")
             continue
-    warnings.warn(f"no GPU default schedule applies to {name}; it runs as one thread")
+    warnings.warn(f"no GPU default schedule applies to {name}; it runs as one thread",
+                  DefaultScheduleWarning)
     return func
 
 
