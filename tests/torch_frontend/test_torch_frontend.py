@@ -479,6 +479,16 @@ def test_docs_list_every_supported_op():
     assert not missing, f"docs/frontends.md does not list {missing}: regenerate its PyTorch list"
 
 
+def test_docs_operator_list_is_generated_from_the_code():
+    from benchmarks import gen_torch_docs
+    with open(gen_torch_docs.DOC_PATH, encoding="utf-8") as f:
+        text = f.read()
+    block = text[text.index(gen_torch_docs.BEGIN):text.index(gen_torch_docs.END) +
+                 len(gen_torch_docs.END)]
+    assert block == gen_torch_docs.generate(), \
+        "docs/frontends.md is out of date: run python -m benchmarks.gen_torch_docs"
+
+
 class _AddRows(nn.Module):
     def forward(self, x):
         return torch.where(x > 0, x, x * 0.5)[:, 1:] + 1.0

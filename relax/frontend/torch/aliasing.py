@@ -114,8 +114,18 @@ def is_inplace(node) -> bool:
     return info is not None and info.is_write
 
 
+# in-place operators that change a tensor's shape or strides, not its values: a later use of
+# the tensor sees another view of the memory, which a written-back value cannot express
+RESTRIDES = {"as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_",
+             "swapdims_", "resize_", "resize_as_", "set_"}
+
+
 def functional_name(op: str) -> str:
-    """``add_`` -> ``add``, ``_index_put_impl_`` -> ``_index_put_impl``."""
+    """``add_`` -> ``add``, ``_index_put_impl_`` -> ``_index_put_impl``; an in-place operator
+    that changes the shape instead of the values (``unsqueeze_``) keeps its name (it has no
+    converter)."""
+    if op in RESTRIDES:
+        return op
     return op[:-1] if op.endswith("_") and not op.endswith("__") else op
 
 
