@@ -37,6 +37,7 @@ True
 """
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 from tilecraft.tensorir import arith
@@ -49,6 +50,8 @@ from ..expr import BindingBlock, Function, SeqExpr, Var as RelaxVar, VarBinding
 from ..op.check import assert_op
 
 __all__ = ["ShapeFacts", "ShapeFactError"]
+
+_MAX_CASE_ATOMS = 6     # min / max terms whose sides are tried (2 ** 6 choices at most)
 
 
 class ShapeFactError(ValueError):
@@ -147,26 +150,35 @@ class ShapeFacts:
         return added
 
     def _conditions_for_equal(self, a: PrimExpr, b: PrimExpr) -> list | None:
-        """Bounds under which ``a == b`` is provable, or None. Each ``min(x, y)`` in the dims
-        is taken at ``x`` (``x <= y``), each ``max(x, y)`` at ``x`` (``x >= y``), with the
-        symbolic side as ``x``; the fewest such conditions that prove the equality are kept."""
-        hyps: list[PrimExpr] = []
+        """Bounds under which ``a == b`` is provable, or None. Each ``min(x, y)`` / ``max(x, y)``
+        in the dims is taken at one of its sides (``x <= y`` makes ``min(x, y)`` be ``x``):
+        the symbolic side first (``min(seq, 256)`` as ``seq``), then the other; the first
+        choice that proves the equality, with the conditions it does not need dropped."""
+        atoms: list = []
 
         def visit(n):
-            if isinstance(n, (Min, Max)):
-                x, y = (n.b, n.a) if _is_const(n.a) and not _is_const(n.b) else (n.a, n.b)
-                h = LE(x, y) if isinstance(n, Min) else GE(x, y)
-                if not self.can_prove(h) and all(str(h) != str(g) for g in hyps):
-                    hyps.append(h)
+            if isinstance(n, (Min, Max)) and all(str(n) != str(m) for m in atoms):
+                atoms.append(n)
         post_order_visit(a, visit)
         post_order_visit(b, visit)
-        if not hyps or not self._provable_with(hyps, EQ(a, b)):
+        if not atoms or len(atoms) > _MAX_CASE_ATOMS:
             return None
-        for h in list(hyps):
-            rest = [g for g in hyps if g is not h]
-            if rest and self._provable_with(rest, EQ(a, b)):
-                hyps = rest
-        return hyps
+        sides = []
+        for n in atoms:
+            x, y = (n.b, n.a) if _is_const(n.a) and not _is_const(n.b) else (n.a, n.b)
+            first, second = (LE(x, y), LE(y, x)) if isinstance(n, Min) else \
+                (GE(x, y), GE(y, x))
+            sides.append([h for h in (first, second) if not self.can_prove(Not(h))])
+        for choice in itertools.product(*sides):
+            hyps = [h for h in choice if not self.can_prove(h)]
+            if not hyps or not self._provable_with(hyps, EQ(a, b)):
+                continue
+            for h in list(hyps):
+                rest = [g for g in hyps if g is not h]
+                if rest and self._provable_with(rest, EQ(a, b)):
+                    hyps = rest
+            return hyps
+        return None
 
     def _provable_with(self, hyps: list, cond) -> bool:
         ana = self.analyzer
@@ -198,6 +210,8 @@ def _escape(text: str) -> str:
 
 def _describe(cond: PrimExpr, suffix: str) -> tuple[str, list]:
     """A message format for a failed ``cond`` and its arguments."""
+    if isinstance(cond, (LE, GE)) and _is_const(cond.a) and isinstance(cond.b, Var):
+        cond = (GE if isinstance(cond, LE) else LE)(cond.b, cond.a)     # 1 <= seq: seq >= 1
     if isinstance(cond, LE) and isinstance(cond.a, Var) and _is_const(cond.b):
         v = cond.a
         return (f"{v.name} = {{}} exceeds {cond.b.value}, the most this model supports{suffix}",

@@ -55,6 +55,10 @@ def test_shape_facts_check_the_bound_that_makes_dims_equal():
     # now a fact: a second use needs no second check
     assert not facts.require_equal(min_(seq, 256), seq)
     assert len(facts.checks) == 1
+    # the other side of a min: min(seq, 1) == 1 holds for seq >= 1 (a mask's first column)
+    assert facts.require_equal(min_(seq, 1), 1, "mask")
+    assert facts.checks[-1].attr_dict["format"] == \
+        "seq = {} is below 1, the least this model supports (mask)"
     # no bound makes two free dims equal: the equality itself is checked
     assert facts.require_equal(batch, seq * 2, "where {braces} are kept")
     assert facts.checks[-1].attr_dict["format"].endswith("(where {{braces}} are kept)")
