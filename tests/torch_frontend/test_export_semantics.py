@@ -296,3 +296,19 @@ def test_dataclass_tuple_dict_outputs_flattened_in_order():
     mod, vm = check(NestedOutputs(), (x,), ({0: Dim("batch", max=8)},),
                     more_args=[(randn(5, 4, seed=1),)])
     assert len(vm["main"](x.numpy())) == 5
+
+
+class EveryOther(nn.Module):
+    def forward(self, x, y):
+        return x[:, ::2] + y
+
+
+def test_derived_dim():
+    # what torch suggests for a ConstraintViolationError: x's dim is 2 * y's
+    h = Dim("h", max=32)
+    mod, vm = check(EveryOther(), (randn(3, 8), randn(3, 4)), ({1: 2 * h}, {1: h}),
+                    more_args=[(randn(3, 10, seed=1), randn(3, 5, seed=2))])
+    with pytest.raises(relax.RuntimeCheckError, match=r"^y\.shape\[1\] = h = 33 is outside"):
+        vm["main"](randn(3, 66).numpy(), randn(3, 33).numpy())
+    with pytest.raises(ValueError, match="dimension 1"):       # the VM's own argument check
+        vm["main"](randn(3, 9).numpy(), randn(3, 5).numpy())

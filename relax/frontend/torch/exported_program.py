@@ -170,7 +170,10 @@ class ExportedProgramImporter:
             val = node.meta.get("val")
             for i, d in enumerate(getattr(val, "shape", ())):
                 if isinstance(d, self.torch.SymInt):
-                    for sym in d.node.expr.free_symbols:
+                    expr = d.node.expr
+                    if expr.is_Symbol:          # where the dim is the symbol itself
+                        origin.setdefault(str(expr), f"{node.name}.shape[{i}]")
+                    for sym in expr.free_symbols:
                         key = str(sym)
                         if key in self.sym_vars:
                             continue
@@ -179,7 +182,6 @@ class ExportedProgramImporter:
                             nm = f"{nm}_{key}"
                         used.add(nm)
                         self.sym_vars[key] = tensorir.var(nm)
-                        origin[key] = f"{node.name}.shape[{i}]"
         for key, v in self.sym_vars.items():
             self.facts.assume(v >= 0)          # a size
         for sym, vr in (self.ep.range_constraints or {}).items():
@@ -205,8 +207,8 @@ class ExportedProgramImporter:
         shown = f"[{lower if lower is not None else 0}, {upper if upper is not None else 'inf'}]"
         dim = f"torch.export.Dim('{v.name}'" + (f", min={lower}" if lower is not None else "") + \
             (f", max={upper}" if upper is not None else "") + ")"
-        fmt = (f"{origin} = {v.name} = {{}} is outside the range {shown} the model was exported "
-               f"for ({dim})")
+        fmt = (f"{origin + ' = ' if origin else ''}{v.name} = {{}} is outside the range "
+               f"{shown} the model was exported for ({dim})")
         cond = None
         if lower is not None:
             cond = v >= lower
