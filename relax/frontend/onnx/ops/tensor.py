@@ -411,6 +411,8 @@ def _unify_dims(ctx, node, x, xpad, out):
         o = _i(o)
         if static_int(d) == 1 or plain.can_prove_equal(d, o):
             continue
+        if static_int(d) is not None and static_int(o) is not None:
+            continue                # two constants that differ: broadcast_to says so
         facts.require_equal(d, o, f"node {node.name!r} (Expand)")
         dims[k] = o
         changed = True
