@@ -241,6 +241,14 @@ def _onnx_conformance(doc):
                      "onnxruntime")]
 
 
+def _hf_import(doc):
+    rows = doc["rows"]
+    ok = sum(1 for r in rows if r.get("imports") and r.get("matches"))
+    paths = sorted({r["path"] for r in rows})
+    return [Headline(f"Hugging Face / torch models imported and matching PyTorch eager: {ok} of "
+                     f"{len(rows)} ({', '.join(paths)})")]
+
+
 def _ops_cpu(doc):
     return _suite(doc, "operators (elementwise, softmax, conv2d, GEMM)",
                   "numpy / onnxruntime, per kernel")
@@ -324,6 +332,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "demo": _demo,
     "gemm_cpu": _gemm_cpu,
     "gemm_steps": _gemm_steps,
+    "hf_import": _hf_import,
     "gpu": _gpu,
     "gpu_gemm_variants": _gpu_gemm_variants,
     "gpu_launch_overhead": _gpu_launch_overhead,
