@@ -668,7 +668,7 @@ def main(argv=None) -> int:
                                       "temporary directory)")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import MODULE, which adds session operations, before serving "
-                        "(repeatable), e.g. --plugin relax.rpc_plugin")
+                        "(repeatable), e.g. --plugin tilecraft.relax.rpc_plugin")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
