@@ -69,7 +69,8 @@ def _ops(func):
 def _unplanned_exe(mod):
     program, constants = vm_codegen(mod)
     from tilecraft.relax.build import schedule_kernels
-    kernels = targets.build(__import__("tensorir").IRModule(
+    from tilecraft.tensorir import IRModule
+    kernels = targets.build(IRModule(
         schedule_kernels(mod, targets.Target("llvm"), None, program["kernels"])), "llvm")
     return Executable(program, constants, kernels, "llvm")
 

@@ -361,10 +361,10 @@ def test_index_map_shape_inverse_and_json():
     with pytest.raises(TIRError, match="not a bijection"):
         m.inverse([40, 8])
     inv, pad = m.non_surjective_inverse([40, 8])
-    from tilecraft.tensorir import arith
+    from tilecraft.tensorir import arith, functor
     for y0 in range(3):
         for y2 in range(16):
-            is_pad = arith.simplify(__import__("tensorir").functor.substitute(
+            is_pad = arith.simplify(functor.substitute(
                 pad, {inv.initial_indices[0]: IntImm(y0), inv.initial_indices[1]: IntImm(0),
                       inv.initial_indices[2]: IntImm(y2)}))
             assert bool(is_pad.value) == (y0 * 16 + y2 >= 40)
