@@ -2,7 +2,6 @@
 meets — build errors and timeouts, a crashing build process, kernels that segfault, abort or
 never return, corrupt artifacts, wrong results — each a failed trial, never a dead tuner."""
 import os
-import shutil
 import signal
 import threading
 import time
@@ -18,9 +17,8 @@ from tilecraft.metaschedule.runner import (LocalRunner, RunnerInput, cache_flush
                                  default_tolerance)
 from tilecraft.tensorir import Schedule, te
 
+from capabilities import needs_lld
 from measure_testutil import ELEMWISE_INFOS, build_faulty_libraries
-
-needs_lld = pytest.mark.skipif(shutil.which("ld.lld") is None, reason="ld.lld not installed")
 
 
 def gemm(n=48):

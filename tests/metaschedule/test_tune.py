@@ -19,6 +19,7 @@ from tilecraft.metaschedule.progress import format_eta, format_line
 from tilecraft.metaschedule.runner import LocalRunner
 from tilecraft.metaschedule.task_scheduler import GradientTaskScheduler, RoundRobin
 
+from capabilities import import_or_require
 from search_testutil import gemm_func, small_space
 
 SEARCH = {"population_size": 12, "genetic_num_iters": 1}
@@ -74,7 +75,7 @@ def test_log_tasks_file_curve_and_plot(tuned):
     best = curve["best_secs"]
     assert all(x >= y for x, y in zip(best, best[1:]))
     assert curve["best_gflops"][-1] == pytest.approx(2 * 64 ** 3 / best[-1] / 1e9)
-    pytest.importorskip("matplotlib", reason="plot_tuning_curve needs matplotlib")
+    import_or_require("matplotlib", "pip install 'tilecraft[bench]'")   # plot_tuning_curve
     path = plot_tuning_curve(work)
     assert os.path.getsize(path) > 1000 and path.endswith("tuning_curve.png")
     assert (work / "cost_model.npz").exists()
@@ -193,7 +194,7 @@ def test_progress_bar_and_plain_line():
         def isatty(self):
             return True
 
-    pytest.importorskip("tqdm", reason="the live bar uses tqdm")
+    import_or_require("tqdm", "pip install tilecraft")   # the live bar
     term = Terminal()
     p = Progress(["gemm"], [64], [2e9], stream=term)
     assert p.bars is not None
@@ -214,7 +215,8 @@ def test_plot_without_matplotlib_is_a_clear_error(tuned, monkeypatch):
     import sys
     _, work, _ = tuned
     monkeypatch.setitem(sys.modules, "matplotlib", None)     # import matplotlib -> ImportError
-    with pytest.raises(ImportError, match="pip install matplotlib"):
+    with pytest.raises(ImportError, match=r"plot_tuning_curve needs matplotlib, which is not "
+                                          r"installed: pip install 'tilecraft\[bench\]'"):
         plot_tuning_curve(work)
     with pytest.raises(FileNotFoundError, match="no work_dir"):
         tuning_curve(work / "missing")
