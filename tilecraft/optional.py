@@ -23,7 +23,7 @@ import importlib
 import sys
 from types import ModuleType
 
-__all__ = ["MissingDependencyError", "import_optional", "INSTALL"]
+__all__ = ["MissingDependencyError", "import_optional", "has_module", "install_hint", "INSTALL"]
 
 COMPILER = "pip install tilecraft"
 
@@ -109,3 +109,12 @@ def import_optional(module: str, purpose: str) -> ModuleType:
         install = install_hint(library)
         raise MissingDependencyError(f"{purpose} needs {library}, which is not installed: "
                                      f"{install}", name=library, install=install) from None
+
+
+def has_module(module: str) -> bool:
+    """Whether ``module`` (an optional dependency that may be absent) imports."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
