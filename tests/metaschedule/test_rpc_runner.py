@@ -251,7 +251,7 @@ def two_boards():
             cmd = eb.board_command(ROOT, "tilecraft.rpc.server",
                                    ["--host", HOST, "--port", "0", "--key", BOARD_KEY,
                                     "--tracker", f"{HOST}:{tracker.port}", "--tracker-retry",
-                                    "0.5", "-v"])
+                                    "0.5", "--insecure-local", "-v"])
             boards.append(Proc(cmd, env=eb.board_env(), ready_timeout=180, wait=False))
         for p in boards:
             p.ready()

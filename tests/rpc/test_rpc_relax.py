@@ -272,8 +272,9 @@ def test_the_plugin_hook_with_a_toy_plugin(tmp_path, rng):
     from tilecraft.rpc import worker
     (tmp_path / "toy_plugin.py").write_text(TOY_PLUGIN)
     env = repo_env(PYTHONPATH=f"{REPO}:{tmp_path}")
-    p = Proc([sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", "0", "--key", "toy",
-              "--plugin", "toy_plugin", "--plugin", "tilecraft.relax.rpc_plugin"], env=env)
+    p = Proc([sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", "0",
+              "--key", "toy", "--insecure-local", "--plugin", "toy_plugin",
+              "--plugin", "tilecraft.relax.rpc_plugin"], env=env)
     try:
         with rpc.connect(HOST, p.port, timeout=10) as s:
             assert {"toy.scale", "relax.vm_call"} <= set(s.plugins)
@@ -365,7 +366,8 @@ def board():
     cmd = eb.board_command(root, "tilecraft.rpc.server", ["--host", HOST, "--port", "0", "--key", KEY,
                                                 "--tracker", f"{HOST}:{tracker.port}",
                                                 "--tracker-retry", "0.5",
-                                                "--plugin", "tilecraft.relax.rpc_plugin", "-v"])
+                                                "--plugin", "tilecraft.relax.rpc_plugin",
+                                                "--insecure-local", "-v"])
     server = Proc(cmd, env=eb.board_env(), ready_timeout=180)
     try:
         client = rpc.connect_tracker(HOST, tracker.port)

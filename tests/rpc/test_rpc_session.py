@@ -10,7 +10,8 @@ import pytest
 from tilecraft import rpc
 from tilecraft import targets
 from tilecraft.rpc import auth
-from tilecraft.rpc.protocol import AUTH, HELLO, WELCOME, recv_frame, send_frame
+from tilecraft.rpc.protocol import (AUTH, HELLO, VERSION, WELCOME, FrameMAC, recv_frame,
+                                    send_frame)
 
 from rpc_testutil import HOST, start_server
 
@@ -270,8 +271,30 @@ def test_token_authentication(token_server):
         assert s.info()["machine"]
 
 
+def test_authenticated_sessions_run_kernels_and_report_crashes(token_server, faulty_lib,
+                                                               kernel_lib, rng):
+    """Every frame carries a MAC; when the session process dies, the server still tells the
+    client why, in a frame that continues the session's sequence."""
+    server, token = token_server
+    with rpc.connect(HOST, server.port, token=token) as s:
+        assert s.authenticated
+        mod = s.load_module(s.upload(kernel_lib))
+        x = rng.standard_normal((5, 7)).astype("float32")
+        a, b = s.array(x), s.empty((5, 7), "float32")
+        mod["main"](a, b, 0.5)
+        np.testing.assert_allclose(b.numpy(), x * 2 + 0.5, rtol=1e-6)
+        bad = s.load_module(s.upload(faulty_lib))
+        for _ in range(3):
+            bad["ok"]()
+        with pytest.raises(rpc.SessionLost, match="segmentation fault"):
+            bad["crash"]()
+    with rpc.connect(HOST, server.port, token=token) as s:   # the server goes on
+        assert s.info()["machine"]
+
+
 def test_the_token_never_crosses_the_wire_and_servers_must_prove_it(token_server):
-    """A fake server records what the client sends, and cannot answer the client's challenge."""
+    """A fake server records what the client sends, and cannot answer the client's challenge:
+    its WELCOME, with a made-up proof and a MAC under a guessed key, is refused."""
     token = "the-real-secret"
     listener = socket.create_server((HOST, 0))
     port = listener.getsockname()[1]
@@ -279,12 +302,13 @@ def test_the_token_never_crosses_the_wire_and_servers_must_prove_it(token_server
 
     def fake_server():
         conn, _ = listener.accept()
-        nonce = os.urandom(32)
-        send_frame(conn, HELLO, {"server": "x", "protocol": 1, "key": "k", "nonce": nonce.hex(),
-                                 "auth": "hmac-sha256"})
+        hello = {"server": "tilecraft-rpc", "protocol": VERSION, "key": "k",
+                 "nonce": os.urandom(32).hex(), "auth": "hmac-sha256"}
+        send_frame(conn, HELLO, hello)
         frame = recv_frame(conn, timeout=5)
-        seen["auth"], seen["nonce"] = frame, nonce
-        send_frame(conn, WELCOME, {"session": 1, "server_digest": "00" * 32})
+        seen["auth"], seen["hello"] = frame, hello
+        guess = FrameMAC(os.urandom(32))
+        send_frame(conn, WELCOME, {"session": 1, "proof": "00" * 32}, mac=guess)
         conn.recv(100)
         conn.close()
     t = threading.Thread(target=fake_server)
@@ -297,4 +321,5 @@ def test_the_token_never_crosses_the_wire_and_servers_must_prove_it(token_server
     assert frame.type == AUTH
     wire = repr(frame.meta).encode()
     assert token.encode() not in wire and token.encode().hex().encode() not in wire
-    assert auth.verify(token.encode(), seen["nonce"], frame.meta["digest"], "client")
+    t = auth.transcript(seen["hello"], frame.meta)
+    assert auth.verify_proof(token.encode(), t, frame.meta["proof"], "client")
