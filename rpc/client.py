@@ -37,6 +37,9 @@ __all__ = ["connect", "connect_tracker", "Session", "RemoteDevice", "RemoteNDArr
 
 # Seconds the client waits beyond a call's own time limit for the server to report on it.
 _CALL_MARGIN = 10.0
+# Uploads travel in pieces of this size (each one frame, written to disk by the board as it
+# comes): memory on the board stays small, and each piece's MAC is computed on hot data.
+UPLOAD_PIECE = 4 << 20
 
 
 class RemoteError(RPCError):
@@ -455,13 +458,19 @@ class Session:
             with open(path, "rb") as f:
                 blob = f.read()
             name = name or os.path.basename(path)
-        size = len(blob)
+        view = memoryview(blob).cast("B")
+        size = view.nbytes
         limit = self.limits.get("max_upload")
         if limit is not None and size > limit:
             raise ValueError(f"upload {name!r} is {size} bytes; the server accepts at most "
                              f"{limit}")
-        # big files take a while to send: allow ~1 MB/s on top of the usual timeout
-        self._request("upload", {"name": name}, (blob,), timeout=self.timeout + size / 1e6)
+        # in pieces: the board writes each to disk as it comes, and holds none for long
+        piece = max(1, min(UPLOAD_PIECE, self.max_frame - (2 << 20)))
+        for offset in range(0, max(size, 1), piece):
+            chunk = view[offset:offset + piece]
+            # big pieces take a while to send: allow ~1 MB/s on top of the usual timeout
+            self._request("upload", {"name": name, "size": size, "offset": offset}, (chunk,),
+                          timeout=self.timeout + chunk.nbytes / 1e6)
         return name
 
     def load_module(self, name: str) -> RemoteModule:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import queue
 import re
 import socket
 import struct
@@ -86,9 +87,11 @@ MAX_BLOBS = 64
 MAX_NDIM = 32
 # Below this many bytes a frame is joined into one send: one TCP segment, no Nagle delay.
 _JOIN_BELOW = 1 << 16
-# Large frames are sent and MAC'd in pieces of this size, so that hashing one piece here
-# overlaps with the peer receiving (and hashing) the previous one.
+# Large frames are read and written in pieces of this size.
 _CHUNK = 1 << 22
+# From this size on a frame's MAC is computed by a helper thread while the frame is sent or
+# received (hashlib releases the GIL), so hashing overlaps with the copying.
+_HASH_IN_THREAD = 1 << 20
 
 ARRAY_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                 "uint64", "float16", "float32", "float64")
@@ -152,7 +155,7 @@ class FrameMAC:
     (32, 0)
     """
 
-    __slots__ = ("key", "seq", "_base")
+    __slots__ = ("key", "seq", "_base", "_spare")
 
     def __init__(self, key: bytes, seq: int = 0):
         if not isinstance(key, (bytes, bytearray)) or len(key) < 16:
@@ -160,10 +163,18 @@ class FrameMAC:
         self.key = bytes(key)
         self.seq = int(seq)
         self._base = hmac.new(self.key, digestmod=hashlib.sha256)
+        self._spare = None
 
     def hasher(self):
         """A fresh HMAC of this key (copying a keyed one is cheaper than keying anew)."""
-        return self._base.copy()
+        h, self._spare = self._spare, None
+        return h if h is not None else self._base.copy()
+
+    def prepare(self) -> None:
+        """Make the next frame's HMAC now, while waiting for the peer, so that a request and
+        its reply do not wait for it."""
+        if self._spare is None:
+            self._spare = self._base.copy()
 
     def tag(self, header, pieces, seq: int) -> bytes:
         h = self._base.copy()
@@ -172,6 +183,47 @@ class FrameMAC:
             h.update(p)
         h.update(SEQ.pack(seq))
         return h.digest()
+
+
+class _Hasher:
+    """Feeds one HMAC with the pieces of a frame, in order: inline for a small frame, in a
+    helper thread for a large one, so that hashing overlaps with the socket copies."""
+
+    __slots__ = ("h", "_queue", "_thread", "_error")
+
+    def __init__(self, h, nbytes: int):
+        self.h = h
+        self._queue = self._thread = self._error = None
+        if nbytes >= _HASH_IN_THREAD:
+            self._queue = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._run, name="rpc-frame-mac", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while (piece := self._queue.get()) is not None:
+            try:
+                self.h.update(piece)
+            except BaseException as err:  # noqa: BLE001 - reported by digest()
+                self._error = err
+
+    def update(self, piece) -> None:
+        if self._queue is None:
+            self.h.update(piece)
+        else:
+            self._queue.put(piece)
+
+    def digest(self) -> bytes:
+        self.close()
+        if self._error is not None:
+            raise self._error
+        return self.h.digest()
+
+    def close(self) -> None:
+        """Wait for the helper thread (if any) to have hashed everything it was given."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -231,24 +283,29 @@ def send_frame(sock: socket.socket, ftype: int, meta: dict | None = None, blobs:
         prefix, views, length = _encode(ftype, meta, blobs, FLAG_MAC)
         seq = SEQ.pack(mac.seq)
         if length < _JOIN_BELOW:
-            frame = prefix + b"".join(bytes(v) for v in views)
+            frame = prefix + b"".join(bytes(v) for v in views) if views else prefix
             h = mac.hasher()
             h.update(frame)
             h.update(seq)
-            sock.sendall(frame + seq + h.digest())
+            sock.sendall(b"".join((frame, seq, h.digest())))
         else:
-            # hash each piece just before sending it: the peer hashes the previous one meanwhile
-            h = mac.hasher()
-            h.update(prefix)
-            sock.sendall(prefix)
-            for v in views:
-                for pos in range(0, v.nbytes, _CHUNK):
-                    piece = v[pos:pos + _CHUNK]
-                    h.update(piece)
-                    sock.sendall(piece)
-            h.update(seq)
-            sock.sendall(seq + h.digest())
+            # each piece is hashed (by a helper thread) while it is being sent
+            h = _Hasher(mac.hasher(), length)
+            try:
+                h.update(prefix)
+                sock.sendall(prefix)
+                for v in views:
+                    for pos in range(0, v.nbytes, _CHUNK):
+                        piece = v[pos:pos + _CHUNK]
+                        h.update(piece)
+                        sock.sendall(piece)
+                h.update(seq)
+                tag = h.digest()
+            finally:
+                h.close()
+            sock.sendall(seq + tag)
         mac.seq += 1
+        mac.prepare()
     except socket.timeout:
         raise RPCTimeoutError(f"sending a {TYPE_NAMES[ftype]} frame timed out after {timeout} s") \
             from None
@@ -273,7 +330,7 @@ def _recv_exact(sock: socket.socket, n: int, timeout: float | None, what: str,
     that declares a large frame and sends little costs little memory."""
     buf = bytearray(n) if n < (1 << 20) else np.empty(n, np.uint8)
     view = memoryview(buf).cast("B")
-    got = 0
+    got = hashed = 0
     idle = idle_timeout is not _NOT_IDLE
     while got < n:
         wait = idle_timeout if idle and got == 0 else timeout
@@ -297,9 +354,10 @@ def _recv_exact(sock: socket.socket, n: int, timeout: float | None, what: str,
                 raise ConnectionClosed("the peer closed the connection")
             raise ConnectionClosed(f"the peer closed the connection in the middle of {what} "
                                    f"({got} of {n} bytes received)")
-        if hasher is not None:
-            hasher.update(view[got:got + k])
         got += k
+        if hasher is not None and (got - hashed >= _HASH_IN_THREAD or got == n):
+            hasher.update(view[hashed:got])
+            hashed = got
     return buf
 
 
@@ -427,6 +485,8 @@ def recv_frame(sock: socket.socket, timeout: float | None = 30.0,
     """
     if idle_timeout == -1.0:
         idle_timeout = timeout
+    # keyed before the wait for the frame, not after it arrives
+    h = mac.hasher() if mac is not None else None
     head = _recv_exact(sock, HEADER_SIZE, timeout, "a frame header", deadline, idle_timeout)
     ftype, length, flags = parse_header(head, max_frame)
     what = f"a {TYPE_NAMES[ftype]} frame of {length} bytes"
@@ -438,13 +498,28 @@ def recv_frame(sock: socket.socket, timeout: float | None = 30.0,
         if not flags & FLAG_MAC:
             raise FrameAuthError(f"{what} without a MAC on an authenticated connection "
                                  f"(injected?)")
-        h = mac.hasher()
-        h.update(head)
-        payload = _recv_exact(sock, length, timeout, what, deadline, hasher=h)
-        trailer = _recv_exact(sock, TRAILER_SIZE, timeout, f"the MAC of {what}", deadline)
-        seq_bytes, tag = bytes(trailer[:SEQ.size]), bytes(trailer[SEQ.size:])
-        h.update(seq_bytes)
-        if not hmac.compare_digest(h.digest(), tag):
+        if length < _JOIN_BELOW:   # one read for the payload and its trailer, one digest
+            body = _recv_exact(sock, length + TRAILER_SIZE, timeout, what, deadline)
+            payload = memoryview(body)[:length]
+            seq_bytes = bytes(body[length:length + SEQ.size])
+            tag = bytes(body[length + SEQ.size:])
+            h.update(head)
+            h.update(payload)
+            h.update(seq_bytes)
+            digest = h.digest()
+        else:   # hashed while it arrives (by a helper thread when large)
+            h = _Hasher(h, length)
+            try:
+                h.update(bytes(head))
+                payload = _recv_exact(sock, length, timeout, what, deadline, hasher=h)
+                trailer = _recv_exact(sock, TRAILER_SIZE, timeout, f"the MAC of {what}",
+                                      deadline)
+                seq_bytes, tag = bytes(trailer[:SEQ.size]), bytes(trailer[SEQ.size:])
+                h.update(seq_bytes)
+                digest = h.digest()
+            finally:
+                h.close()
+        if not hmac.compare_digest(digest, tag):
             raise FrameAuthError(f"{what} failed authentication: its MAC does not match "
                                  f"(forged, altered, or from another session)")
         seq = SEQ.unpack(seq_bytes)[0]

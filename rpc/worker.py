@@ -466,34 +466,54 @@ class Session:
         return dict(self.info, workdir=os.path.basename(self.workdir), plugins=plugin_ops()), ()
 
     def op_upload(self, meta, blobs):
+        """Write a file, whole or in pieces: ``{"name", "size", "offset"}`` and the piece that
+        starts at ``offset`` (default: the whole file in one piece). The pieces go to
+        ``NAME.part``, appended in order and counted against the quota as they come; the last
+        one renames it to ``NAME``. So a large upload never sits whole in the session's memory.
+        """
         name = check_file_name(meta.get("name"))
         if len(blobs) != 1:
             raise ValueError("upload carries exactly one blob")
         data = blobs[0]
-        size = len(data)
+        size, offset = meta.get("size", len(data)), meta.get("offset", 0)
+        if type(size) is not int or type(offset) is not int or not 0 <= offset <= size or \
+                offset + len(data) > size:
+            raise ValueError(f"upload {name!r}: a piece of {len(data)} bytes at offset "
+                             f"{offset!r} does not fit a file of {size!r} bytes")
         if size > self.limits.max_upload:
             raise ValueError(f"upload {name!r} is {size} bytes; the limit is "
                              f"{self.limits.max_upload}")
         path = os.path.join(self.workdir, name)
-        old = os.path.getsize(path) if os.path.exists(path) else 0
-        # what the directory holds now, whoever wrote it (uploads, copies, a plugin's files)
-        used = self._disk_usage()
-        if used - old + size > self.limits.max_disk:
-            raise LimitExceeded(f"upload {name!r} would bring the session's files to "
-                                f"{used - old + size} bytes; the limit is "
-                                f"{self.limits.max_disk}")
-        tmp = path + ".part"
-        # O_EXCL | O_NOFOLLOW: never write through anything but a fresh file of our own
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                     0o700)
+        part = path + ".part"
+        if offset == 0:
+            if os.path.lexists(part):   # an upload of this name that was abandoned
+                os.unlink(part)
+            old = os.path.getsize(path) if os.path.exists(path) else 0
+            # what the directory holds now, whoever wrote it (uploads, copies, plugins' files)
+            used = self._disk_usage()
+            if used - old + size > self.limits.max_disk:
+                raise LimitExceeded(f"upload {name!r} would bring the session's files to "
+                                    f"{used - old + size} bytes; the limit is "
+                                    f"{self.limits.max_disk}")
+            # O_EXCL | O_NOFOLLOW: never write through anything but a fresh file of our own
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        else:
+            have = os.lstat(part).st_size if os.path.isfile(part) else None
+            if have != offset:
+                came = "no upload of it is under way" if have is None else \
+                    f"{have} bytes came so far"
+                raise ValueError(f"upload {name!r}: a piece at offset {offset}, but {came}")
+            flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(part, flags, 0o700)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return {"name": name, "size": size}, ()
+        except BaseException:
+            os.unlink(part)
+            raise
+        if offset + len(data) == size:
+            os.replace(part, path)
+        return {"name": name, "size": size, "received": offset + len(data)}, ()
 
     def _disk_usage(self) -> int:
         """Bytes of the files in the session's directory (each file once: loaded libraries are

@@ -2,6 +2,7 @@
 import gc
 import os
 import socket
+import tempfile
 import threading
 
 import numpy as np
@@ -154,6 +155,29 @@ def test_uploads_stay_in_the_session_directory(sess, tmp_path):
     assert workdir.startswith("tilecraft-rpc-")
 
 
+def test_large_uploads_travel_in_pieces_and_arrive_whole(sess, rng, monkeypatch):
+    from tilecraft.rpc import client
+    monkeypatch.setattr(client, "UPLOAD_PIECE", 300_000)
+    data = rng.bytes(1_000_003)                       # 4 pieces, the last a short one
+    assert sess.upload(data, "blob.bin") == "blob.bin"
+    assert sess.upload(b"", "empty.bin") == "empty.bin"
+    workdir = os.path.join(tempfile.gettempdir(), sess.info()["workdir"])
+    with open(os.path.join(workdir, "blob.bin"), "rb") as f:
+        assert f.read() == data
+    assert os.path.getsize(os.path.join(workdir, "empty.bin")) == 0
+    assert not [n for n in os.listdir(workdir) if n.endswith(".part")]
+    # pieces out of order, or of a file larger than it says, are refused
+    for meta, message in (({"offset": 10, "size": 20}, "no upload of it is under way"),
+                          ({"offset": 0, "size": 2}, "does not fit"),
+                          ({"offset": -1, "size": 20}, "does not fit")):
+        with pytest.raises(ValueError, match=message):
+            sess._request("upload", dict(meta, name="x.bin"), (b"abc",))
+    sess._request("upload", {"name": "x.bin", "offset": 0, "size": 9}, (b"abc",))
+    with pytest.raises(ValueError, match="3 bytes came so far"):
+        sess._request("upload", {"name": "x.bin", "offset": 6, "size": 9}, (b"ghi",))
+    assert sess.info()["machine"]
+
+
 def test_uploading_again_under_the_same_name_loads_the_new_library(sess, kernel_lib, faulty_lib):
     first = sess.load_module(sess.upload(kernel_lib, "k.so"))
     again = sess.load_module(sess.upload(faulty_lib, "k.so"))
@@ -176,9 +200,12 @@ def test_limits_on_uploads_and_arrays(sess):
     with pytest.raises(ValueError, match="at most"):
         sess.array(np.zeros((1 << 20,), "float32"))  # refused before sending
     assert sess.info()["machine"]  # still serving
+    with pytest.raises(ValueError, match="limit is 2097152"):   # sent in pieces, refused
+        sess.upload(b"x" * (4 << 20), "huge.bin")
+    assert sess.info()["machine"]
     # a frame over the server's frame limit is a protocol violation: the session ends
     with pytest.raises(rpc.SessionLost, match="exceeds the 3145728-byte limit"):
-        sess.upload(b"x" * (4 << 20), "huge.bin")
+        sess._request("upload", {"name": "huge.bin"}, (b"x" * (4 << 20),))
 
 
 def test_open_sessions_are_limited(server):
