@@ -41,6 +41,7 @@ import argparse
 import hmac
 import json
 import logging
+import os
 import secrets
 import select
 import signal
@@ -561,8 +562,9 @@ def main(argv=None, prog: str = "python -m tilecraft.rpc.tracker") -> int:
         token = load_token(args.token_file) if args.token_file else None
         board_tokens = {}
         for spec in args.board_token_file:
-            key, sep, path = spec.rpartition("=")
-            board_tokens[key if sep else None] = load_token(path)
+            # FILE (every key), or KEY=FILE; a file whose name has a "=" is named as it is
+            key, sep, path = (None, "", spec) if os.path.isfile(spec) else spec.partition("=")
+            board_tokens[key if sep else None] = load_token(path if sep else spec)
     except (OSError, ValueError) as err:
         print(f"rpc.tracker: error: {err}", file=sys.stderr)
         return 2

@@ -12,7 +12,8 @@ Requests are ``REQUEST`` frames whose ``meta["op"]`` names the operation; each g
 op             meta                                        reply
 =============  ==========================================  =====================================
 info                                                       platform description
-upload         name (+ blob: the file)                     name, size
+upload         name, size, offset (+ blob: the piece at    name, size, received
+               offset; the whole file by default)
 load_module    name                                        handle, metadata
 array          dtype, shape, device (+ blob, or none)      handle
 get            handle                                      array meta (+ blob)
