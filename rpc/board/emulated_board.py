@@ -285,7 +285,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tilecraft.rpc.board.emulated_board",
                                 description="Run the RPC server on an emulated arm64 board.",
                                 epilog="Arguments after -- go to rpc.server (default: --host "
-                                       "127.0.0.1 --port 9090 --key emulated-arm64).")
+                                       "127.0.0.1 --port 9090 --key emulated-arm64 --insecure-local).")
     p.add_argument("--root", default=default_root(), help=f"the arm64 root (default "
                                                           f"{default_root()})")
     p.add_argument("--build-only", action="store_true", help="build the root and exit")
@@ -314,7 +314,7 @@ def main(argv=None) -> int:
     if args.build_only:
         return 0
     server_args = server_args or ["--host", "127.0.0.1", "--port", "9090", "--key",
-                                  "emulated-arm64"]
+                                  "emulated-arm64", "--insecure-local"]
     cmd = board_command(root, "tilecraft.rpc.server", server_args)
     os.chdir(path)
     os.execvpe(cmd[0], cmd, board_env(path))

@@ -38,7 +38,8 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tracker(site):
     d = site[0]
-    t = Background(command("rpc", "tracker", "--host", HOST, "--port", "0"), cwd=d)
+    t = Background(command("rpc", "tracker", "--host", HOST, "--port", "0", "--insecure-local"),
+                   cwd=d)
     yield t
     t.stop()
 
@@ -122,7 +123,8 @@ def test_board_errors(site, tracker, board, host_exe):
 
 def test_a_server_without_the_plugin_is_named(site, host_exe):
     d = site[0]
-    bare = Background(command("rpc", "server", "--host", HOST, "--port", "0"), cwd=d)
+    bare = Background(command("rpc", "server", "--host", HOST, "--port", "0",
+                              "--insecure-local"), cwd=d)
     try:
         proc = tilecraft("run", host_exe, "-i", "x.npy", "--rpc-host", HOST, "--rpc-port",
                          bare.port, check=False, cwd=d)
@@ -184,7 +186,8 @@ def test_run_and_bench_on_the_emulated_arm64_board(site, tracker, host_exe):
     cmd = eb.board_command(root, "tilecraft", ["rpc", "server", "--host", HOST, "--port", "0",
                                                "--key", key, "--tracker",
                                                f"{HOST}:{tracker.port}", "--tracker-retry",
-                                               "0.5", "--plugin", PLUGIN])
+                                               "0.5", "--plugin", PLUGIN,
+                                               "--insecure-local"])
     server = Background(cmd, cwd=d, env_=eb.board_env(), ready_timeout=300)
     try:
         tilecraft("compile", "tiny.onnx", "--target", "raspberry-pi/4b-aarch64", "-o",

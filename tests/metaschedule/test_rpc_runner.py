@@ -241,7 +241,7 @@ def two_boards(arm64_board):
         for _ in range(2):
             cmd = arm64_board.server_command("--host", HOST, "--port", "0", "--key", BOARD_KEY,
                                              "--tracker", f"{HOST}:{tracker.port}",
-                                             "--tracker-retry", "0.5", "-v")
+                                             "--tracker-retry", "0.5", "--insecure-local", "-v")
             boards.append(Proc(cmd, env=arm64_board.env(), cwd=arm64_board.path,
                                ready_timeout=180, wait=False))
         for p in boards:

@@ -47,6 +47,9 @@ def tuned(tmp_path_factory):
 def test_tune_improves_on_untuned(tuned):
     func, work, db = tuned
     assert len(db) == 12
+    # every candidate that ran was checked against the unscheduled function's outputs
+    assert all(r.checked for r in db.get_all_tuning_records() if r.ok)
+    assert "WITHOUT a correctness check" not in (work / "tune.log").read_text()
     sch = apply_best(db, func, "llvm")
     assert sch is not None
     rng = np.random.default_rng(0)
@@ -127,6 +130,22 @@ def test_nothing_to_tune_warns_and_records(tmp_path):
     assert len(db) == 1 and db.get_all_tuning_records()[0].ok
     assert "design space is exhausted after 1 trials" in (tmp_path / "tune.log").read_text()
     assert apply_best(db, func, "llvm") is not None
+
+
+def test_candidates_measured_without_a_check_say_so(tmp_path, monkeypatch):
+    """No reference output: the candidates are still measured, every record says
+    checked=false, and tune.log warns once for the task."""
+    from tilecraft.metaschedule import tune as tune_module
+    monkeypatch.setattr(tune_module, "compute_reference", lambda *args, **kw: None)
+    db = tune_tir(gemm_func(32, 32, 32), "llvm", max_trials=4, work_dir=tmp_path,
+                  num_trials_per_iter=2, space=small_space(), runner=fast_runner(), seed=1,
+                  progress=False, search=SEARCH, remeasure=0)
+    recs = db.get_all_tuning_records()
+    assert len(recs) == 4 and any(r.ok for r in recs)
+    assert all(r.checked is False for r in recs)
+    log = (tmp_path / "tune.log").read_text()
+    assert log.count("main: candidates are measured WITHOUT a correctness check (no reference "
+                     "output could be computed for it)") == 1
 
 
 def test_unsupported_target(tmp_path):

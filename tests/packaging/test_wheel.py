@@ -355,7 +355,7 @@ def start_board_server(venv: Venv, timeout: float = 60) -> tuple[subprocess.Pope
     """``python -m tilecraft.rpc.server`` of ``venv`` on a free loopback port, with the relax
     plugin; returns the process and the port (from its "listening on HOST:PORT" line)."""
     proc = subprocess.Popen([venv.python, "-m", "tilecraft.rpc.server", "--host", "127.0.0.1",
-                             "--port", "0", "--key", "board-profile", "--plugin",
+                             "--port", "0", "--key", "board-profile", "--insecure-local", "--plugin",
                              "tilecraft.relax.rpc_plugin"], cwd=venv.cwd, env=clean_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

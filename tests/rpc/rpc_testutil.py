@@ -106,18 +106,23 @@ class Proc:
             pass
 
 
+def _insecure_unless_token(args) -> list[str]:
+    """A loopback test server without --token-file must say --insecure-local."""
+    return [] if "--token-file" in args or "--insecure-local" in args else ["--insecure-local"]
+
+
 def start_server(*args, key: str = "test", port: int = 0, tracker: int | None = None,
                  wait: bool = True) -> Proc:
-    cmd = [sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", str(port), "--key", key,
-           "-v", *args]
+    cmd = [sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", str(port),
+           "--key", key, "-v", *args, *_insecure_unless_token(args)]
     if tracker is not None:
         cmd += ["--tracker", f"{HOST}:{tracker}", "--tracker-retry", "0.2"]
     return Proc(cmd, wait=wait)
 
 
 def start_tracker(*args, port: int = 0) -> Proc:
-    return Proc([sys.executable, "-m", "tilecraft.rpc.tracker", "--host", HOST, "--port", str(port), "-v",
-                 *args])
+    return Proc([sys.executable, "-m", "tilecraft.rpc.tracker", "--host", HOST, "--port",
+                 str(port), "-v", *args, *_insecure_unless_token(args)])
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):

@@ -36,7 +36,7 @@ def kernel():
 def board(arm64_board):
     tracker = start_tracker("--ping-interval", "2", "--ping-timeout", "10")
     cmd = arm64_board.server_command("--host", HOST, "--port", "0", "--key", KEY, "--tracker",
-                                     f"{HOST}:{tracker.port}", "--tracker-retry", "0.5", "-v")
+                                     f"{HOST}:{tracker.port}", "--tracker-retry", "0.5", "--insecure-local", "-v")
     server = Proc(cmd, env=arm64_board.env(), cwd=arm64_board.path, ready_timeout=180)
     try:
         client = rpc.connect_tracker(HOST, tracker.port)

@@ -271,8 +271,9 @@ def test_the_plugin_hook_with_a_toy_plugin(tmp_path, rng):
     from tilecraft.rpc import worker
     (tmp_path / "toy_plugin.py").write_text(TOY_PLUGIN)
     env = repo_env(PYTHONPATH=f"{REPO}:{tmp_path}")
-    p = Proc([sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", "0", "--key", "toy",
-              "--plugin", "toy_plugin", "--plugin", "tilecraft.relax.rpc_plugin"], env=env)
+    p = Proc([sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", "0",
+              "--key", "toy", "--insecure-local", "--plugin", "toy_plugin",
+              "--plugin", "tilecraft.relax.rpc_plugin"], env=env)
     try:
         with rpc.connect(HOST, p.port, timeout=10) as s:
             assert {"toy.scale", "relax.vm_call"} <= set(s.plugins)
@@ -353,7 +354,7 @@ def board(arm64_board):
     tracker = start_tracker("--ping-interval", "2", "--ping-timeout", "10")
     cmd = arm64_board.server_command("--host", HOST, "--port", "0", "--key", KEY, "--tracker",
                                      f"{HOST}:{tracker.port}", "--tracker-retry", "0.5",
-                                     "--plugin", "tilecraft.relax.rpc_plugin", "-v")
+                                     "--plugin", "tilecraft.relax.rpc_plugin", "--insecure-local", "-v")
     server = Proc(cmd, env=arm64_board.env(), cwd=arm64_board.path, ready_timeout=180)
     try:
         client = rpc.connect_tracker(HOST, tracker.port)
