@@ -78,7 +78,7 @@ def test_the_board_profile_runs_the_rpc_commands_only(tmp_path):
     proc = tilecraft("compile", "m.onnx", "-o", "m.tcx", check=False, cwd=tmp_path,
                      block=BOARD_BLOCKED)
     assert proc.returncode == 1
-    assert "not installed: install tilecraft with its dependencies" in last_error(proc)
+    assert "which is not installed: pip install tilecraft" in last_error(proc)
 
 
 def test_run_on_the_board_through_the_tracker_and_directly(site, tracker, board, host_exe):
