@@ -5,9 +5,13 @@
 * ``tilecraft_wheel``: the wheel built from this tree, once per session.
 * ``arm64_board``: the emulated arm64 board's root file system (built when missing) and the
   wheel installed for it the board's way, numpy being Debian's.
+* The pre-0.2 top-level names (``import relax``, ``from tensorir import te``) do not import: the
+  checkout's root is on sys.path while tests run, so without this such an import would load a
+  second copy of a package beside ``tilecraft.relax`` and pass by accident (docs/migration.md).
 """
 from __future__ import annotations
 
+import importlib.abc
 import os
 import shutil
 import subprocess
@@ -19,6 +23,21 @@ import pytest
 import capabilities  # tests/ is on sys.path: pytest puts this file's folder there
 
 REPO = capabilities.REPO
+
+OLD_TOP_LEVEL = ("tensorir", "targets", "rpc", "metaschedule", "relax")
+
+
+class _RefuseOldTopLevel(importlib.abc.MetaPathFinder):
+    """Refuse ``import relax`` & co.: the packages are ``tilecraft.relax`` & co. now."""
+
+    def find_spec(self, name, path, target=None):
+        if path is None and name in OLD_TOP_LEVEL:
+            raise ImportError(f"import {name}: tilecraft's packages live in its namespace since "
+                              f"0.2 (from tilecraft import {name}; docs/migration.md)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _RefuseOldTopLevel())
 
 # What a wheel build must not see: version control, environments and build output at the top,
 # caches and compiled files anywhere.
