@@ -19,3 +19,5 @@ from .vm import VMArgumentError, VirtualMachine
 from .executable import Executable, load_executable
 from .tune import extract_tasks, tune
 from .tune_layouts import tune_layouts
+from . import calibrate
+from .quantize import quantize
