@@ -14,7 +14,8 @@ import numpy as np
 
 from .... import op as _op
 from ....expr import const
-from ..registry import ConversionError, ONNX_DTYPES, converter, onnx_dtype_name
+from ..registry import (ConversionError, ONNX_DTYPES, contrib_converter, converter,
+                        onnx_dtype_name)
 from .common import cast, norm_axis, scalar, static_int
 
 _RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
@@ -370,3 +371,72 @@ def qdq_conv2d(ctx, node, xv, wv, strides, pads, dilations, groups):
                                  out_dtype="int32"))
     wsum = w.astype(np.int64).sum(axis=(1, 2, 3))
     return _dequantize_acc(ctx, acc, const(np.int32(zp)), wsum, xs, ws, (1, -1, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# onnxruntime's 4-bit weights: com.microsoft.MatMulNBits -> relax.dense_q4
+
+
+def _nbits_check(node):
+    out = []
+    if node.attr("bits", 4) != 4:
+        out.append(f"bits={node.attr('bits')} is not supported (4 only)")
+    bs = node.attr("block_size")
+    if bs is None or bs < 16 or bs & (bs - 1):
+        out.append(f"block_size must be a power of two >= 16, got {bs}")
+    if node.has_input(4):
+        out.append("g_idx (act-order) is not supported")
+    return out
+
+
+def nbits_weight(b: np.ndarray, scales: np.ndarray, zero_points, k: int, n: int,
+                 block_size: int):
+    """MatMulNBits' 4-bit weight as ``relax.dense_q4`` operands ``(codes, scale, offset)``.
+
+    ``b`` ``[N, k_blocks, block_size / 2]`` uint8 holds the codes of ``W^T`` two a byte (the
+    even ``k`` low), ``scales`` ``[N * k_blocks]``, ``zero_points`` ``[N, ceil(k_blocks / 2)]``
+    packed uint8 (default 8) or ``[N * k_blocks]`` float. ``W[k, n] = (q - zp) * scale`` ->
+    ``q * scale + offset`` with ``offset = -zp * scale``.
+
+    Examples
+    --------
+    >>> codes, s, o = nbits_weight(np.full((2, 1, 16), 0x98, np.uint8), np.ones(2, np.float32),
+    ...                            None, 32, 2, 32)
+    >>> codes.shape, float(o[0, 0]), int(codes[0, 0])
+    ((16, 2), -8.0, 152)
+    """
+    blocks = -(-k // block_size)
+    b = np.asarray(b, np.uint8).reshape(n, blocks * block_size // 2)
+    codes = np.ascontiguousarray(b[:, :(k + 1) // 2].T)
+    scale = np.asarray(scales).reshape(n, blocks)
+    if zero_points is None:
+        zp = np.full((n, blocks), 8.0, np.float32)
+    elif zero_points.dtype == np.uint8:
+        packed = np.asarray(zero_points).reshape(n, -1)
+        zp = np.empty((n, packed.shape[1] * 2), np.float32)
+        zp[:, 0::2] = packed & 15
+        zp[:, 1::2] = packed >> 4
+        zp = zp[:, :blocks]
+    else:
+        zp = np.asarray(zero_points, np.float32).reshape(n, blocks)
+    offset = (-zp * scale.astype(np.float32)).astype(scale.dtype)
+    return codes, np.ascontiguousarray(scale.T), np.ascontiguousarray(offset.T)
+
+
+@contrib_converter("com.microsoft", "MatMulNBits", check=_nbits_check, family="quant",
+                   doc="onnxruntime's 4-bit block-quantized MatMul -> relax.dense_q4 (the codes "
+                       "stay packed; dequantized in registers)")
+def _matmul_nbits(ctx, node):
+    a = ctx.input(node, 0)
+    k, n, bs = int(node.attr("K")), int(node.attr("N")), int(node.attr("block_size"))
+    b, scales = ctx.known(node, 1), ctx.known(node, 2)
+    zps = ctx.known(node, 3) if node.has_input(3) else None
+    if b is None or scales is None or (node.has_input(3) and zps is None):
+        raise ConversionError("MatMulNBits needs its weight, scales and zero points as "
+                              "initializers")
+    codes, scale, offset = nbits_weight(b, scales, zps, k, n, bs)
+    x = a if ctx.dtype(a) in ("float32", "float16") else cast(ctx, a, "float32")
+    y = ctx.emit(_op.dense_q4(x, const(codes), const(scale), const(offset), bs))
+    if node.has_input(5):
+        y = ctx.emit(_op.add(y, cast(ctx, ctx.input(node, 5), "float32")))
+    return cast(ctx, y, ctx.dtype(a)) if ctx.dtype(a) != "float32" else y
