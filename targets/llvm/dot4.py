@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from .irutil import I32, ModuleBuilder, is_vector, lanes_of, splat, vec_type
+from .irutil import I32, ModuleBuilder, is_vector, lanes_of, splat
 
 __all__ = ["DOT4_U8I8", "dot_isa", "emit_dot4"]
 
@@ -66,7 +66,7 @@ def _chunks(b: ir.IRBuilder, v, width: int) -> list:
     """``v`` (``<n x i32>``) as consecutive ``<width x i32>`` pieces."""
     n = lanes_of(v)
     return [b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
-                             ir.Constant(vec_type(I32, width), list(range(s, s + width))))
+                             ir.Constant(ir.VectorType(I32, width), list(range(s, s + width))))
             for s in range(0, n, width)]
 
 
@@ -75,7 +75,7 @@ def _concat(b: ir.IRBuilder, parts: list):
         nxt = []
         for x, y in zip(parts[0::2], parts[1::2]):
             n = lanes_of(x) + lanes_of(y)
-            nxt.append(b.shuffle_vector(x, y, ir.Constant(vec_type(I32, n), list(range(n)))))
+            nxt.append(b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, n), list(range(n)))))
         parts = nxt
     return parts[0]
 
@@ -83,7 +83,7 @@ def _concat(b: ir.IRBuilder, parts: list):
 def _vnni(mb: ModuleBuilder, b: ir.IRBuilder, acc, x, y):
     n = lanes_of(acc)
     width = 16 if n % 16 == 0 else 8 if n % 8 == 0 else 4
-    ty = vec_type(I32, width)
+    ty = ir.VectorType(I32, width)
     fn = mb.declare(f"llvm.x86.avx512.vpdpbusd.{width * 32}", ty, [ty, ty, ty])
     out = [b.call(fn, [c, p, q]) for c, p, q in zip(_chunks(b, acc, width), _chunks(b, x, width),
                                                    _chunks(b, y, width))]
@@ -92,7 +92,7 @@ def _vnni(mb: ModuleBuilder, b: ir.IRBuilder, acc, x, y):
 
 def _sdot(mb: ModuleBuilder, b: ir.IRBuilder, acc, x, y):
     n = lanes_of(acc)
-    ty, bty = vec_type(I32, 4), vec_type(I8, 16)
+    ty, bty = ir.VectorType(I32, 4), ir.VectorType(I8, 16)
     fn = mb.declare("llvm.aarch64.neon.sdot.v4i32.v16i8", ty, [ty, bty, bty])
     flip = ir.Constant(ty, [ir.Constant(I32, -0x7F7F7F80)] * 4)       # 0x80808080
     sixty_four = b.bitcast(ir.Constant(ty, [ir.Constant(I32, 0x40404040)] * 4), bty)
@@ -108,17 +108,17 @@ def _sdot(mb: ModuleBuilder, b: ir.IRBuilder, acc, x, y):
 
 def _portable(b: ir.IRBuilder, acc, x, y):
     n = lanes_of(acc)
-    bty = vec_type(I8, 4 * n)
-    wty = vec_type(I32, 4 * n)
-    xa = b.zext(b.bitcast(x, bty), vec_type(I16, 4 * n))
-    yb = b.sext(b.bitcast(y, bty), vec_type(I16, 4 * n))
+    bty = ir.VectorType(I8, 4 * n)
+    wty = ir.VectorType(I32, 4 * n)
+    xa = b.zext(b.bitcast(x, bty), ir.VectorType(I16, 4 * n))
+    yb = b.sext(b.bitcast(y, bty), ir.VectorType(I16, 4 * n))
     # 16-bit operands, 32-bit products: the shape LLVM turns into pmaddwd / smull
     prod = b.mul(b.sext(xa, wty), b.sext(yb, wty))
     undef = ir.Constant(wty, ir.Undefined)
 
     def lanes(k):
         return b.shuffle_vector(prod, undef,
-                                ir.Constant(vec_type(I32, n), [4 * i + k for i in range(n)]))
+                                ir.Constant(ir.VectorType(I32, n), [4 * i + k for i in range(n)]))
     return b.add(acc, b.add(b.add(lanes(0), lanes(1)), b.add(lanes(2), lanes(3))))
 
 
@@ -133,7 +133,7 @@ def emit_dot4(mb: ModuleBuilder, b: ir.IRBuilder, isa: str | None, acc, x, y):
         return _sdot(mb, b, acc, x, y)
     if not is_vector(acc):
         # one lane: widen through a one-lane vector
-        v = [b.insert_element(ir.Constant(vec_type(I32, 1), ir.Undefined), s, I32(0))
+        v = [b.insert_element(ir.Constant(ir.VectorType(I32, 1), ir.Undefined), s, I32(0))
              for s in (acc, x, y)]
         return b.extract_element(_portable(b, *v), I32(0))
     return _portable(b, acc, x, y)
