@@ -28,7 +28,7 @@ import numpy as np
 from tilecraft.tensorir.function import IRModule
 
 from .. import op as _op
-from ..expr import Call, Constant, Expr, Function, const
+from ..expr import Call, Constant, Expr, const
 from ..op.base import Op
 from ..struct_info import TensorStructInfo
 from .base import ExprMutator, Pass

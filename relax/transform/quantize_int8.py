@@ -152,12 +152,8 @@ class _Int8Rewriter(ExprMutator):
         if id(call) not in self.targets or not self.builder.building or \
                 not is_quantizable(new, self.convolutions):
             return new
-        rng = None
-        if self.ranges is not None:
-            if self.index >= len(self.ranges):
-                raise RelaxError(f"QuantizeInt8Static: the calibration covers {len(self.ranges)} "
-                                 f"layers; the module has more", call)
-            rng = self.ranges[self.index]
+        # static: one range per layer of main, in order (checked by QuantizeInt8Static)
+        rng = self.ranges[self.index] if self.ranges is not None else None
         self.index += 1
         if new.op.name == "relax.nn.conv2d":
             return self.conv2d(new, rng)
@@ -281,9 +277,8 @@ class QuantizeInt8Static(Pass):
         self.ranges = [(float(lo), float(hi)) for lo, hi in ranges]
 
     def transform_module(self, mod: IRModule) -> IRModule:
-        rw = _Int8Rewriter(mod, self.ranges, convolutions=True)
-        out = rw.visit_module()
-        if rw.index != len(self.ranges):
+        layers = len(quantizable_calls(mod["main"], convolutions=True))
+        if layers != len(self.ranges):
             raise ValueError(f"QuantizeInt8Static: {len(self.ranges)} calibrated ranges for "
-                             f"{rw.index} quantizable layers")
-        return out
+                             f"{layers} quantizable layers of main")
+        return _Int8Rewriter(mod, self.ranges, convolutions=True).visit_module()

@@ -3,7 +3,6 @@ static quantizer, MatMulInteger models from its dynamic quantizer, and com.micro
 (4-bit) models; each checked against onnxruntime running the same quantized model."""
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest

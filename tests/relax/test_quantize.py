@@ -271,7 +271,7 @@ def test_relax_quantize_modes(rng, mode):
 
 def test_int4_float16_scales():
     mod, ref = mlp(k=128)
-    qmod = relax.quantize(mod, "int4-g32", scale_dtype="float16")
+    qmod = QuantizeInt4Weight(32, scale_dtype="float16")(mod)
     x = np.random.default_rng(1).normal(size=(2, 128)).astype("float32")
     assert rel_err(run(qmod, x), ref(x)) < 0.2
 
