@@ -19,6 +19,12 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
 - ``relax.matmul(x, W)`` and ``relax.linear(x, W, b)`` with a constant 2-D ``W`` become
   ``pack_dense_weight`` on ``W`` (panels ``[N/NR, K, NR]``) and ``dense`` (plus ``add`` of the
   bias for ``linear``);
+- ``relax.matmul(x, W, out_dtype="int32")`` of uint8 ``x`` and a constant int8 ``W`` (what
+  ``relax.quantize`` makes of dense layers, and QDQ / MatMulInteger ONNX models) becomes
+  ``pack_u8_words`` on ``x``, ``pack_dense_int8_weight`` on ``W`` and ``dense_u8i8``
+  (``backend.cpu.dense_int8``: ``vpdpbusd`` / ``sdot`` on 8-bit words, int32 accumulators);
+  ``relax.dense_q4`` with constant codes becomes ``pack_q4_panels`` and ``dense_q4_packed``
+  (``backend.cpu.dense_int4``: 4-bit codes dequantized in registers);
 - NCHW ``relax.nn.max_pool2d`` / ``avg_pool2d`` (the average with a constant divisor) become,
   on x86, ``pool2d_nchw_separable``: the window's rows reduced first into one padded row (unit
   stride), then its columns read from that row (a strided vector load there is a wide load and
