@@ -72,7 +72,7 @@ def activation_qparams(lo: float, hi: float) -> tuple[float, int]:
     Examples
     --------
     >>> activation_qparams(-1.0, 3.0)
-    (0.01568627450980392, 64)
+    (0.01568627543747425, 64)
     """
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
     if not (np.isfinite(lo) and np.isfinite(hi)):
