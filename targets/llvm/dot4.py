@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from tilecraft.tensorir.expr import DOT4_U8I8
 from .irutil import I32, ModuleBuilder, is_vector, lanes_of, splat
 
 __all__ = ["DOT4_U8I8", "dot_isa", "emit_dot4"]
-
-DOT4_U8I8 = "dot4_u8i8"
 
 I8 = ir.IntType(8)
 I16 = ir.IntType(16)

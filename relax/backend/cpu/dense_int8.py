@@ -26,7 +26,7 @@ Examples
 """
 from __future__ import annotations
 
-from tilecraft.targets.llvm.dot4 import DOT4_U8I8
+from tilecraft.tensorir.expr import DOT4_U8I8
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import Cast, IntImm, call as tir_call
 
