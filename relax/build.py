@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -131,9 +132,11 @@ def _query(database, func: PrimFunc, target: Target, name: str) -> PrimFunc | No
 
 
 def schedule_kernels(mod: IRModule, target: Target, database=None,
-                     kernels: Sequence[str] | None = None) -> dict[str, PrimFunc]:
+                     kernels: Sequence[str] | None = None,
+                     strict: bool = False) -> dict[str, PrimFunc]:
     """Schedule each kernel: ``database.query_schedule(func, target)`` (a Schedule, PrimFunc or
-    None) first, else ``default_schedules.apply(func, target)``."""
+    None) first, else ``default_schedules.apply(func, target)``. ``strict``: a kernel the
+    default rules leave unscheduled (a ``DefaultScheduleWarning``) is a ``RelaxError``."""
     out = {}
     for name in kernels if kernels is not None else _called_kernels(mod):
         func = mod[name]
@@ -141,8 +144,7 @@ def schedule_kernels(mod: IRModule, target: Target, database=None,
             raise RelaxError(f"relax.build: call_tir of {name}, which is not a PrimFunc")
         scheduled = _query(database, func, target, name)
         if scheduled is None:
-            scheduled = (gpu_schedules.apply(func, target) if target.kind in
-                         gpu_schedules.GPU_KINDS else default_schedules.apply(func, target))
+            scheduled = _default_schedule(func, target, name, strict)
         out[name] = scheduled
     return out
 
@@ -176,18 +178,28 @@ def dedupe_kernels(mod: IRModule, kernels: Sequence[str]) -> dict[str, str]:
     return rep
 
 
-def _default_schedule(func: PrimFunc, target: Target) -> PrimFunc:
-    return default_schedules.apply(func, target)
+def _default_schedule(func: PrimFunc, target: Target, name: str, strict: bool) -> PrimFunc:
+    rules = gpu_schedules if target.kind in gpu_schedules.GPU_KINDS else default_schedules
+    if not strict:
+        return rules.apply(func, target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", default_schedules.DefaultScheduleWarning)
+        try:
+            return rules.apply(func, target)
+        except default_schedules.DefaultScheduleWarning as err:
+            raise RelaxError(f"relax.build(strict=True): kernel {name} cannot be scheduled by "
+                             f"the default rules: {err}") from None
 
 
 DEFAULT_SCHEDULE_ID = "relax.default_schedules"
 
 
 def kernel_specs(mod: IRModule, target: Target, database=None,
-                 kernels: Sequence[str] | None = None) -> list[KernelSpec]:
+                 kernels: Sequence[str] | None = None,
+                 strict: bool = False) -> list[KernelSpec]:
     """What ``relax.build`` compiles for an LLVM target: each kernel with the database's
     schedule (queried here), or with the default schedules to apply where it is compiled (only
-    when the kernel cache does not have it)."""
+    when the kernel cache does not have it; ``strict`` as in ``schedule_kernels``)."""
     specs = []
     for name in kernels if kernels is not None else _called_kernels(mod):
         func = mod[name]
@@ -198,7 +210,8 @@ def kernel_specs(mod: IRModule, target: Target, database=None,
             specs.append(KernelSpec(name, scheduled))
         else:
             specs.append(KernelSpec(name, func, functools.partial(_default_schedule,
-                                                                  target=target),
+                                                                  target=target, name=name,
+                                                                  strict=strict),
                                     DEFAULT_SCHEDULE_ID))
     return specs
 
@@ -656,8 +669,8 @@ def vm_codegen(mod: IRModule, aliases: Mapping[str, str] | None = None) -> tuple
 
 
 def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=None,
-          upper_bounds: Mapping[str, int] | None = None, pipeline=None, jobs: int | None = None,
-          cache=None, verbose: bool = False) -> Executable:
+          upper_bounds: Mapping[str, int] | None = None, pipeline=None, strict: bool = False,
+          jobs: int | None = None, cache=None, verbose: bool = False) -> Executable:
     """Compile a Relax module into an ``Executable`` for ``target``.
 
     Parameters
@@ -680,6 +693,10 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
     pipeline : callable | list | None
         The graph passes, ``IRModule -> IRModule``; None: ``relax.get_pipeline()``.
         ``LegalizeOps`` always runs after it.
+    strict : bool
+        False (default): a kernel the default schedules cannot schedule is left as it is
+        (correct but slow) with a ``DefaultScheduleWarning``. True: that is a ``RelaxError``
+        naming the kernel and the cause (for tests and CI, where a slow kernel is a bug).
     jobs : int, optional
         LLVM targets: worker processes that schedule and compile the kernels (default: one per
         core this process may use, or ``$TILECRAFT_JOBS``; 1: all in this process). The
@@ -731,12 +748,12 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
     module = None
     if kernels and target.kind == "llvm":
         with stats.phase("database"):
-            specs = kernel_specs(mod, target, database, kernels)
+            specs = kernel_specs(mod, target, database, kernels, strict=strict)
         module = targets.build_kernels(specs, target, jobs=jobs, cache=store if store is not
                                        None else False, stats=stats)
     elif kernels:
         with stats.phase("scheduling"):
-            scheduled = schedule_kernels(mod, target, database, kernels)
+            scheduled = schedule_kernels(mod, target, database, kernels, strict=strict)
         with stats.phase("kernel compilation"):
             module = targets.build(IRModule(scheduled), target)
         stats.compiled = len(kernels)

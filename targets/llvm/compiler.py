@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import llvmlite
@@ -35,7 +36,7 @@ from ..runtime import abi
 from ..runtime.module import Module
 from ..target import Target, TargetError, arch_of_triple, host_triple
 from ..toolchain import link_relocatable, link_shared
-from . import threadpool
+from . import dot4, threadpool
 from .codegen import FMA_METADATA, CodeGenLLVM, CodegenOptions
 from .irutil import I8, I32, PTR, ModuleBuilder
 from .softops import hardware_division
@@ -109,6 +110,7 @@ class MachineConfig:
         self.abi = target.mabi or self._default_abi()
         self.opt_level = max(0, min(3, target.opt_level))
         self.pointer_bits = 32 if self.arch in ("arm", "x86", "riscv32") else 64
+        self.key: dict | None = None     # machine_key's result, once computed
 
     def _cpu_and_features(self) -> tuple[str, str]:
         t = self.target
@@ -183,7 +185,9 @@ class MachineConfig:
                               pointer_bits=self.pointer_bits, native_f16=self.native_f16,
                               vector_width=self.target.vector_width,
                               num_cores=self.target.num_cores, target_str=str(self.target),
-                              hw_div=hardware_division(self.arch, self.cpu, self.features))
+                              hw_div=hardware_division(self.arch, self.cpu, self.features),
+                              dot_isa=dot4.dot_isa(self.arch, self.features,
+                                                   self.target.vector_width))
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int) -> None:
@@ -327,6 +331,9 @@ class KernelObject:
     meta: dict
     uses_parallel: bool
     seconds: dict = field(default_factory=dict)   # CPU time per phase; not stored in the cache
+    # False when scheduling issued a warning (a kernel left unscheduled): such a kernel is not
+    # stored, so that every build issues the warning again and a strict build refuses it
+    cacheable: bool = True
 
     def to_bytes(self) -> bytes:
         """The cache payload: a JSON header line, then the object code."""
@@ -395,8 +402,14 @@ def compile_kernel(name: str, func: PrimFunc, config: MachineConfig, target: Tar
     seconds = {}
     clock = time.process_time      # CPU seconds: the work, wherever it runs
     start = clock()
+    cacheable = True
     if schedule is not None:
-        func = schedule(func)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            func = schedule(func)
+        for w in caught:     # issued again under the caller's filters
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        cacheable = not caught
         seconds["schedule"] = clock() - start
         start = clock()
     if not is_lowered(func):
@@ -415,17 +428,23 @@ def compile_kernel(name: str, func: PrimFunc, config: MachineConfig, target: Tar
     start = clock()
     obj = tm.emit_object(mod)
     seconds["llvm_emit"] = clock() - start
-    return KernelObject(name, obj, meta, cg.uses_parallel, seconds)
+    return KernelObject(name, obj, meta, cg.uses_parallel, seconds, cacheable)
 
 
 def machine_key(config: MachineConfig) -> dict:
     """Everything about the target and the toolchain that the object code depends on."""
-    return {"target": str(config.target), "triple": config.triple, "cpu": config.cpu,
-            "features": config.features, "abi": config.abi, "opt_level": config.opt_level,
-            "vector_width": config.target.vector_width, "num_cores": config.target.num_cores,
-            "has_fma": config.has_fma, "native_f16": config.native_f16,
-            "llvm": ".".join(map(str, llvm.llvm_version_info)),
-            "llvmlite": llvmlite.__version__, "code": kernel_cache.code_fingerprint()}
+    if config.key is not None:           # computed once per build (it makes a TargetMachine)
+        return config.key
+    options = config.codegen_options(str(config.machine(jit=False, pic=True).target_data))
+    config.key = {"target": str(config.target), "triple": config.triple, "cpu": config.cpu,
+                  "codegen": {k: (sorted(v.items()) if isinstance(v, dict) else v)
+                              for k, v in vars(options).items()},
+                  "features": config.features, "abi": config.abi, "opt_level": config.opt_level,
+                  "vector_width": config.target.vector_width, "num_cores": config.target.num_cores,
+                  "has_fma": config.has_fma, "native_f16": config.native_f16,
+                  "llvm": ".".join(map(str, llvm.llvm_version_info)),
+                  "llvmlite": llvmlite.__version__, "code": kernel_cache.code_fingerprint()}
+    return config.key
 
 
 def _object_from_ir(text: str, config: MachineConfig, optimized: bool = True) -> bytes:
@@ -687,7 +706,7 @@ def build_llvm(specs, target: Target, *, jobs: int | None = None, cache=None,
         objects[i] = k
         for phase, secs in k.seconds.items():
             stats.kernel_phases[phase] = stats.kernel_phases.get(phase, 0.0) + secs
-        if store is not None and keys[i] is not None:
+        if store is not None and keys[i] is not None and k.cacheable:
             store.put(keys[i], k.to_bytes())
     names = [s.name for s in specs]
     entry = "main" if "main" in names else (names[0] if names else None)
