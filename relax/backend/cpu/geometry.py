@@ -112,10 +112,12 @@ def static_ints(dims) -> list[int] | None:
     return out
 
 
-def conv2d_geometry(call: Call) -> ConvGeometry | None:
+def conv2d_geometry(call: Call, dtypes: tuple[str, str, str] = ("float32",) * 3
+                    ) -> ConvGeometry | None:
     """The ``ConvGeometry`` of a ``relax.nn.conv2d`` call the CPU convolution families can run:
-    float32, NCHW or NHWC data with the output in the same layout, static channels, image
-    size and weight; None otherwise (and for what the operator's own checks report).
+    data, weight and output of ``dtypes`` (float32; ``("uint8", "int8", "int32")`` for the
+    int8 family), NCHW or NHWC data with the output in the same layout, static channels,
+    image size and weight; None otherwise (and for what the operator's own checks report).
 
     Examples
     --------
@@ -130,7 +132,7 @@ def conv2d_geometry(call: Call) -> ConvGeometry | None:
     dsi, wsi = data.struct_info, weight.struct_info
     out_si = call.struct_info
     if not all(isinstance(s, TensorStructInfo) for s in (dsi, wsi, out_si)) or \
-            not dsi.dtype == wsi.dtype == out_si.dtype == "float32":
+            (dsi.dtype, wsi.dtype, out_si.dtype) != tuple(dtypes):
         return None
     dshape, wshape = static_shape(data), static_shape(weight)
     if dshape is None or wshape is None or len(dshape) != 4 or len(wshape) != 4:
