@@ -90,7 +90,7 @@ def test_dot4_is_exact(rng, target, n):
 
 @pytest.mark.skipif(not _cpu_has("avx512_vnni"), reason="this CPU has no AVX-512 VNNI")
 def test_int8_dense_uses_vpdpbusd():
-    exe = relax.build(_int8_matmul_module(64, 32)[0], HOST)
+    exe = relax.build(_int8_matmul_module(64, 32)[0], HOST, strict=True)
     assert "dense_u8i8" in exe.kernel_names
     assert "vpdpbusd" in exe.kernel_module.get_source("asm")
 
@@ -118,7 +118,7 @@ def test_int8_dense_kernel_is_bit_exact(rng, target, k, n):
     w[0, :] = -128                       # extremes: the largest products
     w[-1, :] = 127
     mod, w = _int8_matmul_module(k, n, w)
-    exe = relax.build(mod, target)
+    exe = relax.build(mod, target, strict=True)
     assert "dense_u8i8" in exe.kernel_names
     vm = relax.VirtualMachine(exe, CPU)
     for m in (1, 3, 8):
@@ -152,7 +152,7 @@ def _q4_module(k, n, group, scale_dtype="float32", symmetric=True, seed=0, batch
 def test_int4_dense_kernel_matches_the_dequantized_weight(rng, k, n, group, scale_dtype,
                                                          symmetric):
     mod, w, wd = _q4_module(k, n, group, scale_dtype, symmetric)
-    exe = relax.build(mod, HOST)
+    exe = relax.build(mod, HOST, strict=True)
     assert "dense_q4" in exe.kernel_names[-1]
     vm = relax.VirtualMachine(exe, CPU)
     for m in (1, 5):
@@ -230,7 +230,7 @@ def convnet(seed=0):
 
 
 def run(mod, *inputs, target=HOST):
-    out = relax.VirtualMachine(relax.build(mod, target), CPU)["main"](*inputs)
+    out = relax.VirtualMachine(relax.build(mod, target, strict=True), CPU)["main"](*inputs)
     return out.numpy()
 
 
