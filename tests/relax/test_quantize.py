@@ -64,8 +64,11 @@ def test_dot_isa_per_target():
 
 
 @pytest.mark.parametrize("target", [HOST, PORTABLE])
-@pytest.mark.parametrize("n", [1, 7, 64])
-def test_dot4_is_exact(rng, target, n):
+@pytest.mark.parametrize("n,lanes", [(1, 0), (7, 0), (64, 16), (48, 12), (40, 20)])
+def test_dot4_is_exact(rng, target, n, lanes):
+    """Scalar, and vectors of 16 lanes and of lanes that are not a power-of-two count of the
+    instruction's width (12, 20: three and five ``vpdpbusd`` of 4 lanes), as a tuned schedule
+    may vectorize."""
     A = te.placeholder((n,), "int32", "A")
     B = te.placeholder((n,), "int32", "B")
     C = te.compute((n,), lambda i: dot4_u8i8(A[i], B[i]) + A[i] * 0, "C")
@@ -73,9 +76,9 @@ def test_dot4_is_exact(rng, target, n):
     func = te.create_prim_func([A, B, C, D])
     from tilecraft.tensorir.schedule import Schedule
     sch = Schedule(func)
-    if n % 16 == 0:
+    if lanes:
         i, = sch.get_loops(sch.get_block("C"))
-        sch.vectorize(sch.split(i, [None, 16])[1])
+        sch.vectorize(sch.split(i, [None, lanes])[1])
     a, b = words(rng, n), words(np.random.default_rng(n + 1), n)
     want = dot4_reference(a, b)
     mod = targets.build(sch.mod[sch._func_name], target)
