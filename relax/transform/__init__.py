@@ -12,6 +12,8 @@
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
   elementwise operators between them) run in NHWC, with one permutation at each end.
 - ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
+- ``ToMixedPrecision(out_dtype="float32")``: matmul, dense and convolution on float16 inputs
+  (accumulating in ``out_dtype``), the sensitive ops in float32, what lies between following.
 - ``get_pipeline(name="default")``: the default sequence; ``Sequential(passes, check=False)``.
 
 ``ExprMutator`` is the base for writing more passes.
@@ -27,10 +29,11 @@ from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
 from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout
+from .to_mixed_precision import ToMixedPrecision
 from .pipeline import get_pipeline
 from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout", "ConvertLayout"]
+           "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout", "ConvertLayout", "ToMixedPrecision"]
