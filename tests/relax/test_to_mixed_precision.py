@@ -121,6 +121,21 @@ def test_weights_become_float16_constants_at_build_time():
         np.testing.assert_array_equal(w, w32.astype("float16"))
 
 
+def test_cpu_kernels_read_float16_weights_packed_at_build_time():
+    from tilecraft.tensorir.functor import post_order_visit
+    for m, rank, layers in ((mlp(in_features=64, hidden=(128,), out_features=16), 3, 2),
+                            (resnet_bottleneck(channels=32, width=8, height=8), 5, 3)):
+        mod = relax.get_pipeline(target="llvm")(ToMixedPrecision()(m.mod))
+        consts = []
+        post_order_visit(mod["main"], lambda n: consts.append(n.data)
+                         if isinstance(n, Constant) else None)
+        # dense panels [N/NR, K, NR] / convolution blocks [O/R, I, KH, KW, R], all half (the
+        # biases, added in the float32 epilogue, stay float32)
+        weights = [c for c in consts if c.ndim == rank]
+        assert len(weights) == layers and all(w.dtype == np.float16 for w in weights)
+        assert all(c.dtype == np.float32 for c in consts if c.ndim != rank)
+
+
 def test_out_dtype_is_checked():
     with pytest.raises(ValueError, match="out_dtype must be 'float32' or 'float16', got "
                                          "'bfloat16'"):
