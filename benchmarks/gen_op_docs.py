@@ -39,6 +39,7 @@ SECTIONS = [
     ("relax.op.index", "Indexing"),
     ("relax.op.create", "Tensor creation"),
     ("relax.op.misc", "Other"),
+    ("relax.op.check", "Run-time checks"),
 ]
 
 

@@ -58,6 +58,11 @@ from .backend.cpu.schedule_utils import (MIN_PARALLEL_WORK, MR, SYMBOLIC_EXTENT,
 GEMV_MAX_ROWS = 3         # symbolic row counts up to this run rows on a 1-row micro-kernel
 
 
+class DefaultScheduleWarning(UserWarning):
+    """A kernel the default rules could not schedule (left as it is: correct, slow);
+    ``relax.build(..., strict=True)`` raises instead."""
+
+
 def _loops_of(func: PrimFunc) -> list[For]:
     out = []
     post_order_visit(func.body, lambda n: out.append(n) if isinstance(n, For) else None)
@@ -98,7 +103,8 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
         return func
     except Exception as err:  # a bug in a rule must not break the build: keep the kernel as is
         warnings.warn(f"default schedule of {func.attr_dict.get('global_symbol', '?')} failed "
-                      f"({type(err).__name__}: {err}); the kernel is left unscheduled")
+                      f"({type(err).__name__}: {err}); the kernel is left unscheduled",
+                      DefaultScheduleWarning)
         return func
 
 

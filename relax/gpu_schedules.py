@@ -62,6 +62,8 @@ from .backend.gpu.gemm import compact_read, is_gemm_like, reduce_inputs, schedul
 from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, loop_extent,
                                          node_of, spatial_loops)
 
+from .default_schedules import DefaultScheduleWarning
+
 GPU_KINDS = ("opencl", "webgpu")
 THREADS = 256          # threads per work-group of injective kernels and row reductions
 VECTOR = 4             # elements per thread of injective kernels (one float4)
@@ -106,7 +108,8 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
             warnings.warn(f"GPU default schedule of {name} failed ({type(err).__name__}: "
                           f"{err}); trying a simpler one")
             continue
-    warnings.warn(f"no GPU default schedule applies to {name}; it runs as one thread")
+    warnings.warn(f"no GPU default schedule applies to {name}; it runs as one thread",
+                  DefaultScheduleWarning)
     return func
 
 

@@ -14,3 +14,5 @@ from .manipulate import *
 from .index import *
 from .create import *
 from .misc import *
+from .check import *
+from .quantize import *

@@ -14,6 +14,9 @@
 - ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
 - ``ToMixedPrecision(out_dtype="float32")``: matmul, dense and convolution on float16 inputs
   (accumulating in ``out_dtype``), the sensitive ops in float32, what lies between following.
+- ``QuantizeInt8Dynamic()``, ``QuantizeInt8Static(ranges)``: dense layers (and, static,
+  convolutions) on uint8 x int8 with int32 accumulation (``relax.quantize``'s int8 modes).
+- ``QuantizeInt4Weight(group_size)``: dense layers on 4-bit weight groups (``relax.dense_q4``).
 - ``get_pipeline(name="default")``: the default sequence; ``Sequential(passes, check=False)``.
 
 ``ExprMutator`` is the base for writing more passes.
@@ -31,9 +34,12 @@ from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout
 from .to_mixed_precision import ToMixedPrecision
 from .pipeline import get_pipeline
+from .quantize_int4 import QuantizeInt4Weight
+from .quantize_int8 import QuantizeInt8Dynamic, QuantizeInt8Static
 from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout", "ConvertLayout", "ToMixedPrecision"]
+           "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout", "ConvertLayout",
+           "ToMixedPrecision", "QuantizeInt8Dynamic", "QuantizeInt8Static", "QuantizeInt4Weight"]

@@ -18,7 +18,7 @@ from ..runtime import abi
 from ..runtime.module import Module
 from ..target import Target, TargetError, arch_of_triple, host_triple
 from ..toolchain import link_shared
-from . import threadpool
+from . import dot4, threadpool
 from .codegen import FMA_METADATA, CodeGenLLVM, CodegenOptions
 from .irutil import ModuleBuilder
 from .softops import hardware_division
@@ -185,7 +185,9 @@ class MachineConfig:
                               vector_width=self.target.vector_width,
                               num_cores=self.target.num_cores, target_str=str(self.target),
                               hw_div=hardware_division(self.arch, self.cpu, self.features),
-                              fp16_arith=self.fp16_arith)
+                              fp16_arith=self.fp16_arith,
+                              dot_isa=dot4.dot_isa(self.arch, self.features,
+                                                   self.target.vector_width))
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int) -> None:

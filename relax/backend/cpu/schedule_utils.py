@@ -98,7 +98,8 @@ def loop_nodes(sch: Schedule, rvs) -> list[For]:
 
 def input_indices(sch: Schedule, block_rv) -> list[list[PrimExpr]]:
     """The indices of each read of ``block_rv``'s inputs (not of what it writes), in terms of
-    the loop variables."""
+    the loop variables. Reads of 0-d inputs are left out: one element, the same for every
+    iteration, they constrain no loop (and have no last index to look at)."""
     blk = sch.get(block_rv)
     br = tree.find_block(sch.func, blk.name)[0]
     binding = {iv.var: value for iv, value in zip(blk.iter_vars, br.iter_values)}
@@ -106,7 +107,7 @@ def input_indices(sch: Schedule, block_rv) -> list[list[PrimExpr]]:
     loads = []
     post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
     return [[substitute(e, binding) for e in ld.indices] for ld in loads
-            if id(ld.buffer) not in out]
+            if id(ld.buffer) not in out and ld.indices]
 
 
 def strided_reads(sch: Schedule, block_rv, loop_rv) -> bool:

@@ -30,7 +30,9 @@ from ...expr import Constant, Expr, RelaxError, ShapeExpr, Tuple, Var, const
 from ...struct_info import ShapeStructInfo, TensorStructInfo
 from tilecraft.tensorir.function import IRModule
 from ..common import UnsupportedError
-from .registry import (CONVERTERS, ConversionError, NeedsConstant, OnnxNode, onnx_dtype_name,
+from ..shape_facts import ShapeFacts
+from .registry import (CONTRIB_CONVERTERS, CONVERTERS, ConversionError, NeedsConstant, OnnxNode,
+                       onnx_dtype_name,
                        supported_elem_type, to_dtype, to_numpy, ONNX_DTYPES)
 from . import lowbit
 from . import known as _known
@@ -163,12 +165,15 @@ class Value:
     """What the importer knows about one ONNX value: a Relax expression, an import-time value
     (numpy; an object array of ints and PrimExprs for symbolic integers), or both."""
 
-    __slots__ = ("expr", "known", "dtype", "logical")
+    __slots__ = ("expr", "known", "dtype", "logical", "dq")
 
     def __init__(self, expr: Expr | None = None, known: np.ndarray | None = None,
-                 dtype: str | None = None, logical: str | None = None):
+                 dtype: str | None = None, logical: str | None = None, dq=None):
         self.expr = expr
         self.known = known
+        # the output of a DequantizeLinear: its integer source (ops/quant.py ``Dequantized``),
+        # which consumers (MatMul, Gemm, Conv) may compute on directly as int8 kernels
+        self.dq = dq
         # a type without a tilecraft dtype ("bfloat16", "float8e4m3fn", "int4"...): the value
         # holds its storage (lowbit.py)
         self.logical = logical
@@ -363,12 +368,16 @@ class GraphImporter:
         self.problems: list[str] = []
         self.constant_inputs: list[str] = []
         self.producers: dict[str, list] = {}   # value name -> the inputs of its node
+        # facts about the symbolic dims (sizes are >= 0) and the run-time checks behind the
+        # ones a converter needed but could not prove (see Expand)
+        self.facts = ShapeFacts()
 
     # -- symbolic variables ----------------------------------------------------------------------
     def named_var(self, name: str) -> TirVar:
         key = _symbolic_name(name)
         if key not in self.sym_vars:
             self.sym_vars[key] = tensorir.var(key)
+            self.facts.assume(self.sym_vars[key] >= 0)
         return self.sym_vars[key]
 
     def fresh_var(self, hint: str) -> TirVar:
@@ -378,6 +387,7 @@ class GraphImporter:
         name = base if n == 0 and base not in self.sym_vars else f"{base}_{n}"
         v = tensorir.var(name)
         self.sym_vars[name] = v
+        self.facts.assume(v >= 0)
         return v
 
     # -- entry ---------------------------------------------------------------------------------
@@ -491,8 +501,14 @@ class GraphImporter:
     def _node_problems(self, proto: onnx.NodeProto, opset: int, label: str, name: str,
                        depth: int = 0) -> list[str]:
         if proto.domain not in _DEFAULT_DOMAINS:
-            return [f"{label}: the operator domain {proto.domain!r} is not supported (only the "
-                    f"standard ONNX domain is)"]
+            contrib = CONTRIB_CONVERTERS.get((proto.domain, proto.op_type))
+            if contrib is None:
+                known = sorted(f"{d}.{o}" for d, o in CONTRIB_CONVERTERS)
+                return [f"{label}: the operator {proto.domain}.{proto.op_type} is not supported "
+                        f"(other domains than the standard one: {known})"]
+            if contrib.check is None:
+                return []
+            return [f"{label}: {p}" for p in contrib.check(OnnxNode(proto, opset, 1, name))]
         try:
             schema = onnx.defs.get_schema(proto.op_type, opset, "")
         except Exception:
@@ -622,6 +638,7 @@ class GraphImporter:
                 result = outs[0] if len(outs) == 1 else Tuple(outs)
                 gv = bb.emit_output(result)
             bb.emit_func_output(gv)
+        bb.update_func(func_name, self.facts.attach(bb.get()[func_name]))
 
     def convert_graph(self, ctx: GraphContext, graph: onnx.GraphProto) -> None:
         """Convert the nodes of ``graph`` (its initializers are defined by the caller for the
@@ -638,14 +655,21 @@ class GraphImporter:
             self.convert_node(ctx, proto, proto.name or f"{proto.op_type}_{k}")
 
     def convert_node(self, ctx: GraphContext, proto: onnx.NodeProto, name: str) -> None:
-        schema = onnx.defs.get_schema(proto.op_type, ctx.opset, "")
-        node = OnnxNode(proto, ctx.opset, schema.since_version, name)
+        contrib = None
+        if proto.domain not in _DEFAULT_DOMAINS:
+            # checked by _node_problems: a registered operator of another domain
+            contrib = CONTRIB_CONVERTERS[(proto.domain, proto.op_type)]
+            node = OnnxNode(proto, ctx.opset, 1, name)
+            schema = None
+        else:
+            schema = onnx.defs.get_schema(proto.op_type, ctx.opset, "")
+            node = OnnxNode(proto, ctx.opset, schema.since_version, name)
         # a value that could not be made (an earlier problem): skip what depends on it
         missing = [i for i in node.inputs if i and _is_poisoned(ctx, i)]
         if missing:
             self._poison(ctx, node)
             return
-        conv = CONVERTERS.get(node.op_type)
+        conv = contrib or CONVERTERS.get(node.op_type)
         if conv is None:
             self._expand(ctx, node, proto, schema, name)
             return
@@ -667,7 +691,7 @@ class GraphImporter:
             elif emulated and node.op_type not in _LOWBIT_AWARE:
                 result = self._convert_decoded(ctx, node, conv, emulated)
             else:
-                if node.op_type not in _RANDOM_OPS and not emulated:
+                if node.op_type not in _RANDOM_OPS and not emulated and contrib is None:
                     result = _known.fold(ctx, node)
                 if result is None:
                     result = conv.fn(ctx, node)
