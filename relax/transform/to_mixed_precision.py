@@ -25,8 +25,10 @@ float16), so the cast joins the kernel that computes it (``FuseOps`` puts an ele
 ``astype`` into the producer's epilogue); a consumer that needs float32 reads the float32 value
 where one exists, else converts the float16 one (a cast ``FuseOps`` puts into the consumer).
 Float32 constants operands become ``astype(constant, "float16")``, which ``FoldConstant`` (the
-first passes of ``relax.build``'s pipeline) turns into float16 constants at build time. The
-function's signature does not change: float32 in, float32 out.
+first passes of ``relax.build``'s pipeline) turns into float16 constants at build time, or
+``FoldConstantCasts`` (what ``relax.quantize(mod, "fp16")`` runs after this pass) right away, so
+the module itself holds the weights in half the bytes. The function's signature does not
+change: float32 in, float32 out.
 
 Run it on the module as imported (operator calls, before ``LegalizeOps``); ``call_tir`` calls
 and values of other dtypes are left alone.
@@ -42,6 +44,8 @@ Examples
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tilecraft.tensorir.function import IRModule
 
 from ..analysis import free_vars
@@ -52,7 +56,8 @@ from ..op.base import Op
 from ..struct_info import TensorStructInfo
 from .base import ExprMutator, Pass
 
-__all__ = ["ToMixedPrecision", "ALWAYS", "EXACT", "FOLLOW", "NEVER", "policy_of"]
+__all__ = ["ToMixedPrecision", "FoldConstantCasts", "ALWAYS", "EXACT", "FOLLOW", "NEVER",
+           "policy_of"]
 
 HALF, FLOAT = "float16", "float32"
 
@@ -159,6 +164,49 @@ class ToMixedPrecision(Pass):
 
     def __repr__(self):
         return f"ToMixedPrecision(out_dtype={self.out_dtype!r})"
+
+
+class FoldConstantCasts(Pass):
+    """Replace ``astype(constant, dtype)`` between float dtypes by the converted constant (and a
+    dataflow variable bound to one by the constant, where it is used).
+
+    numpy's conversion rounds to nearest, ties to even, and overflows to infinity: what the
+    cast kernel computes, so the result is the same as folding at build time, without compiling
+    a kernel per weight (and without a compiler: this runs where only numpy is installed).
+    Other calls, and casts to or from integer dtypes, are left alone.
+
+    Examples
+    --------
+    >>> from tilecraft.relax.transform import FoldConstantCasts, ToMixedPrecision
+    >>> mod16 = FoldConstantCasts()(ToMixedPrecision()(mod))     # doctest: +SKIP
+    >>> # W_f16 = R.astype(metadata[0], "float16")  ->  W_f16 = metadata[1] (float16)
+    """
+
+    name = "FoldConstantCasts"
+
+    def transform_module(self, mod: IRModule) -> IRModule:
+        return _CastFolder(mod).visit_module()
+
+
+class _CastFolder(ExprMutator):
+    def visit_var_binding(self, b: VarBinding) -> None:
+        value = self.visit_expr(b.value)
+        if isinstance(value, Constant) and value is not b.value and \
+                isinstance(b.var, DataflowVar):
+            self.var_remap[id(b.var)] = value     # its uses read the constant; the binding goes
+            return
+        self.emit_binding(b, value)
+
+    def visit_call_(self, call: Call) -> Expr:
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, Op) and call.op.name == "relax.astype"
+                and isinstance(call.args[0], Constant)):
+            return call
+        src, dtype = call.args[0].data, call.attr_dict["dtype"]
+        if src.dtype.kind != "f" or not dtype.startswith("float"):
+            return call
+        with np.errstate(over="ignore"):      # beyond float16's range: infinity, as the kernel
+            return Constant(src.astype(np.dtype(dtype)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from tilecraft.relax import BlockBuilder, Constant, TensorStructInfo, Var, const
 from tilecraft.relax.analysis import check_well_formed
 from tilecraft.relax.expr import BindingBlock, Call, If, SeqExpr, VarBinding
 from tilecraft.relax.op.base import Op
-from tilecraft.relax.transform import FoldConstant, ToMixedPrecision
+from tilecraft.relax.transform import FoldConstant, FoldConstantCasts, ToMixedPrecision
 from tilecraft.relax.transform import to_mixed_precision as tmp_mod
 
 TOL = {"float32": 3e-3, "float16": 1.5e-2}
@@ -119,6 +119,59 @@ def test_weights_become_float16_constants_at_build_time():
                  if isinstance(a, Constant)]
     for w, w32 in zip(weights, originals):
         np.testing.assert_array_equal(w, w32.astype("float16"))
+
+
+def test_relax_quantize_fp16_is_mixed_precision_with_float16_weights_now(rng):
+    m = mlp(in_features=64, hidden=(128,), out_features=10, seed=4)
+    qmod = relax.quantize(m.mod, "fp16")
+    check_well_formed(qmod)
+    # the weights are float16 constants in the module itself, converted as numpy rounds
+    weights = [a for c in calls_of(qmod, "relax.matmul") for a in c.args]
+    originals = [a.data for c in calls_of(m.mod, "relax.matmul") for a in c.args
+                 if isinstance(a, Constant)]
+    half = [a.data for a in weights if isinstance(a, Constant)]
+    assert len(half) == 2 and all(w.dtype == np.float16 for w in half)
+    for w, w32 in zip(half, originals):
+        np.testing.assert_array_equal(w, w32.astype("float16"))
+    assert not [c for c in calls_of(qmod, "relax.astype") if isinstance(c.args[0], Constant)]
+    assert all(c.attr_dict["out_dtype"] == "float32" for c in calls_of(qmod, "relax.matmul"))
+    # the same program as ToMixedPrecision's, its casts folded at build time instead: the
+    # same bits out
+    x = m.make_inputs(rng, batch=3)[0]
+    cpu = targets.cpu(0)
+    got = relax.VirtualMachine(relax.build(qmod, "llvm"), cpu)["main"](x).numpy()
+    via_build = relax.VirtualMachine(relax.build(ToMixedPrecision()(m.mod), "llvm"),
+                                     cpu)["main"](x).numpy()
+    np.testing.assert_array_equal(got, via_build)
+    assert got.dtype == np.float32 and rel_err(got, m.reference(x)) < TOL["float32"]
+    acc16 = relax.quantize(m.mod, "fp16", out_dtype="float16")
+    assert {c.struct_info.dtype for c in calls_of(acc16, "relax.matmul")} == {"float16"}
+    with pytest.raises(ValueError, match="out_dtype must be 'float32' or 'float16'"):
+        relax.quantize(m.mod, "fp16", out_dtype="int8")
+
+
+def test_fold_constant_casts_only_folds_float_casts_of_constants():
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((4,), "float32"))
+    c = const(np.array([1.0, 65520.0, 1e-8, -2.5], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            # folded (65520 -> inf, as numpy); it leaves the block, so it stays bound
+            h = bb.emit_output(op.astype(c, "float16"))
+            i = bb.emit_output(op.astype(c, "int32"))     # an integer cast: left alone
+            xh = bb.emit_output(op.astype(x, "float16"))  # not a constant: left alone
+            gv = bb.emit_output((h, i, xh))
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    new = FoldConstantCasts()(mod)
+    check_well_formed(new)
+    values = [b.value for b in bindings(new)]
+    assert isinstance(values[0], Constant)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(values[0].data, c.data.astype("float16"))
+    assert np.isinf(values[0].data[1])
+    assert isinstance(values[1], Call) and isinstance(values[2], Call)
+    assert [b.value for b in bindings(mod)][0].op.name == "relax.astype"   # input unchanged
 
 
 def test_cpu_kernels_read_float16_weights_packed_at_build_time():
