@@ -33,12 +33,15 @@ Run: ``python -m benchmarks.lowp_fp16`` or ``python -m benchmarks.run lowp_fp16`
 ``benchmarks/results/lowp_fp16/<machine>.json``, the machine named after the GPU measured, or
 this CPU's name when only ``llvm`` ran); ``TILECRAFT_LOWP_BATCHES`` (default ``1,16``),
 ``TILECRAFT_LOWP_MODELS`` (``resnet50``, ``bert_layer_s128``, ``mlp_4096x3``; default all).
+A run of some targets or models replaces only their rows in the file (the others are kept),
+so the targets can be measured one command at a time.
 On the GPU machine: ``python -m benchmarks.lowp_fp16`` (all targets); here, the CPU row:
 ``TILECRAFT_LOWP_TARGETS=llvm python -m benchmarks.lowp_fp16``; the smoke check:
 ``TILECRAFT_LOWP_SMOKE=1 python -m benchmarks.lowp_fp16``.
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -46,7 +49,7 @@ import time
 
 import numpy as np
 
-from .common import print_table, write_results
+from .common import machine_name, print_table, results_path, write_results
 
 SMOKE = os.environ.get("TILECRAFT_LOWP_SMOKE", "") not in ("", "0")
 BATCHES = [int(b) for b in os.environ.get("TILECRAFT_LOWP_BATCHES",
@@ -176,12 +179,32 @@ def run() -> list[dict]:
     rows = measure()
     if SMOKE:
         print("(smoke run: no results written)")
-    else:
-        path = write_results("lowp_fp16", rows, {"settings": {"batches": BATCHES,
-                                                              "targets": TARGETS}},
-                             gpu=_gpu_name(rows))
-        print(f"(written to {path})")
+        return rows
+    gpu = _gpu_name(rows)
+    kept = previous_rows(results_path("lowp_fp16", machine_name(gpu)), rows)
+    path = write_results("lowp_fp16", kept + rows, {"settings": {"batches": BATCHES,
+                                                                 "targets": TARGETS}},
+                         gpu=gpu)
+    print(f"(written to {path}{f'; {len(kept)} rows kept from the previous run' if kept else ''})")
     return rows
+
+
+def previous_rows(path: str, rows: list[dict]) -> list[dict]:
+    """The rows of the results file at ``path`` for the (model, target) pairs ``rows`` did not
+    measure, so runs of a few targets or models at a time (``TILECRAFT_LOWP_TARGETS``,
+    ``TILECRAFT_LOWP_MODELS``) add up to one file.
+
+    Examples
+    --------
+    >>> previous_rows("/nonexistent.json", [])
+    []
+    """
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        old = json.load(f).get("rows", [])
+    done = {(r["model"], r["target"]) for r in rows}
+    return [r for r in old if (r.get("model"), r.get("target")) not in done]
 
 
 def measure() -> list[dict]:
