@@ -43,3 +43,13 @@ def test_unknown_quantize_mode(work):
                      check=False)
     assert proc.returncode != 0
     assert "int8-dynamic" in proc.stderr and "fp16" in proc.stderr and "int3" in proc.stderr
+
+
+def test_fp16_for_webgpu_without_shader_f16_names_the_fix(work):
+    pytest.importorskip("wgpu", reason="wgpu is not installed")
+    d, _, _ = work
+    proc = tilecraft("compile", "tiny.onnx", "--target", "webgpu", "--quantize", "fp16",
+                     "-o", "x.tcx", cwd=d, check=False)
+    assert proc.returncode != 0
+    assert "shader-f16" in proc.stderr and "webgpu -supports-float16=1" in proc.stderr
+    assert "Traceback" not in proc.stderr
