@@ -3,10 +3,9 @@ AArch64 with half-precision arithmetic (``+fullfp16``: native ``half`` registers
 vector) and without it (``cortex-a72``: float32 arithmetic on half storage), run under qemu-user
 through a loopback tracker and checked against numpy's float16 arithmetic and the host.
 
-Same skip / slow rules as ``test_rpc_board.py`` (the board's root file system must exist).
+The board is the ``arm64_board`` fixture of tests/conftest.py (as in ``test_rpc_board.py``:
+skipped without qemu / mmdebstrap, its root file system built when missing).
 """
-import shutil
-
 import numpy as np
 import pytest
 
@@ -16,21 +15,12 @@ from tilecraft import targets
 from tilecraft.models import mlp
 from tilecraft.relax.rpc_plugin import RemoteVirtualMachine
 from tilecraft.relax.transform import ToMixedPrecision
-from tilecraft.rpc.board import emulated_board as eb
 from tilecraft.tensorir import Schedule, te
 
+from capabilities import needs_lld
 from rpc_testutil import HOST, Proc, start_tracker, wait_until
 
-ROOT = eb.default_root()
-READY = eb.root_ready(ROOT)
-MISSING = eb.missing_tools(build=not READY)
-if shutil.which("ld.lld") is None:
-    MISSING.append("ld.lld (to link the aarch64 code)")
-
-pytestmark = [pytest.mark.skipif(bool(MISSING), reason="emulated board needs: "
-                                                       + "; ".join(MISSING))]
-if not READY:
-    pytestmark.append(pytest.mark.slow)
+pytestmark = [needs_lld]   # links the aarch64 code
 
 KEY = "emulated-arm64-fp16"
 FULLFP16 = "llvm -mtriple=aarch64-linux-gnu -mattr=+neon,+fullfp16 -num-cores=2"
@@ -38,14 +28,13 @@ NO_FP16_ARITH = "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -num-cores=2"
 
 
 @pytest.fixture(scope="module")
-def board():
-    root = eb.ensure_root(ROOT)
+def board(arm64_board):
     tracker = start_tracker("--ping-interval", "2", "--ping-timeout", "10")
-    cmd = eb.board_command(root, "tilecraft.rpc.server",
-                           ["--host", HOST, "--port", "0", "--key", KEY,
-                            "--tracker", f"{HOST}:{tracker.port}", "--tracker-retry", "0.5",
-                            "--plugin", "tilecraft.relax.rpc_plugin", "-v"])
-    server = Proc(cmd, env=eb.board_env(), ready_timeout=180)
+    cmd = arm64_board.server_command("--host", HOST, "--port", "0", "--key", KEY, "--tracker",
+                                     f"{HOST}:{tracker.port}", "--tracker-retry", "0.5",
+                                     "--plugin", "tilecraft.relax.rpc_plugin",
+                                     "--insecure-local", "-v")
+    server = Proc(cmd, env=arm64_board.env(), cwd=arm64_board.path, ready_timeout=180)
     try:
         client = rpc.connect_tracker(HOST, tracker.port)
         wait_until(lambda: client.summary()["queue_info"].get(KEY, {}).get("free"), 60,
