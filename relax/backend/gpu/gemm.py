@@ -51,7 +51,8 @@ from .schedule_utils import (SYMBOLIC, is_reduction, is_under, iter_values, loop
                              node_of, spatial_loops)
 
 __all__ = ["GEMM_TILE", "GEMM_TILE_J", "GEMM_TILE_CPU", "GEMM_BK_CPU", "GEMM_BK",
-           "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "reduce_inputs",
+           "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "GEMM_NOMINAL_BATCH",
+           "reduce_inputs",
            "is_gemm_like", "compact_read", "for_cpu", "schedule_gemm"]
 
 
@@ -91,9 +92,15 @@ GEMM_FETCH_VECTOR_FRAGMENTS = 4   # OpenCL's global -> shared fetch with fragmen
 # are loaded into registers during this step's multiply-adds (OpenCL 0.82x -> 0.88x cuBLAS)
 GEMM_REGISTER_PREFETCH = True
 WEBGPU_SHARED_BYTES = 16384       # the WebGPU spec's default maxComputeWorkgroupStorageSize
-# Work-groups a GEMM-like kernel should have at least (at batch 1): smaller register tiles
-# until it does (the H200 has 132 multiprocessors).
+# Work-groups a GEMM-like kernel should have at least: smaller register tiles until it does
+# (the H200 has 132 multiprocessors).
 GEMM_MIN_GROUPS = 128
+# What a symbolic batch (blockIdx.z: the ``batch`` of an ONNX export) counts as when the tile is
+# sized for GEMM_MIN_GROUPS. One build serves every batch, so the tile is a compromise: sized
+# for batch 1, a BERT dense layer (128 x 768 per sequence) got 16 x 32 tiles of two
+# accumulators per thread, which ran the whole layer at 6 TFLOP/s at batch 16; sized for 8, it
+# gets 64 x 64 tiles of 4 x 4 (24 work-groups at batch 1, 384 at batch 16).
+GEMM_NOMINAL_BATCH = 8
 
 
 def reduce_inputs(block: Block) -> list[int]:
@@ -369,10 +376,12 @@ def _split_image(sch: Schedule, cols, th: int, tw: int, rw: int):
 
 
 def _const_groups(sch: Schedule, batch) -> int:
+    """Work-groups the batch loops multiply the tile count by, a symbolic loop counted as
+    ``GEMM_NOMINAL_BATCH``."""
     n = 1
     for lp in batch:
         e = loop_extent(node_of(sch, lp))
-        n *= 1 if e == SYMBOLIC else e    # a symbolic batch counts as 1: size for batch 1
+        n *= GEMM_NOMINAL_BATCH if e == SYMBOLIC else e
     return n
 
 
