@@ -224,3 +224,27 @@ def test_bert_kernels_symbolic_batch(gpu_dev):
     mod = gpu.module([("x", ("n", s, h), "float32")], body)
     gpu.check(dev, target, mod, lambda n: [RNG.standard_normal((n, s, h)).astype("float32")],
               ref, sizes=(1, 2), rtol=1e-3, atol=1e-3)
+
+
+def test_dense_with_symbolic_batch_gets_a_full_tile_and_its_gelu_epilogue():
+    """A transformer's FFN dense over ``(n, 128, 768)`` with bias and GELU (``x * erf(x)``:
+    its result read twice): one kernel, the epilogue in the register write-back, and a tile
+    sized for ``GEMM_NOMINAL_BATCH`` sequences: 128 x 128 (24 work-groups a sequence; sized
+    for one sequence it had 32 rows)."""
+    n = te.var("n")
+    A = te.placeholder((n, 128, 768), "float32", "A")
+    W = te.placeholder((768, 3072), "float32", "W")
+    bias = te.placeholder((3072,), "float32", "bias")
+    k = te.reduce_axis((0, 768), "k")
+    C = te.compute((n, 128, 3072), lambda b, s, j: te.sum(A[b, s, k] * W[k, j], axis=k), "C")
+    D = te.compute((n, 128, 3072), lambda b, s, j: C[b, s, j] + bias[j], "D")
+    E = te.compute((n, 128, 3072),
+                   lambda b, s, j: D[b, s, j] * (te.erf(D[b, s, j] * 0.7071) + 1.0) * 0.5, "E")
+    for kind in ("opencl", "webgpu"):
+        g = gs.apply(te.create_prim_func([A, W, bias, E]), Target(kind))
+        bx = [lp for lp in gs._loops_of(g) if lp.kind == "thread_binding" and
+              lp.thread_tag == "blockIdx.x"]
+        assert len(bx) == 1, kind                  # one kernel: the GELU is not its own
+        assert bx[0].extent.value == 24, kind      # 3072 / 128 columns per work-group
+        assert _bound(g, "blockIdx.y") == {1}, kind
+        assert "T.erf" in g.script()
