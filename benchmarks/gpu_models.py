@@ -14,7 +14,8 @@ synchronizes the device; best of 3 repeats of 10 calls) and CUDA-synchronized Py
 Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column needs CUDA).
 ``TILECRAFT_GPU_MODELS`` picks models (comma-separated names of ``MODELS``),
 ``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu``), ``TILECRAFT_GPU_MODEL_BATCHES``
-batches (``1,16``).
+batches (``1,16``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
+for (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1 is the former sizing).
 Results: ``benchmarks/results/gpu_models/<machine>.json`` (the machine: the CUDA GPU PyTorch
 ran on, else this CPU's name).
 """
@@ -175,6 +176,10 @@ def run() -> list[dict]:
     from tilecraft import targets
     from tilecraft.relax.frontend import from_onnx
 
+    from tilecraft.relax.backend.gpu import gemm
+    nominal = os.environ.get("TILECRAFT_GPU_MODEL_NOMINAL_BATCH")
+    if nominal:    # the GEMM tile's sizing batch (gemm.GEMM_NOMINAL_BATCH), for a sweep
+        gemm.GEMM_NOMINAL_BATCH = int(nominal)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     cuda = torch.cuda.is_available()
@@ -214,6 +219,7 @@ def run() -> list[dict]:
                     print(f"{name} {kind} b{b}: {rows[-1]['error']}", file=sys.stderr)
                     continue
                 rows.append({"model": name, "target": kind, "batch": b,
+                             "nominal_batch": gemm.GEMM_NOMINAL_BATCH,
                              "build_s": round(build_s, 1),
                              "tilecraft_ms": ours_s * 1e3,
                              "torch_ms": torch_s * 1e3,
