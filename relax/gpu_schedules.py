@@ -97,10 +97,10 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     if target.kind not in GPU_KINDS or is_scheduled(func):
         return func
     name = func.attr_dict.get("global_symbol", "main")
-    for strategy in _STRATEGIES:
+    for i, strategy in enumerate(_STRATEGIES):
         try:
             out = _scheduled(func, strategy, target)
-            return _with_small_batch_variant(func, out, strategy, target)
+            return _with_small_batch_variant(func, out, _STRATEGIES[:i + 1], target)
         except (ScheduleError, ValueError, TIRError) as err:   # does not apply / over a limit
             if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
                 warnings.warn(f"{_name_of(strategy)} of {name}: {type(err).__name__}: {err}")
@@ -123,19 +123,26 @@ def _scheduled(func: PrimFunc, strategy, target: Target, **kw) -> PrimFunc:
     return out
 
 
-def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, strategy,
-                              target: Target) -> PrimFunc:
-    """``out``, or, for a GEMM-like kernel with a symbolic batch on ``blockIdx.z`` whose tile
-    sized for batch 1 differs, both schedules chosen per call by the batch
-    (``backend.gpu.batch_dispatch``): below ``GEMM_SMALL_BATCH`` the batch-1 tile."""
-    if not getattr(strategy, "sizes_gemm", False):
+def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Target) -> PrimFunc:
+    """``out`` (scheduled by the last of the strategies ``tried``), or, for a GEMM-like kernel
+    with a symbolic batch on ``blockIdx.z`` whose tile sized for batch 1 differs, both schedules
+    chosen per call by the batch (``backend.gpu.batch_dispatch``): below ``GEMM_SMALL_BATCH``
+    the batch-1 tile, from the first of ``tried`` that fits with it (a smaller tile may fit a
+    strategy the nominal one did not: WebGPU's 16 KiB, a strided convolution's window)."""
+    if not getattr(tried[-1], "sizes_gemm", False):
         return out
     batch = symbolic_batch(out)
     if batch is None:
         return out
     try:
-        small = _scheduled(func, strategy, target, nominal_batch=1)
-        if _launch_shape(small) == _launch_shape(out):
+        small = None
+        for strategy in tried:
+            try:
+                small = _scheduled(func, strategy, target, nominal_batch=1)
+                break
+            except (ScheduleError, ValueError, TIRError):
+                continue
+        if small is None or _launch_shape(small) == _launch_shape(out):
             return out
         both = by_batch(batch, GEMM_SMALL_BATCH, small, out)
         lower_device(both, target)
