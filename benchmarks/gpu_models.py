@@ -15,7 +15,8 @@ Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column need
 ``TILECRAFT_GPU_MODELS`` picks models (comma-separated names of ``MODELS``),
 ``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu``), ``TILECRAFT_GPU_MODEL_BATCHES``
 batches (``1,16``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
-for (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1 is the former sizing).
+for from batch 4 on (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1: one tile
+sized for batch 1 at every batch, as before).
 Results: ``benchmarks/results/gpu_models/<machine>.json`` (the machine: the CUDA GPU PyTorch
 ran on, else this CPU's name).
 """
