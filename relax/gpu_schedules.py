@@ -241,7 +241,9 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
                    small: bool = False, nominal_batch: int | None = None) -> None:
     """Rules 1-4. ``shared``: which GEMM inputs are staged in shared memory (``"all"``,
     ``"compact"``: those read at plain indices, e.g. a convolution's weights but not its
-    sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile."""
+    sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile;
+    ``nominal_batch``: what a symbolic batch counts as when the GEMM tile is sized (None:
+    ``GEMM_NOMINAL_BATCH``)."""
     _inline(sch)
     blocks = _blocks(sch)
     reductions = [b for b in blocks if is_reduction(node_of(sch, b))]
