@@ -26,6 +26,10 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
   ``relax.quantize`` makes of dense layers, and QDQ / MatMulInteger ONNX models) becomes
   ``pack_u8_words`` on ``x``, ``pack_dense_int8_weight`` on ``W`` and ``dense_u8i8``
   (``backend.cpu.dense_int8``: ``vpdpbusd`` / ``sdot`` on 8-bit words, int32 accumulators);
+  an NCHW ``relax.nn.conv2d(x, W, out_dtype="int32")`` of uint8 ``x`` and a constant int8
+  ``W`` becomes ``pack_conv2d_int8_weight`` on ``W``, ``pack_conv2d_u8_words`` on ``x`` and
+  ``conv2d_nchw_u8i8`` (``backend.cpu.conv2d_int8``: the flat NCHW tile on words of four
+  channels, ``vpdpbusd`` / ``sdot``);
   ``relax.dense_q4`` with constant codes becomes ``pack_q4_panels`` and ``dense_q4_packed``
   (``backend.cpu.dense_int4``: 4-bit codes dequantized in registers);
 - NCHW ``relax.nn.max_pool2d`` (float32, float64, float16) / ``avg_pool2d`` (float32, float64;
@@ -59,9 +63,9 @@ from tilecraft.targets import Target
 from tilecraft.tensorir.expr import IntImm
 from tilecraft.tensorir.function import IRModule, PrimFunc
 
-from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_nchw, conv2d_nchw_cvec,
-                           conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense, dense_int4,
-                           dense_int8, depthwise, pool2d, winograd)
+from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_int8, conv2d_nchw,
+                           conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense,
+                           dense_int4, dense_int8, depthwise, pool2d, winograd)
 from ..backend.cpu.geometry import CPU_KERNEL_DTYPES, static_ints, static_shape
 from ..expr import Call, Constant, Expr
 from ..op import add
@@ -141,7 +145,7 @@ class _Alter(ExprMutator):
                 not self.builder.building:
             return call
         if call.op.name == "relax.nn.conv2d":
-            return self.conv2d(call) or call
+            return self.conv2d(call) or self.conv2d_int8(call) or call
         if call.op.name.endswith("_pool2d"):
             return self.pool2d(call) or call
         if call.op.name == "relax.dense_q4":
@@ -302,6 +306,28 @@ class _Alter(ExprMutator):
                                               pattern=OpPattern.INJECTIVE))
         return self.kernel(dense_int8.dense_u8i8, words, packed, n, name="dense_u8i8",
                            pattern=OpPattern.OUT_EWISE_FUSABLE)
+
+    def conv2d_int8(self, call: Call) -> Expr | None:
+        """NCHW ``conv2d(x, W, out_dtype="int32")`` of uint8 ``x`` and a constant int8 ``W``
+        (what ``relax.quantize`` makes of a convolution, and QDQ ONNX models) ->
+        ``pack_conv2d_int8_weight`` on ``W``, ``pack_conv2d_u8_words`` on ``x`` and
+        ``conv2d_nchw_u8i8`` (``backend.cpu.conv2d_int8``: ``vpdpbusd`` / ``sdot`` on words of
+        four channels, int32 accumulators)."""
+        data, weight = call.args
+        if not isinstance(weight, Constant) or call.attr_dict["data_layout"] != "NCHW":
+            return None
+        g = conv2d_geometry(call, ("uint8", "int8", "int32"))
+        plan = conv2d_int8.plan_conv2d_u8i8(g, self.lanes, self.registers) if g else None
+        if plan is None:
+            return None
+        packed = self.builder.emit(self.kernel(
+            conv2d_int8.pack_conv2d_int8_weight, weight, call.attr_dict["kernel_layout"],
+            plan.oc_block, name="pack_conv2d_int8_weight", pattern=OpPattern.INJECTIVE))
+        words = self.builder.emit(self.kernel(
+            conv2d_int8.pack_conv2d_u8_words, data, plan, name="conv2d_u8_words",
+            pattern=OpPattern.INJECTIVE))
+        return self.kernel(conv2d_int8.conv2d_nchw_u8i8, words, packed, plan, g.out_channels,
+                           name="conv2d_nchw_u8i8", pattern=OpPattern.OUT_EWISE_FUSABLE)
 
     def dense_q4(self, call: Call) -> Expr | None:
         """``relax.dense_q4`` with constant codes, scales and offsets -> ``pack_q4_panels`` on
