@@ -227,13 +227,20 @@ def _gpu_launch_overhead(doc):
                      f"µs, WebGPU {us('webgpu', 'vm_chain per kernel'):.0f} µs")]
 
 
+_GPU_MODEL_LABELS = {"resnet50": "ResNet-50", "mobilenet_v2": "MobileNet-V2",
+                     "bert_layer_s128": "BERT-base layer", "bert_base_s128": "BERT-base",
+                     "gpt2_small_s128": "GPT-2 small"}
+
+
 def _gpu_models(doc):
+    """One headline per measured (model, target, batch) row, in the file's order."""
     out = []
-    for model, label in (("resnet50", "ResNet-50"), ("bert_layer_s128", "BERT-base layer")):
-        for target in ("opencl", "webgpu"):
-            r = _row(doc, model=model, target=target, batch=1)
-            out.append(Headline(f"{label} batch 1, {target}, untuned", r["vs_torch"],
-                                f"PyTorch eager ({r['torch_device']})"))
+    for r in doc["rows"]:
+        if "vs_torch" not in r:
+            continue          # an error row
+        label = _GPU_MODEL_LABELS.get(r["model"], r["model"])
+        out.append(Headline(f"{label} batch {r['batch']}, {r['target']}, untuned",
+                            r["vs_torch"], f"PyTorch eager ({r['torch_device']})"))
     return out
 
 
@@ -272,6 +279,28 @@ def _lowp(doc):
     return [Headline(f"{r['mode']} {r['model']}, error rel {r['ours_rel']:.3g} (peer "
                      f"{r['peer_rel']:.3g})", r["ratio"], r["peer"])
             for r in doc["rows"] if r["peer"].startswith("onnxruntime")]
+
+
+def _lowp_fp16(doc):
+    """One line per target: the geometric mean of fp32 time / fp16 time over its ResNet-50 and
+    BERT rows (the issue's models; over every row where there are none), each row listed, and
+    the largest relative error of fp16 against fp32."""
+    out = []
+    targets = list(dict.fromkeys(r["target"] for r in doc["rows"] if "speedup" in r))
+    for target in targets:
+        rows = [r for r in doc["rows"] if r["target"] == target and "speedup" in r]
+        main = [r for r in rows if r["model"].startswith(("resnet50", "bert"))] or rows
+        others = [r for r in rows if r not in main]
+        each = ", ".join(f"{r['model']} b{r['batch']} {r['speedup']:.2f}x" for r in main)
+        also = ", ".join(f"{r['model']} b{r['batch']} {r['speedup']:.2f}x" for r in others)
+        worst = max(r["max_rel_err"] for r in rows)
+        out.append(Headline(f"fp16 (ToMixedPrecision) on {target}, geometric mean of {each}"
+                            + (f" (also {also})" if also else "")
+                            + f"; error rel <= {worst:.2g}",
+                            _geomean([r["speedup"] for r in main]), "our fp32, same target"))
+    if not out:
+        raise ValueError("no timed rows")
+    return out
 
 
 def _ops_cpu(doc):
@@ -364,6 +393,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gemm_steps": _gemm_steps,
     "hf_import": _hf_import,
     "lowp": _lowp,
+    "lowp_fp16": _lowp_fp16,
     "gpu": _gpu,
     "gpu_gemm_variants": _gpu_gemm_variants,
     "gpu_launch_overhead": _gpu_launch_overhead,

@@ -70,13 +70,26 @@ def _chunks(b: ir.IRBuilder, v, width: int) -> list:
 
 
 def _concat(b: ir.IRBuilder, parts: list):
+    """The pieces (``<width x i32>`` each) as one vector, in order. Any count of pieces: 12
+    lanes are three pieces of 4 (a tuned schedule may vectorize so), and a shuffle takes two
+    operands of one type, so the pieces are first padded (undefined lanes) to a power of two,
+    joined pairwise, and the padding cut off."""
+    width, count = lanes_of(parts[0]), len(parts)
+    ty = parts[0].type
+    total = 1 << (count - 1).bit_length()
+    parts = parts + [ir.Constant(ty, ir.Undefined)] * (total - count)
     while len(parts) > 1:
         nxt = []
         for x, y in zip(parts[0::2], parts[1::2]):
             n = lanes_of(x) + lanes_of(y)
             nxt.append(b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, n), list(range(n)))))
         parts = nxt
-    return parts[0]
+    whole = parts[0]
+    if total == count:
+        return whole
+    n = width * count
+    return b.shuffle_vector(whole, ir.Constant(whole.type, ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, n), list(range(n))))
 
 
 def _vnni(mb: ModuleBuilder, b: ir.IRBuilder, acc, x, y):

@@ -40,7 +40,7 @@ def convnet(rng):
 
 def compare(path_or_model, feeds, kernel, exact=True):
     model = onnx.load(path_or_model) if isinstance(path_or_model, str) else path_or_model
-    exe = relax.build(relax.frontend.from_onnx(model), "llvm")
+    exe = relax.build(relax.frontend.from_onnx(model), "llvm", strict=True)
     assert any(kernel in k for k in exe.kernel_names), exe.kernel_names
     vm = relax.VirtualMachine(exe, CPU)
     sess = ort.InferenceSession(model.SerializeToString())

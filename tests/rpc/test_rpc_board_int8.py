@@ -1,6 +1,6 @@
-"""The int8 dense kernel cross-compiled for aarch64 (with ``+dotprod``: ``sdot``; without:
-the widening sequence) runs on the emulated arm64 board bit-exactly, under the same skip /
-slow rules as ``test_rpc_board.py``."""
+"""The int8 dense and convolution kernels cross-compiled for aarch64 (with ``+dotprod``:
+``sdot``; without: the widening sequence) run on the emulated arm64 board bit-exactly, under
+the same skip / slow rules as ``test_rpc_board.py``."""
 import shutil
 
 import numpy as np
@@ -8,7 +8,9 @@ import pytest
 
 from tilecraft import rpc, targets
 from tilecraft.relax import default_schedules
+from tilecraft.relax.backend.cpu import conv2d_int8, cpu_tile_params
 from tilecraft.relax.backend.cpu.dense_int8 import dense_u8i8, pack_dense_int8_weight
+from tilecraft.relax.backend.cpu.geometry import ConvGeometry
 from tilecraft.rpc.board import emulated_board as eb
 from tilecraft.tensorir import te
 
@@ -41,13 +43,42 @@ def kernel(target):
     return default_schedules.apply(func, targets.Target(target))
 
 
+# a stride-2 3x3 convolution: 6 input channels (a word and a half), 8 outputs, padded
+CONV = ConvGeometry(6, 9, 9, 8, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1)
+
+
+def conv_reference(x, w, stride: int, pad: int):
+    """int64 NCHW convolution with zero padding (no groups, no dilation): the oracle."""
+    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    o, _, kh, kw = w.shape
+    oh, ow = (x.shape[2] - kh) // stride + 1, (x.shape[3] - kw) // stride + 1
+    out = np.zeros((x.shape[0], o, oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, :, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
+            out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j].astype(np.int64))
+    return out
+
+
+def conv_kernel(target):
+    """uint8 NCHW data (1, 6, 9, 9) x int8 OIHW weight, packed by the family's own packings."""
+    t = targets.Target(target)
+    plan = conv2d_int8.plan_conv2d_u8i8(CONV, *cpu_tile_params(t))
+    x = te.placeholder((1, 6, 9, 9), "uint8", "x")
+    w = te.placeholder((8, 6, 3, 3), "int8", "w")
+    words = conv2d_int8.pack_conv2d_u8_words(x, plan)
+    packed = conv2d_int8.pack_conv2d_int8_weight(w, "OIHW", plan.oc_block)
+    y = conv2d_int8.conv2d_nchw_u8i8(words, packed, plan, 8)
+    return default_schedules.apply(te.create_prim_func([x, w, y]), t)
+
+
 @pytest.fixture(scope="module")
 def board():
     root = eb.ensure_root(ROOT)
     tracker = start_tracker("--ping-interval", "2", "--ping-timeout", "10")
     cmd = eb.board_command(root, "tilecraft.rpc.server", [
         "--host", HOST, "--port", "0", "--key", KEY, "--tracker", f"{HOST}:{tracker.port}",
-        "--tracker-retry", "0.5"])
+        "--tracker-retry", "0.5", "--insecure-local"])
     server = Proc(cmd, env=eb.board_env(), ready_timeout=180)
     try:
         client = rpc.connect_tracker(HOST, tracker.port)
@@ -79,3 +110,23 @@ def test_int8_dense_kernel_on_the_emulated_board(board, tmp_path, mattr):
             y = sess.empty((m, N), "int32", sess.cpu(0))
             rmod["main"](sess.array(words), sess.array(w), y)
             np.testing.assert_array_equal(y.numpy(), xb.astype(np.int64) @ w.astype(np.int64))
+
+
+@pytest.mark.parametrize("mattr", ["+dotprod", ""])
+def test_int8_conv_kernel_on_the_emulated_board(board, tmp_path, mattr):
+    target = AARCH64 + ("," + mattr if mattr else "")
+    lib = tmp_path / "int8-conv-aarch64.so"
+    mod = targets.build(conv_kernel(target), target)
+    if mattr:
+        assert "sdot" in mod.get_source("asm")
+    mod.export_library(str(lib))
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (1, 6, 9, 9)).astype(np.uint8)
+    x[0, :, 0] = 255
+    w = rng.integers(-128, 128, (8, 6, 3, 3)).astype(np.int8)
+    w[0] = -128
+    with board.request(KEY, timeout=60, session_timeout=120) as sess:
+        rmod = sess.load_module(sess.upload(str(lib)))
+        y = sess.empty((1, 8, 5, 5), "int32", sess.cpu(0))
+        rmod["main"](sess.array(x), sess.array(w), y)
+        np.testing.assert_array_equal(y.numpy(), conv_reference(x, w, 2, 1))

@@ -43,8 +43,8 @@ from .registry import SCHEDULE_RULE, KernelFamily
 from .schedule_utils import (MAX_UNROLLED_FMAS, ann_int, core_balance, finish_tile_block,
                              fuse_epilogue, loop_extent, tile_tail)
 
-__all__ = ["RULE_CONV_NCHW", "NchwPlan", "plan_conv2d_nchw", "pack_conv2d_nchw_weight",
-           "conv2d_nchw_packed", "schedule_conv2d_nchw", "FAMILY"]
+__all__ = ["RULE_CONV_NCHW", "NchwPlan", "plan_conv2d_nchw", "phases_read",
+           "pack_conv2d_nchw_weight", "conv2d_nchw_packed", "schedule_conv2d_nchw", "FAMILY"]
 
 RULE_CONV_NCHW = "tilecraft.conv2d_nchw_flat"
 
@@ -191,7 +191,7 @@ def plan_conv2d_nchw(g: ConvGeometry, lanes: int, registers: int,
     return best[1]
 
 
-def _phases_read(g: ConvGeometry) -> tuple[int, int]:
+def phases_read(g: ConvGeometry) -> tuple[int, int]:
     """How many phase planes per axis the flat kernel reads: the taps' offsets ``t * d``
     modulo the stride are ``0 .. min(K, s) - 1`` with a dilation of 1 (a 1x1 layer with a
     stride reads only phase 0), any of them otherwise."""
@@ -251,7 +251,7 @@ def conv2d_nchw_packed(data: te.Tensor, weight: te.Tensor, plan: NchwPlan,
         def src(b, ch, a, bb, q):
             return data[b, ch, q // w, q % w]
     elif plan.phased:
-        pa, pb = _phases_read(g)
+        pa, pb = phases_read(g)
         if pa * pb == sh * sw:
             # two copies: the zero padding (unit stride, vectorized) then the phase split
             # (every s-th element, no condition); one copy doing both is a branch per element

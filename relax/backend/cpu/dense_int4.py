@@ -28,16 +28,25 @@ Examples
 """
 from __future__ import annotations
 
+from tilecraft.targets import Target
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import IntImm
+from tilecraft.tensorir.expr import IntImm, PrimExpr
+from tilecraft.tensorir.schedule import Schedule
 
-from .dense import dense_panel_width, schedule_dense
+from .dense import dense_panel_width
 from .geometry import as_int, ceil_div
-from .registry import SCHEDULE_RULE, KernelFamily
+from .params import num_cores
+from .registry import SCHEDULE_RULE, KernelFamily, block_rule
+from .schedule_utils import (MIN_PARALLEL_WORK, SYMBOLIC_EXTENT, ann_int, finish_tile_block,
+                             fuse_epilogue, loop_extent, loop_nodes, loop_work, tile_tail)
 
-__all__ = ["RULE_DENSE_Q4", "pack_q4_panels", "dense_q4", "dense_q4_packed", "FAMILY"]
+__all__ = ["RULE_DENSE_Q4", "RULE_DENSE_Q4_GROUP", "RULE_Q4_SUMS", "MR_Q4", "pack_q4_panels",
+           "dense_q4", "dense_q4_packed", "schedule_dense_q4", "FAMILY"]
 
 RULE_DENSE_Q4 = "tilecraft.dense_q4"
+RULE_DENSE_Q4_GROUP = "tilecraft.dense_q4_group"    # a group's partial sums sum(q * x)
+RULE_Q4_SUMS = "tilecraft.q4_group_sums"            # sum(x) per group
+MR_Q4 = 4   # rows of the register tile of partial sums (4 x 64 on AVX-512: 16 accumulators)
 
 
 def _step(x, lead_idx, k2, in_features: int, lo, hi, scale, offset):
@@ -109,8 +118,16 @@ def pack_q4_panels(t: te.Tensor, width: int) -> te.Tensor:
 def dense_q4_packed(data: te.Tensor, codes: te.Tensor, scale: te.Tensor, offset: te.Tensor,
                     group_size: int, out_features: int) -> te.Tensor:
     """``relax.dense_q4`` on panels (``pack_q4_panels`` of its codes, scales and offsets):
-    ``(..., N)`` float32, block ``dense_q4`` (``dense_q4_panel`` and a copy when ``N`` is
-    narrower than one panel).
+    ``(..., N)`` float32.
+
+    The group's scale and offset are factored out of its sum: with ``w = q * s + o``,
+    ``sum_k x[k] w[k] = s * sum_k q[k] x[k] + o * sum_k x[k]`` over each group, so the
+    reduction step is a convert and an FMA per code (``q * x`` into a partial sum of the group),
+    and the scale and offset are applied once per group. Blocks: ``q4_group_sums``
+    (``sum_k x[k]`` per row and group, ``RULE_Q4_SUMS``), ``dense_q4_group`` (the partial sums
+    ``sum_k q[k] x[k]`` per row, group and column, ``RULE_DENSE_Q4_GROUP``) and ``dense_q4``
+    (``sum_g s * part + o * xsum``; ``dense_q4_panel`` and a copy when ``N`` is narrower than
+    one panel).
 
     Examples
     --------
@@ -121,33 +138,128 @@ def dense_q4_packed(data: te.Tensor, codes: te.Tensor, scale: te.Tensor, offset:
     ['n', '2304']
     """
     k = as_int(data.shape[-1])
+    k2_len = as_int(codes.shape[1])
     nr = as_int(codes.shape[2])
-    lead = len(data.shape) - 1
-    k2 = te.reduce_axis((0, codes.shape[1]), "k2")
+    groups = as_int(scale.shape[1])
+    lead = tuple(data.shape[:-1])
+    nl = len(lead)
     half = group_size // 2
+    width = out_features if out_features >= nr else nr
+    zero = te.const(0.0, "float32")
 
-    def f(*idx):
-        j = idx[-1]
+    def x_at(idx, kk):
+        """``x[..., kk]`` as float32, 0 beyond ``K`` (a group's tail)."""
+        if k % group_size == 0:
+            return data[idx + (kk,)].astype("float32")
+        return te.if_then_else(kk < k, data[idx + (te.min(kk, k - 1),)].astype("float32"),
+                               zero)
+
+    kg = te.reduce_axis((0, group_size), "kg")
+    xsum = te.compute(lead + (groups,),
+                      lambda *i: te.sum(x_at(tuple(i[:nl]), i[nl] * group_size + kg.var),
+                                        axis=kg),
+                      "q4_group_sums", attrs={SCHEDULE_RULE: RULE_Q4_SUMS})
+    # a step of the reduction is one code: byte k2 of the group, nibble ``par`` of it (the
+    # update ``part += q * x`` is then one FMA; the two nibbles of a byte share its load)
+    kh = te.reduce_axis((0, half), "kh")
+    par = te.reduce_axis((0, 2), "par")
+
+    def part_f(*i):
+        idx, g, j = tuple(i[:nl]), i[nl], i[nl + 1]
+        k2 = g * half + kh.var
+        b = codes[j // nr, te.min(k2, k2_len - 1) if k2_len % half else k2, j % nr]
+        # widened first: the nibbles are split in 32-bit lanes, so each vector of codes is
+        # one zero-extending load (no extracts of a byte vector's quarters)
+        w = b.astype("int32")
+        q = te.if_then_else(par.var == 0, w % IntImm(16, "int32"), w // IntImm(16, "int32"))
+        return te.sum(q.astype("float32") * x_at(idx, k2 * 2 + par.var), axis=[kh, par])
+
+    part = te.compute(lead + (groups, width), part_f, "dense_q4_group",
+                      attrs={SCHEDULE_RULE: RULE_DENSE_Q4_GROUP})
+    g = te.reduce_axis((0, groups), "g")
+
+    def f(*i):
+        idx, j = tuple(i[:nl]), i[nl]
         jb, r = j // nr, j % nr
-        b = codes[jb, k2.var, r]
-        g = k2.var // half
-        return te.sum(_step(data, tuple(idx[:lead]), k2.var, k, b % IntImm(16, b.dtype),
-                            b // IntImm(16, b.dtype), scale[jb, g, r], offset[jb, g, r]),
-                      axis=k2)
+        return te.sum(scale[jb, g.var, r].astype("float32") * part[idx + (g.var, j)] +
+                      offset[jb, g.var, r].astype("float32") * xsum[idx + (g.var,)], axis=g)
 
     attrs = {SCHEDULE_RULE: RULE_DENSE_Q4, "width": nr}
     if out_features >= nr:
-        return te.compute(tuple(data.shape[:-1]) + (out_features,), f, "dense_q4",
-                          attrs=attrs)
-    full = te.compute(tuple(data.shape[:-1]) + (nr,), f, "dense_q4_panel", attrs=attrs)
-    return te.compute(tuple(data.shape[:-1]) + (out_features,), lambda *i: full[i], "dense_q4")
+        return te.compute(lead + (out_features,), f, "dense_q4", attrs=attrs)
+    full = te.compute(lead + (nr,), f, "dense_q4_panel", attrs=attrs)
+    return te.compute(lead + (out_features,), lambda *i: full[i], "dense_q4")
 
 
-def _schedule(sch, name, target, gemv_rows=None):
-    """``dense.schedule_dense`` with the dequantization in the reduction step."""
-    return schedule_dense(sch, name, target, gemv_rows)
+def schedule_dense_q4(sch: Schedule, name: str, target: Target,
+                      gemv_rows: PrimExpr | None = None) -> bool:
+    """``dense_q4_packed``: panels of ``NR`` columns outermost and parallel; per row tile
+    (``MR_Q4`` rows, or one row for a GEMV: at most ``GEMV_MAX_ROWS`` static rows, or the
+    symbolic ``gemv_rows`` of the small version) and group, the partial sums ``sum q * x``
+    accumulate in an ``MR x NR`` register tile over the group's codes (each step: one load of
+    ``NR`` code bytes, a mask and a shift for the two nibbles, converts, two FMAs per vector),
+    then one multiply-add per group applies the scale and offset into the output tile, whose
+    write-back computes the epilogue. Returns whether the block took the row-vector version
+    for ``gemv_rows``."""
+    block = sch.get_block(name)
+    width = ann_int(sch.get(block), "width")
+    *lead, i, j, g = sch.get_loops(block)
+    ei = loop_extent(sch.get(i))
+    gemv = gemv_rows is not None and ei is None and bool(sch.get(i).extent == gemv_rows)
+    jo, ji = sch.split(j, [None, width])
+    if gemv or (ei is not None and ei <= MR_Q4):
+        io, ii = None, i
+    else:
+        io, ii = sch.split(i, [None, MR_Q4])
+    rows = [io] if io is not None else []
+    if gemv:
+        sch.reorder(jo, *lead, ii, g, ji)
+        tile_loop = ii
+    else:
+        sch.reorder(jo, *lead, *rows, g, ii, ji)
+        tile_loop = io if io is not None else (lead[-1] if lead else jo)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, tile_loop)
+    fuse_epilogue(sch, acc)
+    init = sch.decompose_reduction(block, g)
+    # the group's partial sums: computed per group into a register tile
+    part = next(p for p in sch.get_producers(block)
+                if block_rule(sch.get(p)) == RULE_DENSE_Q4_GROUP)
+    sch.compute_at(part, g)
+    sch.set_scope(part, 0, "local")
+    # its own loops under g: the tile's rows (none for one row), columns, then the codes
+    own = tile_tail(sch, part, len(sch.get_loops(init)) - (1 if gemv else 2) + 1)
+    *prow, pj, pk, pp = own
+    sch.reorder(pk, pp, *prow, pj)
+    part_init = sch.decompose_reduction(part, pk)
+    sch.unroll(pp)
+    for blk in (part, part_init):
+        *rest, bj = tile_tail(sch, blk, len(sch.get_loops(blk)) - 1 - len(prow))
+        for rv in rest:
+            sch.unroll(rv)
+        sch.vectorize(bj)
+    if not gemv:
+        sch.unroll(ii)
+    sch.vectorize(ji)
+    outer = len(sch.get_loops(init)) - (1 if gemv else 2)
+    finish_tile_block(sch, init, outer)
+    finish_tile_block(sch, acc, outer)
+    # parallel: the panels when there are enough of them, else the row tiles
+    panels = loop_extent(sch.get(jo)) or 1
+    rows_work = loop_work(loop_nodes(sch, lead + rows))
+    if panels * rows_work * width * (loop_extent(sch.get(g)) or SYMBOLIC_EXTENT) < \
+            MIN_PARALLEL_WORK:
+        return gemv
+    if panels >= 2 * num_cores(target) or not (rows or lead):
+        sch.parallel(jo)
+    elif rows:
+        sch.parallel(io)
+    else:
+        sch.parallel(jo)
+    return gemv
 
 
 FAMILY = KernelFamily(
     name="dense_q4", rule=RULE_DENSE_Q4, plan=dense_panel_width, compute=dense_q4_packed,
-    pack=pack_q4_panels, schedule=_schedule, tile=True)
+    pack=pack_q4_panels, schedule=schedule_dense_q4, tile=True,
+    stages={RULE_DENSE_Q4_GROUP: None, RULE_Q4_SUMS: None})

@@ -35,7 +35,7 @@ from .geometry import as_int, ceil_div
 from .registry import SCHEDULE_RULE, KernelFamily
 
 __all__ = ["RULE_DENSE_U8I8", "pack_dense_int8_weight", "pack_u8_words", "dense_u8i8",
-           "dot4_u8i8", "FAMILY"]
+           "dot4_u8i8", "u8_word", "FAMILY"]
 
 RULE_DENSE_U8I8 = "tilecraft.dense_u8i8"
 
@@ -54,22 +54,30 @@ def dot4_u8i8(a, b):
 
 
 def _byte(v, pos: int):
-    """``v`` (an 8-bit value) as its unsigned byte, shifted to byte ``pos`` of an int64."""
-    u = Cast("int64", v)
+    """``v`` (an 8-bit value) as its unsigned byte, shifted to byte ``pos`` of a uint32."""
     if v.dtype == "int8":
-        u = u + IntImm(256, "int64") * Cast("int64", u < IntImm(0, "int64"))
-    return u * IntImm(1 << (8 * pos), "int64")
+        v = Cast("uint8", v)            # the two's complement byte: -1 -> 255
+    return Cast("uint32", v) * IntImm(1 << (8 * pos), "uint32")
 
 
-def _word(get, k: int):
-    """The int32 word of bytes ``get(4 * kw + p)`` (0 beyond ``k``)."""
+def u8_word(get, k: int):
+    """``f(kw)``: the int32 word of the bytes ``get(4 * kw + p)`` (``p`` = 0..3, byte 0 the
+    least significant; uint8 or int8 values, zero beyond ``k``). The bytes are assembled in
+    uint32 (no sign bit to overflow into), then reinterpreted as int32.
+
+    Examples
+    --------
+    >>> x = te.placeholder((8,), "uint8", "x")
+    >>> u8_word(lambda i: x[i], 8)(IntImm(1, "int32")).dtype
+    'int32'
+    """
     def f(kw):
         total = None
         for p in range(4):
             idx = kw * 4 + p
             v = _byte(get(idx), p)
             if k % 4:
-                v = te.if_then_else(idx < k, v, IntImm(0, "int64"))
+                v = te.if_then_else(idx < k, v, IntImm(0, "uint32"))
             total = v if total is None else total + v
         return Cast("int32", total)
     return f
@@ -89,7 +97,7 @@ def pack_u8_words(data: te.Tensor) -> te.Tensor:
     lead = len(data.shape) - 1
 
     def f(*idx):
-        return _word(lambda kk: data[tuple(idx[:lead]) + (kk,)], k)(idx[-1])
+        return u8_word(lambda kk: data[tuple(idx[:lead]) + (kk,)], k)(idx[-1])
 
     return te.compute(tuple(data.shape[:-1]) + (ceil_div(k, 4),), f, "u8_words")
 
@@ -116,7 +124,7 @@ def pack_dense_int8_weight(weight: te.Tensor, width: int, transpose: bool = Fals
             kk_c = te.min(kk, k_int - 1) if k_int % 4 else kk
             j_c = te.min(j, n_int - 1) if n_int % width else j
             return weight[j_c, kk_c] if transpose else weight[kk_c, j_c]
-        word = _word(get, k_int)(kw)
+        word = u8_word(get, k_int)(kw)
         if n_int % width:
             word = te.if_then_else(j < n_int, word, IntImm(0, "int32"))
         return word

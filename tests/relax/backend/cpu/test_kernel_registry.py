@@ -69,6 +69,9 @@ MODULES = {
     "int8 matmul": _module(("n", 64), lambda x: op.matmul(
         x, const(RNG.integers(-128, 128, (64, 48)).astype("int8")), out_dtype="int32"),
         dtype="uint8"),
+    "int8 conv nchw": _module((1, 32, 28, 28), lambda x: op.nn.conv2d(
+        x, const(RNG.integers(-128, 128, (16, 32, 3, 3)).astype("int8")), padding=1,
+        out_dtype="int32"), dtype="uint8"),
     "int4 dense": _module(("n", 64), lambda x: op.dense_q4(
         x, const(RNG.integers(0, 256, (32, 48)).astype("uint8")), const(rand(2, 48)),
         const(rand(2, 48)), 32)),
