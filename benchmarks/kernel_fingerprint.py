@@ -98,7 +98,7 @@ def load_model(name: str):
     if name == "nhwc_block":
         return nhwc_block()
     from tilecraft.relax.frontend import from_onnx
-    from benchmarks.zoo import models
+    from tilecraft.zoo import models
     z = models.light(name) if name in LIGHT else models.ZOO[name]()
     return from_onnx(z.onnx_model)
 

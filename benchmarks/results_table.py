@@ -157,6 +157,23 @@ def _suite(doc: dict, what: str, peer: str, key: str = "ratio",
                      _geomean([r[key] for r in rows]), peer)]
 
 
+def _build_time(doc):
+    """ResNet-50's cold and warm build against Apache TVM's, then the zoo's cold builds."""
+    r = _row(doc, model="resnet50")
+    tvm = f"Apache TVM {r['tvm_version']} import + tvm.compile" if r.get("tvm_version") else ""
+    cold, warm = r["import_s"] + r["cold_s"], r["import_s"] + r["warm_s"]
+    out = [Headline(f"ResNet-50 import + build, cold (empty kernel cache) {cold:.1f} s "
+                    f"({r['cold_cpu_s']:.1f} CPU s), warm {warm:.1f} s (targets: 5 and 1 s on "
+                    f"2 idle cores; load average {doc['load_average_before'][0]:.1f} before, "
+                    f"{doc['load_average_after'][2]:.1f} over the last 15 min, on "
+                    f"{doc['cores']} cores)", r.get("cold_vs_tvm"), tvm)]
+    rows = [r for r in doc["rows"] if isinstance(r.get("cold_vs_tvm"), (int, float))]
+    if rows:
+        out += _suite({"rows": rows}, "zoo models imported and built cold", tvm,
+                      key="cold_vs_tvm", label="model")
+    return out
+
+
 def _cnn_ops_cpu(doc):
     return _suite(doc, "CNN layers alone", "onnxruntime", label="layer")
 
@@ -368,6 +385,7 @@ def _zoo(doc):
 
 
 HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
+    "build_time": _build_time,
     "cnn_ops_cpu": _cnn_ops_cpu,
     "convert_layout": _convert_layout,
     "demo": _demo,

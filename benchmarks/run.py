@@ -35,6 +35,7 @@ REGISTRY = {
     "onnx_conformance": "benchmarks.onnx_conformance",
     "lowp": "benchmarks.lowp",
     "lowp_fp16": "benchmarks.lowp_fp16",
+    "build_time": "benchmarks.build_time",
 }
 
 

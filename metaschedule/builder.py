@@ -107,13 +107,15 @@ def dumps_ir(obj) -> bytes:
 
 
 # -- the worker's side ----------------------------------------------------------------------------
-def _build_in_worker(payload: bytes, target: str, out_dir: str) -> tuple[str, float]:
+def _build_in_worker(payload: bytes, target: str, out_dir: str,
+                     cache: "str | bool | None" = None) -> tuple[str, float]:
     import sys
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))  # deep IR
     from tilecraft import targets as _targets
     mod = pickle.loads(payload)
     start = time.perf_counter()
-    built = _targets.build(mod, target)
+    # one process per candidate already: no compiler workers of its own (jobs=1)
+    built = _targets.build(mod, target, jobs=1, cache=cache)
     path = os.path.join(out_dir, "candidate.so")
     built.export_library(path)
     return path, time.perf_counter() - start
@@ -133,6 +135,11 @@ class LocalBuilder:
         Where the artifacts' temporary directories go (default: the system's temp directory).
         A relative path is resolved here, against the current directory of the caller (the
         worker processes run elsewhere).
+    cache : None | bool | str
+        The kernel cache the builds go through (``targets.kernel_cache``): None, the default
+        one (``$TILECRAFT_CACHE_DIR``, ``TILECRAFT_CACHE=0``); False, none; or a directory.
+        A candidate built before (a repeated schedule, the best ones built again by
+        ``relax.build``) comes from it instead of LLVM.
 
     Each artifact lives in its own directory (``tilecraft-build-*``); a runner removes it after
     measuring (``cleanup=True``), or call ``remove_artifact(path)``. ``close()`` ends the
@@ -147,7 +154,7 @@ class LocalBuilder:
     """
 
     def __init__(self, max_workers: int | None = None, timeout_sec: float = 60.0,
-                 work_dir: str | None = None):
+                 work_dir: str | None = None, cache: "str | bool | None" = None):
         if max_workers is None:
             try:
                 max_workers = len(os.sched_getaffinity(0))
@@ -160,6 +167,11 @@ class LocalBuilder:
         self.max_workers = int(max_workers)
         self.timeout_sec = float(timeout_sec)
         self.work_dir = None if work_dir is None else os.path.abspath(os.fspath(work_dir))
+        if not (cache is None or isinstance(cache, (bool, str, os.PathLike))):
+            raise TypeError(f"LocalBuilder: cache must be None, a bool or a directory, got "
+                            f"{type(cache).__name__}")
+        self.cache = cache if cache is None or isinstance(cache, bool) else \
+            os.path.abspath(os.fspath(cache))
         self._idle: list[PopenWorker] = []
         self._lock = threading.Lock()
 
@@ -201,7 +213,7 @@ class LocalBuilder:
         worker = self._take()
         try:
             path, secs = worker.call(_build_in_worker, payload, str(target), out_dir,
-                                     timeout=self.timeout_sec)
+                                     self.cache, timeout=self.timeout_sec)
             return BuilderResult(path, None, secs)
         except WorkerError as err:
             msg = str(err)

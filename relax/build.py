@@ -19,6 +19,7 @@ Examples
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import warnings
 from typing import Callable, Mapping, Sequence
@@ -26,12 +27,13 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from tilecraft import targets
-from tilecraft.targets import Target
+from tilecraft.targets import BuildStats, KernelSpec, Target, kernel_cache
 from tilecraft.tensorir.expr import (Add, And, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE, GT,
                            IntImm, LE, LT, Max, Min, Mod, Mul, NE, Not, Or, PrimExpr, Select, Sub,
                            Var as TirVar)
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.structural import structural_equal, structural_hash
 
 from .executable import PROGRAM_VERSION, Executable
 from .expr import (Call, Constant, Expr, ExternFunc, Function, GlobalVar, If, MatchCast,
@@ -117,6 +119,18 @@ def _as_prim_func(result, name: str) -> PrimFunc:
                     f"kernel {name}; expected a Schedule, PrimFunc, IRModule or None")
 
 
+def _query(database, func: PrimFunc, target: Target, name: str) -> PrimFunc | None:
+    """The database's schedule of ``func`` (a scheduled PrimFunc), or None."""
+    if database is None:
+        return None
+    query = getattr(database, "query_schedule", None)
+    if query is None:
+        raise TypeError("relax.build: database must have query_schedule(func, target) "
+                        "returning a Schedule, PrimFunc or None")
+    result = query(func, target)
+    return None if result is None else _as_prim_func(result, name)
+
+
 def schedule_kernels(mod: IRModule, target: Target, database=None,
                      kernels: Sequence[str] | None = None,
                      strict: bool = False) -> dict[str, PrimFunc]:
@@ -128,19 +142,40 @@ def schedule_kernels(mod: IRModule, target: Target, database=None,
         func = mod[name]
         if not isinstance(func, PrimFunc):
             raise RelaxError(f"relax.build: call_tir of {name}, which is not a PrimFunc")
-        scheduled = None
-        if database is not None:
-            query = getattr(database, "query_schedule", None)
-            if query is None:
-                raise TypeError("relax.build: database must have query_schedule(func, target) "
-                                "returning a Schedule, PrimFunc or None")
-            result = query(func, target)
-            if result is not None:
-                scheduled = _as_prim_func(result, name)
+        scheduled = _query(database, func, target, name)
         if scheduled is None:
             scheduled = _default_schedule(func, target, name, strict)
         out[name] = scheduled
     return out
+
+
+def dedupe_kernels(mod: IRModule, kernels: Sequence[str]) -> dict[str, str]:
+    """Map each kernel name to the first kernel structurally equal to it (itself when none
+    comes before it): fusion makes one PrimFunc per call site, and a network repeats its
+    blocks, so that ResNet-50's 58 kernels are 29 distinct ones. Kernels are compared up to
+    the names of their variables and buffers and their ``global_symbol``.
+
+    Examples
+    --------
+    >>> dedupe_kernels(mod, ["fused_conv1", "fused_conv2"])     # doctest: +SKIP
+    {'fused_conv1': 'fused_conv1', 'fused_conv2': 'fused_conv1'}
+    """
+    rep: dict[str, str] = {}
+    buckets: dict[int, list[tuple[str, PrimFunc]]] = {}
+    for name in kernels:
+        func = mod[name]
+        if not isinstance(func, PrimFunc):
+            raise RelaxError(f"relax.build: call_tir of {name}, which is not a PrimFunc")
+        anonymous = func.with_attr("global_symbol", "")
+        bucket = buckets.setdefault(structural_hash(anonymous), [])
+        for other_name, other in bucket:
+            if structural_equal(anonymous, other):
+                rep[name] = other_name
+                break
+        else:
+            bucket.append((name, anonymous))
+            rep[name] = name
+    return rep
 
 
 def _default_schedule(func: PrimFunc, target: Target, name: str, strict: bool) -> PrimFunc:
@@ -154,6 +189,31 @@ def _default_schedule(func: PrimFunc, target: Target, name: str, strict: bool) -
         except default_schedules.DefaultScheduleWarning as err:
             raise RelaxError(f"relax.build(strict=True): kernel {name} cannot be scheduled by "
                              f"the default rules: {err}") from None
+
+
+DEFAULT_SCHEDULE_ID = "relax.default_schedules"
+
+
+def kernel_specs(mod: IRModule, target: Target, database=None,
+                 kernels: Sequence[str] | None = None,
+                 strict: bool = False) -> list[KernelSpec]:
+    """What ``relax.build`` compiles for an LLVM target: each kernel with the database's
+    schedule (queried here), or with the default schedules to apply where it is compiled (only
+    when the kernel cache does not have it; ``strict`` as in ``schedule_kernels``)."""
+    specs = []
+    for name in kernels if kernels is not None else _called_kernels(mod):
+        func = mod[name]
+        if not isinstance(func, PrimFunc):
+            raise RelaxError(f"relax.build: call_tir of {name}, which is not a PrimFunc")
+        scheduled = _query(database, func, target, name)
+        if scheduled is not None:
+            specs.append(KernelSpec(name, scheduled))
+        else:
+            specs.append(KernelSpec(name, func, functools.partial(_default_schedule,
+                                                                  target=target, name=name,
+                                                                  strict=strict),
+                                    DEFAULT_SCHEDULE_ID))
+    return specs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,7 +548,8 @@ class _FunctionCodegen:
             self.emit("alloc", r, self.shape(si.shape, f"the output of {gvar.name_hint}"),
                       si.dtype)
             out_regs.append(r)
-        self.emit("call_kernel", gvar.name_hint, arg_regs + out_regs, scalars)
+        self.emit("call_kernel", self.prog.kernel_symbol(gvar.name_hint), arg_regs + out_regs,
+                  scalars)
         return self._nest(out_si, iter(out_regs))
 
     def _nest(self, sinfo, regs) -> int:
@@ -507,7 +568,8 @@ class _FunctionCodegen:
         arg_regs, scalars = self._kernel_args(e, gvar, tup.fields, [o.struct_info for o in outs],
                                               tir_vars)
         out_regs = [self.value(o) for o in outs]
-        self.emit("call_kernel", gvar.name_hint, arg_regs + out_regs, scalars)
+        self.emit("call_kernel", self.prog.kernel_symbol(gvar.name_hint), arg_regs + out_regs,
+                  scalars)
         return self.value(out) if isinstance(out, Tuple) else out_regs[0]
 
 
@@ -551,8 +613,9 @@ def _json_attr(v, builtin: str, key: str):
 
 
 class _ProgramCodegen:
-    def __init__(self, mod: IRModule):
+    def __init__(self, mod: IRModule, aliases: Mapping[str, str] | None = None):
         self.mod = mod
+        self.aliases = dict(aliases or {})
         self.constants: list[np.ndarray] = []
         self._const_index: dict[int, int] = {}
         self._const_by_value: dict[tuple, int] = {}
@@ -575,8 +638,14 @@ class _ProgramCodegen:
         return index
 
     def kernel(self, name: str):
+        name = self.kernel_symbol(name)
         if name not in self.kernels:
             self.kernels.append(name)
+
+    def kernel_symbol(self, name: str) -> str:
+        """The kernel the program calls for ``name`` (its representative after
+        ``dedupe_kernels``)."""
+        return self.aliases.get(name, name)
 
     def generate(self) -> dict:
         functions = {}
@@ -588,9 +657,10 @@ class _ProgramCodegen:
         return {"version": PROGRAM_VERSION, "functions": functions, "kernels": self.kernels}
 
 
-def vm_codegen(mod: IRModule) -> tuple[dict, list]:
-    """The VM program (JSON data) and constants of a legalized, planned module."""
-    gen = _ProgramCodegen(mod)
+def vm_codegen(mod: IRModule, aliases: Mapping[str, str] | None = None) -> tuple[dict, list]:
+    """The VM program (JSON data) and constants of a legalized, planned module; a kernel
+    named in ``aliases`` is called by the name it maps to (see ``dedupe_kernels``)."""
+    gen = _ProgramCodegen(mod, aliases)
     program = gen.generate()
     return program, gen.constants
 
@@ -599,8 +669,8 @@ def vm_codegen(mod: IRModule) -> tuple[dict, list]:
 
 
 def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=None,
-          upper_bounds: Mapping[str, int] | None = None, pipeline=None,
-          strict: bool = False) -> Executable:
+          upper_bounds: Mapping[str, int] | None = None, pipeline=None, strict: bool = False,
+          jobs: int | None = None, cache=None, verbose: bool = False) -> Executable:
     """Compile a Relax module into an ``Executable`` for ``target``.
 
     Parameters
@@ -627,34 +697,72 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
         False (default): a kernel the default schedules cannot schedule is left as it is
         (correct but slow) with a ``DefaultScheduleWarning``. True: that is a ``RelaxError``
         naming the kernel and the cause (for tests and CI, where a slow kernel is a bug).
+    jobs : int, optional
+        LLVM targets: worker processes that schedule and compile the kernels (default: one per
+        core this process may use, or ``$TILECRAFT_JOBS``; 1: all in this process). The
+        executable is the same whatever the number.
+    cache : None | bool | str | KernelCache
+        LLVM targets: the persistent kernel cache (``targets.kernel_cache``). None: the
+        default one (in ``$TILECRAFT_CACHE_DIR`` or ``~/.cache/tilecraft/kernels``; off with
+        ``TILECRAFT_CACHE=0``); False: no cache; a directory or a ``KernelCache``. It also
+        serves the kernels ``FoldConstant`` runs. The cache never changes the executable.
+    verbose : bool
+        Print where the time went (``exe.build_stats.summary()``).
 
     Returns
     -------
     Executable
         Run it with ``relax.VirtualMachine(exe, targets.cpu(0))``; ``exe.export_library(path)``
-        writes one file.
+        writes one file; ``exe.build_stats`` holds the build's phase times and kernel counts.
 
     Examples
     --------
     >>> exe = build(mod, "llvm", upper_bounds={"n": 64})          # doctest: +SKIP
     >>> vm = VirtualMachine(exe, targets.cpu(0))                  # doctest: +SKIP
     >>> y = vm["main"](np.random.rand(7, 64).astype("float32"))   # doctest: +SKIP
+    >>> exe = build(mod, "llvm", jobs=4, verbose=True)            # doctest: +SKIP
+    build: 3.91 s
+      graph passes              1.204 s   30.8 %
+      ...
     """
     if not isinstance(mod, IRModule):
         raise TypeError(f"relax.build takes an IRModule, got {type(mod).__name__}")
     target = target if isinstance(target, Target) else Target(target)
     if target.kind not in ("llvm",) + gpu_schedules.GPU_KINDS:
         raise targets.TargetError(f"relax.build: no VM support for target {target}")
-    mod = _run_pipeline(mod, _layout_pipeline(pipeline, database, target), target)
-    mod = legalize(mod)
-    mod = StaticPlanBlockMemory(upper_bounds, target=target)(mod)   # device sizes, limits
-    program, constants = vm_codegen(mod)
+    stats = BuildStats()
+    store = kernel_cache.resolve(cache)
+    with kernel_cache.use(store if store is not None else False):
+        with stats.phase("graph passes"):
+            mod = _run_pipeline(mod, _layout_pipeline(pipeline, database, target), target)
+            mod = legalize(mod)
+    with stats.phase("memory planning"):
+        mod = StaticPlanBlockMemory(upper_bounds, target=target)(mod)   # device sizes, limits
+    with stats.phase("kernel deduplication"):
+        called = _called_kernels(mod)
+        aliases = dedupe_kernels(mod, called)
+    with stats.phase("VM code generation"):
+        program, constants = vm_codegen(mod, aliases)
     kernels = program["kernels"]
+    stats.kernels, stats.distinct = len(called), len(kernels)
     module = None
-    if kernels:
-        scheduled = schedule_kernels(mod, target, database, kernels, strict=strict)
-        module = targets.build(IRModule(scheduled), target)
-    return Executable(program, constants, module, str(target))
+    if kernels and target.kind == "llvm":
+        with stats.phase("database"):
+            specs = kernel_specs(mod, target, database, kernels, strict=strict)
+        module = targets.build_kernels(specs, target, jobs=jobs, cache=store if store is not
+                                       None else False, stats=stats)
+    elif kernels:
+        with stats.phase("scheduling"):
+            scheduled = schedule_kernels(mod, target, database, kernels, strict=strict)
+        with stats.phase("kernel compilation"):
+            module = targets.build(IRModule(scheduled), target)
+        stats.compiled = len(kernels)
+    exe = Executable(program, constants, module, str(target))
+    exe.build_stats = stats
+    if verbose:
+        print(stats.summary())
+    return exe
 
 
-__all__ = ["build", "vm_codegen", "schedule_kernels", "legalize", "default_pipeline"]
+__all__ = ["build", "vm_codegen", "schedule_kernels", "kernel_specs", "dedupe_kernels",
+           "legalize", "default_pipeline"]

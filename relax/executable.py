@@ -62,6 +62,9 @@ class Executable:
         The compiled kernels (one module); None when there are none or they cannot be loaded here.
     target : str
         The target the kernels were compiled for.
+    build_stats : targets.BuildStats | None
+        Where ``relax.build``'s time went, phase by phase, and how many kernels came from the
+        kernel cache (None for a loaded executable).
     """
 
     def __init__(self, program: dict, constants: list, kernel_module: Module | None,
@@ -74,6 +77,7 @@ class Executable:
         self.triple = triple or (getattr(kernel_module, "triple", None) if kernel_module else None)
         self._library_bytes = library_bytes
         self._unavailable = unavailable
+        self.build_stats = None
 
     # -- inspection -------------------------------------------------------------------------
     @property

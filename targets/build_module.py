@@ -1,12 +1,52 @@
-"""``targets.build``: lower TensorIR and compile it for a target."""
+"""``targets.build``: lower TensorIR and compile it for a target.
+
+For LLVM targets a module is compiled kernel by kernel (``build_kernels``): each kernel comes
+from the persistent kernel cache (``targets.kernel_cache``) when it was compiled before, and the
+others are compiled in parallel worker processes (``jobs``, one per core by default), with the
+same output as a serial build.
+"""
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from tilecraft.tensorir.function import IRModule, PrimFunc
 
+from .build_stats import BuildStats
 from .runtime.module import Module
 from .target import Target, TargetError
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel to compile: its name and TensorIR, and how to schedule it first.
+
+    Attributes
+    ----------
+    name : str
+        The function's name in the module (its C symbol is ``tilecraft_fn_<name>``).
+    func : PrimFunc
+        Scheduled TensorIR (or already lowered), or, with ``schedule``, the function to
+        schedule.
+    schedule : callable, optional
+        ``schedule(func) -> PrimFunc``, run where the kernel is compiled (in a worker process
+        when the build is parallel) and only when it is not in the cache. It must be
+        deterministic.
+    schedule_id : str, optional
+        What ``schedule`` does, for the cache key (``"relax.default_schedules"``): a kernel
+        with a schedule but no id is not cached.
+
+    Examples
+    --------
+    >>> spec = KernelSpec("add", func)                                       # doctest: +SKIP
+    >>> mod = build_kernels([spec], Target("llvm"), jobs=2)                  # doctest: +SKIP
+    """
+
+    name: str
+    func: PrimFunc
+    schedule: Callable[[PrimFunc], PrimFunc] | None = None
+    schedule_id: str | None = None
 
 
 def _as_module(func_or_mod) -> IRModule:
@@ -38,7 +78,41 @@ def lower_module(mod: IRModule, target: Target | None = None) -> IRModule:
     return IRModule(out)
 
 
-def build(func_or_mod, target: "Target | str | dict" = "llvm") -> Module:
+def build_kernels(kernels: Sequence[KernelSpec], target: "Target | str | dict" = "llvm", *,
+                  jobs: int | None = None, cache=None,
+                  stats: BuildStats | None = None) -> Module:
+    """Compile kernels into one module for an LLVM target (what ``targets.build`` and
+    ``relax.build`` do for LLVM targets).
+
+    Parameters
+    ----------
+    kernels : sequence of KernelSpec
+        The module's functions, in order.
+    target : Target | str | dict
+        An LLVM target.
+    jobs : int, optional
+        Worker processes compiling the kernels the cache does not have (default: one per core
+        this process may use; 1: compile here).
+    cache : None | bool | str | KernelCache
+        None: the default kernel cache (``targets.kernel_cache.default_cache``, or what
+        ``kernel_cache.use`` set); False: none; a directory or a ``KernelCache``.
+    stats : BuildStats, optional
+        Filled in with the phases' times and kernel counts (also ``module.build_stats``).
+
+    Examples
+    --------
+    >>> mod = build_kernels([KernelSpec("main", func)], "llvm", jobs=1)   # doctest: +SKIP
+    """
+    target = target if isinstance(target, Target) else Target(target)
+    if target.kind != "llvm":
+        raise TargetError(f"build_kernels compiles for LLVM targets, not {target.kind!r}; use "
+                          f"targets.build")
+    from .llvm.compiler import build_llvm  # loads llvmlite only when compiling
+    return build_llvm(list(kernels), target, jobs=jobs, cache=cache, stats=stats)
+
+
+def build(func_or_mod, target: "Target | str | dict" = "llvm", *, jobs: int | None = None,
+          cache=None) -> Module:
     """Compile a PrimFunc or IRModule for ``target``; returns a runnable ``Module``.
 
     Parameters
@@ -47,6 +121,10 @@ def build(func_or_mod, target: "Target | str | dict" = "llvm") -> Module:
         TensorIR (scheduled or not); it is lowered with ``tensorir.transform.lower``.
     target : Target | str | dict
         Anything ``Target()`` accepts; ``"llvm"`` (the host CPU) by default.
+    jobs : int, optional
+        LLVM targets: worker processes compiling the functions (default: one per core).
+    cache : None | bool | str | KernelCache
+        LLVM targets: the kernel cache (see ``build_kernels``); False builds without one.
 
     Examples
     --------
@@ -65,8 +143,8 @@ def build(func_or_mod, target: "Target | str | dict" = "llvm") -> Module:
     if not mod.functions:
         raise ValueError("targets.build: the module has no functions")
     if target.kind == "llvm":
-        from .llvm.compiler import build_llvm  # loads llvmlite only when compiling
-        return build_llvm(lower_module(mod, target), target)
+        specs = [KernelSpec(name, func) for name, func in mod.functions.items()]
+        return build_kernels(specs, target, jobs=jobs, cache=cache)
     try:
         # the back end packages are targets.opencl_backend and targets.webgpu_backend
         # (targets.webgpu / targets.opencl are the device functions)
@@ -78,3 +156,6 @@ def build(func_or_mod, target: "Target | str | dict" = "llvm") -> Module:
         raise TargetError(f"targets.{target.kind}_backend has no build_module(mod, target) "
                           f"function")
     return build_fn(mod, target)
+
+
+__all__ = ["build", "build_kernels", "KernelSpec", "lower_module", "is_lowered"]

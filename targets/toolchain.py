@@ -84,6 +84,24 @@ def link_shared(objects: list[bytes], output: str, needed: tuple[str, ...] = (),
                 os.unlink(partial)
 
 
+def link_relocatable(objects: list[bytes]) -> bytes:
+    """Merge object files (bytes) into one relocatable object (``ld.lld -r``)."""
+    if len(objects) == 1:
+        return objects[0]
+    lld = find_lld()
+    with tempfile.TemporaryDirectory(prefix="tilecraft-link-") as tmp:
+        paths = []
+        for i, data in enumerate(objects):
+            p = os.path.join(tmp, f"obj{i}.o")
+            with open(p, "wb") as f:
+                f.write(data)
+            paths.append(p)
+        out = os.path.join(tmp, "merged.o")
+        _run([lld, "-r", "-o", out, *paths])
+        with open(out, "rb") as f:
+            return f.read()
+
+
 def _run(cmd: list[str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

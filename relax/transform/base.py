@@ -205,6 +205,7 @@ class RewriteBuilder(BlockBuilder):
         self._funcs.pop(name, None)
         for key, entries in list(self._prim_by_hash.items()):
             self._prim_by_hash[key] = [(n, f) for n, f in entries if n != name]
+        self._unhashed = [(n, f) for n, f in self._unhashed if n != name]
 
     def note_binding(self, var: Var, value: Expr) -> None:
         """Record what ``var`` is bound to (for ``lookup_binding``) without emitting it."""

@@ -1,26 +1,44 @@
-"""Compile lowered TensorIR for an LLVM target: target machines, optimization, JIT and export.
+"""Compile TensorIR for an LLVM target: target machines, optimization, objects, JIT and export.
 
-For the host the module is JIT-compiled with MCJIT (no linker needed); for another triple it is
-compiled to an object file at build time. ``export_library`` links the object (plus the
-thread-pool runtime, when parallel loops need it) into one shared library with ``ld.lld``.
+A module is compiled kernel by kernel (``compile_kernel``: schedule when asked, lower,
+generate LLVM IR, optimize, emit a relocatable object), so that kernels compile in parallel
+processes and come from the persistent kernel cache (``targets.kernel_cache``) when they were
+compiled before. A small glue object (``glue_object``) defines what the kernels share: the
+error buffer and ``tilecraft_get_last_error``, the thread count, the ABI version and the
+metadata. For the host the objects are loaded into MCJIT (no linker needed); for another triple
+they are kept as they are. ``export_library`` links them (plus the thread-pool runtime, when
+parallel loops need it) into one shared library with ``ld.lld``.
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 import threading
+import time
+import warnings
+from dataclasses import dataclass, field
 
+import llvmlite
 import llvmlite.binding as llvm
+import llvmlite.ir as ir
 
-from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.expr import TIRError
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.transform import lower
 
+from .. import kernel_cache, parallel
+from ..build_module import is_lowered
+from ..build_stats import BuildStats
 from ..runtime import abi
 from ..runtime.module import Module
 from ..target import Target, TargetError, arch_of_triple, host_triple
-from ..toolchain import link_shared
+from ..toolchain import link_relocatable, link_shared
 from . import dot4, threadpool
 from .codegen import FMA_METADATA, CodeGenLLVM, CodegenOptions
-from .irutil import ModuleBuilder
+from .irutil import I8, I32, PTR, ModuleBuilder
 from .softops import hardware_division
 
 _LOCK = threading.RLock()
@@ -101,6 +119,7 @@ class MachineConfig:
         self.abi = target.mabi or self._default_abi()
         self.opt_level = max(0, min(3, target.opt_level))
         self.pointer_bits = 32 if self.arch in ("arm", "x86", "riscv32") else 64
+        self.key: dict | None = None     # machine_key's result, once computed
 
     def _cpu_and_features(self) -> tuple[str, str]:
         t = self.target
@@ -310,49 +329,241 @@ def _parse(text: str, fma: bool = False) -> llvm.ModuleRef:
     return mod
 
 
-class LLVMModule(Module):
-    """A module compiled by the LLVM back end.
+# ---------------------------------------------------------------------------------------------
+# one kernel, compiled on its own
 
-    For the host target it runs here (JIT); for another triple it holds an object file, and
-    calling a function raises ``RuntimeError`` (export it and run it on its board).
+
+_KERNEL_FORMAT = 1   # of the cache entries below; bump when KernelObject.to_bytes changes
+
+
+@dataclass
+class KernelObject:
+    """One kernel compiled on its own: its object code and its metadata entry.
+
+    The object defines the kernel's entry ``tilecraft_fn_<name>`` (and its internal compute
+    and parallel-body functions); it refers to the module-wide globals (the error buffer, the
+    thread count) that the module's glue object defines.
     """
 
-    def __init__(self, ir_text: str, metadata: dict, config: MachineConfig, uses_parallel: bool):
-        super().__init__(metadata)
-        self._raw_ir = ir_text
-        self._config = config
-        self._uses_parallel = uses_parallel
-        self._object: bytes | None = None
-        self._engine = None
-        if config.is_host:
-            self._jit()
-            self._init_threads()
-        else:
-            self._object, self._opt_ir = self._compile_object()
+    name: str
+    object: bytes
+    meta: dict
+    uses_parallel: bool
+    seconds: dict = field(default_factory=dict)   # CPU time per phase; not stored in the cache
+    # False when scheduling issued a warning (a kernel left unscheduled): such a kernel is not
+    # stored, so that every build issues the warning again and a strict build refuses it
+    cacheable: bool = True
 
-    # -- compilation ------------------------------------------------------------------------------
-    def _jit(self):
+    def to_bytes(self) -> bytes:
+        """The cache payload: a JSON header line, then the object code."""
+        header = json.dumps({"format": _KERNEL_FORMAT, "name": self.name, "meta": self.meta,
+                             "uses_parallel": self.uses_parallel}, sort_keys=True)
+        return header.encode("utf-8") + b"\n" + self.object
+
+    @staticmethod
+    def from_bytes(data: bytes, name: str) -> "KernelObject | None":
+        """The kernel stored by ``to_bytes``; None if ``data`` is not one for ``name``."""
+        head, sep, obj = data.partition(b"\n")
+        try:
+            header = json.loads(head.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if not sep or not isinstance(header, dict) or header.get("format") != _KERNEL_FORMAT \
+                or header.get("name") != name or not obj:
+            return None
+        return KernelObject(name, obj, header["meta"], bool(header["uses_parallel"]))
+
+
+class _KernelCodeGen(CodeGenLLVM):
+    """``CodeGenLLVM`` for one kernel of a module compiled kernel by kernel: the module-wide
+    globals are declared (the glue object defines them), not defined."""
+
+    def _init_globals(self):
+        mb = self.mb
+        self.error_buffer = _external_global(self.module, "tilecraft_error_buffer",
+                                             ir.ArrayType(I8, abi.ERROR_BUFFER_BYTES), "hidden")
+        self.error_claimed = _external_global(self.module, "tilecraft_error_claimed", I32,
+                                              "hidden")
+        # default visibility, as defined: the runtime finds it in an exported library
+        self.num_threads = _external_global(self.module, abi.NUM_THREADS_SYMBOL, I32, "")
+        self.snprintf = mb.declare("snprintf", I32, [PTR, mb.intptr, PTR], var_arg=True)
+        self.memalign = mb.declare("posix_memalign", I32, [PTR, mb.intptr, mb.intptr])
+        self.free = mb.declare("free", ir.VoidType(), [PTR])
+
+
+def _external_global(module, name: str, ty, visibility: str) -> ir.GlobalVariable:
+    g = ir.GlobalVariable(module, ty, name=name)
+    g.storage_class = visibility    # llvmlite prints it where LLVM expects the visibility
+    return g
+
+
+def _glue_ir(config: MachineConfig, data_layout: str, metas: list[dict], entry: str | None) -> str:
+    """The module-wide part of a kernel library: the error buffer and its getter, the thread
+    count, the ABI version and the metadata of every kernel."""
+    cg = CodeGenLLVM(config.codegen_options(data_layout))
+    for g in (cg.error_buffer, cg.error_claimed):
+        g.linkage = ""                 # was internal: the kernel objects refer to them
+        g.storage_class = "hidden"
+    cg.functions_meta = list(metas)
+    return cg.finish(entry=entry)
+
+
+def compile_kernel(name: str, func: PrimFunc, config: MachineConfig, target: Target,
+                   schedule=None) -> KernelObject:
+    """Schedule (``schedule(func)`` when given), lower, generate, optimize and emit one kernel.
+
+    Examples
+    --------
+    >>> k = compile_kernel("main", func, MachineConfig(Target("llvm")), Target("llvm"))  # doctest: +SKIP
+    >>> k.object[:4]                                                                     # doctest: +SKIP
+    b'\\x7fELF'
+    """
+    seconds = {}
+    clock = time.process_time      # CPU seconds: the work, wherever it runs
+    start = clock()
+    cacheable = True
+    if schedule is not None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            func = schedule(func)
+        for w in caught:     # issued again under the caller's filters
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        cacheable = not caught
+        seconds["schedule"] = clock() - start
+        start = clock()
+    if not is_lowered(func):
+        func = lower(func, target)
+        seconds["lower"] = clock() - start
+        start = clock()
+    tm = config.machine(jit=False, pic=True)
+    cg = _KernelCodeGen(config.codegen_options(str(tm.target_data)))
+    meta = cg.add_function(name, func)
+    text = str(cg.module)
+    seconds["codegen"] = clock() - start
+    start = clock()
+    mod = _parse(text, config.has_fma)
+    optimize(mod, tm, config.opt_level)
+    seconds["llvm_optimize"] = clock() - start
+    start = clock()
+    obj = tm.emit_object(mod)
+    seconds["llvm_emit"] = clock() - start
+    return KernelObject(name, obj, meta, cg.uses_parallel, seconds, cacheable)
+
+
+def machine_key(config: MachineConfig) -> dict:
+    """Everything about the target and the toolchain that the object code depends on."""
+    if config.key is not None:           # computed once per build (it makes a TargetMachine)
+        return config.key
+    options = config.codegen_options(str(config.machine(jit=False, pic=True).target_data))
+    config.key = {"target": str(config.target), "triple": config.triple, "cpu": config.cpu,
+                  "codegen": {k: (sorted(v.items()) if isinstance(v, dict) else v)
+                              for k, v in vars(options).items()},
+                  "features": config.features, "abi": config.abi, "opt_level": config.opt_level,
+                  "vector_width": config.target.vector_width, "num_cores": config.target.num_cores,
+                  "has_fma": config.has_fma, "native_f16": config.native_f16,
+                  "llvm": ".".join(map(str, llvm.llvm_version_info)),
+                  "llvmlite": llvmlite.__version__, "code": kernel_cache.code_fingerprint()}
+    return config.key
+
+
+def _object_from_ir(text: str, config: MachineConfig, optimized: bool = True) -> bytes:
+    tm = config.machine(jit=False, pic=True)
+    mod = _parse(text)
+    if optimized:
+        optimize(mod, tm, config.opt_level)
+    return tm.emit_object(mod)
+
+
+def _cached_object(store, key: str | None, make) -> bytes:
+    """``make()``'s object code through the cache (small module-wide pieces)."""
+    if store is not None and key is not None:
+        data = store.get(key)
+        if data:
+            return data
+    data = make()
+    if store is not None and key is not None:
+        store.put(key, data)
+    return data
+
+
+def glue_object(config: MachineConfig, metas: list[dict], entry: str | None,
+                store=None) -> bytes:
+    """The object of ``_glue_ir`` (through the cache ``store`` when given)."""
+    def make():
+        # data and a getter returning a pointer: nothing for the optimizer to do
+        tm = config.machine(jit=False, pic=True)
+        return _object_from_ir(_glue_ir(config, str(tm.target_data), metas, entry), config,
+                               optimized=False)
+    key = kernel_cache.cache_key("llvm-glue", _KERNEL_FORMAT, machine_key(config), metas,
+                                 entry) if store is not None else None
+    return _cached_object(store, key, make)
+
+
+def runtime_object(config: MachineConfig, store=None) -> bytes:
+    """The thread-pool runtime, compiled for ``config`` (hidden symbols: linked into each
+    exported library that has parallel loops)."""
+    def make():
+        tm = config.machine(jit=False, pic=True)
+        return _object_from_ir(runtime_ir(config, str(tm.target_data), "hidden"), config)
+    key = kernel_cache.cache_key("llvm-runtime", _KERNEL_FORMAT, machine_key(config)) \
+        if store is not None else None
+    return _cached_object(store, key, make)
+
+
+# ---------------------------------------------------------------------------------------------
+# the module
+
+
+class LLVMModule(Module):
+    """A module compiled by the LLVM back end, one object per kernel plus a glue object.
+
+    For the host target the objects are loaded into MCJIT and run here; for another triple
+    calling a function raises ``RuntimeError`` (export it and run it on its board).
+    ``export_library`` links the objects (and the thread-pool runtime, when parallel loops
+    need it) into one shared library with ``ld.lld``.
+
+    ``build_stats`` (a ``targets.BuildStats``) says where the build's time went.
+    """
+
+    def __init__(self, kernels: list[KernelObject], glue: bytes, metadata: dict,
+                 config: MachineConfig, source=None, store=None):
+        super().__init__(metadata)
+        self._kernels = kernels
+        self._glue = glue
+        self._config = config
+        self._uses_parallel = any(k.uses_parallel for k in kernels)
+        self._source = source          # () -> [(name, lowered PrimFunc)], for get_source
+        self._store = store
+        self._texts: dict[str, str] = {}
+        self._engine = None
+        self.build_stats = None
+        if config.is_host:
+            self._load()
+            self._init_threads()
+
+    # -- loading ----------------------------------------------------------------------------------
+    def _load(self):
+        """Load the objects into an MCJIT engine (symbols resolve among them; the thread pool's
+        come from the process-wide runtime engine)."""
+        _init_llvm()
         if self._uses_parallel:
             _ensure_runtime_engine()
         tm = self._config.machine(jit=True, pic=False)
-        mod = _parse(self._raw_ir, self._config.has_fma)
-        optimize(mod, tm, self._config.opt_level)
-        self._opt_ir = str(mod)
+        empty = llvm.parse_assembly(f'target triple = "{self._config.triple}"\n'
+                                    f'target datalayout = "{tm.target_data}"\n')
+        with _LOCK:
+            engine = llvm.create_mcjit_compiler(empty, tm)
+            for obj in [self._glue] + [k.object for k in self._kernels]:
+                engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            engine.finalize_object()
         self._tm = tm
-        engine = llvm.create_mcjit_compiler(mod, tm)
-        engine.finalize_object()
         self._engine = engine
-        self._jit_module = mod
 
-    def _compile_object(self) -> tuple[bytes, str]:
-        """An object file (PIC) with the thread-pool runtime linked in when it is needed."""
-        tm = self._config.machine(jit=False, pic=True)
-        mod = _parse(self._raw_ir, self._config.has_fma)
-        if self._uses_parallel:
-            rt = _parse(runtime_ir(self._config, str(tm.target_data), "hidden"))
-            mod.link_in(rt)
-        optimize(mod, tm, self._config.opt_level)
-        return tm.emit_object(mod), str(mod)
+    def objects(self) -> list[bytes]:
+        """The relocatable objects a library links: glue, thread-pool runtime (when parallel
+        loops need it), then one per kernel."""
+        runtime = [runtime_object(self._config, self._store)] if self._uses_parallel else []
+        return [self._glue] + runtime + [k.object for k in self._kernels]
 
     # -- Module interface -------------------------------------------------------------------------
     def _address(self, symbol: str) -> int:
@@ -381,22 +592,40 @@ class LLVMModule(Module):
 
     def get_source(self, fmt: str = "ll") -> str:
         """The module's code: ``"ll"`` optimized LLVM IR, ``"ll-raw"`` IR before optimization,
-        ``"asm"`` (or ``"s"``) assembly for the target."""
-        if fmt == "ll":
-            return self._opt_ir
-        if fmt == "ll-raw":
-            return self._raw_ir
+        ``"asm"`` (or ``"s"``) assembly for the target. The kernels are generated again for
+        this (a cached build kept only their object code), each optimized on its own as the
+        build did, and linked into one module."""
         if fmt in ("asm", "s"):
             tm = self._config.machine(jit=False, pic=True)
-            mod = _parse(self._opt_ir)
-            return tm.emit_assembly(mod)
-        raise ValueError(f"unknown source format {fmt!r}; expected 'll', 'll-raw' or 'asm'")
+            return tm.emit_assembly(_parse(self.get_source("ll")))
+        if fmt not in ("ll", "ll-raw"):
+            raise ValueError(f"unknown source format {fmt!r}; expected 'll', 'll-raw' or 'asm'")
+        if fmt not in self._texts:
+            self._texts[fmt] = self._linked_ir(optimized=fmt == "ll")
+        return self._texts[fmt]
+
+    def _linked_ir(self, optimized: bool) -> str:
+        if self._source is None:
+            raise ValueError("this module was built without its TensorIR; build it again to "
+                             "see its source")
+        config = self._config
+        tm = config.machine(jit=False, pic=True)
+        data_layout = str(tm.target_data)
+        metas = self.metadata["functions"]
+        whole = _parse(_glue_ir(config, data_layout, metas, self.metadata.get("entry")))
+        for name, func in self._source():
+            cg = _KernelCodeGen(config.codegen_options(data_layout))
+            cg.add_function(name, func)
+            mod = _parse(str(cg.module), config.has_fma and optimized)
+            if optimized:
+                optimize(mod, tm, config.opt_level)
+            whole.link_in(mod)
+        return str(whole)
 
     def object_code(self) -> bytes:
-        """The relocatable object file (for this module's triple)."""
-        if self._object is None:
-            self._object, _ = self._compile_object()
-        return self._object
+        """One relocatable object file of the whole module (for this module's triple), merged
+        with ``ld.lld -r``."""
+        return link_relocatable(self.objects())
 
     def export_library(self, path: str) -> str:
         """Write one self-contained shared library (linked with ``ld.lld``) to ``path``.
@@ -411,7 +640,7 @@ class LLVMModule(Module):
         path = os.fspath(path)
         needed = self._config.needed_libraries(self._uses_parallel)
         stub = self._empty_object() if needed else None
-        link_shared([self.object_code()], path, needed, stub)
+        link_shared(self.objects(), path, needed, stub)
         return path
 
     def _empty_object(self) -> bytes:
@@ -421,15 +650,115 @@ class LLVMModule(Module):
         return tm.emit_object(mod)
 
 
-def build_llvm(mod: IRModule, target: Target) -> LLVMModule:
-    """Generate, optimize and compile (JIT or object) every lowered PrimFunc of ``mod``."""
+# ---------------------------------------------------------------------------------------------
+# building
+
+
+def kernel_key(spec, config: MachineConfig) -> str | None:
+    """The cache key of kernel ``spec`` (a ``targets.KernelSpec``): its name, its TensorIR
+    text, how it is scheduled, the machine (``machine_key``). None when it cannot be cached
+    (a schedule without a ``schedule_id``, IR that does not print)."""
+    if spec.schedule is not None and not spec.schedule_id:
+        return None
+    try:
+        text = spec.func.script()
+    except Exception:  # noqa: BLE001 - IR the printer does not know: compile it, uncached
+        return None
+    return kernel_cache.cache_key("llvm-kernel", _KERNEL_FORMAT, machine_key(config),
+                                  spec.name, spec.schedule_id, text)
+
+
+def build_llvm(specs, target: Target, *, jobs: int | None = None, cache=None,
+               stats: BuildStats | None = None) -> LLVMModule:
+    """Compile kernels for an LLVM target: each from the cache when it is there, the others
+    in ``jobs`` processes; then the glue object, and the module loaded (host) or kept as
+    objects (other triples).
+
+    Parameters
+    ----------
+    specs : sequence of targets.KernelSpec
+        The kernels, in the module's order.
+    target : Target
+    jobs : int, optional
+        Worker processes for the kernels not in the cache (default: one per core).
+    cache : None | bool | str | KernelCache
+        See ``targets.kernel_cache.resolve``.
+    stats : BuildStats, optional
+        Filled in with the phases' times and the kernel counts.
+    """
+    stats = stats if stats is not None else BuildStats()
+    stats.kernels = stats.kernels or len(specs)
+    stats.distinct = stats.distinct or len(specs)
     config = MachineConfig(target)
-    data_layout = str(config.machine(jit=False, pic=True).target_data)
-    cg = CodeGenLLVM(config.codegen_options(data_layout))
-    for name, func in mod.functions.items():
-        if not isinstance(func, PrimFunc):
-            raise TypeError(f"targets.build compiles PrimFuncs; {name!r} is a "
-                            f"{type(func).__name__} (build relax functions with relax.build)")
-        cg.add_function(name, func)
-    text = cg.finish(entry="main" if "main" in mod.functions else next(iter(mod.functions)))
-    return LLVMModule(text, cg.meta, config, cg.uses_parallel)
+    symbols: dict[str, str] = {}
+    for spec in specs:
+        if not isinstance(spec.func, PrimFunc):
+            raise TypeError(f"targets.build compiles PrimFuncs; {spec.name!r} is a "
+                            f"{type(spec.func).__name__} (build relax functions with "
+                            f"relax.build)")
+        symbol = abi.entry_symbol(spec.name)
+        if symbol in symbols:
+            raise TIRError(f"two functions map to the C symbol {symbol}; rename "
+                           f"{spec.name!r} or {symbols[symbol]!r}")
+        symbols[symbol] = spec.name
+    store = kernel_cache.resolve(cache)
+    stats.cache_dir = store.directory if store is not None else None
+    objects: list[KernelObject | None] = [None] * len(specs)
+    with stats.phase("cache lookup"):
+        keys = [kernel_key(s, config) if store is not None else None for s in specs]
+        for i, (spec, key) in enumerate(zip(specs, keys)):
+            if key is not None:
+                data = store.get(key)
+                if data is not None:
+                    objects[i] = KernelObject.from_bytes(data, spec.name)
+    misses = [i for i, o in enumerate(objects) if o is None]
+    stats.cache_hits += len(specs) - len(misses)
+    stats.compiled += len(misses)
+    jobs = parallel.resolve_jobs(jobs)
+    stats.jobs = max(stats.jobs, min(jobs, len(misses)) if parallel.can_fork() else 1)
+    with stats.phase("compile kernels"):
+        tasks = [functools.partial(compile_kernel, specs[i].name, specs[i].func, config, target,
+                                   specs[i].schedule) for i in misses]
+        cost = [_size_estimate(specs[i].func) for i in misses]
+        compiled = parallel.run_tasks(tasks, jobs, cost, [specs[i].name for i in misses])
+    for i, k in zip(misses, compiled):
+        objects[i] = k
+        for phase, secs in k.seconds.items():
+            stats.kernel_phases[phase] = stats.kernel_phases.get(phase, 0.0) + secs
+        if store is not None and keys[i] is not None and k.cacheable:
+            store.put(keys[i], k.to_bytes())
+    names = [s.name for s in specs]
+    entry = "main" if "main" in names else (names[0] if names else None)
+    metas = [k.meta for k in objects]
+    with stats.phase("link and load"):
+        glue = glue_object(config, metas, entry, store)
+        metadata = {"abi_version": abi.ABI_VERSION, "target": str(target),
+                    "triple": config.triple, "num_cores": target.num_cores, "entry": entry,
+                    "functions": metas}
+        module = LLVMModule(objects, glue, metadata, config,
+                            source=functools.partial(_lowered_sources, specs, target),
+                            store=store)
+    if store is not None and misses:
+        with stats.phase("cache trim"):
+            store.trim()
+    module.build_stats = stats
+    return module
+
+
+def _size_estimate(func: PrimFunc) -> float:
+    """How long a kernel takes to compile, roughly: the nodes of its body."""
+    count = 0
+
+    def visit(_):
+        nonlocal count
+        count += 1
+    post_order_visit(func.body, visit)
+    return float(count)
+
+
+def _lowered_sources(specs, target: Target) -> list[tuple[str, PrimFunc]]:
+    out = []
+    for spec in specs:
+        func = spec.schedule(spec.func) if spec.schedule is not None else spec.func
+        out.append((spec.name, func if is_lowered(func) else lower(func, target)))
+    return out

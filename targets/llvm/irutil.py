@@ -43,28 +43,56 @@ def vec_type(elem, lanes: int):
     return elem if lanes == 1 else ir.VectorType(elem, lanes)
 
 
+# Vector constants shared by every use: llvmlite builds a Constant per lane and formats all of
+# them again for each new object, which made a third of code generation's time. A constant is
+# an immutable value (no parent, no name), so one object can stand wherever the same constant
+# does; the text printed is the same.
+_VECTOR_CONSTANTS: dict[tuple, ir.Constant] = {}
+_MAX_SHARED = 8192
+
+
+def _shared_vector(key: tuple, make) -> ir.Constant:
+    c = _VECTOR_CONSTANTS.get(key)
+    if c is None:
+        if len(_VECTOR_CONSTANTS) >= _MAX_SHARED:
+            _VECTOR_CONSTANTS.clear()
+        c = _VECTOR_CONSTANTS[key] = make()
+    return c
+
+
 def const(ty, value):
     """A constant of scalar or vector type ``ty`` (vectors get ``value`` in every lane)."""
     if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
+        # repr tells 0.0 from -0.0 and 1 from 1.0 and True, which compare (and hash) equal
+        return _shared_vector(("const", str(ty), type(value).__name__, repr(value)),
+                              lambda: ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count))
     return ir.Constant(ty, value)
+
+
+def undef(ty) -> ir.Constant:
+    """``undef`` of type ``ty`` (shared for vector types)."""
+    if isinstance(ty, ir.VectorType):
+        return _shared_vector(("undef", str(ty)), lambda: ir.Constant(ty, ir.Undefined))
+    return ir.Constant(ty, ir.Undefined)
 
 
 def splat(b: ir.IRBuilder, v, lanes: int):
     """Broadcast scalar ``v`` to ``lanes`` lanes (returns vectors unchanged)."""
     if lanes == 1 or is_vector(v):
         return v
-    if isinstance(v, ir.Constant):
-        return ir.Constant(ir.VectorType(v.type, lanes), [v] * lanes)
     vty = ir.VectorType(v.type, lanes)
-    one = b.insert_element(ir.Constant(vty, ir.Undefined), v, I32(0))
-    return b.shuffle_vector(one, ir.Constant(vty, ir.Undefined),
-                            ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+    if isinstance(v, ir.Constant):
+        return _shared_vector(("splat", str(vty), v.get_reference()),
+                              lambda: ir.Constant(vty, [v] * lanes))
+    one = b.insert_element(undef(vty), v, I32(0))
+    return b.shuffle_vector(one, undef(vty), _shared_vector(
+        ("zeros", lanes), lambda: ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)))
 
 
 def lane_ids(ty, lanes: int):
     """The constant vector <0, 1, ..., lanes-1> of integer type ``ty``."""
-    return ir.Constant(ir.VectorType(ty, lanes), [ir.Constant(ty, i) for i in range(lanes)])
+    return _shared_vector(("lane_ids", str(ty), lanes), lambda: ir.Constant(
+        ir.VectorType(ty, lanes), [ir.Constant(ty, i) for i in range(lanes)]))
 
 
 def type_suffix(ty) -> str:

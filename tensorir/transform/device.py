@@ -626,6 +626,13 @@ class _Sync:
     def __init__(self, kernel: str, thread_vars):
         self.kernel = kernel
         self.tvars = set(thread_vars)
+        # A loop body is visited twice (loop-carried dependences), so the body of a loop nest
+        # of depth d would be visited 2**d times, each time collecting its accesses again.
+        # Both are memoized: the accesses of a statement, and the result of a statement from a
+        # state. ``tvars`` only grows (a LetStmt's variable, before its body is visited), so its
+        # size tells which set a result was computed with.
+        self._acc: dict[int, tuple] = {}
+        self._memo: dict[tuple, tuple] = {}
 
     def run(self, s: Stmt) -> Stmt:
         out, _ = self.stmt(s, _State())
@@ -634,8 +641,24 @@ class _Sync:
     def _dependent(self, e) -> bool:
         return uses_any(e, self.tvars)
 
+    def _accesses(self, s: Stmt) -> "_Accesses":
+        hit = self._acc.get(id(s))
+        if hit is None or hit[0] is not s:
+            hit = self._acc[id(s)] = (s, _accesses(s))
+        return hit[1]
+
     def stmt(self, s: Stmt, st: _State):
-        acc = _accesses(s)
+        key = (id(s), frozenset(st.reads), frozenset(st.writes), len(self.tvars))
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is s:
+            _, out, reads, writes = hit
+            return out, _State(reads, writes)
+        out, st = self._stmt(s, st)
+        self._memo[key] = (s, out, frozenset(st.reads), frozenset(st.writes))
+        return out, st
+
+    def _stmt(self, s: Stmt, st: _State):
+        acc = self._accesses(s)
         if not acc.reads and not acc.writes:
             return s, st
         if isinstance(s, SeqStmt):

@@ -44,10 +44,11 @@ def test_strict_build_raises_where_a_default_schedule_fails(monkeypatch):
     monkeypatch.setattr(default_schedules, "_schedule_spatial", broken)
     mod = _scalar_times_column()
     with pytest.warns(default_schedules.DefaultScheduleWarning, match="left unscheduled"):
-        exe = relax.build(mod, "llvm")          # not strict: a warning, a correct slow kernel
+        # cache=False: a cached kernel is not scheduled again (nor warned about)
+        exe = relax.build(mod, "llvm", cache=False)   # not strict: a warning, a slow kernel
     vm = relax.VirtualMachine(exe, targets.cpu(0))
     x = np.ones((3, 1), "float32")
     np.testing.assert_allclose(vm["main"](x, np.array(2.0, "float32")).numpy(), x * 2)
     with pytest.raises(RelaxError, match=r"strict=True\): kernel \S*multiply\S* cannot be "
                                          r"scheduled by the default rules: .*IndexError"):
-        relax.build(mod, "llvm", strict=True)
+        relax.build(mod, "llvm", strict=True, cache=False)
