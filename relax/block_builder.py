@@ -26,8 +26,7 @@ from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.structural import structural_equal, structural_hash
 
 from .expr import (BindingBlock, Call, DataflowBlock, DataflowVar, Expr, Function, GlobalVar,
-                   MatchCast, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
-from .op.base import Op
+                   MatchCast, Op, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
 from .struct_info import (StructInfo, TensorStructInfo, TupleStructInfo, shape_of_sinfo)
 
 

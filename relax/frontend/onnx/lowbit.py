@@ -26,6 +26,7 @@ from tilecraft.tensorir.expr import Cast, FloatImm, IntImm, Select, call as tir_
 
 from ... import op as _op
 from ...expr import Expr, const
+from ...op.helpers import call_te
 
 
 @dataclass(frozen=True)
@@ -154,8 +155,7 @@ def decode(ctx, x: Expr, fmt: FloatFormat, dtype: str = "float32") -> Expr:
             return Cast(dtype, v)
         return te.compute(shape, f, "T_decode_" + fmt.name)
     from .ops.common import mark_opaque
-    from ...op.manipulate import _call_te
-    call = _call_te(ctx.bb, kernel, x, name="decode_" + fmt.name)
+    call = call_te(ctx.bb, kernel, x, primfunc_name_hint="decode_" + fmt.name)
     mark_opaque(ctx, call)
     return ctx.emit(call, "decoded")
 

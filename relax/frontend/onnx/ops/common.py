@@ -11,8 +11,7 @@ from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr
 
 from .... import op as _op
 from ....expr import Expr, const
-from ....op._broadcast import broadcast_index, broadcast_shapes, out_name
-from ....op.manipulate import _call_te
+from ....op.helpers import broadcast_index, broadcast_shapes, call_te, out_name
 from ..registry import ConversionError
 
 
@@ -63,7 +62,7 @@ def emit_map(ctx, fcompute: Callable, *inputs: Expr, dtype: str | None = None,
             vals = [t[broadcast_index(idx, t.shape, out_shape)] for t in ts]
             return fcompute(*vals)
         return te.compute(out_shape, body, out_name(name, *ts))
-    call = _call_te(ctx.bb, kernel, *inputs, name=name)
+    call = call_te(ctx.bb, kernel, *inputs, primfunc_name_hint=name)
     if opaque:
         mark_opaque(ctx, call)
     return ctx.emit(call, name)
@@ -93,4 +92,5 @@ def prod(dims):
 def emit_kernel(ctx, te_func: Callable, *args, name: str = "kernel", scalars=(), **kwargs) -> Expr:
     """``te_func`` (tensor arguments become te placeholders) as a kernel call, emitted; symbolic
     dims that no input binds (output sizes from ``runtime_dims``) become scalar parameters."""
-    return ctx.emit(_call_te(ctx.bb, te_func, *args, scalars=scalars, name=name, **kwargs), name)
+    return ctx.emit(call_te(ctx.bb, te_func, *args, scalars=scalars, primfunc_name_hint=name,
+                            **kwargs), name)

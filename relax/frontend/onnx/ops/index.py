@@ -10,7 +10,7 @@ from tilecraft.tensorir.expr import IntImm, Select, Var as TirVar
 from tilecraft.tensorir.stmt import Block, BlockRealize, BufferRegion, BufferStore, For, Range, seq
 
 from .... import op as _op
-from ....op.manipulate import _call_prim
+from ....op.helpers import call_prim
 from ....struct_info import TensorStructInfo
 from ..importer import Known
 from ..registry import ConversionError, NeedsConstant, converter
@@ -129,7 +129,7 @@ def _scatter_nd(ctx, node):
     root = func.body.block
     func = func.replace(body=func.body.replace(block=root.replace(
         body=seq(root.body, BlockRealize([], None, block)))))
-    return ctx.emit(_call_prim(ctx.bb, func, "scatter_nd", [x, idx, upd],
+    return ctx.emit(call_prim(ctx.bb, func, "scatter_nd", [x, idx, upd],
                                TensorStructInfo(xs, d)), "scatter_nd")
 
 
