@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from tilecraft.tensorir.expr import Node
 from tilecraft.tensorir.function import IRModule, PrimFunc
 
+from tilecraft import targets
 from tilecraft.targets import Target
 
 from .popen_worker import PopenWorker, WorkerDied, WorkerError, WorkerTimeout
@@ -110,10 +111,9 @@ def dumps_ir(obj) -> bytes:
 def _build_in_worker(payload: bytes, target: str, out_dir: str) -> tuple[str, float]:
     import sys
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))  # deep IR
-    from tilecraft import targets as _targets
     mod = pickle.loads(payload)
     start = time.perf_counter()
-    built = _targets.build(mod, target)
+    built = targets.build(mod, target)
     path = os.path.join(out_dir, "candidate.so")
     built.export_library(path)
     return path, time.perf_counter() - start

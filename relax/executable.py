@@ -38,7 +38,8 @@ import numpy as np
 
 from tilecraft.targets.runtime import abi
 from tilecraft.targets.runtime.elf import NotELFError, read_elf_header
-from tilecraft.targets.runtime.module import Module, atomic_write_bytes, load_module
+from tilecraft.targets.runtime.module import Module, atomic_write_bytes, host_arch, load_module
+from tilecraft.targets.runtime.ndarray import aligned_empty
 
 FORMAT = "tilecraft-relax-executable"
 FORMAT_VERSION = 1
@@ -175,7 +176,6 @@ class Executable:
 def _frozen(c) -> np.ndarray:
     arr = np.require(c, requirements="C")
     if arr.flags.writeable or arr.base is not None:
-        from tilecraft.targets.runtime.ndarray import aligned_empty
         out = aligned_empty(arr.shape, arr.dtype)
         np.copyto(out, arr)
         arr = out
@@ -265,13 +265,12 @@ def load_executable(path: str) -> Executable:
 def _load_library(lib: bytes, path: str):
     """dlopen the kernel library from a private temporary directory, or say why it cannot run
     here."""
-    from tilecraft.targets.runtime.module import _host_arch
     try:
         header = read_elf_header(lib[:64])
     except NotELFError:
         header = None
     if header is not None:
-        host = _host_arch()
+        host = host_arch()
         if not header.arch_matches(host):
             return None, (f"{path} holds kernels for a {header.bits}-bit {header.machine_name} "
                           f"machine; this one is {host}. Copy the file to its board and load it "

@@ -65,11 +65,12 @@ import warnings
 
 from tilecraft.targets import Target
 from tilecraft.tensorir import dtype as dt
-from tilecraft.tensorir.expr import IntImm, TIRError
+from tilecraft.tensorir.expr import Call as TCall, IntImm, TIRError, Var as TVar
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
-from tilecraft.tensorir.stmt import Block, For
+from tilecraft.tensorir.schedule.index_map import IndexMap
+from tilecraft.tensorir.stmt import Block, BlockRealize, For
 from tilecraft.tensorir.transform import lower_device
 from tilecraft.tensorir.transform.register_prefetch import ANN_REGISTER_PREFETCH
 from tilecraft.tensorir.transform._common import uses_any
@@ -259,7 +260,6 @@ def _inline(sch: Schedule) -> None:
 def _paddings_of_convolutions(sch: Schedule) -> set:
     """Names of the spatial blocks with a conditional (``if_then_else``: a padding) whose
     output a GEMM-like block reads at computed indices (a sliding window)."""
-    from tilecraft.tensorir.expr import Call as TCall
     blocks = _blocks(sch)
     keep = set()
     for b in blocks:
@@ -373,7 +373,6 @@ def _spatial_loops(sch: Schedule, block):
 
 
 def _iter_values(sch: Schedule, block):
-    from tilecraft.tensorir.stmt import BlockRealize
     node = _node(sch, block)
     found = []
 
@@ -636,7 +635,6 @@ def _fill(I: int, ti: int, ri: int, jgroups, rj: int, batch_groups: int,
 def _compact(block: Block, idx: int) -> bool:
     """Whether ``block`` reads input ``idx`` at plain indices (each a single iter var or a
     constant): its tile is a dense box, e.g. a weight, not a sliding window."""
-    from tilecraft.tensorir.expr import Var as TVar
     for rng in block.reads[idx].region:
         m = rng.min
         if not isinstance(m, (TVar, IntImm)):
@@ -795,7 +793,6 @@ def _permute_columns(sch: Schedule, shared_block, node: Block, idx: int, col_var
     a warp reading consecutive vectors (no bank conflicts)."""
     if vector > 1 and rj % vector:
         return
-    from tilecraft.tensorir.schedule.index_map import IndexMap
     read = node.reads[idx]
     dims = [d for d, r in enumerate(read.region) if r.min is col_var]
     if len(dims) != 1:
@@ -820,7 +817,6 @@ def _transpose_rows(sch: Schedule, shared_block, node: Block, idx: int, row_var,
     ``(k, i)``): a thread's register rows at one ``k`` are then neighbouring words, read as
     vectors (``_register_fragments``). Only when exactly one dim is indexed by the row iter var
     alone."""
-    from tilecraft.tensorir.schedule.index_map import IndexMap
     read = node.reads[idx]
     dims = [d for d, r in enumerate(read.region) if r.min is row_var]
     nd = len(read.buffer.shape)

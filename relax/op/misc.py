@@ -21,6 +21,7 @@ from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import IntImm, PrimExpr, Var as TirVar
 from tilecraft.tensorir.stmt import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, IfThenElse,
                            IterVar, Range, seq)
+from tilecraft.tensorir.functor import post_order_visit
 
 from ..expr import Call, Expr, RelaxError, ShapeExpr, TupleGetItem
 from ..struct_info import (ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
@@ -290,7 +291,6 @@ def _legalize_shape_to_tensor(bb, call: Call):
     if values is None:
         raise RelaxError(f"{call.op.name}: the dims of the shape must be known to legalize",
                          call)
-    from tilecraft.tensorir.functor import post_order_visit
     scalars: list[TirVar] = []
     for d in values:
         post_order_visit(d, lambda v: scalars.append(v) if isinstance(v, TirVar) and

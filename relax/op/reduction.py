@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import builtins
 
-from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import arith, dtype as dt
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import Cast, FloatImm, IntImm, Select, max_value
 
@@ -93,7 +93,6 @@ def reduce_count(shape, axes, dtype: str):
     n = IntImm(1, "int64")
     for d in axes:
         n = n * shape[d]
-    from tilecraft.tensorir import arith
     n = arith.simplify(n)
     if isinstance(n, IntImm):
         return FloatImm(float(n.value), dtype)

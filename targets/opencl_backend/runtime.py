@@ -33,7 +33,7 @@ import numpy as np
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
-from ..runtime.ndarray import NDArray, _dtype_name
+from ..runtime.ndarray import NDArray, _dtype_name, array
 
 
 class OpenCLError(RuntimeError):
@@ -297,7 +297,6 @@ class OpenCLNDArray(DeviceNDArray):
     def copyto(self, target) -> NDArray:
         if isinstance(target, NDArray):
             return target.copyfrom(self)
-        from ..runtime.ndarray import array
         if isinstance(target, Device) and target == self._device:
             out = OpenCLRuntime().empty(self._shape, self._dtype, target)
             return out.copyfrom(self)

@@ -40,7 +40,7 @@ import numpy as np
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
-from ..runtime.ndarray import NDArray, _dtype_name
+from ..runtime.ndarray import NDArray, _dtype_name, array
 from . import storage
 
 # The WebGPU specification's default limits, by wgpu's names: what a browser grants unasked.
@@ -602,7 +602,6 @@ class WebGPUNDArray(DeviceNDArray):
     def copyto(self, target) -> NDArray:
         if isinstance(target, NDArray):
             return target.copyfrom(self.numpy())
-        from ..runtime.ndarray import array
         return array(self.numpy(), target)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from tilecraft import tensorir
 from tilecraft.tensorir import expr as tir
 
+from ... import op as rop
 from ...block_builder import BlockBuilder
 from ...expr import Expr, RelaxError, Tuple, TupleGetItem, Var, const
 from ...struct_info import TensorStructInfo
@@ -492,7 +493,6 @@ class ExportedProgramImporter:
                              f"(shape {tuple(val.shape)})")
         want = relax_dtype(val.dtype, f" of {node.name}")
         if si.dtype != want:
-            from ... import op as rop
             value = self.emit(rop.astype(value, want))
         return value
 

@@ -24,9 +24,9 @@ Tensor((n, 16, 768), 'float32')
 """
 from __future__ import annotations
 
-from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import arith, dtype as dt
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import FloatImm, FloorMod, IntImm
+from tilecraft.tensorir.expr import Cast, FloatImm, FloorMod, IntImm
 
 from ...expr import Call, Expr, RelaxError
 from ...struct_info import TensorStructInfo, TupleStructInfo
@@ -366,8 +366,6 @@ def te_group_norm(x, gamma, beta, num_groups, channel_axis, axes, epsilon, cente
     n_expr = cg
     for d in axes:
         n_expr = n_expr * x.shape[d]
-    from tilecraft.tensorir import arith
-    from tilecraft.tensorir.expr import Cast
     n_expr = arith.simplify(n_expr)
     n = FloatImm(float(n_expr.value), acc) if isinstance(n_expr, IntImm) else Cast(acc, n_expr)
 

@@ -15,8 +15,11 @@ from tilecraft.tensorir.expr import IntImm, Select
 
 from .... import op as _op
 from ....expr import TupleGetItem, const
-from ..registry import ConversionError, converter
-from .common import cast, emit_kernel, norm_axes, norm_axis, scalar, static_int
+from ...common import UnsupportedError
+from ..emit import emit_kernel
+from ..registry import ConversionError, NeedsConstant, converter
+from .common import cast, norm_axes, norm_axis, prod, scalar, static_int
+from .tensor import _simplify
 
 
 def _kernel_shape(node, w_shape):
@@ -594,8 +597,6 @@ def _coerced_2d(ctx, node, x, fn):
     axis = norm_axis(node.attr("axis", 1), len(xs))
     if axis == len(xs) - 1:
         return fn(x, -1)
-    from .tensor import _simplify
-    from .common import prod
     flat = ctx.emit(_op.reshape(x, (_simplify(prod(xs[:axis])), _simplify(prod(xs[axis:])))))
     y = ctx.emit(fn(flat, 1))
     return _op.reshape(y, xs)
@@ -639,15 +640,12 @@ def _dropout(ctx, node):
     if node.version >= 12 and node.has_input(2):
         t = ctx.known(node, 2)
         if t is None or t.dtype == object:
-            from ..registry import NeedsConstant
             raise NeedsConstant("input 2 (training_mode) must be a constant", node.inputs[2])
         if bool(t.reshape(-1)[0]):
             ratio = ctx.known(node, 1) if node.has_input(1) else np.array(0.5)
             if ratio is None or ratio.dtype == object:
-                from ..registry import NeedsConstant
                 raise NeedsConstant("input 1 (ratio) must be a constant", node.inputs[1])
             if float(ratio.reshape(-1)[0]) != 0.0:
-                from ...common import UnsupportedError
                 raise UnsupportedError("from_onnx", ["Dropout in training mode with a ratio "
                                                      "above 0 (random) is not supported"])
     outs = [ctx.value(node, 0)]

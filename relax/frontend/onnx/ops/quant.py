@@ -9,8 +9,12 @@ uint4, int2, uint2 as values, float8 and float4 as bit patterns).
 from __future__ import annotations
 
 from .... import op as _op
+from .. import lowbit
+from ..lowbit import format_of
 from ..registry import ConversionError, ONNX_DTYPES, converter, onnx_dtype_name
+from ..values import Value
 from .common import cast, norm_axis, scalar, static_int
+from .nn import _auto_pads, _kernel_shape
 
 _RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
            "int32": (-2 ** 31, 2 ** 31 - 1)}
@@ -47,7 +51,6 @@ def _saturate_round(ctx, y, target):
 
 
 def _q_check(node):
-    from ..lowbit import format_of
     od = node.attr("output_dtype")
     if od and od not in ONNX_DTYPES and format_of(od) is None:
         return [f"output_dtype {onnx_dtype_name(od)} is not supported (no tilecraft dtype)"]
@@ -56,7 +59,6 @@ def _q_check(node):
 
 def _float_input(ctx, v):
     """A value as a float32-or-wider tensor (lowbit floats decoded, lowbit ints as values)."""
-    from .. import lowbit
     x = ctx.expr(v)
     if v.logical is not None and lowbit.is_float_format(v.logical):
         return lowbit.decode(ctx, x, lowbit.BY_NAME[v.logical])
@@ -67,8 +69,6 @@ def _float_input(ctx, v):
            doc="saturate(round(x / scale) + zero_point) (per tensor, per axis, blocked; int8, "
                "uint8, int16, uint16, int4, uint4, int2, uint2, float8, float4)")
 def _quantize(ctx, node):
-    from .. import lowbit
-    from ..importer import Value
     x, scale = ctx.input(node, 0), ctx.input(node, 1)
     zpv = ctx.value(node, 2)
     axis = node.attr("axis", 1)
@@ -195,7 +195,6 @@ def _qlinear_matmul(ctx, node):
 
 
 def _int_conv(ctx, node, x, w):
-    from .nn import _auto_pads, _kernel_shape
     xs, ws = ctx.shape(x), ctx.shape(w)
     n = len(xs) - 2
     kernel = _kernel_shape(node, ws)
