@@ -312,7 +312,7 @@ class VirtualMachine:
 
     def memory_stats(self) -> dict:
         """Bytes of static storage (allocated once) and of pool buffers allocated so far."""
-        return {"static_storage_bytes": self.static_storage_bytes,
+        return {"static_storage_bytes": self._tensor_ops.static_storage_bytes,
                 "pool_bytes": self._tensor_ops.pool.allocated_bytes}
 
     def __repr__(self):

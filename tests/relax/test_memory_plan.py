@@ -10,6 +10,7 @@ from tilecraft.relax.op.base import Op
 from tilecraft.relax.transform.static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 from tilecraft.relax.vm import VirtualMachine
 from tilecraft import targets
+from tilecraft.tensorir.function import IRModule
 from tilecraft.tensorir import te
 
 RNG = np.random.default_rng(3)
@@ -69,7 +70,7 @@ def _ops(func):
 def _unplanned_exe(mod):
     program, constants = vm_codegen(mod)
     from tilecraft.relax.build import schedule_kernels
-    kernels = targets.build(__import__("tensorir").IRModule(
+    kernels = targets.build(IRModule(
         schedule_kernels(mod, targets.Target("llvm"), None, program["kernels"])), "llvm")
     return Executable(program, constants, kernels, "llvm")
 

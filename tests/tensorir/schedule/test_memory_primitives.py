@@ -9,8 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from tilecraft.tensorir import te, transform, var
+from tilecraft.tensorir import arith, te, transform, var
 from tilecraft.tensorir.expr import IntImm, TIRError
+from tilecraft.tensorir.functor import substitute
 from tilecraft.tensorir.interpret import interpret
 from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
 from tilecraft.tensorir.schedule import tree
@@ -361,10 +362,9 @@ def test_index_map_shape_inverse_and_json():
     with pytest.raises(TIRError, match="not a bijection"):
         m.inverse([40, 8])
     inv, pad = m.non_surjective_inverse([40, 8])
-    from tilecraft.tensorir import arith
     for y0 in range(3):
         for y2 in range(16):
-            is_pad = arith.simplify(__import__("tensorir").functor.substitute(
+            is_pad = arith.simplify(substitute(
                 pad, {inv.initial_indices[0]: IntImm(y0), inv.initial_indices[1]: IntImm(0),
                       inv.initial_indices[2]: IntImm(y2)}))
             assert bool(is_pad.value) == (y0 * 16 + y2 >= 40)
