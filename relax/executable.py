@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.targets.runtime import abi
 from tilecraft.targets.runtime.elf import NotELFError, read_elf_header
 from tilecraft.targets.runtime.module import Module, atomic_write_bytes, host_arch, load_module
@@ -208,7 +209,7 @@ def _format_code(code, lines, indent):
             lines.append(f"{indent}{ins[0]} " + " ".join(json.dumps(a) for a in ins[1:]))
 
 
-class ExecutableFormatError(ValueError):
+class ExecutableFormatError(TilecraftError, ValueError):
     """The file is not a tilecraft executable, or one of a version this runtime cannot read."""
 
 

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.targets.runtime.ndarray import NDArray
 
 from .vm_builtins import ALIGNMENT, aligned_bytes, as_ndarray
@@ -33,7 +34,7 @@ __all__ = ["VMArgumentError", "to_vm_value", "describe", "compile_expr", "compil
            "as_closure", "StoragePool"]
 
 
-class VMArgumentError(ValueError, TypeError):
+class VMArgumentError(TilecraftError, ValueError, TypeError):
     """Arguments that do not match a function's signature: count, kind, rank, dtype or a
     dimension. A ``ValueError`` (and a ``TypeError`` for a wrong count or kind)."""
 

@@ -40,6 +40,8 @@ import threading
 import time
 import traceback
 
+from tilecraft.errors import TilecraftError
+
 from .auth import (AuthenticationError, check_bind_security, is_loopback, load_token, new_nonce,
                    server_digest, verify)
 from .protocol import (AUTH, ERROR, EVENT, HELLO, PING, PONG, REPLY, REQUEST, VERSION, WELCOME,
@@ -94,7 +96,7 @@ def describe_exit(status: dict) -> tuple[bool, str]:
     return False, "the session ended"
 
 
-class _Reject(Exception):
+class _Reject(TilecraftError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind

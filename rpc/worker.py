@@ -56,6 +56,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.targets.runtime import (Device, Module, NDArray, array as nd_array, empty as nd_empty,
                              load_module)
 
@@ -188,7 +189,7 @@ def check_file_name(name: Any) -> str:
     return name
 
 
-class _Halt(Exception):
+class _Halt(TilecraftError):
     """Raised by the close op: reply, then end the session."""
 
 

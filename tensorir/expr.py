@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from tilecraft.errors import TilecraftError
+
 from . import dtype as dt
 
 
-class TIRError(Exception):
+class TIRError(TilecraftError):
     """An error about a particular IR node; ``.node`` is that node."""
 
     def __init__(self, message: str, node: Any = None):

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir.function import IRModule
 
 from ..expr import Function
 
 
-class UnsupportedError(NotImplementedError):
+class UnsupportedError(TilecraftError, NotImplementedError):
     """A model uses operators or attributes that the frontend cannot express in Relax.
 
     ``problems`` lists every unsupported use in the model (not only the first one), each a short

@@ -30,13 +30,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
+
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
 from ..runtime.ndarray import NDArray, _dtype_name, array
 
 
-class OpenCLError(RuntimeError):
+class OpenCLError(TilecraftError, RuntimeError):
     """No OpenCL library or platform, an unknown device, a missing device feature."""
 
 

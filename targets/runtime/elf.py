@@ -14,6 +14,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from tilecraft.errors import TilecraftError
+
 from ..target import ELF_MACHINE
 
 ELF_MAGIC = b"\x7fELF"
@@ -27,7 +29,7 @@ EF_RISCV_FLOAT_ABI_MASK = 0x6
 EF_RISCV_FLOAT_ABI_DOUBLE = 0x4
 
 
-class NotELFError(ValueError):
+class NotELFError(TilecraftError, ValueError):
     """The bytes are not an ELF file."""
 
 

@@ -37,6 +37,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
+
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
@@ -67,7 +69,7 @@ SPEC_LIMITS = {
 _ALIGNMENT_LIMITS = {"min-storage-buffer-offset-alignment", "min-uniform-buffer-offset-alignment"}
 
 
-class WebGPUError(RuntimeError):
+class WebGPUError(TilecraftError, RuntimeError):
     """No adapter, a missing feature, a limit the device does not have, a failed dispatch."""
 
 

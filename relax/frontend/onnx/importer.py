@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
+from tilecraft.errors import TilecraftError
 from tilecraft import tensorir
 from tilecraft.tensorir.expr import IntImm, PrimExpr, TIRError, Var as TirVar
 from tilecraft.tensorir.function import IRModule
@@ -828,7 +829,7 @@ def _is_poisoned(ctx: GraphContext, name: str) -> bool:
         return False
 
 
-class _NeedsTypes(Exception):
+class _NeedsTypes(TilecraftError):
     """The operator's function body depends on its input types (known only when converting)."""
 
 

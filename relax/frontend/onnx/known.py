@@ -17,6 +17,7 @@ import operator
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir.expr import IntImm, Max, Min, Not, PrimExpr, Var as TirVar, truncdiv
@@ -35,7 +36,7 @@ MAX_CONSTANT_OF_SHAPE = 1 << 26
 MAX_SYMBOLIC_ELEMENTS = 256
 
 
-class _NotFoldable(Exception):
+class _NotFoldable(TilecraftError):
     pass
 
 

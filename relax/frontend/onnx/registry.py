@@ -25,17 +25,18 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir import dtype as dt
 
 from . import lowbit
 
 
-class ConversionError(ValueError):
+class ConversionError(TilecraftError, ValueError):
     """A node that cannot be converted although its operator is supported: a bad attribute value
     or incompatible input shapes. The importer adds the node name, op type and opset."""
 
 
-class NeedsConstant(Exception):
+class NeedsConstant(TilecraftError):
     """Raised by ``GraphContext.known_ints`` when an input that must be known at import time is
     computed at run time; the importer reports it as an unsupported use."""
 
