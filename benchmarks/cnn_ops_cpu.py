@@ -2,11 +2,11 @@
 onnxruntime running the same layer.
 
 ``python -m benchmarks.run cnn_ops_cpu`` (``TILECRAFT_CNN_LAYERS=<regex>`` picks layers by
-label) prints one row per layer of ``benchmarks.models.cnn_ops.CNN_LAYERS`` -- convolutions
+label) prints one row per layer of ``tilecraft.models.cnn_ops.CNN_LAYERS`` -- convolutions
 ``relu(conv2d(x, W) + b)`` of ResNet-18/50 (the 7x7 stem, 1x1, 3x3, strided), MobileNet-V2
 (depthwise, expand / project 1x1), DenseNet-121, Inception-v3 (1x7, 3x3 stride 2 without
 padding, 5x5) and a ResNeXt grouped conv, the max / average pooling and the global average
-pooling -- and writes ``benchmarks/results/cnn_ops_cpu.json``.
+pooling -- and writes ``benchmarks/results/cnn_ops_cpu/<machine>.json``.
 
 Both sides run batch 1, NCHW, float32 on 2 threads: the layer built with
 ``relax.build(mod, "llvm", upper_bounds={"batch": 1})`` (batch symbolic, default schedules, the
@@ -25,11 +25,11 @@ import re
 import numpy as np
 
 from tilecraft import targets
+from tilecraft.models import onnx_session
+from tilecraft.models.cnn_ops import CNN_LAYERS, cnn_layer
 from tilecraft.relax import VirtualMachine, build
 
 from .common import side_by_side
-from .models import onnx_session
-from .models.cnn_ops import CNN_LAYERS, cnn_layer
 from .relax_cpu import _number_for
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -15,6 +16,28 @@ import time
 from typing import Callable
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+MACHINE_ENV = "TILECRAFT_MACHINE"
+
+# a machine or benchmark name is one path component; machine names hold no dot, so a result's
+# companions (``zen4-avx512.curves.json``, ``zen4-avx512.png``) never read as another machine
+_MACHINE_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*\Z")
+_BENCHMARK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
+_SUFFIX = re.compile(r"(\.[A-Za-z0-9_-]+)+\Z")
+
+# AMD family 0x19 models that are Zen 4 (the rest of the family is Zen 3)
+_ZEN4_MODELS = (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0))
+# Intel family 6 server and recent client models; others are named by their vector ISA alone
+_INTEL_MODELS = {0x3F: "haswell", 0x4F: "broadwell", 0x55: "skylake", 0x6A: "icelake",
+                 0x6C: "icelake", 0x7E: "icelake", 0x8C: "tigerlake", 0x8D: "tigerlake",
+                 0x8F: "sapphirerapids", 0x97: "alderlake", 0x9A: "alderlake",
+                 0xAD: "graniterapids", 0xAE: "graniterapids", 0xB7: "raptorlake",
+                 0xBA: "raptorlake", 0xBF: "raptorlake", 0xCF: "emeraldrapids"}
+# Arm Ltd. (implementer 0x41) core parts
+_ARM_PARTS = {0xD03: "cortex-a53", 0xD07: "cortex-a57", 0xD08: "cortex-a72",
+              0xD0B: "cortex-a76", 0xD0C: "neoverse-n1", 0xD40: "neoverse-v1",
+              0xD49: "neoverse-n2", 0xD4F: "neoverse-v2"}
+# words of a GPU's name that say nothing about the chip
+_GPU_NOISE = {"corporation", "geforce", "tesla", "pcie", "nvl"}
 
 
 def ensure_clean_openblas_env() -> None:
@@ -65,7 +88,127 @@ def side_by_side(ours: Callable[[], object], peer: Callable[[], object], number:
     return statistics.median(a), statistics.median(b)
 
 
+def _cpuinfo() -> dict:
+    """The first processor's fields of ``/proc/cpuinfo`` (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    return parse_cpuinfo(text)
+
+
+def parse_cpuinfo(text: str) -> dict:
+    """The ``key: value`` fields of the first processor block of a ``/proc/cpuinfo`` text."""
+    fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_machine_name(cpuinfo: dict | None = None, arch: str | None = None) -> str:
+    """A short stable name for a CPU: its micro-architecture and widest vector instruction set.
+
+    Parameters
+    ----------
+    cpuinfo : dict, optional
+        Fields of ``/proc/cpuinfo`` (``parse_cpuinfo``); default: this machine's.
+    arch : str, optional
+        ``platform.machine()``; default: this machine's.
+
+    Returns
+    -------
+    str
+        ``zen3-avx2``, ``zen4-avx512``, ``intel-sapphirerapids-avx512``, ``intel-avx512`` (an
+        Intel model not in the table), ``neoverse-v1-sve``, ``arm64-neon``, ...
+
+    Examples
+    --------
+    >>> cpu_machine_name({"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17",
+    ...                   "flags": "fma avx avx2 avx512f"}, "x86_64")
+    'zen4-avx512'
+    """
+    info = _cpuinfo() if cpuinfo is None else cpuinfo
+    arch = (platform.machine() if arch is None else arch).lower()
+    if arch in ("x86_64", "amd64", "i686", "i386"):
+        return _x86_name(info)
+    if arch in ("aarch64", "arm64"):
+        features = set(info.get("Features", "").split())
+        isa = "sve" if "sve" in features else "neon"
+        part = _ARM_PARTS.get(_int(info.get("CPU part"))) \
+            if _int(info.get("CPU implementer")) == 0x41 else None
+        return f"{part or 'arm64'}-{isa}"
+    return _slug(arch) or "unknown"
+
+
+def _x86_name(info: dict) -> str:
+    flags = set(info.get("flags", "").split())
+    isa = next((name for flag, name in (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"),
+                                        ("sse4_2", "sse4")) if flag in flags), "sse2")
+    vendor, family, model = info.get("vendor_id"), _int(info.get("cpu family")), \
+        _int(info.get("model"))
+    if vendor == "AuthenticAMD":
+        if family == 0x17:
+            return f"{'zen' if model is not None and model < 0x30 else 'zen2'}-{isa}"
+        if family == 0x19:
+            zen4 = model is not None and any(model in r for r in _ZEN4_MODELS)
+            return f"{'zen4' if zen4 else 'zen3'}-{isa}"
+        if family == 0x1A:
+            return f"zen5-{isa}"
+        return f"amd-{isa}"
+    if vendor == "GenuineIntel":
+        uarch = _INTEL_MODELS.get(model) if family == 6 else None
+        return f"intel-{uarch}-{isa}" if uarch else f"intel-{isa}"
+    return f"x86-{isa}"
+
+
+def gpu_machine_name(device: str) -> str:
+    """A short stable name for a GPU from its device name.
+
+    The vendor and the chip: memory sizes, form factors and a back end in parentheses are
+    dropped, so an H100 is ``nvidia-h100`` whichever board and driver reported it.
+
+    Examples
+    --------
+    >>> gpu_machine_name("NVIDIA H100 80GB HBM3")
+    'nvidia-h100'
+    >>> gpu_machine_name("NVIDIA H200 (Vulkan)")
+    'nvidia-h200'
+    """
+    text = re.sub(r"\([^)]*\)", " ", device)
+    words = [w for w in re.split(r"[^0-9a-z]+", text.lower())
+             if w and w not in _GPU_NOISE and not re.fullmatch(r"\d+gb|hbm\d*e?|sxm\d*", w)]
+    if not words:
+        raise ValueError(f"gpu_machine_name: no chip name in the device name {device!r}")
+    return "-".join(words)
+
+
+def machine_name(gpu: str | None = None) -> str:
+    """The name results are filed under: ``$TILECRAFT_MACHINE`` if set, else the GPU's name
+    (``gpu``: the device name of a benchmark that measured a GPU), else the CPU's.
+
+    Examples
+    --------
+    >>> machine_name("NVIDIA H200")                                  # doctest: +SKIP
+    'nvidia-h200'
+    """
+    env = os.environ.get(MACHINE_ENV)
+    if env:
+        if not _MACHINE_NAME.match(env):
+            raise ValueError(f"${MACHINE_ENV}={env!r} is not a machine name: lower-case letters "
+                             "and digits in words joined by '-' (such as zen4-avx512)")
+        return env
+    return gpu_machine_name(gpu) if gpu else cpu_machine_name()
+
+
 def machine_info() -> dict:
+    """What a result records about the machine: Python, numpy, the CPU and its identity."""
     info = {"python": platform.python_version(), "machine": platform.machine(),
             "cpus": os.cpu_count()}
     try:
@@ -73,31 +216,107 @@ def machine_info() -> dict:
         info["numpy"] = np.__version__
     except ImportError:  # pragma: no cover
         pass
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            info["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")),
-                               "")
-    except OSError:
-        pass
+    cpu = _cpuinfo()
+    if cpu.get("model name"):
+        info["cpu"] = cpu["model name"]
+    if cpu.get("vendor_id"):
+        info["cpu_id"] = (f"{cpu['vendor_id']} family {cpu.get('cpu family')} "
+                          f"model {cpu.get('model')}")
     return info
 
 
-def write_results(name: str, rows: list[dict], extra: dict | None = None) -> str:
-    """Write ``benchmarks/results/<name>.json`` atomically; return its path."""
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    path = os.path.join(RESULTS_DIR, f"{name}.json")
-    doc = {"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-           "machine": machine_info(), "rows": rows}
+def results_path(benchmark: str, machine: str | None = None, suffix: str = ".json") -> str:
+    """Where ``benchmark``'s result for ``machine`` lives: ``benchmarks/results/<benchmark>/
+    <machine><suffix>``; a plot or table beside it takes another suffix (``.png``, ``.md``,
+    ``.curves.json``).
+
+    Examples
+    --------
+    >>> os.path.relpath(results_path("gemm_cpu", "zen4-avx512"), RESULTS_DIR)
+    'gemm_cpu/zen4-avx512.json'
+    """
+    machine = machine_name() if machine is None else machine
+    if not _BENCHMARK_NAME.match(benchmark):
+        raise ValueError(f"results_path: {benchmark!r} is not a benchmark name (letters, digits, "
+                         "'_' and '-')")
+    if not _MACHINE_NAME.match(machine):
+        raise ValueError(f"results_path: {machine!r} is not a machine name (lower-case letters "
+                         "and digits in words joined by '-')")
+    if not _SUFFIX.match(suffix):
+        raise ValueError(f"results_path: {suffix!r} is not a file suffix such as '.json'")
+    return os.path.join(RESULTS_DIR, benchmark, machine + suffix)
+
+
+def write_json(path: str, doc) -> str:
+    """Write ``doc`` as indented JSON to ``path`` atomically (a temporary file renamed over it,
+    so a reader never sees half a file); return ``path``."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, default=_json_default)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_results(name: str, rows: list[dict], extra: dict | None = None, *,
+                  machine: str | None = None, gpu: str | None = None) -> str:
+    """Write a benchmark's rows to ``benchmarks/results/<name>/<machine>.json``; return its path.
+
+    One file per benchmark and machine: a run replaces that machine's previous result (git
+    keeps the older ones). The machine is ``machine`` if given, else ``machine_name(gpu)``.
+
+    Parameters
+    ----------
+    name : str
+        The benchmark (``gemm_cpu``, ``tune_resnet50``, ``zoo-llvm``, ...).
+    rows : list of dict
+        The measurements; ratios are peer time / our time (above 1: faster than the peer).
+    extra : dict, optional
+        More top-level fields (settings, notes, per-task tables).
+    machine, gpu : str, optional
+        The machine name, or the device name of the GPU the benchmark measured.
+
+    Examples
+    --------
+    >>> write_results("gemm_cpu", [{"kernel": "GEMM 1024^3", "ratio": 1.13}])  # doctest: +SKIP
+    '.../benchmarks/results/gemm_cpu/zen4-avx512.json'
+    """
+    machine = machine_name(gpu) if machine is None else machine
+    path = results_path(name, machine)
+    doc = {"benchmark": name, "machine_name": machine,
+           "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(), "rows": rows}
     if extra:
         doc.update(extra)
-    fd, tmp = tempfile.mkstemp(dir=RESULTS_DIR, prefix=f".{name}.", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_json(path, doc)
+
+
+def _json_default(x):
+    if hasattr(x, "item"):                     # numpy scalars
+        return x.item()
+    return str(x)
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    text = text.strip().lower()
+    try:
+        return int(text, 16) if text.startswith("0x") else int(text)
+    except ValueError:
+        return None
+
+
+def _slug(text: str) -> str:
+    return "-".join(w for w in re.split(r"[^0-9a-z]+", text.lower()) if w)
 
 
 def print_table(rows: list[dict], columns: list[str]) -> None:

@@ -18,7 +18,7 @@ from tilecraft import targets
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax.transform import Sequential, get_pipeline
 from tilecraft.relax.transform.convert_layout import nhwc_pays
-from tilecraft.relax.transform.packed_kernels import ConvGeometry
+from tilecraft.relax.backend.cpu import ConvGeometry
 
 from .common import side_by_side
 
@@ -93,7 +93,7 @@ def _layers(rounds: int) -> list[dict]:
 def _model(rounds: int) -> list[dict]:
     import onnxruntime as ort
     from tilecraft.relax.frontend.onnx import from_onnx
-    from .zoo.models import light
+    from tilecraft.zoo.models import light
     z = light("resnet50", seed=0)
     name, x = next(iter(z.inputs.items()))
     mod = from_onnx(z.onnx_model)

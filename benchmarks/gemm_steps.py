@@ -3,7 +3,7 @@
 ``python -m benchmarks.gemm_steps [SIZE]`` (default 1024) builds the GEMM ``C = A @ B`` once per
 step, checks it against numpy, times it interleaved with numpy's ``a @ b`` (the protocol of
 ``benchmarks/gemm_cpu.py``) and prints a table (GFLOP/s of each, their ratio); the rows are also
-written to ``benchmarks/results/gemm_steps.json``. Each ``step_*`` function below is the
+written to ``benchmarks/results/gemm_steps/<machine>.json``. Each ``step_*`` function below is the
 schedule the tutorial shows, so the numbers there can be reproduced.
 ``python -m benchmarks.gemm_steps [SIZE] --tiles`` compares register tiles on one thread.
 

@@ -15,7 +15,8 @@ Rows:
 The NVIDIA platform is chosen when present (``targets.opencl("NVIDIA")``), else the first GPU,
 else the first device. Every kernel is checked against numpy before it is timed. Timing is the
 device's own (OpenCL profiling events; CUDA events for PyTorch), median of repeats. Without
-torch or CUDA the peer columns are empty. Results: ``benchmarks/results/gpu-<device>.json``.
+torch or CUDA the peer columns are empty. Results: ``benchmarks/results/gpu/<machine>.json``
+(the machine: the GPU measured, or this CPU's name when the device is PoCL).
 
 Run: ``python -m benchmarks.run gpu`` (or ``python -m benchmarks.gpu``; ``--sweep`` also times
 GEMM tile variants, for tuning the default).
@@ -23,7 +24,6 @@ GEMM tile variants, for tuning the default).
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import sys
 import time
@@ -207,7 +207,7 @@ def _wall(fn) -> float:
 
 def sweep(dev, info, target, n, torch) -> list[dict]:
     """GEMM with other tile configurations of the default schedule (for tuning it)."""
-    from tilecraft.relax import gpu_schedules as G
+    from tilecraft.relax.backend.gpu import gemm as G
     saved = (G.GEMM_TILE, G.GEMM_TILE_J, G.GEMM_BK)
     rows = []
     try:
@@ -227,6 +227,10 @@ def sweep(dev, info, target, n, torch) -> list[dict]:
     return rows
 
 
+# run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
+WRITES_RESULTS = True
+
+
 def run(do_sweep: bool = False) -> list[dict]:
     dev, info = _pick_device()
     target = _target_for(info)
@@ -241,9 +245,9 @@ def run(do_sweep: bool = False) -> list[dict]:
     pocl = _pocl_row(POCL_N)
     if pocl is not None:
         rows.append(pocl)
-    slug = re.sub(r"[^0-9A-Za-z]+", "-", info["name"]).strip("-").lower()
-    path = write_results(f"gpu-{slug}", rows, {"device": info, "target": str(target)})
-    print(f"(also written to {path})")
+    path = write_results("gpu", rows, {"device": info, "target": str(target)},
+                         gpu=None if on_cpu else info["name"])
+    print(f"(written to {path})")
     return rows
 
 

@@ -1,23 +1,27 @@
 """GEMM 4096^3 under variants of the default GPU schedule's GEMM rule, beside cuBLAS: a quick
-device run to choose ``relax.gpu_schedules``' constants (tile, k-step, register fragments,
-vector fetch) before a tuning run.
+device run to choose the GPU GEMM family's constants (``relax.backend.gpu.gemm``: tile, k-step,
+register fragments, vector fetch) before a tuning run.
 
-``python -m benchmarks.gpu_gemm_variants [opencl] [webgpu]`` prints one JSON row per variant
-(also to ``$OUT/gemm_variants.json`` when ``OUT`` is set). Every variant's result is checked
-against float64 numpy.
+``python -m benchmarks.gpu_gemm_variants [opencl] [webgpu]`` prints one JSON row per variant and
+writes them to ``benchmarks/results/gpu_gemm_variants/<machine>.json`` (the machine: the GPU
+measured), copied to ``$OUT/gpu_gemm_variants.json`` when ``OUT`` is set (a device run's
+output folder). Every variant's result is checked against float64 numpy.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 
 import numpy as np
 
 from tilecraft import targets
+from benchmarks.common import write_results
 from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
-from tilecraft.relax import gpu_schedules as G
+from tilecraft.relax import gpu_schedules
+from tilecraft.relax.backend.gpu import gemm as G
 
 N = int(os.environ.get("GEMM_VARIANTS_N", "4096"))
 T16 = {"GEMM_TILE": (16, 8), "GEMM_TILE_J": (16, 8)}     # 16 x 16 threads of 8 x 8
@@ -37,13 +41,12 @@ WEBGPU = [{"GEMM_FRAGMENTS_WEBGPU": False}, {"GEMM_REGISTER_PREFETCH": False}, {
 
 
 def _device(kind):
+    """(device, Target, name, is_gpu) of the first OpenCL device / WebGPU adapter."""
     if kind == "opencl":
         from benchmarks.tune_gpu import _opencl
-        dev, target, name, _ = _opencl()
-    else:
-        from benchmarks.tune_gpu import _webgpu
-        dev, target, name, _ = _webgpu()
-    return dev, target, name
+        return _opencl()
+    from benchmarks.tune_gpu import _webgpu
+    return _webgpu()
 
 
 def run(kinds) -> list[dict]:
@@ -61,9 +64,11 @@ def run(kinds) -> list[dict]:
             peer_s = torch_cuda_seconds(torch, lambda: ta @ tb, 20, 5)
     except ImportError:
         pass
-    rows = []
+    rows, gpu_name = [], None
     for kind in kinds:
-        dev, target, name = _device(kind)
+        dev, target, name, gpu = _device(kind)
+        if gpu and gpu_name is None:
+            gpu_name = name
         A, B = targets.array(a, dev), targets.array(b, dev)
         C = targets.empty((N, N), "float32", dev)
         for variant in (OPENCL if kind == "opencl" else WEBGPU):
@@ -73,7 +78,7 @@ def run(kinds) -> list[dict]:
                 for k, v in variant.items():
                     setattr(G, k, v)
                 t0 = time.time()
-                mod = targets.build(G.apply(gemm_func(N), target), target)
+                mod = targets.build(gpu_schedules.apply(gemm_func(N), target), target)
                 mod[mod.entry_name](A, B, C)
                 row["build_s"] = time.time() - t0
                 err = float(np.abs(C.numpy() - ref).max() / np.abs(ref).max())
@@ -92,13 +97,15 @@ def run(kinds) -> list[dict]:
                     setattr(G, k, v)
             rows.append(row)
             print(json.dumps(row), flush=True)
+    peer = None
     if peer_s:
-        rows.append({"peer": "torch cuBLAS fp32 (TF32 off)", "ms": peer_s * 1e3,
-                     "tflops": flops / peer_s / 1e12})
-        print(json.dumps(rows[-1]), flush=True)
+        peer = {"peer": "torch cuBLAS fp32 (TF32 off)", "ms": peer_s * 1e3,
+                "tflops": flops / peer_s / 1e12}
+        print(json.dumps(peer), flush=True)
+    path = write_results("gpu_gemm_variants", rows, {"peer": peer, "size": N}, gpu=gpu_name)
+    print(f"(written to {path})")
     if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "gemm_variants.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+        shutil.copy(path, os.path.join(os.environ["OUT"], "gpu_gemm_variants.json"))
     return rows
 
 

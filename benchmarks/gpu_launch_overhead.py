@@ -20,7 +20,8 @@ the kernels themselves take microseconds):
 
 The peer is numpy doing the same arithmetic (``x * 2``) on the host: it tells the order of
 magnitude of a Python call, not a competing implementation. Rows: ``us_per_call``.
-Results: ``benchmarks/results/gpu_launch_overhead.json``.
+Results: ``benchmarks/results/gpu_launch_overhead/<machine>.json`` (the machine: the GPU a back
+end ran on, else this CPU's name).
 """
 from __future__ import annotations
 
@@ -168,9 +169,25 @@ def _rows_for(kind: str, dev, target: str, number: int) -> list[dict]:
     return rows
 
 
+# run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
+WRITES_RESULTS = True
+
+
+def _gpu_name(kind: str, dev) -> str | None:
+    """The device's name when it is a GPU (not PoCL or lavapipe), else None."""
+    if kind == "opencl":
+        from tilecraft.targets.opencl_backend import list_devices
+        info = next((d for d in list_devices() if d["index"] == dev.index), None)
+        return info["name"] if info and "CPU" not in info["type"].upper() else None
+    from tilecraft.targets.webgpu_backend import list_adapters
+    info = list_adapters()[dev.index]
+    return info["name"] if info["type"] != "CPU" else None
+
+
 def run(number: int = 200) -> list[dict]:
+    """The rows, also written to ``benchmarks/results/gpu_launch_overhead/<machine>.json``."""
     from tilecraft import targets
-    rows = []
+    rows, gpu = [], None
     for kind, make, target in (("opencl", targets.opencl, "opencl -device=cpu"),
                                ("webgpu", targets.webgpu, "webgpu")):
         try:
@@ -182,17 +199,18 @@ def run(number: int = 200) -> list[dict]:
             if not dev.exist:
                 raise RuntimeError(f"no {kind} device")
             rows += _rows_for(kind, dev, target, number)
+            gpu = gpu or _gpu_name(kind, dev)
         except Exception as err:   # a missing driver is a row, not a crash
             rows.append({"backend": kind, "case": "error",
                          "error": f"{type(err).__name__}: {str(err)[:200]}"})
             print(f"{kind}: {rows[-1]['error']}", file=sys.stderr)
+    print(f"(written to {write_results('gpu_launch_overhead', rows, gpu=gpu)})")
     return rows
 
 
 def main(argv=None) -> int:
     rows = run()
     print_table(rows, ["backend", "case", "us_per_call", "numpy_us"])
-    write_results("gpu_launch_overhead", rows)
     return 0
 
 

@@ -9,13 +9,13 @@ clock around ``vm.time_evaluator`` (which synchronizes the device) and CUDA-sync
 calls; ``vs_torch`` = PyTorch's time / ours (above 1: we are faster).
 
 Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column needs CUDA).
-Results: ``benchmarks/results/gpu_models-<device>.json``.
+Results: ``benchmarks/results/gpu_models/<machine>.json`` (the machine: the CUDA GPU PyTorch
+ran on, else this CPU's name).
 """
 from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 import time
 
@@ -74,7 +74,7 @@ def _resnet50():
 
 def _models():
     import torch
-    from benchmarks.zoo.models import _export, _randomize_bn, _torch_modules
+    from tilecraft.zoo.models import _export, _randomize_bn, _torch_modules
 
     torch.manual_seed(0)
     resnet = _resnet50()
@@ -127,9 +127,12 @@ def _device(target: str):
     return targets.webgpu(0)
 
 
+# run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
+WRITES_RESULTS = True
+
+
 def run() -> list[dict]:
-    """The rows (``benchmarks.run`` prints and writes them; ``main`` also writes the per-GPU
-    file)."""
+    """The rows, also written to ``benchmarks/results/gpu_models/<machine>.json``."""
     import torch
     from tilecraft import relax
     from tilecraft import targets
@@ -179,9 +182,8 @@ def run() -> list[dict]:
                              "max_rel_err_vs_torch": err, "match": err < 1e-3})
                 print(f"{name} {kind} b{b}: ours {ours_s * 1e3:.2f} ms, torch {torch_s * 1e3:.2f}"
                       f" ms, ratio {torch_s / ours_s:.2f}, rel err {err:.1e}", flush=True)
-    dev_name = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
-    path = write_results(f"gpu_models-{dev_name}", rows, {"gpu": gpu_name})
-    print(f"(also written to {path})")
+    path = write_results("gpu_models", rows, {"gpu": gpu_name}, gpu=gpu_name if cuda else None)
+    print(f"(written to {path})")
     return rows
 
 

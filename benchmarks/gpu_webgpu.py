@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from tilecraft import targets
-from benchmarks.common import side_by_side
+from benchmarks.common import print_table, side_by_side, write_results
 from benchmarks.gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel
 from benchmarks.gpu_common import torch_cuda_seconds
 from benchmarks.schedules import webgpu as sched
@@ -59,9 +59,15 @@ def _check(name, got, ref, tol):
         raise AssertionError(f"{name}: WebGPU result differs from the reference (rel {err:.2e})")
 
 
+# run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
+WRITES_RESULTS = True
+
+
 def run() -> list[dict]:
+    """The rows, also written to ``benchmarks/results/gpu_webgpu/<machine>.json`` (the machine:
+    the adapter's GPU, or this CPU's name on a CPU adapter such as lavapipe)."""
     if num_adapters() == 0:
-        return [{"bench": "webgpu", "note": "no WebGPU adapter"}]
+        return [{"bench": "webgpu", "note": "no WebGPU adapter (nothing measured or written)"}]
     info = list_adapters()[0]
     gpu = info["type"] != "CPU"
     torch = _torch_cuda() if gpu else None
@@ -169,11 +175,10 @@ def run() -> list[dict]:
                      "vs_device_copy": t_dev_copy / t, "vs_webgpu_copy": t_copy / t,
                      "peer": peer, "peer_ms": peer_t * 1e3, "ratio": peer_t / t})
         _progress(rows[-1])
+    print(f"(written to {write_results('gpu_webgpu', rows, gpu=info['name'] if gpu else None)})")
     return rows
 
 
 if __name__ == "__main__":
-    from benchmarks.common import print_table, write_results
     result = run()
     print_table(result, list(dict.fromkeys(k for r in result for k in r)))
-    print(write_results("gpu_webgpu", result))

@@ -8,7 +8,7 @@ the same threads), and groups both sides' kernel times by what they compute:
 the operator kind (``conv``, ``max_pool``, ``avg_pool``, ``dense``, ...), the output shape
 ``(C, H, W)`` and, for a convolution, its input channels and kernel (``layer``: ``64 in 3x3``;
 a grouped one's multiply-adds per output, ``64 in 9``). Writes
-``benchmarks/results/layer_profile.json`` and prints one row per group, slowest first:
+``benchmarks/results/layer_profile/<machine>.json`` and prints one row per group, slowest first:
 ``ours_ms`` / ``ort_ms`` (per model run, summed over the group's kernels), ``ratio``
 (ort / ours: above 1 we are faster), and the kernel counts.
 
@@ -31,9 +31,8 @@ from tilecraft.relax import VirtualMachine, build, extract_tasks
 from tilecraft.relax.frontend import from_onnx
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import Block
-
-from .zoo.models import light
-from .zoo.run import _ort_session
+from tilecraft.zoo.models import light
+from tilecraft.zoo.run import ort_session
 
 ORT_KINDS = {"Conv": "conv", "FusedConv": "conv", "MaxPool": "max_pool",
              "AveragePool": "avg_pool", "GlobalAveragePool": "avg_pool", "Gemm": "dense",
@@ -115,7 +114,7 @@ def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5,
     exe.kernel_module.num_threads = threads
     vm = VirtualMachine(exe, targets.cpu(0))
     args = [targets.array(v) for v in inputs.values()]
-    sess = _ort_session(z.onnx_model, threads, profile_prefix=os.path.join(
+    sess = ort_session(z.onnx_model, threads, profile_prefix=os.path.join(
         tempfile.gettempdir(), "tilecraft_layer_profile"))
     ours, theirs = defaultdict(float), defaultdict(float)
     counts = defaultdict(lambda: [0, 0])
@@ -184,10 +183,12 @@ def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5,
 
 def run() -> list[dict]:
     name = os.environ.get("TILECRAFT_PROFILE_MODEL", "resnet50")
+    threads = int(os.environ.get("TILECRAFT_PROFILE_THREADS", "2"))
     rows = profile_model(name, runs=int(os.environ.get("TILECRAFT_PROFILE_RUNS", "10")),
-                         threads=int(os.environ.get("TILECRAFT_PROFILE_THREADS", "2")))
+                         threads=threads)
     for r in rows:
         r["model"] = name
+        r["threads"] = threads      # the results file is per machine, not per thread count
     return rows
 
 

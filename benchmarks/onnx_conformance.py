@@ -24,7 +24,7 @@ Usage::
     python -m benchmarks.onnx_conformance            # both runtimes, JSON + table
     python -m benchmarks.onnx_conformance --update-allowlist   # rewrite the test allow-list
 
-Writes ``benchmarks/results/onnx_conformance.json``.
+Writes ``benchmarks/results/onnx_conformance/<machine>.json``.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The CPU operator suite: hand-scheduled tilecraft kernels beside numpy, scipy and onnxruntime.
 
 ``python -m benchmarks.run ops_cpu`` prints one row per kernel and writes
-``benchmarks/results/ops_cpu.json``:
+``benchmarks/results/ops_cpu/<machine>.json``:
 
 =================  =======================================================  ==========
 kernel             peer                                                     target

@@ -3,10 +3,10 @@
 ``python -m benchmarks.run relax_cpu`` (run it as
 ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python -m benchmarks.run relax_cpu``;
 the runner re-executes itself without those variables anyway) prints one row per case and writes
-``benchmarks/results/relax_cpu.json``:
+``benchmarks/results/relax_cpu/<machine>.json``:
 
 ==========================  =====================================================  ======
-case                        model (``benchmarks.models``)                          target
+case                        model (``tilecraft.models``)                          target
 ==========================  =====================================================  ======
 mlp b1, mlp b64             4-layer MLP 784-1024-1024-1024-10, relu; batch 1 / 64  >= 0.5x
 bert_layer b1 s128          one BERT-base encoder layer (768, 12 heads, FFN 3072)  >= 0.5x
@@ -39,13 +39,13 @@ import time
 import numpy as np
 
 from tilecraft import targets
+from tilecraft.models import Model, bert_encoder_layer, mlp, onnx_session, resnet_bottleneck
 from tilecraft.relax import Function, build, VirtualMachine
 from tilecraft.relax.transform import LegalizeOps
 from tilecraft.tensorir.function import IRModule
 from tilecraft.tensorir.functor import post_order_visit
 
 from .common import side_by_side
-from .models import Model, bert_encoder_layer, mlp, onnx_session, resnet_bottleneck
 
 TARGET_RATIO = 0.5     # untuned: within 2x of onnxruntime
 

@@ -1,6 +1,9 @@
 """Run benchmarks: ``python -m benchmarks.run [NAME ...]`` (default: all registered).
 
-Each benchmark returns rows; the runner prints a table and writes ``benchmarks/results/NAME.json``.
+Each benchmark returns rows; the runner prints a table and writes them to
+``benchmarks/results/NAME/<machine>.json`` (``benchmarks.common.write_results``). A benchmark
+module with ``WRITES_RESULTS = True`` writes its own files in ``run()`` (named after the GPU it
+measured, or one file per part) and the runner leaves them be.
 """
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ import sys
 
 from .common import ensure_clean_openblas_env, print_table, write_results
 
-# name -> module under benchmarks/ with a run() -> list[dict]
+# name -> module with a run() -> list[dict] (under benchmarks/, or the package's demo)
 REGISTRY = {
-    "demo": "benchmarks.demo",
+    "demo": "tilecraft.demo",
     "rpc_overhead": "benchmarks.rpc_overhead",
     "gemm_cpu": "benchmarks.gemm_cpu",
     "ops_cpu": "benchmarks.ops_cpu",
@@ -20,7 +23,7 @@ REGISTRY = {
     "cnn_ops_cpu": "benchmarks.cnn_ops_cpu",
     "layer_profile": "benchmarks.layer_profile",
     "convert_layout": "benchmarks.convert_layout",
-    "zoo": "benchmarks.zoo.run",
+    "zoo": "benchmarks.zoo",
     "rpc_tune_throughput": "benchmarks.rpc_tune_throughput",
     "gpu_webgpu": "benchmarks.gpu_webgpu",
     "gpu": "benchmarks.gpu",
@@ -43,12 +46,13 @@ def main(argv=None) -> int:
         if name not in REGISTRY:
             parser.error(f"unknown benchmark {name!r}; known: {', '.join(REGISTRY)}")
     for name in names:
-        rows = importlib.import_module(REGISTRY[name]).run()
+        module = importlib.import_module(REGISTRY[name])
+        rows = module.run()
         print(f"\n== {name}")
         columns = list(dict.fromkeys(k for r in rows for k in r))
         print_table(rows, columns)
-        path = write_results(name, rows)
-        print(f"(written to {path})")
+        if not getattr(module, "WRITES_RESULTS", False):
+            print(f"(written to {write_results(name, rows)})")
     return 0
 
 

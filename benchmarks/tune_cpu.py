@@ -8,7 +8,8 @@ Rows:
   trials, ``>= 1.1`` after 256. ``ratio`` is numpy seconds / tilecraft seconds (above 1:
   faster than numpy); the tuned kernel is checked against ``a @ b`` first.
 * **tuning throughput**: trials per minute of that run (search, build and measurement), and
-  the best-so-far curve (``benchmarks/results/tune_cpu_curves.json`` and ``.png``).
+  the best-so-far curve (in ``benchmarks/results/tune_cpu_gemm/<machine>.json``, drawn beside
+  it as ``<machine>.png``).
 * **Apache TVM** MetaSchedule on the same GEMM and trial count, when a Python with
   ``apache-tvm`` is found (``$TVM_PYTHON``, else ``/work/tvm-venv/bin/python``; it runs
   ``benchmarks/tvm_tune_peer.py`` in that interpreter): its trials per minute, its tuned
@@ -19,7 +20,7 @@ Rows:
   numpy; each tuned kernel is checked against the peer's result first.
 * **ResNet-50 tuned end to end** (``bench_resnet50``: ``relax.tune`` with up to 3000 trials,
   then untuned, tuned and onnxruntime timed interleaved; ``benchmarks/results/
-  tune_resnet50.json``): only with ``TILECRAFT_TUNE_RESNET=1`` or ``python -m
+  tune_resnet50/<machine>.json``): only with ``TILECRAFT_TUNE_RESNET=1`` or ``python -m
   benchmarks.tune_cpu --resnet50`` (hours on two cores; it resumes from its database in
   ``$TILECRAFT_ZOO_TUNE_WORK/resnet50``, up to ``$TILECRAFT_RESNET_TRIALS`` trials in all).
 
@@ -35,7 +36,6 @@ Run: ``python -m benchmarks.run tune_cpu``. The full run takes hours on a 2-core
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -50,8 +50,9 @@ from tilecraft.targets.runtime.ndarray import aligned_copy, aligned_empty
 from tilecraft import metaschedule
 from tilecraft.metaschedule import apply_best, tune_tir, tuning_curve
 from tilecraft.timing import calls_per_round
+from tilecraft.tuning import TUNED
 
-from .common import RESULTS_DIR, side_by_side
+from .common import RESULTS_DIR, results_path, side_by_side, write_results
 from .gemm_cpu import measure
 
 GEMM_SIZE = 1024
@@ -134,11 +135,6 @@ def bench_gemm(work_root: str, quick: bool) -> tuple[list[dict], dict]:
     stats = {"size": n, "trials": done, "tune_seconds": tune_secs,
              "trials_per_min": done / tune_secs * 60 if tune_secs else 0.0,
              "curve_best_gflops": curve.get("best_gflops", []), "work_dir": work}
-    try:
-        stats["curve_png"] = metaschedule.plot_tuning_curve(
-            work, os.path.join(RESULTS_DIR, "tune_cpu_gemm_curve.png"))
-    except ImportError as err:
-        stats["curve_png"] = f"not drawn: {err}"
     return rows, stats
 
 
@@ -244,14 +240,13 @@ def bench_resnet50(trials: int = RESNET_TRIALS, rounds: int = 7,
     """ResNet-50 (the zoo's light model) tuned end to end with up to ``trials`` trials (issue
     6: ``<= 3000``, latency ``<=`` onnxruntime's), measured in one process interleaved round by
     round: untuned build, tuned build, onnxruntime (2 threads). The database lives in
-    ``benchmarks.zoo.run.tune_work_dir`` (``$TILECRAFT_ZOO_TUNE_WORK/resnet50``): a run that
+    ``tilecraft.zoo.run.tune_work_dir`` (``$TILECRAFT_ZOO_TUNE_WORK/resnet50``): a run that
     finds trials there (a long tuning run, killed or not) tops them up to ``trials`` (none
-    when it has them) and measures. Writes ``benchmarks/results/tune_resnet50.json``."""
-    from .common import write_results
+    when it has them) and measures. Writes ``benchmarks/results/tune_resnet50/<machine>.json``."""
     row = {"kernel": "ResNet-50 end to end (relax.tune)", "trials_budget": trials}
     try:
-        from .zoo import models as zoo_models
-        from .zoo import run as zoo_run
+        from tilecraft.zoo import models as zoo_models
+        from tilecraft.zoo import run as zoo_run
         z = zoo_models.ZOO["resnet50"]()
     except (ImportError, KeyError, OSError) as err:
         row["error"] = f"the zoo's resnet50 is not available: {type(err).__name__}: {err}"
@@ -272,7 +267,7 @@ def bench_resnet50(trials: int = RESNET_TRIALS, rounds: int = 7,
         "machine_note": "untuned, tuned and onnxruntime interleaved round by round in one "
                         "process, medians; load average (1 min) before tuning "
                         f"{load_before:.2f}, after timing {os.getloadavg()[0]:.2f}"})
-    row["tasks_tuned"] = sum(t["uses"] == "tuned record" for t in tasks)
+    row["tasks_tuned"] = sum(t["uses"] == TUNED for t in tasks)
     row["tasks"] = len(tasks)
     return row
 
@@ -288,36 +283,48 @@ def print_resnet50(row: dict, tasks: list[dict] | None = None) -> None:
         print_table(tasks, ["task", "weight", "trials", "baseline_ms", "best_ms", "uses"])
 
 
+# run() writes its parts' results itself (``benchmarks.run`` does not write them again)
+WRITES_RESULTS = True
+
+
 def run(quick: bool | None = None) -> list[dict]:
-    """The rows (see the module docstring)."""
+    """The rows (see the module docstring). A full run writes each part it ran to its own
+    results file: ``tune_cpu_gemm`` (the GEMM, throughput and TVM rows, the best-so-far curve
+    in the file and drawn beside it as ``<machine>.png``) and ``tune_cpu_suite``; a quick run
+    (a smoke test of every path) writes none."""
     quick = _quick() if quick is None else quick
     parts = set(os.environ.get("TILECRAFT_TUNE_PARTS", "gemm,tvm,suite").split(","))
     work_root = _work_root()
-    rows, stats, tvm_res = [], {}, None
+    gemm_rows, suite_rows, stats, tvm_res = [], [], {}, None
     if "gemm" in parts:
-        rows, stats = bench_gemm(work_root, quick)
-        best = [r for r in rows if "tilecraft_GFLOP/s" in r]
+        gemm_rows, stats = bench_gemm(work_root, quick)
+        best = [r for r in gemm_rows if "tilecraft_GFLOP/s" in r]
         stats["best_gflops"] = best[-1]["tilecraft_GFLOP/s"] if best else None
-        rows.append({"kernel": f"tuning throughput (GEMM {stats['size']}^3)",
-                     "trials": stats["trials"], "trials_per_min": stats["trials_per_min"],
-                     "tune_min": stats["tune_seconds"] / 60})
+        gemm_rows.append({"kernel": f"tuning throughput (GEMM {stats['size']}^3)",
+                          "trials": stats["trials"], "trials_per_min": stats["trials_per_min"],
+                          "tune_min": stats["tune_seconds"] / 60})
         if "tvm" in parts:
             tvm_row, tvm_res = bench_tvm(work_root, quick, stats)
-            rows.append(tvm_row)
+            gemm_rows.append(tvm_row)
     if "suite" in parts:
-        rows += bench_suite(work_root, quick)
-    if os.environ.get("TILECRAFT_TUNE_RESNET"):
-        rows.append(bench_resnet50())
+        suite_rows = bench_suite(work_root, quick)
+    resnet_rows = [bench_resnet50()] if os.environ.get("TILECRAFT_TUNE_RESNET") else []
+    rows = gemm_rows + suite_rows + resnet_rows
     for r in rows:
         r["mode"] = "quick" if quick else "full"
-    curves = {"tilecraft": stats, "tvm": tvm_res, "quick": quick,
-              "machine_note": "shared 2-core machine: timings are noisy"}
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    tmp = os.path.join(RESULTS_DIR, ".tune_cpu_curves.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(curves, f, indent=1, default=lambda x: None if isinstance(x, float) and
-                  not math.isfinite(x) else str(x))
-    os.replace(tmp, os.path.join(RESULTS_DIR, "tune_cpu_curves.json"))
+    if quick:
+        print("(quick mode: no results written)", file=sys.stderr)
+        return rows
+    if gemm_rows:
+        try:
+            stats["curve_png"] = os.path.relpath(metaschedule.plot_tuning_curve(
+                stats["work_dir"], results_path("tune_cpu_gemm", suffix=".png")), RESULTS_DIR)
+        except ImportError as err:
+            stats["curve_png"] = f"not drawn: {err}"
+        path = write_results("tune_cpu_gemm", gemm_rows, {"curve": stats, "tvm_curve": tvm_res})
+        print(f"(written to {path})")
+    if suite_rows:
+        print(f"(written to {write_results('tune_cpu_suite', suite_rows)})")
     return rows
 
 
@@ -330,8 +337,7 @@ if __name__ == "__main__":
         # TILECRAFT_RESNET_TRIALS: the trials in all (a database that has them is not tuned
         # further: set it to what a long background run reached to only measure)
         r = bench_resnet50(int(os.environ.get("TILECRAFT_RESNET_TRIALS", RESNET_TRIALS)))
-        path = os.path.join(RESULTS_DIR, "tune_resnet50.json")
-        with open(path, encoding="utf-8") as f:
+        with open(results_path("tune_resnet50"), encoding="utf-8") as f:
             print_resnet50(r, json.load(f).get("tasks"))
         sys.exit(0)
     out = run()

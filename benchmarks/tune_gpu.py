@@ -15,7 +15,7 @@ float64 numpy on fresh inputs and times it (``time_evaluator``) beside PyTorch's
 events, TF32 off) and beside the untuned default schedule. On a machine without CUDA the peer
 is numpy (OpenBLAS).
 
-Results: ``benchmarks/results/tune_gpu-<device>.json`` (rows, per target the best-so-far
+Results: ``benchmarks/results/tune_gpu/<machine>.json`` (rows, per target the best-so-far
 curve over trials, trials per minute); the database in ``TUNE_GPU_WORK_DIR`` (default
 ``.tune_gpu/``; a second run resumes it). ``python -m benchmarks.run tune_gpu`` or
 ``python -m benchmarks.tune_gpu [opencl] [webgpu]``.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 import time
 
@@ -39,6 +38,7 @@ from tilecraft.metaschedule.database import workload_hash
 from tilecraft.metaschedule.plot import tuning_curve
 from tilecraft.metaschedule.schedule_rule.base import ANN_SHARED_LAYOUT, SHARED_LAYOUTS
 from tilecraft.relax import gpu_schedules
+from tilecraft.relax.backend.gpu import gemm
 from tilecraft.tensorir import Schedule
 from tilecraft.tensorir.expr import TIRError
 from tilecraft.tensorir.schedule import ScheduleError
@@ -109,9 +109,8 @@ def default_tiling(target=None) -> tuple:
     """The default GEMM schedule's tiling for ``target`` (OpenCL when None): ((threads,
     registers) of rows, of columns, k-tile)."""
     if target is not None and target.kind == "webgpu":
-        return (gpu_schedules.GEMM_TILE_WEBGPU, gpu_schedules.GEMM_TILE_WEBGPU,
-                gpu_schedules.GEMM_BK_WEBGPU)
-    return gpu_schedules.GEMM_TILE, gpu_schedules.GEMM_TILE_J, gpu_schedules.GEMM_BK
+        return gemm.GEMM_TILE_WEBGPU, gemm.GEMM_TILE_WEBGPU, gemm.GEMM_BK_WEBGPU
+    return gemm.GEMM_TILE, gemm.GEMM_TILE_J, gemm.GEMM_BK
 
 
 # the hand WebGPU schedule's tiling (benchmarks/schedules/webgpu.py): 128 x 128 x 16, 8 x 8
@@ -297,23 +296,27 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
     return rows, extra
 
 
+# run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
+WRITES_RESULTS = True
+
+
 def run(kinds=None) -> list[dict]:
     kinds = kinds or [k for k in os.environ.get("TUNE_GPU_TARGETS", "opencl,webgpu").split(",")
                       if k]
     rows, extras = [], {}
-    device = None
+    gpu_name = None                    # the first GPU tuned on names the results file
     for kind in kinds:
         found = _opencl() if kind == "opencl" else _webgpu()
         gpu = bool(found and found[3])
+        if gpu and gpu_name is None:
+            gpu_name = found[2]
         n = int(os.environ.get("TUNE_GPU_SIZE", 4096 if gpu else 256))
         r, extra = tune_one(kind, n, TRIALS, WORK_DIR)
         rows += r
         extras[kind] = extra
-        device = device or extra.get("device")
         for row in r:
             row["trials_per_min"] = extra.get("trials_per_min")
-    slug = re.sub(r"[^0-9A-Za-z]+", "-", device or "none").strip("-").lower()
-    path = write_results(f"tune_gpu-{slug}", rows, {"tuning": extras})
+    path = write_results("tune_gpu", rows, {"tuning": extras}, gpu=gpu_name)
     print(f"(written to {path})")
     return rows
 

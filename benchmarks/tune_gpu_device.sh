@@ -7,7 +7,9 @@
 mkdir -p $OUT/db
 [ -f .tune_gpu/db.tar.gz ] && tar -xzf .tune_gpu/db.tar.gz -C $OUT/db
 export TUNE_GPU_WORK_DIR=$OUT/db
+touch /tmp/tune_gpu.start
 timeout ${TUNE_LIMIT:-560} python3 -m benchmarks.tune_gpu $TARGETS > $OUT/log.txt 2>&1; echo "rc=$?" >> $OUT/log.txt
-cp benchmarks/results/tune_gpu-*.json $OUT/ 2>/dev/null
+# the results file this run wrote (benchmarks/results/tune_gpu/<machine>.json)
+find benchmarks/results/tune_gpu -maxdepth 1 -name '*.json' -newer /tmp/tune_gpu.start -exec cp {} $OUT/ \;
 tar -czf $OUT/db.tar.gz -C $OUT/db . && rm -rf $OUT/db
 grep -v "^  File\|^    " $OUT/log.txt | tail -40

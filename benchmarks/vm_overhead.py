@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     parser.add_argument("--number", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--json", action="store_true",
-                        help="also write benchmarks/results/vm_overhead.json")
+                        help="also write benchmarks/results/vm_overhead/<machine>.json")
     args = parser.parse_args(argv)
     rows = run(long=args.long, number=args.number, repeat=args.repeat)
     from .common import print_table, write_results

@@ -16,6 +16,7 @@ from . import analysis, printer, transform
 from .transform import get_pipeline
 from .build import build
 from .vm import VMArgumentError, VirtualMachine
+from .vm_builtins import RuntimeCheckError
 from .executable import Executable, load_executable
 from .tune import extract_tasks, tune
 from .tune_layouts import tune_layouts

@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 import hashlib
+import warnings
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -117,9 +118,11 @@ def _as_prim_func(result, name: str) -> PrimFunc:
 
 
 def schedule_kernels(mod: IRModule, target: Target, database=None,
-                     kernels: Sequence[str] | None = None) -> dict[str, PrimFunc]:
+                     kernels: Sequence[str] | None = None,
+                     strict: bool = False) -> dict[str, PrimFunc]:
     """Schedule each kernel: ``database.query_schedule(func, target)`` (a Schedule, PrimFunc or
-    None) first, else ``default_schedules.apply(func, target)``."""
+    None) first, else ``default_schedules.apply(func, target)``. ``strict``: a kernel the
+    default rules leave unscheduled (a ``DefaultScheduleWarning``) is a ``RelaxError``."""
     out = {}
     for name in kernels if kernels is not None else _called_kernels(mod):
         func = mod[name]
@@ -135,10 +138,22 @@ def schedule_kernels(mod: IRModule, target: Target, database=None,
             if result is not None:
                 scheduled = _as_prim_func(result, name)
         if scheduled is None:
-            scheduled = (gpu_schedules.apply(func, target) if target.kind in
-                         gpu_schedules.GPU_KINDS else default_schedules.apply(func, target))
+            scheduled = _default_schedule(func, target, name, strict)
         out[name] = scheduled
     return out
+
+
+def _default_schedule(func: PrimFunc, target: Target, name: str, strict: bool) -> PrimFunc:
+    rules = gpu_schedules if target.kind in gpu_schedules.GPU_KINDS else default_schedules
+    if not strict:
+        return rules.apply(func, target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", default_schedules.DefaultScheduleWarning)
+        try:
+            return rules.apply(func, target)
+        except default_schedules.DefaultScheduleWarning as err:
+            raise RelaxError(f"relax.build(strict=True): kernel {name} cannot be scheduled by "
+                             f"the default rules: {err}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,7 +595,8 @@ def vm_codegen(mod: IRModule) -> tuple[dict, list]:
 
 
 def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=None,
-          upper_bounds: Mapping[str, int] | None = None, pipeline=None) -> Executable:
+          upper_bounds: Mapping[str, int] | None = None, pipeline=None,
+          strict: bool = False) -> Executable:
     """Compile a Relax module into an ``Executable`` for ``target``.
 
     Parameters
@@ -603,6 +619,10 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
     pipeline : callable | list | None
         The graph passes, ``IRModule -> IRModule``; None: ``relax.get_pipeline()``.
         ``LegalizeOps`` always runs after it.
+    strict : bool
+        False (default): a kernel the default schedules cannot schedule is left as it is
+        (correct but slow) with a ``DefaultScheduleWarning``. True: that is a ``RelaxError``
+        naming the kernel and the cause (for tests and CI, where a slow kernel is a bug).
 
     Returns
     -------
@@ -628,7 +648,7 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
     kernels = program["kernels"]
     module = None
     if kernels:
-        scheduled = schedule_kernels(mod, target, database, kernels)
+        scheduled = schedule_kernels(mod, target, database, kernels, strict=strict)
         module = targets.build(IRModule(scheduled), target)
     return Executable(program, constants, module, str(target))
 

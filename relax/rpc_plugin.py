@@ -3,8 +3,9 @@
 ``rpc`` sits below ``relax`` and knows nothing of it; this module adds the session operations
 that load and run an executable on the board, and the client API that calls them.
 
-* **Board half.** ``python -m tilecraft.rpc.server --plugin relax.rpc_plugin ...`` imports this module
-  before the server forks its session launcher, which registers (``rpc.worker.register_op``):
+* **Board half.** ``python -m tilecraft.rpc.server --plugin tilecraft.relax.rpc_plugin ...``
+  (or ``tilecraft rpc server --plugin ...``) imports this module before the server forks its
+  session launcher, which registers (``rpc.worker.register_op``):
 
   ========================  =====================================================================
   operation                 what
@@ -303,7 +304,7 @@ class RemoteVirtualMachine:
     Parameters
     ----------
     session : rpc.Session
-        A session on a server started with ``--plugin relax.rpc_plugin``.
+        A session on a server started with ``--plugin tilecraft.relax.rpc_plugin``.
     uploaded_name : str
         The executable's name in the session (``sess.upload("mlp.tcx")`` returns it).
     device : rpc.RemoteDevice, optional
@@ -337,7 +338,8 @@ class RemoteVirtualMachine:
             raise ValueError(f"outputs must be 'numpy' or 'remote', got {outputs!r}")
         if session.plugins is not None and "relax.load_executable" not in session.plugins:
             raise ValueError(f"the server at {session.address[0]}:{session.address[1]} cannot "
-                             f"run Relax executables: start it with --plugin relax.rpc_plugin")
+                             f"run Relax executables: start it with --plugin "
+                             f"tilecraft.relax.rpc_plugin")
         self.session = session
         self.name = uploaded_name
         self.outputs = outputs

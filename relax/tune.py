@@ -75,7 +75,7 @@ def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
     sch = Schedule(func)
     try:
         # the rules of default_schedules.apply, kept as one trace (apply returns the function)
-        default_schedules._schedule(sch, target)
+        default_schedules.schedule_blocks(sch, target)
     except ScheduleError:
         return None
     # apply may do more than one trace can say (two versions of the body on a symbolic row
@@ -218,7 +218,7 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     if own_runner:
         # kernels of a model run on activations their producer just wrote, not on cold caches:
         # with the caches flushed before each repeat, ResNet-50's tuner preferred schedules
-        # that were faster cold and up to 1.6x slower in the model (docs/tuning.md)
+        # that were faster cold and up to 1.6x slower in the model (docs/notes/tuning-log.md)
         runner = metaschedule.LocalRunner(enable_cpu_cache_flush=False)
     try:
         return metaschedule.tune_tasks(tasks, target, max_trials, work_dir=work_dir,

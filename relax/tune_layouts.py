@@ -2,15 +2,15 @@
 timing the candidates, where ``AlterLayout`` alone goes by rules of thumb.
 
 A CPU convolution's kernel is fixed before any schedule is tuned: ``AlterLayout`` packs its
-weight for one register tile (``packed_kernels.nchw_kernel_plan``: the flat kernel with ``R``
-output channels x ``V`` vectors of positions, or the channel-vector kernel with ``M``
-positions x ``W`` channels) and the tuner then searches schedules of that kernel only. The
-rules behind that choice were measured on some layers of some machines; ``tune_layouts``
+weight for one register tile (``backend.cpu.conv2d_strategy.nchw_kernel_plan``: the flat
+kernel with ``R`` output channels x ``V`` vectors of positions, or the channel-vector kernel
+with ``M`` positions x ``W`` channels) and the tuner then searches schedules of that kernel
+only. The rules behind that choice were measured on some layers of some machines; ``tune_layouts``
 measures instead, the way AutoTVM tunes a convolution template's tile knobs:
 
 1. the model runs through the graph pipeline up to ``AlterLayout``, which reports every NCHW
-   convolution it packs (``packed_kernels.ConvGeometry``; identical ones once);
-2. each convolution's candidates (``packed_kernels.nchw_plan_candidates``: the rule's choice,
+   convolution it packs (``backend.cpu.ConvGeometry``; identical ones once);
+2. each convolution's candidates (``conv2d_strategy.nchw_plan_candidates``: the rule's choice,
    the flat kernel's best tile for each channel block, the channel-vector tile for each
    width) are built as standalone kernels with their default schedules, at batch 1, and
    measured with ``metaschedule.LocalRunner`` in isolated processes: each checked once against
@@ -54,8 +54,11 @@ from tilecraft.metaschedule.builder import BuilderInput, LocalBuilder, remove_ar
 from tilecraft.metaschedule.runner import LocalRunner, RunnerInput
 
 from . import default_schedules
-from .transform import packed_kernels as pk
-from .transform.alter_layout import AlterLayout, cpu_tile_params
+from .backend.cpu import ConvGeometry, cpu_tile_params
+from .backend.cpu.conv2d_nchw import conv2d_nchw_packed
+from .backend.cpu.conv2d_nchw_cvec import ChannelVectorPlan, conv2d_nchw_cvec
+from .backend.cpu.conv2d_strategy import nchw_plan_candidates, plan_from_json, plan_to_json
+from .transform.alter_layout import AlterLayout
 from .transform.pipeline import get_pipeline
 
 __all__ = ["tune_layouts", "conv_layout_key", "conv_plans_from", "collect_convs"]
@@ -65,12 +68,12 @@ DEFAULT_ROUNDS = 3
 DEFAULT_CONFIRM = 5
 
 
-def conv_layout_key(g: pk.ConvGeometry) -> str:
+def conv_layout_key(g: ConvGeometry) -> str:
     """The database key of an NCHW float32 convolution's layout decision.
 
     Examples
     --------
-    >>> g = pk.ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    >>> g = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     >>> conv_layout_key(g)
     'conv2d_nchw float32 c=64 h=56 w=56 o=256 k=1x1 s=1x1 p=0,0,0,0 d=1x1 g=1'
     """
@@ -102,12 +105,12 @@ def conv_plans_from(database, target) -> Callable | None:
         return None
     lanes, registers = cpu_tile_params(target)
 
-    def choose(g: pk.ConvGeometry, plan):
+    def choose(g: ConvGeometry, plan):
         line = layouts.get(conv_layout_key(g))
         if line is None:
             return plan
         try:
-            return pk.plan_from_json(g, line["choice"], lanes, registers)
+            return plan_from_json(g, line["choice"], lanes, registers)
         except ValueError as err:
             warnings.warn(f"{os.path.join(database.work_dir, 'layouts.json')}: the decision "
                           f"for {conv_layout_key(g)} does not apply ({err}); using the "
@@ -116,7 +119,7 @@ def conv_plans_from(database, target) -> Callable | None:
     return choose
 
 
-def collect_convs(mod, target) -> list[pk.ConvGeometry]:
+def collect_convs(mod, target) -> list[ConvGeometry]:
     """The NCHW convolutions ``AlterLayout`` packs in ``mod`` for ``target`` (each distinct
     one once, in program order): the default pipeline is run up to ``AlterLayout``.
 
@@ -126,7 +129,7 @@ def collect_convs(mod, target) -> list[pk.ConvGeometry]:
     ['conv2d_nchw float32 c=3 h=224 w=224 o=64 k=7x7 s=2x2 p=3,3,3,3 d=1x1 g=1']
     """
     target = target if isinstance(target, Target) else Target(target)
-    seen: dict[str, pk.ConvGeometry] = {}
+    seen: dict[str, ConvGeometry] = {}
 
     def record(g, plan):
         seen.setdefault(conv_layout_key(g), g)
@@ -139,20 +142,20 @@ def collect_convs(mod, target) -> list[pk.ConvGeometry]:
 
 
 # -- one convolution's candidates ---------------------------------------------------------------
-def _kernel(g: pk.ConvGeometry, plan, target: Target):
+def _kernel(g: ConvGeometry, plan, target: Target):
     """The standalone kernel of ``plan`` at batch 1, with its default schedule."""
-    cvec = isinstance(plan, pk.ChannelVectorPlan)
+    cvec = isinstance(plan, ChannelVectorPlan)
     r = plan.width if cvec else plan.oc_block
     data = te.placeholder((1, g.in_channels, g.height, g.width), "float32", "data")
     weight = te.placeholder((g.out_channels // r, g.in_per_group, g.kernel[0], g.kernel[1], r),
                             "float32", "weight")
-    out = (pk.conv2d_nchw_cvec if cvec else pk.conv2d_nchw_packed)(data, weight, plan,
+    out = (conv2d_nchw_cvec if cvec else conv2d_nchw_packed)(data, weight, plan,
                                                                    "float32")
     func = te.create_prim_func([data, weight, out]).with_attr("global_symbol", "main")
     return default_schedules.apply(func, target)
 
 
-def _reference(g: pk.ConvGeometry, data: np.ndarray, packed: np.ndarray) -> np.ndarray:
+def _reference(g: ConvGeometry, data: np.ndarray, packed: np.ndarray) -> np.ndarray:
     """The convolution of ``data`` with the packed weight ``[O/R, I, KH, KW, R]``, in numpy."""
     kh, kw = g.kernel
     w = packed.transpose(0, 4, 1, 2, 3).reshape(g.out_channels, g.in_per_group, kh, kw)
@@ -186,11 +189,11 @@ def _time(runner: LocalRunner, path: str, target: Target, infos, seed: int, refe
     return sum(res.run_secs) / len(res.run_secs), None
 
 
-def _measure(g: pk.ConvGeometry, plans: list, target: Target, builder, runner: LocalRunner,
+def _measure(g: ConvGeometry, plans: list, target: Target, builder, runner: LocalRunner,
              rounds: int, confirm: int, margin: float, seed: int) -> tuple[list[dict], int | None]:
     """Per plan ``{"plan", "secs", "rounds_secs", "error"}`` (``secs`` the least of the
     rounds, None when it failed), and the index of the plan to use (None: none ran)."""
-    rows = [{"plan": pk.plan_to_json(p), "secs": None, "rounds_secs": [], "error": None}
+    rows = [{"plan": plan_to_json(p), "secs": None, "rounds_secs": [], "error": None}
             for p in plans]
     funcs, infos = [], []
     for row, plan in zip(rows, plans):
@@ -302,7 +305,7 @@ def tune_layouts(mod, target="llvm", database=None, *, work_dir=None, pipeline=N
     -------
     dict[str, dict]
         Every decision in force for the model's convolutions: ``{key: choice}``, ``choice``
-        as ``packed_kernels.plan_to_json`` writes it.
+        as ``conv2d_strategy.plan_to_json`` writes it.
 
     Raises
     ------
@@ -349,7 +352,7 @@ def tune_layouts(mod, target="llvm", database=None, *, work_dir=None, pipeline=N
             if done is not None:
                 out[key] = done
                 continue
-            plans = pk.nchw_plan_candidates(g, lanes, registers)
+            plans = nchw_plan_candidates(g, lanes, registers)
             start = time.perf_counter()
             rows, pick = _measure(g, plans, target, builder, runner, rounds, confirm,
                                   margin, seed)

@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.targets.runtime.ndarray import NDArray
 from tilecraft.targets.runtime.device import cpu
 
@@ -174,6 +175,24 @@ def print_value(*values, format: str = ""):
     return None
 
 
+class RuntimeCheckError(TilecraftError, RuntimeError):
+    """A run-time check of the program failed (``relax.op.assert_op``): the inputs break a
+    condition the model needs, such as a sequence longer than its position table."""
+
+
+@register_builtin("vm.builtin.assert_op", "relax.assert_op")
+def assert_op(condition, *format_args, format: str = ""):
+    """Raise ``RuntimeCheckError`` with ``format.format(*format_args)`` unless ``condition``.
+
+    Not a ValueError on purpose: the VM re-raises those as its own ValueError with the builtin's
+    name in front, and this message is for the model's user as it is.
+    """
+    if not bool(condition):
+        raise RuntimeCheckError(format.format(*format_args) if format else
+                                "a run-time check of the model failed")
+    return None
+
+
 def read_condition(value) -> bool:
     """The truth of an ``If`` condition: a scalar (bool / integer tensor of one element, or a
     Python number)."""
@@ -187,5 +206,5 @@ def read_condition(value) -> bool:
     raise ValueError(f"If: the condition must be a scalar, got {type(value).__name__}")
 
 
-__all__ = ["BUILTINS", "OP_BUILTINS", "register_builtin", "read_condition", "wrap_array",
-           "as_ndarray", "empty", "aligned_bytes", "address_of"]
+__all__ = ["BUILTINS", "OP_BUILTINS", "RuntimeCheckError", "register_builtin", "read_condition",
+           "wrap_array", "as_ndarray", "empty", "aligned_bytes", "address_of"]

@@ -1,4 +1,10 @@
-"""Generic traversal of the immutable IR: visitors, mutators and substitution.
+"""Generic traversal of the immutable IR: the walker convention, visitors, mutators, substitution.
+
+Every walk over the IR -- passes, the code generators (``targets``), the interpreter -- is an
+``IRFunctor``: ``visit(node, *args)`` calls the method ``visit_<ClassName>(node, *args)`` of the
+node's class (``visit_For``, ``visit_Add``, ...), and ``visit_default(node, *args)`` for a class
+the walker has no method for. ``IRVisitor`` and ``IRMutator`` make ``visit_default`` recurse into
+the children; a code generator makes it raise (an expression it cannot translate is an error).
 
 A mutator returns the *same* node object when nothing below it changed, so passes that touch
 little allocate little and identity checks (``new is old``) tell whether a pass did anything.
@@ -10,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from .expr import Node, PrimExpr, Var
+from .expr import Node, PrimExpr, TIRError, Var
 from .stmt import Buffer
 
 
@@ -28,16 +34,47 @@ def _nodes_in(value):
             yield from _nodes_in(v)
 
 
-class IRVisitor:
+class IRFunctor:
+    """Dispatch on the type of a node: the one walker convention of the IR.
+
+    ``visit(node, *args)`` calls ``self.visit_<type(node).__name__>(node, *args)`` when the
+    class defines it, else ``self.visit_default(node, *args)``, which raises. The extra
+    arguments are the walker's own (the interpreter passes the active-lane mask).
+
+    Examples
+    --------
+    >>> from tilecraft.tensorir import var
+    >>> class Printer(IRFunctor):
+    ...     def visit_Var(self, v):
+    ...         return v.name
+    ...     def visit_Add(self, e):
+    ...         return f"({self.visit(e.a)} + {self.visit(e.b)})"
+    >>> i, j = var("i"), var("j")
+    >>> Printer().visit(i + j)
+    '(i + j)'
+
+    ``Printer().visit(i * j)`` raises ``TIRError("Printer has no visit_Mul for i * j")``.
+    """
+
+    def visit(self, node, *args):
+        fn = getattr(self, "visit_" + type(node).__name__, None)
+        if fn is None:
+            return self.visit_default(node, *args)
+        return fn(node, *args)
+
+    def visit_default(self, node, *args):
+        """What ``visit`` does for a node class without a ``visit_<ClassName>`` method."""
+        raise TIRError(f"{type(self).__name__} has no visit_{type(node).__name__} for {node!r}",
+                       node if isinstance(node, Node) else None)
+
+
+class IRVisitor(IRFunctor):
     """Read-only pre-order traversal; ``visit_<ClassName>`` hooks, ``generic_visit`` recurses."""
 
     def __init__(self):
         self._seen_buffers: set[int] = set()
 
-    def visit(self, node):
-        fn = getattr(self, "visit_" + type(node).__name__, None)
-        if fn is not None:
-            return fn(node)
+    def visit_default(self, node):
         return self.generic_visit(node)
 
     def generic_visit(self, node):
@@ -50,7 +87,7 @@ class IRVisitor:
             self.visit(c)
 
 
-class IRMutator:
+class IRMutator(IRFunctor):
     """Rebuilding traversal; returns the same object where nothing changed.
 
     Buffers are mutated once and memoized, so every reference to a buffer maps to the same new
@@ -60,10 +97,7 @@ class IRMutator:
     def __init__(self):
         self.buffer_map: dict[Buffer, Buffer] = {}
 
-    def visit(self, node):
-        fn = getattr(self, "visit_" + type(node).__name__, None)
-        if fn is not None:
-            return fn(node)
+    def visit_default(self, node):
         return self.generic_visit(node)
 
     def visit_Buffer(self, buf: Buffer):

@@ -56,12 +56,12 @@ import numpy as np
 
 from . import dtype as dt
 from .expr import (Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE, GT,
-                   IntImm, LE, LT, Let, Max, Min, Mod, Mul, NE, Not, Or, PrimExpr, Reduce, Select,
-                   StringImm, Sub, TIRError, Var)
+                   IntImm, LE, LT, Let, Max, Min, Mod, Mul, NE, Not, Or, PrimExpr, Select, Sub,
+                   TIRError, Var)
 from .function import IRModule, PrimFunc
-from .functor import IRMutator, free_vars, post_order_visit
+from .functor import IRFunctor, IRMutator, free_vars, post_order_visit
 from .stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore, Evaluate, For,
-                   IfThenElse, LetStmt, SeqStmt, is_true)
+                   IfThenElse, LetStmt, SeqStmt, Stmt, is_true)
 from .structural import structural_equal, structural_hash
 
 __all__ = ["interpret"]
@@ -1171,7 +1171,7 @@ def _ident(name: str) -> str:
     return s[:24] if s and not s[0].isdigit() else "x" + s[:24]
 
 
-class _Compiler:
+class _Compiler(IRFunctor):
     def __init__(self, func: PrimFunc, ext_vars, consts, vectorize: bool):
         self.func = func
         self.consts = consts
@@ -1314,7 +1314,7 @@ class _Compiler:
         for b, arr in param_arrays:
             self.register_buffer(b, arr, private=False)
         self.declare_aliases()
-        self.stmt(func.body, "None")
+        self.visit(func.body, "None")
         main = "\n".join([header] + (self.lines or ["    pass"]))
         source = "\n\n".join(self.helpers + [main]) + "\n"
         symbol = func.attr_dict.get("global_symbol", "main")
@@ -1351,18 +1351,19 @@ class _Compiler:
             self.declare_buffer(b, f"_alias_view({self.bufs[p].arr}, ({shape}"
                                    f"{',' if len(b.shape) == 1 else ''}), {b.name!r}, {p.name!r})")
 
+    # ---- the walker (tensorir.functor's convention): visit(node, mask) -> visit_<ClassName>;
+    # a statement emits lines, an expression returns its Python source
+    def visit_default(self, node, m):
+        what = "statement" if isinstance(node, Stmt) else "expression"
+        raise TIRError(f"interpret: cannot evaluate a {type(node).__name__} {what}", node)
+
     # ---- statements
-    def stmt(self, s, m: str):
-        meth = getattr(self, "s_" + type(s).__name__, None)
-        if meth is None:
-            raise TIRError(f"interpret: cannot evaluate a {type(s).__name__} statement", s)
-        meth(s, m)
 
-    def s_SeqStmt(self, s, m):
+    def visit_SeqStmt(self, s, m):
         for x in s.seq:
-            self.stmt(x, m)
+            self.visit(x, m)
 
-    def s_Evaluate(self, s, m):
+    def visit_Evaluate(self, s, m):
         self.emit(self.expr(s.value, m))
 
     def in_bounds(self, buf: Buffer, indices) -> bool:
@@ -1381,7 +1382,7 @@ class _Compiler:
         vset = {a.var for a in self.axes}
         return any(v in vset for i in indices for v in free_vars(self.norm(i)))
 
-    def s_BufferStore(self, s, m):
+    def visit_BufferStore(self, s, m):
         info = self.buf(s.buffer)
         idx = [self.expr(i, m) for i in s.indices]
         val = self.expr(s.value, m)
@@ -1405,20 +1406,20 @@ class _Compiler:
                   f"lambda: ({', '.join(temps)},))")
         self.emit(f"{info.arr}[{', '.join(temps)},] = {val}")
 
-    def s_IfThenElse(self, s, m):
+    def visit_IfThenElse(self, s, m):
         c = self.expr(s.condition, m)
         if not self.axes:
             self.emit(f"if {c}:")
-            self.block(lambda: self.stmt(s.then_case, m))
+            self.block(lambda: self.visit(s.then_case, m))
             if s.else_case is not None:
                 self.emit("else:")
-                self.block(lambda: self.stmt(s.else_case, m))
+                self.block(lambda: self.visit(s.else_case, m))
             return
         cn = self.tmp("_c")
         self.emit(f"{cn} = {c}")
-        self.masked(f"_mand({m}, {cn})", lambda mt: self.stmt(s.then_case, mt))
+        self.masked(f"_mand({m}, {cn})", lambda mt: self.visit(s.then_case, mt))
         if s.else_case is not None:
-            self.masked(f"_mand({m}, ~{cn})", lambda mf: self.stmt(s.else_case, mf))
+            self.masked(f"_mand({m}, ~{cn})", lambda mf: self.visit(s.else_case, mf))
 
     def masked(self, mask_src: str, body):
         mn = self.tmp("_m")
@@ -1426,14 +1427,14 @@ class _Compiler:
         self.emit(f"if {mn} is not _OFF:")
         self.block(lambda: body(mn))
 
-    def s_LetStmt(self, s, m):
+    def visit_LetStmt(self, s, m):
         val = self.expr(s.value, m)
         old_name = self.names.get(s.var)
         old_def = self.defs.get(s.var)
         name = self.bind_var(s.var)
         self.emit(f"{name} = {val}")
         self.defs[s.var] = self.norm(s.value)
-        self.stmt(s.body, m)
+        self.visit(s.body, m)
         self.restore(s.var, old_name, old_def)
 
     def restore(self, var, old_name, old_def):
@@ -1446,17 +1447,17 @@ class _Compiler:
         else:
             self.defs[var] = old_def
 
-    def s_AssertStmt(self, s, m):
+    def visit_AssertStmt(self, s, m):
         c = self.expr(s.condition, m)
         if self.axes:
             self.emit(f"_vassert({c}, {m}, {s.message!r})")
         else:
             self.emit(f"if not ({c}): raise RuntimeError({s.message!r})")
-        self.stmt(s.body, m)
+        self.visit(s.body, m)
 
-    def s_Allocate(self, s, m):
+    def visit_Allocate(self, s, m):
         old = self.declare_buffer(s.buffer)
-        self.stmt(s.body, m)
+        self.visit(s.body, m)
         self.undeclare(s.buffer, old)
 
     def undeclare(self, b, old):
@@ -1465,10 +1466,10 @@ class _Compiler:
         else:
             self.bufs[b] = old
 
-    def s_Block(self, s, m):
+    def visit_Block(self, s, m):
         self.s_BlockRealize(BlockRealize([], None, s), m)
 
-    def s_BlockRealize(self, s, m):
+    def visit_BlockRealize(self, s, m):
         blk = s.block
         saved = []
         normed = [self.norm(v) for v in s.iter_values]
@@ -1488,14 +1489,14 @@ class _Compiler:
                 conds = [f"({self.var(iv.var)} == {self.expr(iv.dom.min, m2)})"
                          for iv in blk.iter_vars if iv.kind == "reduce"]
                 if not conds:
-                    self.stmt(blk.init, m2)
+                    self.visit(blk.init, m2)
                 elif not self.axes:
                     self.emit(f"if {' and '.join(conds)}:")
-                    self.block(lambda: self.stmt(blk.init, m2))
+                    self.block(lambda: self.visit(blk.init, m2))
                 else:
                     self.masked(f"_mand({m2}, {' & '.join(conds)})",
-                                lambda mi: self.stmt(blk.init, mi))
-            self.stmt(blk.body, m2)
+                                lambda mi: self.visit(blk.init, mi))
+            self.visit(blk.body, m2)
             for b, old in reversed(olds):
                 self.undeclare(b, old)
 
@@ -1509,7 +1510,7 @@ class _Compiler:
         for var, old_name, old_def in reversed(saved):
             self.restore(var, old_name, old_def)
 
-    def s_For(self, s, m):
+    def visit_For(self, s, m):
         decision = self.plan(s)
         old_name = self.names.get(s.loop_var)
         old_range = self.ranges.pop(s.loop_var, None)
@@ -1523,7 +1524,7 @@ class _Compiler:
             name = self.bind_var(s.loop_var)
             self.emit(f"for {name} in _arange({lo}, {ext}, {self.dtype_name(s.loop_var.dtype)}):")
             self.loop_nest += 1
-            self.block(lambda: self.stmt(s.body, m))
+            self.block(lambda: self.visit(s.body, m))
             self.loop_nest -= 1
         else:
             self.vector_loop(s, m, lo, ext, decision)
@@ -1559,7 +1560,7 @@ class _Compiler:
             self.emit(f"{box} = {box_prev} * {e}")
             self.axes.append(_Axis(s.loop_var, clo, cext, e, ax, box))
             if kind == "vector":
-                self.stmt(s.body, m)
+                self.visit(s.body, m)
             else:
                 self.reduce_body(decision[3], m, k, ax)
             self.axes.pop()
@@ -1701,7 +1702,7 @@ class _Compiler:
         self.edepth += 1
         depth = self.edepth
         try:
-            src = self._expr(e, m)
+            src = self.visit(e, m)
         finally:
             self.edepth -= 1
         if depth > 1 and depth % 16 == 0 and not self.lazy \
@@ -1720,63 +1721,84 @@ class _Compiler:
         finally:
             self.lazy -= 1
 
-    def _expr(self, e, m: str) -> str:
+    # ---- expressions
+    def visit_Var(self, e, m):
+        return self.var(e)
+
+    def visit_IntImm(self, e, m):
+        return self.const(e.value, e.dtype)
+
+    visit_FloatImm = visit_IntImm
+
+    def visit_StringImm(self, e, m):
+        return repr(e.value)
+
+    def _binary(self, e, m):
+        op = _ARITH.get(type(e)) or _CMP[type(e)]
+        return f"({self.expr(e.a, m)} {op} {self.expr(e.b, m)})"
+
+    visit_Add = visit_Sub = visit_Mul = _binary
+    visit_EQ = visit_NE = visit_LT = visit_LE = visit_GT = visit_GE = _binary
+
+    def visit_FloorDiv(self, e, m):
+        return self.division(e, m)
+
+    visit_FloorMod = visit_Div = visit_Mod = visit_FloorDiv
+
+    def visit_Min(self, e, m):
+        fn = "np.minimum" if type(e) is Min else "np.maximum"
+        return f"{fn}({self.expr(e.a, m)}, {self.expr(e.b, m)})"
+
+    visit_Max = visit_Min
+
+    def visit_And(self, e, m):
         t = type(e)
-        vec = bool(self.axes)
-        if t is Var:
-            return self.var(e)
-        if t is IntImm or t is FloatImm:
-            return self.const(e.value, e.dtype)
-        if t is StringImm:
-            return repr(e.value)
-        if t in _ARITH:
-            return f"({self.expr(e.a, m)} {_ARITH[t]} {self.expr(e.b, m)})"
-        if t in _CMP:
-            return f"({self.expr(e.a, m)} {_CMP[t]} {self.expr(e.b, m)})"
-        if t in _DIVS:
-            return self.division(e, m)
-        if t is Min or t is Max:
-            fn = "np.minimum" if t is Min else "np.maximum"
-            return f"{fn}({self.expr(e.a, m)}, {self.expr(e.b, m)})"
-        if t is And or t is Or:
-            a = self.expr(e.a, m)
-            if not vec:
-                self.lazy += 1
-                try:
-                    b = self.expr(e.b, m)
-                finally:
-                    self.lazy -= 1
-                return f"({a} {'and' if t is And else 'or'} {b})"
-            if _may_fault(e.b):
-                return f"{'_vand' if t is And else '_vor'}({a}, {m}, {self.lazy_lambda(e.b)})"
-            return f"({a} {'&' if t is And else '|'} {self.expr(e.b, m)})"
-        if t is Not:
-            return f"(~{self.expr(e.a, m)})"
-        if t is Select:
-            fn = "_vsel" if vec else "_sel"
-            return (f"{fn}({self.expr(e.condition, m)}, {self.expr(e.true_value, m)}, "
-                    f"{self.expr(e.false_value, m)})")
-        if t is Cast:
-            return f"({self.expr(e.value, m)}).astype({self.dtype_name(e.dtype)})"
-        if t is Call:
-            return self.call(e, m)
-        if t is BufferLoad:
-            return self.load(e, m)
-        if t is Let:
-            val = self.expr(e.value, m)
-            old_name = self.names.get(e.var)
-            name = self.bind_var(e.var)
-            self.lazy += 1  # the body reads a walrus-bound name: never hoist out of it
+        a = self.expr(e.a, m)
+        if not self.axes:
+            self.lazy += 1
             try:
-                body = self.expr(e.body, m)
+                b = self.expr(e.b, m)
             finally:
                 self.lazy -= 1
-            self.restore(e.var, old_name, self.defs.get(e.var))
-            return f"(({name} := {val}), {body})[1]"
-        if t is Reduce:
-            raise TIRError("interpret: a Reduce node can only appear inside te.compute; make a "
-                           "PrimFunc with te.create_prim_func first", e)
-        raise TIRError(f"interpret: cannot evaluate a {t.__name__} expression", e)
+            return f"({a} {'and' if t is And else 'or'} {b})"
+        if _may_fault(e.b):
+            return f"{'_vand' if t is And else '_vor'}({a}, {m}, {self.lazy_lambda(e.b)})"
+        return f"({a} {'&' if t is And else '|'} {self.expr(e.b, m)})"
+
+    visit_Or = visit_And
+
+    def visit_Not(self, e, m):
+        return f"(~{self.expr(e.a, m)})"
+
+    def visit_Select(self, e, m):
+        fn = "_vsel" if self.axes else "_sel"
+        return (f"{fn}({self.expr(e.condition, m)}, {self.expr(e.true_value, m)}, "
+                f"{self.expr(e.false_value, m)})")
+
+    def visit_Cast(self, e, m):
+        return f"({self.expr(e.value, m)}).astype({self.dtype_name(e.dtype)})"
+
+    def visit_Call(self, e, m):
+        return self.call(e, m)
+
+    def visit_BufferLoad(self, e, m):
+        return self.load(e, m)
+
+    def visit_Let(self, e, m):
+        val = self.expr(e.value, m)
+        old_name = self.names.get(e.var)
+        name = self.bind_var(e.var)
+        self.lazy += 1  # the body reads a walrus-bound name: never hoist out of it
+        try:
+            body = self.expr(e.body, m)
+        finally:
+            self.lazy -= 1
+        self.restore(e.var, old_name, self.defs.get(e.var))
+        return f"(({name} := {val}), {body})[1]"
+
+    def visit_Reduce(self, e, m):
+        raise TIRError("interpret: a Reduce node can only appear inside te.compute; make a "
+                       "PrimFunc with te.create_prim_func first", e)
 
     def division(self, e, m):
         t = type(e)

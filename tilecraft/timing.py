@@ -1,9 +1,14 @@
-"""Interleaved timing of two callables (the machine's noise spreads over both sides)."""
+"""Interleaved timing of two callables (the machine's noise spreads over both sides), and a
+description of the machine for results."""
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
 from typing import Callable
+
+import numpy as np
 
 
 def calls_per_round(fn: Callable[[], object], budget_s: float = 0.2) -> int:
@@ -27,3 +32,22 @@ def interleaved(fns: list[Callable[[], object]], number: int, rounds: int) -> li
                 f()
             out.append((time.perf_counter() - t0) / number)
     return [statistics.median(s) for s in samples]
+
+
+def machine_info() -> dict:
+    """What a measurement ran on: Python, numpy, the architecture, the cores, the CPU's name.
+
+    Examples
+    --------
+    >>> sorted(machine_info())                                    # doctest: +SKIP
+    ['cpu', 'cpus', 'machine', 'numpy', 'python']
+    """
+    info = {"python": platform.python_version(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "numpy": np.__version__}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info["cpu"] = next((line.split(":", 1)[1].strip() for line in f
+                                if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return info

@@ -14,3 +14,4 @@ from .manipulate import *
 from .index import *
 from .create import *
 from .misc import *
+from .check import *

@@ -7,14 +7,15 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
 - ``relax.nn.conv2d`` (2-D, float32, static channels and image size; any batch, stride,
   padding, dilation and groups; NCHW or NHWC data with the output in the same layout; any
   kernel layout) becomes two kernel calls: ``pack_conv2d_*_weight`` on the weight and
-  ``conv2d_nchw`` / ``conv2d_nhwc`` on the data and the packed weight
-  (``relax.transform.packed_kernels``: the flat direct convolution with the weight as
-  ``[O/R, I, KH, KW, R]`` for NCHW, a pixels x channels tile with ``[O/NR, KH, KW, I, NR]`` for
-  NHWC); a strided depthwise NCHW convolution on x86 becomes ``conv2d_nchw`` alone, the row kernel
+  ``conv2d_nchw`` / ``conv2d_nhwc`` on the data and the packed weight (the kernel library
+  ``relax.backend.cpu``: for NCHW the flat direct convolution with the weight as
+  ``[O/R, I, KH, KW, R]`` or the channel-vector tile, ``conv2d_strategy.nchw_kernel_plan``; for
+  NHWC a pixels x channels tile with ``[O/NR, KH, KW, I, NR]``); a strided depthwise NCHW
+  convolution on x86 becomes ``conv2d_nchw`` alone, the row kernel
   ``depthwise_conv2d_nchw_rows`` on the unpacked weight (each output row from its window's
   padded input rows: no padded or phase-plane copy of the image); an NHWC 3x3 stride-1
   convolution with 16 or more input and output channels becomes Winograd F(2x2, 3x3)
-  (``transform.winograd``: ``pack_winograd_weight`` and ``conv2d_nhwc``);
+  (``backend.cpu.winograd``: ``pack_winograd_weight`` and ``conv2d_nhwc``);
 - ``relax.matmul(x, W)`` and ``relax.linear(x, W, b)`` with a constant 2-D ``W`` become
   ``pack_dense_weight`` on ``W`` (panels ``[N/NR, K, NR]``) and ``dense`` (plus ``add`` of the
   bias for ``linear``);
@@ -48,30 +49,17 @@ from tilecraft.targets import Target
 from tilecraft.tensorir.expr import IntImm
 from tilecraft.tensorir.function import IRModule, PrimFunc
 
+from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_nchw, conv2d_nchw_cvec,
+                           conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense, depthwise, pool2d,
+                           winograd)
+from ..backend.cpu.geometry import static_ints, static_shape
 from ..expr import Call, Constant, Expr
 from ..op import add
 from ..op.base import Op, OpPattern
 from ..struct_info import TensorStructInfo
 from .base import ExprMutator, Pass
-from . import packed_kernels as pk
-from . import winograd
 
-__all__ = ["AlterLayout", "cpu_tile_params", "conv2d_geometry"]
-
-
-def cpu_tile_params(target: Target, dtype: str = "float32") -> tuple[int, int]:
-    """``(lanes, vector registers)`` of ``target`` for ``dtype``: 16 lanes and 32 registers
-    with AVX-512, 8 and 16 with AVX2, 4 and 32 on AArch64 NEON.
-
-    Examples
-    --------
-    >>> cpu_tile_params(Target("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2"))
-    (8, 16)
-    """
-    bits = 32 if dtype == "float32" else 64
-    lanes = max(4, target.vector_width // bits)
-    registers = 32 if target.vector_width >= 512 or target.arch == "aarch64" else 16
-    return lanes, registers
+__all__ = ["AlterLayout"]
 
 
 class AlterLayout(Pass):
@@ -89,12 +77,12 @@ class AlterLayout(Pass):
         ``"relax.nn.avg_pool2d"``).
     conv_plans : callable, optional
         ``conv_plans(geometry, plan) -> plan``: the NCHW convolution kernel to use, given its
-        ``packed_kernels.ConvGeometry`` and the plan ``nchw_kernel_plan`` chose (return it to
-        keep it). ``relax.build`` passes the measured choices of ``relax.tune_layouts`` here
-        when its database has them.
+        ``backend.cpu.ConvGeometry`` and the plan ``conv2d_strategy.nchw_kernel_plan`` chose
+        (return it to keep it). ``relax.build`` passes the measured choices of
+        ``relax.tune_layouts`` here when its database has them.
     winograd : bool
         Whether NHWC 3x3 stride-1 convolutions run as Winograd F(2x2, 3x3)
-        (``transform.winograd``; default True). False keeps the direct kernels, whose float32
+        (``backend.cpu.winograd``; default True). False keeps the direct kernels, whose float32
         results round differently.
 
     Examples
@@ -127,60 +115,6 @@ class AlterLayout(Pass):
                       self.winograd).visit_module()
 
 
-def _static_shape(e: Expr):
-    si = e.struct_info
-    if not isinstance(si, TensorStructInfo) or si.shape is None:
-        return None
-    return si.shape
-
-
-def _ints(dims) -> list[int] | None:
-    out = []
-    for d in dims:
-        if not isinstance(d, IntImm):
-            return None
-        out.append(d.value)
-    return out
-
-
-def conv2d_geometry(call: Call) -> "pk.ConvGeometry | None":
-    """The ``ConvGeometry`` of a ``relax.nn.conv2d`` call the packed CPU kernels can run:
-    float32, NCHW or NHWC data with the output in the same layout, static channels, image
-    size and weight; None otherwise (and for what the operator's own checks report).
-
-    Examples
-    --------
-    >>> conv2d_geometry(call).kernel   # doctest: +SKIP
-    (3, 3)
-    """
-    a = call.attr_dict
-    data, weight = call.args
-    layout, klayout = a["data_layout"], a["kernel_layout"]
-    if layout not in ("NCHW", "NHWC") or a["out_layout"] != layout:
-        return None
-    dsi, wsi = data.struct_info, weight.struct_info
-    out_si = call.struct_info
-    if not all(isinstance(s, TensorStructInfo) for s in (dsi, wsi, out_si)) or \
-            not dsi.dtype == wsi.dtype == out_si.dtype == "float32":
-        return None
-    dshape, wshape = _static_shape(data), _static_shape(weight)
-    if dshape is None or wshape is None or len(dshape) != 4 or len(wshape) != 4:
-        return None
-    dims = _ints([dshape[layout.index(c)] for c in "CHW"])
-    wdims = _ints(wshape)
-    if dims is None or wdims is None:
-        return None
-    c, h, w = dims
-    kd = {ch: wdims[klayout.index(ch)] for ch in "OIHW"}
-    g = pk.ConvGeometry(in_channels=c, height=h, width=w, out_channels=kd["O"],
-                        kernel=(kd["H"], kd["W"]), strides=tuple(a["strides"]),
-                        padding=tuple(a["padding"]), dilation=tuple(a["dilation"]),
-                        groups=a["groups"])
-    if g.in_per_group != kd["I"] or g.out_h < 1 or g.out_w < 1:
-        return None
-    return g
-
-
 class _Alter(ExprMutator):
     def __init__(self, mod: IRModule, target: Target, ops, conv_plans=None,
                  winograd: bool = True):
@@ -204,19 +138,15 @@ class _Alter(ExprMutator):
 
     # -- pooling -------------------------------------------------------------------------------
     def pool2d(self, call: Call) -> Expr | None:
-        """NCHW max / average pooling as its own kernel: on x86 separable
-        (``pool2d_nchw_separable``: the window's rows reduced first, unit stride, then its
-        columns from that row; ResNet-50's 3x3 stride-2 max pooling ran in 0.09 ms against
-        0.26 ms for the operator's kernel, which reads every tap as a masked stride-2 vector,
-        and 0.10 ms for onnxruntime on Zen 4); elsewhere, with a stride above 1, on phase planes
-        (``pool2d_nchw_phased``: no strided read at all, since masked and strided loads are
-        emulated lane by lane there)."""
+        """NCHW max / average pooling as its own kernel, the one ``pool2d.plan_pool2d``
+        chooses: separable on x86 (``pool2d_nchw_separable``), elsewhere, with a stride above
+        1, on phase planes (``pool2d_nchw_phased``)."""
         a = call.attr_dict
         data = call.args[0]
         avg = call.op.name == "relax.nn.avg_pool2d"
-        x86 = self.target.arch == "x86_64"
+        kind = pool2d.plan_pool2d(self.target, a["strides"])
         if a["layout"] != "NCHW" or a["out_layout"] != "NCHW" or a["dilation"] != (1, 1) or \
-                (a["strides"] == (1, 1) and not x86):
+                kind is None:
             return None
         if avg and (a["ceil_mode"] or (any(a["padding"]) and not a["count_include_pad"])):
             return None   # the divisor varies by window: left to the operator's kernel
@@ -224,11 +154,12 @@ class _Alter(ExprMutator):
         if not isinstance(si, TensorStructInfo) or si.shape is None or \
                 si.dtype not in ("float32", "float64") or out_si.shape is None:
             return None
-        hw = _ints(si.shape[2:])
-        ohw = _ints(out_si.shape[2:])
+        hw = static_ints(si.shape[2:])
+        ohw = static_ints(out_si.shape[2:])
         if hw is None or ohw is None:
             return None
-        te_func = pk.pool2d_nchw_separable if x86 else pk.pool2d_nchw_phased
+        te_func = pool2d.pool2d_nchw_separable if kind == "separable" else \
+            pool2d.pool2d_nchw_phased
         return self.kernel(te_func, data, "avg" if avg else "max",
                            tuple(a["pool_size"]), tuple(a["strides"]), tuple(a["padding"]),
                            ohw[0], ohw[1], name="avg_pool2d" if avg else "max_pool2d",
@@ -245,15 +176,10 @@ class _Alter(ExprMutator):
         return c
 
     # -- conv2d -------------------------------------------------------------------------------
-    def depthwise_rows(self, g: "pk.ConvGeometry") -> bool:
-        """Whether the NCHW convolution ``g`` runs as ``depthwise_conv2d_nchw_rows``: a
-        strided depthwise one on x86. Its strided row reads are a wide load and a shuffle
-        there (elsewhere they are emulated lane by lane and the flat kernel's phase planes
-        win), and it skips the flat kernel's two copies of the image (padding, phase planes):
-        MobileNet-V2's 3x3 stride-2 layer on 96 x 112 x 112 ran 1.5x faster (Zen 4). At stride
-        1 the flat kernel's single padded copy is cheaper than the row kernel's three copies of
-        each row: 0.14 against 0.19 ms at 144 x 56 x 56, even at 32 x 112 x 112."""
-        return g.is_depthwise and g.strides != (1, 1) and self.target.arch == "x86_64"
+    def depthwise_rows(self, g: ConvGeometry) -> bool:
+        """Whether the NCHW convolution ``g`` runs as ``depthwise_conv2d_nchw_rows``
+        (``depthwise.depthwise_rows_applies``: a strided depthwise one on x86)."""
+        return depthwise.depthwise_rows_applies(g, self.target)
 
     def conv2d(self, call: Call) -> Expr | None:
         g = conv2d_geometry(call)
@@ -264,20 +190,21 @@ class _Alter(ExprMutator):
         layout, klayout = a["data_layout"], a["kernel_layout"]
         if layout == "NCHW" and self.depthwise_rows(g):
             # no packing: a tap's weight is one broadcast scalar per channel
-            return self.kernel(pk.depthwise_conv2d_nchw_rows, data, weight, klayout, g,
+            return self.kernel(depthwise.depthwise_conv2d_nchw_rows, data, weight, klayout, g,
                                "float32", name="conv2d_nchw",
                                pattern=OpPattern.OUT_EWISE_FUSABLE)
         if layout == "NCHW":
-            plan = pk.nchw_kernel_plan(g, self.lanes, self.registers)
+            plan = conv2d_strategy.nchw_kernel_plan(g, self.lanes, self.registers)
             if self.conv_plans is not None:
                 plan = self.conv_plans(g, plan)
-            cvec = isinstance(plan, pk.ChannelVectorPlan)
+            cvec = isinstance(plan, conv2d_nchw_cvec.ChannelVectorPlan)
             packed = self.builder.emit(self.kernel(
-                pk.pack_conv2d_nchw_weight, weight, klayout,
+                conv2d_nchw.pack_conv2d_nchw_weight, weight, klayout,
                 plan.width if cvec else plan.oc_block,
                 name="pack_conv2d_nchw_weight", pattern=OpPattern.INJECTIVE))
-            return self.kernel(pk.conv2d_nchw_cvec if cvec else pk.conv2d_nchw_packed, data,
-                               packed, plan, "float32", name="conv2d_nchw",
+            compute = conv2d_nchw_cvec.conv2d_nchw_cvec if cvec else \
+                conv2d_nchw.conv2d_nchw_packed
+            return self.kernel(compute, data, packed, plan, "float32", name="conv2d_nchw",
                                pattern=OpPattern.OUT_EWISE_FUSABLE)
         if self.winograd and winograd.winograd_applies(g):
             rows, width = winograd.gemm_tile(g, self.lanes, self.registers)
@@ -286,19 +213,19 @@ class _Alter(ExprMutator):
                 name="pack_winograd_weight", pattern=OpPattern.INJECTIVE))
             return self.kernel(winograd.conv2d_nhwc_winograd, data, packed, g, rows, "float32",
                                name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
-        plan = pk.nhwc_kernel_plan(g, self.lanes, self.registers)
+        plan = conv2d_strategy.nhwc_kernel_plan(g, self.lanes, self.registers)
         if plan is None:
             return None
-        if isinstance(plan, pk.ChannelVectorPlan):
+        if isinstance(plan, conv2d_nchw_cvec.ChannelVectorPlan):
             packed = self.builder.emit(self.kernel(
-                pk.pack_conv2d_nchw_weight, weight, klayout, plan.width,
+                conv2d_nchw.pack_conv2d_nchw_weight, weight, klayout, plan.width,
                 name="pack_conv2d_nchw_weight", pattern=OpPattern.INJECTIVE))
-            return self.kernel(pk.conv2d_nchw_cvec, data, packed, plan, "float32", "NHWC",
-                               name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
+            return self.kernel(conv2d_nchw_cvec.conv2d_nchw_cvec, data, packed, plan, "float32",
+                               "NHWC", name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
         packed = self.builder.emit(self.kernel(
-            pk.pack_conv2d_nhwc_weight, weight, klayout, plan.width,
+            conv2d_nhwc.pack_conv2d_nhwc_weight, weight, klayout, plan.width,
             name="pack_conv2d_nhwc_weight", pattern=OpPattern.INJECTIVE))
-        return self.kernel(pk.conv2d_nhwc_packed, data, packed, plan, "float32",
+        return self.kernel(conv2d_nhwc.conv2d_nhwc_packed, data, packed, plan, "float32",
                            name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
 
     # -- matmul / linear ----------------------------------------------------------------------
@@ -312,21 +239,21 @@ class _Alter(ExprMutator):
         if not all(isinstance(s, TensorStructInfo) for s in (xsi, wsi, out_si)) or \
                 not xsi.dtype == wsi.dtype == out_si.dtype == "float32":
             return None
-        xshape = _static_shape(x)
+        xshape = static_shape(x)
         if xshape is None or len(xshape) < 2 or len(wsi.shape) != 2:
             return None
         k_dim = xshape[-1]
-        kn = _ints(wsi.shape)
+        kn = static_ints(wsi.shape)
         if not isinstance(k_dim, IntImm) or kn is None:
             return None
         k, n = (kn[1], kn[0]) if linear else kn
         if k != k_dim.value:
             return None
-        width = pk.dense_panel_width(n, self.lanes, self.registers)
+        width = dense.dense_panel_width(n, self.lanes, self.registers)
         packed = self.builder.emit(self.kernel(
-            pk.pack_dense_weight, weight, width, linear, name="pack_dense_weight",
+            dense.pack_dense_weight, weight, width, linear, name="pack_dense_weight",
             pattern=OpPattern.INJECTIVE))
-        out = self.kernel(pk.dense_packed, x, packed, n, "float32", name="dense",
+        out = self.kernel(dense.dense_packed, x, packed, n, "float32", name="dense",
                           pattern=OpPattern.OUT_EWISE_FUSABLE)
         if bias is None:
             return out

@@ -41,15 +41,16 @@ from __future__ import annotations
 from tilecraft.targets import Target
 from tilecraft.tensorir.function import IRModule
 
+from ..backend.cpu import ConvGeometry, conv2d_geometry, conv2d_strategy, cpu_tile_params
+from ..backend.cpu.conv2d_nchw_cvec import ChannelVectorPlan
+from ..backend.cpu.conv2d_nhwc import nhwc_tile_fills
+from ..backend.cpu.winograd import winograd_applies
 from ..expr import Call, Expr, Function, SeqExpr, Var, VarBinding
 from ..op import permute_dims, reshape
 from ..op.base import Op, OpPattern
 from ..struct_info import PrimStructInfo, TensorStructInfo
-from . import packed_kernels as pk
-from .alter_layout import conv2d_geometry, cpu_tile_params
 from .base import ExprMutator, Pass
 from .dead_code_elimination import DeadCodeElimination
-from .winograd import winograd_applies
 
 __all__ = ["ConvertLayout", "nhwc_pays", "TO_NHWC", "TO_NCHW"]
 
@@ -105,15 +106,15 @@ class ConvertLayout(Pass):
         return new if new is mod else DeadCodeElimination()(new)
 
 
-def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
+def nhwc_pays(g: ConvGeometry, target: "Target | str") -> bool:
     """Whether the NCHW convolution ``g`` runs faster converted to NHWC on ``target``: not
     grouped, at least 16 input channels (a stem on the image's 3 channels fills no vector of
     a pixel's channels), and either a 3x3 stride-1 layer that Winograd F(2x2, 3x3) computes
-    (``winograd.winograd_applies``; NHWC only) or an NHWC kernel
-    (``packed_kernels.nhwc_kernel_plan``) that is a pixel tile filling the row (or the plane)
-    with 8 or more accumulators (``packed_kernels.nhwc_tile_fills``) or the channel-vector
-    tiles across rows. Measured on Zen 3 (AVX2, 16 vector registers;
-    ``benchmarks/results/convert_layout_zen3_avx2.json``), one layer in each layout:
+    (``backend.cpu.winograd.winograd_applies``; NHWC only) or an NHWC kernel
+    (``backend.cpu.conv2d_strategy.nhwc_kernel_plan``) that is a pixel tile filling the row
+    (or the plane) with 8 or more accumulators (``conv2d_nhwc.nhwc_tile_fills``) or the
+    channel-vector tiles across rows. Measured on Zen 3 (AVX2, 16 vector registers;
+    ``benchmarks/results/convert_layout/zen3-avx2.json``), one layer in each layout:
     ResNet-50's 1x1 layers ran 1.0-1.3x faster in NHWC (their residual and output written a
     pixel's channels at a time), its 3x3 ones 0.87-1.15x; in the model, converting every
     layer after the stem ran 1-5% faster than keeping the 3x3 ones on the tiles NCHW with
@@ -122,7 +123,7 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
 
     Examples
     --------
-    >>> from tilecraft.relax.transform.packed_kernels import ConvGeometry
+    >>> from tilecraft.relax.backend.cpu import ConvGeometry
     >>> g = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     >>> avx2 = "llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma"
     >>> nhwc_pays(g, avx2)
@@ -138,15 +139,16 @@ def nhwc_pays(g: "pk.ConvGeometry", target: "Target | str") -> bool:
         return False
     if winograd_applies(g):
         return True     # Winograd F(2x2, 3x3), NHWC only: 1.1-1.9x the direct kernels
-    plan = pk.nhwc_kernel_plan(g, lanes, registers)
-    if isinstance(plan, pk.ChannelVectorPlan):
+    plan = conv2d_strategy.nhwc_kernel_plan(g, lanes, registers)
+    if isinstance(plan, ChannelVectorPlan):
         return True
-    return plan is not None and pk.nhwc_tile_fills(plan)
+    return plan is not None and nhwc_tile_fills(plan)
 
 
 def _nhwc_faster(call: Call) -> bool:
     """Whether ``call`` is a convolution NHWC runs faster rather than on par: a 1x1 kernel, or
-    a layer Winograd F(2x2, 3x3) computes (``winograd.winograd_applies``; NHWC only)."""
+    a layer Winograd F(2x2, 3x3) computes (``backend.cpu.winograd.winograd_applies``; NHWC
+    only)."""
     if _one_by_one(call):
         return True
     g = conv2d_geometry(call)

@@ -42,14 +42,16 @@ from dataclasses import dataclass, field
 import llvmlite.ir as ir
 import numpy as np
 
+from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
-from tilecraft.tensorir.expr import (Add, BufferLoad, Call, Cast, CmpOp, Div, FloatImm, FloorDiv, FloorMod,
-                           IntImm, Let, Max, Min, Mod, Mul, Not, PrimExpr, Reduce, Select,
-                           StringImm, Sub, TIRError, Var)
+from tilecraft.tensorir.expr import (Add, BufferLoad, Call, Cast, CmpOp, Div, FloatImm, FloorDiv,
+                                     FloorMod, IntImm, Let, Mod, Mul, Not, PrimExpr, Reduce,
+                                     Select, StringImm, TIRError, Var)
 from tilecraft.tensorir.function import PrimFunc
-from tilecraft.tensorir.functor import free_vars, post_order_visit
-from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore,
-                           Evaluate, For, IfThenElse, LetStmt, SeqStmt, Stmt)
+from tilecraft.tensorir.functor import IRFunctor, free_vars, post_order_visit
+from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer,
+                                     BufferStore, Evaluate, For, IfThenElse, LetStmt, Range,
+                                     SeqStmt, Stmt)
 
 from ..runtime import abi
 from . import intrinsics
@@ -110,7 +112,9 @@ class _FnCtx:
         self.env: dict[Var, object] = {}
         self.buffers: dict[Buffer, object] = {}
         self.heap: list = []            # malloc'd pointers to free on an error return
-        self.nonneg: set[Var] = set()   # variables known to be >= 0
+        # what is known of the integers in scope (loop ranges, let values, sizes >= 0), for
+        # arith.is_nonneg and arith.lower_floor_divmod
+        self.analyzer = arith.Analyzer()
         self.parallel_depth = 0
         self.vec: _VecCtx | None = None
 
@@ -143,7 +147,7 @@ class ScalarParam:
     dtype: str
 
 
-class CodeGenLLVM(EntryEmitter):
+class CodeGenLLVM(EntryEmitter, IRFunctor):
     """Generate one LLVM module from lowered PrimFuncs.
 
     Examples
@@ -377,8 +381,9 @@ class CodeGenLLVM(EntryEmitter):
             arg.name = v.name
             self.ctx.env[v] = arg
             if v in shape_vars:
-                self.ctx.nonneg.add(v)  # the entry checked every dimension is >= 0
-        self.stmt(body)
+                # the entry checked every dimension is >= 0
+                self.ctx.analyzer.update_bound(v, 0, None)
+        self.visit(body)
         if not self.b.block.is_terminated:
             self.b.ret(I32(0))
         self.ctx.finish()
@@ -416,25 +421,25 @@ class CodeGenLLVM(EntryEmitter):
     # ------------------------------------------------------------------------------------------
     # statements
 
-    def stmt(self, s: Stmt):
-        method = getattr(self, "_s_" + type(s).__name__, None)
-        if method is None:
-            raise TIRError(f"the LLVM back end cannot compile {type(s).__name__} statements "
-                           f"(is the function lowered?)", s)
-        method(s)
+    def visit_default(self, node):
+        if isinstance(node, Stmt):
+            raise TIRError(f"the LLVM back end cannot compile {type(node).__name__} statements "
+                           f"(is the function lowered?)", node)
+        raise TIRError(f"the LLVM back end cannot compile {type(node).__name__} expressions",
+                       node)
 
-    def _s_SeqStmt(self, s: SeqStmt):
+    def visit_SeqStmt(self, s: SeqStmt):
         for x in s.seq:
-            self.stmt(x)
+            self.visit(x)
 
-    def _s_Evaluate(self, s: Evaluate):
+    def visit_Evaluate(self, s: Evaluate):
         if isinstance(s.value, (IntImm, FloatImm)):
             return
-        self.expr(s.value)
+        self.visit(s.value)
 
-    def _s_LetStmt(self, s: LetStmt):
-        v = self.expr(s.value)
-        self._bind(s.var, v, s.value, lambda: self.stmt(s.body))
+    def visit_LetStmt(self, s: LetStmt):
+        v = self.visit(s.value)
+        self._bind(s.var, v, s.value, lambda: self.visit(s.body))
 
     def _bind(self, var: Var, v, value_expr, body):
         ctx = self.ctx
@@ -442,8 +447,10 @@ class CodeGenLLVM(EntryEmitter):
         ctx.env[var] = v
         if ctx.vec is not None and is_vector(v):
             ctx.vec.lets[var] = value_expr
-        if self._nonneg(value_expr):
-            ctx.nonneg.add(var)
+        if value_expr is not None and dt.is_integer(var.dtype) and \
+                not _used_buffers(value_expr):
+            # an integer computed from indices only (a value read from memory may change)
+            ctx.analyzer.bind(var, value_expr)
         try:
             return body()
         finally:
@@ -452,13 +459,13 @@ class CodeGenLLVM(EntryEmitter):
             else:
                 ctx.env[var] = old
 
-    def _s_AssertStmt(self, s: AssertStmt):
-        cond = self._scalar(self.expr(s.condition), "an assert condition")
+    def visit_AssertStmt(self, s: AssertStmt):
+        cond = self._scalar(self.visit(s.condition), "an assert condition")
         msg = _fmt_escape(f"{self.ctx.func_name}: {s.message}")
         self._check(cond, msg)
-        self.stmt(s.body)
+        self.visit(s.body)
 
-    def _s_IfThenElse(self, s: IfThenElse):
+    def visit_IfThenElse(self, s: IfThenElse):
         vec = self.ctx.vec
         if vec is not None and vec.mask is None and s.else_case is None:
             full = self._all_lanes(s.condition)
@@ -470,27 +477,27 @@ class CodeGenLLVM(EntryEmitter):
                                             self._new_block("vif.end"))
                 self.b.cbranch(full, full_bb, part_bb)
                 self.b.position_at_end(full_bb)
-                self.stmt(s.then_case)
+                self.visit(s.then_case)
                 self.b.branch(end_bb)
                 self.b.position_at_end(part_bb)
-                vec.mask = self.expr(s.condition)
+                vec.mask = self.visit(s.condition)
                 try:
-                    self.stmt(s.then_case)
+                    self.visit(s.then_case)
                 finally:
                     vec.mask = None
                 self.b.branch(end_bb)
                 self.b.position_at_end(end_bb)
                 return
-        cond = self.expr(s.condition)
+        cond = self.visit(s.condition)
         if is_vector(cond):
             # lane-varying condition: run both sides under complementary masks
             old = vec.mask
             vec.mask = cond if old is None else self.b.and_(old, cond)
-            self.stmt(s.then_case)
+            self.visit(s.then_case)
             if s.else_case is not None:
                 neg = self.b.not_(cond)
                 vec.mask = neg if old is None else self.b.and_(old, neg)
-                self.stmt(s.else_case)
+                self.visit(s.else_case)
             vec.mask = old
             return
         then_bb = self._new_block("if.then")
@@ -498,11 +505,11 @@ class CodeGenLLVM(EntryEmitter):
         else_bb = self._new_block("if.else") if s.else_case is not None else end_bb
         self.b.cbranch(cond, then_bb, else_bb)
         self.b.position_at_end(then_bb)
-        self.stmt(s.then_case)
+        self.visit(s.then_case)
         self.b.branch(end_bb)
         if s.else_case is not None:
             self.b.position_at_end(else_bb)
-            self.stmt(s.else_case)
+            self.visit(s.else_case)
             self.b.branch(end_bb)
         self.b.position_at_end(end_bb)
 
@@ -536,21 +543,21 @@ class CodeGenLLVM(EntryEmitter):
         ctx.vec = None
         ctx.env[vec.var] = self.b.extract_element(ramp, I32(lane))
         try:
-            return self.expr(e)
+            return self.visit(e)
         finally:
             ctx.env[vec.var] = ramp
             ctx.vec = vec
 
-    def _s_BufferStore(self, s: BufferStore):
+    def visit_BufferStore(self, s: BufferStore):
         buf = s.buffer
         ptr = self._buffer_ptr(buf, s)
         index_e = s.indices[0]
         value = self._accumulate(s)
         if value is None:
-            value = self.expr(s.value)
+            value = self.visit(s.value)
         vec = self.ctx.vec
         if vec is None:
-            index = self._to_i64(self.expr(index_e), index_e.dtype)
+            index = self._to_i64(self.visit(index_e), index_e.dtype)
             addr = self.b.gep(ptr, [index], source_etype=self.mtype(buf.dtype))
             self._tag(self.b.store(self._to_mem(value, buf.dtype), addr,
                                    align=self.itemsize(buf.dtype)), buf)
@@ -560,7 +567,7 @@ class CodeGenLLVM(EntryEmitter):
             raise TIRError(f"store to {buf.name} at a lane-invariant index in a vectorized loop",
                            s)
         n = vec.lanes
-        index = splat(self.b, self._to_i64(self.expr(index_e), index_e.dtype), n)
+        index = splat(self.b, self._to_i64(self.visit(index_e), index_e.dtype), n)
         mem = self._to_mem(splat(self.b, value, n), buf.dtype)
         align = I32(self.itemsize(buf.dtype))
         if stride == 1:
@@ -599,7 +606,7 @@ class CodeGenLLVM(EntryEmitter):
                     isinstance(prod, Mul) and prod.dtype == v.dtype and \
                     len(acc.indices) == len(s.indices) and \
                     all(bool(x == y) for x, y in zip(acc.indices, s.indices)):
-                ops = [self.expr(acc), self.expr(prod.a), self.expr(prod.b)]
+                ops = [self.visit(acc), self.visit(prod.a), self.visit(prod.b)]
                 n = max(lanes_of(v) for v in ops)
                 a, x, y = (splat(self.b, v, n) for v in ops)  # all defined before the fmul
                 m = self.b.fmul(x, y)
@@ -627,7 +634,7 @@ class CodeGenLLVM(EntryEmitter):
                            f"flat 1-D buffers (run tensorir.transform.lower)", node)
         return ptr
 
-    def _s_Allocate(self, s: Allocate):
+    def visit_Allocate(self, s: Allocate):
         buf = s.buffer
         if buf.ndim != 1:
             raise TIRError(f"Allocate of {buf.name}: the buffer has {buf.ndim} dimensions; "
@@ -640,11 +647,11 @@ class CodeGenLLVM(EntryEmitter):
                                    align=max(ALLOC_ALIGN, buf.align))
             self.ctx.buffers[buf] = slot
             try:
-                self.stmt(s.body)
+                self.visit(s.body)
             finally:
                 del self.ctx.buffers[buf]
             return
-        count = self._to_i64(self._scalar(self.expr(size), "an allocation size"), size.dtype)
+        count = self._to_i64(self._scalar(self.visit(size), "an allocation size"), size.dtype)
         nbytes = self.b.mul(count, I64(self.itemsize(buf.dtype)))
         nbytes = self.b.select(self.b.icmp_signed("<", nbytes, I64(1)), I64(1), nbytes)
         slot = self.ctx.alloca(PTR, name=buf.name + ".slot")
@@ -657,14 +664,14 @@ class CodeGenLLVM(EntryEmitter):
         self.ctx.heap.append(data)
         self.ctx.buffers[buf] = data
         try:
-            self.stmt(s.body)
+            self.visit(s.body)
         finally:
             del self.ctx.buffers[buf]
             self.ctx.heap.pop()
         self.b.call(self.free, [data])
 
     # -- loops ----------------------------------------------------------------------------------
-    def _s_For(self, s: For):
+    def visit_For(self, s: For):
         if s.kind == "thread_binding":
             raise TIRError(f"{self.ctx.func_name}: loop {s.loop_var.name} is bound to "
                            f"{s.thread_tag}; thread bindings are for GPU targets (opencl, webgpu),"
@@ -680,15 +687,15 @@ class CodeGenLLVM(EntryEmitter):
         else:
             self._serial_loop(s)
 
-    def _loop_var_nonneg(self, s: For) -> bool:
-        return self._nonneg(s.min)
+    def _bind_loop_range(self, s: For):
+        self.ctx.analyzer.bind(s.loop_var, Range(s.min, s.extent))
 
     def _serial_loop(self, s: For, metadata: list | None = None, lo=None, hi=None):
         var = s.loop_var
         b = self.b
         if lo is None:
-            lo = self._scalar(self.expr(s.min), "a loop bound")
-            ext = self._scalar(self.expr(s.extent), "a loop extent")
+            lo = self._scalar(self.visit(s.min), "a loop bound")
+            ext = self._scalar(self.visit(s.extent), "a loop extent")
             hi = b.add(lo, ext)
         pre = b.block
         header = self._new_block(f"for.{var.name}")
@@ -701,9 +708,8 @@ class CodeGenLLVM(EntryEmitter):
         cmp = b.icmp_unsigned if dt.is_uint(var.dtype) else b.icmp_signed
         b.cbranch(cmp("<", phi, hi), body_bb, exit_bb)
         b.position_at_end(body_bb)
-        if self._loop_var_nonneg(s):
-            self.ctx.nonneg.add(var)
-        self._bind(var, phi, None, lambda: self.stmt(s.body))
+        self._bind_loop_range(s)
+        self._bind(var, phi, None, lambda: self.visit(s.body))
         nxt = b.add(phi, ir.Constant(lo.type, 1))
         phi.add_incoming(nxt, b.block)
         back = b.branch(header)
@@ -716,12 +722,11 @@ class CodeGenLLVM(EntryEmitter):
         if ext is None or ext > MAX_UNROLL:
             self._serial_loop(s, [["llvm.loop.unroll.full"]])
             return
-        lo = self._scalar(self.expr(s.min), "a loop bound")
-        if self._nonneg(s.min):
-            self.ctx.nonneg.add(s.loop_var)
+        lo = self._scalar(self.visit(s.min), "a loop bound")
+        self._bind_loop_range(s)
         for k in range(ext):
             value = self.b.add(lo, ir.Constant(lo.type, k)) if k else lo
-            self._bind(s.loop_var, value, None, lambda: self.stmt(s.body))
+            self._bind(s.loop_var, value, None, lambda: self.visit(s.body))
 
     # -- vectorized loops -----------------------------------------------------------------------
     def _vector_loop(self, s: For):
@@ -734,15 +739,14 @@ class CodeGenLLVM(EntryEmitter):
             return
         b = self.b
         var = s.loop_var
-        lo = self._scalar(self.expr(s.min), "a loop bound")
+        lo = self._scalar(self.visit(s.min), "a loop bound")
         ity = lo.type
-        if self._nonneg(s.min):
-            self.ctx.nonneg.add(var)
+        self._bind_loop_range(s)
         if ext is not None and ext <= MAX_VECTOR_LANES:
             self._vector_step(s, lo, ext, None)
             return
         lanes = self._natural_lanes(s)
-        extent = self._scalar(self.expr(s.extent), "a loop extent")
+        extent = self._scalar(self.visit(s.extent), "a loop extent")
         steps = self._div(extent, ir.Constant(ity, lanes), True, False)
         # the full L-lane steps
         step_var = Var(var.name + ".step", var.dtype)
@@ -783,7 +787,7 @@ class CodeGenLLVM(EntryEmitter):
         ramp = self.b.add(splat(self.b, base, lanes), lane_ids(base.type, lanes))
         ctx.vec = _VecCtx(s.loop_var, lanes, mask)
         try:
-            self._bind(s.loop_var, ramp, None, lambda: self.stmt(s.body))
+            self._bind(s.loop_var, ramp, None, lambda: self.visit(s.body))
         finally:
             ctx.vec = None
 
@@ -820,60 +824,15 @@ class CodeGenLLVM(EntryEmitter):
 
     def _stride(self, e) -> int | None:
         """How ``e`` changes from one lane to the next: 0 (invariant), a constant, or None."""
-        vec = self.ctx.vec
-        if isinstance(e, Var):
-            if e is vec.var:
-                return 1
-            if e in vec.lets:
-                return self._stride(vec.lets[e])
-            return 0
-        if isinstance(e, (IntImm, FloatImm, StringImm)):
-            return 0
-        if isinstance(e, (Add, Sub)):
-            sa, sb = self._stride(e.a), self._stride(e.b)
-            if sa is None or sb is None:
-                return None
-            return sa + sb if isinstance(e, Add) else sa - sb
-        if isinstance(e, Mul):
-            sa, sb = self._stride(e.a), self._stride(e.b)
-            if sa == 0 and sb == 0:
-                return 0
-            if sa == 0 and isinstance(e.a, IntImm) and sb is not None:
-                return e.a.value * sb
-            if sb == 0 and isinstance(e.b, IntImm) and sa is not None:
-                return e.b.value * sa
-            return None
-        if isinstance(e, Cast):
-            sv = self._stride(e.value)
-            if sv == 0:
-                return 0
-            if dt.is_integer(e.dtype) and dt.is_integer(e.value.dtype) and \
-                    dt.bits(e.dtype) >= dt.bits(e.value.dtype):
-                return sv
-            return None
-        if isinstance(e, Let):
-            sv = self._stride(e.value)
-            if sv != 0:
-                vec.lets[e.var] = e.value
-            return self._stride(e.body)
-        if isinstance(e, BufferLoad):
-            return 0 if all(self._stride(i) == 0 for i in e.indices) else None
-        parts = [getattr(e, f) for f in e._fields]
-        subs = []
-        for p in parts:
-            if isinstance(p, PrimExpr):
-                subs.append(p)
-            elif isinstance(p, tuple):
-                subs.extend(x for x in p if isinstance(x, PrimExpr))
-        return 0 if all(self._stride(x) == 0 for x in subs) else None
+        return arith.lane_stride(e, self.ctx.vec.var, self.ctx.vec.lets)
 
     # -- parallel loops -------------------------------------------------------------------------
     def _parallel_loop(self, s: For):
         self._uses_parallel = True
         ctx = self.ctx
         b = self.b
-        lo = self._scalar(self.expr(s.min), "a loop bound")
-        ext = self._scalar(self.expr(s.extent), "a loop extent")
+        lo = self._scalar(self.visit(s.min), "a loop bound")
+        ext = self._scalar(self.visit(s.extent), "a loop extent")
         # everything the body reads from this function travels in a closure struct
         cap_vars = [v for v in free_vars(s) if v in ctx.env and v is not s.loop_var]
         cap_bufs = [buf for buf in _used_buffers(s) if buf in ctx.buffers]
@@ -941,7 +900,7 @@ class CodeGenLLVM(EntryEmitter):
         task.name, ntasks.name, closure.name = "task", "num_tasks", "closure"
         ctx = _FnCtx(fn, outer.func_name)
         ctx.parallel_depth = outer.parallel_depth + 1
-        ctx.nonneg = set(outer.nonneg)
+        ctx.analyzer = outer.analyzer   # the facts around the parallel loop hold inside
         self.ctx = ctx
         b = self.b
         fields = list(closure_ty.elements)
@@ -1019,40 +978,34 @@ class CodeGenLLVM(EntryEmitter):
     # ------------------------------------------------------------------------------------------
     # expressions
 
-    def expr(self, e: PrimExpr):
-        method = getattr(self, "_e_" + type(e).__name__, None)
-        if method is None:
-            raise TIRError(f"the LLVM back end cannot compile {type(e).__name__} expressions", e)
-        return method(e)
-
-    def _e_Var(self, e: Var):
+    def visit_Var(self, e: Var):
         v = self.ctx.env.get(e)
         if v is None:
             raise TIRError(f"{self.ctx.func_name}: variable {e.name} is used but not defined",
                            e)
         return v
 
-    def _e_IntImm(self, e: IntImm):
+    def visit_IntImm(self, e: IntImm):
         bits = dt.bits(e.dtype)
         value = e.value
         if bits > 1 and value >= 1 << (bits - 1):
             value -= 1 << bits  # LLVM prints integer constants signed
         return ir.Constant(self.rtype(e.dtype), value)
 
-    def _e_FloatImm(self, e: FloatImm):
+    def visit_FloatImm(self, e: FloatImm):
         value = e.value
         if e.dtype == "float16":
             value = float(np.float16(value))  # the constant as float16 holds it
         return ir.Constant(self.rtype(e.dtype), value)
 
-    def _e_StringImm(self, e: StringImm):
+    def visit_StringImm(self, e: StringImm):
         raise TIRError(f"string constant {e.value!r} used as a value", e)
 
-    def _e_Reduce(self, e: Reduce):
+    def visit_Reduce(self, e: Reduce):
         raise TIRError("Reduce is a te node; lower the function before compiling it", e)
 
     def _operands(self, e):
-        return self._match(self.expr(e.a), self.expr(e.b))
+        return self._match(self.visit(e.a), self.visit(e.b))
 
     def _arith(self, e, fop: str, iop: str):
         a, b_ = self._operands(e)
@@ -1060,33 +1013,33 @@ class CodeGenLLVM(EntryEmitter):
             return self._round16(getattr(self.b, fop)(a, b_), e.dtype)
         return getattr(self.b, iop)(a, b_)
 
-    def _e_Add(self, e):
+    def visit_Add(self, e):
         return self._arith(e, "fadd", "add")
 
-    def _e_Sub(self, e):
+    def visit_Sub(self, e):
         return self._arith(e, "fsub", "sub")
 
-    def _e_Mul(self, e):
+    def visit_Mul(self, e):
         return self._arith(e, "fmul", "mul")
 
-    def _e_Div(self, e: Div):
+    def visit_Div(self, e: Div):
         if dt.is_float(e.a.dtype):
             return self._arith(e, "fdiv", "")
         return self._int_divmod("div", e)
 
-    def _e_Mod(self, e: Mod):
+    def visit_Mod(self, e: Mod):
         if dt.is_float(e.a.dtype):
             return self._arith(e, "frem", "")
         return self._int_divmod("mod", e)
 
-    def _e_FloorDiv(self, e: FloorDiv):
+    def visit_FloorDiv(self, e: FloorDiv):
         if dt.is_float(e.a.dtype):
             a, b_ = self._operands(e)
             q = intrinsics.emit_math(self.mb, self.b, "floor", [self.b.fdiv(a, b_)])
             return self._round16(q, e.dtype)
-        return self._int_divmod("floordiv", e)
+        return self.visit(arith.lower_floor_divmod(e, self.ctx.analyzer))
 
-    def _e_FloorMod(self, e: FloorMod):
+    def visit_FloorMod(self, e: FloorMod):
         if dt.is_float(e.a.dtype):
             a, b_ = self._operands(e)
             b = self.b
@@ -1095,7 +1048,7 @@ class CodeGenLLVM(EntryEmitter):
             fix = b.and_(b.fcmp_unordered("!=", r, zero),
                          b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", b_, zero)))
             return self._round16(b.select(fix, b.fadd(r, b_), r), e.dtype)
-        return self._int_divmod("floormod", e)
+        return self.visit(arith.lower_floor_divmod(e, self.ctx.analyzer))
 
     def _div(self, a, d, signed: bool, rem: bool):
         """Truncating division or remainder: an instruction, or softops where the target would
@@ -1108,12 +1061,14 @@ class CodeGenLLVM(EntryEmitter):
         return b.urem(a, d) if rem else b.udiv(a, d)
 
     def _int_divmod(self, kind: str, e):
-        """Integer div/mod with TIR semantics; x / 0 and x % 0 give 0 (as numpy) instead of a trap."""
+        """Integer ``Div`` (kind "div") or ``Mod`` ("mod"), truncating; x / 0 and x % 0 give 0
+        (as numpy) instead of a trap. (Floor division is lowered to these by
+        ``arith.lower_floor_divmod``.)"""
         a, d = self._operands(e)
         b = self.b
         signed = dt.is_int(e.a.dtype)
         dconst = e.b.value if isinstance(e.b, IntImm) else None
-        want_rem = kind in ("mod", "floormod")
+        want_rem = kind == "mod"
         if not signed:
             if dconst:
                 return self._div(a, d, False, want_rem)
@@ -1121,38 +1076,19 @@ class CodeGenLLVM(EntryEmitter):
             res = self._div(a, b.select(zero, self._k(d, 1), d), False, want_rem)
             return b.select(zero, self._k(res, 0), res)
         if dconst is not None and dconst > 0:
-            if self._nonneg(e.a):  # both operands >= 0: every flavour is the unsigned one
+            if arith.is_nonneg(e.a, self.ctx.analyzer):  # both >= 0: the unsigned division
                 return self._div(a, d, False, want_rem)
-            if kind in ("div", "mod"):
-                return self._div(a, d, True, want_rem)
-            r = self._div(a, d, True, True)
-            neg = b.icmp_signed("<", r, self._k(r, 0))
-            if kind == "floordiv":
-                return b.sub(self._div(a, d, True, False), b.zext(neg, a.type))
-            return b.select(neg, b.add(r, d), r)
+            return self._div(a, d, True, want_rem)
         if dconst is not None and dconst < -1:
-            return self._signed_divmod(kind, a, d)
+            return self._div(a, d, True, want_rem)
         zero = b.icmp_signed("==", d, self._k(d, 0))
         minus1 = b.icmp_signed("==", d, self._k(d, -1))
         safe = b.select(b.or_(zero, minus1), self._k(d, 1), d)
-        res = self._signed_divmod(kind, a, safe)
-        by_minus1 = b.neg(a) if kind in ("div", "floordiv") else self._k(a, 0)
+        res = self._div(a, safe, True, want_rem)
+        # x / -1 is -x (INT_MIN / -1 wraps rather than trapping), x % -1 is 0
+        by_minus1 = b.neg(a) if kind == "div" else self._k(a, 0)
         res = b.select(minus1, by_minus1, res)
         return b.select(zero, self._k(res, 0), res)
-
-    def _signed_divmod(self, kind, a, d):
-        b = self.b
-        q, r = self._div(a, d, True, False), self._div(a, d, True, True)
-        if kind == "div":
-            return q
-        if kind == "mod":
-            return r
-        zero = self._k(r, 0)
-        adjust = b.and_(b.icmp_signed("!=", r, zero),
-                        b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", d, zero)))
-        if kind == "floordiv":
-            return b.sub(q, b.zext(adjust, q.type))
-        return b.select(adjust, b.add(r, d), r)
 
     def _minmax(self, e, is_max: bool):
         a, b_ = self._operands(e)
@@ -1173,10 +1109,10 @@ class CodeGenLLVM(EntryEmitter):
         cmp = b.icmp_unsigned if (dt.is_uint(d) or d == "bool") else b.icmp_signed
         return b.select(cmp(">" if is_max else "<", a, b_), a, b_)
 
-    def _e_Min(self, e):
+    def visit_Min(self, e):
         return self._minmax(e, False)
 
-    def _e_Max(self, e):
+    def visit_Max(self, e):
         return self._minmax(e, True)
 
     def _cmp(self, e: CmpOp, op: str):
@@ -1190,48 +1126,48 @@ class CodeGenLLVM(EntryEmitter):
             return self.b.icmp_unsigned(op, a, b_)
         return self.b.icmp_signed(op, a, b_)
 
-    def _e_EQ(self, e):
+    def visit_EQ(self, e):
         return self._cmp(e, "==")
 
-    def _e_NE(self, e):
+    def visit_NE(self, e):
         return self._cmp(e, "!=")
 
-    def _e_LT(self, e):
+    def visit_LT(self, e):
         return self._cmp(e, "<")
 
-    def _e_LE(self, e):
+    def visit_LE(self, e):
         return self._cmp(e, "<=")
 
-    def _e_GT(self, e):
+    def visit_GT(self, e):
         return self._cmp(e, ">")
 
-    def _e_GE(self, e):
+    def visit_GE(self, e):
         return self._cmp(e, ">=")
 
-    def _e_And(self, e):
+    def visit_And(self, e):
         a, b_ = self._operands(e)
         return self.b.and_(a, b_)
 
-    def _e_Or(self, e):
+    def visit_Or(self, e):
         a, b_ = self._operands(e)
         return self.b.or_(a, b_)
 
-    def _e_Not(self, e: Not):
-        return self.b.not_(self.expr(e.a))
+    def visit_Not(self, e: Not):
+        return self.b.not_(self.visit(e.a))
 
-    def _e_Select(self, e: Select):
-        c = self.expr(e.condition)
-        t, f = self._match(self.expr(e.true_value), self.expr(e.false_value))
+    def visit_Select(self, e: Select):
+        c = self.visit(e.condition)
+        t, f = self._match(self.visit(e.true_value), self.visit(e.false_value))
         if is_vector(c) and not is_vector(t):
             t, f = splat(self.b, t, lanes_of(c)), splat(self.b, f, lanes_of(c))
         return self.b.select(c, t, f)
 
-    def _e_Let(self, e: Let):
-        v = self.expr(e.value)
-        return self._bind(e.var, v, e.value, lambda: self.expr(e.body))
+    def visit_Let(self, e: Let):
+        v = self.visit(e.value)
+        return self._bind(e.var, v, e.value, lambda: self.visit(e.body))
 
-    def _e_Cast(self, e: Cast):
-        return self._cast(self.expr(e.value), e.value.dtype, e.dtype)
+    def visit_Cast(self, e: Cast):
+        return self._cast(self.visit(e.value), e.value.dtype, e.dtype)
 
     def _cast(self, v, src: str, dst: str):
         if src == dst:
@@ -1272,13 +1208,13 @@ class CodeGenLLVM(EntryEmitter):
             r = b.fptrunc(v, target)
         return self._round16(r, dst)
 
-    def _e_Call(self, e: Call):
+    def visit_Call(self, e: Call):
         if e.op == "if_then_else":
             return self._if_then_else(e)
         if e.op not in intrinsics.LLVM_INTRINSIC and e.op not in intrinsics.LIBM and \
                 e.op not in ("sigmoid", "rsqrt"):
             raise TIRError(f"the LLVM back end does not know the intrinsic {e.op!r}", e)
-        args = [self.expr(a) for a in e.args]
+        args = [self.visit(a) for a in e.args]
         if len(args) == 2:
             args = list(self._match(*args))
         src = e.args[0].dtype
@@ -1289,17 +1225,17 @@ class CodeGenLLVM(EntryEmitter):
 
     def _if_then_else(self, e: Call):
         cond_e, t_e, f_e = e.args
-        c = self.expr(cond_e)
+        c = self.visit(cond_e)
         b = self.b
         vec = self.ctx.vec
         if is_vector(c):
             # both sides run, each under its mask, so guarded loads stay in bounds
             old = vec.mask
             vec.mask = c if old is None else b.and_(old, c)
-            t = self.expr(t_e)
+            t = self.visit(t_e)
             neg = b.not_(c)
             vec.mask = neg if old is None else b.and_(old, neg)
-            f = self.expr(f_e)
+            f = self.visit(f_e)
             vec.mask = old
             t, f = splat(b, t, lanes_of(c)), splat(b, f, lanes_of(c))
             return b.select(c, t, f)
@@ -1307,10 +1243,10 @@ class CodeGenLLVM(EntryEmitter):
                                     self._new_block("ite.end"))
         b.cbranch(c, then_bb, else_bb)
         b.position_at_end(then_bb)
-        t = self.expr(t_e)
+        t = self.visit(t_e)
         t_end = b.block
         b.position_at_end(else_bb)
-        f = self.expr(f_e)
+        f = self.visit(f_e)
         f_end = b.block
         n = max(lanes_of(t), lanes_of(f))
         b.position_at_end(t_end)
@@ -1325,7 +1261,7 @@ class CodeGenLLVM(EntryEmitter):
         phi.add_incoming(f, f_end)
         return phi
 
-    def _e_BufferLoad(self, e: BufferLoad):
+    def visit_BufferLoad(self, e: BufferLoad):
         buf = e.buffer
         ptr = self._buffer_ptr(buf, e)
         index_e = e.indices[0]
@@ -1334,7 +1270,7 @@ class CodeGenLLVM(EntryEmitter):
         vec = self.ctx.vec
         b = self.b
         if vec is None or self._stride(index_e) == 0:
-            index = self._to_i64(self._scalar(self.expr(index_e), "an index"), index_e.dtype)
+            index = self._to_i64(self._scalar(self.visit(index_e), "an index"), index_e.dtype)
             if vec is not None and vec.mask is not None:
                 return self._guarded_scalar_load(ptr, index, buf)
             addr = b.gep(ptr, [index], source_etype=memty)
@@ -1342,7 +1278,7 @@ class CodeGenLLVM(EntryEmitter):
                                   buf.dtype)
         n = vec.lanes
         stride = self._stride(index_e)
-        index = splat(b, self._to_i64(self.expr(index_e), index_e.dtype), n)
+        index = splat(b, self._to_i64(self.visit(index_e), index_e.dtype), n)
         vty = vec_type(memty, n)
         if stride == 1:
             base = b.extract_element(index, I32(0))
@@ -1446,38 +1382,6 @@ class CodeGenLLVM(EntryEmitter):
         if dtype == "float16":
             return self.f16.load_to_float(self.b, v)
         return v
-
-    # ------------------------------------------------------------------------------------------
-    # analysis
-
-    def _nonneg(self, e) -> bool:
-        """A cheap proof that integer ``e`` is >= 0 (enables unsigned div/mod by constants)."""
-        if e is None:
-            return False
-        if isinstance(e, IntImm):
-            return e.value >= 0
-        if not dt.is_integer(e.dtype) and e.dtype != "bool":
-            return False
-        if dt.is_uint(e.dtype):
-            return True
-        if isinstance(e, Var):
-            return e in self.ctx.nonneg
-        if isinstance(e, (Add, Mul, Min)):
-            return self._nonneg(e.a) and self._nonneg(e.b)
-        if isinstance(e, Max):
-            return self._nonneg(e.a) or self._nonneg(e.b)
-        if isinstance(e, (FloorDiv, Div)):
-            return self._nonneg(e.a) and isinstance(e.b, IntImm) and e.b.value > 0
-        if isinstance(e, (FloorMod,)):
-            return isinstance(e.b, IntImm) and e.b.value > 0
-        if isinstance(e, Mod):
-            return self._nonneg(e.a)
-        if isinstance(e, Cast):
-            return self._nonneg(e.value) or dt.is_uint(e.value.dtype) or e.value.dtype == "bool"
-        if isinstance(e, Select):
-            return self._nonneg(e.true_value) and self._nonneg(e.false_value)
-        return False
-
 
 # ----------------------------------------------------------------------------------------------
 # function analysis

@@ -133,7 +133,7 @@ class EntryEmitter:
             for d, dim in enumerate(p.orig.shape):
                 if (id(p), d) in binders:
                     continue
-                want = self._to_i64(self.expr(dim), dim.dtype)
+                want = self._to_i64(self.visit(dim), dim.dtype)
                 text = fmt_escape(expr_str(dim))
                 shown = text if isinstance(dim, IntImm) else f"{text} = %lld"
                 extra = [] if isinstance(dim, IntImm) else [want]

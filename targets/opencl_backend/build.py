@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilecraft.tensorir.function import IRModule
 
 from ..gpu_build import split_module
+from ..gpu_codegen import nonneg_scalars
 from ..target import Target
 from .codegen import opencl_source
 from .module import OpenCLModule
@@ -18,7 +19,8 @@ def build_module(mod: IRModule, target: Target) -> OpenCLModule:
     """
     funcs = split_module(mod, target)
     kernels = [k for f in funcs for k in f.split.kernels]
-    source, extensions = opencl_source(kernels)
+    sizes = {k.name: nonneg_scalars(k, f.split.host) for f in funcs for k in f.split.kernels}
+    source, extensions = opencl_source(kernels, sizes)
     programs = {f.name: f.program for f in funcs}
     metadata = {"target": str(target), "entry": "main" if "main" in programs else funcs[0].name,
                 "functions": [{"name": f.name, "symbol": f.name, "params": f.program["params"],

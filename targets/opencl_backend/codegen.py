@@ -19,11 +19,14 @@ Examples
 """
 from __future__ import annotations
 
+from typing import Mapping, Sequence
+
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import stmt as S
+from tilecraft.tensorir.expr import Var
 from tilecraft.tensorir.transform.device import DeviceKernel
 
-from ..gpu_codegen import CodegenC, floordiv_helpers
+from ..gpu_codegen import CodegenC
 
 _AXIS = {"x": 0, "y": 1, "z": 2}
 
@@ -77,14 +80,20 @@ class OpenCLCodegen(CodegenC):
         return f"vstore{lanes}({value}, 0, {ptr});"
 
 
-def opencl_source(kernels) -> tuple[str, set[str]]:
-    """The OpenCL C program of ``kernels`` (``DeviceKernel``s) and the extensions it needs."""
+def opencl_source(kernels: Sequence[DeviceKernel],
+                  nonneg_scalars: Mapping[str, Sequence[Var]] | None = None
+                  ) -> tuple[str, set[str]]:
+    """The OpenCL C program of ``kernels`` (``DeviceKernel``s) and the extensions it needs.
+
+    ``nonneg_scalars`` maps a kernel's name to its scalar parameters that are ``>= 0``
+    (``gpu_codegen.nonneg_scalars``: the shape sizes), for cheaper integer division.
+    """
     bodies = []
     needs: set[str] = set()
     dtypes: set[str] = set()
     for k in kernels:
         gen = OpenCLCodegen()
-        bodies.append(gen.kernel_source(k))
+        bodies.append(gen.kernel_source(k, (nonneg_scalars or {}).get(k.name, ())))
         needs |= gen.needs
         dtypes |= gen.dtypes_used
     extensions = set()
@@ -95,9 +104,13 @@ def opencl_source(kernels) -> tuple[str, set[str]]:
     if "float16" in dtypes:
         extensions.add("cl_khr_fp16")
         head.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
-    int_types = {n.split("_", 1)[1] for n in needs if n.startswith(("floordiv_", "floormod_"))}
-    ctypes = [OpenCLCodegen.TYPES[t] for t in int_types]
-    head += floordiv_helpers(ctypes)
+    # the floor division helpers, by C type then kind (int8 and int16 share char / short's)
+    helpers = {}
+    for n in needs:
+        kind, dtype = n.split("_", 1)
+        helpers.setdefault((OpenCLCodegen.TYPES[dtype], kind), dtype)
+    for (_, kind), dtype in sorted(helpers.items()):
+        head.append(OpenCLCodegen().floor_helper_definition(kind, dtype))
     return "\n".join(head + ([""] if head else []) + ["\n\n".join(bodies)]) + "\n", extensions
 
 

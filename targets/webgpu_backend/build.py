@@ -18,7 +18,7 @@ from tilecraft.tensorir import stmt as S
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.transform import DeviceLimitError, LaunchKernel, lower_device
 
-from ..gpu_codegen import written_buffers
+from ..gpu_codegen import nonneg_scalars, written_buffers
 from . import exprjson, storage
 from .module import FORMAT, FORMAT_VERSION, WebGPUModule
 from .runtime import note_target, target_features, target_limits
@@ -181,10 +181,9 @@ class _HostProgram:
         if kernel.error_messages:
             err_buf = kernel.buffer_params[-1]
             self._ref(err_buf, f"e{k}")
-        nonneg = [v for v, h in zip(kernel.scalar_params, kernel.host_scalars)
-                  if isinstance(h, E.Var) and h in set(self.func.attr_dict.get("shape_vars", ()))]
         src = emit_kernel(kernel, bindings, _kernel_limits(self.target),
-                          supports_float16=self.target.supports_float16, nonneg_scalars=nonneg)
+                          supports_float16=self.target.supports_float16,
+                          nonneg_scalars=nonneg_scalars(kernel, self.func))
         # the uniform's first fields are the scalar parameters, in order: re-express their
         # values with the host program's unique names
         uniform = [dict(u) for u in src.uniform]

@@ -42,24 +42,21 @@ from typing import Sequence
 
 import numpy as np
 
+from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import expr as E
 from tilecraft.tensorir import stmt as S
-from tilecraft.tensorir.arith import Analyzer
 from tilecraft.tensorir.expr import TIRError
+from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import Range
 
-from tilecraft.tensorir.functor import substitute
-
+from ..gpu_codegen import BARRIER_OPS, CodegenC, kernel_body
 from . import exprjson, storage
 
 INT32_MAX = 2 ** 31 - 1
 MAX_WORKGROUPS = 65535
 UNROLL_LIMIT = 64          # unrolled/vectorized loops up to this constant extent are unrolled
 UNROLL_BODY_LIMIT = 8192   # ... unless the unrolled code would exceed this many statements
-
-BARRIER_OPS = {"tvm_storage_sync", "tir.tvm_storage_sync", "storage_sync", "barrier",
-               "workgroup_barrier", "syncthreads"}
 
 _RESERVED = set("""
 alias break case const const_assert continue continuing default diagnostic discard else enable
@@ -108,28 +105,6 @@ def sanitize(name: str) -> str:
     return s.rstrip("_") or "v"
 
 
-class _Names:
-    """Unique WGSL identifiers for Vars and Buffers (by identity)."""
-
-    def __init__(self):
-        self._by_id: dict[int, str] = {}
-        self._used: set[str] = set()
-        self._keep: list = []
-
-    def get(self, obj, prefix: str) -> str:
-        key = id(obj)
-        if key in self._by_id:
-            return self._by_id[key]
-        base = prefix + sanitize(obj.name)
-        name, k = base, 1
-        while name in self._used or name in _RESERVED:
-            name, k = f"{base}_{k}", k + 1
-        self._used.add(name)
-        self._by_id[key] = name
-        self._keep.append(obj)  # ids stay valid while the table lives
-        return name
-
-
 def _wgsl_type(dtype: str, node=None) -> str:
     if dt.lanes(dtype) != 1:
         raise WebGPUBuildError(f"vector dtype {dtype} is not supported by the WGSL generator; "
@@ -154,20 +129,9 @@ def _wrap(code: str, dtype: str) -> str:
     return code
 
 
-# Helper functions, emitted only when used.
+# Helper functions, emitted only when used (the floor division ones are generated:
+# ``WGSLCodegen.floor_helper_definition``).
 _HELPERS = {
-    "tc_floordiv_i32": """fn tc_floordiv_i32(a: i32, b: i32) -> i32 {
-  if (b == 0i) { return 0i; }
-  let q = a / b;
-  if ((a % b != 0i) && ((a < 0i) != (b < 0i))) { return q - 1i; }
-  return q;
-}""",
-    "tc_floormod_i32": """fn tc_floormod_i32(a: i32, b: i32) -> i32 {
-  if (b == 0i) { return 0i; }
-  let r = a % b;
-  if ((r != 0i) && ((r < 0i) != (b < 0i))) { return r + b; }
-  return r;
-}""",
     "tc_erf": """fn tc_erf(x: f32) -> f32 {
   let a = abs(x);
   if (a < 0.5) {
@@ -195,7 +159,7 @@ _NONFINITE_DECL = {"tc_inf_bits": "0x7f800000u", "tc_ninf_bits": "0xff800000u",
                    "tc_nan_bits": "0x7fc00000u"}
 
 
-def _float_literal(value: float, dtype: str, emitter: "KernelEmitter") -> str:
+def _float_literal(value: float, dtype: str, emitter: "WGSLCodegen") -> str:
     if dtype == "float16":
         v = float(np.float16(value))
     else:
@@ -236,46 +200,61 @@ def _int_literal(value: int, dtype: str, node=None) -> str:
     return f"({value}i)" if value < 0 else f"{value}i"
 
 
-class KernelEmitter:
-    """Emit one ``DeviceKernel`` (``tensorir.transform.split_host_device``). Use ``emit_kernel``."""
+class WGSLCodegen(CodegenC):
+    """WGSL for one ``DeviceKernel`` (``tensorir.transform.split_host_device``): the WGSL table
+    over the C-style generator. Use ``emit_kernel``.
+
+    WGSL spells like C the statements (``if``, blocks, assignments), the arithmetic, comparison
+    and logic operators, floor division (the base's ``arith`` decision; the general form is a
+    helper printed from ``arith.floor_divmod_general``), loads and stores, ``Let``; it spells
+    differently (the overrides below) the types and literals (``5i``, ``2.0f``, 32-bit integers
+    only, narrow ones wrapped), the declarations (``let x: i32 = ...;``, ``var l: array<f32, 4>;``,
+    ``for (var i: i32 = ...; ...; i = i + 1i)``), casts (``f32(x)``), ``select(f, t, c)``,
+    integer division by zero (0), the builtins (``workgroupBarrier()``, the thread indices,
+    the math functions, f16 math computed in f32), storage bindings (packed buffers, bool as
+    ``u32``), workgroup memory (``vec4`` arrays) and the launch (limits, linearized grids);
+    it unrolls short loops and guards the checks the device form leaves in the kernel.
+    """
+
+    TYPES = {}                 # type_name is overridden (``storage.wgsl_scalar``)
+    VECTOR_LANES = ()          # no vector types: vectorized loops are unrolled
+    FLOAT_MIN_MAX = ("min", "max")
+    ERROR = WebGPUBuildError
 
     def __init__(self, kernel, bindings: list[Binding], limits: dict, *,
                  supports_float16: bool, nonneg_scalars: Sequence = ()):
+        super().__init__()
         self.kernel = kernel
-        self.name = kernel.name
-        self.body = kernel.func.body
+        self.kernel_name = kernel.name
         self.bindings = bindings
         self.limits = limits
         self.supports_float16 = supports_float16
-        self.names = _Names()
-        self.lines: list[str] = []
-        self.indent = 1
+        self.depth = 1
         self.helpers: set[str] = set()
         self.private_consts: set[str] = set()
         self.uses_f16 = False
-        self.ana = Analyzer()
-        self.local_vars: dict[int, str] = {}       # Var id -> WGSL expression (loop/let vars)
-        self.uniform_fields: dict[int, str] = {}   # Var id -> field
         self.uniform: list[dict] = []
         self.binding_of: dict[int, tuple[Binding, int]] = {}
         self.unroll_budget = UNROLL_BODY_LIMIT
         self.unrolling = 0
         self.index_depth = 0       # > 0 while emitting an index or a loop bound
         self.local_arrays: list[tuple[str, str]] = []   # (name, element type)
+        self.vec4_temps = 0
         for b in bindings:
             for k, buf in enumerate(b.buffers):
                 self.binding_of[id(buf)] = (b, k)
+        # scalars are fields of the uniform (named without a prefix)
+        self.uniform_vars = set(kernel.scalar_params)
         for v, host in zip(kernel.scalar_params, kernel.host_scalars):
-            fld = self.names.get(v, "")
-            self.uniform_fields[id(v)] = fld
-            ty = self.ty(v.dtype, v)
+            fld = self.name_of(v)
+            ty = self.type_name(v.dtype, v)
             self.uniform.append({"field": fld, "type": "f32" if ty == "f16" else
                                  ("u32" if ty == "bool" else ty),
                                  "value": exprjson.to_json(host) if not dt.is_float(host.dtype)
                                  else ["var", host.name], "dtype": v.dtype})
-        for v in nonneg_scalars:
-            if dt.is_int(v.dtype):
-                self.ana.update_bound(v, 0, None)
+            self.var_code[v] = (f"f16(tc_params.{fld})" if ty == "f16" else
+                                f"(tc_params.{fld} != 0u)" if ty == "bool" else
+                                f"tc_params.{fld}")
         self.offset_fields: dict[tuple[int, int], str] = {}
         for b in bindings:
             if b.packed:
@@ -285,31 +264,19 @@ class KernelEmitter:
                     self.uniform.append({"field": fld, "type": "i32",
                                          "value": {"offset": [b.binding, k]}})
         self.workgroup_size = tuple(int(x) for x in kernel.block)
-        self.shared = [buf for buf in kernel.shared_buffers if buf.scope == "shared"]
+        self.shared, self.body = kernel_body(kernel)
         # float32 workgroup arrays read as vectors somewhere (a vectorized loop of 4 copying
         # neighbouring elements: a GEMM's register fragment) are declared array<vec4<f32>>,
         # so that such a read is one 128-bit load; element accesses index a component
-        self.vec4_shared = _vec4_shared(kernel.func.body, self.shared)
-        tv = dict(kernel.thread_vars)
-        for tag, v in tv.items():
-            axis = tag[-1]
-            if tag.startswith("threadIdx"):
-                self.local_vars[id(v)] = f"i32(tc_lid.{axis})"
-                ext = self.workgroup_size["xyz".index(axis)]
-            else:
-                self.local_vars[id(v)] = f"tc_bid.{axis}"
-                ext = kernel.grid["xyz".index(axis)]
-            if dt.is_integer(v.dtype):
-                self.ana.bind(v, Range(E.IntImm(0, v.dtype), _as_dtype(ext, v.dtype)))
-        self.has_blocks = any(t.startswith("blockIdx") for t in tv)
+        self.vec4_shared = _vec4_shared(self.body, self.shared)
+        self.has_blocks = any(t.startswith("blockIdx") for t in kernel.thread_vars)
+        self.begin_kernel(kernel, nonneg_scalars)
 
     # =========================================================================================
-    # emission
+    # the kernel
 
-    def line(self, text: str):
-        self.lines.append("  " * self.indent + text)
-
-    def run(self) -> KernelSource:
+    def generate(self) -> KernelSource:
+        """The WGSL module of the kernel and what launching it needs."""
         grid = list(self.kernel.grid)
         grid_json = tuple(exprjson.to_json(g) for g in grid)
         self.linear = False
@@ -322,7 +289,7 @@ class KernelEmitter:
                 self.uniform.append({"field": f"tc_grid_{axis}", "type": "i32", "value": g})
         self._check_limits()
         self._block_prologue()
-        self.stmt(self.body)
+        self.visit(self.body)
         return self._assemble(self.lines, grid_json)
 
     def _check_limits(self):
@@ -332,53 +299,42 @@ class KernelEmitter:
                                   self.limits.get("max_threads_per_block"))
         if lim_inv and total > lim_inv:
             raise WebGPULimitError(
-                f"kernel {self.name}: {total} invocations per workgroup "
+                f"kernel {self.kernel_name}: {total} invocations per workgroup "
                 f"({' x '.join(map(str, wg))}), over the target's limit of {lim_inv} "
                 f"(max_compute_invocations_per_workgroup)", self.body)
         for axis, w in zip("xyz", wg):
             lim = self.limits.get(f"max_compute_workgroup_size_{axis}")
             if lim and w > lim:
-                raise WebGPULimitError(f"kernel {self.name}: threadIdx.{axis} extent {w} is over "
-                                       f"the target's limit of {lim} "
+                raise WebGPULimitError(f"kernel {self.kernel_name}: threadIdx.{axis} extent {w} "
+                                       f"is over the target's limit of {lim} "
                                        f"(max_compute_workgroup_size_{axis})", self.body)
         shared_bytes = 0
         for buf in self.shared:
-            shared_bytes += self._const_size(buf) * \
+            shared_bytes += self.const_size(buf) * \
                 np.dtype(storage.storage_dtype(buf.dtype)).itemsize
         lim_sh = self.limits.get("max_compute_workgroup_storage_size",
                                  self.limits.get("max_shared_memory_per_block"))
         if lim_sh is not None and shared_bytes > lim_sh:
             raise WebGPULimitError(
-                f"kernel {self.name}: {shared_bytes} bytes of shared (workgroup) memory "
+                f"kernel {self.kernel_name}: {shared_bytes} bytes of shared (workgroup) memory "
                 f"({', '.join(b.name for b in self.shared)}; 8- and 16-bit elements take 4 bytes "
                 f"each), over the target's limit of {lim_sh} bytes "
                 f"(max_compute_workgroup_storage_size)", self.body)
         self.shared_bytes = shared_bytes
-
-    def _const_size(self, buf) -> int:
-        n = 1
-        for d in buf.shape:
-            c = E.as_int(self.ana.simplify(d))
-            if c is None:
-                raise WebGPUBuildError(f"kernel {self.name}: {buf.scope} buffer {buf.name} has "
-                                       f"the symbolic size {tuple(buf.shape)}; WGSL arrays need "
-                                       f"a constant size", buf)
-            n *= c
-        return max(n, 1)
 
     def _block_prologue(self):
         """Define tc_bid: the logical workgroup index, decoded from a linearized dispatch."""
         if not self.has_blocks:
             return
         if not self.linear:
-            self.line("let tc_bid = vec3<i32>(tc_wid);")
+            self.emit("let tc_bid = vec3<i32>(tc_wid);")
             return
-        self.line(f"let tc_lin = i32(tc_wid.x) + i32(tc_wid.y) * {MAX_WORKGROUPS}i;")
-        self.line("let tc_gx = tc_params.tc_grid_x;")
-        self.line("let tc_gxy = tc_gx * tc_params.tc_grid_y;")
+        self.emit(f"let tc_lin = i32(tc_wid.x) + i32(tc_wid.y) * {MAX_WORKGROUPS}i;")
+        self.emit("let tc_gx = tc_params.tc_grid_x;")
+        self.emit("let tc_gxy = tc_gx * tc_params.tc_grid_y;")
         # workgroup-uniform, so an early return keeps later barriers in uniform control flow
-        self.line("if (tc_lin >= tc_gxy * tc_params.tc_grid_z) { return; }")
-        self.line("let tc_bid = vec3<i32>(tc_lin % tc_gx, (tc_lin % tc_gxy) / tc_gx, "
+        self.emit("if (tc_lin >= tc_gxy * tc_params.tc_grid_z) { return; }")
+        self.emit("let tc_bid = vec3<i32>(tc_lin % tc_gx, (tc_lin % tc_gxy) / tc_gx, "
                   "tc_lin / tc_gxy);")
 
     def _assemble(self, body: list[str], grid_json) -> KernelSource:
@@ -388,7 +344,7 @@ class KernelEmitter:
                 name = f"tc_pack{b.binding}"
                 elem = "u32"
             else:
-                name = self.names.get(b.buffers[0], "b_")
+                name = self.name_of(b.buffers[0])
                 elem = storage.wgsl_storage(b.buffers[0].dtype)
             self.uses_f16 |= elem == "f16"
             out.append(f"@group(0) @binding({b.binding}) var<storage, {b.access}> {name}: "
@@ -404,19 +360,21 @@ class KernelEmitter:
         for buf in self.shared:
             self.uses_f16 |= buf.dtype == "float16"
             if id(buf) in self.vec4_shared:
-                out.append(f"var<workgroup> {self.names.get(buf, 's_')}: "
-                           f"array<vec4<f32>, {self._const_size(buf) // 4}>;")
+                out.append(f"var<workgroup> {self.name_of(buf)}: "
+                           f"array<vec4<f32>, {self.const_size(buf) // 4}>;")
                 continue
-            out.append(f"var<workgroup> {self.names.get(buf, 's_')}: "
-                       f"array<{storage.wgsl_storage(buf.dtype)}, {self._const_size(buf)}>;")
+            out.append(f"var<workgroup> {self.name_of(buf)}: "
+                       f"array<{storage.wgsl_storage(buf.dtype)}, {self.const_size(buf)}>;")
         for c in sorted(self.private_consts):
             out.append(f"var<private> {c}: u32 = {_NONFINITE_DECL[c]};")
         for h in sorted(self.helpers):
-            out.append(_HELPERS[h])
+            kind = h[len("tc_"):-len("_i32")]
+            out.append(self.floor_helper_definition(kind, "int32")
+                       if kind in ("floordiv", "floormod") else _HELPERS[h])
         if self.uses_f16:
             if not self.supports_float16:
                 raise WebGPUBuildError(
-                    f"kernel {self.name} uses float16, which WGSL allows only with the "
+                    f"kernel {self.kernel_name} uses float16, which WGSL allows only with the "
                     f"shader-f16 feature; build for Target('webgpu -supports-float16=1') (the "
                     f"adapter must have shader-f16), or compute in float32", self.body)
             out = ["enable f16;", ""] + out
@@ -428,104 +386,145 @@ class KernelEmitter:
         out.extend(_scalarize_locals(body, self.local_arrays))
         out.append("}")
         wgsl = "\n".join(out) + "\n"
-        return KernelSource(name=self.name, wgsl=wgsl, workgroup_size=wg, grid=grid_json,
-                            linear_grid=self.linear, bindings=self.bindings,
+        return KernelSource(name=self.kernel_name, wgsl=wgsl, workgroup_size=wg,
+                            grid=grid_json, linear_grid=self.linear, bindings=self.bindings,
                             uniform=self.uniform, uniform_binding=uniform_binding,
                             shared_bytes=self.shared_bytes)
 
-    # -- statements ---------------------------------------------------------------------------
-    def stmt(self, s):
-        fn = getattr(self, "s_" + type(s).__name__, None)
-        if fn is None:
-            raise WebGPUBuildError(f"kernel {self.name}: the WGSL generator cannot emit a "
-                                   f"{type(s).__name__} statement", s)
-        fn(s)
+    # =========================================================================================
+    # the table: names, types, declarations
 
-    def s_SeqStmt(self, s):
-        for x in s.seq:
-            self.stmt(x)
+    def identifier(self, node, hint: str) -> str:
+        if isinstance(node, S.Buffer):
+            prefix = {"shared": "s_", "local": "l_"}.get(node.scope, "b_")
+        else:
+            prefix = "" if node in self.uniform_vars else "v_"
+        return prefix + sanitize(hint)
 
-    def s_Evaluate(self, s):
+    def reserved(self, name: str) -> bool:
+        return name in _RESERVED
+
+    def type_name(self, dtype: str, node=None) -> str:
+        t = _wgsl_type(dtype, node)
+        if t == "f16":
+            self.uses_f16 = True
+        return t
+
+    def _note_f16(self, dtype):
+        if dtype == "float16":
+            self.uses_f16 = True
+
+    def thread_index(self, tag: str) -> str:
+        kind, axis = tag.split(".")
+        return f"i32(tc_lid.{axis})" if kind == "threadIdx" else f"tc_bid.{axis}"
+
+    def barrier_stmt(self) -> str:
+        return "workgroupBarrier();"
+
+    def local_decl(self, buf: S.Buffer, name: str, size: int) -> str:
+        ty = self.type_name(buf.dtype, buf)
+        self.local_arrays.append((name, ty))
+        return f"var {name}: array<{ty}, {size}>;"
+
+    def let_decl(self, name: str, type_name: str, value: str) -> str:
+        return f"let {name}: {type_name} = {value};"
+
+    def for_header(self, name: str, type_name: str, lo: str, hi: str) -> str:
+        one = "1u" if type_name == "u32" else "1i"
+        return f"for (var {name}: {type_name} = {lo}; {name} < {hi}; {name} = {name} + {one}) {{"
+
+    def unroll_pragma(self, f: S.For) -> str:
+        return ""
+
+    def float_literal(self, value: float, dtype: str) -> str:
+        if dtype == "float16":
+            self.uses_f16 = True
+        elif dtype != "float32":
+            self.type_name(dtype)      # float64: refused
+        return _float_literal(value, dtype, self)
+
+    def wrap(self, code: str, dtype: str) -> str:
+        return _wrap(code, dtype)
+
+    def floor_helper(self, kind: str, dtype: str) -> str:
+        name = f"tc_{kind}_i32"         # narrow and 64-bit integers compute in i32
+        self.helpers.add(name)
+        return name
+
+    def floor_helper_definition(self, kind: str, dtype: str) -> str:
+        body = "".join(f"  {line}\n" for line in self.floor_helper_body(kind, "int32"))
+        return f"fn tc_{kind}_i32(a: i32, b: i32) -> i32 {{\n{body}}}"
+
+    # =========================================================================================
+    # statements
+
+    def visit_Evaluate(self, s):
         v = s.value
-        if isinstance(v, E.IntImm):
-            return
-        if isinstance(v, E.Call) and v.op in BARRIER_OPS:
-            self.line("workgroupBarrier();")
-            return
-        raise WebGPUBuildError(f"kernel {self.name}: cannot emit the statement "
-                               f"evaluate({v!r}) in WGSL", s)
+        if not isinstance(v, E.IntImm) and not (isinstance(v, E.Call) and v.op in BARRIER_OPS):
+            raise self.error(f"cannot emit the statement evaluate({v!r}) in WGSL", s)
+        super().visit_Evaluate(s)
 
-    def s_BufferStore(self, s):
-        buf = s.buffer
-        idx = self.index(s.indices[0], buf)
-        value = self.expr(s.value)
-        if buf.dtype == "bool":
-            value = f"select(0u, 1u, {value})"
-        target = self._element_ref(buf, idx, s)
-        if target[1]:  # packed: the word is u32
-            value = self._to_word(value, buf.dtype)
-        self.line(f"{target[0]} = {value};")
-
-    def s_IfThenElse(self, s):
-        cond = s.condition
+    def visit_IfThenElse(self, s):
         if self.unrolling:
+            # unrolled copies see their loop variables as constants: decide what is decided
             try:
-                cond = self.ana.simplify(cond)
+                cond = self.analyzer.simplify(s.condition)
             except TIRError:
-                pass
+                cond = s.condition
             if E.is_const_int(cond, 1):
-                return self.stmt(s.then_case)
+                return self.visit(s.then_case)
             if E.is_const_int(cond, 0):
-                return self.stmt(s.else_case) if s.else_case is not None else None
-        self.line(f"if ({self.expr(cond)}) {{")
-        self.indent += 1
-        with self.ana.with_constraint(s.condition):
-            self.stmt(s.then_case)
-        self.indent -= 1
-        if s.else_case is not None:
-            self.line("} else {")
-            self.indent += 1
-            self.stmt(s.else_case)
-            self.indent -= 1
-        self.line("}")
+                return self.visit(s.else_case) if s.else_case is not None else None
+            if cond is not s.condition:
+                s = S.IfThenElse(cond, s.then_case, s.else_case)
+        super().visit_IfThenElse(s)
 
-    def s_LetStmt(self, s):
-        name = self.names.get(s.var, "v_")
-        self.line(f"let {name}: {self.ty(s.var.dtype, s)} = {self.expr(s.value)};")
-        self.local_vars[id(s.var)] = name
-        if dt.is_integer(s.var.dtype):
-            self.ana.bind(s.var, s.value)
-        self.stmt(s.body)
-
-    def s_AssertStmt(self, s):
+    def visit_AssertStmt(self, s):
         # Checks that depend only on host values were taken out by the host/device split; one
         # that depends on the thread's indices becomes a guard (WGSL cannot raise an error).
-        self.line(f"if ({self.expr(s.condition)}) {{")
-        self.indent += 1
-        self.stmt(s.body)
-        self.indent -= 1
-        self.line("}")
+        self.emit(f"if ({self.visit(s.condition)}) {{")
+        self.depth += 1
+        self.visit(s.body)
+        self.depth -= 1
+        self.emit("}")
 
-    def s_Allocate(self, s):
-        buf = s.buffer
-        if buf.scope == "local":
-            name = self.names.get(buf, 'l_')
-            ty = self.ty(buf.dtype, s)
-            self.local_arrays.append((name, ty))
-            self.line(f"var {name}: array<{ty}, {self._const_size(buf)}>;")
-        elif buf.scope != "shared":
-            raise WebGPUBuildError(f"kernel {self.name}: a {buf.scope} allocation "
-                                   f"({buf.name}) inside a kernel", s)
-        self.stmt(s.body)
+    def visit_For(self, s):
+        v = s.loop_var
+        if s.kind == "vectorized" and self.vec4_shared and self._try_vec4_copy(s):
+            return
+        if s.kind == "thread_binding":
+            raise self.error(f"loop {v.name} is still bound to {s.thread_tag}; kernels come "
+                             f"from tensorir.transform.split_host_device", s)
+        ext = E.as_int(self.analyzer.simplify(s.extent))
+        lo = E.as_int(self.analyzer.simplify(s.min))
+        # unrolled / vectorized loops, and short serial loops over a register tile (a local
+        # array), are unrolled so that the tile's indices become constants (scalarized below)
+        unroll = s.kind in ("unrolled", "vectorized") or (
+            s.kind == "serial" and ext is not None and ext <= 16 and _touches_local(s.body))
+        if unroll and ext is not None and lo is not None and 0 < ext <= UNROLL_LIMIT:
+            size = _stmt_size(s.body) * ext
+            if size <= self.unroll_budget:
+                self.unroll_budget -= size
+                self.unrolling += 1
+                for k in range(lo, lo + ext):
+                    self.var_code[v] = _int_literal(k, v.dtype, v)
+                    self.analyzer.bind(v, E.IntImm(k, v.dtype))
+                    self.emit("{")
+                    self.depth += 1
+                    self.visit(s.body)
+                    self.depth -= 1
+                    self.emit("}")
+                self.unrolling -= 1
+                self.analyzer.bind(v, Range(s.min, s.extent))
+                return
+        super().visit_For(s)
 
-    def _vec4_element(self, buf, idx: str) -> str:
-        """Element ``idx`` of a vec4 workgroup array: a component of vector ``idx / 4``."""
-        name = self.names.get(buf, 's_')
-        m = re.fullmatch(r"(\d+)i", idx)
-        if m:
-            k = int(m.group(1))
-            return f"{name}[{k // 4}i][{k % 4}i]"
-        return f"{name}[({idx}) >> 2u][({idx}) & 3i]"
+    def loop_bound(self, e) -> str:
+        self.index_depth += 1
+        try:
+            return self.visit(e)
+        finally:
+            self.index_depth -= 1
 
     def _try_vec4_copy(self, s) -> bool:
         """A vectorized loop of 4 storing ``src[base + v]`` (``src`` a vec4 workgroup array,
@@ -537,305 +536,146 @@ class KernelEmitter:
                 not isinstance(st.value, E.BufferLoad) or \
                 id(st.value.buffer) not in self.vec4_shared or st.buffer.dtype != "float32":
             return False
-        base = _unit_base(st.value.indices[0], v)
+        base = arith.ramp_base(st.value.indices[0], v)
         if base is None:
             return False
-        base = self.ana.simplify(E.Add(base, s.min))
+        base = self.analyzer.simplify(E.Add(base, s.min))
+        if not arith.is_aligned(base, 4, self.analyzer) or self._packed(st.buffer):
+            return False
+        self.element_ref(st.buffer, "0i", st)    # (names the target before the source)
+        src = self.name_of(st.value.buffer)
         four = E.IntImm(4, base.dtype)
-        if not self.ana.can_prove(E.EQ(E.FloorMod(base, four), E.IntImm(0, base.dtype))):
-            return False
-        ref, packed = self._element_ref(st.buffer, "0i", st)
-        if packed:
-            return False
-        src = self.names.get(st.value.buffer, 's_')
-        qidx = self.index(self.ana.simplify(E.FloorDiv(base, four)), st.value.buffer)
-        self.vec4_temps = getattr(self, "vec4_temps", 0) + 1
+        qidx = self.buffer_index(self.analyzer.simplify(E.FloorDiv(base, four)),
+                                 st.value.buffer)
+        self.vec4_temps += 1
         tmp = f"tc_v4_{self.vec4_temps}"
-        self.line(f"let {tmp}: vec4<f32> = {src}[{qidx}];")
+        self.emit(self.let_decl(tmp, "vec4<f32>", f"{src}[{qidx}]"))
         for lane in range(4):
-            at = E.Add(s.min, E.IntImm(lane, v.dtype))
-            idx = self.index(self.ana.simplify(substitute(st.indices[0], {v: at})), st.buffer)
-            target, _ = self._element_ref(st.buffer, idx, st)
-            self.line(f"{target} = {tmp}[{lane}];")
+            at = arith.lane_index(st.indices[0], v, E.Add(s.min, E.IntImm(lane, v.dtype)),
+                                  self.analyzer)
+            target = self.element_ref(st.buffer, self.buffer_index(at, st.buffer), st)
+            self.emit(f"{target} = {tmp}[{lane}];")
         return True
 
-    def s_For(self, s):
-        v = s.loop_var
-        if s.kind == "vectorized" and self.vec4_shared and self._try_vec4_copy(s):
-            return
-        if s.kind == "thread_binding":
-            raise WebGPUBuildError(f"kernel {self.name}: loop {v.name} is still bound to "
-                                   f"{s.thread_tag}; kernels come from "
-                                   f"tensorir.transform.split_host_device", s)
-        ext = E.as_int(self.ana.simplify(s.extent))
-        lo = E.as_int(self.ana.simplify(s.min))
-        # unrolled / vectorized loops, and short serial loops over a register tile (a local
-        # array), are unrolled so that the tile's indices become constants (scalarized below)
-        unroll = s.kind in ("unrolled", "vectorized") or (
-            s.kind == "serial" and ext is not None and ext <= 16 and _touches_local(s.body))
-        if unroll and ext is not None and lo is not None and 0 < ext <= UNROLL_LIMIT:
-            size = _stmt_size(s.body) * ext
-            if size <= self.unroll_budget:
-                self.unroll_budget -= size
-                self.unrolling += 1
-                for k in range(lo, lo + ext):
-                    self.local_vars[id(v)] = _int_literal(k, v.dtype, v)
-                    self.ana.bind(v, E.IntImm(k, v.dtype))
-                    self.line("{")
-                    self.indent += 1
-                    self.stmt(s.body)
-                    self.indent -= 1
-                    self.line("}")
-                self.unrolling -= 1
-                self.ana.bind(v, Range(s.min, s.extent))
-                return
-        name = self.names.get(v, "v_")
-        ty = self.ty(v.dtype, s)
-        self.local_vars[id(v)] = name
-        self.index_depth += 1
-        lo_c = self.expr(s.min)
-        hi = self.expr(self.ana.simplify(E.Add(s.min, s.extent))) \
-            if not E.is_const_int(s.min, 0) else self.expr(s.extent)
-        self.index_depth -= 1
-        self.ana.bind(v, Range(s.min, s.extent))
-        one = "1u" if ty == "u32" else "1i"
-        self.line(f"for (var {name}: {ty} = {lo_c}; {name} < {hi}; {name} = {name} + {one}) {{")
-        self.indent += 1
-        self.stmt(s.body)
-        self.indent -= 1
-        self.line("}")
+    # =========================================================================================
+    # buffers
 
-    # -- buffers ----------------------------------------------------------------------------------
-    def index(self, idx, buf) -> str:
+    def buffer_index(self, idx, buf) -> str:
         if not dt.is_integer(idx.dtype):
-            raise WebGPUBuildError(f"index {idx!r} of {buf.name} is not an integer", idx)
+            raise self.error(f"index {idx!r} of {buf.name} is not an integer", idx)
         if self.unrolling and not isinstance(idx, (E.IntImm, E.Var)):
             # unrolled copies see their loop variables as constants: fold them
             try:
-                idx = self.ana.simplify(idx)
+                idx = self.analyzer.simplify(idx)
             except TIRError:
                 pass
         self.index_depth += 1
         try:
-            return self._as_i32(self.expr(idx), idx.dtype)
+            code = self.visit(idx)
         finally:
             self.index_depth -= 1
+        return code if storage.wgsl_scalar(idx.dtype) == "i32" else f"i32({code})"
 
-    @staticmethod
-    def _as_i32(code: str, dtype: str) -> str:
-        return code if storage.wgsl_scalar(dtype) == "i32" else f"i32({code})"
+    def _packed(self, buf) -> bool:
+        hit = self.binding_of.get(id(buf))
+        return hit is not None and hit[0].packed
 
-    def _element_ref(self, buf, idx: str, node) -> tuple[str, bool]:
-        """(the WGSL lvalue/rvalue of buf[idx], whether it is a packed u32 word)."""
+    def element_ref(self, buf, index: str, node) -> str:
         if buf.scope == "shared":
             if id(buf) in self.vec4_shared:
-                return self._vec4_element(buf, idx), False
-            return f"{self.names.get(buf, 's_')}[{idx}]", False
+                return self._vec4_element(buf, index)
+            return f"{self.name_of(buf)}[{index}]"
         if buf.scope == "local":
-            return f"{self.names.get(buf, 'l_')}[{idx}]", False
+            return f"{self.name_of(buf)}[{index}]"
         hit = self.binding_of.get(id(buf))
         if hit is None:
-            raise WebGPUBuildError(f"kernel {self.name}: buffer {buf.name} is not bound to the "
-                                   f"kernel", node)
+            raise self.error(f"buffer {buf.name} is not bound to the kernel", node)
         b, k = hit
         if b.packed:
             off = self.offset_fields[(b.binding, k)]
-            return f"tc_pack{b.binding}[tc_params.{off} + {idx}]", True
-        return f"{self.names.get(buf, 'b_')}[{idx}]", False
+            return f"tc_pack{b.binding}[tc_params.{off} + {index}]"
+        return f"{self.name_of(buf)}[{index}]"
 
-    def _to_word(self, value: str, dtype: str) -> str:
-        st = storage.wgsl_storage(dtype)
-        if st == "u32":
-            return value
-        if st in ("i32", "f32"):
-            return f"bitcast<u32>({value})"
-        raise WebGPUBuildError(f"a {dtype} buffer cannot be packed with others (only 32-bit "
-                               f"elements can)")
+    def _vec4_element(self, buf, idx: str) -> str:
+        """Element ``idx`` of a vec4 workgroup array: a component of vector ``idx / 4``."""
+        name = self.name_of(buf)
+        m = re.fullmatch(r"(\d+)i", idx)
+        if m:
+            k = int(m.group(1))
+            return f"{name}[{k // 4}i][{k % 4}i]"
+        return f"{name}[({idx}) >> 2u][({idx}) & 3i]"
 
-    def _from_word(self, code: str, dtype: str) -> str:
-        st = storage.wgsl_storage(dtype)
-        if st == "u32":
-            return code
-        return f"bitcast<{st}>({code})"
+    def load_value(self, buf, ref: str) -> str:
+        if self._packed(buf):
+            st = storage.wgsl_storage(buf.dtype)
+            ref = ref if st == "u32" else f"bitcast<{st}>({ref})"
+        if buf.dtype == "bool":
+            return f"({ref} != 0u)"
+        self._note_f16(buf.dtype)
+        return ref
 
-    # -- expressions ------------------------------------------------------------------------------
-    def expr(self, e) -> str:
-        fn = getattr(self, "e_" + type(e).__name__, None)
-        if fn is None:
-            raise WebGPUBuildError(f"kernel {self.name}: the WGSL generator cannot emit "
-                                   f"{type(e).__name__} {e!r}", e)
-        return fn(e)
+    def store_value(self, buf, value: str) -> str:
+        if buf.dtype == "bool":
+            value = f"select(0u, 1u, {value})"
+        if self._packed(buf):   # the word is u32
+            st = storage.wgsl_storage(buf.dtype)
+            if st in ("i32", "f32"):
+                return f"bitcast<u32>({value})"
+            if st != "u32":
+                raise self.error(f"a {buf.dtype} buffer cannot be packed with others (only "
+                                 f"32-bit elements can)", buf)
+        return value
 
-    def e_Var(self, v):
-        code = self.local_vars.get(id(v))
-        if code is not None:
-            return code
-        fld = self.uniform_fields.get(id(v))
-        if fld is not None:
-            ty = self.ty(v.dtype, v)
-            if ty == "f16":
-                self.uses_f16 = True
-                return f"f16(tc_params.{fld})"
-            if ty == "bool":
-                return f"(tc_params.{fld} != 0u)"
-            return f"tc_params.{fld}"
-        raise WebGPUBuildError(f"kernel {self.name}: variable {v.name} is not defined in the "
-                               f"kernel and is not a shape variable or scalar parameter", v)
+    # =========================================================================================
+    # expressions WGSL spells differently
 
-    def e_IntImm(self, e):
+    def visit_Var(self, v):
+        code = self.var_code.get(v)
+        if code is None:
+            raise self.error(f"variable {v.name} is not defined in the kernel and is not a "
+                             f"shape variable or scalar parameter", v)
+        return code
+
+    def visit_IntImm(self, e):
         if self.index_depth and e.dtype in ("int64", "uint64") and \
                 not -2 ** 31 <= e.value <= INT32_MAX:
-            raise WebGPUBuildError(f"kernel {self.name}: the index constant {e.value} does not "
-                                   f"fit in 32 bits; WebGPU kernels index with i32 (arrays of "
-                                   f"fewer than 2**31 elements)", e)
+            raise self.error(f"the index constant {e.value} does not fit in 32 bits; WebGPU "
+                             f"kernels index with i32 (arrays of fewer than 2**31 elements)", e)
         return _int_literal(e.value, e.dtype, e)
-
-    def e_FloatImm(self, e):
-        if e.dtype == "float16":
-            self.uses_f16 = True
-        elif e.dtype != "float32":
-            self.ty(e.dtype, e)
-        return _float_literal(e.value, e.dtype, self)
-
-    def e_StringImm(self, e):
-        raise WebGPUBuildError(f"kernel {self.name}: a string {e.value!r} cannot be a WGSL "
-                               f"value", e)
-
-    def _bin(self, e, op):
-        a, b = self.expr(e.a), self.expr(e.b)
-        return _wrap(f"({a} {op} {b})", e.dtype)
-
-    def e_Add(self, e):
-        return self._bin(e, "+")
-
-    def e_Sub(self, e):
-        return self._bin(e, "-")
-
-    def e_Mul(self, e):
-        return self._bin(e, "*")
 
     def _nonzero_const(self, e) -> bool:
         c = E.as_int(e)
         return c is not None and c != 0
 
-    def e_Div(self, e):
+    def _int_division(self, e, op: str) -> str:
+        # WGSL defines x / 0 as x and x % 0 as 0; TensorIR's generators give 0 for both
+        a, b = self.visit(e.a), self.visit(e.b)
+        if self._nonzero_const(e.b):
+            return _wrap(f"({a} {op} {b})", e.dtype)
+        zero = "0u" if storage.wgsl_scalar(e.dtype) == "u32" else "0i"
+        return _wrap(f"select({a} {op} {b}, {zero}, {b} == {zero})", e.dtype)
+
+    def visit_Div(self, e):
         if dt.is_float(e.dtype):
             self._note_f16(e.dtype)
-            return f"({self.expr(e.a)} / {self.expr(e.b)})"
-        a, b = self.expr(e.a), self.expr(e.b)
-        if self._nonzero_const(e.b):
-            return _wrap(f"({a} / {b})", e.dtype)
-        zero = "0u" if storage.wgsl_scalar(e.dtype) == "u32" else "0i"
-        return _wrap(f"select({a} / {b}, {zero}, {b} == {zero})", e.dtype)
+            return f"({self.visit(e.a)} / {self.visit(e.b)})"
+        return self._int_division(e, "/")
 
-    def e_Mod(self, e):
-        a, b = self.expr(e.a), self.expr(e.b)
+    def visit_Mod(self, e):
         if dt.is_float(e.dtype):
+            a, b = self.visit(e.a), self.visit(e.b)
             self._note_f16(e.dtype)
             return f"({a} % {b})"
-        if self._nonzero_const(e.b):
-            return _wrap(f"({a} % {b})", e.dtype)
-        zero = "0u" if storage.wgsl_scalar(e.dtype) == "u32" else "0i"
-        return _wrap(f"select({a} % {b}, {zero}, {b} == {zero})", e.dtype)
+        return self._int_division(e, "%")
 
-    def _nonneg(self, e) -> bool:
-        try:
-            return self.ana.const_int_bound(e).min_value >= 0
-        except TIRError:
-            return False
+    def visit_Select(self, e):
+        f, t = self.visit(e.false_value), self.visit(e.true_value)
+        return f"select({f}, {t}, {self.visit(e.condition)})"
 
-    def e_FloorDiv(self, e):
-        a, b = self.expr(e.a), self.expr(e.b)
-        if dt.is_float(e.dtype):
-            self._note_f16(e.dtype)
-            return f"floor({a} / {b})"
-        if storage.wgsl_scalar(e.dtype) == "u32":
-            return _wrap(f"select({a} / {b}, 0u, {b} == 0u)" if not self._nonzero_const(e.b)
-                         else f"({a} / {b})", e.dtype)
-        c = E.as_int(e.b)
-        if c is not None and c > 0 and self._nonneg(e.a):
-            return _wrap(f"({a} / {b})", e.dtype)
-        self.helpers.add("tc_floordiv_i32")
-        return _wrap(f"tc_floordiv_i32({a}, {b})", e.dtype)
-
-    def e_FloorMod(self, e):
-        a, b = self.expr(e.a), self.expr(e.b)
-        if dt.is_float(e.dtype):
-            self._note_f16(e.dtype)
-            return f"({a} - floor({a} / {b}) * {b})"
-        if storage.wgsl_scalar(e.dtype) == "u32":
-            return _wrap(f"select({a} % {b}, 0u, {b} == 0u)" if not self._nonzero_const(e.b)
-                         else f"({a} % {b})", e.dtype)
-        c = E.as_int(e.b)
-        if c is not None and c > 0 and self._nonneg(e.a):
-            return _wrap(f"({a} % {b})", e.dtype)
-        self.helpers.add("tc_floormod_i32")
-        return _wrap(f"tc_floormod_i32({a}, {b})", e.dtype)
-
-    def e_Min(self, e):
-        if e.dtype == "bool":
-            return f"({self.expr(e.a)} && {self.expr(e.b)})"
-        return f"min({self.expr(e.a)}, {self.expr(e.b)})"
-
-    def e_Max(self, e):
-        if e.dtype == "bool":
-            return f"({self.expr(e.a)} || {self.expr(e.b)})"
-        return f"max({self.expr(e.a)}, {self.expr(e.b)})"
-
-    def _cmp(self, e, op):
-        return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
-
-    def e_EQ(self, e):
-        return self._cmp(e, "==")
-
-    def e_NE(self, e):
-        return self._cmp(e, "!=")
-
-    def e_LT(self, e):
-        return self._cmp(e, "<")
-
-    def e_LE(self, e):
-        return self._cmp(e, "<=")
-
-    def e_GT(self, e):
-        return self._cmp(e, ">")
-
-    def e_GE(self, e):
-        return self._cmp(e, ">=")
-
-    def e_And(self, e):
-        return f"({self.expr(e.a)} && {self.expr(e.b)})"
-
-    def e_Or(self, e):
-        return f"({self.expr(e.a)} || {self.expr(e.b)})"
-
-    def e_Not(self, e):
-        return f"(!{self.expr(e.a)})"
-
-    def e_Select(self, e):
-        return (f"select({self.expr(e.false_value)}, {self.expr(e.true_value)}, "
-                f"{self.expr(e.condition)})")
-
-    def e_Let(self, e):
-        from tilecraft.tensorir.functor import substitute
-        return self.expr(substitute(e.body, {e.var: e.value}))
-
-    def ty(self, dtype: str, node=None) -> str:
-        t = _wgsl_type(dtype, node)
-        if t == "f16":
-            self.uses_f16 = True
-        return t
-
-    def _note_f16(self, dtype):
-        if dtype == "float16":
-            self.uses_f16 = True
-
-    def e_Cast(self, e):
+    def visit_Cast(self, e):
         src, dst = e.value.dtype, e.dtype
-        code = self.expr(e.value)
-        st, dtt = self.ty(src, e), self.ty(dst, e)
-        self._note_f16(src)
-        self._note_f16(dst)
+        code = self.visit(e.value)
+        st, dtt = self.type_name(src, e), self.type_name(dst, e)
         if dst == "bool":
             zero = {"f32": "0.0f", "f16": "0.0h", "i32": "0i", "u32": "0u"}.get(st)
             return code if st == "bool" else f"({code} != {zero})"
@@ -851,43 +691,34 @@ class KernelEmitter:
             return code
         return _wrap(f"{dtt}({code})", dst)
 
-    def e_BufferLoad(self, e):
-        buf = e.buffer
-        idx = self.index(e.indices[0], buf)
-        ref, packed = self._element_ref(buf, idx, e)
-        if packed:
-            ref = self._from_word(ref, buf.dtype)
-        if buf.dtype == "bool":
-            return f"({ref} != 0u)"
-        self._note_f16(buf.dtype)
-        return ref
+    _DIRECT = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "inverseSqrt",
+               "fabs": "abs", "floor": "floor", "ceil": "ceil", "round": "round",
+               "trunc": "trunc", "sin": "sin", "cos": "cos", "exp2": "exp2", "log2": "log2"}
 
-    def e_Call(self, e):
+    def visit_Call(self, e):
         op = e.op
         if op == "if_then_else":
             c, t, f = e.args
             # WebGPU bounds every access (robust buffer access), so evaluating both sides is
             # memory-safe; select keeps the code branch-free.
-            return f"select({self.expr(f)}, {self.expr(t)}, {self.expr(c)})"
+            f, t = self.visit(f), self.visit(t)
+            return f"select({f}, {t}, {self.visit(c)})"
         if op in BARRIER_OPS:
-            raise WebGPUBuildError(f"kernel {self.name}: a barrier inside an expression", e)
-        args = [self.expr(a) for a in e.args]
+            raise self.error("a barrier inside an expression", e)
+        args = [self.visit(a) for a in e.args]
         src = e.args[0].dtype if e.args else e.dtype
         if src == "float16" or e.dtype == "float16":
+            # float16 math runs in f32 and rounds once
             self.uses_f16 = True
             args = [f"f32({a})" for a in args]
             out = self._math(op, args, e)
             return f"f16({out})" if e.dtype == "float16" else out
         if src != "float32":
-            self.ty(src, e)
+            self.type_name(src, e)
         out = self._math(op, args, e)
         if e.dtype != "float32" and src == "float32":
-            out = f"{self.ty(e.dtype, e)}({out})"
+            out = f"{self.type_name(e.dtype, e)}({out})"
         return out
-
-    _DIRECT = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "inverseSqrt",
-               "fabs": "abs", "floor": "floor", "ceil": "ceil", "round": "round",
-               "trunc": "trunc", "sin": "sin", "cos": "cos", "exp2": "exp2", "log2": "log2"}
 
     def _math(self, op, args, e) -> str:
         if op in self._DIRECT:
@@ -903,23 +734,12 @@ class KernelEmitter:
             self.helpers.add("tc_pow")
             self.private_consts.add("tc_nan_bits")
             return f"tc_pow({args[0]}, {args[1]})"
-        raise WebGPUBuildError(f"kernel {self.name}: the intrinsic {op!r} has no WGSL "
-                               f"equivalent", e)
-
-
-def _unit_base(index, v):
-    """``index == base + v`` with ``base`` free of ``v``: ``base``; else None."""
-    from tilecraft.tensorir.transform._common import linear_coeff
-    r = linear_coeff(index, v)
-    if r is None or r[0] != 1:
-        return None
-    return r[1]
+        raise self.error(f"the intrinsic {op!r} has no WGSL equivalent", e)
 
 
 def _vec4_shared(body, shared) -> set:
     """ids of the float32 shared buffers (size a multiple of 4) that some vectorized loop of 4
     reads at ``base + v``."""
-    from tilecraft.tensorir.functor import post_order_visit
     cands = {id(b) for b in shared if b.dtype == "float32"}
     found = set()
 
@@ -927,7 +747,7 @@ def _vec4_shared(body, shared) -> set:
         if isinstance(n, S.For) and n.kind == "vectorized" and E.as_int(n.extent) == 4 and \
                 isinstance(n.body, S.BufferStore) and isinstance(n.body.value, E.BufferLoad):
             src = n.body.value
-            if id(src.buffer) in cands and _unit_base(src.indices[0], n.loop_var) is not None:
+            if id(src.buffer) in cands and arith.ramp_base(src.indices[0], n.loop_var) is not None:
                 found.add(id(src.buffer))
     post_order_visit(body, visit)
     sizes = {id(b): b for b in shared}
@@ -952,7 +772,6 @@ def _touches_local(s) -> bool:
         if isinstance(n, (E.BufferLoad, S.BufferStore)) and n.buffer.scope == "local":
             found = True
 
-    from tilecraft.tensorir.functor import post_order_visit
     post_order_visit(s, visit)
     return found
 
@@ -991,16 +810,6 @@ def _stmt_size(s) -> int:
     return 1
 
 
-def _as_dtype(e, dtype):
-    if isinstance(e, int):
-        return E.IntImm(e, dtype)
-    if e.dtype == dtype:
-        return e
-    if isinstance(e, E.IntImm):
-        return E.IntImm(e.value, dtype)
-    return E.Cast(dtype, e)
-
-
 def emit_kernel(kernel, bindings: list[Binding], limits: dict, *, supports_float16: bool = False,
                 nonneg_scalars: Sequence = ()) -> KernelSource:
     """Generate the WGSL of one ``DeviceKernel``.
@@ -1018,5 +827,5 @@ def emit_kernel(kernel, bindings: list[Binding], limits: dict, *, supports_float
     nonneg_scalars : list[Var]
         Scalar parameters known to be >= 0 (shape dims), for cheaper integer division.
     """
-    return KernelEmitter(kernel, bindings, limits, supports_float16=supports_float16,
-                         nonneg_scalars=nonneg_scalars).run()
+    return WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
+                       nonneg_scalars=nonneg_scalars).generate()

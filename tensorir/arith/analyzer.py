@@ -27,6 +27,7 @@ are only constant-folded (plus ``x * 1.0``, ``x + 0.0``), never reassociated.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import sys
 from math import gcd
 from typing import Iterable, Mapping
@@ -93,6 +94,44 @@ def _bool(value: bool, dtype: str = "bool") -> IntImm:
 _NEGATE_CMP = {LT: GE, LE: GT, GT: LE, GE: LT, EQ: NE, NE: EQ}
 _CMP_TYPES = (EQ, NE, LT, LE, GT, GE)
 
+# Facts every Analyzer made inside ``assume(...)`` starts from (a context variable: each thread
+# and each asyncio task sees its own).
+_ASSUMED: contextvars.ContextVar[tuple] = contextvars.ContextVar("tilecraft_arith_assumed",
+                                                                 default=())
+
+
+@contextlib.contextmanager
+def assume(*conds):
+    """A context in which every new ``Analyzer`` takes ``conds`` as known facts.
+
+    A frontend that knows facts about its symbolic dims (``seq <= 64`` from a
+    ``torch.export.Dim``, or a condition it checks at run time) imports a model inside this
+    context, so the shape inference of every operator, which makes its own ``Analyzer``, proves
+    what those facts imply: ``min(seq, 128)`` simplifies to ``seq``. Nested contexts add up.
+
+    Examples
+    --------
+    >>> from tilecraft.tensorir import var
+    >>> from tilecraft.tensorir.expr import min_
+    >>> seq = var("seq")
+    >>> with assume(seq <= 64, seq >= 0):
+    ...     Analyzer().simplify(min_(seq, 128))
+    seq
+    >>> Analyzer().can_prove(seq <= 64)
+    False
+    """
+    facts = []
+    for c in conds:
+        c = convert(c)
+        if not dt.is_bool(c.dtype):
+            raise TIRError(f"arith.assume needs bool conditions, got {c!r} of {c.dtype}", c)
+        facts.append(c)
+    token = _ASSUMED.set(_ASSUMED.get() + tuple(facts))
+    try:
+        yield
+    finally:
+        _ASSUMED.reset(token)
+
 
 class Analyzer:
     """Integer analysis with a context of known facts about variables.
@@ -133,6 +172,9 @@ class Analyzer:
         self._proving: set[tuple] = set()
         self._proof_nesting = 0
         self._cutoffs = 0
+        assumed = _ASSUMED.get()
+        if assumed:
+            self._assume_all(assumed)
 
     # =========================================================================================
     # knowledge
@@ -229,20 +271,24 @@ class Analyzer:
             raise TIRError(f"with_constraint needs a bool condition, got {cond!r} of {cond.dtype}",
                            cond)
         saved = (dict(self._extra_bound), list(self._facts), dict(self._known))
-        with _deep_recursion():
-            simplified = self._simpl(cond)
-            self._assume(simplified)
-            if simplified is not cond:
-                # Simplifying may split a comparison of a min / max into its undecided case
-                # (``max(x, 0) < n`` into ``0 < n`` where ``x < n`` is known): keep the facts
-                # of the comparison as written too, they bound the whole min / max.
-                self._assume(cond)
-        self._changed()
+        self._assume_all([cond])
         try:
             yield self
         finally:
             self._extra_bound, self._facts, self._known = saved
             self._changed()
+
+    def _assume_all(self, conds) -> None:
+        with _deep_recursion():
+            for cond in conds:
+                simplified = self._simpl(cond)
+                self._assume(simplified)
+                if simplified is not cond:
+                    # Simplifying may split a comparison of a min / max into its undecided case
+                    # (``max(x, 0) < n`` into ``0 < n`` where ``x < n`` is known): keep the
+                    # facts of the comparison as written too, they bound the whole min / max.
+                    self._assume(cond)
+                self._changed()
 
     def _as_dtype(self, e, var: Var, what: str) -> PrimExpr:
         e = convert(e, var)

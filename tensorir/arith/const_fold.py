@@ -194,3 +194,27 @@ def fold_intrinsic(op: str, dtype: str, args) -> PrimExpr | None:
     with np.errstate(all="ignore"):
         r = fn(*[_np_float(a.value, dtype) for a in args])
     return FloatImm(float(_np_float(r, dtype)), dtype)
+
+
+def fold_add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """``a + b`` with the constant cases folded (keeps lowered IR readable before Simplify)."""
+    if isinstance(a, IntImm) and isinstance(b, IntImm):
+        return IntImm(a.value + b.value, a.dtype)
+    if isinstance(a, IntImm) and a.value == 0:
+        return b
+    if isinstance(b, IntImm) and b.value == 0:
+        return a
+    return a + b
+
+
+def fold_mul(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """``a * b`` with the constant cases folded."""
+    if isinstance(a, IntImm) and isinstance(b, IntImm):
+        return IntImm(a.value * b.value, a.dtype)
+    if isinstance(a, IntImm) and a.value == 1:
+        return b
+    if isinstance(b, IntImm) and b.value == 1:
+        return a
+    if (isinstance(a, IntImm) and a.value == 0) or (isinstance(b, IntImm) and b.value == 0):
+        return IntImm(0, a.dtype)
+    return a * b

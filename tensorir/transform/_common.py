@@ -8,10 +8,12 @@ from typing import Callable, Iterable
 import numpy as np
 
 from .. import dtype as dt
-from ..expr import Add, Cast, IntImm, Mul, PrimExpr, Sub, TIRError, Var, convert
+from ..expr import Cast, IntImm, PrimExpr, TIRError, Var, convert
 from ..function import IRModule, PrimFunc
 from ..functor import IRMutator, children, free_vars
 from ..stmt import Buffer, Evaluate, Range, SeqStmt, Stmt
+from ..arith.const_fold import fold_add, fold_mul  # noqa: F401  (used by the passes)
+from ..arith.ramp import linear_coeff  # noqa: F401  (used by the passes)
 
 
 def prim_func_pass(fn: Callable[[PrimFunc], PrimFunc]) -> Callable:
@@ -95,30 +97,6 @@ def to_int64(e) -> PrimExpr:
     return Cast("int64", e)
 
 
-def fold_add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    """``a + b`` with the constant cases folded (keeps lowered IR readable before Simplify)."""
-    if isinstance(a, IntImm) and isinstance(b, IntImm):
-        return IntImm(a.value + b.value, a.dtype)
-    if isinstance(a, IntImm) and a.value == 0:
-        return b
-    if isinstance(b, IntImm) and b.value == 0:
-        return a
-    return a + b
-
-
-def fold_mul(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    """``a * b`` with the constant cases folded."""
-    if isinstance(a, IntImm) and isinstance(b, IntImm):
-        return IntImm(a.value * b.value, a.dtype)
-    if isinstance(a, IntImm) and a.value == 1:
-        return b
-    if isinstance(b, IntImm) and b.value == 1:
-        return a
-    if (isinstance(a, IntImm) and a.value == 0) or (isinstance(b, IntImm) and b.value == 0):
-        return IntImm(0, a.dtype)
-    return a * b
-
-
 def shape_vars_of(buffers: Iterable[Buffer], exclude: Iterable[Var] = ()) -> tuple:
     """Free Vars of the buffers' shapes and strides, in first-appearance order."""
     skip = set(exclude)
@@ -138,30 +116,6 @@ def func_shape_vars(func: PrimFunc) -> tuple:
         return tuple(attrs["shape_vars"])
     buffers = attrs.get("arg_buffers", func.buffers)
     return shape_vars_of(buffers, exclude=func.scalar_params)
-
-
-def linear_coeff(e: PrimExpr, v: Var):
-    """``e == c * v + rest`` with an integer ``c`` and ``rest`` free of ``v``: ``(c, rest)``,
-    or None when ``e`` is not of that form (``v`` under a division, times a symbol, ...)."""
-    if not uses_any(e, [v]):
-        return 0, e
-    if e is v:
-        return 1, IntImm(0, v.dtype)
-    if isinstance(e, (Add, Sub)):
-        a, b = linear_coeff(e.a, v), linear_coeff(e.b, v)
-        if a is None or b is None:
-            return None
-        if isinstance(e, Add):
-            return a[0] + b[0], fold_add(a[1], b[1])
-        return a[0] - b[0], a[1] - b[1]
-    if isinstance(e, Mul):
-        for x, y in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(y, IntImm):
-                lx = linear_coeff(x, v)
-                if lx is None:
-                    return None
-                return lx[0] * y.value, fold_mul(lx[1], y)
-    return None
 
 
 def affine_coeffs(e: PrimExpr, variables):

@@ -172,7 +172,7 @@ def manipulation_indexing_and_image(dev, target, rng):
 def mlp_symbolic_batch(dev, target):
     """The MLP at three batch sizes, then device arrays in and out and timing; returns
     ``(exe, model, rng)`` for target-specific follow-ups."""
-    from benchmarks.models import mlp
+    from tilecraft.models import mlp
     model = mlp(in_features=64, hidden=(128, 96), out_features=10, seed=4)
     exe = relax.build(model.mod, target)
     vm = VirtualMachine(exe, dev)
@@ -191,7 +191,7 @@ def mlp_symbolic_batch(dev, target):
 
 def transformer_block(dev, target):
     """One BERT encoder layer at two (batch, seq) shapes."""
-    from benchmarks.models import bert_encoder_layer
+    from tilecraft.models import bert_encoder_layer
     model = bert_encoder_layer(hidden=32, heads=2, ffn=64, seed=5)
     exe = relax.build(model.mod, target)
     vm = VirtualMachine(exe, dev)

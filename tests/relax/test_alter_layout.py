@@ -13,7 +13,10 @@ from tilecraft.relax.transform import (AlterLayout, CanonicalizeBindings, DeadCo
                              DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FuseOps,
                              FuseTIR, LegalizeOps, get_pipeline)
 from tilecraft.relax.transform import alter_layout
-from tilecraft.relax.transform import packed_kernels as pk
+from tilecraft.relax.backend import cpu
+from tilecraft.relax.backend.cpu import conv2d_nchw_cvec as cvec
+from tilecraft.relax.backend.cpu import conv2d_nchw as flat
+from tilecraft.relax.backend.cpu import conv2d_strategy as strategy
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import Allocate
@@ -77,9 +80,9 @@ def test_alter_layout_text_and_folded_packing():
     mod = _conv_module(w, padding=1)
     after = AlterLayout("llvm")(mod)
     text = to_script(after["main"])
-    plan = pk.nchw_kernel_plan(pk.ConvGeometry(16, 12, 12, 32, (3, 3), (1, 1), (1, 1, 1, 1),
-                                               (1, 1), 1), *_tile())
-    r = plan.width if isinstance(plan, pk.ChannelVectorPlan) else plan.oc_block
+    g = cpu.ConvGeometry(16, 12, 12, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    plan = strategy.nchw_kernel_plan(g, *_tile())
+    r = plan.width if isinstance(plan, cvec.ChannelVectorPlan) else plan.oc_block
     assert (f'R.call_tir(pack_conv2d_nchw_weight, (metadata["relax.expr.Constant"][0],), '
             f'out_sinfo=R.Tensor(({32 // r}, 16, 3, 3, {r}), "float32"))') in text
     assert 'R.call_tir(conv2d_nchw, (x, lv' in text
@@ -100,7 +103,7 @@ def test_alter_layout_text_and_folded_packing():
 
 
 def _tile():
-    return relax.transform.alter_layout.cpu_tile_params(targets.Target("llvm"))
+    return cpu.cpu_tile_params(targets.Target("llvm"))
 
 
 def _constants(mod):
@@ -225,9 +228,9 @@ def test_each_nchw_kernel_matches_numpy(kernel, monkeypatch):
     each is forced where it applies: the channel-vector kernel has no depthwise form, and the
     flat one takes the depthwise convolutions that x86 gives to the row kernel)."""
     def forced(g, lanes, registers):
-        cvec = pk.plan_conv2d_nchw_cvec(g, lanes, registers) if kernel == "cvec" else None
-        return cvec or pk.plan_conv2d_nchw(g, lanes, registers)
-    monkeypatch.setattr(pk, "nchw_kernel_plan", forced)
+        tile = cvec.plan_conv2d_nchw_cvec(g, lanes, registers) if kernel == "cvec" else None
+        return tile or flat.plan_conv2d_nchw(g, lanes, registers)
+    monkeypatch.setattr(strategy, "nchw_kernel_plan", forced)
     monkeypatch.setattr(alter_layout._Alter, "depthwise_rows", lambda self, g: False)
     _check_convs([NCHW_CASES[k] for k in FAST["NCHW"]], "NCHW")
 
@@ -257,62 +260,62 @@ def test_depthwise_rows_kernel_matches_numpy(layout):
 
 
 def test_channel_vector_plan():
-    g = pk.ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    p = pk.plan_conv2d_nchw_cvec(g, 16, 32)
+    g = cpu.ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    p = cvec.plan_conv2d_nchw_cvec(g, 16, 32)
     assert (p.rows, p.width) == (7, 32)              # 14 accumulators; 7 x 64 would be 28
-    assert isinstance(pk.nchw_kernel_plan(g, 16, 32), pk.ChannelVectorPlan)
+    assert isinstance(strategy.nchw_kernel_plan(g, 16, 32), cvec.ChannelVectorPlan)
     # a tie in accumulators goes to the channel block whose weight slice stays in L1: a 1x1
     # 256 -> 1024 layer at 14 x 14 takes 14 x 16 (16 KiB) over 7 x 32 (32 KiB); with 1024
     # input channels neither fits and 7 x 32 halves the broadcasts
-    one = pk.ConvGeometry(256, 14, 14, 1024, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
-    assert (pk.plan_conv2d_nchw_cvec(one, 16, 32).rows,
-            pk.plan_conv2d_nchw_cvec(one, 16, 32).width) == (14, 16)
-    wide = pk.ConvGeometry(1024, 14, 14, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
-    assert (pk.plan_conv2d_nchw_cvec(wide, 16, 32).rows,
-            pk.plan_conv2d_nchw_cvec(wide, 16, 32).width) == (7, 32)
-    stem = pk.ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1)
-    p = pk.plan_conv2d_nchw_cvec(stem, 16, 32)
+    one = cpu.ConvGeometry(256, 14, 14, 1024, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    assert (cvec.plan_conv2d_nchw_cvec(one, 16, 32).rows,
+            cvec.plan_conv2d_nchw_cvec(one, 16, 32).width) == (14, 16)
+    wide = cpu.ConvGeometry(1024, 14, 14, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    assert (cvec.plan_conv2d_nchw_cvec(wide, 16, 32).rows,
+            cvec.plan_conv2d_nchw_cvec(wide, 16, 32).width) == (7, 32)
+    stem = cpu.ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1)
+    p = cvec.plan_conv2d_nchw_cvec(stem, 16, 32)
     assert (p.rows, p.width) == (4, 64) and 112 % p.rows == 0
     # AVX2: at most 12 accumulators, and the weight vectors and a broadcast fit beside them
     for geom in (g, stem):
-        p = pk.plan_conv2d_nchw_cvec(geom, 8, 16)
+        p = cvec.plan_conv2d_nchw_cvec(geom, 8, 16)
         assert p.rows * p.vectors <= 12 and p.rows * p.vectors + p.vectors + 1 <= 16
     # a 56 x 56 stride-1 plane stays on the flat kernel; a depthwise one has no tile
-    big = pk.ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    assert isinstance(pk.nchw_kernel_plan(big, 16, 32), pk.NchwPlan)
-    dw = pk.ConvGeometry(32, 14, 14, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32)
-    assert pk.plan_conv2d_nchw_cvec(dw, 16, 32) is None
+    big = cpu.ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert isinstance(strategy.nchw_kernel_plan(big, 16, 32), flat.NchwPlan)
+    dw = cpu.ConvGeometry(32, 14, 14, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32)
+    assert cvec.plan_conv2d_nchw_cvec(dw, 16, 32) is None
     # a 17-wide output has no divisor up to 16 but 1: the tile widens to 17 x 16 (17
     # accumulators) rather than run 1 x 64; AVX2 cannot, and its 1 x 32 tile is narrow, so
     # (a long reduction) it takes the tiles across rows, 3 x 32 in reduction chunks of 48
-    incep = pk.ConvGeometry(288, 35, 35, 384, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1)
-    p = pk.plan_conv2d_nchw_cvec(incep, 16, 32)
+    incep = cpu.ConvGeometry(288, 35, 35, 384, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1)
+    p = cvec.plan_conv2d_nchw_cvec(incep, 16, 32)
     assert (p.rows, p.width) == (17, 16)
-    assert isinstance(pk.nchw_kernel_plan(incep, 16, 32), pk.ChannelVectorPlan)
-    p = pk.nchw_kernel_plan(incep, 8, 16)
+    assert isinstance(strategy.nchw_kernel_plan(incep, 16, 32), cvec.ChannelVectorPlan)
+    p = strategy.nchw_kernel_plan(incep, 8, 16)
     assert (p.rows, p.width, p.across_rows, p.k_chunk) == (3, 32, True, 48)
     # with fewer multiply-adds per output the AVX2 rule keeps the row tiles or the flat kernel
     # (a 1x1 layer: the 4 x 2 flat tile that reads the input in place, not the 4 x 3 one
     # that needs a padded copy of it)
-    short = pk.ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
-    p = pk.nchw_kernel_plan(short, 8, 16)
-    assert isinstance(p, pk.NchwPlan) and (p.oc_block, p.vectors, p.direct_in) == (4, 2, True)
-    assert (pk.plan_conv2d_nchw(short, 16, 32).oc_block,
-            pk.plan_conv2d_nchw(short, 16, 32).vectors) == (2, 7)    # AVX-512 unchanged
+    short = cpu.ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    p = strategy.nchw_kernel_plan(short, 8, 16)
+    assert isinstance(p, flat.NchwPlan) and (p.oc_block, p.vectors, p.direct_in) == (4, 2, True)
+    assert (flat.plan_conv2d_nchw(short, 16, 32).oc_block,
+            flat.plan_conv2d_nchw(short, 16, 32).vectors) == (2, 7)    # AVX-512 unchanged
     # a strided KxK stem reads its input in place as row tiles (4 x 16), no phase planes
-    p = pk.nchw_kernel_plan(stem, 8, 16)
-    assert isinstance(p, pk.ChannelVectorPlan) and (p.rows, p.width) == (4, 16)
+    p = strategy.nchw_kernel_plan(stem, 8, 16)
+    assert isinstance(p, cvec.ChannelVectorPlan) and (p.rows, p.width) == (4, 16)
     # 12 accumulators on any plane; the reduction in chunks whose weights fit 8 KiB
-    for geom, tile in ((pk.ConvGeometry(2048, 7, 7, 512, (1, 1), (1, 1), (0,) * 4, (1, 1), 1),
+    for geom, tile in ((cpu.ConvGeometry(2048, 7, 7, 512, (1, 1), (1, 1), (0,) * 4, (1, 1), 1),
                         (3, 32, 64)),
-                       (pk.ConvGeometry(512, 7, 7, 48, (3, 3), (1, 1), (1,) * 4, (1, 1), 1),
+                       (cpu.ConvGeometry(512, 7, 7, 48, (3, 3), (1, 1), (1,) * 4, (1, 1), 1),
                         (6, 16, 128))):
-        p = pk.nchw_kernel_plan(geom, 8, 16)
+        p = strategy.nchw_kernel_plan(geom, 8, 16)
         assert (p.rows, p.width, p.k_chunk) == tile and p.across_rows
     # a prime width beyond the widened tile (Inception's 149) stays narrow: the flat kernel
-    prime = pk.ConvGeometry(32, 149, 149, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    assert pk._narrow(pk.plan_conv2d_nchw_cvec(prime, 16, 32), 32)
-    assert isinstance(pk.nchw_kernel_plan(prime, 16, 32), pk.NchwPlan)
+    prime = cpu.ConvGeometry(32, 149, 149, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert cvec.is_narrow(cvec.plan_conv2d_nchw_cvec(prime, 16, 32), 32)
+    assert isinstance(strategy.nchw_kernel_plan(prime, 16, 32), flat.NchwPlan)
 
 
 def test_conv_kernels_get_their_schedule():
@@ -607,11 +610,3 @@ def test_avx2_tiles_run_here():
     vm = relax.VirtualMachine(exe)
     xs = rand(2, 16, 9, 9)
     np.testing.assert_allclose(vm["main"](xs).numpy(), reference(xs), rtol=1e-4, atol=1e-4)
-
-
-def test_row_vector_avoids_a_tail():
-    assert ds._row_vector(56, 16) == 14          # 4 x 14, not 3 x 16 + a masked 8
-    assert ds._row_vector(112, 16) == 16
-    assert ds._row_vector(7, 16) == 7
-    assert ds._row_vector(25, 16) == 16          # no divisor from 8 to 16: the tail stays
-    assert ds._row_vector(None, 8) == 8

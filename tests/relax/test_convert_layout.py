@@ -10,8 +10,11 @@ from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax import default_schedules as ds
 from tilecraft.relax.transform import ConvertLayout, get_pipeline
 from tilecraft.relax.transform.convert_layout import nhwc_pays
-from tilecraft.relax.transform import packed_kernels as pk
-from tilecraft.relax.transform.packed_kernels import ConvGeometry
+from tilecraft.relax.backend.cpu import ConvGeometry
+from tilecraft.relax.backend.cpu import conv2d_nchw_cvec as cvec
+from tilecraft.relax.backend.cpu import conv2d_nhwc as nhwc
+from tilecraft.relax.backend.cpu.padding import pad_nhwc
+from tilecraft.relax.backend.cpu import conv2d_strategy as strategy
 from tilecraft.tensorir import te
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import For
@@ -281,9 +284,9 @@ def nhwc_conv_module(c, hw, o, k, stride, pad, residual):
 ])
 def test_nhwc_kernels_without_a_row_tile_match_numpy(c, hw, o, k, stride, pad, residual, kind):
     g = ConvGeometry(c, hw, hw, o, (k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
-    plan = pk.nhwc_kernel_plan(g, 8, 16)
-    assert (kind == "flat") == (isinstance(plan, pk.NhwcPlan) and plan.flat)
-    assert (kind == "tiles") == isinstance(plan, pk.ChannelVectorPlan)
+    plan = strategy.nhwc_kernel_plan(g, 8, 16)
+    assert (kind == "flat") == (isinstance(plan, nhwc.NhwcPlan) and plan.flat)
+    assert (kind == "tiles") == isinstance(plan, cvec.ChannelVectorPlan)
     mod, ref, oh = nhwc_conv_module(c, hw, o, k, stride, pad, residual)
     exe = relax.build(mod, HASWELL)
     assert exe.stats()["main"]["kernel_calls"] <= 2       # (padding) + conv with its epilogue
@@ -305,9 +308,9 @@ def test_nhwc_tile_takes_ragged_rows_with_16_registers(c, hw, o, k, stride, pad,
                                                        rows, flat):
     g = ConvGeometry(c, hw, hw, o, (k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
     lanes = 16 if registers == 32 else 8
-    plan = pk.nhwc_kernel_plan(g, lanes, registers)
-    assert isinstance(plan, pk.NhwcPlan) and (plan.rows, plan.flat) == (rows, flat)
-    assert pk.nhwc_tile_fills(plan)
+    plan = strategy.nhwc_kernel_plan(g, lanes, registers)
+    assert isinstance(plan, nhwc.NhwcPlan) and (plan.rows, plan.flat) == (rows, flat)
+    assert nhwc.nhwc_tile_fills(plan)
 
 
 @pytest.mark.parametrize("hw,cores,parallel_extent", [
@@ -360,10 +363,10 @@ def test_nhwc_pays_on_the_tiles_and_ragged_rows_do_not():
 def test_nhwc_padding_offsets_1kib_pixels_by_a_line():
     x = te.placeholder((1, 14, 14, 512), "float32", "x")
     g = ConvGeometry(512, 14, 14, 512, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1)
-    assert [d.value for d in pk._pad_nhwc(x, g).shape] == [1, 16, 16, 512 + 16]
+    assert [d.value for d in pad_nhwc(x, g).shape] == [1, 16, 16, 512 + 16]
     x = te.placeholder((1, 14, 14, 96), "float32", "x")
     g = ConvGeometry(96, 14, 14, 96, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    assert [d.value for d in pk._pad_nhwc(x, g).shape] == [1, 16, 16, 96]
+    assert [d.value for d in pad_nhwc(x, g).shape] == [1, 16, 16, 96]
 
 
 def test_broadcast_to_a_target_shape_reads_nchw():

@@ -9,7 +9,11 @@ import numpy as np
 
 from tilecraft import targets
 from tilecraft.relax import default_schedules as ds
-from tilecraft.relax.transform import packed_kernels as pk
+from tilecraft.relax.backend import cpu
+from tilecraft.relax.backend.cpu import conv2d_nchw_cvec as cvec
+from tilecraft.relax.backend.cpu import dense
+from tilecraft.relax.backend.cpu import conv2d_nchw as flat
+from tilecraft.relax.backend.cpu import conv2d_strategy as strategy
 from tilecraft.targets import Target
 from tilecraft.tensorir import te
 from tilecraft.tensorir.transform import lower
@@ -102,7 +106,7 @@ def test_narrow_dense_tile_is_a_whole_panel():
     n = te.var("n")
     x = te.placeholder((n, 64), "float32", "x")
     w = te.placeholder((1, 64, 16), "float32", "w")
-    y = pk.dense_packed(x, w, 10, "float32")
+    y = dense.dense_packed(x, w, 10, "float32")
     g, text = _lowered(te.create_prim_func([x, w, y]), AVX512)
     assert 'dense_panel_local = T.allocate((96,), "float32", scope="local")' in text
     mod = targets.build(g, "llvm")
@@ -115,11 +119,11 @@ def test_narrow_dense_tile_is_a_whole_panel():
 
 def _conv_pad_loops(hw: int, target: Target):
     """A 3x3 tiles-across-rows convolution on ``hw x hw`` and its lowered form."""
-    g = pk.ConvGeometry(64, hw, hw, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    plan = pk.cvec_tiles_plan(g, 8, 16)
+    g = cpu.ConvGeometry(64, hw, hw, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    plan = cvec.cvec_tiles_plan(g, 8, 16)
     x = te.placeholder((1, 64, hw, hw), "float32", "x")
     w = te.placeholder((1, 64, 3, 3, 32), "float32", "w")
-    y = pk.conv2d_nchw_cvec(x, w, plan, "float32")
+    y = cvec.conv2d_nchw_cvec(x, w, plan, "float32")
     f = te.create_prim_func([x, w, y])
     return f, lower(ds.apply(f, target)).script()
 
@@ -149,13 +153,13 @@ def test_short_ragged_padding_rows_stay_scalar():
 def _flat_1x1(cores: int):
     """A 1x1 64 -> 64 convolution on 28 x 28 as the AVX2 flat kernel (4 x 2, input in place,
     49 position tiles in 7 chunks), scheduled for ``cores`` cores: (func, lowered text)."""
-    g = pk.ConvGeometry(64, 28, 28, 64, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
-    plan = pk.nchw_kernel_plan(g, 8, 16)
-    assert isinstance(plan, pk.NchwPlan) and plan.direct_in and \
+    g = cpu.ConvGeometry(64, 28, 28, 64, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    plan = strategy.nchw_kernel_plan(g, 8, 16)
+    assert isinstance(plan, flat.NchwPlan) and plan.direct_in and \
         (plan.oc_block, plan.vectors) == (4, 2)
     x = te.placeholder((1, 64, 28, 28), "float32", "x")
     w = te.placeholder((16, 64, 1, 1, 4), "float32", "w")
-    y = pk.conv2d_nchw_packed(x, w, plan, "float32")
+    y = flat.conv2d_nchw_packed(x, w, plan, "float32")
     f = te.create_prim_func([x, w, y])
     return f, lower(ds.apply(f, Target(f"llvm -mcpu=haswell -num-cores={cores}"))).script()
 

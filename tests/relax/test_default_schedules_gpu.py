@@ -10,39 +10,21 @@ import pytest
 import gpu_testutil as gpu
 from tilecraft import targets
 from tilecraft.relax import const, gpu_schedules as gs
+from tilecraft.relax.backend.gpu import gemm
 from tilecraft.relax import op
 from tilecraft.relax.build import _run_pipeline, legalize
 from tilecraft.relax.op import nn
 from tilecraft.targets import Target
 from tilecraft.tensorir import te
 from tilecraft.tensorir.function import PrimFunc
+from capabilities import gpu_device
 
 RNG = np.random.default_rng(5)
 
 
-def _opencl():
-    try:
-        from tilecraft.targets.opencl_backend import list_devices
-        devices = list_devices()
-    except Exception as err:
-        pytest.skip(f"no OpenCL platform: {err}")
-    target = "opencl -device=cpu" if "CPU" in devices[0]["type"].upper() else "opencl"
-    return targets.opencl(0), target
-
-
-def _webgpu():
-    from tilecraft.targets.webgpu_backend import WebGPUError, num_adapters
-    try:
-        if num_adapters() == 0:
-            pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
-    except WebGPUError as err:
-        pytest.skip(f"no WebGPU runtime: {err}")
-    return targets.webgpu(0), "webgpu"
-
-
 @pytest.fixture(scope="module", params=["opencl", "webgpu"])
 def gpu_dev(request):
-    return _opencl() if request.param == "opencl" else _webgpu()
+    return gpu_device(request.param)
 
 
 def _kernels(mod, target):
@@ -122,7 +104,7 @@ def test_gemm_tiles_are_laid_out_for_vector_fragments():
     """Both targets: 16 x 16 threads of 8 x 8; A's shared tile transposed (OpenCL: rows padded
     by 4 words), B's in runs of 4 columns per thread, register fragments per k step and the
     k-step loop annotated for the register prefetch."""
-    for kind, bk in (("webgpu", gs.GEMM_BK_WEBGPU), ("opencl", gs.GEMM_BK)):
+    for kind, bk in (("webgpu", gemm.GEMM_BK_WEBGPU), ("opencl", gemm.GEMM_BK)):
         g = gs.apply(_gemm(2048, 2048, 64), Target(kind))
         text = g.script()
         assert "B_shared[v0, v1 // 4 % 2, v1 // 8, v1 % 4]" in text, kind
@@ -144,7 +126,7 @@ def test_small_outputs_get_smaller_register_tiles():
     thread halved) until it has GEMM_MIN_GROUPS, to fill the GPU at batch 1."""
     g = gs.apply(_gemm(256, 256, 64), Target("opencl"))
     groups = next(iter(_bound(g, "blockIdx.x"))) * next(iter(_bound(g, "blockIdx.y")))
-    assert groups >= gs.GEMM_MIN_GROUPS
+    assert groups >= gemm.GEMM_MIN_GROUPS
     big = gs.apply(_gemm(4096, 4096, 64), Target("opencl"))
     assert _bound(big, "blockIdx.x") == {32} and _bound(big, "blockIdx.y") == {32}
 
@@ -155,7 +137,7 @@ def test_gpu_gemm_tile_with_fragments_and_prefetch_runs(kind, shape):
     """The GPU GEMM tile (``Target("opencl")``, not PoCL's CPU variant: float4 fragments,
     aligned vector loads, the register prefetch) against numpy, on PoCL / lavapipe: a full tile
     and one with tails in every dimension (1056 = 8 x 128 + 32)."""
-    dev, _ = _opencl() if kind == "opencl" else _webgpu()
+    dev, _ = gpu_device(kind)
     M, N, K = shape
     mod = targets.build(gs.apply(_gemm(M, N, K), Target(kind)), Target(kind))
     src = mod.source if kind == "opencl" else mod.get_source()
@@ -170,7 +152,7 @@ def test_gpu_gemm_tile_with_fragments_and_prefetch_runs(kind, shape):
 
 
 def test_webgpu_gemm_runs():
-    dev, target = _webgpu()
+    dev, target = gpu_device("webgpu")
     M, N, K = 160, 136, 48    # tails in every dimension
     A = te.placeholder((M, K), "float32", "A")
     B = te.placeholder((K, N), "float32", "B")

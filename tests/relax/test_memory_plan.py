@@ -10,8 +10,7 @@ from tilecraft.relax.op.base import Op
 from tilecraft.relax.transform.static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 from tilecraft.relax.vm import VirtualMachine
 from tilecraft import targets
-from tilecraft.tensorir.function import IRModule
-from tilecraft.tensorir import te
+from tilecraft.tensorir import IRModule, te
 
 RNG = np.random.default_rng(3)
 

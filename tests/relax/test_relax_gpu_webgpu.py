@@ -10,21 +10,15 @@ import pytest
 
 import gpu_testutil as gpu
 from tilecraft import relax
-from tilecraft import targets
 from tilecraft.relax.vm import VirtualMachine
+from capabilities import webgpu_device
 
 RNG = np.random.default_rng(11)
 
 
 @pytest.fixture(scope="module")
 def dev():
-    from tilecraft.targets.webgpu_backend import WebGPUError, num_adapters
-    try:
-        if num_adapters() == 0:
-            pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
-    except WebGPUError as err:
-        pytest.skip(f"no WebGPU runtime: {err}")
-    return targets.webgpu(0)
+    return webgpu_device()
 
 
 TARGET = "webgpu"
@@ -54,7 +48,7 @@ def test_mlp_end_to_end_symbolic_batch(dev):
 
 
 def test_exported_executable_runs_after_loading(dev, tmp_path):
-    from benchmarks.models import mlp
+    from tilecraft.models import mlp
     model = mlp(in_features=16, hidden=(32,), out_features=4, seed=2)
     path = str(tmp_path / "mlp.tcx")
     relax.build(model.mod, "webgpu").export_library(path)

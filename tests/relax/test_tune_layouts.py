@@ -10,11 +10,14 @@ from tilecraft import metaschedule
 from tilecraft import relax
 from tilecraft import targets
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
-from tilecraft.relax.transform import packed_kernels as pk
-from tilecraft.relax.transform.alter_layout import cpu_tile_params
+from tilecraft.relax.backend import cpu
+from tilecraft.relax.backend.cpu import conv2d_nchw_cvec as cvec
+from tilecraft.relax.backend.cpu import conv2d_nchw as flat
+from tilecraft.relax.backend.cpu import conv2d_strategy as strategy
 from tilecraft.relax.tune_layouts import _kernel, _reference, collect_convs, conv_layout_key
 
-HOST = cpu_tile_params(targets.Target("llvm"))     # (lanes, registers) the host's plans use
+HOST = cpu.cpu_tile_params(targets.Target("llvm"))     # (lanes, registers) the host's plans use
+
 
 @pytest.fixture
 def rng():
@@ -22,17 +25,17 @@ def rng():
 
 
 GEOMETRIES = [
-    pk.ConvGeometry(16, 14, 14, 32, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
-    pk.ConvGeometry(8, 9, 9, 32, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
-    pk.ConvGeometry(8, 10, 10, 32, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),
-    pk.ConvGeometry(16, 8, 8, 32, (3, 3), (1, 1), (1, 0, 1, 0), (1, 1), 2),      # grouped
-    pk.ConvGeometry(16, 12, 12, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),   # depthwise
+    cpu.ConvGeometry(16, 14, 14, 32, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    cpu.ConvGeometry(8, 9, 9, 32, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    cpu.ConvGeometry(8, 10, 10, 32, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),
+    cpu.ConvGeometry(16, 8, 8, 32, (3, 3), (1, 1), (1, 0, 1, 0), (1, 1), 2),      # grouped
+    cpu.ConvGeometry(16, 12, 12, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),   # depthwise
     # a stride above the kernel: the flat kernel reads only some phase planes (one for the
     # 1x1 layer; two of three per axis for the 2x2 stride-3 one, with a border)
-    pk.ConvGeometry(16, 15, 15, 32, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
-    pk.ConvGeometry(8, 11, 11, 16, (2, 2), (3, 3), (1, 1, 1, 1), (1, 1), 1),
+    cpu.ConvGeometry(16, 15, 15, 32, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    cpu.ConvGeometry(8, 11, 11, 16, (2, 2), (3, 3), (1, 1, 1, 1), (1, 1), 1),
     # a long reduction: the AVX2 rule's tiles across rows with reduction chunks
-    pk.ConvGeometry(256, 7, 7, 64, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    cpu.ConvGeometry(256, 7, 7, 64, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 ]
 
 
@@ -61,16 +64,17 @@ def pack(w, r):
 @pytest.mark.parametrize("g", GEOMETRIES, ids=conv_layout_key)
 def test_every_candidate_computes_the_convolution(g, isa, rng):
     lanes, registers = isa
-    plans = pk.nchw_plan_candidates(g, lanes, registers)
-    assert plans[0] == pk.nchw_kernel_plan(g, lanes, registers)   # the rule's choice first
-    keys = [json.dumps(pk.plan_to_json(p), sort_keys=True) for p in plans]
+    plans = strategy.nchw_plan_candidates(g, lanes, registers)
+    assert plans[0] == strategy.nchw_kernel_plan(g, lanes, registers)   # the rule's choice first
+    keys = [json.dumps(strategy.plan_to_json(p), sort_keys=True) for p in plans]
     assert len(set(keys)) == len(keys) > 1
     x = rng.uniform(-1, 1, (1, g.in_channels, g.height, g.width)).astype("float32")
     w = rng.uniform(-1, 1, (g.out_channels, g.in_per_group) + g.kernel).astype("float32")
     want = conv_ref(x, w, g)
     for p in plans:
-        assert pk.plan_from_json(g, pk.plan_to_json(p), lanes, registers) == p   # JSON round trip
-        r = p.width if isinstance(p, pk.ChannelVectorPlan) else p.oc_block
+        # the JSON round trip
+        assert strategy.plan_from_json(g, strategy.plan_to_json(p), lanes, registers) == p
+        r = p.width if isinstance(p, cvec.ChannelVectorPlan) else p.oc_block
         packed = pack(w, r)
         np.testing.assert_allclose(_reference(g, x, packed), want, rtol=1e-5, atol=1e-5)
         mod = targets.build(_kernel(g, p, targets.Target("llvm")), "llvm")
@@ -93,7 +97,7 @@ def test_a_plan_that_does_not_fit_is_refused():
                       "does not fit"),
                      ({"kind": "winograd"}, "kind must be")]:
         with pytest.raises(ValueError, match=why):
-            pk.plan_from_json(g, bad, 16, 32)
+            strategy.plan_from_json(g, bad, 16, 32)
 
 
 def two_convs():
@@ -109,8 +113,8 @@ def two_convs():
             h = bb.emit(op.nn.relu(bb.emit(op.nn.conv2d(x, const(w1)))))
             gv = bb.emit_output(bb.emit(op.nn.conv2d(h, const(w2), padding=2, dilation=2)))
         bb.emit_func_output(gv)
-    g1 = pk.ConvGeometry(16, 14, 14, 32, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
-    g2 = pk.ConvGeometry(32, 14, 14, 32, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1)
+    g1 = cpu.ConvGeometry(16, 14, 14, 32, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    g2 = cpu.ConvGeometry(32, 14, 14, 32, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1)
 
     def reference(xv):
         return conv_ref(np.maximum(conv_ref(xv, w1, g1), 0), w2, g2)
@@ -126,7 +130,7 @@ def _rules(mod, db=None):
     out = []
     for t in relax.extract_tasks(mod, "llvm", baselines=False, database=db):
         text = t.func.script()
-        for rule in (pk.RULE_CONV_NCHW_CVEC, pk.RULE_CONV_NCHW):
+        for rule in (cvec.RULE_CONV_NCHW_CVEC, flat.RULE_CONV_NCHW):
             if rule in text:
                 out.append(rule)
                 break
@@ -144,7 +148,7 @@ def test_tune_layouts_measures_records_and_resumes(tmp_path, rng):
     for g in geos:
         line = db.get_layouts("llvm")[conv_layout_key(g)]
         cands = line["candidates"]
-        assert len(cands) == len(pk.nchw_plan_candidates(g, *HOST))
+        assert len(cands) == len(strategy.nchw_plan_candidates(g, *HOST))
         assert all(c["error"] is None and c["secs"] == min(c["rounds_secs"]) > 0 and
                    len(c["rounds_secs"]) == 2 for c in cands)     # all ran, checked, timed
         fastest = min(cands, key=lambda c: c["secs"])
@@ -168,25 +172,27 @@ def test_tune_layouts_measures_records_and_resumes(tmp_path, rng):
 
 
 def _rule_of(plan):
-    return pk.RULE_CONV_NCHW_CVEC if isinstance(plan, pk.ChannelVectorPlan) else pk.RULE_CONV_NCHW
+    if isinstance(plan, cvec.ChannelVectorPlan):
+        return cvec.RULE_CONV_NCHW_CVEC
+    return flat.RULE_CONV_NCHW
 
 
 def test_build_uses_the_decisions(tmp_path, rng):
     mod, reference, (g1, g2) = two_convs()
-    rules = [_rule_of(pk.nchw_kernel_plan(g, *HOST)) for g in (g1, g2)]
+    rules = [_rule_of(strategy.nchw_kernel_plan(g, *HOST)) for g in (g1, g2)]
     assert _rules(mod) == rules          # the rule's kernels
     db = metaschedule.Database(tmp_path)
     for g in (g1, g2):
         db.commit_layout(conv_layout_key(g), "llvm", {"kind": "cvec", "rows": 3, "width": 32,
                                                       "across_rows": True, "k_chunk": 8})
-    assert _rules(mod, db) == [pk.RULE_CONV_NCHW_CVEC] * 2
+    assert _rules(mod, db) == [cvec.RULE_CONV_NCHW_CVEC] * 2
     x = rng.uniform(-1, 1, (1, 16, 14, 14)).astype("float32")
     np.testing.assert_allclose(_run(relax.build(mod, "llvm", database=db), x), reference(x),
                                rtol=1e-4, atol=1e-4)
     for g in (g1, g2):
         db.commit_layout(conv_layout_key(g), "llvm", {"kind": "flat", "oc_block": 4,
                                                       "vectors": 3})
-    assert _rules(mod, db) == [pk.RULE_CONV_NCHW] * 2
+    assert _rules(mod, db) == [flat.RULE_CONV_NCHW] * 2
     x = rng.uniform(-1, 1, (1, 16, 14, 14)).astype("float32")
     np.testing.assert_allclose(_run(relax.build(mod, "llvm", database=db), x), reference(x),
                                rtol=1e-4, atol=1e-4)
@@ -203,7 +209,7 @@ def test_a_stale_decision_warns_and_keeps_the_default(tmp_path):
     db.commit_layout(conv_layout_key(g1), "llvm", {"kind": "cvec", "rows": 5, "width": 16})
     with pytest.warns(RuntimeWarning, match="does not apply"):
         rules = _rules(mod, db)
-    assert rules == [_rule_of(pk.nchw_kernel_plan(g, *HOST)) for g in two_convs()[2]]
+    assert rules == [_rule_of(strategy.nchw_kernel_plan(g, *HOST)) for g in two_convs()[2]]
 
 
 def test_corrupt_layout_lines_are_skipped(tmp_path):
@@ -240,10 +246,10 @@ def test_tiles_across_rows_with_epilogue_and_symbolic_batch(rng, monkeypatch):
     w1 = rng.uniform(-0.05, 0.05, (128, 128, 3, 3)).astype("float32")
     b1 = rng.uniform(-1, 1, (1, 128, 1, 1)).astype("float32")
     w2 = rng.uniform(-0.05, 0.05, (32, 128, 3, 3)).astype("float32")
-    g1 = pk.ConvGeometry(128, 10, 10, 128, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    g2 = pk.ConvGeometry(128, 10, 10, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    assert pk.nchw_kernel_plan(g1, 8, 16) == pk.ChannelVectorPlan(g1, 3, 32, 8, True, 64)
-    assert pk.nchw_kernel_plan(g2, 8, 16).across_rows
+    g1 = cpu.ConvGeometry(128, 10, 10, 128, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    g2 = cpu.ConvGeometry(128, 10, 10, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert strategy.nchw_kernel_plan(g1, 8, 16) == cvec.ChannelVectorPlan(g1, 3, 32, 8, True, 64)
+    assert strategy.nchw_kernel_plan(g2, 8, 16).across_rows
     bb = BlockBuilder()
     x = Var("x", TensorStructInfo(("n", 128, 10, 10), "float32"))
     with bb.function("main", [x]):

@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) for NHWC 3x3 stride-1 convolutions (relax.transform.winograd): which
+"""Winograd F(2x2, 3x3) for NHWC 3x3 stride-1 convolutions (relax.backend.cpu.winograd): which
 layers take it, the transformed weight against numpy, results against a float64 numpy
 convolution on random inputs (even and odd sizes, padding, channels that fill no panel, a
 symbolic batch, fused epilogues), and the schedule of its kernel."""
@@ -11,8 +11,9 @@ from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax import default_schedules as ds
 from tilecraft.relax.transform import AlterLayout
 from tilecraft.relax.transform.convert_layout import nhwc_pays
-from tilecraft.relax.transform.packed_kernels import ConvGeometry
-from tilecraft.relax.transform import winograd as wg
+from tilecraft.relax.backend.cpu import ConvGeometry
+from tilecraft.relax.backend.cpu import conv2d_strategy as strategy
+from tilecraft.relax.backend.cpu import winograd as wg
 from tilecraft.tensorir import te
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import For
@@ -48,8 +49,7 @@ def test_which_layers_take_winograd(g, applies):
 
 def test_winograd_layers_convert_to_nhwc(monkeypatch):
     # a layer Winograd computes converts whatever the direct NHWC kernel would be
-    from tilecraft.relax.transform import packed_kernels as pk
-    monkeypatch.setattr(pk, "nhwc_kernel_plan", lambda g, lanes, registers: None)
+    monkeypatch.setattr(strategy, "nhwc_kernel_plan", lambda g, lanes, registers: None)
     assert nhwc_pays(geometry(64, 20, 64), AVX2)
     assert not nhwc_pays(geometry(64, 20, 64, stride=2), AVX2)
 

@@ -1116,3 +1116,23 @@ def test_lowered_clamp_checks_are_exact(outer, inner, scale, shift, c_hi, lo, ex
         else:
             with pytest.raises((RuntimeError, IndexError)):
                 interpret(f, a, out, n=nv)
+
+
+def test_assume_reaches_every_new_analyzer():
+    # a frontend's facts about its dims (a torch.export.Dim's range) make the shape inference
+    # of every operator, which builds its own Analyzer, prove what they imply
+    seq, n = var("seq"), var("n")
+    clamp = arith.Analyzer().simplify  # made outside: knows nothing
+    with arith.assume(seq <= 64, seq >= 0):
+        ana = arith.Analyzer()
+        assert ana.can_prove_equal(max_(min_(seq, 128), 0), seq)
+        assert str(ana.simplify(min_(seq, 128))) == "seq"
+        assert not ana.can_prove(seq <= 63)
+        with arith.assume(n == seq * 2):            # contexts nest and add up
+            assert arith.Analyzer().can_prove(n <= 128)
+        assert not arith.Analyzer().can_prove(n <= 128)
+    assert not arith.Analyzer().can_prove(seq <= 64)
+    assert str(clamp(min_(seq, 128))) != "seq"
+    with pytest.raises(Exception, match="bool"):
+        with arith.assume(seq + 1):
+            pass

@@ -2,6 +2,7 @@
 pipelined k-step loop, and loops it leaves alone. (The results of such kernels against numpy:
 tests/relax/test_default_schedules_gpu.py, on PoCL and lavapipe.)"""
 from tilecraft.relax import gpu_schedules as gs
+from tilecraft.relax.backend.gpu import gemm
 from tilecraft.targets import Target
 from tilecraft.tensorir import Schedule, te
 from tilecraft.tensorir.functor import post_order_visit
@@ -44,7 +45,7 @@ def test_gemm_k_loop_is_pipelined_through_registers():
 
 
 def test_unannotated_and_unmatched_loops_are_unchanged(monkeypatch):
-    monkeypatch.setattr(gs, "GEMM_REGISTER_PREFETCH", False)
+    monkeypatch.setattr(gemm, "GEMM_REGISTER_PREFETCH", False)
     f = lower(gs.apply(_gemm(1024, 512, 48), Target("opencl")), Target("opencl"))
     assert "prefetch" not in f.script()
     # an annotated loop whose body has no copy into shared memory first: left as it is

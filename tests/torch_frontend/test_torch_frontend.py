@@ -13,8 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install "
-                                            "'tilecraft[torch]'): the torch frontend needs it")
+from capabilities import import_or_require
+
+torch = import_or_require("torch", "pip install 'tilecraft[torch]'")   # the frontend's source
 import torch.nn as nn                     # noqa: E402
 import torch.nn.functional as F           # noqa: E402
 
@@ -424,11 +425,17 @@ def test_unsupported_ops_listed_at_once():
     with pytest.raises(UnsupportedError) as info:
         from_torch(ep)
     msg = str(info.value)
-    # every problem at once: the two bessel nodes in one line, the FFT, the avg_pool argument
-    assert "operator special_bessel_j0 is not supported (nodes " in msg
-    assert "fft" in msg
+    # every problem at once, each node with the line of this file torch recorded for it: the
+    # two bessel nodes, the FFT, the avg_pool argument
+    problems = info.value.problems
+    bessel = [p for p in problems if p.startswith("operator special_bessel_j0 is not supported")]
+    assert len(bessel) == 2
+    assert "node special_bessel_j0, at test_torch_frontend.py:" in bessel[0]
+    assert bessel[0].endswith("a = torch.special.bessel_j0(x)")
+    assert bessel[1].endswith("c = torch.special.bessel_j0(x * 2)")
+    assert any("fft" in p and "torch.fft.fft(x)" in p for p in problems)
+    assert any("divisor_override" in p and "F.avg_pool2d(" in p for p in problems)
     assert "divisor_override" in msg
-    assert len(info.value.problems) >= 3
     assert info.value.frontend == "relax.frontend.from_torch"
 
 
@@ -471,6 +478,16 @@ def test_docs_list_every_supported_op():
     listed = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", section))
     missing = [op for op in supported_ops() if op not in listed]
     assert not missing, f"docs/frontends.md does not list {missing}: regenerate its PyTorch list"
+
+
+def test_docs_operator_list_is_generated_from_the_code():
+    from benchmarks import gen_torch_docs
+    with open(gen_torch_docs.DOC_PATH, encoding="utf-8") as f:
+        text = f.read()
+    block = text[text.index(gen_torch_docs.BEGIN):text.index(gen_torch_docs.END) +
+                 len(gen_torch_docs.END)]
+    assert block == gen_torch_docs.generate(), \
+        "docs/frontends.md is out of date: run python -m benchmarks.gen_torch_docs"
 
 
 class _AddRows(nn.Module):

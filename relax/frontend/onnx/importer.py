@@ -31,6 +31,7 @@ from ...block_builder import BlockBuilder
 from ...expr import Call, Constant, Expr, Op, RelaxError, ShapeExpr, Tuple, Var, const
 from ...struct_info import ShapeStructInfo, TensorStructInfo
 from ..common import UnsupportedError
+from ..shape_facts import ShapeFacts
 from .registry import (CONVERTERS, ConversionError, NeedsConstant, OnnxNode, onnx_dtype_name,
                        supported_elem_type, to_dtype, to_numpy, ONNX_DTYPES)
 from .values import Known, Tensors, Value
@@ -309,12 +310,16 @@ class GraphImporter:
         self.problems: list[str] = []
         self.constant_inputs: list[str] = []
         self.producers: dict[str, list] = {}   # value name -> the inputs of its node
+        # facts about the symbolic dims (sizes are >= 0) and the run-time checks behind the
+        # ones a converter needed but could not prove (see Expand)
+        self.facts = ShapeFacts()
 
     # -- symbolic variables ----------------------------------------------------------------------
     def named_var(self, name: str) -> TirVar:
         key = _symbolic_name(name)
         if key not in self.sym_vars:
             self.sym_vars[key] = tensorir.var(key)
+            self.facts.assume(self.sym_vars[key] >= 0)
         return self.sym_vars[key]
 
     def fresh_var(self, hint: str) -> TirVar:
@@ -324,6 +329,7 @@ class GraphImporter:
         name = base if n == 0 and base not in self.sym_vars else f"{base}_{n}"
         v = tensorir.var(name)
         self.sym_vars[name] = v
+        self.facts.assume(v >= 0)
         return v
 
     # -- entry ---------------------------------------------------------------------------------
@@ -568,6 +574,7 @@ class GraphImporter:
                 result = outs[0] if len(outs) == 1 else Tuple(outs)
                 gv = bb.emit_output(result)
             bb.emit_func_output(gv)
+        bb.update_func(func_name, self.facts.attach(bb.get()[func_name]))
 
     def convert_graph(self, ctx: GraphContext, graph: onnx.GraphProto) -> None:
         """Convert the nodes of ``graph`` (its initializers are defined by the caller for the

@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from tilecraft.errors import TilecraftError
+from tilecraft.tensorir import arith
 from tilecraft.tensorir import expr as tir
 
 from ... import op as R
@@ -153,6 +154,22 @@ def _dim_list(ctx, dims) -> list:
     return out
 
 
+def _product(dims):
+    out = 1
+    for d in dims:
+        out = out * d
+    return out
+
+
+def _fold(e):
+    """An int or PrimExpr, simplified (``0 + 1 * 4`` is 4)."""
+    if isinstance(e, int):
+        return e
+    e = arith.simplify(e)
+    c = tir.as_int(e)
+    return c if c is not None else e
+
+
 def _out_shape(ctx) -> list:
     """The shape torch recorded for the node's result, as ints / PrimExprs."""
     val = ctx.node.meta.get("val")
@@ -190,7 +207,7 @@ for _names, _fn in [(("relu",), NN.relu), (("silu",), NN.silu), (("sigmoid",), R
 def _logical_not(ctx, a):
     x = a["self"]
     if _dtype(x) != "bool":
-        if ctx.node.target._schema.name == "aten::bitwise_not":
+        if ctx.op_name == "bitwise_not":
             raise Unsupported("bitwise_not of an integer tensor is not supported (bool only)")
         x = ctx.emit(R.not_equal(x, _scalar_const(0, _dtype(x))))
     return R.logical_not(x)
@@ -211,7 +228,7 @@ def _reciprocal(ctx, a):
 
 @register("log2", "log10", "log1p", "expm1", "tan", "mish", "isnan", "isinf", "isfinite")
 def _math_more(ctx, a):
-    name = ctx.node.target._schema.name.split("::")[1]
+    name = ctx.op_name
     x = a["self"]
     if name in ("isnan", "isinf", "isfinite"):
         if not _dtype(x).startswith("float"):
@@ -287,7 +304,7 @@ def _clip_bound(v, name):
 
 @register("clamp", "clip", "clamp_min", "clamp_max")
 def _clamp(ctx, a):
-    name = ctx.node.target._schema.name.split("::")[1]
+    name = ctx.op_name
     x = _cast(ctx, a["self"], ctx.out_dtype())
     lo = a.get("min") if name != "clamp_max" else None
     hi = a.get("max") if name != "clamp_min" else None
@@ -459,7 +476,7 @@ register("min")(_minmax(R.min, R.argmin))
 
 @register("argmax", "argmin")
 def _argmax(ctx, a):
-    fn = R.argmax if ctx.node.target._schema.name == "aten::argmax" else R.argmin
+    fn = R.argmax if ctx.op_name == "argmax" else R.argmin
     x = a["self"]
     dim = a.get("dim")
     keep = bool(a.get("keepdim", False))
@@ -492,7 +509,7 @@ def _var(ctx, a):
     if corr:
         n = _count(x, dims if dims is not None else range(_ndim(x)))
         v = ctx.emit(R.multiply(v, float(n) / float(max(n - corr, 0)) if n > corr else math.nan))
-    if ctx.node.target._schema.name == "aten::std":
+    if ctx.op_name == "std":
         return R.sqrt(v)
     return v
 
@@ -500,7 +517,7 @@ def _var(ctx, a):
 @register("any", "all")
 def _any_all(ctx, a):
     x = a["self"]
-    is_any = ctx.node.target._schema.name == "aten::any"
+    is_any = ctx.op_name == "any"
     b = x if _dtype(x) == "bool" else ctx.emit(R.not_equal(x, _scalar_const(0, _dtype(x))))
     i = ctx.emit(R.astype(b, "int32"))
     dims = _reduce_dims(a, x)
@@ -578,7 +595,7 @@ def _scaled(ctx, x, s):
 
 @register("addmm", "baddbmm", "addbmm")
 def _addmm(ctx, a):
-    name = ctx.node.target._schema.name.split("::")[1]
+    name = ctx.op_name
     if name == "addmm":
         m = ctx.emit(R.matmul(a["mat1"], a["mat2"]))
     else:
@@ -848,7 +865,7 @@ def _rms(ctx, a):
 
 
 def _pool_n(ctx) -> int:
-    name = ctx.node.target._schema.name
+    name = ctx.op_name
     for n in (1, 2, 3):
         if f"pool{n}d" in name:
             return n
@@ -867,7 +884,7 @@ def _max_pool(ctx, a):
     fn = {1: NN.max_pool1d, 2: NN.max_pool2d, 3: NN.max_pool3d}[n]
     y = _unbatched(ctx, x, n, lambda xb: fn(xb, pool_size=k, strides=s, padding=p, dilation=d,
                                             ceil_mode=bool(a["ceil_mode"])))
-    if "with_indices" in ctx.node.target._schema.name:
+    if "with_indices" in ctx.op_name:
         return [y, None]
     return y
 
@@ -892,7 +909,7 @@ def _avg_pool(ctx, a):
           "adaptive_max_pool2d", "adaptive_max_pool3d")
 def _adaptive_pool(ctx, a):
     n = _pool_n(ctx)
-    name = ctx.node.target._schema.name
+    name = ctx.op_name
     x = a["self"]
     size = [_static(o) if o is not None else None for o in _ntuple_any(a["output_size"], n)]
     if "max" in name:
@@ -919,7 +936,7 @@ def _ntuple_any(v, n):
 
 @register("softmax", "_softmax", "log_softmax", "_log_softmax", "special_softmax")
 def _softmax(ctx, a):
-    name = ctx.node.target._schema.name
+    name = ctx.op_name
     x = _cast(ctx, a["self"], ctx.out_dtype())
     axis = int(a["dim"])
     return (NN.log_softmax if "log" in name else NN.softmax)(x, axis=axis)
@@ -928,12 +945,12 @@ def _softmax(ctx, a):
 @register("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout",
           "native_dropout")
 def _dropout(ctx, a):
-    x = a["input"]
+    x = a.get("input", a.get("self"))         # dropout_ (in place) calls it self
     train = a.get("train")
     if train and a.get("p", 0):
         raise Unsupported("dropout in training mode is not supported: export the model after "
                           "model.eval()")
-    if ctx.node.target._schema.name == "aten::native_dropout":
+    if ctx.op_name == "native_dropout":
         return [x, None]
     return x
 
@@ -949,7 +966,7 @@ def _embedding(ctx, a):
 @register("upsample_nearest2d", "upsample_bilinear2d", "upsample_bicubic2d",
           "_upsample_nearest_exact2d")
 def _upsample(ctx, a):
-    name = ctx.node.target._schema.name.split("::")[1]
+    name = ctx.op_name
     x = a.get("input", a.get("self"))
     out = _out_shape(ctx)
     size = out[-2:]
@@ -1281,7 +1298,7 @@ def _roll(ctx, a):
 
 @register("tril", "triu")
 def _tri(ctx, a):
-    fn = R.tril if ctx.node.target._schema.name == "aten::tril" else R.triu
+    fn = R.tril if ctx.op_name == "tril" else R.triu
     return fn(a["self"], a["diagonal"])
 
 
@@ -1303,11 +1320,220 @@ def _pad(ctx, a):
 
 
 # ---------------------------------------------------------------------------------------------
+# writes: scatters (what in-place operators on views become, see aliasing.py), index_put, diff
+
+
+def slice_start(a, size):
+    """The first index a ``slice`` / ``narrow`` / ``select`` reads, normalized as torch does."""
+    start = a.get("start", a.get("index"))
+    if start is None:
+        return 0
+    if isinstance(start, int):
+        s = _static(size)
+        if start < 0:
+            if s is None:
+                return start + size
+            start += s
+        if s is not None:
+            start = min(max(start, 0), s)
+        return max(start, 0)
+    return start
+
+
+def scatter_along(ctx, parent: Expr, child: Expr, dim: int, start, step=1) -> Expr:
+    """``parent`` with positions ``start, start + step, ...`` of ``dim`` replaced by ``child``
+    (which has ``parent``'s rank)."""
+    shape = _shape(child)
+    n = shape[dim]
+    nd = len(shape)
+    idx = ctx.emit(R.arange(start, _fold(start + n * step), step, "int64"))
+    idx = ctx.emit(R.reshape(idx, [1] * dim + [n] + [1] * (nd - dim - 1)))
+    idx = ctx.emit(R.broadcast_to(idx, shape))
+    return ctx.emit(R.scatter_elements(parent, idx, child, axis=dim))
+
+
+
+def strided_indices(ctx, src_node, a: dict) -> np.ndarray:
+    """The element positions (in the row-major order of the input) ``as_strided`` reads, as an
+    array of the result's shape. Only a view of a contiguous tensor starting at its memory's
+    start, with static sizes, is expressible this way."""
+    torch = ctx.torch
+    val = src_node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or \
+            int(val.storage_offset()) != 0:
+        raise Unsupported("as_strided of a tensor that is not contiguous from the start of its "
+                          "memory is not supported")
+    size, stride = list(a["size"]), list(a["stride"])
+    offset = a.get("storage_offset") or 0
+    if not all(isinstance(v, int) for v in size + stride + [offset]):
+        raise Unsupported("as_strided with symbolic sizes or strides is not supported")
+    numel = 1
+    for d in val.shape:
+        if not isinstance(d, int):
+            raise Unsupported("as_strided of a tensor of symbolic shape is not supported")
+        numel *= int(d)
+    idx = np.full(size, offset, dtype=np.int64) if size else np.array(offset, np.int64)
+    for k, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[k] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    if idx.size and (idx.min() < 0 or idx.max() >= numel):
+        raise Unsupported(f"as_strided reads outside its input ({numel} elements)")
+    return idx
+
+
+@register("slice_scatter")
+def _slice_scatter(ctx, a):
+    x, src = a["self"], a["src"]
+    n = _ndim(x)
+    dim = _axis(a["dim"], n)
+    src = _cast(ctx, src, _dtype(x))
+    return scatter_along(ctx, x, src, dim, slice_start(a, _shape(x)[dim]), a.get("step") or 1)
+
+
+@register("select_scatter")
+def _select_scatter(ctx, a):
+    x = a["self"]
+    n = _ndim(x)
+    dim = _axis(a["dim"], n)
+    src = ctx.emit(R.expand_dims(_cast(ctx, a["src"], _dtype(x)), dim))
+    return scatter_along(ctx, x, src, dim, slice_start({"start": a["index"]}, _shape(x)[dim]))
+
+
+@register("as_strided")
+def _as_strided(ctx, a):
+    idx = strided_indices(ctx, ctx.node.args[0], a)
+    flat = ctx.emit(R.reshape(a["self"], [-1]))
+    return R.take(flat, const(idx), axis=0)
+
+
+@register("as_strided_scatter")
+def _as_strided_scatter(ctx, a):
+    x = a["self"]
+    idx = strided_indices(ctx, ctx.node.args[0], a)
+    flat = ctx.emit(R.reshape(x, [-1]))
+    upd = ctx.emit(R.reshape(_cast(ctx, a["src"], _dtype(x)), [-1]))
+    out = ctx.emit(R.scatter_elements(flat, const(idx.reshape(-1)), upd, axis=0))
+    return R.reshape(out, _shape(x))
+
+
+@register("index_put", "_index_put_impl")
+def _index_put(ctx, a):
+    x = a["self"]
+    dtype = _dtype(x)
+    shape = _shape(x)
+    values = _tensor(ctx, a["values"], dtype)
+    accumulate = bool(a.get("accumulate"))
+    idx = list(a["indices"])
+    pos = [i for i, t in enumerate(idx) if t is not None]
+    if not pos:
+        raise Unsupported("index_put without index tensors is not supported")
+    if len(pos) == 1 and _dtype(idx[pos[0]]) == "bool":
+        # x[mask] = v with one value for every selected element: a select
+        p0, mask = pos[0], idx[pos[0]]
+        if _ndim(values) > 0 and any(_static(d) != 1 for d in _shape(values)):
+            raise Unsupported("index_put with a bool mask and more than one value (a "
+                              "data-dependent shape) is not supported")
+        tail = _ndim(x) - p0 - _ndim(mask)
+        m = ctx.emit(R.reshape(mask, _shape(mask) + [1] * tail)) if tail else mask
+        v = ctx.emit(R.reshape(values, []))
+        if accumulate:
+            return R.add(x, ctx.emit(R.where(m, v, _scalar_const(0, dtype))))
+        return R.where(m, v, x)
+    if any(_dtype(idx[i]) == "bool" for i in pos):
+        raise Unsupported("index_put with a bool mask beside other indices is not supported")
+    if pos != list(range(pos[0], pos[0] + len(pos))):
+        raise Unsupported("index_put with index tensors at non-adjacent dims is not supported")
+    p0, p1 = pos[0], pos[-1] + 1
+    # the indexed dims as one (flat index), the index tensors broadcast and flattened to (k,)
+    flat = None
+    for i in pos:
+        t = _cast(ctx, idx[i], "int64")
+        t = ctx.emit(R.where(ctx.emit(R.less(t, _scalar_const(0, "int64"))),
+                             ctx.emit(R.add(t, _prim_or_const(ctx, shape[i]))), t))
+        flat = t if flat is None else ctx.emit(R.add(ctx.emit(R.multiply(
+            flat, _prim_or_const(ctx, shape[i]))), t))
+    merged = _fold(_product(shape[i] for i in pos))
+    pre, post = shape[:p0], shape[p1:]
+    index_shape = _shape(flat)          # the index tensors broadcast together
+    count = _fold(_product(index_shape))
+    flat = ctx.emit(R.reshape(flat, [count]))
+    upd_shape = pre + [count] + post
+    values = ctx.emit(R.broadcast_to(values, pre + index_shape + post))
+    values = ctx.emit(R.reshape(values, upd_shape))
+    ind = ctx.emit(R.reshape(flat, [1] * len(pre) + [count] + [1] * len(post)))
+    ind = ctx.emit(R.broadcast_to(ind, upd_shape))
+    xm = ctx.emit(R.reshape(x, pre + [merged] + post)) if len(pos) > 1 else x
+    out = ctx.emit(R.scatter_elements(xm, ind, values, axis=p0,
+                                      reduction="add" if accumulate else "update"))
+    return R.reshape(out, shape) if len(pos) > 1 else out
+
+
+def diagonal_layout(x, a):
+    """How ``diagonal`` reads ``x``: the permutation moving ``dim1``, ``dim2`` last, the shape
+    with those two merged, and the positions of the diagonal in the merged dim (static)."""
+    n = _ndim(x)
+    d1, d2 = _axis(a.get("dim1", 0), n), _axis(a.get("dim2", 1), n)
+    offset = int(a.get("offset", 0))
+    shape = _shape(x)
+    s1, s2 = _static(shape[d1]), _static(shape[d2])
+    if s1 is None or s2 is None:
+        raise Unsupported("diagonal over a symbolic dim is not supported")
+    rows = np.arange(s1, dtype=np.int64)
+    rows = rows[(rows + offset >= 0) & (rows + offset < s2)]
+    others = [i for i in range(n) if i not in (d1, d2)]
+    merged = [shape[i] for i in others] + [s1 * s2]
+    return others + [d1, d2], merged, rows * s2 + rows + offset
+
+
+@register("diagonal")
+def _diagonal(ctx, a):
+    x = a["self"]
+    perm, merged, flat = diagonal_layout(x, a)
+    xm = ctx.emit(R.reshape(ctx.emit(R.permute_dims(x, perm)), merged))
+    return R.take(xm, const(flat), axis=len(merged) - 1)
+
+
+@register("diagonal_scatter")
+def _diagonal_scatter(ctx, a):
+    return diagonal_scatter(ctx, a["self"], _cast(ctx, a["src"], _dtype(a["self"])), a)
+
+
+def diagonal_scatter(ctx, x, src, a):
+    """``x`` with its diagonal (``a``: offset, dim1, dim2) replaced by ``src``."""
+    perm, merged, flat = diagonal_layout(x, a)
+    xm = ctx.emit(R.reshape(ctx.emit(R.permute_dims(x, perm)), merged))
+    src_shape = _shape(src)
+    idx = const(flat.reshape([1] * (len(src_shape) - 1) + [len(flat)]))
+    idx = ctx.emit(R.broadcast_to(idx, src_shape))
+    out = ctx.emit(R.scatter_elements(xm, idx, src, axis=len(merged) - 1))
+    permuted = [_shape(x)[i] for i in perm]
+    out = ctx.emit(R.reshape(out, permuted))
+    return R.permute_dims(out, [int(i) for i in np.argsort(perm)])
+
+
+@register("diff")
+def _diff(ctx, a):
+    x = a["self"]
+    n = _ndim(x)
+    dim = _axis(a["dim"], n)
+    parts = [p for p in (a.get("prepend"), x, a.get("append")) if p is not None]
+    dtype = _dtype(x)
+    if len(parts) > 1:
+        x = ctx.emit(R.concat([_cast(ctx, p, dtype) for p in parts], axis=dim))
+    for _ in range(int(a["n"])):
+        hi = ctx.emit(_slice(x, dim, 1, _END))
+        lo = ctx.emit(_slice(x, dim, 0, -1))
+        x = ctx.emit(R.logical_xor(hi, lo) if dtype == "bool" else R.subtract(hi, lo))
+    return x
+
+
+# ---------------------------------------------------------------------------------------------
 # identities, casts, creation
 
 
 @register("contiguous", "clone", "alias", "alias_copy", "detach", "detach_copy",
-          "lift_fresh_copy", "lift_fresh", "dropout_", "resolve_conj", "resolve_neg")
+          "lift_fresh_copy", "lift_fresh", "resolve_conj", "resolve_neg")
 def _identity(ctx, a):
     return a["self"] if "self" in a else a["input"]
 
@@ -1337,7 +1563,7 @@ def _fill_value(ctx, v, dtype):
           "empty_strided", "zeros_like", "ones_like", "full_like", "empty_like", "fill",
           "zero", "scalar_tensor", "new_empty_strided")
 def _create(ctx, a):
-    name = ctx.node.target._schema.name.split("::")[1]
+    name = ctx.op_name
     dtype = ctx.out_dtype()
     if name in ("zeros", "new_zeros", "zeros_like", "zero", "empty", "new_empty",
                 "empty_like", "empty_strided", "new_empty_strided"):
@@ -1393,10 +1619,38 @@ def _sort(ctx, a):
     return [TupleGetItem(t, 0), TupleGetItem(t, 1)]
 
 
-@register("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
-          "sym_constrain_range", "_assert_async", "_functional_assert_async",
-          "_functional_assert_scalar")
+@register("_assert_tensor_metadata", "_assert_async", "_functional_assert_async")
 def _no_op(ctx, a):
+    # checks of tensor metadata torch already made, and of tensor values (data): nothing a
+    # symbolic shape can express
+    if ctx.op_name == "_functional_assert_async":
+        return _scalar_const(True, "bool")          # its dependency token
+    return None
+
+
+@register("_assert_scalar", "_functional_assert_scalar")
+def _assert_scalar(ctx, a):
+    # a guard torch could not prove at export time (``Eq(s0 % 8, 0)``): checked at run time
+    cond = a["self"]
+    if isinstance(cond, tir.PrimExpr):
+        ctx.require(cond)
+    elif not cond:
+        raise Unsupported(f"the model asserts something false: {a.get('assert_msg')}")
+    if ctx.op_name == "_functional_assert_scalar":
+        return _scalar_const(True, "bool")          # its dependency token
+    return None
+
+
+@register("sym_constrain_range", "sym_constrain_range_for_size")
+def _constrain_range(ctx, a):
+    size = a.get("size")
+    if not isinstance(size, tir.PrimExpr):
+        return None
+    lo, hi = a.get("min"), a.get("max")
+    if lo is not None:
+        ctx.require(size >= lo)
+    if hi is not None:
+        ctx.require(size <= hi)
     return None
 
 

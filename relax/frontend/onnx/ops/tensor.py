@@ -14,10 +14,12 @@ import numpy as np
 from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
+from tilecraft.tensorir.arith import Analyzer
 from tilecraft.tensorir.expr import FloorMod, IntImm, Max, Min, PrimExpr, Select
 
 from .... import op as _op
 from ....expr import Expr, ShapeExpr, TupleGetItem, const
+from ....struct_info import TensorStructInfo
 from .. import lowbit
 from ..emit import emit_kernel
 from ..known import as_int, is_symbolic
@@ -392,7 +394,32 @@ def _expand(ctx, node):
             out.append(_i(t))
         else:
             out.append(t)
+    x = _unify_dims(ctx, node, x, xpad, out)
     return _op.broadcast_to(x, tuple(out))
+
+
+def _unify_dims(ctx, node, x, xpad, out):
+    """``x`` cast to the dims it must have to expand to ``out``: where a dim of ``x`` is not 1
+    and not provably its output dim (``min(seq, 256)`` to ``seq``: a position table sliced by
+    the sequence length), the conditions that make them equal are checked when the model runs
+    (``seq <= 256``, see ``frontend.shape_facts``) and the dim is taken as the output's."""
+    facts = ctx.importer.facts
+    plain = Analyzer()          # what relax.broadcast_to proves by itself, without the facts
+    dims = list(xpad)
+    changed = False
+    for k, (d, o) in enumerate(zip(xpad, out)):
+        o = _i(o)
+        if static_int(d) == 1 or plain.can_prove_equal(d, o):
+            continue
+        if static_int(d) is not None and static_int(o) is not None:
+            continue                # two constants that differ: broadcast_to says so
+        facts.require_equal(d, o, f"node {node.name!r} (Expand)")
+        dims[k] = o
+        changed = True
+    if not changed:
+        return x
+    shape = tuple(dims[len(xpad) - len(ctx.shape(x)):])
+    return ctx.bb.match_cast(x, TensorStructInfo(shape, ctx.dtype(x)))
 
 
 @converter("Tile", family="tensor", doc="repeat the whole tensor along each dim")

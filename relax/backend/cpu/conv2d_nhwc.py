@@ -1,0 +1,250 @@
+"""The NHWC convolution (rule ``RULE_CONV_NHWC``): a GEMM-like tile of ``rows`` output pixels x
+``width`` output channels, the weight packed ``[ceil(O/NR), KH, KW, I, NR]`` so that a tile's
+``NR`` channels of one tap and input channel are one contiguous vector run. A 1x1 unit-stride
+layer without padding (output pixel ``p`` reads input pixel ``p``) may take tiles across rows
+(``flat``).
+
+- plan: ``plan_conv2d_nhwc`` (``NhwcPlan``) and ``nhwc_tile_fills``;
+- weight packing: ``pack_conv2d_nhwc_weight``;
+- compute: ``conv2d_nhwc_packed``;
+- schedule: ``schedule_conv2d_nhwc``.
+
+Examples
+--------
+>>> g = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+>>> p = plan_conv2d_nhwc(g, 16, 32)
+>>> (p.rows, p.width, p.flat)
+(8, 32, False)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilecraft.targets import Target
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import PrimExpr
+from tilecraft.tensorir.schedule import Schedule
+
+from .geometry import ConvGeometry, as_int, ceil_div, group_of
+from .padding import RULE_PAD, pad_nhwc, schedule_pad
+from .params import num_cores
+from .registry import SCHEDULE_RULE, KernelFamily
+from .schedule_utils import (MAX_UNROLLED_FMAS, ann_int, block_lanes, conv_tile_block,
+                             core_balance, finish_tile_block, fuse_epilogue, loop_extent)
+
+__all__ = ["RULE_CONV_NHWC", "RAGGED_MIN_TILES", "NhwcPlan", "plan_conv2d_nhwc",
+           "nhwc_tile_fills", "pack_conv2d_nhwc_weight", "conv2d_nhwc_packed",
+           "schedule_conv2d_nhwc", "FAMILY"]
+
+RULE_CONV_NHWC = "tilecraft.conv2d_nhwc_packed"
+
+
+# with 16 vector registers, a row (or plane) of at least this many full NHWC tiles takes
+# them with a ragged last tile rather than a smaller tile that divides it
+RAGGED_MIN_TILES = 4
+
+
+@dataclass(frozen=True)
+class NhwcPlan:
+    """The tile of ``conv2d_nhwc_packed``: ``rows`` output pixels of one image row x ``width``
+    output channels (the packed panel width, a multiple of the lanes). With ``flat``, the
+    pixels are consecutive ones of the whole output plane (a 1x1 unit-stride convolution
+    without padding reads input pixel ``p`` for output pixel ``p``, so a tile may span rows)."""
+
+    geometry: ConvGeometry
+    rows: int
+    width: int
+    lanes: int
+    flat: bool = False
+
+
+def plan_conv2d_nhwc(g: ConvGeometry, lanes: int, registers: int) -> NhwcPlan | None:
+    """The NHWC tile, or None when the channels of a tile would not share their input channel
+    (a grouped convolution with fewer than ``lanes`` channels per group, other than
+    depthwise).
+
+    Examples
+    --------
+    >>> g = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    >>> p = plan_conv2d_nhwc(g, 16, 32)
+    >>> (p.rows, p.width, p.flat)
+    (8, 32, False)
+    """
+    if g.groups > 1 and not g.is_depthwise and g.out_per_group % lanes:
+        return None
+    vectors = 2 if g.out_channels >= 2 * lanes else 1
+    if g.groups > 1 and not g.is_depthwise:
+        vectors = 2 if g.out_per_group % (2 * lanes) == 0 else 1
+    width = vectors * lanes
+    budget = (24 if registers >= 32 else 12) // vectors
+    ow = g.out_w
+    fits = [m for m in range(min(budget, ow), 3, -1) if ow % m == 0]
+    # 16 registers: a full tile with a ragged last one beats a smaller tile that divides
+    # the row once the row holds RAGGED_MIN_TILES of them (Zen 3, one layer each: 6 pixels
+    # against 4 on 56- and 28-wide rows ran 1.0-1.12x, the 3x3 layers most; on 14- and
+    # 7-wide rows, 6 + 6 + 2 and 6 + 1, 0.75-0.9x the channel-vector tiles)
+    ragged = registers < 32 and g.groups == 1
+    if ragged and ow >= RAGGED_MIN_TILES * budget:
+        return NhwcPlan(g, budget, width, lanes)
+    if fits:
+        return NhwcPlan(g, fits[0], width, lanes)
+    if _pixel_aligned(g):
+        # tiles across rows: the plane's pixels in one axis (a 14 x 14 plane takes 6 x 32
+        # + 4 where 6 + 6 + 2 splits each row)
+        plane = g.out_h * ow
+        if ragged and plane >= RAGGED_MIN_TILES * budget:
+            return NhwcPlan(g, budget, width, lanes, flat=True)
+        flat = [m for m in range(min(budget, plane), 3, -1) if plane % m == 0]
+        if flat:
+            return NhwcPlan(g, flat[0], width, lanes, flat=True)
+    rows = fits[0] if fits else min(budget, ow, 6)
+    return NhwcPlan(g, rows, width, lanes)
+
+
+def _pixel_aligned(g: ConvGeometry) -> bool:
+    """Whether output pixel ``p`` of ``g`` reads input pixel ``p`` alone (1x1, unit stride,
+    no padding, not grouped)."""
+    return g.kernel == (1, 1) and g.strides == (1, 1) and not any(g.padding) and g.groups == 1
+
+
+def nhwc_tile_fills(plan: NhwcPlan) -> bool:
+    """Whether the NHWC tile fills its row (or, ``flat``, its plane) with 8 or more
+    accumulators: its pixels divide the row, or the row holds ``RAGGED_MIN_TILES`` tiles or
+    more, so that the ragged one at its end is a small part of the work."""
+    g = plan.geometry
+    pixels = g.out_h * g.out_w if plan.flat else g.out_w
+    spread = pixels % plan.rows == 0 or pixels >= RAGGED_MIN_TILES * plan.rows
+    return spread and plan.rows * (plan.width // plan.lanes) >= 8
+
+
+def pack_conv2d_nhwc_weight(weight: te.Tensor, kernel_layout: str, width: int) -> te.Tensor:
+    """``weight`` (letters ``OIHW`` in any order) as ``[ceil(O/NR), KH, KW, I, NR]``, zero
+    beyond ``O``.
+
+    Examples
+    --------
+    >>> w = te.placeholder((3, 3, 16, 40), "float32", "w")
+    >>> [d.value for d in pack_conv2d_nhwc_weight(w, "HWIO", 32).shape]
+    [2, 3, 3, 16, 32]
+    """
+    dims = {c: weight.shape[kernel_layout.index(c)] for c in "OIHW"}
+    o = as_int(dims["O"])
+    zero = te.const(0, weight.dtype)
+
+    def f(ob, kh, kw, i, r):
+        oc = ob * width + r
+        at = {"O": oc, "I": i, "H": kh, "W": kw}
+        v = weight[tuple(at[c] for c in kernel_layout)]
+        return v if o % width == 0 else te.if_then_else(oc < o, v, zero)
+
+    return te.compute((ceil_div(o, width), dims["H"], dims["W"], dims["I"], width), f,
+                      "weight_packed")
+
+
+def conv2d_nhwc_packed(data: te.Tensor, weight: te.Tensor, plan: NhwcPlan,
+                       out_dtype: str) -> te.Tensor:
+    """The NHWC convolution of ``data`` ``(N, H, W, C)`` with the packed weight
+    ``[ceil(O/NR), KH, KW, I, NR]``. Blocks: ``data_pad`` (when there is padding) and
+    ``conv2d_nhwc``.
+
+    Examples
+    --------
+    >>> g = ConvGeometry(16, 8, 8, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    >>> plan = plan_conv2d_nhwc(g, 16, 32)
+    >>> x = te.placeholder((1, 8, 8, 16), "float32", "x")
+    >>> w = te.placeholder((1, 3, 3, 16, 32), "float32", "w")
+    >>> [d.value for d in conv2d_nhwc_packed(x, w, plan, "float32").shape]
+    [1, 8, 8, 32]
+    """
+    g = plan.geometry
+    n = data.shape[0]
+    src = pad_nhwc(data, g)
+    ipg, opg = g.in_per_group, g.out_per_group
+    rc = te.reduce_axis((0, ipg), "rc")
+    ry = te.reduce_axis((0, g.kernel[0]), "ry")
+    rx = te.reduce_axis((0, g.kernel[1]), "rx")
+    (sh, sw), (dh, dw), nr = g.strides, g.dilation, plan.width
+
+    def chan(o):
+        if g.groups == 1:
+            return rc.var
+        if g.is_depthwise:
+            return o
+        return group_of(o, nr, opg) * ipg + rc.var
+
+    def f(b, y, x, o):
+        v = src[b, y * sh + ry * dh, x * sw + rx * dw, chan(o)]
+        wt = weight[o // nr, ry, rx, rc, o % nr]
+        return te.sum(v.astype(out_dtype) * wt.astype(out_dtype), axis=[ry, rx, rc])
+
+    attrs = {SCHEDULE_RULE: RULE_CONV_NHWC, "rows": plan.rows, "width": nr,
+             "flat": int(plan.flat), "lanes": plan.lanes}
+    if not plan.flat:
+        return te.compute((n, g.out_h, g.out_w, g.out_channels), f, "conv2d_nhwc", attrs=attrs)
+    # the pixels of the whole plane in one axis (output pixel p reads input pixel p), so a
+    # tile may span rows; the NHWC output is that plane reshaped, and the epilogue's read
+    # ``flat[b, y * W + x, o]`` inverts (the schedule inlines it into the write-back)
+    ow = g.out_w
+    flat = te.compute((n, g.out_h * ow, g.out_channels),
+                      lambda b, p, o: f(b, p // ow, p % ow, o), "conv2d_nhwc_flat",
+                      attrs=attrs)
+    return te.compute((n, g.out_h, ow, g.out_channels),
+                      lambda b, y, x, o: flat[b, y * ow + x, o], "conv2d_nhwc")
+
+
+def schedule_conv2d_nhwc(sch: Schedule, name: str, target: Target,
+                         gemv_rows: PrimExpr | None = None) -> None:
+    """The NHWC convolution: a tile of ``rows`` output pixels x ``width`` channels (one packed
+    panel) accumulates in registers over ``(ry, rx, rc)``: per step ``rows`` broadcast inputs,
+    ``width / lanes`` vector loads of the panel, ``rows * width / lanes`` FMAs. Image rows
+    (with the batch) run in parallel; the epilogue is computed in the write-back."""
+    # ``flat``: tiles of the whole plane's pixels (a 1x1 unit-stride layer: output pixel p
+    # reads input pixel p), so a 14 x 14 plane takes 32 tiles of 6 and one of 4 where each
+    # row would split 6 + 6 + 2
+    flat = ann_int(sch.get(sch.get_block(name)), "flat", 0)
+    block, (rows, width), loops = conv_tile_block(sch, name, ("rows", "width"),
+                                                   6 if flat else 7)
+    if flat:
+        (b, x, o, ry, rx, rc), rows_of = loops, []
+    else:
+        b, y, x, o, ry, rx, rc = loops
+        rows_of = [y]
+    pixels = loop_extent(sch.get(x))
+    o0, o1 = sch.split(o, [None, width])
+    x0, x1 = sch.split(x, [None, rows])
+    # one parallel loop, not a fused one (see schedule_conv2d_nchw): the image rows, or the
+    # first of the loops below them with enough iterations that split evenly over the cores
+    # (a 7 x 7 plane's 9 tiles of 6 pixels on two cores, one of them a single pixel, kept a
+    # core idle for a ninth of the time: its 16-channel panels split instead)
+    cores = num_cores(target)
+    candidates = rows_of + [x0, o0]
+
+    def balance(rv) -> float:
+        ragged = rv is x0 and pixels is not None and pixels % rows
+        return core_balance(loop_extent(sch.get(rv)), cores,
+                            (pixels % rows) / rows if ragged else 1.0)
+
+    enough = [rv for rv in candidates if (loop_extent(sch.get(rv)) or 0) >= 2 * cores]
+    par = next((rv for rv in enough if balance(rv) >= 0.95),
+               enough[0] if enough else candidates[0])
+    tiles = [o0, x0] if par is o0 else [x0, o0]
+    sch.reorder(b, *rows_of, *tiles, ry, rx, rc, x1, o1)
+    outer = len(rows_of) + 3
+    sch.parallel(par)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, tiles[1])
+    fuse_epilogue(sch, acc)
+    init = sch.decompose_reduction(block, ry)
+    sch.unroll(x1)
+    sch.vectorize(o1)
+    lanes = max(1, block_lanes(sch.get(block), target))
+    if (loop_extent(sch.get(rx)) or 1) * rows * width // lanes <= MAX_UNROLLED_FMAS:
+        sch.unroll(rx)
+    finish_tile_block(sch, init, outer)
+    finish_tile_block(sch, acc, outer)
+
+
+FAMILY = KernelFamily(
+    name="conv2d_nhwc", rule=RULE_CONV_NHWC, plan=plan_conv2d_nhwc, compute=conv2d_nhwc_packed,
+    pack=pack_conv2d_nhwc_weight, schedule=schedule_conv2d_nhwc, tile=True,
+    stages={RULE_PAD: schedule_pad})

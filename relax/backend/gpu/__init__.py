@@ -1,0 +1,23 @@
+"""The GPU kernel families of the default OpenCL / WebGPU schedules (``relax.gpu_schedules``).
+
+On GPU targets no pass rewrites operators into kernels of their own (``AlterLayout`` is
+CPU-only): the families are found by the structure of a block, not by a rule annotation.
+Today there is one:
+
+- ``gemm.py``: GEMM-like reductions (matmul, batch matmul, dense, convolution as an implicit
+  GEMM): ``gemm.is_gemm_like`` picks the blocks, ``gemm.schedule_gemm`` tiles them for
+  work-groups, threads, shared memory and registers; its ``GEMM_*`` constants are the tiles.
+
+``schedule_utils.py`` holds the helpers the families share with ``relax.gpu_schedules``. A new
+GPU family (Winograd, attention) is a module beside ``gemm.py`` with its own block test and
+schedule, tried by ``gpu_schedules._schedule_best`` before the generic rules.
+
+Examples
+--------
+>>> from tilecraft.relax.backend.gpu import gemm
+>>> gemm.GEMM_TILE, gemm.GEMM_BK
+((16, 8), 16)
+"""
+from . import gemm, schedule_utils
+
+__all__ = ["gemm", "schedule_utils"]

@@ -1,0 +1,493 @@
+"""The GPU GEMM family: GEMM-like reductions (two inputs read with the reduction variable:
+matmul, batch matmul, dense, convolution as an implicit GEMM) tiled for work-groups and
+threads.
+
+The output loops are grouped by the input that reads them: rows (the largest loop of the first
+input's group: a matmul's ``i``, a convolution's output channels), columns (the innermost loop's
+group: a matmul's ``j``, a convolution's output image as a 2-D ``h x w`` tile) and batch (loops
+both inputs read, the other loops of a group, a symbolic outer loop such as a convolution's
+batch: ``blockIdx.z``). A block tile of ``BM x BN`` outputs per work-group — 128 x 128 from
+16 x 16 threads of 8 x 8 registers — accumulated in registers (``cache_write`` local); the
+reduction split by ``BK`` (16, WebGPU 8; a convolution steps over whole input channels times its
+window) with both input tiles staged in shared memory (``cache_read`` shared + a cooperative
+fetch over all threads, OpenCL's as float4 loads). Each step of the inner reduction reads a
+thread's rows of the row tile and columns of the column tile into register fragments
+(``cache_read`` local at the inner reduction loop) as 4-element vector reads: the row tile
+stored transposed (rows padded by 4 words where the tiles fit), the column tile in runs of 4
+columns per thread. The k-step loop is annotated ``register_prefetch``
+(``tensorir.transform.register_prefetch``). Init decomposed out of the reduction, the register
+tile unrolled; epilogues (bias, activation, residual add) inlined into the register write-back.
+
+- which blocks: ``is_gemm_like``;
+- schedule: ``schedule_gemm(sch, block, target, shared, small)``, ``shared`` naming the inputs
+  staged in shared memory (``"all"``, ``"compact"``: those read at plain indices, a
+  convolution's weights; ``"none"``) and ``small`` a quarter-size tile: the fallbacks where a
+  tile does not fit the target (WebGPU's 16 KiB of workgroup storage);
+- tiles: the ``GEMM_*`` constants below (``benchmarks/gpu_gemm_variants.py`` sweeps them).
+
+Examples
+--------
+>>> from tilecraft.tensorir import te
+>>> A = te.placeholder((256, 64), "float32", "A")
+>>> B = te.placeholder((64, 256), "float32", "B")
+>>> k = te.reduce_axis((0, 64), "k")
+>>> C = te.compute((256, 256), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+>>> from tilecraft.tensorir.schedule import Schedule
+>>> sch = Schedule(te.create_prim_func([A, B, C]))
+>>> is_gemm_like(sch.get(sch.get_block("C")))
+True
+"""
+from __future__ import annotations
+
+from tilecraft.targets import Target
+from tilecraft.tensorir.expr import IntImm, Var
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.schedule.index_map import IndexMap
+from tilecraft.tensorir.stmt import Block
+from tilecraft.tensorir.transform._common import uses_any
+from tilecraft.tensorir.transform.register_prefetch import ANN_REGISTER_PREFETCH
+
+from .schedule_utils import (SYMBOLIC, is_reduction, is_under, iter_values, loop_extent,
+                             node_of, spatial_loops)
+
+__all__ = ["GEMM_TILE", "GEMM_TILE_J", "GEMM_TILE_CPU", "GEMM_BK_CPU", "GEMM_BK",
+           "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "reduce_inputs",
+           "is_gemm_like", "compact_read", "for_cpu", "schedule_gemm"]
+
+
+# threads x register elements per GEMM output dimension: a 128 x 128 block tile of 16 x 16
+# threads, each 8 rows x 8 columns in registers, k-step 16. On the H200 (OpenCL, 4096^3 fp32,
+# benchmarks/gpu_gemm_variants.py) with the register fragments and the register prefetch below:
+# 45 TFLOP/s, 0.88x cuBLAS (8 x 16 threads of 16 x 8: 0.82x; without the prefetch 0.82x,
+# without the fragments 0.78x; before the shared tiles were declared 16-byte aligned 0.55x).
+GEMM_TILE = (16, 8)    # rows
+GEMM_TILE_J = (16, 8)  # columns
+# For a CPU OpenCL driver (``Target("opencl -device=cpu")``, e.g. PoCL): a small tile with the
+# reduction step not unrolled. PoCL compiles the GPU tile's 2048 unrolled multiply-adds per
+# work-item for minutes. 8 x 8 work-items: with 16 x 16 and this serial step, PoCL computed a
+# (n, 2, 24, 16) x (n, 2, 16, 24) batch matmul wrong (garbage in the second column tile) where
+# the interpreter, lavapipe and PoCL with 8 x 8 or with the GPU tile agree with numpy.
+GEMM_TILE_CPU = (8, 4)
+GEMM_BK_CPU = 8
+GEMM_BK = 16           # reduction step staged in shared memory (H200: 16 beats 8 by 3%, 32 by 20%)
+# WebGPU (within the spec's 256 invocations and 16 KiB of workgroup storage): 16 x 16 threads of
+# 8 x 8, k-step 8 (so that the transposed A tile's rows can be padded: two 128 x 16 tiles fill
+# the 16 KiB exactly). On the H200 through Vulkan (4096^3 fp32) with fragments and prefetch:
+# 0.62x cuBLAS (k-step 16 unpadded: 0.55x; the former scalar schedule with B stored
+# ``(k, j % 8, j // 8)``: 0.48x).
+GEMM_TILE_WEBGPU = (16, 8)
+GEMM_BK_WEBGPU = 8
+GEMM_FETCH_VECTOR = 1  # elements per thread and step of the shared-memory fetch without fragments
+# GPU GEMM tiles read through register fragments: each reduction step's slice of the shared
+# tiles a thread multiplies (its rows of A, its columns of B) copied into registers first, as
+# 4-element vector reads — A's tile stored transposed ``(k, i)`` (rows padded by 4 words where
+# the tiles still fit), B's in runs of 4 columns per thread ``(k, (j % rj) // 4, j // rj,
+# j % 4)``. OpenCL C reads them as aligned float4, WGSL from array<vec4<f32>> workgroup arrays.
+GEMM_FRAGMENTS = True
+GEMM_FRAGMENT_VECTOR = 4
+GEMM_FRAGMENTS_WEBGPU = True
+GEMM_FETCH_VECTOR_FRAGMENTS = 4   # OpenCL's global -> shared fetch with fragments: float4 loads
+# the k-step loop annotated for tensorir.transform.register_prefetch: the next step's tiles
+# are loaded into registers during this step's multiply-adds (OpenCL 0.82x -> 0.88x cuBLAS)
+GEMM_REGISTER_PREFETCH = True
+WEBGPU_SHARED_BYTES = 16384       # the WebGPU spec's default maxComputeWorkgroupStorageSize
+# Work-groups a GEMM-like kernel should have at least (at batch 1): smaller register tiles
+# until it does (the H200 has 132 multiprocessors).
+GEMM_MIN_GROUPS = 128
+
+
+def reduce_inputs(block: Block) -> list[int]:
+    """Indices (in ``block.reads``) of the buffers read with a reduce iter var."""
+    rvars = [iv.var for iv in block.iter_vars if iv.kind == "reduce"]
+    out = []
+    for i, r in enumerate(block.reads):
+        if any(uses_any(rng.min, rvars) or uses_any(rng.extent, rvars) for rng in r.region):
+            out.append(i)
+    return out
+
+
+def is_gemm_like(block: Block) -> bool:
+    """Whether ``block`` is a reduction over an outer product of two inputs (each reads a
+    spatial var the other does not: matmul, dense, convolution)."""
+    if not is_reduction(block):
+        return False
+    inputs = reduce_inputs(block)
+    if len(inputs) < 2:
+        return False
+    svars = [iv.var for iv in block.iter_vars if iv.kind == "spatial"]
+    # each of two inputs misses a spatial var the other has: an outer product of tiles
+    uses = []
+    for i in inputs:
+        r = block.reads[i]
+        uses.append({v for v in svars if any(uses_any(x.min, [v]) for x in r.region)})
+    return any(a - b and b - a for a in uses for b in uses)
+
+
+def compact_read(block: Block, idx: int) -> bool:
+    """Whether ``block`` reads input ``idx`` at plain indices (each a single iter var or a
+    constant): its tile is a dense box, e.g. a weight, not a sliding window."""
+    for rng in block.reads[idx].region:
+        m = rng.min
+        if not isinstance(m, (Var, IntImm)):
+            return False
+    return True
+
+
+def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
+                  small: bool = False) -> set:
+    """The GEMM tile on the GEMM-like block ``block`` (see the module docstring); the names of
+    the blocks it scheduled (the block, its caches, init and write-back). ``shared``: which
+    inputs are staged in shared memory (``"all"``, ``"compact"``, ``"none"``); ``small``: a
+    quarter-size block tile. ``ScheduleError`` where it does not apply."""
+    node = node_of(sch, block)
+    spatial, reduce = spatial_loops(sch, block)
+    if len(spatial) < 2 or not reduce:
+        raise ScheduleError("default GPU schedule", "not a 2-D tiled reduction", None)
+    batch, rows, cols, row_input, col_input = _gemm_groups(sch, block, spatial)
+    # the block's iter var of a single column loop (the dim of the column input to permute)
+    col_var = None
+    if len(cols) == 1:
+        cvar = node_of(sch, cols[0]).loop_var
+        found = [iv.var for iv, v in zip(node.iter_vars, iter_values(sch, block))
+                 if iv.kind == "spatial" and uses_any(v, [cvar])]
+        col_var = found[0] if len(found) == 1 else None
+    row_var = None
+    rvar = node_of(sch, rows[0]).loop_var
+    found = [iv.var for iv, v in zip(node.iter_vars, iter_values(sch, block))
+             if iv.kind == "spatial" and uses_any(v, [rvar])]
+    row_var = found[0] if len(found) == 1 else None
+    sch.reorder(*batch, *rows, *cols)
+    il = rows[0]
+    cpu = for_cpu(target)
+    webgpu = target.kind == "webgpu" and not cpu
+    # register fragments read as float4 from shared tiles laid out for it (OpenCL on a GPU)
+    fragments = GEMM_FRAGMENTS and not cpu and (target.kind == "opencl" or
+                                                (webgpu and GEMM_FRAGMENTS_WEBGPU))
+    cfg_i = GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE
+    cfg_j = GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE_J
+    if small:      # half the threads and half the registers per dimension
+        cfg_i = (max(1, cfg_i[0] // 2), max(1, cfg_i[1] // 2))
+        cfg_j = (max(1, cfg_j[0] // 2), max(1, cfg_j[1] // 2))
+    I = loop_extent(node_of(sch, il))
+    if len(cols) == 2:
+        H, W = (loop_extent(node_of(sch, lp)) for lp in cols)
+        th, tw, rw = _image_tile(H, W, cfg_j)
+        tj, rj, jcols = th * tw, rw, -(-H // th)
+        jgroups = lambda r: jcols * -(-W // (tw * r))   # noqa: E731
+    else:
+        J = loop_extent(node_of(sch, cols[0]))
+        tj, rj = _tile(J, cfg_j)
+        jgroups = lambda r: -(-J // (tj * r))           # noqa: E731
+    # threads the columns leave unused (a 7 x 7 image) go to the rows
+    ti_cfg = cfg_i[0]
+    while ti_cfg * 2 * tj <= cfg_i[0] * cfg_j[0]:
+        ti_cfg *= 2
+    ti, ri = _tile(I, (ti_cfg, cfg_i[1]))
+    if not cpu:
+        ri, rj = _fill(I, ti, ri, jgroups, rj, batch_groups=_const_groups(sch, batch),
+                       shrink_cols=len(cols) == 1)
+    i0, i1, i2 = sch.split(il, [None, ti, ri])
+    if len(cols) == 2:
+        j0, j1, j2 = _split_image(sch, cols, th, tw, rj)
+    else:
+        j0, j1, j2 = sch.split(cols[0], [None, tj, rj])
+    step = GEMM_BK_CPU if cpu else GEMM_BK_WEBGPU if webgpu else GEMM_BK
+    k0, k1 = _split_reduction(sch, reduce, step)
+    # a symbolic batch alone on blockIdx.z; constant batch loops (attention heads) fused
+    # with the row tiles on blockIdx.y: fused with a symbolic loop, their index (b // 12)
+    # could not be proven in bounds and every tile would get a guard
+    sym = [lp for lp in batch if loop_extent(node_of(sch, lp)) == SYMBOLIC]
+    const = [lp for lp in batch if lp not in sym]
+    sch.reorder(*sym, *const, i0, j0, i1, j1, k0, k1, i2, j2)
+    if sym:
+        b = sch.fuse(*sym) if len(sym) > 1 else sym[0]
+        sch.bind(b, "blockIdx.z")
+        if const:
+            i0 = sch.fuse(*const, i0)
+    elif const:
+        b = sch.fuse(*const) if len(const) > 1 else const[0]
+        sch.bind(b, "blockIdx.z")
+    sch.bind(i0, "blockIdx.y")
+    sch.bind(j0, "blockIdx.x")
+    sch.bind(i1, "threadIdx.y")
+    sch.bind(j1, "threadIdx.x")
+    names = {node.name}
+    consumers = sch.get_consumers(block)
+    local = sch.cache_write(block, 0, "local")
+    names.add(node_of(sch, local).name)
+    sch.reverse_compute_at(local, j1)
+    for c in consumers:            # bias / activation into the register write-back
+        try:
+            sch.reverse_compute_inline(c)
+        except ScheduleError:
+            pass
+    cached = [i for i in (row_input, col_input)
+              if shared == "all" or (shared == "compact" and compact_read(node, i))]
+    # cache_read shifts nothing in ``block.reads`` (the cache replaces the buffer in place)
+    for idx in cached:
+        sh = sch.cache_read(block, idx, "shared")
+        names.add(node_of(sch, sh).name)
+        sch.compute_at(sh, k0)
+        inner = [lp for lp in sch.get_loops(sh) if node_of(sch, lp).kind == "serial" and
+                 is_under(sch, lp, k0)]
+        last = loop_extent(node_of(sch, inner[-1]))
+        # (WGSL has no vector loads of storage buffers of scalars: WebGPU fetches by element)
+        vec = GEMM_FETCH_VECTOR_FRAGMENTS if fragments and not webgpu else GEMM_FETCH_VECTOR
+        fv = None
+        if vec > 1 and last % vec == 0 and last != SYMBOLIC:
+            # each thread copies `vec` consecutive elements of a row: one vector load / store
+            lo, fv = sch.split(inner[-1], [None, vec])
+            inner = inner[:-1] + [lo]
+        f = sch.fuse(*inner) if len(inner) > 1 else inner[0]
+        f0, fy, fx = sch.split(f, [None, ti, tj])
+        if fv is not None:
+            sch.vectorize(fv)
+        sch.bind(fy, "threadIdx.y")
+        sch.bind(fx, "threadIdx.x")
+        if webgpu and loop_extent(node_of(sch, f0)) <= 16:
+            sch.unroll(f0)
+        if idx == col_input and col_var is not None and (fragments or webgpu and rj > 1):
+            _permute_columns(sch, sh, node, idx, col_var, rj,
+                             GEMM_FRAGMENT_VECTOR if fragments else 1)
+        if fragments and idx == row_input and row_var is not None:
+            # padded rows where the tiles still fit (WebGPU's 16 KiB of workgroup storage
+            # hold two 128 x 16 tiles exactly)
+            pad = not webgpu or 4 * step * (ti * ri + 4 + tj * rj) <= WEBGPU_SHARED_BYTES
+            _transpose_rows(sch, sh, node, idx, row_var, pad=pad)
+    if fragments and cached:
+        _register_fragments(sch, block, cached, k1, GEMM_FRAGMENT_VECTOR)
+    if fragments and GEMM_REGISTER_PREFETCH and cached:
+        # the next step's tiles loaded into registers during this step's multiply-adds
+        sch.annotate(k0, ANN_REGISTER_PREFETCH, 1)
+    init = sch.decompose_reduction(block, k0)
+    names.add(node_of(sch, init).name)
+    for lp in ((i2, j2) if cpu else (k1, i2, j2)):
+        sch.unroll(lp)
+    # the register tile's init and write-back unrolled too: indexed by constants only, the
+    # accumulators stay in registers
+    for b in (init, local):
+        for lp in sch.get_loops(b):
+            if node_of(sch, lp).kind == "serial" and is_under(sch, lp, j1) and \
+                    loop_extent(node_of(sch, lp)) <= 64:
+                sch.unroll(lp)
+    return names
+
+
+def _gemm_groups(sch: Schedule, block, spatial):
+    """Split a GEMM-like block's spatial loops into (batch, rows, columns): loops read by both
+    tiled inputs (or by neither) are batch; the others belong to the input that reads them.
+    The columns are the group of the innermost loop (the output's contiguous dim): that loop,
+    or the innermost two when both are constant (a convolution's output image); the rows one
+    loop of the other group (the largest constant one of at least 16, else the largest). All
+    other loops are batch, so a tile never spans two images or sequences."""
+    node = node_of(sch, block)
+    values = iter_values(sch, block)
+    inputs = reduce_inputs(node)
+    users = []
+    for lp in spatial:
+        var = node_of(sch, lp).loop_var
+        ivs = [iv.var for iv, v in zip(node.iter_vars, values)
+               if iv.kind == "spatial" and uses_any(v, [var])]
+        users.append({i for i in inputs
+                      if any(uses_any(r.min, ivs) for r in node.reads[i].region)})
+    last = users[-1]
+    if len(last) != 1:
+        raise ScheduleError("default GPU schedule", "the innermost output loop is read by "
+                            "both GEMM inputs", None)
+    col_input = next(iter(last))
+    batch, rows, cols = [], [], []
+    for lp, u in zip(spatial, users):
+        if len(u) != 1:
+            batch.append(lp)
+        elif u == last:
+            cols.append(lp)
+        else:
+            rows.append(lp)
+    if not rows:
+        raise ScheduleError("default GPU schedule", "no row loop (not an outer product)", None)
+    # rows: one loop, the largest constant one when it fills a tile's threads (a sequence of
+    # 128 beside a symbolic batch: at batch 1 a symbolic row loop would leave the tile
+    # empty), else the largest (a symbolic one counts as large); the others are batch
+    consts = [lp for lp in rows if loop_extent(node_of(sch, lp)) < SYMBOLIC]
+    big = [lp for lp in consts if loop_extent(node_of(sch, lp)) >= 16]
+    row = max(big or rows, key=lambda lp: loop_extent(node_of(sch, lp)))
+    batch += [lp for lp in rows if lp is not row]
+    rows = [row]
+    # columns: the innermost loop, or the innermost two when both are constant (a convolution's
+    # output rows and columns: a 2-D tile of the image); the others are batch
+    if len(cols) > 1 and all(loop_extent(node_of(sch, lp)) != SYMBOLIC for lp in cols[-2:]):
+        batch += cols[:-2]
+        cols = cols[-2:]
+    else:
+        batch += cols[:-1]
+        cols = cols[-1:]
+    batch.sort(key=spatial.index)
+    row_input = next(i for i in inputs if i != col_input)
+    return batch, rows, cols, row_input, col_input
+
+
+def _split_reduction(sch: Schedule, reduce, step: int):
+    """(outer, inner) reduction loops, about ``step`` iterations inside. Several loops (a
+    convolution's channels x window): the outer loop steps over whole channels — the inner
+    loop covers ``c`` channels times the window — so each step's input tiles have a constant
+    size (a fused loop split by 16 would cross channel boundaries at varying points)."""
+    window = 1
+    for lp in reduce[1:]:
+        window *= loop_extent(node_of(sch, lp))
+    if len(reduce) > 1 and window < SYMBOLIC and loop_extent(node_of(sch, reduce[0])) < SYMBOLIC:
+        channels = loop_extent(node_of(sch, reduce[0]))
+        c = max(1, min(channels, step // window))
+        while channels % c:
+            c -= 1
+        k0, c1 = sch.split(reduce[0], [None, c])
+        return k0, sch.fuse(c1, *reduce[1:])
+    k = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
+    bk = step if loop_extent(node_of(sch, k)) >= step else loop_extent(node_of(sch, k))
+    return sch.split(k, [None, bk])
+
+
+def _image_tile(H: int, W: int, config: tuple[int, int]) -> tuple[int, int, int]:
+    """A 2-D tile over a convolution's output rows ``H`` and columns ``W``: ``(th, tw, rw)``
+    with ``rw`` columns per thread in registers (a divisor of ``W`` when one is close to the
+    register count, so the tile has no tail), ``tw`` threads across a row and ``th`` down the
+    image, ``th * tw`` at most the column threads of ``config``."""
+    threads, regs = config
+    divisors = [d for d in range(1, min(regs, W) + 1) if W % d == 0]
+    rw = divisors[-1] if divisors[-1] * 2 > min(regs, W) else min(regs, W)
+    tw = min(threads, -(-W // rw))
+    th = max(1, min(threads // tw, H))
+    return th, tw, rw
+
+
+def _split_image(sch: Schedule, cols, th: int, tw: int, rw: int):
+    """The image tile's fused (work-group, thread, register) loops."""
+    hl, wl = cols
+    h0, h1 = sch.split(hl, [None, th])
+    w0, w1, w2 = sch.split(wl, [None, tw, rw])
+    sch.reorder(h0, w0, h1, w1, w2)
+    return sch.fuse(h0, w0), sch.fuse(h1, w1), w2
+
+
+def _const_groups(sch: Schedule, batch) -> int:
+    n = 1
+    for lp in batch:
+        e = loop_extent(node_of(sch, lp))
+        n *= 1 if e == SYMBOLIC else e    # a symbolic batch counts as 1: size for batch 1
+    return n
+
+
+def _fill(I: int, ti: int, ri: int, jgroups, rj: int, batch_groups: int,
+          shrink_cols: bool) -> tuple[int, int]:
+    """Register counts ``(ri, rj)``, halved (the larger first) until the kernel has at least
+    ``GEMM_MIN_GROUPS`` work-groups: a BERT dense layer at batch 1 (128 x 768) or a 7 x 7
+    convolution with 512 channels has only 4-6 full-size tiles, which leaves most of a GPU's
+    multiprocessors idle; a smaller tile per thread is slower per work-group but fills them."""
+    def groups(a, b):
+        return -(-I // (ti * a)) * jgroups(b) * batch_groups
+    while groups(ri, rj) < GEMM_MIN_GROUPS:
+        if ri >= rj and ri > 1 or (ri > 1 and not shrink_cols):
+            ri //= 2
+        elif shrink_cols and rj > 1:
+            rj //= 2
+        else:
+            break
+    return ri, rj
+
+
+def _permute_columns(sch: Schedule, shared_block, node: Block, idx: int, col_var,
+                     rj: int, vector: int = 1) -> None:
+    """Store the column input's shared tile as ``(.., c % rj, c // rj, ..)`` along its column
+    dim: thread ``t`` reads columns ``t*rj .. t*rj+rj-1``, so without it neighbouring threads
+    read words ``rj`` apart (bank conflicts, no vector reads); with it neighbouring words. Only
+    when exactly one dim of the input is indexed by the column iter var alone and its extent
+    divides by ``rj``.
+
+    ``vector > 1`` (dividing ``rj``): ``(.., (c % rj) // vector, c // rj, c % vector, ..)`` —
+    each thread's ``rj`` columns are ``rj / vector`` runs of ``vector`` neighbouring words, the
+    runs of neighbouring threads side by side: one aligned vector read per run, the threads of
+    a warp reading consecutive vectors (no bank conflicts)."""
+    if vector > 1 and rj % vector:
+        return
+    read = node.reads[idx]
+    dims = [d for d, r in enumerate(read.region) if r.min is col_var]
+    if len(dims) != 1:
+        return
+    d = dims[0]
+    ext = read.buffer.shape[d]
+    if not isinstance(ext, IntImm) or ext.value % rj:
+        return
+
+    def permute(*ix):
+        if vector > 1:
+            c = ix[d]
+            return tuple(ix[:d]) + ((c % rj) // vector, c // rj, c % vector) + tuple(ix[d + 1:])
+        return tuple(ix[:d]) + (ix[d] % rj, ix[d] // rj) + tuple(ix[d + 1:])
+    sch.transform_layout(shared_block, 0, IndexMap.from_func(permute, ndim=len(read.buffer.shape)),
+                         "write")
+
+
+def _transpose_rows(sch: Schedule, shared_block, node: Block, idx: int, row_var,
+                    pad: bool = True) -> None:
+    """Store the row input's shared tile with its row dim innermost (``A[i, k]`` as
+    ``(k, i)``): a thread's register rows at one ``k`` are then neighbouring words, read as
+    vectors (``_register_fragments``). Only when exactly one dim is indexed by the row iter var
+    alone."""
+    read = node.reads[idx]
+    dims = [d for d, r in enumerate(read.region) if r.min is row_var]
+    nd = len(read.buffer.shape)
+    if len(dims) != 1 or dims[0] == nd - 1:
+        return
+    d = dims[0]
+
+    def move_last(*ix):
+        return tuple(ix[:d]) + tuple(ix[d + 1:]) + (ix[d],)
+    sch.transform_layout(shared_block, 0, IndexMap.from_func(move_last, ndim=nd), "write")
+    # the fetch writes a column of the transposed tile per warp: rows 4 words (one float4)
+    # longer than a multiple of the 32 banks spread its stores over the banks (2-way conflicts
+    # instead of 4- to 16-way) and keep every row 16-byte aligned
+    if pad:
+        sch.storage_align(shared_block, 0, nd - 2, 32, 4)
+
+
+def _register_fragments(sch: Schedule, block, cached, k1, vec: int) -> None:
+    """Per reduction step ``k1``, copy each thread's slice of the shared tiles (its register
+    rows of the row input, its register columns of the column input) into registers first
+    (``cache_read`` local at ``k1``), the innermost copy loop vectorized by
+    ``vec``: the multiply-adds then read registers, and the shared memory is read once per
+    element, as 128-bit loads (with the tiles laid out by ``_transpose_rows`` /
+    ``_permute_columns``), instead of once per multiply-add."""
+    for idx in cached:
+        frag = sch.cache_read(block, idx, "local")
+        sch.compute_at(frag, k1)
+        loops = [lp for lp in sch.get_loops(frag) if is_under(sch, lp, k1)]
+        if not loops:
+            continue
+        inner = loops[-1]
+        ext = loop_extent(node_of(sch, inner))
+        if vec > 1 and ext % vec == 0 and ext != SYMBOLIC:
+            lo, vi = sch.split(inner, [None, vec])
+            sch.vectorize(vi)
+            loops = loops[:-1] + [lo]
+        for lp in loops:
+            if loop_extent(node_of(sch, lp)) <= 64:
+                sch.unroll(lp)
+
+
+def for_cpu(target: Target) -> bool:
+    """Whether the target names a CPU OpenCL device (``-device=cpu``)."""
+    return str(target.export().get("device", "")).lower() in ("cpu", "pocl")
+
+
+def _tile(extent: int, config: tuple[int, int]) -> tuple[int, int]:
+    """(threads, elements per thread) of one GEMM output dimension: the configured threads
+    and as many registers (a power of two, at most the configured) as the extent fills."""
+    threads, regs = config
+    if extent >= threads:
+        r = regs
+        while r > 1 and threads * r > extent:
+            r //= 2
+        return threads, r
+    t = 1
+    while t * 2 <= extent:
+        t *= 2
+    return t, 1

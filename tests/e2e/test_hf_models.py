@@ -1,0 +1,69 @@
+"""The PyTorch model zoo end to end: each model of ``tilecraft.models.hf_zoo`` (Hugging Face
+``transformers`` models of tiny random-weight configs, and a torchvision-style segmentation
+network) is exported with a dynamic batch (and sequence length), imported, built once with
+``strict=True`` (every kernel must take a default schedule) and run at two sizes against
+PyTorch eager.
+
+A second import path (``torch.onnx.export(dynamo=True)`` then ``from_onnx``) is one more entry
+of ``hf_zoo.PATHS``: every test here runs for each path.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install "
+                                            "'tilecraft[torch]'): the torch frontend needs it")
+pytest.importorskip("transformers", reason="transformers is not installed: the zoo builds its "
+                                           "models from transformers configs")
+
+from tilecraft import relax, targets                      # noqa: E402
+from tilecraft.models import hf_zoo                       # noqa: E402
+
+# LLVM's optimizations change no result, only the time to build (see the ONNX conformance
+# suite): this file checks correctness
+TARGET = "llvm -opt-level=0"
+RTOL = 1e-4
+
+_BUILT: dict = {}
+
+
+def built(name: str, path: str):
+    """(model, VirtualMachine) of a zoo model imported by ``path``, built once per module."""
+    key = (name, path)
+    if key not in _BUILT:
+        entry = hf_zoo.ZOO[name]
+        model = entry.build()
+        mod = hf_zoo.PATHS[path](model, entry.inputs(0), entry.dynamic_shapes)
+        exe = relax.build(mod, TARGET, strict=True)
+        _BUILT[key] = (model, mod, relax.VirtualMachine(exe, targets.cpu(0)))
+    return _BUILT[key]
+
+
+@pytest.mark.parametrize("path", sorted(hf_zoo.PATHS))
+@pytest.mark.parametrize("name", list(hf_zoo.ZOO))
+def test_zoo_model_matches_pytorch(name, path):
+    model, _, vm = built(name, path)
+    entry = hf_zoo.ZOO[name]
+    for size in (0, 1):
+        args = entry.inputs(size)
+        refs = hf_zoo.reference(model, args)
+        out = vm["main"](*[a.numpy() for a in args])
+        outs = [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
+        assert len(outs) == len(refs), f"{name}: {len(outs)} outputs, PyTorch has {len(refs)}"
+        for o, r in zip(outs, refs):
+            assert o.shape == r.shape and o.dtype == r.dtype, (name, o.shape, r.shape)
+            # no zeros alone: the weights are randomized so that outputs vary
+            assert np.std(r) > 1e-3, f"{name}: a degenerate reference output"
+        assert hf_zoo.max_relative_error(outs, refs) < RTOL, name
+
+
+def test_sequence_past_the_exported_range_is_refused_at_run_time():
+    # BERT was exported with Dim("seq", max=64): the importer proved min(seq, 128) == seq from
+    # that range (the position table has 128 rows), so a longer sequence must not run
+    _, mod, vm = built("bert", "torch.export")
+    main = mod["main"]
+    assert dict(main.attr_dict["tir_var_upper_bound"]) == {"batch": 8, "seq": 64}
+    ids = np.zeros((1, 65), dtype="int64")
+    with pytest.raises(relax.RuntimeCheckError, match=r"seq = 65 is outside the range"):
+        vm["main"](ids)
