@@ -19,7 +19,10 @@ LAYERS = ("tensorir", "targets", "rpc", "metaschedule", "relax")
 def _product_modules():
     """Every module of the five packages, imported; and those that need a third-party package
     this machine lacks (name -> the missing package)."""
-    modules, missing = [], {}
+    # the root's own modules: the command line's errors and the optional-dependency error
+    modules = [importlib.import_module(f"tilecraft.{m}") for m in ("error_root", "errors",
+                                                                    "optional")]
+    missing = {}
     for layer in LAYERS:
         pkg = importlib.import_module(f"tilecraft.{layer}")
         modules.append(pkg)
@@ -79,8 +82,20 @@ def test_one_except_clause_catches_them():
 def test_tilecraft_reexports_the_root_and_stays_light():
     assert tilecraft.TilecraftError is TilecraftError
     # importing tilecraft imports no layer (the board side loads only what it needs): only the
-    # errors module and tilecraft.optional (its table of extras), both standard library only
+    # module of the root class, which imports nothing
     code = ("import sys, tilecraft; tilecraft.TilecraftError; "
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('tilecraft.'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert set(out.stdout.split()) <= {"tilecraft.errors", "tilecraft.optional"}, out.stdout
+    assert set(out.stdout.split()) <= {"tilecraft.error_root"}, out.stdout
+
+
+def test_command_line_and_dependency_errors_are_beneath_the_root():
+    from tilecraft.errors import CLIError, MissingExtraError, require
+    from tilecraft.optional import MissingDependencyError, import_optional
+    assert issubclass(CLIError, TilecraftError) and issubclass(MissingExtraError, CLIError)
+    assert issubclass(MissingDependencyError, TilecraftError)
+    assert issubclass(MissingDependencyError, ModuleNotFoundError)   # `except ImportError` works
+    with pytest.raises(TilecraftError, match="pip install"):
+        import_optional("no_such_library_xyz", "the test")
+    with pytest.raises(MissingExtraError, match="no_such_library_xyz"):
+        require("no_such_library_xyz", "the test")

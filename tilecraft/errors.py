@@ -8,11 +8,15 @@
 
       class TargetError(TilecraftError, ValueError): ...
 
+* ``MissingDependencyError`` (``tilecraft.optional``): an optional library is not installed.
 * ``CLIError`` (a problem the command line reports in one line) and ``MissingExtraError`` (a
   missing install extra), with ``require`` and ``missing_message``.
 
-Nothing here imports more than the standard library: every layer imports this module, and the
-dispatcher (``tilecraft.cli``) uses it on a board where only numpy is installed.
+``TilecraftError`` itself is defined in ``tilecraft.error_root``, below both this module and
+``tilecraft.optional`` (this module uses ``tilecraft.optional``, whose ``MissingDependencyError``
+derives from the root). Nothing here imports more than the standard library: every layer imports
+this module, and the dispatcher (``tilecraft.cli``) uses it on a board where only numpy is
+installed.
 
 Examples
 --------
@@ -28,11 +32,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from .error_root import TilecraftError
 from .optional import MissingDependencyError, has_module, import_optional, install_hint
 
-
-class TilecraftError(Exception):
-    """Base of every exception tilecraft defines."""
+__all__ = ["TilecraftError", "CLIError", "MissingExtraError", "MissingDependencyError", "require",
+           "missing_message"]
 
 
 class CLIError(TilecraftError):

@@ -32,7 +32,8 @@ from ...expr import Call, Constant, Expr, Op, RelaxError, ShapeExpr, Tuple, Var,
 from ...struct_info import ShapeStructInfo, TensorStructInfo
 from ..common import UnsupportedError
 from ..shape_facts import ShapeFacts
-from .registry import (CONVERTERS, ConversionError, NeedsConstant, OnnxNode, onnx_dtype_name,
+from .registry import (CONTRIB_CONVERTERS, CONVERTERS, ConversionError, NeedsConstant, OnnxNode,
+                       onnx_dtype_name,
                        supported_elem_type, to_dtype, to_numpy, ONNX_DTYPES)
 from .values import Known, Tensors, Value
 from . import lowbit
@@ -443,8 +444,14 @@ class GraphImporter:
     def _node_problems(self, proto: onnx.NodeProto, opset: int, label: str, name: str,
                        depth: int = 0) -> list[str]:
         if proto.domain not in _DEFAULT_DOMAINS:
-            return [f"{label}: the operator domain {proto.domain!r} is not supported (only the "
-                    f"standard ONNX domain is)"]
+            contrib = CONTRIB_CONVERTERS.get((proto.domain, proto.op_type))
+            if contrib is None:
+                known = sorted(f"{d}.{o}" for d, o in CONTRIB_CONVERTERS)
+                return [f"{label}: the operator {proto.domain}.{proto.op_type} is not supported "
+                        f"(other domains than the standard one: {known})"]
+            if contrib.check is None:
+                return []
+            return [f"{label}: {p}" for p in contrib.check(OnnxNode(proto, opset, 1, name))]
         try:
             schema = onnx.defs.get_schema(proto.op_type, opset, "")
         except Exception:
@@ -591,14 +598,21 @@ class GraphImporter:
             self.convert_node(ctx, proto, proto.name or f"{proto.op_type}_{k}")
 
     def convert_node(self, ctx: GraphContext, proto: onnx.NodeProto, name: str) -> None:
-        schema = onnx.defs.get_schema(proto.op_type, ctx.opset, "")
-        node = OnnxNode(proto, ctx.opset, schema.since_version, name)
+        contrib = None
+        if proto.domain not in _DEFAULT_DOMAINS:
+            # checked by _node_problems: a registered operator of another domain
+            contrib = CONTRIB_CONVERTERS[(proto.domain, proto.op_type)]
+            node = OnnxNode(proto, ctx.opset, 1, name)
+            schema = None
+        else:
+            schema = onnx.defs.get_schema(proto.op_type, ctx.opset, "")
+            node = OnnxNode(proto, ctx.opset, schema.since_version, name)
         # a value that could not be made (an earlier problem): skip what depends on it
         missing = [i for i in node.inputs if i and _is_poisoned(ctx, i)]
         if missing:
             self._poison(ctx, node)
             return
-        conv = CONVERTERS.get(node.op_type)
+        conv = contrib or CONVERTERS.get(node.op_type)
         if conv is None:
             self._expand(ctx, node, proto, schema, name)
             return
@@ -620,7 +634,7 @@ class GraphImporter:
             elif emulated and node.op_type not in _LOWBIT_AWARE:
                 result = self._convert_decoded(ctx, node, conv, emulated)
             else:
-                if node.op_type not in _RANDOM_OPS and not emulated:
+                if node.op_type not in _RANDOM_OPS and not emulated and contrib is None:
                     result = _known.fold(ctx, node)
                 if result is None:
                     result = conv.fn(ctx, node)

@@ -20,12 +20,15 @@ class Value:
     """What the importer knows about one ONNX value: a Relax expression, an import-time value
     (numpy; an object array of ints and PrimExprs for symbolic integers), or both."""
 
-    __slots__ = ("expr", "known", "dtype", "logical")
+    __slots__ = ("expr", "known", "dtype", "logical", "dq")
 
     def __init__(self, expr: Expr | None = None, known: np.ndarray | None = None,
-                 dtype: str | None = None, logical: str | None = None):
+                 dtype: str | None = None, logical: str | None = None, dq=None):
         self.expr = expr
         self.known = known
+        # the output of a DequantizeLinear: its integer source (ops/quant.py ``Dequantized``),
+        # which consumers (MatMul, Gemm, Conv) may compute on directly as int8 kernels
+        self.dq = dq
         # a type without a tilecraft dtype ("bfloat16", "float8e4m3fn", "int4"...): the value
         # holds its storage (lowbit.py)
         self.logical = logical

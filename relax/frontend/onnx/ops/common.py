@@ -58,3 +58,50 @@ def prod(dims):
         out = out * d
     return out
 
+
+def conv_kernel_shape(node, w_shape) -> list[int]:
+    """A Conv / ConvTranspose / QLinearConv node's ``kernel_shape`` (else the weight's static
+    spatial dims)."""
+    ks = node.attr("kernel_shape")
+    if ks is None:
+        ks = [static_int(d) for d in w_shape[2:]]
+        if any(k is None for k in ks):
+            raise ConversionError("the kernel shape must be static")
+    return list(ks)
+
+
+def conv_auto_pads(node, in_dims, kernel, strides, dilations, transpose=False):
+    """ONNX ``pads`` (begins then ends) for ``auto_pad``; None entries: use ``pads``."""
+    mode = node.attr("auto_pad", "NOTSET")
+    n = len(kernel)
+    if mode in ("NOTSET", ""):
+        pads = node.attr("pads")
+        return list(pads) if pads is not None else [0] * (2 * n)
+    if mode == "VALID":
+        return [0] * (2 * n)
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ConversionError(f"auto_pad {mode!r} is not supported")
+    begins, ends = [], []
+    for d, k, s, dil in zip(in_dims, kernel, strides, dilations):
+        eff = (k - 1) * dil + 1
+        if transpose:
+            total = None
+        else:
+            dim = static_int(d)
+            if dim is None:
+                if s != 1:
+                    raise ConversionError(f"auto_pad {mode} with stride {s} on a symbolic "
+                                          f"spatial dim ({d}) needs padding that depends on the "
+                                          f"run-time size; give the dim a static value")
+                total = eff - 1
+            else:
+                out = -(-dim // s)
+                total = max((out - 1) * s + eff - dim, 0)
+        small, big = total // 2, total - total // 2
+        if mode == "SAME_UPPER":
+            begins.append(small)
+            ends.append(big)
+        else:
+            begins.append(big)
+            ends.append(small)
+    return begins + ends

@@ -15,57 +15,12 @@ from tilecraft.tensorir.expr import IntImm, Select
 
 from .... import op as _op
 from ....expr import TupleGetItem, const
-from ...common import UnsupportedError
 from ..emit import emit_kernel
 from ..registry import ConversionError, NeedsConstant, converter
-from .common import cast, norm_axes, norm_axis, prod, scalar, static_int
+from . import quant
+from .common import (cast, conv_auto_pads, conv_kernel_shape, norm_axes, norm_axis, prod, scalar,
+                     static_int)
 from .tensor import _simplify
-
-
-def _kernel_shape(node, w_shape):
-    ks = node.attr("kernel_shape")
-    if ks is None:
-        ks = [static_int(d) for d in w_shape[2:]]
-        if any(k is None for k in ks):
-            raise ConversionError("the kernel shape must be static")
-    return list(ks)
-
-
-def _auto_pads(node, in_dims, kernel, strides, dilations, transpose=False):
-    """ONNX ``pads`` (begins then ends) for ``auto_pad``; None entries: use ``pads``."""
-    mode = node.attr("auto_pad", "NOTSET")
-    n = len(kernel)
-    if mode in ("NOTSET", ""):
-        pads = node.attr("pads")
-        return list(pads) if pads is not None else [0] * (2 * n)
-    if mode == "VALID":
-        return [0] * (2 * n)
-    if mode not in ("SAME_UPPER", "SAME_LOWER"):
-        raise ConversionError(f"auto_pad {mode!r} is not supported")
-    begins, ends = [], []
-    for d, k, s, dil in zip(in_dims, kernel, strides, dilations):
-        eff = (k - 1) * dil + 1
-        if transpose:
-            total = None
-        else:
-            dim = static_int(d)
-            if dim is None:
-                if s != 1:
-                    raise ConversionError(f"auto_pad {mode} with stride {s} on a symbolic "
-                                          f"spatial dim ({d}) needs padding that depends on the "
-                                          f"run-time size; give the dim a static value")
-                total = eff - 1
-            else:
-                out = -(-dim // s)
-                total = max((out - 1) * s + eff - dim, 0)
-        small, big = total // 2, total - total // 2
-        if mode == "SAME_UPPER":
-            begins.append(small)
-            ends.append(big)
-        else:
-            begins.append(big)
-            ends.append(small)
-    return begins + ends
 
 
 def _add_bias(ctx, y, b, rank):
@@ -92,11 +47,15 @@ def _conv(ctx, node):
     x, w, b = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
     xs, ws = ctx.shape(x), ctx.shape(w)
     n = len(xs) - 2
-    kernel = _kernel_shape(node, ws)
+    kernel = conv_kernel_shape(node, ws)
     strides = node.attr("strides", [1] * n)
     dil = node.attr("dilations", [1] * n)
-    pads = _auto_pads(node, xs[2:], kernel, strides, dil)
+    pads = conv_auto_pads(node, xs[2:], kernel, strides, dil)
     groups = node.attr("group", 1)
+    q = quant.qdq_conv2d(ctx, node, ctx.value(node, 0), ctx.value(node, 1), strides, pads, dil,
+                         groups) if n == 2 else None
+    if q is not None:    # a QDQ pair: the int8 convolution
+        return _add_bias(ctx, q, b, len(xs))
     if n == 1:
         y = _op.nn.conv1d(x, w, strides, pads, dil, groups)
     elif n == 2:
@@ -120,7 +79,7 @@ def _conv_transpose(ctx, node):
     n = len(xs) - 2
     if n not in (1, 2):
         raise ConversionError(f"ConvTranspose of {n} spatial dims is not supported (1 or 2)")
-    kernel = _kernel_shape(node, ws)
+    kernel = conv_kernel_shape(node, ws)
     strides = node.attr("strides", [1] * n)
     dil = node.attr("dilations", [1] * n)
     out_pad = list(node.attr("output_padding", [0] * n))
@@ -188,9 +147,9 @@ def _pool_args(ctx, node, x):
     dil = node.attr("dilations", [1] * n)
     if node.attr("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
         # pooling SAME: output = ceil(in / stride) (with dilations, as onnxruntime)
-        pads = _auto_pads(node, xs[2:], kernel, strides, dil)
+        pads = conv_auto_pads(node, xs[2:], kernel, strides, dil)
     else:
-        pads = _auto_pads(node, xs[2:], kernel, strides, dil)
+        pads = conv_auto_pads(node, xs[2:], kernel, strides, dil)
     return n, kernel, strides, dil, pads
 
 
@@ -551,6 +510,9 @@ def _mvn(ctx, node):
 
 @converter("MatMul", family="linear", doc="numpy matmul (float16 accumulates in float32)")
 def _matmul(ctx, node):
+    q = quant.qdq_dense(ctx, ctx.value(node, 0), ctx.value(node, 1))
+    if q is not None:    # a QDQ pair: the int8 kernel
+        return q
     a, b = ctx.input(node, 0), ctx.input(node, 1)
     if ctx.dtype(a) == "float16":
         # as onnxruntime and numpy: float16 products summed in float32
@@ -560,8 +522,15 @@ def _matmul(ctx, node):
 
 @converter("Gemm", family="linear", doc="alpha A' B' + beta C (transA, transB)")
 def _gemm(ctx, node):
-    a, b, c = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
+    q = None if node.attr("transA", 0) or alpha != 1.0 else \
+        quant.qdq_dense(ctx, ctx.value(node, 0), ctx.value(node, 1), bool(node.attr("transB", 0)))
+    if q is not None:    # a QDQ pair: the int8 kernel, then the bias
+        c = ctx.input(node, 2)
+        if c is None or beta == 0.0:
+            return q
+        return _op.add(q, c if beta == 1.0 else ctx.emit(_op.multiply(c, scalar(beta, "float32"))))
+    a, b, c = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
     d = ctx.dtype(a)
     if node.attr("transA", 0):
         a = ctx.emit(_op.permute_dims(a, [1, 0]))
