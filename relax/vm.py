@@ -49,6 +49,7 @@ Examples
 from __future__ import annotations
 
 import time
+from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -78,8 +79,67 @@ class _Ctx:
         self.fixed: dict[int, Any] = {}
 
 
+# Top-level instructions whose result depends on nothing but the values that the parameters'
+# shapes bind (the "shape key": batch, sequence length...), the constants and static storage:
+# run once per distinct key, when its plan is made. A builtin is one of them only when it is a
+# pure check of such values (the range asserts a torch.export model starts with).
+_SHAPE_OPS = ("const", "alloc_storage", "alloc_tensor", "shape", "prim")
+_PURE_BUILTINS = frozenset({"vm.builtin.assert_op"})
+# plans kept per function (distinct shape keys); the oldest goes, its pool buffers back to the
+# pool, when another key comes
+MAX_PLANS = 8
+
+
+def _expr_regs(e, out: set) -> set:
+    """The registers a shape expression reads (``["r", reg]`` anywhere in it)."""
+    if isinstance(e, list) and e:
+        if e[0] == "r":
+            out.add(e[1])
+        else:
+            for x in e[1:]:
+                _expr_regs(x, out)
+    return out
+
+
+def _bound_regs(spec: dict, out: set) -> set:
+    """The registers a parameter's match binds (its symbolic dims and values)."""
+    if spec.get("kind") == "tuple":
+        for f in spec["fields"]:
+            _bound_regs(f, out)
+    elif spec.get("kind") == "prim":
+        value = spec.get("value")
+        if value and value[0] == "bind":
+            out.add(value[1])
+    else:
+        for action in spec.get("dims") or []:
+            if action is not None and action[0] == "bind":
+                out.add(action[1])
+    return out
+
+
+class _Plan:
+    """The registers of one shape key after its shape instructions ran: a template the call
+    copies (views of planned storage, shapes, sizes), and the pool buffers the plan holds."""
+
+    __slots__ = ("template", "buffers")
+
+    def __init__(self, template: list, buffers: list):
+        self.template, self.buffers = template, buffers
+
+
 class _Function:
-    """A decoded VM function: ``f(*args)`` runs it."""
+    """A decoded VM function: ``f(*args)`` runs it.
+
+    At decode time the top-level instructions are split in three: the *prologue* (the
+    parameters' matches: conversion, rank / dtype / dim checks, binding the symbolic dims), the
+    *shape* instructions (constants, storage, tensor views, shape arithmetic and the range
+    asserts on it: they depend only on the values the prologue binds, the shape key) and the
+    *body* (kernel calls, builtins, outputs, calls, control flow). A call runs the prologue,
+    looks its shape key up among the plans (the shape instructions' results for that key, made
+    on its first call) and runs the body on a copy of the plan's registers, so per call only the
+    checks that catch a bad input, the kernels and the outputs' allocation remain. A program the
+    split does not apply to (a register written twice) runs instruction by instruction.
+    """
 
     def __init__(self, vm: "VirtualMachine", name: str, fn: dict, timers: dict | None):
         self.vm, self.name = vm, name
@@ -89,7 +149,57 @@ class _Function:
         self.num_regs = int(fn["num_regs"])
         self.ret = fn["ret"]
         ctx = _Ctx(vm, name, fn, timers)
-        self.code = tuple(vm._decode(ins, ctx) for ins in fn["code"])
+        code = fn["code"]
+        self.code = tuple(vm._decode(ins, ctx) for ins in code)
+        self._current = None      # the plan whose words the fixed kernel calls hold
+        self._plans: dict | None = self._split(code)
+        self._active = 0    # calls of this function in progress (a recursive call runs unplanned)
+
+    def _split(self, code: list) -> dict | None:
+        """Sort the top-level instructions into prologue, shape instructions and body; None
+        where the plan does not apply."""
+        params = set(self.param_regs)
+        i, key_regs = 0, set()
+        while i < len(code) and code[i][0] == "match" and code[i][1] in params and \
+                code[i][4] in ("bind", "both"):
+            _bound_regs(code[i][3], key_regs)
+            i += 1
+        written = set(params) | key_regs | {0}
+        known = set(key_regs)     # registers that are a function of the shape key
+        prologue, shape, body, fixed_kernels = list(self.code[:i]), [], [], []
+        for ins, closure in zip(code[i:], self.code[i:]):
+            op = ins[0]
+            dst = ins[1] if op not in ("match", "call_kernel") else None
+            if dst is not None:
+                if dst in written:
+                    return None            # not single-assignment: no plan
+                written.add(dst)
+            if op in _SHAPE_OPS:
+                if op == "alloc_tensor":
+                    reads = _expr_regs(ins[4], _expr_regs(ins[3], {ins[2]}))
+                elif op == "const":
+                    reads = set()
+                else:
+                    reads = _expr_regs(ins[2], set())
+                pure = reads <= known
+            else:
+                pure = op == "builtin" and ins[2] in _PURE_BUILTINS and set(ins[3]) <= known
+            if pure:
+                known.add(dst)
+                shape.append(closure)
+            elif op == "call_kernel" and hasattr(closure, "fixed") and \
+                    set(ins[2]) <= known and _expr_regs(ins[3], set()) <= known:
+                # every argument is the plan's: its words are written when the plan changes
+                fixed_kernels.append(closure)
+                body.append(closure.fixed)
+            else:
+                body.append(closure)
+        self._prologue, self._shape_code, self._body = tuple(prologue), tuple(shape), tuple(body)
+        self._fixed_kernels = tuple(fixed_kernels)
+        self._current = None      # the plan whose words the fixed kernel calls hold
+        order = sorted(key_regs)
+        self._key = (lambda regs: None) if not order else itemgetter(*order)
+        return {}
 
     def __call__(self, *args):
         if len(args) != len(self.params):
@@ -100,6 +210,70 @@ class _Function:
         return self.vm._tensor_ops.call(self, args)
 
     def run(self, args):
+        plans = self._plans
+        if plans is None or self._active:
+            return self._run_each(args)
+        regs = [None] * self.num_regs
+        regs[0] = taken = []  # dynamic storages this call took from the pool
+        for r, a in zip(self.param_regs, args):
+            regs[r] = a
+        self._active = 1
+        try:
+            for ins in self._prologue:
+                ins(regs)
+            key = self._key(regs)
+            plan = plans.get(key)
+            if plan is None:
+                plan = self._make_plan(key, regs)
+            new = plan.template.copy()
+            for r in self.param_regs:
+                new[r] = regs[r]
+            new[0] = taken
+            if plan is not self._current:
+                for k in self._fixed_kernels:
+                    k.refresh(new)
+                self._current = plan
+            for ins in self._body:
+                ins(new)
+            return new[self.ret]
+        finally:
+            self._active = 0
+            if taken:
+                pool = self.vm._tensor_ops.pool
+                for buf in reversed(taken):
+                    pool.give(buf)
+
+    def _make_plan(self, key, regs: list) -> _Plan:
+        """Run the shape instructions for ``key`` (the prologue has run on ``regs``) and keep
+        their registers; a failing range assert raises here and no plan is kept."""
+        held = []     # the pool buffers of this key's storage, held while the plan lives
+        regs[0] = held
+        try:
+            for ins in self._shape_code:
+                ins(regs)
+        except BaseException:
+            pool = self.vm._tensor_ops.pool
+            for buf in reversed(held):
+                pool.give(buf)
+            raise
+        template = regs.copy()
+        for r in self.param_regs:
+            template[r] = None     # the caller's arguments are not kept
+        template[0] = None
+        plans = self._plans
+        if len(plans) >= MAX_PLANS:
+            oldest = plans.pop(next(iter(plans)))
+            if oldest is self._current:
+                self._current = None
+            pool = self.vm._tensor_ops.pool
+            for buf in reversed(oldest.buffers):
+                pool.give(buf)
+        plan = plans[key] = _Plan(template, held)
+        return plan
+
+    def _run_each(self, args):
+        """Every instruction in order, storage from the pool (no plan)."""
+        self._current = None    # the kernel calls' argument words are no longer the plan's
         regs = [None] * self.num_regs
         regs[0] = taken = []  # dynamic storages this call took from the pool
         for r, a in zip(self.param_regs, args):

@@ -268,8 +268,26 @@ def make_kernel_call(kfn, fname: str, kname: str, tensor_regs: Sequence[int], sc
             if rc:
                 fail(rc)
 
+    def refresh(regs):
+        """Write every argument word from ``regs`` (a function's plan: its views and shape
+        values are the same on every call with that shape key)."""
+        for j, r in enumerate(slot_regs):
+            update(j, regs[r])
+        for i, fn in scalar_slots:
+            words[i] = fn(regs)
+
+    def call_fixed(regs):
+        # every argument word is the plan's, written by refresh when the plan was switched to
+        rc = cfunc(base, codes_addr, count)
+        if rc:
+            fail(rc)
+
     call.keep = (words, codes)  # the closure owns the argument arrays
     if timers is None:
+        # for relax.vm's plans: the registers the call reads, and its variant for a call whose
+        # arguments are all fixed by the plan
+        call.reads = tuple(tensor_regs)
+        call.refresh, call.fixed = refresh, call_fixed
         return call
     clock = time.perf_counter
 
