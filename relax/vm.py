@@ -134,7 +134,8 @@ class _Function:
     parameters' matches: conversion, rank / dtype / dim checks, binding the symbolic dims), the
     *shape* instructions (constants, storage, tensor views, shape arithmetic and the range
     asserts on it: they depend only on the values the prologue binds, the shape key) and the
-    *body* (kernel calls, builtins, outputs, calls, control flow). A call runs the prologue,
+    *body* (kernel calls, builtins, outputs, calls, control flow; a run of CPU kernel calls whose
+    arguments all come from the plan is one step of bare entry calls). A call runs the prologue,
     looks its shape key up among the plans (the shape instructions' results for that key, made
     on its first call) and runs the body on a copy of the plan's registers, so per call only the
     checks that catch a bad input, the kernels and the outputs' allocation remain. A program the
@@ -189,11 +190,16 @@ class _Function:
                 shape.append(closure)
             elif op == "call_kernel" and hasattr(closure, "fixed") and \
                     set(ins[2]) <= known and _expr_regs(ins[3], set()) <= known:
-                # every argument is the plan's: its words are written when the plan changes
+                # every argument is the plan's: its words are written when the plan changes;
+                # consecutive such calls become one step, a tuple of bare entry calls
                 fixed_kernels.append(closure)
-                body.append(closure.fixed)
+                if body and type(body[-1]) is list:
+                    body[-1].append(closure.entry)
+                else:
+                    body.append([closure.entry])
             else:
                 body.append(closure)
+        body = [tuple(step) if type(step) is list else step for step in body]
         self._prologue, self._shape_code, self._body = tuple(prologue), tuple(shape), tuple(body)
         self._fixed_kernels = tuple(fixed_kernels)
         self._current = None      # the plan whose words the fixed kernel calls hold
@@ -233,8 +239,14 @@ class _Function:
                 for k in self._fixed_kernels:
                     k.refresh(new)
                 self._current = plan
-            for ins in self._body:
-                ins(new)
+            for step in self._body:
+                if type(step) is tuple:     # a run of kernel calls on the plan's arguments
+                    for cfunc, words, codes, count, fail in step:
+                        rc = cfunc(words, codes, count)
+                        if rc:
+                            fail(rc)
+                else:
+                    step(new)
             return new[self.ret]
         finally:
             self._active = 0

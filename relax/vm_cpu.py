@@ -288,6 +288,8 @@ def make_kernel_call(kfn, fname: str, kname: str, tensor_regs: Sequence[int], sc
         # arguments are all fixed by the plan
         call.reads = tuple(tensor_regs)
         call.refresh, call.fixed = refresh, call_fixed
+        # the bare entry call, for a run of such calls made in one loop without a closure each
+        call.entry = (cfunc, base, codes_addr, count, fail)
         return call
     clock = time.perf_counter
 
