@@ -368,8 +368,17 @@ def _tune_resnet50(doc):
 def _vm_overhead(doc):
     r = _row(doc, chain="static")
     c = _row(doc, chain="ctypes call*")
-    return [Headline(f"Relax VM cost per kernel call, static shapes: {r['per_kernel_us']:.1f} µs",
-                     c["per_kernel_us"] / r["per_kernel_us"], "a ctypes call of the kernel")]
+    out = [Headline(f"Relax VM cost per kernel call, static shapes: {r['per_kernel_us']:.1f} µs",
+                    c["per_kernel_us"] / r["per_kernel_us"], "a ctypes call of the kernel")]
+    models = [row for row in doc["rows"] if row.get("runtime") == "relax VM"]
+    if models:      # results written before the model rows have only the chains
+        m = models[0]
+        ratio = _row(doc, runtime="ratio*")
+        out.append(Headline(f"{m['model']} ({m['kernel_calls']} kernels), one-token call; "
+                            f"outside kernels {m['outside_kernels_us']:.0f} µs per call "
+                            f"({m['ctypes_us']:.0f} µs of it ctypes calls)",
+                            ratio["wall_1x1_vs_ort"], "onnxruntime"))
+    return out
 
 
 def _winograd(doc):

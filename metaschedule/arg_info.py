@@ -31,6 +31,7 @@ from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir.expr import IntImm, Var
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import free_vars, post_order_visit, substitute
+from tilecraft.tensorir.interpret import interpret
 from tilecraft.tensorir.stmt import Block, BufferStore
 from tilecraft.targets.runtime.ndarray import aligned_copy
 
@@ -231,7 +232,6 @@ def reference_outputs(func: "PrimFunc | IRModule", infos: Sequence[ArgInfo], see
     --------
     >>> ref = reference_outputs(func, args_info(func, {"n": 4}), seed=0)   # doctest: +SKIP
     """
-    from tilecraft.tensorir.interpret import interpret
     func = _main(func)
     arrays = random_inputs(infos, seed)
     call_args = [a[()].item() if info.scalar else a for a, info in zip(arrays, infos)]

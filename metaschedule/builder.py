@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from tilecraft.tensorir.expr import Node
 from tilecraft.tensorir.function import IRModule, PrimFunc
 
+from tilecraft import targets
 from tilecraft.targets import Target
 
 from .popen_worker import PopenWorker, WorkerDied, WorkerError, WorkerTimeout
@@ -111,11 +112,10 @@ def _build_in_worker(payload: bytes, target: str, out_dir: str,
                      cache: "str | bool | None" = None) -> tuple[str, float]:
     import sys
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))  # deep IR
-    from tilecraft import targets as _targets
     mod = pickle.loads(payload)
     start = time.perf_counter()
     # one process per candidate already: no compiler workers of its own (jobs=1)
-    built = _targets.build(mod, target, jobs=1, cache=cache)
+    built = targets.build(mod, target, jobs=1, cache=cache)
     path = os.path.join(out_dir, "candidate.so")
     built.export_library(path)
     return path, time.perf_counter() - start

@@ -57,6 +57,7 @@ from typing import Any, Iterable
 
 from tilecraft.tensorir.expr import Node, Var
 from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.parser import parse
 from tilecraft.tensorir.schedule import Schedule, Trace
 from tilecraft.tensorir.stmt import Buffer
 from tilecraft.tensorir.structural import _definitions, _is_leaf
@@ -228,7 +229,6 @@ class Workload:
     @property
     def func(self) -> PrimFunc:
         if self._func is None:
-            from tilecraft.tensorir.parser import parse
             try:
                 self._func = parse(self._script)
             except Exception as err:

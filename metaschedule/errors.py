@@ -1,10 +1,12 @@
 """Errors of the tuner."""
 from __future__ import annotations
 
+from tilecraft.errors import TilecraftError
+
 __all__ = ["TuneError"]
 
 
-class TuneError(RuntimeError):
+class TuneError(TilecraftError, RuntimeError):
     """A tuning request the tuner cannot serve.
 
     Raised for a target the schedule rules do not support, a function the search cannot tune,

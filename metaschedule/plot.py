@@ -20,7 +20,7 @@ import os
 
 from tilecraft.optional import import_optional
 
-from .database import Database
+from .database import Database, target_key
 from .tune import read_tasks_file
 
 __all__ = ["tuning_curve", "plot_tuning_curve"]
@@ -37,7 +37,6 @@ def tuning_curve(work_dir: str | os.PathLike, target=None) -> dict[str, dict]:
     db = Database(work_dir)
     want = None
     if target is not None:
-        from .database import target_key
         want = target_key(target)
     curves: dict[str, dict] = {}
     for rec in db.get_all_tuning_records():

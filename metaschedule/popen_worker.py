@@ -33,13 +33,15 @@ import time
 import traceback
 from typing import Any, Callable
 
+from tilecraft.errors import TilecraftError
+
 __all__ = ["PopenWorker", "WorkerError", "WorkerTimeout", "WorkerDied", "describe_status"]
 
 _HEADER = struct.Struct("<Q")
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class WorkerError(RuntimeError):
+class WorkerError(TilecraftError, RuntimeError):
     """The function raised in the worker; ``remote_type`` is its exception's class name and
     ``remote_traceback`` the worker's traceback."""
 
@@ -49,11 +51,11 @@ class WorkerError(RuntimeError):
         self.remote_traceback = remote_traceback
 
 
-class WorkerTimeout(RuntimeError):
+class WorkerTimeout(TilecraftError, RuntimeError):
     """The call ran past its time limit; the worker was killed."""
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(TilecraftError, RuntimeError):
     """The worker process ended during the call (a crash: ``describe_status`` says how)."""
 
 

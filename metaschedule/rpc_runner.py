@@ -37,6 +37,7 @@ import time
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft import rpc
 from tilecraft.targets import Target
 
@@ -64,7 +65,7 @@ def _parse_tracker(tracker) -> tuple[str, int]:
     raise ValueError(f"RPCRunner: tracker must be 'HOST:PORT' or (host, port), got {tracker!r}")
 
 
-class _Lost(Exception):
+class _Lost(TilecraftError):
     """The session went away before the candidate's kernel ran: measure it elsewhere."""
 
 

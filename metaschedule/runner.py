@@ -41,7 +41,8 @@ from typing import Sequence
 
 import numpy as np
 
-from tilecraft.targets import Target
+from tilecraft import targets
+from tilecraft.targets import Target, load_module
 
 from .arg_info import ArgInfo, random_inputs
 from .builder import remove_artifact
@@ -186,16 +187,14 @@ def cache_flush_bytes() -> int:
 
 # -- the measuring child ------------------------------------------------------------------------------
 def _device_and_arrays(target_kind: str, arrays):
-    from tilecraft import targets as _targets
     if target_kind == "llvm":
-        return _targets.cpu(0), arrays
-    dev = _targets.device(target_kind, 0)
-    return dev, [_targets.array(a, dev) if isinstance(a, np.ndarray) else a for a in arrays]
+        return targets.cpu(0), arrays
+    dev = targets.device(target_kind, 0)
+    return dev, [targets.array(a, dev) if isinstance(a, np.ndarray) else a for a in arrays]
 
 
 def _measure_here(req: dict, flush) -> dict:
     """Load, check and time one candidate in this process (the forked child)."""
-    from tilecraft.targets import load_module
     infos = [ArgInfo.from_json(a) for a in req["args_info"]]
     mod = load_module(req["artifact_path"])
     fname = mod.entry_name

@@ -44,8 +44,10 @@ import numpy as np
 
 from tilecraft import targets
 from tilecraft.targets import Target
+from tilecraft.tensorir.expr import IntImm
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
+from tilecraft.tensorir.stmt import For, IfThenElse, SeqStmt
 from tilecraft.tensorir.transform import lower
 
 from .arg_info import ArgInfo, args_info, output_indices, random_inputs, reference_outputs
@@ -161,8 +163,6 @@ def unrolled_size(func: PrimFunc) -> int:
     >>> unrolled_size(lower(sch.func))                       # doctest: +SKIP
     370
     """
-    from tilecraft.tensorir.expr import IntImm
-    from tilecraft.tensorir.stmt import For, IfThenElse, SeqStmt
 
     def size(st) -> int:
         if isinstance(st, For):
@@ -198,7 +198,6 @@ def lift_tiles(func: PrimFunc, sch: Schedule, max_innermost_factor: int = 64) ->
     >>> [i.kind for i in lifted.trace][:4]                     # doctest: +SKIP
     ['get_block', 'get_loops', 'sample_perfect_tile', 'split']
     """
-    from tilecraft.tensorir.expr import IntImm
     out = Schedule(func)
     names: dict = {}
     lifted = 0

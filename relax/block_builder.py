@@ -22,12 +22,11 @@ from typing import Any, Callable, Sequence
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import PrimExpr, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
-from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.functor import children, post_order_visit
 from tilecraft.tensorir.structural import structural_equal, structural_hash
 
 from .expr import (BindingBlock, Call, DataflowBlock, DataflowVar, Expr, Function, GlobalVar,
-                   MatchCast, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
-from .op.base import Op
+                   MatchCast, Op, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
 from .struct_info import (StructInfo, TensorStructInfo, TupleStructInfo, shape_of_sinfo)
 
 
@@ -195,7 +194,6 @@ class BlockBuilder:
         return GlobalVar(s.name, func.struct_info)
 
     def _check_dataflow_scoping(self, s: _FunctionScope, output: Expr):
-        from tilecraft.tensorir.functor import children
         local = set()
         for blk in s.blocks:
             if isinstance(blk, DataflowBlock):

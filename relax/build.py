@@ -33,6 +33,7 @@ from tilecraft.tensorir.expr import (Add, And, Cast, Div, EQ, FloatImm, FloorDiv
                            Var as TirVar)
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.structural import structural_equal, structural_hash
 
 from .executable import PROGRAM_VERSION, Executable
@@ -44,6 +45,7 @@ from .struct_info import (PrimStructInfo, ShapeStructInfo, StructInfo, TensorStr
 from .transform import LegalizeOps, get_pipeline
 from .transform.static_plan_block_memory import StaticPlanBlockMemory
 from .vm_builtins import BUILTINS, OP_BUILTINS
+from .tune_layouts import conv_plans_from
 from . import default_schedules, gpu_schedules
 
 # ---------------------------------------------------------------------------------------------
@@ -66,7 +68,6 @@ def _layout_pipeline(pipeline, database, target):
     when it has some for ``target`` and no other pipeline was asked for; else ``pipeline``."""
     if database is None or not (pipeline is None or pipeline == "default"):
         return pipeline
-    from .tune_layouts import conv_plans_from
     hook = conv_plans_from(database, target)
     return pipeline if hook is None else get_pipeline(target=target, conv_plans=hook)
 
@@ -104,7 +105,6 @@ def _called_kernels(mod: IRModule) -> list[str]:
 
 
 def _as_prim_func(result, name: str) -> PrimFunc:
-    from tilecraft.tensorir.schedule import Schedule
     if isinstance(result, Schedule):
         return result.mod[result._func_name]
     if isinstance(result, IRModule):
@@ -230,11 +230,7 @@ def _text(e: PrimExpr) -> str:
         return str(e.value)
     if isinstance(e, TirVar):
         return e.name
-    try:
-        from tilecraft.tensorir.script import expr_to_str  # type: ignore[attr-defined]
-        return expr_to_str(e)
-    except Exception:
-        return repr(e)
+    return repr(e)
 
 
 def _shape_text(shape) -> str:

@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir.expr import IntImm
 from tilecraft.tensorir.function import IRModule
 
@@ -42,7 +43,7 @@ __all__ = ["MinMaxObserver", "PercentileObserver", "EntropyObserver", "OBSERVERS
            "collect_ranges", "CalibrationError"]
 
 
-class CalibrationError(ValueError):
+class CalibrationError(TilecraftError, ValueError):
     """The calibration set does not fit the model (count, shapes or dtypes of its inputs)."""
 
 

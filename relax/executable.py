@@ -36,9 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.targets.runtime import abi
 from tilecraft.targets.runtime.elf import NotELFError, read_elf_header
-from tilecraft.targets.runtime.module import Module, atomic_write_bytes, load_module
+from tilecraft.targets.runtime.module import Module, atomic_write_bytes, host_arch, load_module
+from tilecraft.targets.runtime.ndarray import aligned_empty
 
 FORMAT = "tilecraft-relax-executable"
 FORMAT_VERSION = 1
@@ -179,7 +181,6 @@ class Executable:
 def _frozen(c) -> np.ndarray:
     arr = np.require(c, requirements="C")
     if arr.flags.writeable or arr.base is not None:
-        from tilecraft.targets.runtime.ndarray import aligned_empty
         out = aligned_empty(arr.shape, arr.dtype)
         np.copyto(out, arr)
         arr = out
@@ -212,7 +213,7 @@ def _format_code(code, lines, indent):
             lines.append(f"{indent}{ins[0]} " + " ".join(json.dumps(a) for a in ins[1:]))
 
 
-class ExecutableFormatError(ValueError):
+class ExecutableFormatError(TilecraftError, ValueError):
     """The file is not a tilecraft executable, or one of a version this runtime cannot read."""
 
 
@@ -269,13 +270,12 @@ def load_executable(path: str) -> Executable:
 def _load_library(lib: bytes, path: str):
     """dlopen the kernel library from a private temporary directory, or say why it cannot run
     here."""
-    from tilecraft.targets.runtime.module import _host_arch
     try:
         header = read_elf_header(lib[:64])
     except NotELFError:
         header = None
     if header is not None:
-        host = _host_arch()
+        host = host_arch()
         if not header.arch_matches(host):
             return None, (f"{path} holds kernels for a {header.bits}-bit {header.machine_name} "
                           f"machine; this one is {host}. Copy the file to its board and load it "

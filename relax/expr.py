@@ -10,7 +10,7 @@ builds them.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,6 +24,23 @@ from .struct_info import (FuncStructInfo, ObjectStructInfo, PrimStructInfo, Shap
 
 class RelaxError(TIRError):
     """An ill-formed Relax program or an operator applied to values it does not accept."""
+
+
+# The text printer (relax.printer) knows every kind of node, so it sits above this module and
+# registers itself here when it is imported (``import tilecraft.relax`` imports it).
+_printer: Callable[[Any], str] | None = None
+
+
+def register_printer(to_script: Callable[[Any], str]) -> None:
+    """Make ``to_script`` what ``expr.script()`` (and ``repr``) of Relax nodes call."""
+    global _printer
+    _printer = to_script
+
+
+def _script(node) -> str:
+    if _printer is None:
+        raise RuntimeError("the Relax printer is not loaded (import tilecraft.relax)")
+    return _printer(node)
 
 
 class Expr(Node):
@@ -48,8 +65,7 @@ class Expr(Node):
         raise RelaxError(f"{self!r} has no dtype (it is {si!r})", self)
 
     def script(self) -> str:
-        from .printer import to_script
-        return to_script(self)
+        return _script(self)
 
 
 def _attrs(attrs: Mapping[str, Any] | None) -> tuple:
@@ -203,6 +219,65 @@ class TupleGetItem(Expr):
         self._init(tuple_value=tuple_value, index=int(index), struct_info=field_si)
 
 
+class OpPattern:
+    """Fusion pattern kinds, as in TVM (lower fuses more freely)."""
+    ELEMWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    COMM_REDUCE = 3
+    OUT_EWISE_FUSABLE = 4   # matmul, conv: elementwise epilogues fuse into them
+    TUPLE = 7
+    OPAQUE = 8
+
+    NAMES = {0: "elemwise", 1: "broadcast", 2: "injective", 3: "comm_reduce",
+             4: "out_ewise_fusable", 7: "tuple", 8: "opaque"}
+
+
+class Op(Node):
+    """A registered operator; ``Op.get(name)`` returns the one instance of that name."""
+
+    _fields = ("name",)
+    __slots__ = ("name", "infer", "legalize", "pattern", "doc")
+    _registry: dict[str, "Op"] = {}
+
+    def __init__(self, name: str, infer=None, legalize=None, pattern=OpPattern.OPAQUE, doc=""):
+        self._init(name=name, infer=infer, legalize=legalize, pattern=pattern, doc=doc)
+
+    def __eq__(self, other):
+        return self is other
+
+    def __hash__(self):
+        return hash(("Op", self.name))
+
+    def replace(self, **changes):
+        return self  # operators are singletons
+
+    @staticmethod
+    def get(name: str) -> "Op":
+        try:
+            return Op._registry[name]
+        except KeyError:
+            raise RelaxError(f"unknown operator {name!r}") from None
+
+    @staticmethod
+    def list_ops() -> list[str]:
+        return sorted(Op._registry)
+
+    def infer_struct_info(self, call: Call) -> StructInfo:
+        if self.infer is None:
+            raise RelaxError(f"operator {self.name} has no struct-info inference", call)
+        try:
+            return self.infer(call)
+        except RelaxError:
+            raise
+        except Exception as err:  # surface any inference failure as a RelaxError naming the op
+            raise RelaxError(f"{self.name}: {err}", call) from err
+
+    def __repr__(self):
+        return f"Op({self.name})"
+
+
+
 class Call(Expr):
     """``op(*args)`` with keyword ``attrs``.
 
@@ -215,7 +290,6 @@ class Call(Expr):
 
     def __init__(self, op, args: Sequence[Expr], attrs: Mapping[str, Any] | None = None,
                  sinfo_args: Sequence[StructInfo] = (), struct_info: StructInfo | None = None):
-        from .op.base import Op
         args = tuple(args)
         for a in args:
             if not isinstance(a, Expr):
@@ -247,8 +321,7 @@ class Binding(Node):
     __slots__ = ()
 
     def script(self) -> str:
-        from .printer import to_script
-        return to_script(self)
+        return _script(self)
 
 
 class VarBinding(Binding):
@@ -281,8 +354,7 @@ class BindingBlock(Node):
     __slots__ = ("bindings",)
 
     def script(self) -> str:
-        from .printer import to_script
-        return to_script(self)
+        return _script(self)
 
     def __init__(self, bindings: Sequence[Binding]):
         self._init(bindings=tuple(bindings))

@@ -62,13 +62,13 @@ from tilecraft.tensorir.function import IRModule, PrimFunc
 # the TensorIR printer's internals: one namer for Relax names and symbolic dims, and the
 # PrimFunc printer at the module's indentation (as tensorir.script's own module printer does)
 from tilecraft.tensorir.script import (INDENT, RESERVED_NAMES, _Printer, sanitize, string_literal,
-                             unique_name)
+                                       unique_name)
+from tilecraft.tensorir.script import to_script as tir_to_script
 
 from .expr import (Binding, BindingBlock, Call, Constant, DataflowBlock, DataflowVar, Expr,
                    ExternFunc, Function, GlobalVar, If, MatchCast, PrimValue, SeqExpr, ShapeExpr,
                    StringImm, Tuple, TupleGetItem, Var, VarBinding)
-from .expr import tir_vars_in
-from .op.base import Op
+from .expr import Op, register_printer, tir_vars_in
 from .struct_info import (FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo,
                           StructInfo, TensorStructInfo, TupleStructInfo)
 
@@ -124,7 +124,6 @@ def to_script(node) -> str:
         meta = p.metadata_lines()
         return text if not meta else text + "\n" + "\n".join(meta)
     if isinstance(node, Node):
-        from tilecraft.tensorir.script import to_script as tir_to_script
         return tir_to_script(node)
     raise TypeError(f"relax.printer.to_script expects a Relax node or an IRModule, got "
                     f"{type(node).__name__} {node!r}")
@@ -452,3 +451,7 @@ class _RelaxPrinter:
         self.tir.namer.pop()
 
 
+
+
+# expr.script() and repr() of Relax nodes print through this module
+register_printer(to_script)

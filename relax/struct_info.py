@@ -18,7 +18,7 @@ from typing import Sequence
 
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir.expr import IntImm, Node, PrimExpr, TIRError, Var, convert
-from tilecraft.tensorir.structural import structural_equal
+from tilecraft.tensorir.structural import structural_equal, structural_hash
 
 
 def make_shape(shape, var_table: dict | None = None) -> tuple[PrimExpr, ...]:
@@ -55,7 +55,6 @@ class StructInfo(Node):
         return isinstance(other, StructInfo) and structural_equal(self, other)
 
     def __hash__(self):
-        from tilecraft.tensorir.structural import structural_hash
         return structural_hash(self)
 
 

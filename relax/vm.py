@@ -25,7 +25,16 @@ Instructions (``[opcode, operands...]``; ``%r`` a register, ``expr`` a shape exp
 
 Shape expressions are ints, ``["r", reg]`` (a symbolic variable's register) or
 ``[op, operands...]`` with op one of ``add sub mul floordiv floormod div mod min max lt le eq ne
-gt ge and or not select cast``.
+gt ge and or not select cast`` (``relax.vm_values`` compiles them).
+
+The instructions that touch tensors (``const``, ``alloc``, ``alloc_storage``, ``alloc_tensor``,
+``call_kernel``, ``builtin``) and the call boundary (arguments in, an ``If`` condition read, the
+end of a call) depend on the device: the VM decodes them with its device's tensor operations,
+``relax.vm_cpu.CPUTensorOps`` (host memory, kernels called through ctypes) or
+``relax.vm_gpu.GPUTensorOps`` (device arrays, kernels enqueued, in-kernel checks read once per
+call). Everything else (matching, shape arithmetic, tuples, calls, control flow, timing) is
+the same on every device and lives here. One ``VirtualMachine`` class serves both, so
+``relax.VirtualMachine(exe, targets.opencl(0))`` needs no other name.
 
 A VirtualMachine is not reentrant and not thread-safe (its static storage and argument arrays
 are its own): use one per thread.
@@ -39,221 +48,24 @@ Examples
 """
 from __future__ import annotations
 
-import ctypes
 import time
-from typing import Any, Callable, Sequence
+from operator import itemgetter
+from typing import Any, Callable
 
 import numpy as np
 
-from tilecraft.targets.runtime import abi
 from tilecraft.targets.runtime.device import Device, cpu
 from tilecraft.targets.runtime.module import BenchmarkResult
 from tilecraft.targets.runtime.ndarray import NDArray
 
 from .executable import Executable
-from . import vm_gpu
-from .vm_builtins import BUILTINS, aligned_bytes, as_ndarray, empty, read_condition
-
-_ALIGN = 64
-
-
-class VMArgumentError(ValueError, TypeError):
-    """Arguments that do not match a function's signature: count, kind, rank, dtype or a
-    dimension. A ``ValueError`` (and a ``TypeError`` for a wrong count or kind)."""
-
+from .vm_cpu import CPUTensorOps
+from .vm_gpu import GPUTensorOps
+from .vm_values import (StoragePool, VMArgumentError, as_closure, compile_expr, compile_shape,
+                        describe, to_vm_value)
 
 # ---------------------------------------------------------------------------------------------
-# shape expressions
-
-
-def _truncdiv(a, b):
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-def _truncmod(a, b):
-    return a - _truncdiv(a, b) * b
-
-
-_BINARY = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b,
-    "div": _truncdiv, "mod": _truncmod, "min": min, "max": max,
-    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-    "and": lambda a, b: bool(a) and bool(b), "or": lambda a, b: bool(a) or bool(b),
-}
-
-
-def _cast(dtype: str, v):
-    if dtype == "bool":
-        return bool(v)
-    if dtype.startswith("float"):
-        return float(v)
-    return int(v)
-
-
-def compile_expr(e) -> tuple[bool, Any]:
-    """(is_constant, value or closure(regs)) for a shape expression of the program."""
-    if isinstance(e, (bool, int, float)):
-        return True, e
-    if not isinstance(e, list) or not e:
-        raise ValueError(f"malformed shape expression {e!r} in the VM program")
-    op = e[0]
-    if op == "r":
-        reg = e[1]
-        return False, lambda regs: regs[reg]
-    if op == "cast":
-        c, a = compile_expr(e[2])
-        dtype = e[1]
-        if c:
-            return True, _cast(dtype, a)
-        return False, lambda regs: _cast(dtype, a(regs))
-    if op == "not":
-        c, a = compile_expr(e[1])
-        return (True, not a) if c else (False, lambda regs: not a(regs))
-    if op == "select":
-        parts = [compile_expr(x) for x in e[1:4]]
-        fs = [(lambda regs, v=v: v) if c else v for c, v in parts]
-        cond, t, f = fs
-        return False, lambda regs: t(regs) if cond(regs) else f(regs)
-    fn = _BINARY.get(op)
-    if fn is None or len(e) != 3:
-        raise ValueError(f"unknown shape expression operator {op!r} in the VM program")
-    (ca, a), (cb, b) = compile_expr(e[1]), compile_expr(e[2])
-    if ca and cb:
-        return True, fn(a, b)
-    if op in ("floordiv", "floormod", "div", "mod"):
-        fa = (lambda regs: a) if ca else a
-        fb = (lambda regs: b) if cb else b
-
-        def divide(regs):
-            d = fb(regs)
-            if d == 0:
-                raise ValueError(f"division by zero in the shape expression {e!r}")
-            return fn(fa(regs), d)
-        return False, divide
-    if ca:
-        return False, lambda regs: fn(a, b(regs))
-    if cb:
-        return False, lambda regs: fn(a(regs), b)
-    return False, lambda regs: fn(a(regs), b(regs))
-
-
-def compile_shape(exprs) -> tuple[bool, Any]:
-    """(is_constant, tuple or closure(regs) -> tuple of ints)."""
-    parts = [compile_expr(e) for e in exprs]
-    if all(c for c, _ in parts):
-        return True, tuple(int(v) for _, v in parts)
-    fs = tuple((lambda regs, v=v: v) if c else v for c, v in parts)
-    if len(fs) == 1:
-        f0 = fs[0]
-        return False, lambda regs: (f0(regs),)
-    if len(fs) == 2:
-        f0, f1 = fs
-        return False, lambda regs: (f0(regs), f1(regs))
-    return False, lambda regs: tuple(f(regs) for f in fs)
-
-
-def _as_closure(parts):
-    c, v = parts
-    return (lambda regs: v) if c else v
-
-
-# ---------------------------------------------------------------------------------------------
-# memory
-
-
-class StoragePool:
-    """Free buffers keyed by byte size: dynamic storages come from here and go back at the end
-    of the call that took them."""
-
-    def __init__(self):
-        self.free: dict[int, list] = {}
-        self.allocated_bytes = 0
-
-    def take(self, nbytes: int) -> np.ndarray:
-        nbytes = max(_ALIGN, (int(nbytes) + _ALIGN - 1) // _ALIGN * _ALIGN)
-        lst = self.free.get(nbytes)
-        if lst:
-            return lst.pop()
-        self.allocated_bytes += nbytes
-        return aligned_bytes(nbytes)[0]
-
-    def give(self, buf: np.ndarray) -> None:
-        self.free.setdefault(buf.nbytes, []).append(buf)
-
-
-def _view(storage: np.ndarray, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    n = dtype.itemsize
-    for s in shape:
-        n *= s
-    return storage[offset:offset + n].view(dtype).reshape(shape)
-
-
-# ---------------------------------------------------------------------------------------------
-# values
-
-
-def _to_value(x, spec: dict, fname: str, what: str):
-    """Convert a caller's argument to a VM value, checking its kind."""
-    kind = spec["kind"]
-    if kind == "tensor":
-        if type(x) is NDArray:
-            if x.device.kind != "cpu":
-                raise VMArgumentError(f"{fname}: {what} lives on {x.device}; this VM runs on the "
-                                      f"CPU")
-            return x
-        if isinstance(x, np.ndarray):
-            if not x.flags.c_contiguous or not x.flags.aligned or not x.dtype.isnative:
-                x = np.require(x.astype(x.dtype.newbyteorder("="), copy=False), requirements=["C", "A"])
-            return as_ndarray(x)
-        if isinstance(x, NDArray):
-            return x
-        raise VMArgumentError(f"{fname}: {what} must be a tensor (numpy array or NDArray), got "
-                              f"{type(x).__name__}")
-    if kind == "tuple":
-        if not isinstance(x, (tuple, list)):
-            raise VMArgumentError(f"{fname}: {what} must be a tuple of {len(spec['fields'])}, "
-                                  f"got {type(x).__name__}")
-        if len(x) != len(spec["fields"]):
-            raise VMArgumentError(f"{fname}: {what} must be a tuple of {len(spec['fields'])}, "
-                                  f"got one of {len(x)}")
-        return tuple(_to_value(v, s, fname, f"{what}[{i}]")
-                     for i, (v, s) in enumerate(zip(x, spec["fields"])))
-    if kind == "shape":
-        if not isinstance(x, (tuple, list)) or not all(isinstance(v, (int, np.integer))
-                                                        for v in x):
-            raise VMArgumentError(f"{fname}: {what} must be a shape (a tuple of ints), got "
-                                  f"{x!r}")
-        return tuple(int(v) for v in x)
-    if kind == "prim":
-        if isinstance(x, np.ndarray) and x.ndim == 0:
-            x = x[()]
-        if isinstance(x, NDArray) and x.ndim == 0:
-            x = x.numpy()[()]
-        if not isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)):
-            raise VMArgumentError(f"{fname}: {what} must be a scalar ({spec.get('dtype')}), got "
-                                  f"{type(x).__name__}")
-        return x.item() if isinstance(x, np.generic) else x
-    # no static information: arrays become tensors, sequences tuples
-    if isinstance(x, np.ndarray):
-        return _to_value(x, {"kind": "tensor"}, fname, what)
-    if isinstance(x, (tuple, list)):
-        return tuple(_to_value(v, spec, fname, f"{what}[{i}]") for i, v in enumerate(x))
-    return x
-
-
-_CPU = cpu(0)
-
-
-def _on_device(v, device):
-    """Tensors of an argument value copied to ``device`` (the GPU VM's boundary)."""
-    if isinstance(v, NDArray):
-        return vm_gpu.to_device(v, device)
-    if isinstance(v, tuple):
-        return tuple(_on_device(x, device) for x in v)
-    return v
+# functions
 
 
 class _Ctx:
@@ -267,8 +79,68 @@ class _Ctx:
         self.fixed: dict[int, Any] = {}
 
 
+# Top-level instructions whose result depends on nothing but the values that the parameters'
+# shapes bind (the "shape key": batch, sequence length...), the constants and static storage:
+# run once per distinct key, when its plan is made. A builtin is one of them only when it is a
+# pure check of such values (the range asserts a torch.export model starts with).
+_SHAPE_OPS = ("const", "alloc_storage", "alloc_tensor", "shape", "prim")
+_PURE_BUILTINS = frozenset({"vm.builtin.assert_op"})
+# plans kept per function (distinct shape keys); the oldest goes, its pool buffers back to the
+# pool, when another key comes
+MAX_PLANS = 8
+
+
+def _expr_regs(e, out: set) -> set:
+    """The registers a shape expression reads (``["r", reg]`` anywhere in it)."""
+    if isinstance(e, list) and e:
+        if e[0] == "r":
+            out.add(e[1])
+        else:
+            for x in e[1:]:
+                _expr_regs(x, out)
+    return out
+
+
+def _bound_regs(spec: dict, out: set) -> set:
+    """The registers a parameter's match binds (its symbolic dims and values)."""
+    if spec.get("kind") == "tuple":
+        for f in spec["fields"]:
+            _bound_regs(f, out)
+    elif spec.get("kind") == "prim":
+        value = spec.get("value")
+        if value and value[0] == "bind":
+            out.add(value[1])
+    else:
+        for action in spec.get("dims") or []:
+            if action is not None and action[0] == "bind":
+                out.add(action[1])
+    return out
+
+
+class _Plan:
+    """The registers of one shape key after its shape instructions ran: a template the call
+    copies (views of planned storage, shapes, sizes), and the pool buffers the plan holds."""
+
+    __slots__ = ("template", "buffers")
+
+    def __init__(self, template: list, buffers: list):
+        self.template, self.buffers = template, buffers
+
+
 class _Function:
-    """A decoded VM function: ``f(*args)`` runs it."""
+    """A decoded VM function: ``f(*args)`` runs it.
+
+    At decode time the top-level instructions are split in three: the *prologue* (the
+    parameters' matches: conversion, rank / dtype / dim checks, binding the symbolic dims), the
+    *shape* instructions (constants, storage, tensor views, shape arithmetic and the range
+    asserts on it: they depend only on the values the prologue binds, the shape key) and the
+    *body* (kernel calls, builtins, outputs, calls, control flow; a run of CPU kernel calls whose
+    arguments all come from the plan is one step of bare entry calls). A call runs the prologue,
+    looks its shape key up among the plans (the shape instructions' results for that key, made
+    on its first call) and runs the body on a copy of the plan's registers, so per call only the
+    checks that catch a bad input, the kernels and the outputs' allocation remain. A program the
+    split does not apply to (a register written twice) runs instruction by instruction.
+    """
 
     def __init__(self, vm: "VirtualMachine", name: str, fn: dict, timers: dict | None):
         self.vm, self.name = vm, name
@@ -278,18 +150,142 @@ class _Function:
         self.num_regs = int(fn["num_regs"])
         self.ret = fn["ret"]
         ctx = _Ctx(vm, name, fn, timers)
-        self.code = tuple(vm._decode(ins, ctx) for ins in fn["code"])
+        code = fn["code"]
+        self.code = tuple(vm._decode(ins, ctx) for ins in code)
+        self._current = None      # the plan whose words the fixed kernel calls hold
+        self._plans: dict | None = self._split(code)
+        self._active = 0    # calls of this function in progress (a recursive call runs unplanned)
+
+    def _split(self, code: list) -> dict | None:
+        """Sort the top-level instructions into prologue, shape instructions and body; None
+        where the plan does not apply."""
+        params = set(self.param_regs)
+        i, key_regs = 0, set()
+        while i < len(code) and code[i][0] == "match" and code[i][1] in params and \
+                code[i][4] in ("bind", "both"):
+            _bound_regs(code[i][3], key_regs)
+            i += 1
+        written = set(params) | key_regs | {0}
+        known = set(key_regs)     # registers that are a function of the shape key
+        prologue, shape, body, fixed_kernels = list(self.code[:i]), [], [], []
+        for ins, closure in zip(code[i:], self.code[i:]):
+            op = ins[0]
+            dst = ins[1] if op not in ("match", "call_kernel") else None
+            if dst is not None:
+                if dst in written:
+                    return None            # not single-assignment: no plan
+                written.add(dst)
+            if op in _SHAPE_OPS:
+                if op == "alloc_tensor":
+                    reads = _expr_regs(ins[4], _expr_regs(ins[3], {ins[2]}))
+                elif op == "const":
+                    reads = set()
+                else:
+                    reads = _expr_regs(ins[2], set())
+                pure = reads <= known
+            else:
+                pure = op == "builtin" and ins[2] in _PURE_BUILTINS and set(ins[3]) <= known
+            if pure:
+                known.add(dst)
+                shape.append(closure)
+            elif op == "call_kernel" and hasattr(closure, "fixed") and \
+                    set(ins[2]) <= known and _expr_regs(ins[3], set()) <= known:
+                # every argument is the plan's: its words are written when the plan changes;
+                # consecutive such calls become one step, a tuple of bare entry calls
+                fixed_kernels.append(closure)
+                if body and type(body[-1]) is list:
+                    body[-1].append(closure.entry)
+                else:
+                    body.append([closure.entry])
+            else:
+                body.append(closure)
+        body = [tuple(step) if type(step) is list else step for step in body]
+        self._prologue, self._shape_code, self._body = tuple(prologue), tuple(shape), tuple(body)
+        self._fixed_kernels = tuple(fixed_kernels)
+        self._current = None      # the plan whose words the fixed kernel calls hold
+        order = sorted(key_regs)
+        self._key = (lambda regs: None) if not order else itemgetter(*order)
+        return {}
 
     def __call__(self, *args):
         if len(args) != len(self.params):
             raise VMArgumentError(
                 f"{self.name} takes {len(self.params)} argument(s) ({', '.join(self.params)}), "
                 f"got {len(args)}")
-        if self.vm._gpu:   # in-kernel checks are read once, at the end of the call
-            return vm_gpu.run_checked(self, args)
-        return self.run(args)
+        # the device's boundary: on a GPU, in-kernel checks are read once, at the end of the call
+        return self.vm._tensor_ops.call(self, args)
 
     def run(self, args):
+        plans = self._plans
+        if plans is None or self._active:
+            return self._run_each(args)
+        regs = [None] * self.num_regs
+        regs[0] = taken = []  # dynamic storages this call took from the pool
+        for r, a in zip(self.param_regs, args):
+            regs[r] = a
+        self._active = 1
+        try:
+            for ins in self._prologue:
+                ins(regs)
+            key = self._key(regs)
+            plan = plans.get(key)
+            if plan is None:
+                plan = self._make_plan(key, regs)
+            new = plan.template.copy()
+            for r in self.param_regs:
+                new[r] = regs[r]
+            new[0] = taken
+            if plan is not self._current:
+                for k in self._fixed_kernels:
+                    k.refresh(new)
+                self._current = plan
+            for step in self._body:
+                if type(step) is tuple:     # a run of kernel calls on the plan's arguments
+                    for cfunc, words, codes, count, fail in step:
+                        rc = cfunc(words, codes, count)
+                        if rc:
+                            fail(rc)
+                else:
+                    step(new)
+            return new[self.ret]
+        finally:
+            self._active = 0
+            if taken:
+                pool = self.vm._tensor_ops.pool
+                for buf in reversed(taken):
+                    pool.give(buf)
+
+    def _make_plan(self, key, regs: list) -> _Plan:
+        """Run the shape instructions for ``key`` (the prologue has run on ``regs``) and keep
+        their registers; a failing range assert raises here and no plan is kept."""
+        held = []     # the pool buffers of this key's storage, held while the plan lives
+        regs[0] = held
+        try:
+            for ins in self._shape_code:
+                ins(regs)
+        except BaseException:
+            pool = self.vm._tensor_ops.pool
+            for buf in reversed(held):
+                pool.give(buf)
+            raise
+        template = regs.copy()
+        for r in self.param_regs:
+            template[r] = None     # the caller's arguments are not kept
+        template[0] = None
+        plans = self._plans
+        if len(plans) >= MAX_PLANS:
+            oldest = plans.pop(next(iter(plans)))
+            if oldest is self._current:
+                self._current = None
+            pool = self.vm._tensor_ops.pool
+            for buf in reversed(oldest.buffers):
+                pool.give(buf)
+        plan = plans[key] = _Plan(template, held)
+        return plan
+
+    def _run_each(self, args):
+        """Every instruction in order, storage from the pool (no plan)."""
+        self._current = None    # the kernel calls' argument words are no longer the plan's
         regs = [None] * self.num_regs
         regs[0] = taken = []  # dynamic storages this call took from the pool
         for r, a in zip(self.param_regs, args):
@@ -302,7 +298,7 @@ class _Function:
             if taken:
                 # back in reverse order: the next call takes the same buffers for the same
                 # instructions, so the views cached on them stay valid
-                pool = self.vm._pool
+                pool = self.vm._tensor_ops.pool
                 for buf in reversed(taken):
                     pool.give(buf)
 
@@ -374,12 +370,18 @@ class VirtualMachine:
             raise RuntimeError(f"VirtualMachine: cannot run this executable here: {reason}")
         self.exe = exe
         self.device = device
-        self._pool = StoragePool()
-        self._static_storage: dict[tuple, np.ndarray] = {}
-        self.static_storage_bytes = 0
-        self._gpu = device.kind != "cpu"   # tensors live on the device (relax.vm_gpu)
-        self._constants = (vm_gpu.upload_constants(self) if self._gpu else
-                           [as_ndarray(c) for c in exe.constants])
+        # the instructions that touch tensors, for host memory or for a GPU's
+        self._tensor_ops = CPUTensorOps(self) if device.kind == "cpu" else GPUTensorOps(self)
+        ops = self._tensor_ops
+        # one dispatch table: opcode -> decoder of one instruction into a closure
+        self._decoders: dict[str, Callable] = {
+            "match": self._op_match, "call_func": self._op_call_func, "tuple": self._op_tuple,
+            "get_item": self._op_get_item, "shape": self._op_shape, "prim": self._op_prim,
+            "move": self._op_move, "if": self._op_if,
+            "const": ops.const, "alloc": ops.alloc, "alloc_storage": ops.alloc_storage,
+            "alloc_tensor": ops.alloc_tensor, "call_kernel": ops.call_kernel,
+            "builtin": ops.builtin,
+        }
         self._kernel_fns: dict[str, Any] = {}
         self._functions: dict[str, _Function] = {}
         self._profiled: dict[str, _Function] | None = None
@@ -413,7 +415,7 @@ class VirtualMachine:
         """Arguments converted once (numpy -> NDArray), for repeated calls."""
         if len(args) != len(fn.params):
             fn(*args)  # raises the count error
-        return [_to_value(a, s, fn.name, f"argument {p}")
+        return [to_vm_value(a, s, fn.name, f"argument {p}")
                 for a, s, p in zip(args, fn.param_specs, fn.params)]
 
     def time_evaluator(self, func_name: str, device: Device | None = None, number: int = 10,
@@ -496,8 +498,8 @@ class VirtualMachine:
 
     def memory_stats(self) -> dict:
         """Bytes of static storage (allocated once) and of pool buffers allocated so far."""
-        return {"static_storage_bytes": self.static_storage_bytes,
-                "pool_bytes": self._pool.allocated_bytes}
+        return {"static_storage_bytes": self._tensor_ops.static_storage_bytes,
+                "pool_bytes": self._tensor_ops.pool.allocated_bytes}
 
     def __repr__(self):
         return f"<relax.VirtualMachine {self.device} functions={sorted(self._functions)}>"
@@ -516,12 +518,10 @@ class VirtualMachine:
         return fn
 
     def _decode(self, ins: list, ctx: _Ctx) -> Callable:
-        if self._gpu and ins[0] in vm_gpu.GPU_OPS:
-            return vm_gpu.GPU_OPS[ins[0]](self, ctx, *ins[1:])
-        method = getattr(self, "_op_" + ins[0], None)
-        if method is None:
+        decoder = self._decoders.get(ins[0])
+        if decoder is None:
             raise ValueError(f"{ctx.name}: unknown VM instruction {ins[0]!r}")
-        return method(ctx, *ins[1:])
+        return decoder(ctx, *ins[1:])
 
     def _op_match(self, ctx: _Ctx, src: int, what: str, spec: dict, phase: str):
         fname = ctx.name
@@ -530,116 +530,16 @@ class VirtualMachine:
         convert = phase == "bind"  # a parameter: the caller's value becomes a VM value
         matcher = _compile_match(spec, fname, what, binds, checks, ctx.origins)
 
-        if convert and self._gpu:
-            dev = self.device
+        if convert:
+            argument = self._tensor_ops.argument   # to a VM value on the VM's device
 
             def match(regs):
-                v = _to_value(regs[src], spec, fname, what)
-                regs[src] = v = _on_device(v, dev)
-                matcher(v, regs)
-        elif convert:
-            def match(regs):
-                regs[src] = v = _to_value(regs[src], spec, fname, what)
+                regs[src] = v = argument(regs[src], spec, fname, what)
                 matcher(v, regs)
         else:
             def match(regs):
                 matcher(regs[src], regs)
         return match
-
-    def _op_const(self, ctx, dst: int, index: int):
-        c = self._constants[index]
-        ctx.fixed[dst] = c
-
-        def const(regs):
-            regs[dst] = c
-        return const
-
-    def _op_alloc(self, ctx, dst: int, shape, dtype: str):
-        static, shp = compile_shape(shape)
-        dt = np.dtype(dtype)
-        if static:
-            def alloc(regs):
-                regs[dst] = empty(shp, dt)
-        else:
-            def alloc(regs):
-                regs[dst] = empty(shp(regs), dt)
-        return alloc
-
-    def _op_alloc_storage(self, ctx, dst: int, size, static: bool):
-        if static:
-            # allocated once per VM, when the program is decoded (shared by the profiled copy)
-            key = (ctx.name, dst)
-            buf = self._static_storage.get(key)
-            if buf is None:
-                buf = self._static_storage[key] = aligned_bytes(max(int(size), 1))[0]
-                self.static_storage_bytes += int(size)
-            ctx.fixed[dst] = buf
-
-            def alloc_static(regs):
-                regs[dst] = buf
-            return alloc_static
-        size_fn = _as_closure(compile_expr(size))
-        pool = self._pool
-
-        def alloc_pool(regs):
-            regs[dst] = buf = pool.take(size_fn(regs))
-            regs[0].append(buf)
-        return alloc_pool
-
-    def _op_alloc_tensor(self, ctx, dst: int, storage: int, offset, shape, dtype: str):
-        static_shape, shp = compile_shape(shape)
-        off_c, off = compile_expr(offset)
-        dt = np.dtype(dtype)
-        pool = self._pool
-        fixed_storage = ctx.fixed.get(storage)
-        if fixed_storage is not None and static_shape and off_c and \
-                off + int(np.prod(shp, dtype=np.int64)) * dt.itemsize <= fixed_storage.nbytes:
-            nd = as_ndarray(_view(fixed_storage, off, shp, dt))
-            ctx.fixed[dst] = nd
-
-            def alloc_fixed(regs):
-                regs[dst] = nd
-            return alloc_fixed
-        last = [None, None, None]   # storage, shape, NDArray of the previous call
-
-        def alloc_tensor(regs):
-            st = regs[storage]
-            s = shp if static_shape else shp(regs)
-            if st is last[0] and s == last[1]:
-                regs[dst] = last[2]
-                return
-            o = off if off_c else off(regs)
-            n = dt.itemsize
-            for d in s:
-                n *= d
-            if o + n > st.nbytes:
-                # beyond the upper bound the storage was planned for: a pool buffer instead
-                buf = pool.take(n)
-                regs[0].append(buf)
-                regs[dst] = as_ndarray(_view(buf, 0, s, dt))
-                return
-            nd = as_ndarray(_view(st, o, s, dt))
-            last[0], last[1], last[2] = st, s, nd
-            regs[dst] = nd
-        return alloc_tensor
-
-    def _op_call_kernel(self, ctx, kname: str, tensor_regs: list, scalars: list):
-        return _make_kernel_call(self._kernel(kname), ctx.name, kname, tensor_regs, scalars,
-                                 ctx.timers, ctx.fixed)
-
-    def _op_builtin(self, ctx, dst: int, name: str, arg_regs: list, attrs: dict):
-        fn = BUILTINS.get(name)
-        if fn is None:
-            raise ValueError(f"{ctx.name}: the program calls the unknown VM builtin {name!r}")
-        fname = ctx.name
-        attrs = dict(attrs or {})
-
-        def builtin(regs):
-            try:
-                regs[dst] = fn(*[regs[r] for r in arg_regs], **attrs)
-            except (ValueError, TypeError) as err:
-                raise ValueError(f"{fname}: {name}: {err}") from None
-        return builtin
 
     def _op_call_func(self, ctx, dst: int, name: str, arg_regs: list):
         funcs = self._decoding  # the dict being filled: every function is in it before a run
@@ -676,7 +576,7 @@ class VirtualMachine:
         return shape
 
     def _op_prim(self, ctx, dst: int, expr):
-        fn = _as_closure(compile_expr(expr))
+        fn = as_closure(compile_expr(expr))
 
         def prim(regs):
             regs[dst] = fn(regs)
@@ -691,11 +591,11 @@ class VirtualMachine:
         then_c = tuple(self._decode(i, ctx) for i in then_code)
         else_c = tuple(self._decode(i, ctx) for i in else_code)
         fname = ctx.name
-        gpu = self._gpu
+        condition = self._tensor_ops.condition
 
         def if_(regs):
             try:
-                c = read_condition(regs[cond]) if not gpu else vm_gpu.condition(regs[cond])
+                c = condition(regs[cond])
             except ValueError as err:
                 raise ValueError(f"{fname}: {err}") from None
             if c:
@@ -725,7 +625,7 @@ def _compile_match(spec: dict, fname: str, what: str, binds: bool, checks: bool,
         def match_tuple(v, regs):
             if type(v) is not tuple or len(v) != n:
                 raise VMArgumentError(f"{fname}: {what} must be a tuple of {n}, got "
-                                      f"{_describe(v)}")
+                                      f"{describe(v)}")
             for sub, x in zip(subs, v):
                 sub(x, regs)
         return match_tuple
@@ -744,7 +644,7 @@ def _compile_match(spec: dict, fname: str, what: str, binds: bool, checks: bool,
                 regs[reg] = v
             return bind_prim
         if action[0] == "check" and (checks if isinstance(action[1], list) else binds):
-            fn = _as_closure(compile_expr(action[1]))
+            fn = as_closure(compile_expr(action[1]))
             text = action[2]
 
             def check_prim(v, regs):
@@ -768,7 +668,7 @@ def _compile_match(spec: dict, fname: str, what: str, binds: bool, checks: bool,
             bind_list.append((i, action[1]))
             origins.setdefault(action[1], f"{what}, dimension {i}")
         else:
-            check_list.append((i, _as_closure(compile_expr(action[1])), action[2],
+            check_list.append((i, as_closure(compile_expr(action[1])), action[2],
                                action[1] if isinstance(action[1], list) else None))
     shape_text = spec.get("shape_text")
     # constant dims are checked with the binds; dims that depend on symbolic variables once
@@ -785,7 +685,7 @@ def _compile_match(spec: dict, fname: str, what: str, binds: bool, checks: bool,
             elif isinstance(v, NDArray):
                 arr = v            # a device array: shape, ndim and dtype, no host data
             else:
-                raise VMArgumentError(f"{fname}: {what} must be a tensor, got {_describe(v)}")
+                raise VMArgumentError(f"{fname}: {what} must be a tensor, got {describe(v)}")
             shape = arr.shape
             if check_kind:
                 if ndim >= 0 and arr.ndim != ndim:
@@ -797,7 +697,7 @@ def _compile_match(spec: dict, fname: str, what: str, binds: bool, checks: bool,
                                           f"expected {dtype}")
         else:
             if type(v) is not tuple:
-                raise VMArgumentError(f"{fname}: {what} must be a shape, got {_describe(v)}")
+                raise VMArgumentError(f"{fname}: {what} must be a shape, got {describe(v)}")
             shape = v
             if check_kind and ndim >= 0 and len(shape) != ndim:
                 raise VMArgumentError(f"{fname}: {what} has {len(shape)} dimensions, expected "
@@ -822,147 +722,6 @@ def _bound_note(text: str, want) -> str:
         return ""
     except ValueError:
         return f" = {want}"
-
-
-def _describe(v) -> str:
-    if isinstance(v, NDArray):
-        return f"a tensor of shape {v.shape}"
-    if isinstance(v, tuple):
-        return f"a tuple of {len(v)}"
-    return type(v).__name__
-
-
-# ---------------------------------------------------------------------------------------------
-# kernel calls
-
-
-def _make_kernel_call(kfn, fname: str, kname: str, tensor_regs: Sequence[int], scalars: list,
-                      timers: dict | None, fixed: dict) -> Callable:
-    """A closure calling the kernel ``kfn`` (a ``targets`` Function) through a pre-built
-    argument array. The constant words (DLTensor templates, type codes, and the pointers and
-    extents of tensors fixed for the VM's lifetime: constants, static storage) are written here,
-    once; per call, a tensor's data pointer and extents are written only when its register holds
-    a different object from the previous call's."""
-    params = kfn.params
-    n_tensor = sum(p["kind"] == "buffer" for p in params)
-    if len(tensor_regs) != n_tensor or len(tensor_regs) + len(scalars) != len(params):
-        raise ValueError(f"{fname}: the program calls kernel {kname} with {len(tensor_regs)} "
-                         f"tensor(s) and {len(scalars)} scalar(s); it takes "
-                         f"{', '.join(p['name'] + ':' + p['kind'] for p in params)}")
-    if any(p["kind"] != "buffer" for p in params[:n_tensor]):
-        raise ValueError(f"{fname}: kernel {kname}: tensor parameters must come before scalars")
-    count = len(params)
-    shape_words = sum(len(p["shape"]) for p in params if p["kind"] == "buffer")
-    size = count + 6 * n_tensor + shape_words
-    words = (ctypes.c_int64 * max(size, 1))()
-    base = ctypes.addressof(words)
-    codes = (ctypes.c_int32 * max(count, 1))()
-    slots = []   # per tensor argument not fixed: (register, pointer word, shape words, ...)
-    t = count
-    s = count + 6 * n_tensor
-    for i, (reg, p) in enumerate(zip(tensor_regs, params)):
-        nd = len(p["shape"])
-        code, bits, lanes = abi.dl_dtype(p["dtype"])
-        words[i] = base + 8 * t
-        words[t + 1] = abi.DL_CPU
-        words[t + 2] = nd | code << 32 | bits << 40 | lanes << 48
-        words[t + 3] = base + 8 * s
-        codes[i] = abi.TYPE_DLTENSOR
-        slot = (reg, t, s, s + nd, nd, np.dtype(p["dtype"]), p["name"])
-        value = fixed.get(reg)
-        if type(value) is NDArray:
-            _check_value(value, slot, fname, kname)
-            words[t] = value._ptr
-            words[s:s + nd] = value._data.shape
-        else:
-            slots.append(slot)
-        t += 6
-        s += nd
-    scalar_slots = []
-    for j, (expr, p) in enumerate(zip(scalars, params[n_tensor:])):
-        i = n_tensor + j
-        if p["dtype"].startswith("float"):
-            raise ValueError(f"{fname}: kernel {kname}: float scalar parameters are not supported "
-                             f"by the VM")
-        codes[i] = abi.TYPE_INT
-        const, value = compile_expr(expr)
-        if const:
-            words[i] = int(value)
-        else:
-            scalar_slots.append((i, value))
-    slots = tuple(slots)
-    slot_regs = tuple(sl[0] for sl in slots)
-    scalar_slots = tuple(scalar_slots)
-    last = [None] * len(slots)
-    cfunc = kfn._cfunc
-    codes_addr = ctypes.addressof(codes)
-    module = kfn.module
-
-    def fail(rc):
-        raise ValueError(f"{fname}: kernel {kname}: "
-                         f"{module._last_error() or f'failed with code {rc}'}")
-
-    def update(j, x):
-        slot = slots[j]
-        _check_value(x, slot, fname, kname)
-        words[slot[1]] = x._ptr
-        words[slot[2]:slot[3]] = x._data.shape
-        last[j] = x
-
-    if not slots and not scalar_slots:
-        def call(regs):
-            rc = cfunc(base, codes_addr, count)
-            if rc:
-                fail(rc)
-    elif len(slots) == 1 and not scalar_slots:
-        r0 = slot_regs[0]
-
-        def call(regs):
-            x = regs[r0]
-            if x is not last[0]:
-                update(0, x)
-            rc = cfunc(base, codes_addr, count)
-            if rc:
-                fail(rc)
-    else:
-        def call(regs):
-            j = 0
-            for r in slot_regs:
-                x = regs[r]
-                if x is not last[j]:
-                    update(j, x)
-                j += 1
-            for i, fn in scalar_slots:
-                words[i] = fn(regs)
-            rc = cfunc(base, codes_addr, count)
-            if rc:
-                fail(rc)
-
-    call.keep = (words, codes)  # the closure owns the argument arrays
-    if timers is None:
-        return call
-    clock = time.perf_counter
-
-    def timed_call(regs):
-        start = clock()
-        call(regs)
-        elapsed = clock() - start
-        entry = timers.get(kname)
-        timers[kname] = (1, elapsed) if entry is None else (entry[0] + 1, entry[1] + elapsed)
-    return timed_call
-
-
-def _check_value(x, slot, fname: str, kname: str) -> None:
-    """The value passed for a kernel's tensor parameter is a tensor of its dtype and rank (the
-    entry checks the extents; the rank and dtype words are the template's)."""
-    _, _, _, _, nd, dt, pname = slot
-    if type(x) is not NDArray:
-        raise ValueError(f"{fname}: kernel {kname}: argument {pname} must be a tensor, got "
-                         f"{_describe(x)}")
-    arr = x._data
-    if arr.dtype != dt or arr.ndim != nd:
-        raise ValueError(f"{fname}: kernel {kname}: argument {pname} has dtype "
-                         f"{arr.dtype.name} and rank {arr.ndim}, expected {dt.name} and rank {nd}")
 
 
 __all__ = ["VirtualMachine", "VMArgumentError", "ProfileReport", "StoragePool"]

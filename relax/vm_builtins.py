@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.targets.runtime.ndarray import NDArray
 from tilecraft.targets.runtime.device import cpu
 
@@ -174,7 +175,7 @@ def print_value(*values, format: str = ""):
     return None
 
 
-class RuntimeCheckError(RuntimeError):
+class RuntimeCheckError(TilecraftError, RuntimeError):
     """A run-time check of the program failed (``relax.op.assert_op``): the inputs break a
     condition the model needs, such as a sequence longer than its position table."""
 

@@ -10,11 +10,13 @@ Results are device NDArrays; ``.numpy()`` copies one back. The builtins that hav
 version (``tensor_to_shape``, ``print``, an ``If`` condition) read their tensor back to the host.
 
 Kernels are launched with ``enqueue``: nothing waits for the device inside a call. Kernels with
-in-kernel run-time checks write an error word; ``run_checked`` reads all of a call's words once,
-at its end (``DeviceKernelError: main: take: kernel take_kernel0: index ... out of bounds``).
+in-kernel run-time checks write an error word; ``GPUTensorOps.call`` reads all of a call's words
+once, at its end (``DeviceKernelError: main: take: kernel take_kernel0: index ... out of bounds``).
 
-``relax.vm`` calls these through ``GPU_OPS`` when its device is not the CPU; everything else
-(shape arithmetic, tuples, calls, matching) is shared with the CPU VM.
+``GPUTensorOps`` is the interface of ``relax.vm_cpu.CPUTensorOps`` for a GPU:
+``relax.VirtualMachine`` decodes ``const``, ``alloc``, ``alloc_storage``, ``alloc_tensor``,
+``call_kernel`` and ``builtin`` with it when its device is not the CPU; everything else (shape
+arithmetic, tuples, calls, matching) is the VM's own.
 """
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ from tilecraft.targets.runtime.host_program import DeviceKernelError
 from tilecraft.targets.runtime.ndarray import NDArray
 
 from .vm_builtins import BUILTINS, as_ndarray, read_condition
+from .vm_values import StoragePool, as_closure, compile_expr, compile_shape, to_vm_value
+
+__all__ = ["GPUTensorOps", "to_device", "to_host"]
 
 
 def to_device(x, device, what: str = "a tensor"):
@@ -46,6 +51,15 @@ def to_host(x):
     if isinstance(x, tuple):
         return tuple(to_host(v) for v in x)
     return x
+
+
+def _on_device(v, device):
+    """The tensors of a VM value copied to ``device``."""
+    if isinstance(v, NDArray):
+        return to_device(v, device)
+    if isinstance(v, tuple):
+        return tuple(_on_device(x, device) for x in v)
+    return v
 
 
 def _view(storage, shape: tuple, dtype: str, device):
@@ -71,176 +85,178 @@ def _storage(rt, nbytes: int, dev):
     return rt.empty((max(1, (int(nbytes) + 3) // 4),), "uint32", dev)
 
 
-def upload_constants(vm) -> list:
-    return [to_device(c, vm.device) for c in vm.exe.constants]
-
-
-def op_const(vm, ctx, dst: int, index: int) -> Callable:
-    c = vm._constants[index]
-
-    def const(regs):
-        regs[dst] = c
-    return const
-
-
-def op_alloc(vm, ctx, dst: int, shape, dtype: str) -> Callable:
-    from .vm import compile_shape
-    static, shp = compile_shape(shape)
-    rt, dev = device_runtime(vm.device.kind), vm.device
-
-    def alloc(regs):
-        regs[dst] = rt.empty(shp if static else shp(regs), dtype, dev)
-    return alloc
-
-
-def op_alloc_storage(vm, ctx, dst: int, size, static: bool) -> Callable:
-    from .vm import _as_closure, compile_expr
-    rt, dev = device_runtime(vm.device.kind), vm.device
-    if static:
-        key = (ctx.name, dst)
-        buf = vm._static_storage.get(key)
-        if buf is None:
-            buf = vm._static_storage[key] = _storage(rt, size, dev)
-            vm.static_storage_bytes += int(size)
-
-        def alloc_static(regs):
-            regs[dst] = buf
-        return alloc_static
-    size_fn = _as_closure(compile_expr(size))
-    pool = vm._pool.free     # given back at the end of the call, by byte size
-
-    def alloc_pool(regs):
-        n = max(4, (int(size_fn(regs)) + 3) // 4 * 4)    # the pool keys by storage.nbytes
-        free = pool.get(n)
-        regs[dst] = free.pop() if free else _storage(rt, n, dev)
-        regs[0].append(regs[dst])
-    return alloc_pool
-
-
-def op_alloc_tensor(vm, ctx, dst: int, storage: int, offset, shape, dtype: str) -> Callable:
-    from .vm import compile_expr, compile_shape
-    static_shape, shp = compile_shape(shape)
-    off_c, off = compile_expr(offset)
-    if not off_c or off != 0:
-        raise ValueError(f"{ctx.name}: the GPU VM needs tensors at offset 0 of their storage")
-    dev = vm.device
-    last = [None, None, None]
-
-    def alloc_tensor(regs):
-        st = regs[storage]
-        s = shp if static_shape else shp(regs)
-        if st is last[0] and s == last[1]:
-            regs[dst] = last[2]
-            return
-        t = _view(st, s, dtype, dev)
-        last[0], last[1], last[2] = st, s, t
-        regs[dst] = t
-    return alloc_tensor
-
-
-def op_call_kernel(vm, ctx, kname: str, tensor_regs: list, scalars: list) -> Callable:
-    from .vm import _as_closure, compile_expr
-    kfn = vm._kernel(kname)
-    # launched without waiting for in-kernel checks: run_checked reads them once per call
-    enqueue = kfn.enqueue
-    fname = ctx.name
-    scalar_fns = [_as_closure(compile_expr(e)) for e in scalars]
-    regs_t = tuple(tensor_regs)
-
-    def call(regs):
-        args = [regs[r] for r in regs_t] + [f(regs) for f in scalar_fns]
-        try:
-            enqueue(*args)
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"{fname}: kernel {kname}: {err}") from None
-    if ctx.timers is None:
-        return call
-    timers, clock, dev = ctx.timers, time.perf_counter, vm.device
-
-    def timed_call(regs):
-        start = clock()
-        call(regs)
-        dev.sync()
-        elapsed = clock() - start
-        entry = timers.get(kname)
-        timers[kname] = (1, elapsed) if entry is None else (entry[0] + 1, entry[1] + elapsed)
-    return timed_call
-
-
 _DEVICE_BUILTINS = {"vm.builtin.shape_of", "vm.builtin.make_tuple", "vm.builtin.tuple_getitem",
                     "vm.builtin.null_value"}
 
 
-def op_builtin(vm, ctx, dst: int, name: str, arg_regs: list, attrs: dict) -> Callable:
-    fn = BUILTINS.get(name)
-    if fn is None:
-        raise ValueError(f"{ctx.name}: the program calls the unknown VM builtin {name!r}")
-    fname, dev = ctx.name, vm.device
-    attrs = dict(attrs or {})
-    rt = device_runtime(dev.kind)
+class GPUTensorOps:
+    """The instructions that touch tensors, on a GPU, for the VirtualMachine ``vm``.
 
-    if name == "vm.builtin.reshape":
-        def reshape(regs):
-            x, shape = regs[arg_regs[0]], tuple(int(s) for s in regs[arg_regs[1]])
-            if int(np.prod(shape, dtype=np.int64)) != x.size:
-                raise ValueError(f"{fname}: reshape: cannot view a tensor of shape {x.shape} "
-                                 f"as {shape}")
-            view = getattr(x, "_view", None)
-            regs[dst] = view(shape) if view is not None else to_device(
-                x.numpy().reshape(shape), dev)
-        return reshape
-    if name == "vm.builtin.copy":
-        def copy(regs):
-            x = regs[arg_regs[0]]
-            regs[dst] = rt.empty(x.shape, x.dtype, dev).copyfrom(x)
-        return copy
-
-    def builtin(regs):
-        args = [regs[r] for r in arg_regs]
-        if name not in _DEVICE_BUILTINS:
-            args = [to_host(a) for a in args]
-        try:
-            out = fn(*args, **attrs)
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"{fname}: {name}: {err}") from None
-        if isinstance(out, NDArray) and out.device.kind == "cpu":
-            out = to_device(out, dev)
-        regs[dst] = out
-    return builtin
-
-
-def condition(value) -> bool:
-    return read_condition(to_host(value))
-
-
-def check_kernel_errors(vm, fname: str) -> None:
-    """Read the error words of the kernels the call launched (one wait, only when some kernel
-    has in-kernel checks) and raise the first failed check: ``DeviceKernelError`` naming the
-    VM function, the kernel function and the check. Otherwise the queued work is flushed."""
-    try:
-        device_runtime(vm.device.kind).check_errors(vm.device.index)
-    except DeviceKernelError as err:
-        raise DeviceKernelError(f"{fname}: {err}") from None
-
-
-def run_checked(fn, args):
-    """Run VM function ``fn`` (a top-level call) and check its kernels' errors at the end.
-
-    If the call fails on the host after a kernel's check failed (a builtin reading garbage
-    back), the kernel's error is what is raised: it is the cause.
+    The same interface as ``relax.vm_cpu.CPUTensorOps``: each ``const`` ... ``builtin`` method
+    decodes one instruction into a closure over the register file; ``argument``, ``condition``
+    and ``call`` are the call boundary (arguments copied to the device, a condition read back,
+    the kernels' error words read once at the end of a call).
     """
-    try:
-        out = fn.run(args)
-    except Exception:
-        check_kernel_errors(fn.vm, fn.name)
-        raise
-    check_kernel_errors(fn.vm, fn.name)
-    return out
 
+    def __init__(self, vm):
+        self.vm = vm
+        self.device = dev = vm.device
+        self.runtime = rt = device_runtime(dev.kind)
+        # 4-byte granules: storages are arrays of 32-bit words (see _storage)
+        self.pool = StoragePool(lambda nbytes: _storage(rt, nbytes, dev), align=4)
+        self.static_storage: dict[tuple, object] = {}
+        self.static_storage_bytes = 0
+        self.constants = [to_device(c, dev) for c in vm.exe.constants]   # once per VM
 
-GPU_OPS = {"const": op_const, "alloc": op_alloc, "alloc_storage": op_alloc_storage,
-           "alloc_tensor": op_alloc_tensor, "call_kernel": op_call_kernel,
-           "builtin": op_builtin}
+    # -- the call boundary -------------------------------------------------------------------
+    def argument(self, x, spec: dict, fname: str, what: str):
+        """A caller's argument as a VM value, its tensors copied to the device (the one
+        host-to-device copy at the boundary)."""
+        return _on_device(to_vm_value(x, spec, fname, what), self.device)
 
-__all__ = ["GPU_OPS", "check_kernel_errors", "condition", "run_checked", "to_device",
-           "to_host", "upload_constants"]
+    @staticmethod
+    def condition(value) -> bool:
+        return read_condition(to_host(value))
+
+    def call(self, fn, args):
+        """Run the VM function ``fn`` (a top-level call) and check its kernels' errors at the
+        end.
+
+        If the call fails on the host after a kernel's check failed (a builtin reading garbage
+        back), the kernel's error is what is raised: it is the cause.
+        """
+        try:
+            out = fn.run(args)
+        except Exception:
+            self.check_kernel_errors(fn.name)
+            raise
+        self.check_kernel_errors(fn.name)
+        return out
+
+    def check_kernel_errors(self, fname: str) -> None:
+        """Read the error words of the kernels the call launched (one wait, only when some
+        kernel has in-kernel checks) and raise the first failed check: ``DeviceKernelError``
+        naming the VM function, the kernel function and the check. Otherwise the queued work is
+        flushed."""
+        try:
+            self.runtime.check_errors(self.device.index)
+        except DeviceKernelError as err:
+            raise DeviceKernelError(f"{fname}: {err}") from None
+
+    # -- instructions ------------------------------------------------------------------------
+    def const(self, ctx, dst: int, index: int) -> Callable:
+        c = self.constants[index]
+
+        def const(regs):
+            regs[dst] = c
+        return const
+
+    def alloc(self, ctx, dst: int, shape, dtype: str) -> Callable:
+        static, shp = compile_shape(shape)
+        rt, dev = self.runtime, self.device
+
+        def alloc(regs):
+            regs[dst] = rt.empty(shp if static else shp(regs), dtype, dev)
+        return alloc
+
+    def alloc_storage(self, ctx, dst: int, size, static: bool) -> Callable:
+        if static:
+            # allocated once per VM, when the program is decoded (shared by the profiled copy)
+            key = (ctx.name, dst)
+            buf = self.static_storage.get(key)
+            if buf is None:
+                buf = self.static_storage[key] = _storage(self.runtime, size, self.device)
+                self.static_storage_bytes += int(size)
+
+            def alloc_static(regs):
+                regs[dst] = buf
+            return alloc_static
+        size_fn = as_closure(compile_expr(size))
+        pool = self.pool     # given back at the end of the call, by byte size
+
+        def alloc_pool(regs):
+            regs[dst] = buf = pool.take(size_fn(regs))
+            regs[0].append(buf)
+        return alloc_pool
+
+    def alloc_tensor(self, ctx, dst: int, storage: int, offset, shape, dtype: str) -> Callable:
+        static_shape, shp = compile_shape(shape)
+        off_c, off = compile_expr(offset)
+        if not off_c or off != 0:
+            raise ValueError(f"{ctx.name}: the GPU VM needs tensors at offset 0 of their storage")
+        dev = self.device
+        last = [None, None, None]
+
+        def alloc_tensor(regs):
+            st = regs[storage]
+            s = shp if static_shape else shp(regs)
+            if st is last[0] and s == last[1]:
+                regs[dst] = last[2]
+                return
+            t = _view(st, s, dtype, dev)
+            last[0], last[1], last[2] = st, s, t
+            regs[dst] = t
+        return alloc_tensor
+
+    def call_kernel(self, ctx, kname: str, tensor_regs: list, scalars: list) -> Callable:
+        kfn = self.vm._kernel(kname)
+        # launched without waiting for in-kernel checks: call() reads them once per call
+        enqueue = kfn.enqueue
+        fname = ctx.name
+        scalar_fns = [as_closure(compile_expr(e)) for e in scalars]
+        regs_t = tuple(tensor_regs)
+
+        def call(regs):
+            args = [regs[r] for r in regs_t] + [f(regs) for f in scalar_fns]
+            try:
+                enqueue(*args)
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"{fname}: kernel {kname}: {err}") from None
+        if ctx.timers is None:
+            return call
+        timers, clock, dev = ctx.timers, time.perf_counter, self.device
+
+        def timed_call(regs):
+            start = clock()
+            call(regs)
+            dev.sync()
+            elapsed = clock() - start
+            entry = timers.get(kname)
+            timers[kname] = (1, elapsed) if entry is None else (entry[0] + 1, entry[1] + elapsed)
+        return timed_call
+
+    def builtin(self, ctx, dst: int, name: str, arg_regs: list, attrs: dict) -> Callable:
+        fn = BUILTINS.get(name)
+        if fn is None:
+            raise ValueError(f"{ctx.name}: the program calls the unknown VM builtin {name!r}")
+        fname, dev, rt = ctx.name, self.device, self.runtime
+        attrs = dict(attrs or {})
+
+        if name == "vm.builtin.reshape":
+            def reshape(regs):
+                x, shape = regs[arg_regs[0]], tuple(int(s) for s in regs[arg_regs[1]])
+                if int(np.prod(shape, dtype=np.int64)) != x.size:
+                    raise ValueError(f"{fname}: reshape: cannot view a tensor of shape {x.shape} "
+                                     f"as {shape}")
+                view = getattr(x, "_view", None)
+                regs[dst] = view(shape) if view is not None else to_device(
+                    x.numpy().reshape(shape), dev)
+            return reshape
+        if name == "vm.builtin.copy":
+            def copy(regs):
+                x = regs[arg_regs[0]]
+                regs[dst] = rt.empty(x.shape, x.dtype, dev).copyfrom(x)
+            return copy
+
+        def builtin(regs):
+            args = [regs[r] for r in arg_regs]
+            if name not in _DEVICE_BUILTINS:
+                args = [to_host(a) for a in args]
+            try:
+                out = fn(*args, **attrs)
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"{fname}: {name}: {err}") from None
+            if isinstance(out, NDArray) and out.device.kind == "cpu":
+                out = to_device(out, dev)
+            regs[dst] = out
+        return builtin

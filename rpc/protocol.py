@@ -58,6 +58,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
+
 MAGIC = b"TCRP"
 # 2: authenticated handshakes bind both nonces, and frames after them carry a MAC trailer
 VERSION = 2
@@ -97,7 +99,7 @@ ARRAY_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "u
                 "uint64", "float16", "float32", "float64")
 
 
-class RPCError(RuntimeError):
+class RPCError(TilecraftError, RuntimeError):
     """Base class of everything the rpc package raises about the link or the remote side."""
 
 

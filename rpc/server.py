@@ -52,6 +52,8 @@ import threading
 import time
 import traceback
 
+from tilecraft.errors import TilecraftError
+
 from .auth import (AuthenticationError, ServerHandshake, check_bind_security, client_handshake,
                    load_token, registration_proof)
 from .protocol import (ERROR, EVENT, PING, PONG, REPLY, REQUEST, Channel, ConnectionClosed,
@@ -106,7 +108,7 @@ def describe_exit(status: dict) -> tuple[bool, str]:
     return False, "the session ended"
 
 
-class _Reject(Exception):
+class _Reject(TilecraftError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind

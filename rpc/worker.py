@@ -67,6 +67,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.targets.runtime import (Device, Module, NDArray, array as nd_array, empty as nd_empty,
                              load_module)
 
@@ -157,7 +158,7 @@ def load_plugins(modules) -> list[str]:
     return added
 
 
-class LimitExceeded(MemoryError):
+class LimitExceeded(TilecraftError, MemoryError):
     """A request that would take the session past one of its limits; refused before anything
     is allocated, and the session goes on."""
 
@@ -267,7 +268,7 @@ def check_file_name(name: Any) -> str:
     return name
 
 
-class _Halt(Exception):
+class _Halt(TilecraftError):
     """Raised by the close op: reply, then end the session."""
 
 

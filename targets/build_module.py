@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.transform import lower
 
 from .build_stats import BuildStats
 from .runtime.module import Module
@@ -68,11 +69,6 @@ def lower_module(mod: IRModule, target: Target | None = None) -> IRModule:
     out = {}
     for name, func in mod.functions.items():
         if isinstance(func, PrimFunc) and not is_lowered(func):
-            try:
-                from tilecraft.tensorir.transform import lower
-            except ImportError as err:
-                raise RuntimeError(f"targets.build needs tensorir.transform.lower to lower "
-                                   f"{name!r}: {err}") from None
             func = lower(func, target)
         out[name] = func
     return IRModule(out)

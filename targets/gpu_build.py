@@ -28,11 +28,12 @@ from typing import Any
 from tilecraft.tensorir import expr as E
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.stmt import Allocate, AssertStmt, Buffer, For, IfThenElse, LetStmt, SeqStmt
-from tilecraft.tensorir.transform import lower_device
+from tilecraft.tensorir.transform import lower_device, split_host_device
 from tilecraft.tensorir.transform.device import HostDeviceSplit, LaunchKernel
 from tilecraft.tensorir.transform._common import is_no_op
 
 from .build_module import is_lowered
+from .gpu_codegen import written_buffers
 from .target import Target
 
 _BINARY = {E.Add: "add", E.Sub: "sub", E.Mul: "mul", E.FloorDiv: "floordiv",
@@ -101,11 +102,7 @@ def expr_json(e, names: _Names) -> Any:
 def _shape_text(d) -> Any:
     if isinstance(d, E.IntImm):
         return int(d.value)
-    try:
-        from tilecraft.tensorir.script import expr_to_str  # type: ignore[attr-defined]
-        return expr_to_str(d)
-    except Exception:
-        return str(d)
+    return str(d)
 
 
 def host_program(split: HostDeviceSplit) -> dict:
@@ -185,7 +182,6 @@ def host_program(split: HostDeviceSplit) -> dict:
 
 
 def _stored(kernel) -> list:
-    from .gpu_codegen import written_buffers
     return list(written_buffers(kernel.func.body))
 
 
@@ -198,7 +194,6 @@ def split_module(mod: IRModule, target: Target) -> list[GPUFunction]:
         if "global_symbol" not in func.attr_dict or func.attr_dict["global_symbol"] != name:
             func = func.replace(attrs={**func.attr_dict, "global_symbol": name})
         if is_lowered(func):
-            from tilecraft.tensorir.transform import split_host_device
             split = split_host_device(func, target)
         else:
             split = lower_device(func, target)

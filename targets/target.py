@@ -19,6 +19,8 @@ import platform
 import shlex
 from typing import Any, Mapping
 
+from tilecraft.errors import TilecraftError
+
 KINDS = ("llvm", "opencl", "webgpu")
 
 # Architectures the LLVM back end handles, by the first component of a triple.
@@ -100,7 +102,7 @@ def _canonical_options(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-class TargetError(ValueError):
+class TargetError(TilecraftError, ValueError):
     """An unknown target kind, option, tag or triple."""
 
 

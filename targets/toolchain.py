@@ -11,8 +11,10 @@ import shutil
 import subprocess
 import tempfile
 
+from tilecraft.errors import TilecraftError
 
-class ToolchainError(RuntimeError):
+
+class ToolchainError(TilecraftError, RuntimeError):
     """A tool the build needs (``ld.lld``) is missing or failed."""
 
 

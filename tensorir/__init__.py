@@ -16,7 +16,9 @@ from .stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferRegi
                    Evaluate, For, IfThenElse, IterVar, LetStmt, Range, SeqStmt, Stmt, decl_buffer,
                    seq)
 from .function import IRModule, PrimFunc
+# structural and script register hashing / equality and printing with the nodes (see expr.py)
 from .structural import assert_structural_equal, structural_equal, structural_hash
+from . import script
 from .functor import IRMutator, IRVisitor, post_order_visit, substitute
 from . import arith
 from . import te

@@ -9,6 +9,8 @@ import re
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
+
 SCALAR_TYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float16", "float32", "float64")
 HANDLE = "handle"
@@ -16,7 +18,7 @@ HANDLE = "handle"
 _RE = re.compile(r"^(bool|int|uint|float)(\d*)(?:x(\d+))?$")
 
 
-class DataTypeError(TypeError):
+class DataTypeError(TilecraftError, TypeError):
     """A dtype string that names no supported type."""
 
 

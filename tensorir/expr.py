@@ -14,17 +14,45 @@ are different variables.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+from tilecraft.errors import TilecraftError
 
 from . import dtype as dt
 
 
-class TIRError(Exception):
+class TIRError(TilecraftError):
     """An error about a particular IR node; ``.node`` is that node."""
 
     def __init__(self, message: str, node: Any = None):
         super().__init__(message)
         self.node = node
+
+
+# Printing (tensorir.script) and structural equality and hashing (tensorir.structural) cover
+# every kind of node, statements and functions too, so they sit above this module: each
+# registers itself here when it is imported (``import tilecraft.tensorir`` imports both).
+
+def _not_loaded(*args):
+    raise RuntimeError("tensorir.script / tensorir.structural is not loaded yet (they register "
+                       "themselves when tilecraft.tensorir is imported)")
+
+
+_to_script: Callable[[Any], str] = _not_loaded
+_structural_equal: Callable[[Any, Any], bool] = _not_loaded
+_structural_hash: Callable[[Any], int] = _not_loaded
+
+
+def register_printer(to_script: Callable[[Any], str]) -> None:
+    """Make ``to_script`` what ``node.script()`` (and ``repr``) call."""
+    global _to_script
+    _to_script = to_script
+
+
+def register_structural(equal: Callable[[Any, Any], bool], hash_: Callable[[Any], int]) -> None:
+    """Make ``equal`` and ``hash_`` what ``bool(a == b)`` and ``hash(expr)`` use."""
+    global _structural_equal, _structural_hash
+    _structural_equal, _structural_hash = equal, hash_
 
 
 class Node:
@@ -47,8 +75,7 @@ class Node:
         return type(self)(**kwargs)
 
     def script(self) -> str:
-        from .script import to_script
-        return to_script(self)
+        return _to_script(self)
 
     def __repr__(self):
         try:
@@ -140,8 +167,7 @@ class PrimExpr(Node):
     def __invert__(self): return Not(self)
 
     def __hash__(self):
-        from .structural import structural_hash
-        return structural_hash(self)
+        return _structural_hash(self)
 
     def __bool__(self):
         raise TIRError(f"the truth value of the symbolic expression {self!r} is unknown; "
@@ -293,8 +319,7 @@ class EQ(CmpOp):
     symbol = "=="
 
     def __bool__(self):
-        from .structural import structural_equal
-        return structural_equal(self.a, self.b)
+        return _structural_equal(self.a, self.b)
 
 
 class NE(CmpOp):
@@ -302,8 +327,7 @@ class NE(CmpOp):
     symbol = "!="
 
     def __bool__(self):
-        from .structural import structural_equal
-        return not structural_equal(self.a, self.b)
+        return not _structural_equal(self.a, self.b)
 
 
 class LT(CmpOp):
@@ -501,6 +525,30 @@ def max_value(dtype: str) -> PrimExpr:
     if dt.is_bool(dtype):
         return IntImm(1, dtype)
     return IntImm(int(np.iinfo(dt.to_numpy(dtype)).max), dtype)
+
+
+def identity_of(combiner: str, dtype: str) -> PrimExpr:
+    """The identity element of a combiner (0 for sum, 1 for prod, -inf / min for max, ...)."""
+    if combiner == "sum":
+        return FloatImm(0.0, dtype) if dt.is_float(dtype) else IntImm(0, dtype)
+    if combiner == "prod":
+        return FloatImm(1.0, dtype) if dt.is_float(dtype) else IntImm(1, dtype)
+    if combiner == "max":
+        return min_value(dtype)
+    if combiner == "min":
+        return max_value(dtype)
+    raise TIRError(f"unknown combiner {combiner}")
+
+
+def combine(combiner: str, acc: PrimExpr, value: PrimExpr) -> PrimExpr:
+    """``acc (+|*|max|min) value``."""
+    if combiner == "sum":
+        return acc + value
+    if combiner == "prod":
+        return acc * value
+    if combiner == "max":
+        return Max(acc, value)
+    return Min(acc, value)
 
 
 def is_const_int(e, value: int | None = None) -> bool:

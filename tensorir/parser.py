@@ -14,6 +14,8 @@ import textwrap
 from contextlib import contextmanager
 from typing import Mapping
 
+from tilecraft.errors import TilecraftError
+
 from . import dtype as dt
 from .expr import (INTRINSICS, Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv,
                    FloorMod, GE, GT, IntImm, LE, LT, Let, Max, Min, Mod, Mul, NE, Not, Or,
@@ -27,7 +29,7 @@ from .structural import structural_equal
 __all__ = ["parse", "ParseError"]
 
 
-class ParseError(ValueError):
+class ParseError(TilecraftError, ValueError):
     """Malformed TensorIR text; ``lineno`` is the 1-based line of the problem (or None)."""
 
     def __init__(self, message: str, lineno: int | None = None, source_line: str | None = None):

@@ -48,7 +48,7 @@ from typing import Any
 from . import dtype as dt
 from .expr import (INTRINSICS, Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm,
                    FloorDiv, FloorMod, GE, GT, IntImm, LE, LT, Let, Max, Min, Mod, Mul, NE, Node,
-                   Not, Or, PrimExpr, Reduce, Select, StringImm, Sub, Var)
+                   Not, Or, PrimExpr, Reduce, Select, StringImm, Sub, Var, register_printer)
 from .function import IRModule, PrimFunc
 from .stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferRegion, BufferStore,
                    Evaluate, For, IfThenElse, IterVar, LetStmt, Range, SeqStmt, Stmt, is_true)
@@ -812,3 +812,7 @@ class _Printer:
         if not chunks:
             chunks.append(INDENT + "pass")
         return "\n".join(out) + "\n" + "\n\n".join(chunks)
+
+
+# node.script() and repr() of TensorIR nodes print through this module
+register_printer(to_script)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from . import dtype as dt
-from .expr import (IntImm, Node, PrimExpr, TIRError, Var, convert, true)
+from .expr import (BufferLoad, IntImm, Node, PrimExpr, TIRError, Var, convert, true)
 
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
 SCOPES = ("global", "shared", "local")
@@ -56,7 +56,6 @@ class Buffer(Node):
         return len(self.shape)
 
     def __getitem__(self, indices):
-        from .expr import BufferLoad
         if not isinstance(indices, tuple):
             indices = (indices,)
         return BufferLoad(self, indices)

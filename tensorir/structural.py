@@ -6,7 +6,7 @@ let variables, function parameters, allocated buffers). Free variables compare b
 """
 from __future__ import annotations
 
-from .expr import Let, Node, Var
+from .expr import Let, Node, Var, register_structural
 from .function import PrimFunc
 from .stmt import Allocate, Block, Buffer, For, IterVar, LetStmt
 
@@ -170,3 +170,7 @@ class _Hasher:
 def structural_hash(node) -> int:
     """A hash consistent with ``structural_equal`` (equal nodes hash alike)."""
     return _Hasher().h(node)
+
+
+# hash(expr) and bool(a == b) of expressions go through these
+register_structural(structural_equal, structural_hash)

@@ -18,8 +18,8 @@ import weakref
 from typing import Callable, Sequence
 
 from . import dtype as dt
-from .expr import (BufferLoad, Call, FloatImm, IntImm, Max, Min, PrimExpr, Reduce, Select, TIRError,
-                   Var, call, convert, max_value, min_value, var as _var)
+from .expr import (BufferLoad, Call, IntImm, PrimExpr, Reduce, Select, TIRError, Var, call, combine,
+                   const as _const, convert, identity_of, max_, min_, var as _var)
 from .function import PrimFunc
 from .stmt import (Block, BlockRealize, Buffer, BufferStore, For, IterVar, Range, is_true, seq)
 from .functor import post_order_visit, substitute
@@ -35,7 +35,6 @@ var = _var
 
 def const(value, dtype: str | None = None) -> PrimExpr:
     """A constant: ``te.const(1.0, "float16")``."""
-    from .expr import const as _const
     return _const(value, dtype)
 
 
@@ -232,37 +231,11 @@ def min(expr, axis=None, where=None, init=None):
 
 
 def maximum(a, b) -> PrimExpr:
-    from .expr import max_
     return max_(a, b)
 
 
 def minimum(a, b) -> PrimExpr:
-    from .expr import min_
     return min_(a, b)
-
-
-def identity_of(combiner: str, dtype: str) -> PrimExpr:
-    """The identity element of a combiner (0 for sum, 1 for prod, -inf / min for max, ...)."""
-    if combiner == "sum":
-        return FloatImm(0.0, dtype) if dt.is_float(dtype) else IntImm(0, dtype)
-    if combiner == "prod":
-        return FloatImm(1.0, dtype) if dt.is_float(dtype) else IntImm(1, dtype)
-    if combiner == "max":
-        return min_value(dtype)
-    if combiner == "min":
-        return max_value(dtype)
-    raise TIRError(f"unknown combiner {combiner}")
-
-
-def combine(combiner: str, acc: PrimExpr, value: PrimExpr) -> PrimExpr:
-    """``acc (+|*|max|min) value``."""
-    if combiner == "sum":
-        return acc + value
-    if combiner == "prod":
-        return acc * value
-    if combiner == "max":
-        return Max(acc, value)
-    return Min(acc, value)
 
 
 # ---------------------------------------------------------------------------------------------

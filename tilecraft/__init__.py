@@ -9,10 +9,14 @@ Its packages live in this one namespace, as Apache TVM's live in ``tvm``::
 
 Importing ``tilecraft`` itself imports none of them (the board side loads ``tilecraft.rpc`` and
 ``tilecraft.targets``' runtime with numpy alone). The ``tilecraft`` command (``tilecraft
---help``, docs/cli.md) lives in ``tilecraft.cli``.
+--help``, docs/cli.md) lives in ``tilecraft.cli``. ``tilecraft.TilecraftError`` is the root of
+every exception the packages define (``tilecraft.error_root``, which imports nothing;
+``tilecraft.errors`` adds the command line's errors).
 """
 import os as _os
 import re as _re
+
+from .error_root import TilecraftError
 
 _HERE = _os.path.dirname(_os.path.abspath(__file__))
 _CHECKOUT = _os.path.dirname(_HERE)

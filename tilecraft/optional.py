@@ -23,6 +23,8 @@ import importlib
 import sys
 from types import ModuleType
 
+from .error_root import TilecraftError
+
 __all__ = ["MissingDependencyError", "import_optional", "has_module", "install_hint", "INSTALL"]
 
 COMPILER = "pip install tilecraft"
@@ -46,7 +48,7 @@ INSTALL = {
 COMPILER_PYTHON = (3, 10)
 
 
-class MissingDependencyError(ModuleNotFoundError):
+class MissingDependencyError(TilecraftError, ModuleNotFoundError):
     """An optional library is not installed; the message names the pip command to run.
 
     Attributes

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 from tilecraft.tensorir.expr import Add, BufferLoad, Cast, FloorDiv, FloorMod, IntImm, Mul, Var
 from tilecraft.tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
+from tilecraft.tensorir.stmt import BufferStore
 
+from ..feature import MachineModel
 from . import analysis as A
 from .base import (ANN_COOPERATIVE_FETCH, ANN_PACK, ANN_SHARED_LAYOUT, ANN_TENSORIZE, ANN_TILED,
                    SHARED_LAYOUTS, ScheduleRule)
@@ -322,7 +324,6 @@ def _operands(info: A.BlockInfo) -> _Operands | None:
     only, and ``i`` (the next spatial var of C's indices) indexing X."""
     b = info.block
     body = b.body
-    from tilecraft.tensorir.stmt import BufferStore
     if not isinstance(body, BufferStore) or not isinstance(body.value, Add):
         return None
     prod = body.value.b if isinstance(body.value.b, Mul) else body.value.a
@@ -445,7 +446,6 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
             return []
         regs = 16
         if self.context is not None:
-            from ..feature import MachineModel
             regs = MachineModel.for_target(self.context.target).vector_registers
         fits = [(mr, nv) for mr in self.mr_candidates for nv in self.nr_vectors
                 if mr * nv + nv + 1 <= regs]

@@ -3,8 +3,13 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from tilecraft.errors import TilecraftError
+from tilecraft.tensorir.function import IRModule
 
-class UnsupportedError(NotImplementedError):
+from ..expr import Function
+
+
+class UnsupportedError(TilecraftError, NotImplementedError):
     """A model uses operators or attributes that the frontend cannot express in Relax.
 
     ``problems`` lists every unsupported use in the model (not only the first one), each a short
@@ -52,8 +57,6 @@ def detach_params(mod):
     >>> mod, params = relax.frontend.detach_params(mod)                    # doctest: +SKIP
     >>> vm["main"](x, *params["main"])                                     # doctest: +SKIP
     """
-    from tilecraft.tensorir.function import IRModule
-    from ..expr import Function
     funcs, params = {}, {}
     for name, func in mod.functions.items():
         if isinstance(func, Function) and "params" in func.attr_dict:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 from typing import Sequence
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir.expr import (EQ, GE, LE, And, IntImm, Max, Min, Not, PrimExpr, Var,
@@ -54,7 +55,7 @@ __all__ = ["ShapeFacts", "ShapeFactError"]
 _MAX_CASE_ATOMS = 6     # min / max terms whose sides are tried (2 ** 6 choices at most)
 
 
-class ShapeFactError(ValueError):
+class ShapeFactError(TilecraftError, ValueError):
     """A condition the model needs can never hold for the inputs it accepts."""
 
 

@@ -10,73 +10,18 @@ Registering an operator::
 shape that is provably wrong raises ``RelaxError`` naming the op and the dims.
 ``legalize(bb, call) -> Expr`` emits the computation as TensorIR, normally with
 ``bb.call_te(te_func, *call.args, **attrs)``; None means the op is kept for the VM (a builtin).
+
+``Op`` itself (one instance per name, ``Op.get(name)``) and ``OpPattern`` are defined in
+``relax.expr`` beside ``Call``, whose struct info they infer; this module re-exports them.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from tilecraft.tensorir.expr import Node
+# Op and OpPattern are IR (the callee of a Call, and what fusion reads): relax.expr defines them
+from ..expr import Call, Expr, Op, OpPattern, RelaxError, const
 
-from ..expr import Call, Expr, RelaxError
-from ..struct_info import StructInfo
-
-
-class OpPattern:
-    """Fusion pattern kinds, as in TVM (lower fuses more freely)."""
-    ELEMWISE = 0
-    BROADCAST = 1
-    INJECTIVE = 2
-    COMM_REDUCE = 3
-    OUT_EWISE_FUSABLE = 4   # matmul, conv: elementwise epilogues fuse into them
-    TUPLE = 7
-    OPAQUE = 8
-
-    NAMES = {0: "elemwise", 1: "broadcast", 2: "injective", 3: "comm_reduce",
-             4: "out_ewise_fusable", 7: "tuple", 8: "opaque"}
-
-
-class Op(Node):
-    """A registered operator; ``Op.get(name)`` returns the one instance of that name."""
-
-    _fields = ("name",)
-    __slots__ = ("name", "infer", "legalize", "pattern", "doc")
-    _registry: dict[str, "Op"] = {}
-
-    def __init__(self, name: str, infer=None, legalize=None, pattern=OpPattern.OPAQUE, doc=""):
-        self._init(name=name, infer=infer, legalize=legalize, pattern=pattern, doc=doc)
-
-    def __eq__(self, other):
-        return self is other
-
-    def __hash__(self):
-        return hash(("Op", self.name))
-
-    def replace(self, **changes):
-        return self  # operators are singletons
-
-    @staticmethod
-    def get(name: str) -> "Op":
-        try:
-            return Op._registry[name]
-        except KeyError:
-            raise RelaxError(f"unknown operator {name!r}") from None
-
-    @staticmethod
-    def list_ops() -> list[str]:
-        return sorted(Op._registry)
-
-    def infer_struct_info(self, call: Call) -> StructInfo:
-        if self.infer is None:
-            raise RelaxError(f"operator {self.name} has no struct-info inference", call)
-        try:
-            return self.infer(call)
-        except RelaxError:
-            raise
-        except Exception as err:  # surface any inference failure as a RelaxError naming the op
-            raise RelaxError(f"{self.name}: {err}", call) from err
-
-    def __repr__(self):
-        return f"Op({self.name})"
+__all__ = ["Op", "OpPattern", "register_op", "call", "get", "as_expr"]
 
 
 def register_op(name: str, infer: Callable, legalize: Callable | None = None,
@@ -96,9 +41,19 @@ def get(name: str) -> Op:
     return Op.get(name)
 
 
-def as_expr(x) -> Expr:
-    """Python scalars and numpy arrays become constants; expressions pass through."""
-    if isinstance(x, Expr):
-        return x
-    from ..expr import const
-    return const(x)
+def as_expr(x, op_name: str | None = None) -> Expr:
+    """Python scalars and numpy arrays become constants; expressions pass through.
+
+    With ``op_name``, a value that cannot be a constant raises ``RelaxError`` naming the op.
+
+    Examples
+    --------
+    >>> as_expr(1.5).struct_info
+    Tensor((), 'float32')
+    """
+    if isinstance(x, Expr) or op_name is None:
+        return x if isinstance(x, Expr) else const(x)
+    try:
+        return const(x)
+    except Exception as err:
+        raise RelaxError(f"{op_name}: cannot use {x!r} as an argument: {err}") from None

@@ -28,8 +28,8 @@ from tilecraft.tensorir.functor import post_order_visit
 from ..expr import Call, Constant, Expr, PrimValue, RelaxError, const
 from ..struct_info import PrimStructInfo, StructInfo, TensorStructInfo
 from .base import OpPattern, as_expr, call as _make_call, register_op
-from .manipulate import (_analyzer, _call_te, _i64, _imm, _max, _shape_expr, _shape_values,
-                         _tensor_arg)
+from .helpers import (call_te, imm, int64_expr, max_expr, shape_analyzer, shape_expr, shape_values,
+                      tensor_sinfo)
 
 __all__ = ["full", "zeros", "ones", "full_like", "zeros_like", "ones_like", "arange", "eye",
            "tril", "triu"]
@@ -48,7 +48,7 @@ def _fill_expr(op: str, fill_value, dtype: str | None) -> Expr:
 
 
 def _fill_arg(call: Call, i: int) -> TensorStructInfo:
-    si = _tensor_arg(call, i, "fill_value")
+    si = tensor_sinfo(call.op.name, call, i, "fill_value")
     fill = call.args[i]
     # relax.const of a scalar currently gives a (1,)-shaped constant; accept any 1-element one
     if isinstance(fill, Constant) and fill.data.size == 1:
@@ -63,7 +63,7 @@ def _fill_te(call: Call, dtype: str):
     fill = call.args[-1]
     if isinstance(fill, Constant):
         v = fill.data.item()
-        return [], lambda: _imm(v, dtype)
+        return [], lambda: imm(v, dtype)
     return [fill], lambda f: f[()].astype(dtype)
 
 
@@ -81,14 +81,14 @@ def full(shape, fill_value, dtype: str | None = None) -> Call:
     Tensor((2, n), 'float32')
     """
     fill = _fill_expr("relax.full", fill_value, dtype)
-    return _make_call("relax.full", [_shape_expr("relax.full", shape), fill],
+    return _make_call("relax.full", [shape_expr("relax.full", shape), fill],
                       {"dtype": None if dtype is None else dt.check(dtype)})
 
 
 def _infer_full(call: Call) -> StructInfo:
     fill = _fill_arg(call, 1)
     dtype = call.attr_dict["dtype"] or fill.dtype
-    values = _shape_values(call, 0)
+    values = shape_values(call, 0)
     return TensorStructInfo(values, dtype, ndim=call.args[0].struct_info.ndim)
 
 
@@ -100,7 +100,7 @@ def _legalize_full(bb, call: Call):
 
     def full_te(*fill):
         return te.compute(out.shape, lambda *i: value(*fill), "T_full")
-    return _call_te(bb, full_te, *tensors, name="full")
+    return call_te(bb, full_te, *tensors, primfunc_name_hint="full")
 
 
 register_op("relax.full", _infer_full, _legalize_full, OpPattern.INJECTIVE,
@@ -109,10 +109,10 @@ register_op("relax.full", _infer_full, _legalize_full, OpPattern.INJECTIVE,
 
 def _const_op(name: str, value: int):
     def make(shape, dtype: str = "float32") -> Call:
-        return _make_call(name, [_shape_expr(name, shape)], {"dtype": dt.check(dtype)})
+        return _make_call(name, [shape_expr(name, shape)], {"dtype": dt.check(dtype)})
 
     def infer(call: Call) -> StructInfo:
-        return TensorStructInfo(_shape_values(call, 0), call.attr_dict["dtype"],
+        return TensorStructInfo(shape_values(call, 0), call.attr_dict["dtype"],
                                 ndim=call.args[0].struct_info.ndim)
 
     def legalize(bb, call: Call):
@@ -121,8 +121,8 @@ def _const_op(name: str, value: int):
             raise RelaxError(f"{call.op.name}: the shape must be known to legalize", call)
 
         def const_te():
-            return te.compute(out.shape, lambda *i: _imm(value, out.dtype), f"T_{name[6:]}")
-        return _call_te(bb, const_te, name=name[6:])
+            return te.compute(out.shape, lambda *i: imm(value, out.dtype), f"T_{name[6:]}")
+        return call_te(bb, const_te, primfunc_name_hint=name[6:])
 
     register_op(name, infer, legalize, OpPattern.INJECTIVE,
                 doc=f"A tensor of a shape filled with {value}.")
@@ -176,7 +176,7 @@ def full_like(x: Expr, fill_value, dtype: str | None = None) -> Call:
 
 
 def _infer_full_like(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     _fill_arg(call, 1)
     return TensorStructInfo(si.shape, call.attr_dict["dtype"] or si.dtype, ndim=si.ndim)
 
@@ -187,7 +187,7 @@ def _legalize_full_like(bb, call: Call):
 
     def full_like_te(a, *fill):
         return te.compute(a.shape, lambda *i: value(*fill), "T_full_like")
-    return _call_te(bb, full_like_te, call.args[0], *tensors, name="full_like")
+    return call_te(bb, full_like_te, call.args[0], *tensors, primfunc_name_hint="full_like")
 
 
 register_op("relax.full_like", _infer_full_like, _legalize_full_like, OpPattern.ELEMWISE,
@@ -200,15 +200,15 @@ def _like_op(name: str, value: int):
                           {"dtype": None if dtype is None else dt.check(dtype)})
 
     def infer(call: Call) -> StructInfo:
-        si = _tensor_arg(call, 0)
+        si = tensor_sinfo(call.op.name, call, 0, "data")
         return TensorStructInfo(si.shape, call.attr_dict["dtype"] or si.dtype, ndim=si.ndim)
 
     def legalize(bb, call: Call):
         dtype = call.struct_info.dtype
 
         def like_te(a):
-            return te.compute(a.shape, lambda *i: _imm(value, dtype), f"T_{name[6:]}")
-        return _call_te(bb, like_te, call.args[0], name=name[6:])
+            return te.compute(a.shape, lambda *i: imm(value, dtype), f"T_{name[6:]}")
+        return call_te(bb, like_te, call.args[0], primfunc_name_hint=name[6:])
 
     register_op(name, infer, legalize, OpPattern.ELEMWISE,
                 doc=f"A tensor shaped like another, filled with {value}.")
@@ -307,10 +307,10 @@ def _arange_len(call: Call) -> PrimExpr | None:
         raise RelaxError(f"{call.op.name}: a symbolic arange needs a static non-zero step, got "
                          f"{step}", call)
     s = step.value
-    start, end = _i64(start), _i64(end)
-    ana = _analyzer(start, end)
+    start, end = int64_expr(start), int64_expr(end)
+    ana = shape_analyzer(start, end)
     n = (end - start + (s - 1)) // s if s > 0 else (start - end + (-s - 1)) // (-s)
-    return _max(ana, 0, ana.simplify(n))
+    return max_expr(ana, 0, ana.simplify(n))
 
 
 def _infer_arange(call: Call) -> StructInfo:
@@ -331,12 +331,12 @@ def _legalize_arange(bb, call: Call):
         def f(i):
             if dt.is_float(dtype) or dt.is_float(start.dtype) or dt.is_float(step.dtype):
                 return (start.astype(dtype) if not isinstance(start, (IntImm, FloatImm))
-                        else _imm(start.value, dtype)) + i.astype(dtype) * (
+                        else imm(start.value, dtype)) + i.astype(dtype) * (
                     step.astype(dtype) if not isinstance(step, (IntImm, FloatImm))
-                    else _imm(step.value, dtype))
+                    else imm(step.value, dtype))
             return (start.astype("int64") + i * step.astype("int64")).astype(dtype)
         return te.compute(out.shape, f, "T_arange")
-    return _call_te(bb, arange_te, scalars=scalars, name="arange")
+    return call_te(bb, arange_te, scalars=scalars, primfunc_name_hint="arange")
 
 
 def _free_vars(*exprs) -> list[TirVar]:
@@ -385,12 +385,12 @@ def _legalize_eye(bb, call: Call):
     k = _prim_of(call, 2)
     if out.shape is None or k is None:
         raise RelaxError(f"{call.op.name}: n, m and k must be known to legalize", call)
-    k = _i64(k)
+    k = int64_expr(k)
 
     def eye_te():
-        return te.compute(out.shape, lambda i, j: Select(j - i == k, _imm(1, out.dtype),
-                                                         _imm(0, out.dtype)), "T_eye")
-    return _call_te(bb, eye_te, scalars=_free_vars(k), name="eye")
+        return te.compute(out.shape, lambda i, j: Select(j - i == k, imm(1, out.dtype),
+                                                         imm(0, out.dtype)), "T_eye")
+    return call_te(bb, eye_te, scalars=_free_vars(k), primfunc_name_hint="eye")
 
 
 register_op("relax.eye", _infer_eye, _legalize_eye, OpPattern.INJECTIVE,
@@ -402,7 +402,7 @@ def _tri_op(name: str, lower: bool):
         return _make_call(name, [as_expr(x), _prim_value(name, k, "k")])
 
     def infer(call: Call) -> StructInfo:
-        si = _tensor_arg(call, 0)
+        si = tensor_sinfo(call.op.name, call, 0, "data")
         if 0 <= si.ndim < 2:
             raise RelaxError(f"{call.op.name}: needs a tensor of rank >= 2, got {si!r}", call)
         kv = call.args[1].struct_info
@@ -415,16 +415,16 @@ def _tri_op(name: str, lower: bool):
         k = _prim_of(call, 1)
         if k is None:
             raise RelaxError(f"{call.op.name}: k must be a known value to legalize", call)
-        k = _i64(k)
+        k = int64_expr(k)
         dtype = x.struct_info.dtype
 
         def tri_te(a):
             def f(*i):
                 r, c = i[-2], i[-1]
                 keep = (c - r <= k) if lower else (c - r >= k)
-                return Select(keep, a[i], _imm(0, dtype))
+                return Select(keep, a[i], imm(0, dtype))
             return te.compute(a.shape, f, f"T_{name[6:]}")
-        return _call_te(bb, tri_te, x, scalars=_free_vars(k), name=name[6:])
+        return call_te(bb, tri_te, x, scalars=_free_vars(k), primfunc_name_hint=name[6:])
 
     register_op(name, infer, legalize, OpPattern.INJECTIVE,
                 doc=f"Zero the elements {'above' if lower else 'below'} diagonal k of the last "

@@ -1,7 +1,7 @@
 """Elementwise and broadcasting operators: arithmetic, math functions, comparisons, logic,
 ``where``, ``clip`` and ``astype``.
 
-Binary operators broadcast as numpy does, with symbolic dims (see ``relax.op._broadcast``: a
+Binary operators broadcast as numpy does, with symbolic dims (see ``relax.op.helpers``: a
 constant 1 broadcasts; two dims that cannot be proven equal are assumed equal and checked by the
 kernel at run time). Both operands must have the same dtype (a Python scalar operand takes the
 tensor's dtype). Results have the operands' dtype, except comparisons (``bool``).
@@ -39,9 +39,11 @@ from tilecraft.tensorir.expr import (Cast, FloatImm, FloorDiv, FloorMod, IntImm,
 
 from ..expr import Call, Constant, Expr, RelaxError, const
 from ..struct_info import TensorStructInfo
-from ._broadcast import (broadcast_assumptions, broadcast_index, broadcast_shapes, broadcast_sinfo,
-                         call_te_checked, check_nargs, check_same_dtype, out_name, tensor_sinfo)
-from .base import OpPattern, call as make_call, register_op
+from .base import OpPattern, as_expr, call as make_call, register_op
+from .helpers import (DTYPE_ANY, DTYPE_BOOL, DTYPE_FLOAT, DTYPE_NUMERIC, broadcast_assumptions,
+                      broadcast_index, broadcast_shapes, broadcast_sinfo, call_te,
+                      check_dtype_class, check_nargs, check_same_dtype, dim_checks, out_name,
+                      tensor_sinfo)
 
 __all__ = [
     # binary arithmetic
@@ -56,31 +58,6 @@ __all__ = [
     # others
     "where", "clip", "astype", "cast",
 ]
-
-# dtype classes an operator accepts
-_FLOAT = "float"       # float16/32/64
-_NUMERIC = "numeric"   # ints, uints and floats
-_BOOL = "bool"
-_ANY = "any"           # numeric and bool
-
-_CLASS_TEXT = {_FLOAT: "a float", _NUMERIC: "a numeric (int, uint or float)", _BOOL: "a bool",
-               _ANY: "a numeric or bool"}
-
-
-def _accepts(cls: str, dtype: str) -> bool:
-    if cls == _FLOAT:
-        return dt.is_float(dtype)
-    if cls == _NUMERIC:
-        return dt.is_float(dtype) or dt.is_integer(dtype)
-    if cls == _BOOL:
-        return dt.is_bool(dtype)
-    return True
-
-
-def _check_class(op_name: str, cls: str, dtype: str, node=None) -> None:
-    if not _accepts(cls, dtype):
-        raise RelaxError(f"{op_name}: needs {_CLASS_TEXT[cls]} tensor, got {dtype}", node)
-
 
 def _short(op_name: str) -> str:
     return op_name.rsplit(".", 1)[-1]
@@ -116,16 +93,7 @@ def _binary_args(op_name: str, x, y) -> tuple[Expr, Expr]:
         return x, _scalar_like(op_name, y, x)
     if isinstance(y, Expr) and _is_py_scalar(x):
         return _scalar_like(op_name, x, y), y
-    return _as_expr(op_name, x), _as_expr(op_name, y)
-
-
-def _as_expr(op_name: str, x) -> Expr:
-    if isinstance(x, Expr):
-        return x
-    try:
-        return const(x)
-    except Exception as err:
-        raise RelaxError(f"{op_name}: cannot use {x!r} as an argument: {err}") from None
+    return as_expr(x, op_name), as_expr(y, op_name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,7 +103,7 @@ def _make_unary_infer(op_name: str, cls: str, out_dtype=None):
     def infer(call: Call):
         check_nargs(op_name, call, 1)
         si = tensor_sinfo(op_name, call, 0, "the input")
-        _check_class(op_name, cls, si.dtype, call)
+        check_dtype_class(op_name, cls, si.dtype, call)
         d = si.dtype if out_dtype is None else out_dtype
         return TensorStructInfo(si.shape, d, si.ndim)
     return infer
@@ -158,7 +126,7 @@ def _register_unary(op_name: str, fcompute, cls: str, doc: str):
 
 
 def _unary_call(op_name: str, x) -> Call:
-    return make_call(op_name, [_as_expr(op_name, x)])
+    return make_call(op_name, [as_expr(x, op_name)])
 
 
 def _neg(x: PrimExpr) -> PrimExpr:
@@ -184,26 +152,26 @@ def _sign(x: PrimExpr) -> PrimExpr:
 
 _UNARY = {
     # name: (te function, dtype class, doc)
-    "negative": (_neg, _NUMERIC, "-x"),
-    "abs": (te.abs, _NUMERIC, "|x|"),
-    "exp": (te.exp, _FLOAT, "e**x"),
-    "log": (te.log, _FLOAT, "natural logarithm"),
-    "sqrt": (te.sqrt, _FLOAT, "square root"),
-    "rsqrt": (te.rsqrt, _FLOAT, "1 / sqrt(x)"),
-    "sin": (te.sin, _FLOAT, "sine"),
-    "cos": (te.cos, _FLOAT, "cosine"),
-    "tanh": (te.tanh, _FLOAT, "hyperbolic tangent"),
-    "sigmoid": (te.sigmoid, _FLOAT, "1 / (1 + exp(-x))"),
-    "erf": (te.erf, _FLOAT, "the error function"),
-    "floor": (_int_identity(te.floor), _NUMERIC, "round down (identity for integers)"),
-    "ceil": (_int_identity(te.ceil), _NUMERIC, "round up (identity for integers)"),
-    "round": (_int_identity(te.round), _NUMERIC,
+    "negative": (_neg, DTYPE_NUMERIC, "-x"),
+    "abs": (te.abs, DTYPE_NUMERIC, "|x|"),
+    "exp": (te.exp, DTYPE_FLOAT, "e**x"),
+    "log": (te.log, DTYPE_FLOAT, "natural logarithm"),
+    "sqrt": (te.sqrt, DTYPE_FLOAT, "square root"),
+    "rsqrt": (te.rsqrt, DTYPE_FLOAT, "1 / sqrt(x)"),
+    "sin": (te.sin, DTYPE_FLOAT, "sine"),
+    "cos": (te.cos, DTYPE_FLOAT, "cosine"),
+    "tanh": (te.tanh, DTYPE_FLOAT, "hyperbolic tangent"),
+    "sigmoid": (te.sigmoid, DTYPE_FLOAT, "1 / (1 + exp(-x))"),
+    "erf": (te.erf, DTYPE_FLOAT, "the error function"),
+    "floor": (_int_identity(te.floor), DTYPE_NUMERIC, "round down (identity for integers)"),
+    "ceil": (_int_identity(te.ceil), DTYPE_NUMERIC, "round up (identity for integers)"),
+    "round": (_int_identity(te.round), DTYPE_NUMERIC,
               "round to the nearest integer, half to even (identity for integers)"),
-    "trunc": (_int_identity(lambda x: tir_call("trunc", x)), _NUMERIC,
+    "trunc": (_int_identity(lambda x: tir_call("trunc", x)), DTYPE_NUMERIC,
               "round towards zero (identity for integers)"),
-    "sign": (_sign, _NUMERIC, "-1, 0 or 1 (NaN stays NaN)"),
-    "square": (lambda x: x * x, _NUMERIC, "x * x"),
-    "logical_not": (Not, _BOOL, "not x (bool tensors)"),
+    "sign": (_sign, DTYPE_NUMERIC, "-1, 0 or 1 (NaN stays NaN)"),
+    "square": (lambda x: x * x, DTYPE_NUMERIC, "x * x"),
+    "logical_not": (Not, DTYPE_BOOL, "not x (bool tensors)"),
 }
 
 for _name, (_f, _cls, _doc) in _UNARY.items():
@@ -320,7 +288,7 @@ def _make_binary_infer(op_name: str, cls: str, result_bool: bool):
         a = tensor_sinfo(op_name, call, 0, "the first operand")
         b = tensor_sinfo(op_name, call, 1, "the second operand")
         d = check_same_dtype(op_name, [a, b], ["the first operand", "the second operand"], call)
-        _check_class(op_name, cls, d, call)
+        check_dtype_class(op_name, cls, d, call)
         return broadcast_sinfo(op_name, [a, b], "bool" if result_bool else d, call)
     return infer
 
@@ -337,8 +305,8 @@ def _make_broadcast_legalize(op_name: str, fcompute):
 
     def legalize(bb, call: Call):
         checks = broadcast_assumptions(op_name, *[a.struct_info.shape for a in call.args])
-        return call_te_checked(bb, te_func, *call.args, checks=checks, op_name=op_name,
-                               primfunc_name_hint=short)
+        return call_te(bb, te_func, *call.args, checks=dim_checks(op_name, checks),
+                       primfunc_name_hint=short)
     return legalize
 
 
@@ -360,25 +328,25 @@ def _logical_xor(a: PrimExpr, b: PrimExpr) -> PrimExpr:
 
 _BINARY = {
     # name: (te function, dtype class, doc, bool result)
-    "add": (lambda a, b: a + b, _NUMERIC, "a + b", False),
-    "subtract": (lambda a, b: a - b, _NUMERIC, "a - b", False),
-    "multiply": (lambda a, b: a * b, _NUMERIC, "a * b", False),
-    "divide": (Div, _NUMERIC, "a / b (truncating for integers)", False),
-    "floor_divide": (FloorDiv, _NUMERIC, "floor(a / b)", False),
-    "mod": (Mod, _NUMERIC, "truncating remainder (numpy fmod)", False),
-    "floor_mod": (FloorMod, _NUMERIC, "remainder of floor_divide (numpy %)", False),
-    "power": (_power, _NUMERIC, "a ** b", False),
-    "maximum": (Max, _NUMERIC, "max(a, b) (NaN propagates)", False),
-    "minimum": (Min, _NUMERIC, "min(a, b) (NaN propagates)", False),
-    "logical_and": (lambda a, b: a & b, _BOOL, "a and b", False),
-    "logical_or": (lambda a, b: a | b, _BOOL, "a or b", False),
-    "logical_xor": (_logical_xor, _BOOL, "a xor b", False),
-    "equal": (lambda a, b: a == b, _ANY, "a == b", True),
-    "not_equal": (lambda a, b: a != b, _ANY, "a != b", True),
-    "less": (lambda a, b: a < b, _NUMERIC, "a < b", True),
-    "less_equal": (lambda a, b: a <= b, _NUMERIC, "a <= b", True),
-    "greater": (lambda a, b: a > b, _NUMERIC, "a > b", True),
-    "greater_equal": (lambda a, b: a >= b, _NUMERIC, "a >= b", True),
+    "add": (lambda a, b: a + b, DTYPE_NUMERIC, "a + b", False),
+    "subtract": (lambda a, b: a - b, DTYPE_NUMERIC, "a - b", False),
+    "multiply": (lambda a, b: a * b, DTYPE_NUMERIC, "a * b", False),
+    "divide": (Div, DTYPE_NUMERIC, "a / b (truncating for integers)", False),
+    "floor_divide": (FloorDiv, DTYPE_NUMERIC, "floor(a / b)", False),
+    "mod": (Mod, DTYPE_NUMERIC, "truncating remainder (numpy fmod)", False),
+    "floor_mod": (FloorMod, DTYPE_NUMERIC, "remainder of floor_divide (numpy %)", False),
+    "power": (_power, DTYPE_NUMERIC, "a ** b", False),
+    "maximum": (Max, DTYPE_NUMERIC, "max(a, b) (NaN propagates)", False),
+    "minimum": (Min, DTYPE_NUMERIC, "min(a, b) (NaN propagates)", False),
+    "logical_and": (lambda a, b: a & b, DTYPE_BOOL, "a and b", False),
+    "logical_or": (lambda a, b: a | b, DTYPE_BOOL, "a or b", False),
+    "logical_xor": (_logical_xor, DTYPE_BOOL, "a xor b", False),
+    "equal": (lambda a, b: a == b, DTYPE_ANY, "a == b", True),
+    "not_equal": (lambda a, b: a != b, DTYPE_ANY, "a != b", True),
+    "less": (lambda a, b: a < b, DTYPE_NUMERIC, "a < b", True),
+    "less_equal": (lambda a, b: a <= b, DTYPE_NUMERIC, "a <= b", True),
+    "greater": (lambda a, b: a > b, DTYPE_NUMERIC, "a > b", True),
+    "greater_equal": (lambda a, b: a >= b, DTYPE_NUMERIC, "a >= b", True),
 }
 
 for _name, (_f, _cls, _doc, _rb) in _BINARY.items():
@@ -523,9 +491,9 @@ def where(condition, x1, x2) -> Call:
     >>> where(c, x, y).struct_info   # doctest: +SKIP
     Tensor((n, 4), 'float32')
     """
-    condition = _as_expr("relax.where", condition)
+    condition = as_expr(condition, "relax.where")
     if _is_py_scalar(x1) and _is_py_scalar(x2):
-        x1, x2 = _as_expr("relax.where", x1), _as_expr("relax.where", x2)
+        x1, x2 = as_expr(x1, "relax.where"), as_expr(x2, "relax.where")
     else:
         x1, x2 = _binary_args("relax.where", x1, x2)
     return make_call("relax.where", [condition, x1, x2])
@@ -538,7 +506,7 @@ def _infer_clip(call: Call):
     op_name = "relax.clip"
     check_nargs(op_name, call, 1)
     si = tensor_sinfo(op_name, call, 0, "the input")
-    _check_class(op_name, _NUMERIC, si.dtype, call)
+    check_dtype_class(op_name, DTYPE_NUMERIC, si.dtype, call)
     return TensorStructInfo(si.shape, si.dtype, si.ndim)
 
 
@@ -600,7 +568,7 @@ def clip(x, min=None, max=None) -> Call:
     --------
     >>> clip(x, 0.0, 6.0)   # doctest: +SKIP
     """
-    x = _as_expr("relax.clip", x)
+    x = as_expr(x, "relax.clip")
     d = x.struct_info.dtype if isinstance(x.struct_info, TensorStructInfo) else None
     attrs = {"min": _clip_bound("min", min, d), "max": _clip_bound("max", max, d)}
     return make_call("relax.clip", [x], attrs)
@@ -643,7 +611,7 @@ def astype(x, dtype: str) -> Call:
         raise RelaxError(f"relax.astype: {err}") from None
     if dt.lanes(dtype) != 1:
         raise RelaxError(f"relax.astype: tensor elements must be scalars, got {dtype}")
-    return make_call("relax.astype", [_as_expr("relax.astype", x)], {"dtype": str(dtype)})
+    return make_call("relax.astype", [as_expr(x, "relax.astype")], {"dtype": str(dtype)})
 
 
 cast = astype

@@ -26,8 +26,8 @@ from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr, Select, max_, mi
 
 from ..expr import Expr, RelaxError, ShapeExpr
 from ..struct_info import ShapeStructInfo, TensorStructInfo
-from ._broadcast import out_name
 from .base import OpPattern, as_expr, call, register_op
+from .helpers import out_name
 from .nn.conv import check_layout, tensor_shape
 
 __all__ = ["resize2d"]

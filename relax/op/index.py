@@ -28,14 +28,14 @@ from tilecraft.tensorir.stmt import (Block, BlockRealize, BufferRegion, BufferSt
 from ..expr import Call, Expr, RelaxError
 from ..struct_info import StructInfo, TensorStructInfo, shape_of_sinfo
 from .base import OpPattern, as_expr, call as _make_call, register_op
-from .manipulate import (_analyzer, _call_prim, _call_te, _fmt, _fmt_dim, _norm_axis,
-                         _prod, _tensor_arg, _unravel)
+from .helpers import (call_prim, call_te, fmt_dim, fmt_shape, normalize_axis, product,
+                      shape_analyzer, tensor_sinfo, unravel_index)
 
 __all__ = ["take", "gather_elements", "gather_nd", "scatter_elements"]
 
 
 def _index_arg(call: Call, i: int, what: str = "indices") -> TensorStructInfo:
-    si = _tensor_arg(call, i, what)
+    si = tensor_sinfo(call.op.name, call, i, what)
     if not dt.is_integer(si.dtype):
         raise RelaxError(f"{call.op.name}: {what} must have an integer dtype, got {si.dtype}",
                          call)
@@ -78,7 +78,7 @@ def take(x: Expr, indices: Expr, axis: int | None = None, mode: str = "fast") ->
 
 
 def _infer_take(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     ind = _index_arg(call, 1)
     axis = call.attr_dict["axis"]
     if axis is None:
@@ -87,7 +87,7 @@ def _infer_take(call: Call) -> StructInfo:
         return TensorStructInfo(None, si.dtype)
     if si.ndim == 0:
         raise RelaxError(f"{call.op.name}: cannot take along an axis of a 0-d tensor", call)
-    axis = _norm_axis(call.op.name, axis, si.ndim, call)
+    axis = normalize_axis(call.op.name, axis, si.ndim, node=call)
     if si.shape is None or ind.shape is None:
         return TensorStructInfo(None, si.dtype,
                                 ndim=-1 if ind.ndim < 0 else si.ndim - 1 + ind.ndim)
@@ -99,21 +99,21 @@ def _legalize_take(bb, call: Call):
     axis, mode = call.attr_dict["axis"], call.attr_dict["mode"]
     out = call.struct_info.shape
     if axis is not None:
-        axis = _norm_axis(call.op.name, axis, x.struct_info.ndim, call)
+        axis = normalize_axis(call.op.name, axis, x.struct_info.ndim, node=call)
 
     def take_te(a, ind):
         k = ind.ndim
         if axis is None:
-            n = _prod(a.shape)
+            n = product(a.shape)
 
             def f(*i):
-                return a[_unravel(_wrap(ind[i], n, mode), a.shape)]
+                return a[unravel_index(_wrap(ind[i], n, mode), a.shape)]
         else:
             def f(*i):
                 j = _wrap(ind[i[axis:axis + k]], a.shape[axis], mode)
                 return a[i[:axis] + (j,) + i[axis + k:]]
         return te.compute(out, f, "T_take")
-    return _call_te(bb, take_te, x, indices, name="take")
+    return call_te(bb, take_te, x, indices, primfunc_name_hint="take")
 
 
 register_op("relax.take", _infer_take, _legalize_take, OpPattern.INJECTIVE,
@@ -139,24 +139,24 @@ def gather_elements(x: Expr, indices: Expr, axis: int = 0) -> Call:
 
 
 def _infer_gather_elements(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     ind = _index_arg(call, 1)
     if si.ndim >= 0 and ind.ndim >= 0 and si.ndim != ind.ndim:
         raise RelaxError(f"{call.op.name}: indices of rank {ind.ndim} for data of rank "
                          f"{si.ndim}; they must be equal", call)
     if si.ndim >= 0:
-        _norm_axis(call.op.name, call.attr_dict["axis"], si.ndim, call)
+        normalize_axis(call.op.name, call.attr_dict["axis"], si.ndim, node=call)
     return TensorStructInfo(ind.shape, si.dtype, ndim=ind.ndim if ind.ndim >= 0 else si.ndim)
 
 
 def _legalize_gather_elements(bb, call: Call):
     x, indices = call.args
-    axis = _norm_axis(call.op.name, call.attr_dict["axis"], x.struct_info.ndim, call)
+    axis = normalize_axis(call.op.name, call.attr_dict["axis"], x.struct_info.ndim, node=call)
 
     def gather_te(a, ind):
         return te.compute(ind.shape, lambda *i: a[i[:axis] + (_wrap(ind[i], a.shape[axis]),) +
                                                   i[axis + 1:]], "T_gather_elements")
-    return _call_te(bb, gather_te, x, indices, name="gather_elements")
+    return call_te(bb, gather_te, x, indices, primfunc_name_hint="gather_elements")
 
 
 register_op("relax.gather_elements", _infer_gather_elements, _legalize_gather_elements,
@@ -186,7 +186,7 @@ def _gather_nd_q(call: Call, si: TensorStructInfo, ind: TensorStructInfo) -> int
         else None
     if q is None:
         raise RelaxError(f"{call.op.name}: the last dim of indices must be static, got "
-                         f"{_fmt(ind.shape)}", call)
+                         f"{fmt_shape(ind.shape)}", call)
     if b < 0 or b >= ind.ndim or (si.ndim >= 0 and b + q > si.ndim):
         raise RelaxError(f"{call.op.name}: batch_dims {b} and an index depth of {q} do not fit "
                          f"data of rank {si.ndim} and indices of rank {ind.ndim}", call)
@@ -194,19 +194,19 @@ def _gather_nd_q(call: Call, si: TensorStructInfo, ind: TensorStructInfo) -> int
 
 
 def _infer_gather_nd(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     ind = _index_arg(call, 1)
     q = _gather_nd_q(call, si, ind)
     b = call.attr_dict["batch_dims"]
     if si.shape is None:
         return TensorStructInfo(None, si.dtype,
                                 ndim=-1 if si.ndim < 0 else ind.ndim - 1 + si.ndim - b - q)
-    ana = _analyzer(si.shape, ind.shape)
+    ana = shape_analyzer(si.shape, ind.shape)
     for d in range(b):
         if ana.can_prove(si.shape[d] != ind.shape[d]):
-            raise RelaxError(f"{call.op.name}: batch dim {d} differs: {_fmt_dim(si.shape[d])} "
-                             f"(data {_fmt(si.shape)}) vs {_fmt_dim(ind.shape[d])} (indices "
-                             f"{_fmt(ind.shape)})", call)
+            raise RelaxError(f"{call.op.name}: batch dim {d} differs: {fmt_dim(si.shape[d])} "
+                             f"(data {fmt_shape(si.shape)}) vs {fmt_dim(ind.shape[d])} (indices "
+                             f"{fmt_shape(ind.shape)})", call)
     return TensorStructInfo(ind.shape[:-1] + si.shape[b + q:], si.dtype)
 
 
@@ -224,7 +224,7 @@ def _legalize_gather_nd(bb, call: Call):
                         for j in range(q))
             return a[i[:b] + pos + i[m:]]
         return te.compute(out, f, "T_gather_nd")
-    return _call_te(bb, gather_te, x, indices, name="gather_nd")
+    return call_te(bb, gather_te, x, indices, primfunc_name_hint="gather_nd")
 
 
 register_op("relax.gather_nd", _infer_gather_nd, _legalize_gather_nd, OpPattern.INJECTIVE,
@@ -262,9 +262,9 @@ def scatter_elements(x: Expr, indices: Expr, updates: Expr, axis: int = 0,
 
 
 def _infer_scatter_elements(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     ind = _index_arg(call, 1)
-    upd = _tensor_arg(call, 2, "updates")
+    upd = tensor_sinfo(call.op.name, call, 2, "updates")
     if upd.dtype != si.dtype:
         raise RelaxError(f"{call.op.name}: updates have dtype {upd.dtype}, data has {si.dtype}",
                          call)
@@ -273,20 +273,20 @@ def _infer_scatter_elements(call: Call) -> StructInfo:
         raise RelaxError(f"{call.op.name}: data, indices and updates must have the same rank, "
                          f"got {si.ndim}, {ind.ndim}, {upd.ndim}", call)
     if si.ndim >= 0:
-        _norm_axis(call.op.name, call.attr_dict["axis"], si.ndim, call)
+        normalize_axis(call.op.name, call.attr_dict["axis"], si.ndim, node=call)
     if ind.shape is not None and upd.shape is not None:
-        ana = _analyzer(ind.shape, upd.shape)
+        ana = shape_analyzer(ind.shape, upd.shape)
         for d, (a, b) in enumerate(zip(ind.shape, upd.shape)):
             if ana.can_prove(a != b):
-                raise RelaxError(f"{call.op.name}: indices {_fmt(ind.shape)} and updates "
-                                 f"{_fmt(upd.shape)} differ in dimension {d}", call)
+                raise RelaxError(f"{call.op.name}: indices {fmt_shape(ind.shape)} and updates "
+                                 f"{fmt_shape(upd.shape)} differ in dimension {d}", call)
     return si
 
 
 def _legalize_scatter_elements(bb, call: Call):
     x, indices, updates = call.args
     si = x.struct_info
-    axis = _norm_axis(call.op.name, call.attr_dict["axis"], si.ndim, call)
+    axis = normalize_axis(call.op.name, call.attr_dict["axis"], si.ndim, node=call)
     reduction = call.attr_dict["reduction"]
     shape = shape_of_sinfo(si, f"{call.op.name} data")
     ind_shape = shape_of_sinfo(indices.struct_info, f"{call.op.name} indices")
@@ -317,7 +317,7 @@ def _legalize_scatter_elements(bb, call: Call):
     root = func.body.block
     func = func.replace(body=func.body.replace(block=root.replace(
         body=seq(root.body, BlockRealize([], None, block)))))
-    return _call_prim(bb, func, "scatter_elements", [x, indices, updates],
+    return call_prim(bb, func, "scatter_elements", [x, indices, updates],
                       TensorStructInfo(shape, si.dtype))
 
 

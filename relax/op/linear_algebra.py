@@ -24,7 +24,8 @@ from tilecraft.tensorir.expr import NE, IntImm, PrimExpr
 
 from ..expr import Expr, RelaxError
 from ..struct_info import TensorStructInfo
-from ._broadcast import broadcast_assumptions, broadcast_shapes, call_te_checked, out_name
+from .helpers import (broadcast_assumptions, broadcast_shapes, call_te, dim_checks, fmt_dim,
+                      fmt_shape, out_name, result_dtype)
 from .base import OpPattern, as_expr, call, register_op
 
 __all__ = ["matmul", "linear", "einsum"]
@@ -45,17 +46,13 @@ def _is_one(d: PrimExpr) -> bool:
     return isinstance(d, IntImm) and d.value == 1
 
 
-def _dim_str(d: PrimExpr) -> str:
-    return str(d.value) if isinstance(d, IntImm) else str(d)
-
-
 def _provably_ne(ana: Analyzer, a: PrimExpr, b: PrimExpr) -> bool:
     return ana.can_prove(NE(a, b))
 
 
 def _assume_equal(assume: list | None, x: PrimExpr, y: PrimExpr) -> None:
     """Record that ``x == y`` was assumed (not provable at build time): the legalized kernel
-    checks it at run time (``call_te_checked``)."""
+    checks it at run time (``helpers.dim_checks``)."""
     if assume is not None:
         assume.append((x, y))
 
@@ -69,17 +66,6 @@ def _batch_broadcast(op: str, xs, ys, assume: list | None) -> tuple[PrimExpr, ..
     return out
 
 
-def check_equal_dims(op: str, ana: Analyzer, x: PrimExpr, y: PrimExpr, what: str,
-                     assume: list | None = None) -> None:
-    """``RelaxError`` if ``x != y`` is provable; if ``x == y`` is not provable either, record the
-    assumption for a run-time check."""
-    if ana.can_prove_equal(x, y):
-        return
-    if _provably_ne(ana, x, y):
-        raise RelaxError(f"{op}: {what} differ: {_dim_str(x)} vs {_dim_str(y)}")
-    _assume_equal(assume, x, y)
-
-
 def _bcast_index(dims: Sequence[PrimExpr], out_dims: Sequence[PrimExpr],
                  idx: Sequence[PrimExpr]) -> list[PrimExpr]:
     """Indices into an operand with ``dims`` (right aligned to ``out_dims``) for output ``idx``:
@@ -90,15 +76,6 @@ def _bcast_index(dims: Sequence[PrimExpr], out_dims: Sequence[PrimExpr],
         o = out_dims[off + k]
         res.append(IntImm(0, "int64") if _is_one(d) and not _is_one(o) else idx[off + k])
     return res
-
-
-def _result_dtype(op: str, dtypes: Sequence[str], out_dtype: str | None) -> str:
-    if out_dtype:
-        return out_dtype
-    if len(set(dtypes)) > 1:
-        raise RelaxError(f"{op}: the operand dtypes differ ({', '.join(dtypes)}); cast them or "
-                         f"give out_dtype")
-    return dtypes[0]
 
 
 def _cast(x: PrimExpr, dtype: str) -> PrimExpr:
@@ -119,8 +96,8 @@ def _matmul_shape(op: str, sa: Sequence[PrimExpr], sb: Sequence[PrimExpr],
     ka = sa[-1]
     kb = sb[0] if len(sb) == 1 else sb[-2]
     if _provably_ne(ana, ka, kb):
-        raise RelaxError(f"{op}: the reduction dims differ: {_dim_str(ka)} vs {_dim_str(kb)} "
-                         f"(shapes {_fmt(sa)} and {_fmt(sb)})")
+        raise RelaxError(f"{op}: the reduction dims differ: {fmt_dim(ka)} vs {fmt_dim(kb)} "
+                         f"(shapes {fmt_shape(sa)} and {fmt_shape(sb)})")
     if not ana.can_prove_equal(ka, kb):
         _assume_equal(assume, ka, kb)
     batch = _batch_broadcast(op, sa[:-2], sb[:-2], assume)
@@ -132,15 +109,11 @@ def _matmul_shape(op: str, sa: Sequence[PrimExpr], sb: Sequence[PrimExpr],
     return tuple(out), batch
 
 
-def _fmt(shape) -> str:
-    return "(" + ", ".join(_dim_str(d) for d in shape) + ")"
-
-
 def _infer_matmul(call_):
     op = "relax.matmul"
     a, b = call_.args
     sa, sb = _tensor_sinfo(op, a, "a"), _tensor_sinfo(op, b, "b")
-    dtype = _result_dtype(op, [sa.dtype, sb.dtype], call_.attr_dict.get("out_dtype"))
+    dtype = result_dtype(op, [sa.dtype, sb.dtype], call_.attr_dict.get("out_dtype"))
     if sa.shape is None or sb.shape is None:
         if sa.ndim < 0 or sb.ndim < 0:
             return TensorStructInfo(None, dtype)
@@ -177,8 +150,8 @@ def _legalize_matmul(bb, call_):
     a, b = call_.args
     assume: list = []
     _matmul_shape("relax.matmul", a.struct_info.shape, b.struct_info.shape, assume)
-    return call_te_checked(bb, _te_matmul, a, b, out_dtype=call_.struct_info.dtype,
-                           checks=assume, op_name="relax.matmul", primfunc_name_hint="matmul")
+    return call_te(bb, _te_matmul, a, b, out_dtype=call_.struct_info.dtype,
+                   checks=dim_checks("relax.matmul", assume), primfunc_name_hint="matmul")
 
 
 register_op("relax.matmul", _infer_matmul, _legalize_matmul, OpPattern.OUT_EWISE_FUSABLE,
@@ -218,28 +191,29 @@ def matmul(a, b, out_dtype: str | None = None) -> Expr:
 def _linear_shape(op: str, sx, sw, sbias, assume: list | None = None):
     if len(sw) != 2:
         raise RelaxError(f"{op}: weight must be 2-D (out_features, in_features), got shape "
-                         f"{_fmt(sw)}")
+                         f"{fmt_shape(sw)}")
     if len(sx) == 0:
         raise RelaxError(f"{op}: the input must have at least one dimension")
     ana = Analyzer()
     if _provably_ne(ana, sx[-1], sw[1]):
-        raise RelaxError(f"{op}: the reduction dims differ: {_dim_str(sx[-1])} (input features) "
-                         f"vs {_dim_str(sw[1])} (weight in_features); shapes {_fmt(sx)} and "
-                         f"{_fmt(sw)}")
+        raise RelaxError(f"{op}: the reduction dims differ: {fmt_dim(sx[-1])} (input features) "
+                         f"vs {fmt_dim(sw[1])} (weight in_features); shapes {fmt_shape(sx)} and "
+                         f"{fmt_shape(sw)}")
     if not ana.can_prove_equal(sx[-1], sw[1]):
         _assume_equal(assume, sx[-1], sw[1])
     out = tuple(sx[:-1]) + (sw[0],)
     if sbias is not None:
         if len(sbias) > len(out):
-            raise RelaxError(f"{op}: bias of shape {_fmt(sbias)} has more dims than the output "
-                             f"{_fmt(out)}")
+            raise RelaxError(f"{op}: bias of shape {fmt_shape(sbias)} has more dims than the "
+                             f"output {fmt_shape(out)}")
         for k in range(1, len(sbias) + 1):
             d, o = sbias[-k], out[-k]
             if _is_one(d) or ana.can_prove_equal(d, o):
                 continue
             if _provably_ne(ana, d, o):
-                raise RelaxError(f"{op}: bias of shape {_fmt(sbias)} does not broadcast to the "
-                                 f"output shape {_fmt(out)} ({_dim_str(d)} vs {_dim_str(o)})")
+                raise RelaxError(f"{op}: bias of shape {fmt_shape(sbias)} does not broadcast to "
+                                 f"the output shape {fmt_shape(out)} ({fmt_dim(d)} vs "
+                                 f"{fmt_dim(o)})")
             _assume_equal(assume, d, o)
     return out
 
@@ -250,7 +224,7 @@ def _infer_linear(call_):
     sw = _tensor_sinfo(op, call_.args[1], "weight")
     sb = _tensor_sinfo(op, call_.args[2], "bias") if len(call_.args) > 2 else None
     dtypes = [sx.dtype, sw.dtype] + ([sb.dtype] if sb is not None else [])
-    dtype = _result_dtype(op, dtypes, call_.attr_dict.get("out_dtype"))
+    dtype = result_dtype(op, dtypes, call_.attr_dict.get("out_dtype"))
     if sx.shape is None or sw.shape is None or (sb is not None and sb.shape is None):
         return TensorStructInfo(None, dtype, sx.ndim)
     return TensorStructInfo(_linear_shape(op, sx.shape, sw.shape,
@@ -277,8 +251,8 @@ def _legalize_linear(bb, call_):
     assume: list = []
     _linear_shape("relax.linear", args[0].struct_info.shape, args[1].struct_info.shape,
                   args[2].struct_info.shape if len(args) > 2 else None, assume)
-    return call_te_checked(bb, _te_linear, *args, out_dtype=call_.struct_info.dtype,
-                           checks=assume, op_name="relax.linear", primfunc_name_hint="linear")
+    return call_te(bb, _te_linear, *args, out_dtype=call_.struct_info.dtype,
+                   checks=dim_checks("relax.linear", assume), primfunc_name_hint="linear")
 
 
 register_op("relax.linear", _infer_linear, _legalize_linear, OpPattern.OUT_EWISE_FUSABLE,
@@ -397,8 +371,8 @@ def _einsum_sizes(op: str, labels, shapes, ana: Analyzer, assume: list | None = 
                 name = "an ellipsis dim" if lab.isdigit() else f"label {lab!r}"
                 if _provably_ne(ana, cur, d) and _provably_ne(ana, d, IntImm(1, "int64")) and \
                         _provably_ne(ana, cur, IntImm(1, "int64")):
-                    raise RelaxError(f"{op}: {name} has size {_dim_str(cur)} in one place and "
-                                     f"{_dim_str(d)} in operand {t}")
+                    raise RelaxError(f"{op}: {name} has size {fmt_dim(cur)} in one place and "
+                                     f"{fmt_dim(d)} in operand {t}")
                 _assume_equal(assume, cur, d)
     return sizes
 
@@ -419,7 +393,7 @@ def _infer_einsum(call_):
     if not call_.args:
         raise RelaxError(f"{op}: needs at least one operand")
     sis = [_tensor_sinfo(op, a, f"operand {i}") for i, a in enumerate(call_.args)]
-    dtype = _result_dtype(op, [s.dtype for s in sis], None)
+    dtype = result_dtype(op, [s.dtype for s in sis], None)
     if any(s.shape is None for s in sis):
         return TensorStructInfo(None, dtype)
     _, out, sizes, _ = _einsum_plan(op, call_.attr_dict["subscripts"], [s.shape for s in sis])
@@ -452,8 +426,8 @@ def _legalize_einsum(bb, call_):
     subscripts = call_.attr_dict["subscripts"]
     assume: list = []
     _einsum_plan("relax.einsum", subscripts, [a.struct_info.shape for a in call_.args], assume)
-    return call_te_checked(bb, _te_einsum, *call_.args, subscripts=subscripts, checks=assume,
-                           op_name="relax.einsum", primfunc_name_hint="einsum")
+    return call_te(bb, _te_einsum, *call_.args, subscripts=subscripts,
+                   checks=dim_checks("relax.einsum", assume), primfunc_name_hint="einsum")
 
 
 register_op("relax.einsum", _infer_einsum, _legalize_einsum, OpPattern.OUT_EWISE_FUSABLE,

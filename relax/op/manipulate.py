@@ -4,11 +4,11 @@ split, strided_slice, tile, broadcast_to, pad, flip, repeat.
 Every operator infers its output struct info symbolically (``tensorir.arith``): dims that are
 provably incompatible raise ``RelaxError`` naming the op and the dims when the graph is built;
 dims that cannot be decided (two different symbolic variables) are assumed compatible and the
-legalized kernel checks them at run time with an ``AssertStmt`` ahead of its loops (element
+legalized kernel checks them at run time with an ``AssertStmt`` around its loops (element
 counts of ``reshape``, squeezed dims, concatenated dims, split divisibility, broadcast dims).
 Symbolic shape variables are assumed to be non-negative.
 
-All of them legalize to ``tensorir.te`` (through ``bb.call_te``, see ``_call_te``) and are
+All of them legalize to ``tensorir.te`` (through ``helpers.call_te``) and are
 ``INJECTIVE`` (pure data movement) as in TVM, except ``broadcast_to`` (``BROADCAST``).
 
 Examples
@@ -20,21 +20,20 @@ Tensor((n * 12, 64), 'float32')
 """
 from __future__ import annotations
 
+from math import gcd
 from typing import Sequence
 
-from tilecraft.tensorir import arith, te
-from tilecraft.tensorir import dtype as dt
-from tilecraft.tensorir.expr import FloatImm, IntImm, Max, Min, PrimExpr, Var as TirVar
-from tilecraft.tensorir.function import PrimFunc
-from tilecraft.tensorir.functor import post_order_visit
-from tilecraft.tensorir.stmt import AssertStmt, Block, BlockRealize, Buffer
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import IntImm, Max, Min, Mul, PrimExpr
+from tilecraft.tensorir.structural import structural_equal
 
-from ..expr import Call, Expr, RelaxError, ShapeExpr, Tuple, TupleGetItem
-from ..struct_info import (ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
-                           shape_of_sinfo)
+from ..expr import Call, Expr, RelaxError, Tuple, TupleGetItem
+from ..struct_info import StructInfo, TensorStructInfo, TupleStructInfo, shape_of_sinfo
 from .base import OpPattern, as_expr, call as _make_call, register_op
-# numpy broadcasting over symbolic shapes, shared with the elementwise operators
-from ._broadcast import broadcast_assumptions, broadcast_index, broadcast_shapes
+from .helpers import (broadcast_assumptions, broadcast_index, broadcast_shapes, call_te, fmt_dim,
+                      fmt_shape, imm, int64_expr, max_expr, min_expr, normalize_axis, product,
+                      shape_analyzer, shape_expr, shape_values, te_reshape, tensor_sinfo,
+                      unravel_index)
 
 __all__ = ["reshape", "flatten", "permute_dims", "transpose", "expand_dims", "squeeze", "concat",
            "split", "strided_slice", "tile", "broadcast_to", "pad", "flip", "repeat"]
@@ -45,66 +44,10 @@ _TO_THE_END = 2 ** 31 - 1
 
 
 # ==============================================================================================
-# helpers shared by the operator files of this package (index.py, create.py, misc.py import them)
-
-
-def _i64(x) -> PrimExpr:
-    """An int64 expression of a Python int or an integer PrimExpr."""
-    if isinstance(x, bool):
-        raise RelaxError(f"expected an integer, got the bool {x!r}")
-    if isinstance(x, int):
-        return IntImm(x, "int64")
-    if isinstance(x, PrimExpr):
-        if not dt.is_integer(x.dtype):
-            raise RelaxError(f"expected an integer expression, got {x!r} of {x.dtype}", x)
-        return x.astype("int64")
-    if hasattr(x, "__index__"):  # numpy integers
-        return IntImm(int(x), "int64")
-    raise RelaxError(f"expected an integer or an integer PrimExpr, got {x!r}")
-
-
-def _analyzer(*shapes) -> arith.Analyzer:
-    """An analyzer that knows every variable in ``shapes`` (dims / expressions) is >= 0."""
-    ana = arith.Analyzer()
-    seen: set[int] = set()
-
-    def visit(n):
-        if isinstance(n, TirVar) and id(n) not in seen and dt.is_integer(n.dtype):
-            seen.add(id(n))
-            ana.update_bound(n, 0, None)
-
-    def walk(x):
-        if isinstance(x, PrimExpr):
-            post_order_visit(x, visit)
-        elif isinstance(x, (list, tuple)):
-            for e in x:
-                walk(e)
-
-    walk(shapes)
-    return ana
-
-
-def _fmt(dims) -> str:
-    """``(2, n * 4)``-style text of a shape."""
-    if dims is None:
-        return "(?)"
-    parts = [str(d.value) if isinstance(d, IntImm) else str(d) for d in dims]
-    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
-
-
-def _fmt_dim(d) -> str:
-    return str(d.value) if isinstance(d, IntImm) else str(d)
-
-
-def _prod(dims, ana: arith.Analyzer | None = None) -> PrimExpr:
-    out: PrimExpr = IntImm(1, "int64")
-    for d in dims:
-        out = out * d
-    return (ana or _analyzer(dims)).simplify(out)
+# helpers of the operators below (those other operator files use are in helpers.py)
 
 
 def _factors(e) -> list[PrimExpr]:
-    from tilecraft.tensorir.expr import Mul
     if isinstance(e, Mul):
         return _factors(e.a) + _factors(e.b)
     return [e]
@@ -114,8 +57,6 @@ def _cancel(num_dims, den_dims, ana) -> tuple[PrimExpr, PrimExpr]:
     """``prod(num_dims) / prod(den_dims)`` as ``(numerator, denominator)`` with common
     symbolic factors and the gcd of the constants cancelled: ``(n, 12, 64) / (n * 12, 8)``
     gives ``(8, 1)``. (The simplifier does not cancel symbolic factors across a division.)"""
-    from math import gcd
-    from tilecraft.tensorir.structural import structural_equal
     num = [f for d in num_dims for f in _factors(ana.simplify(d))]
     den = [f for d in den_dims for f in _factors(ana.simplify(d))]
     for f in list(den):
@@ -135,65 +76,17 @@ def _cancel(num_dims, den_dims, ana) -> tuple[PrimExpr, PrimExpr]:
     g = gcd(cn, cd) or 1
     num = [IntImm(cn // g, "int64")] + [f for f in num if not isinstance(f, IntImm)]
     den = [IntImm(cd // g, "int64")] + [f for f in den if not isinstance(f, IntImm)]
-    return _prod(num, ana), _prod(den, ana)
+    return product(num, ana), product(den, ana)
 
 
 def _static(e) -> int | None:
     return e.value if isinstance(e, IntImm) else None
 
 
-def _extreme(ana, a, b, cls, le) -> PrimExpr:
-    """``min`` / ``max`` of ``a`` and ``b`` over their flattened operands, dropping every operand
-    that provably cannot be the result (the simplifier leaves ``max(max(n - 2, -1), 0)``)."""
-    def terms(e):
-        e = _i64(e)
-        return terms(e.a) + terms(e.b) if isinstance(e, cls) else [ana.simplify(e)]
-    keep: list[PrimExpr] = []
-    for t in terms(a) + terms(b):
-        if any(ana.can_prove(le(u, t)) for u in keep):
-            continue  # an operand already kept is at least as extreme
-        keep = [u for u in keep if not ana.can_prove(le(t, u))]
-        keep.append(t)
-    out = keep[0]
-    for u in keep[1:]:
-        out = cls(out, u)
-    return ana.simplify(out)
-
-
-def _min(ana, a, b) -> PrimExpr:
-    """``min(a, b)``, decided by the analyzer where it can be."""
-    return _extreme(ana, a, b, Min, lambda u, t: u <= t)
-
-
-def _max(ana, a, b) -> PrimExpr:
-    """``max(a, b)``, decided by the analyzer where it can be."""
-    return _extreme(ana, a, b, Max, lambda u, t: u >= t)
-
-
-def _tensor_arg(call: Call, i: int, what: str = "data") -> TensorStructInfo:
-    si = call.args[i].struct_info
-    if not isinstance(si, TensorStructInfo):
-        raise RelaxError(f"{call.op.name}: {what} must be a tensor, got {si!r}", call)
-    return si
-
-
-def _norm_axis(op: str, axis, ndim: int, node=None, what: str = "axis") -> int:
-    """``axis`` in ``[-ndim, ndim)`` made non-negative."""
-    if isinstance(axis, bool) or not isinstance(axis, int):
-        if hasattr(axis, "__index__"):
-            axis = int(axis)
-        else:
-            raise RelaxError(f"{op}: {what} must be an int, got {axis!r}", node)
-    if not -ndim <= axis < ndim:
-        raise RelaxError(f"{op}: {what} {axis} is out of range for a tensor of rank {ndim} "
-                         f"(valid: [{-ndim}, {ndim}))", node)
-    return axis + ndim if axis < 0 else axis
-
-
 def _norm_axes(op: str, axes, ndim: int, node=None, what: str = "axis") -> tuple[int, ...]:
     if isinstance(axes, int) or hasattr(axes, "__index__"):
         axes = [axes]
-    out = tuple(_norm_axis(op, a, ndim, node, what) for a in axes)
+    out = tuple(normalize_axis(op, a, ndim, what, node=node) for a in axes)
     if len(set(out)) != len(out):
         raise RelaxError(f"{op}: repeated {what} in {tuple(axes)!r}", node)
     return out
@@ -210,114 +103,9 @@ def _int_tuple(op: str, values, what: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _shape_expr(op: str, shape) -> Expr:
-    """A shape argument: a ShapeExpr / Var of ShapeStructInfo, or a tuple of ints and PrimExprs."""
-    if isinstance(shape, Expr):
-        if not isinstance(shape.struct_info, ShapeStructInfo):
-            raise RelaxError(f"{op}: the shape must be a shape value, got {shape.struct_info!r}",
-                             shape)
-        return shape
-    if isinstance(shape, (int, PrimExpr)):
-        shape = (shape,)
-    try:
-        return ShapeExpr([d if isinstance(d, (str, PrimExpr)) else _i64(d) for d in shape])
-    except RelaxError:
-        raise
-    except Exception as err:
-        raise RelaxError(f"{op}: bad shape {shape!r}: {err}") from None
-
-
-def _shape_values(call: Call, i: int) -> tuple[PrimExpr, ...] | None:
-    si = call.args[i].struct_info
-    if not isinstance(si, ShapeStructInfo):
-        raise RelaxError(f"{call.op.name}: argument {i} must be a shape, got {si!r}", call)
-    return si.values
-
-
 def _check(ana, cond, message: str):
     """``(cond, message)`` for a run-time check, or None when ``cond`` is provable."""
     return None if ana.can_prove(cond) else (cond, message)
-
-
-def _unbindable_vars(func: PrimFunc, also=()) -> list[TirVar]:
-    """Symbolic variables of ``func``'s buffer shapes (and ``also``) that a caller cannot bind
-    from the arguments: those that are not a whole dimension of some buffer (``n`` in a buffer of
-    shape ``(n * 12, 64)`` only) and are not scalar parameters already."""
-    direct = {id(d) for b in func.buffers for d in b.shape if isinstance(d, TirVar)}
-    direct |= {id(v) for v in func.scalar_params}
-    out: list[TirVar] = []
-
-    def visit(n):
-        if isinstance(n, TirVar) and id(n) not in direct and all(n is not o for o in out):
-            out.append(n)
-    for b in func.buffers:
-        for d in b.shape:
-            post_order_visit(d, visit)
-    for e in also:
-        post_order_visit(e, visit)
-    return out
-
-
-def _call_te(bb, te_func, *args, checks=(), scalars=(), name: str | None = None, **kwargs):
-    """``bb.call_te(te_func, *args, **kwargs)`` with run-time ``checks`` (pairs of a bool
-    PrimExpr over the argument / output dims and a message; None entries are skipped) asserted
-    ahead of the kernel's loops, and extra scalar parameters: the variables of ``scalars``
-    (symbolic values the body uses that no buffer shape binds) and every shape variable the
-    kernel could not bind from its arguments (``n`` of an input of shape ``(n * 12, 64)``). The
-    VM passes their values as tir vars.
-
-    The kernel is built by ``call_te`` in a scratch BlockBuilder, amended, and added to ``bb``
-    (identical kernels are still shared). (``BlockBuilder.call_te`` itself leaves a variable that
-    only appears inside a compound input dim unbound; the code generator then refuses the
-    kernel.)"""
-    from ..block_builder import BlockBuilder, call_tir
-    checks = [c for c in checks if c is not None]
-    scratch = BlockBuilder()
-    call = scratch.call_te(te_func, *args, primfunc_name_hint=name, **kwargs)
-    gvar = call.args[0]
-    func = scratch.get()[gvar.name_hint]
-    tir_vars = list(call.args[2].values) if len(call.args) == 3 else []
-    extra = _unbindable_vars(func, scalars)
-    if extra:
-        func = func.replace(params=list(func.params) + extra)
-    func = _with_checks(func, checks)
-    new_gvar = bb.add_func(func, gvar.name_hint)
-    return call_tir(new_gvar, call.args[1], call.sinfo_args[0],
-                    tir_vars=(tir_vars + extra) or None)
-
-
-def _with_checks(func: PrimFunc, checks) -> PrimFunc:
-    """``func`` with ``AssertStmt``s of ``checks`` at the top of its root block."""
-    root_realize = func.body
-    root = root_realize.block
-    body = root.body
-    for cond, msg in reversed(list(checks)):
-        body = AssertStmt(cond, msg, body)
-    return func.replace(body=root_realize.replace(block=root.replace(body=body)))
-
-
-def _prim_func(buffers: Sequence[Buffer], body, name: str) -> PrimFunc:
-    """A PrimFunc over ``buffers`` (in parameter order) whose root block runs ``body``."""
-    params, buffer_map = [], {}
-    for b in buffers:
-        h = TirVar(b.name + "_handle", "handle")
-        params.append(h)
-        buffer_map[h] = b
-    root = Block("root", [], [], [], body)
-    return PrimFunc(params, BlockRealize([], None, root), buffer_map,
-                    attrs={"global_symbol": name})
-
-
-def _call_prim(bb, func: PrimFunc, name: str, args, out_sinfo, tir_vars=None):
-    """Add the hand-written kernel ``func`` and call it; shape variables it cannot bind from its
-    arguments become extra scalar parameters (see ``_unbindable_vars``)."""
-    from ..block_builder import call_tir
-    tir_vars = list(tir_vars or [])
-    extra = _unbindable_vars(func)
-    if extra:
-        func = func.replace(params=list(func.params) + extra)
-    gvar = bb.add_func(func, name)
-    return call_tir(gvar, list(args), out_sinfo, tir_vars=(tir_vars + extra) or None)
 
 
 def _tuple_fields(bb, expr: Expr) -> list[Expr]:
@@ -328,41 +116,6 @@ def _tuple_fields(bb, expr: Expr) -> list[Expr]:
     if not isinstance(si, TupleStructInfo):
         raise RelaxError(f"expected a tuple of tensors, got {si!r}", expr)
     return [bb.emit(TupleGetItem(expr, i)) for i in range(len(si.fields))]
-
-
-def _ravel(idx, shape) -> PrimExpr:
-    flat: PrimExpr = IntImm(0, "int64")
-    for i, d in zip(idx, shape):
-        flat = flat * d + i
-    return flat
-
-
-def _unravel(flat, shape) -> tuple:
-    """Row-major indices of ``flat`` in ``shape`` (the first index is not reduced modulo its dim,
-    so an out-of-range flat index stays out of range and is caught by the bounds checks)."""
-    out = []
-    for d in reversed(shape[1:]):
-        out.append(flat % d)
-        flat = flat // d
-    if shape:
-        out.append(flat)
-    return tuple(reversed(out))
-
-
-def _te_reshape(a: te.Tensor, new_shape) -> te.Tensor:
-    """``a`` reshaped (row-major) to ``new_shape``."""
-    new_shape = tuple(new_shape)
-    return te.compute(new_shape, lambda *i: a[_unravel(_ravel(i, new_shape), a.shape)],
-                      "T_reshape")
-
-
-def _imm(value, dtype: str) -> PrimExpr:
-    """A Python number as an immediate of ``dtype``."""
-    if dt.is_float(dtype):
-        return FloatImm(float(value), dtype)
-    if dt.is_bool(dtype):
-        return IntImm(1 if value else 0, dtype)
-    return IntImm(int(value), dtype)
 
 
 # ==============================================================================================
@@ -386,7 +139,7 @@ def reshape(x: Expr, shape) -> Call:
     """
     x = as_expr(x)
     if isinstance(shape, Expr):
-        return _make_call("relax.reshape", [x, _shape_expr("relax.reshape", shape)])
+        return _make_call("relax.reshape", [x, shape_expr("relax.reshape", shape)])
     if isinstance(shape, (int, PrimExpr)):
         shape = (shape,)
     shape = list(shape)
@@ -404,40 +157,40 @@ def reshape(x: Expr, shape) -> Call:
         if not isinstance(si, TensorStructInfo) or si.shape is None:
             raise RelaxError(f"relax.reshape: cannot infer the -1 in {tuple(shape)!r} for an input "
                              f"of unknown shape ({si!r})", x)
-        known = [_i64(d) for j, d in enumerate(shape) if j != holes[0]]
-        ana = _analyzer(si.shape, known)
-        total, part = _prod(si.shape, ana), _prod(known, ana)
+        known = [int64_expr(d) for j, d in enumerate(shape) if j != holes[0]]
+        ana = shape_analyzer(si.shape, known)
+        total, part = product(si.shape, ana), product(known, ana)
         if _static(part) == 0:
             raise RelaxError(f"relax.reshape: cannot infer the -1 in {tuple(shape)!r}: the other "
                              f"dims have 0 elements", x)
         num, den = _cancel(si.shape, known, ana)
         if _static(den) != 1 and ana.can_prove(num % den != 0):
-            raise RelaxError(f"relax.reshape: cannot reshape {_fmt(si.shape)} into "
-                             f"{tuple(shape)!r}: {_fmt_dim(total)} elements are not a multiple "
-                             f"of {_fmt_dim(part)}", x)
+            raise RelaxError(f"relax.reshape: cannot reshape {fmt_shape(si.shape)} into "
+                             f"{tuple(shape)!r}: {fmt_dim(total)} elements are not a multiple "
+                             f"of {fmt_dim(part)}", x)
         shape[holes[0]] = num if _static(den) == 1 else ana.simplify(num // den)
-    return _make_call("relax.reshape", [x, _shape_expr("relax.reshape", shape)])
+    return _make_call("relax.reshape", [x, shape_expr("relax.reshape", shape)])
 
 
 def _infer_reshape(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
-    new = _shape_values(call, 1)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
+    new = shape_values(call, 1)
     if new is None:
         return TensorStructInfo(None, si.dtype, ndim=call.args[1].struct_info.ndim)
     if si.shape is not None:
-        ana = _analyzer(si.shape, new)
-        a, b = _prod(si.shape, ana), _prod(new, ana)
+        ana = shape_analyzer(si.shape, new)
+        a, b = product(si.shape, ana), product(new, ana)
         if ana.can_prove(a != b):
-            raise RelaxError(f"relax.reshape: cannot reshape {_fmt(si.shape)} into {_fmt(new)}: "
-                             f"{_fmt_dim(a)} elements into {_fmt_dim(b)}", call)
+            raise RelaxError(f"relax.reshape: cannot reshape {fmt_shape(si.shape)} into "
+                             f"{fmt_shape(new)}: {fmt_dim(a)} elements into {fmt_dim(b)}", call)
     return TensorStructInfo(new, si.dtype)
 
 
 def _reshape_checks(call: Call, old, new):
-    ana = _analyzer(old, new)
-    return [_check(ana, _prod(old, ana) == _prod(new, ana),
-                   f"{call.op.name}: the element count of the input {_fmt(old)} differs from "
-                   f"that of the output {_fmt(new)}")]
+    ana = shape_analyzer(old, new)
+    return [_check(ana, product(old, ana) == product(new, ana),
+                   f"{call.op.name}: the element count of the input {fmt_shape(old)} differs from "
+                   f"that of the output {fmt_shape(new)}")]
 
 
 def _legalize_reshape(bb, call: Call):
@@ -447,8 +200,8 @@ def _legalize_reshape(bb, call: Call):
         raise RelaxError(f"{call.op.name}: the target shape is unknown; match_cast it to a "
                          f"shape of known rank and dims first", call)
     old = shape_of_sinfo(x.struct_info, f"{call.op.name} input")
-    return _call_te(bb, _te_reshape, x, new, checks=_reshape_checks(call, old, new),
-                    name="reshape")
+    return call_te(bb, te_reshape, x, new, checks=_reshape_checks(call, old, new),
+                    primfunc_name_hint="reshape")
 
 
 register_op("relax.reshape", _infer_reshape, _legalize_reshape, OpPattern.INJECTIVE,
@@ -473,20 +226,20 @@ def flatten(x: Expr, start_dim: int = 0, end_dim: int = -1) -> Call:
 
 
 def _infer_flatten(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     a = call.attr_dict
     if si.ndim == 0:
         return TensorStructInfo((1,), si.dtype)
     if si.ndim < 0:
         return TensorStructInfo(None, si.dtype)
-    s = _norm_axis(call.op.name, a["start_dim"], si.ndim, call, "start_dim")
-    e = _norm_axis(call.op.name, a["end_dim"], si.ndim, call, "end_dim")
+    s = normalize_axis(call.op.name, a["start_dim"], si.ndim, "start_dim", node=call)
+    e = normalize_axis(call.op.name, a["end_dim"], si.ndim, "end_dim", node=call)
     if e < s:
         raise RelaxError(f"{call.op.name}: end_dim {a['end_dim']} comes before start_dim "
                          f"{a['start_dim']} for a tensor of rank {si.ndim}", call)
     if si.shape is None:
         return TensorStructInfo(None, si.dtype, ndim=si.ndim - (e - s))
-    shape = si.shape[:s] + (_prod(si.shape[s:e + 1]),) + si.shape[e + 1:]
+    shape = si.shape[:s] + (product(si.shape[s:e + 1]),) + si.shape[e + 1:]
     return TensorStructInfo(shape, si.dtype)
 
 
@@ -523,14 +276,14 @@ def _perm(call: Call, ndim: int) -> tuple[int, ...]:
     if len(axes) != ndim:
         raise RelaxError(f"{call.op.name}: axes {axes} has {len(axes)} entries for a tensor of "
                          f"rank {ndim}", call)
-    perm = tuple(_norm_axis(call.op.name, a, ndim, call, "axes entry") for a in axes)
+    perm = tuple(normalize_axis(call.op.name, a, ndim, "axes entry", node=call) for a in axes)
     if sorted(perm) != list(range(ndim)):
         raise RelaxError(f"{call.op.name}: axes {axes} is not a permutation of {ndim} axes", call)
     return perm
 
 
 def _infer_permute_dims(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     if si.ndim < 0:
         return TensorStructInfo(None, si.dtype)
     perm = _perm(call, si.ndim)
@@ -547,7 +300,7 @@ def _legalize_permute_dims(bb, call: Call):
         inv = [perm.index(d) for d in range(len(perm))]
         return te.compute([a.shape[p] for p in perm], lambda *i: a[tuple(i[k] for k in inv)],
                           "T_transpose")
-    return _call_te(bb, permute, x, name="transpose")
+    return call_te(bb, permute, x, primfunc_name_hint="transpose")
 
 
 register_op("relax.permute_dims", _infer_permute_dims, _legalize_permute_dims,
@@ -573,7 +326,7 @@ def _expand_axes(call: Call, ndim: int) -> tuple[int, ...]:
 
 
 def _infer_expand_dims(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     if si.ndim < 0:
         return TensorStructInfo(None, si.dtype)
     axes = _expand_axes(call, si.ndim)
@@ -592,7 +345,7 @@ def _legalize_expand_dims(bb, call: Call):
     def expand(a):
         keep = [d for d in range(len(shape)) if d not in axes]
         return te.compute(shape, lambda *i: a[tuple(i[d] for d in keep)], "T_expand_dims")
-    return _call_te(bb, expand, x, name="expand_dims")
+    return call_te(bb, expand, x, primfunc_name_hint="expand_dims")
 
 
 register_op("relax.expand_dims", _infer_expand_dims, _legalize_expand_dims, OpPattern.INJECTIVE,
@@ -625,13 +378,13 @@ def _squeeze_axes(call: Call, si: TensorStructInfo) -> tuple[int, ...]:
     if si.shape is not None:
         for d in axes:
             if _static(si.shape[d]) not in (None, 1):
-                raise RelaxError(f"{call.op.name}: dimension {d} of {_fmt(si.shape)} is "
-                                 f"{_fmt_dim(si.shape[d])}, not 1; it cannot be squeezed", call)
+                raise RelaxError(f"{call.op.name}: dimension {d} of {fmt_shape(si.shape)} is "
+                                 f"{fmt_dim(si.shape[d])}, not 1; it cannot be squeezed", call)
     return axes
 
 
 def _infer_squeeze(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     if si.shape is None:
         if call.attr_dict["axis"] is None or si.ndim < 0:
             return TensorStructInfo(None, si.dtype)
@@ -645,10 +398,12 @@ def _legalize_squeeze(bb, call: Call):
     x = call.args[0]
     si = x.struct_info
     axes = _squeeze_axes(call, si)
-    ana = _analyzer(si.shape)
-    checks = [_check(ana, si.shape[d] == 1, f"{call.op.name}: dimension {d} of {_fmt(si.shape)}"
-                                            f" must be 1") for d in axes]
-    return _call_te(bb, _te_reshape, x, call.struct_info.shape, checks=checks, name="squeeze")
+    ana = shape_analyzer(si.shape)
+    checks = [_check(ana, si.shape[d] == 1,
+                     f"{call.op.name}: dimension {d} of {fmt_shape(si.shape)} must be 1")
+              for d in axes]
+    return call_te(bb, te_reshape, x, call.struct_info.shape, checks=checks,
+                   primfunc_name_hint="squeeze")
 
 
 register_op("relax.squeeze", _infer_squeeze, _legalize_squeeze, OpPattern.INJECTIVE,
@@ -705,10 +460,10 @@ def _infer_concat(call: Call) -> StructInfo:
     ndim = ndims.pop()
     if ndim == 0:
         raise RelaxError(f"{call.op.name}: cannot concatenate 0-d tensors", call)
-    axis = _norm_axis(call.op.name, call.attr_dict["axis"], ndim, call)
+    axis = normalize_axis(call.op.name, call.attr_dict["axis"], ndim, node=call)
     if any(f.shape is None for f in fields):
         return TensorStructInfo(None, dtype, ndim=ndim)
-    ana = _analyzer([f.shape for f in fields])
+    ana = shape_analyzer([f.shape for f in fields])
     out = []
     for d in range(ndim):
         if d == axis:
@@ -725,10 +480,10 @@ def _infer_concat(call: Call) -> StructInfo:
         dim = fields[0].shape[d]
         for k, f in enumerate(fields[1:], 1):
             if ana.can_prove(f.shape[d] != dim):
-                raise RelaxError(f"{call.op.name}: dimension {d} differs: {_fmt_dim(dim)} "
-                                 f"(input 0 {_fmt(fields[0].shape)}) vs {_fmt_dim(f.shape[d])} "
-                                 f"(input {k} {_fmt(f.shape)}), concatenating along axis {axis}",
-                                 call)
+                raise RelaxError(f"{call.op.name}: dimension {d} differs: {fmt_dim(dim)} "
+                                 f"(input 0 {fmt_shape(fields[0].shape)}) vs {fmt_dim(f.shape[d])} "
+                                 f"(input {k} {fmt_shape(f.shape)}), concatenating along axis "
+                                 f"{axis}", call)
             if not isinstance(dim, IntImm) and isinstance(f.shape[d], IntImm):
                 dim = f.shape[d]  # prefer a static dim
         out.append(dim)
@@ -738,16 +493,16 @@ def _infer_concat(call: Call) -> StructInfo:
 def _legalize_concat(bb, call: Call):
     tensors = _tuple_fields(bb, call.args[0])
     out_shape = call.struct_info.shape
-    axis = _norm_axis(call.op.name, call.attr_dict["axis"], len(out_shape), call)
+    axis = normalize_axis(call.op.name, call.attr_dict["axis"], len(out_shape), node=call)
     shapes = [shape_of_sinfo(t.struct_info, f"{call.op.name} input") for t in tensors]
-    ana = _analyzer(shapes)
+    ana = shape_analyzer(shapes)
     checks = []
     for k, s in enumerate(shapes):
         for d in range(len(out_shape)):
             if d != axis:
                 checks.append(_check(ana, s[d] == out_shape[d],
-                                     f"{call.op.name}: dimension {d} of input {k} {_fmt(s)} "
-                                     f"differs from {_fmt_dim(out_shape[d])}"))
+                                     f"{call.op.name}: dimension {d} of input {k} {fmt_shape(s)} "
+                                     f"differs from {fmt_dim(out_shape[d])}"))
 
     def concatenate(ts):
         offsets = [IntImm(0, "int64")]
@@ -762,7 +517,7 @@ def _legalize_concat(bb, call: Call):
                 value = te.if_then_else(i[axis] < offsets[k + 1], at(k), value)
             return value
         return te.compute(out_shape, f, "T_concat")
-    return _call_te(bb, concatenate, tensors, checks=checks, name="concatenate")
+    return call_te(bb, concatenate, tensors, checks=checks, primfunc_name_hint="concatenate")
 
 
 register_op("relax.concat", _infer_concat, _legalize_concat, OpPattern.INJECTIVE,
@@ -794,14 +549,14 @@ def split(x: Expr, indices_or_sections, axis: int = 0) -> Call:
 
 def _split_pieces(call: Call, si: TensorStructInfo):
     """``[(begin, extent)]`` of each piece along the (normalized) axis."""
-    axis = _norm_axis(call.op.name, call.attr_dict["axis"], si.ndim, call)
+    axis = normalize_axis(call.op.name, call.attr_dict["axis"], si.ndim, node=call)
     ios = call.attr_dict["indices_or_sections"]
     n = si.shape[axis]
-    ana = _analyzer(si.shape)
+    ana = shape_analyzer(si.shape)
     if isinstance(ios, int):
         if ana.can_prove(n % ios != 0):
             raise RelaxError(f"{call.op.name}: {ios} sections do not divide dimension {axis} "
-                             f"of {_fmt(si.shape)} (extent {_fmt_dim(n)})", call)
+                             f"of {fmt_shape(si.shape)} (extent {fmt_dim(n)})", call)
         size = ana.simplify(n // ios)
         return axis, [(ana.simplify(size * k), size) for k in range(ios)]
     bounds = [None] + list(ios) + [None]
@@ -814,7 +569,7 @@ def _split_pieces(call: Call, si: TensorStructInfo):
 
 
 def _infer_split(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     ios = call.attr_dict["indices_or_sections"]
     count = ios if isinstance(ios, int) else len(ios) + 1
     if si.ndim < 0:
@@ -822,7 +577,7 @@ def _infer_split(call: Call) -> StructInfo:
     if si.ndim == 0:
         raise RelaxError(f"{call.op.name}: cannot split a 0-d tensor", call)
     if si.shape is None:
-        _norm_axis(call.op.name, call.attr_dict["axis"], si.ndim, call)
+        normalize_axis(call.op.name, call.attr_dict["axis"], si.ndim, node=call)
         return TupleStructInfo([TensorStructInfo(None, si.dtype, ndim=si.ndim)] * count)
     axis, pieces = _split_pieces(call, si)
     return TupleStructInfo([TensorStructInfo(si.shape[:axis] + (ext,) + si.shape[axis + 1:],
@@ -836,10 +591,10 @@ def _legalize_split(bb, call: Call):
     ios = call.attr_dict["indices_or_sections"]
     checks = []
     if isinstance(ios, int):
-        ana = _analyzer(si.shape)
+        ana = shape_analyzer(si.shape)
         checks.append(_check(ana, si.shape[axis] % ios == 0,
                              f"{call.op.name}: {ios} sections do not divide dimension {axis} of "
-                             f"{_fmt(si.shape)}"))
+                             f"{fmt_shape(si.shape)}"))
 
     def split_te(a):
         outs = []
@@ -849,7 +604,7 @@ def _legalize_split(bb, call: Call):
                 shape, lambda *i, _s=start: a[i[:axis] + (i[axis] + _s,) + i[axis + 1:]],
                 f"T_split_{k}"))
         return outs
-    return _call_te(bb, split_te, x, checks=checks, name="split")
+    return call_te(bb, split_te, x, checks=checks, primfunc_name_hint="split")
 
 
 register_op("relax.split", _infer_split, _legalize_split, OpPattern.INJECTIVE,
@@ -864,13 +619,13 @@ def _sub(ana, a, b) -> PrimExpr:
     """``a - b`` with ``x - min(p, q) = max(x - p, x - q)`` (and the max dual) applied, which
     the simplifier does not do: ``n - min(1, n)`` becomes ``max(n - 1, 0)``."""
     if isinstance(b, Min):
-        return _max(ana, _sub(ana, a, b.a), _sub(ana, a, b.b))
+        return max_expr(ana, _sub(ana, a, b.a), _sub(ana, a, b.b))
     if isinstance(b, Max):
-        return _min(ana, _sub(ana, a, b.a), _sub(ana, a, b.b))
+        return min_expr(ana, _sub(ana, a, b.a), _sub(ana, a, b.b))
     if isinstance(a, Min):
-        return _min(ana, _sub(ana, a.a, b), _sub(ana, a.b, b))
+        return min_expr(ana, _sub(ana, a.a, b), _sub(ana, a.b, b))
     if isinstance(a, Max):
-        return _max(ana, _sub(ana, a.a, b), _sub(ana, a.b, b))
+        return max_expr(ana, _sub(ana, a.a, b), _sub(ana, a.b, b))
     return ana.simplify(a - b)
 
 
@@ -879,14 +634,14 @@ def _slice_range(ana, begin, end, stride: int, n, assume_inbound: bool = False):
     negative bounds count from the end, bounds are clamped. Static bounds of at least
     ``_TO_THE_END`` mean the end of the dim (for a negative stride: a huge negative ``end``
     means before the start)."""
-    n = _i64(n)
+    n = int64_expr(n)
 
     def norm(v):
         if isinstance(v, int) and v >= _TO_THE_END:
             return None, "end"
         if isinstance(v, int) and v <= -_TO_THE_END:
             return None, "begin"
-        v = _i64(v)
+        v = int64_expr(v)
         if ana.can_prove(v >= 0):
             return ana.simplify(v), None
         if ana.can_prove(v < 0):
@@ -909,7 +664,7 @@ def _slice_range(ana, begin, end, stride: int, n, assume_inbound: bool = False):
             return lower
         if assume_inbound:
             return v
-        return _max(ana, lower, _min(ana, v, upper))
+        return max_expr(ana, lower, min_expr(ana, v, upper))
 
     start, stop = clamp(b, bflag), clamp(e, eflag)
     same_sign = (isinstance(begin, int) and isinstance(end, int) and not bflag and not eflag
@@ -917,9 +672,9 @@ def _slice_range(ana, begin, end, stride: int, n, assume_inbound: bool = False):
     if stride > 0 and same_sign and not assume_inbound and not isinstance(n, IntImm):
         # closed forms of stop - start for static bounds on a symbolic dim
         if begin >= 0:
-            span = _min(ana, _max(ana, n - begin, 0), max(end - begin, 0))
+            span = min_expr(ana, max_expr(ana, n - begin, 0), max(end - begin, 0))
         else:
-            span = _min(ana, max(end - begin, 0), _max(ana, n + end, 0))
+            span = min_expr(ana, max(end - begin, 0), max_expr(ana, n + end, 0))
         extent = span if stride == 1 else (span + (stride - 1)) // stride
         return start, ana.simplify(extent)
     if stride > 0:
@@ -930,7 +685,7 @@ def _slice_range(ana, begin, end, stride: int, n, assume_inbound: bool = False):
         extent = span if stride == -1 else (span + (-stride - 1)) // (-stride)
     extent = ana.simplify(extent)
     if not assume_inbound:
-        extent = _max(ana, 0, extent)
+        extent = max_expr(ana, 0, extent)
     return start, extent
 
 
@@ -970,7 +725,7 @@ def strided_slice(x: Expr, axes: Sequence[int] | None, begin: Sequence, end: Seq
 
     def entry(v):
         if isinstance(v, PrimExpr):
-            return _i64(v)
+            return int64_expr(v)
         return int(v)
     return _make_call("relax.strided_slice", [as_expr(x)],
                       {"axes": axes, "begin": tuple(entry(v) for v in begin),
@@ -982,7 +737,7 @@ def _slice_ranges(call: Call, si: TensorStructInfo) -> list:
     """Per dim of the input: ``(start, extent, stride)``."""
     a = call.attr_dict
     axes = _norm_axes(call.op.name, a["axes"], si.ndim, call, "axes entry")
-    ana = _analyzer(si.shape)
+    ana = shape_analyzer(si.shape)
     out = [(IntImm(0, "int64"), d, 1) for d in si.shape]
     for ax, b, e, s in zip(axes, a["begin"], a["end"], a["strides"]):
         start, ext = _slice_range(ana, b, e, s, si.shape[ax], a["assume_inbound"])
@@ -991,7 +746,7 @@ def _slice_ranges(call: Call, si: TensorStructInfo) -> list:
 
 
 def _infer_strided_slice(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     if si.shape is None:
         if si.ndim >= 0:
             _norm_axes(call.op.name, call.attr_dict["axes"], si.ndim, call, "axes entry")
@@ -1007,7 +762,7 @@ def _legalize_strided_slice(bb, call: Call):
         return te.compute([ext for _, ext, _ in ranges],
                           lambda *i: a[tuple(st + iv * s for iv, (st, _, s) in zip(i, ranges))],
                           "T_strided_slice")
-    return _call_te(bb, slice_te, x, name="strided_slice")
+    return call_te(bb, slice_te, x, primfunc_name_hint="strided_slice")
 
 
 register_op("relax.strided_slice", _infer_strided_slice, _legalize_strided_slice,
@@ -1042,14 +797,14 @@ def _tile_plan(call: Call, si: TensorStructInfo):
 
 
 def _infer_tile(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     if si.ndim < 0:
         return TensorStructInfo(None, si.dtype)
     reps, lead = _tile_plan(call, si)
     if si.shape is None:
         return TensorStructInfo(None, si.dtype, ndim=len(reps))
     shape = (IntImm(1, "int64"),) * lead + si.shape
-    ana = _analyzer(si.shape)
+    ana = shape_analyzer(si.shape)
     return TensorStructInfo([ana.simplify(d * r) for d, r in zip(shape, reps)], si.dtype)
 
 
@@ -1061,7 +816,7 @@ def _legalize_tile(bb, call: Call):
         return te.compute(call.struct_info.shape,
                           lambda *i: a[tuple(iv % d for iv, d in zip(i[lead:], a.shape))],
                           "T_tile")
-    return _call_te(bb, tile_te, x, name="tile")
+    return call_te(bb, tile_te, x, primfunc_name_hint="tile")
 
 
 register_op("relax.tile", _infer_tile, _legalize_tile, OpPattern.INJECTIVE,
@@ -1079,34 +834,34 @@ def broadcast_to(x: Expr, shape) -> Call:
     >>> broadcast_to(x, ("n", 3, 4)).struct_info
     Tensor((n, 3, 4), 'float32')
     """
-    return _make_call("relax.broadcast_to", [as_expr(x), _shape_expr("relax.broadcast_to",
+    return _make_call("relax.broadcast_to", [as_expr(x), shape_expr("relax.broadcast_to",
                                                                      shape)])
 
 
 def _broadcast_check(call: Call, shape, target):
     """Raise unless ``shape`` broadcasts to exactly ``target``; the dim pairs assumed equal."""
     if len(target) < len(shape):
-        raise RelaxError(f"{call.op.name}: cannot broadcast {_fmt(shape)} to {_fmt(target)} of "
-                         f"lower rank", call)
+        raise RelaxError(f"{call.op.name}: cannot broadcast {fmt_shape(shape)} to "
+                         f"{fmt_shape(target)} of lower rank", call)
     out = broadcast_shapes(call.op.name, shape, target, node=call)
-    ana = _analyzer(shape, target)
+    ana = shape_analyzer(shape, target)
     for d, (o, t) in enumerate(zip(out, target)):
         if not ana.can_prove_equal(o, t):  # e.g. (3,) to (1,): the input is larger
-            raise RelaxError(f"{call.op.name}: cannot broadcast {_fmt(shape)} to {_fmt(target)}: "
-                             f"dimension {d} would be {_fmt_dim(o)}", call)
+            raise RelaxError(f"{call.op.name}: cannot broadcast {fmt_shape(shape)} to "
+                             f"{fmt_shape(target)}: dimension {d} would be {fmt_dim(o)}", call)
     return broadcast_assumptions(call.op.name, shape, target)
 
 
 def _infer_broadcast_to(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
-    target = _shape_values(call, 1)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
+    target = shape_values(call, 1)
     if target is None:
         return TensorStructInfo(None, si.dtype, ndim=call.args[1].struct_info.ndim)
     if si.shape is not None:
         _broadcast_check(call, si.shape, target)
     elif si.ndim > len(target):
         raise RelaxError(f"{call.op.name}: cannot broadcast a rank-{si.ndim} tensor to "
-                         f"{_fmt(target)}", call)
+                         f"{fmt_shape(target)}", call)
     return TensorStructInfo(target, si.dtype)
 
 
@@ -1117,14 +872,14 @@ def _legalize_broadcast_to(bb, call: Call):
     if target is None or si.shape is None:
         raise RelaxError(f"{call.op.name}: shapes must be known to legalize ({si!r} to "
                          f"{call.struct_info!r})", call)
-    checks = [(a == b, f"{call.op.name}: dimension {_fmt_dim(a)} and dimension {_fmt_dim(b)} "
+    checks = [(a == b, f"{call.op.name}: dimension {fmt_dim(a)} and dimension {fmt_dim(b)} "
                        f"must be equal (symbolic dims are not broadcast at run time)")
               for a, b in _broadcast_check(call, si.shape, target)]
 
     def bcast(a):
         return te.compute(target, lambda *i: a[broadcast_index(i, a.shape, target)],
                           "T_broadcast_to")
-    return _call_te(bb, bcast, x, checks=checks, name="broadcast_to")
+    return call_te(bb, bcast, x, checks=checks, primfunc_name_hint="broadcast_to")
 
 
 register_op("relax.broadcast_to", _infer_broadcast_to, _legalize_broadcast_to,
@@ -1148,18 +903,18 @@ def repeat(x: Expr, repeats: int, axis: int | None = None) -> Call:
 
 
 def _infer_repeat(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     r, axis = call.attr_dict["repeats"], call.attr_dict["axis"]
     if si.shape is None:
         if axis is None:
             return TensorStructInfo(None, si.dtype, ndim=1)
         if si.ndim >= 0:
-            _norm_axis(call.op.name, axis, si.ndim, call)
+            normalize_axis(call.op.name, axis, si.ndim, node=call)
         return TensorStructInfo(None, si.dtype, ndim=si.ndim)
-    ana = _analyzer(si.shape)
+    ana = shape_analyzer(si.shape)
     if axis is None:
-        return TensorStructInfo([ana.simplify(_prod(si.shape, ana) * r)], si.dtype)
-    axis = _norm_axis(call.op.name, axis, si.ndim, call)
+        return TensorStructInfo([ana.simplify(product(si.shape, ana) * r)], si.dtype)
+    axis = normalize_axis(call.op.name, axis, si.ndim, node=call)
     return TensorStructInfo(si.shape[:axis] + (ana.simplify(si.shape[axis] * r),) +
                             si.shape[axis + 1:], si.dtype)
 
@@ -1171,14 +926,14 @@ def _legalize_repeat(bb, call: Call):
     out = call.struct_info.shape
     if axis is None:
         def repeat_flat(a):
-            return te.compute(out, lambda i: a[_unravel(i // r, a.shape)], "T_repeat")
-        return _call_te(bb, repeat_flat, x, name="repeat")
-    axis = _norm_axis(call.op.name, axis, si.ndim, call)
+            return te.compute(out, lambda i: a[unravel_index(i // r, a.shape)], "T_repeat")
+        return call_te(bb, repeat_flat, x, primfunc_name_hint="repeat")
+    axis = normalize_axis(call.op.name, axis, si.ndim, node=call)
 
     def repeat_te(a):
         return te.compute(out, lambda *i: a[i[:axis] + (i[axis] // r,) + i[axis + 1:]],
                           "T_repeat")
-    return _call_te(bb, repeat_te, x, name="repeat")
+    return call_te(bb, repeat_te, x, primfunc_name_hint="repeat")
 
 
 register_op("relax.repeat", _infer_repeat, _legalize_repeat, OpPattern.INJECTIVE,
@@ -1199,7 +954,7 @@ def flip(x: Expr, axis) -> Call:
 
 
 def _infer_flip(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     if si.ndim >= 0:
         _norm_axes(call.op.name, call.attr_dict["axis"], si.ndim, call)
     return si
@@ -1212,7 +967,7 @@ def _legalize_flip(bb, call: Call):
     def flip_te(a):
         return te.compute(a.shape, lambda *i: a[tuple(a.shape[d] - 1 - iv if d in axes else iv
                                                        for d, iv in enumerate(i))], "T_flip")
-    return _call_te(bb, flip_te, x, name="flip")
+    return call_te(bb, flip_te, x, primfunc_name_hint="flip")
 
 
 register_op("relax.flip", _infer_flip, _legalize_flip, OpPattern.INJECTIVE,
@@ -1267,23 +1022,23 @@ def _pad_pairs(call: Call, si: TensorStructInfo):
 
 
 def _infer_pad(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     if si.ndim < 0:
         return TensorStructInfo(None, si.dtype)
     pairs = _pad_pairs(call, si)
     if si.shape is None:
         return TensorStructInfo(None, si.dtype, ndim=si.ndim)
-    ana = _analyzer(si.shape)
+    ana = shape_analyzer(si.shape)
     mode = call.attr_dict["pad_mode"]
     out = []
     for d, (n, (b, a)) in enumerate(zip(si.shape, pairs)):
         e = ana.simplify(n + b + a)
         if ana.can_prove(e < 0):
             raise RelaxError(f"{call.op.name}: cropping {-b} + {-a} from dimension {d} of "
-                             f"{_fmt(si.shape)} leaves a negative extent", call)
+                             f"{fmt_shape(si.shape)} leaves a negative extent", call)
         if mode == "reflect" and (b > 0 or a > 0) and ana.can_prove(n <= max(b, a)):
             raise RelaxError(f"{call.op.name}: reflect padding of ({b}, {a}) needs dimension {d} "
-                             f"of {_fmt(si.shape)} to be larger than each width", call)
+                             f"of {fmt_shape(si.shape)} to be larger than each width", call)
         if mode == "edge" and (b > 0 or a > 0) and ana.can_prove(n == 0):
             raise RelaxError(f"{call.op.name}: edge padding of an empty dimension {d}", call)
         out.append(e)
@@ -1295,9 +1050,9 @@ def _legalize_pad(bb, call: Call):
     si = x.struct_info
     pairs = _pad_pairs(call, si)
     mode = call.attr_dict["pad_mode"]
-    value = _imm(call.attr_dict["pad_value"], si.dtype)
+    value = imm(call.attr_dict["pad_value"], si.dtype)
     out = call.struct_info.shape
-    ana = _analyzer(si.shape)
+    ana = shape_analyzer(si.shape)
     checks = []
     if mode == "reflect":
         checks = [_check(ana, n > max(b, a), f"{call.op.name}: reflect padding of ({b}, {a}) "
@@ -1329,7 +1084,7 @@ def _legalize_pad(bb, call: Call):
             load = t[tuple(src)]
             return te.if_then_else(te.all(*inside), load, value) if inside else load
         return te.compute(out, f, "T_pad")
-    return _call_te(bb, pad_te, x, checks=checks, name="pad")
+    return call_te(bb, pad_te, x, checks=checks, primfunc_name_hint="pad")
 
 
 register_op("relax.pad", _infer_pad, _legalize_pad, OpPattern.INJECTIVE,

@@ -21,13 +21,14 @@ from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import IntImm, PrimExpr, Var as TirVar
 from tilecraft.tensorir.stmt import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, IfThenElse,
                            IterVar, Range, seq)
+from tilecraft.tensorir.functor import post_order_visit
 
 from ..expr import Call, Expr, RelaxError, ShapeExpr, TupleGetItem
 from ..struct_info import (ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
                            shape_of_sinfo)
 from .base import OpPattern, as_expr, call as _make_call, register_op
-from .manipulate import (_call_prim, _call_te, _fmt, _fmt_dim, _imm, _norm_axis, _prim_func,
-                         _prod, _te_reshape, _tensor_arg)
+from .helpers import (call_prim, call_te, fmt_dim, fmt_shape, imm, make_prim_func, normalize_axis,
+                      product, te_reshape, tensor_sinfo)
 
 __all__ = ["cumsum", "topk", "shape_of", "shape_to_tensor", "tensor_to_shape"]
 
@@ -81,17 +82,17 @@ def cumsum(x: Expr, axis: int | None = None, dtype: str | None = None,
 
 
 def _infer_cumsum(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     a = call.attr_dict
     dtype = a["dtype"] or si.dtype
     if a["axis"] is None:
         if si.shape is None:
             return TensorStructInfo(None, dtype, ndim=1)
-        return TensorStructInfo((_prod(si.shape),), dtype)
+        return TensorStructInfo((product(si.shape),), dtype)
     if si.ndim >= 0:
         if si.ndim == 0:
             raise RelaxError(f"{call.op.name}: cannot scan along an axis of a 0-d tensor", call)
-        _norm_axis(call.op.name, a["axis"], si.ndim, call)
+        normalize_axis(call.op.name, a["axis"], si.ndim, node=call)
     return TensorStructInfo(si.shape, dtype, ndim=si.ndim)
 
 
@@ -103,10 +104,10 @@ def _legalize_cumsum(bb, call: Call):
     if a["axis"] is None:
         # flatten first (a copy kernel), then scan the 1-D tensor
         flat_shape = out.shape
-        x = bb.emit(_call_te(bb, _te_reshape, x, flat_shape, name="reshape"))
+        x = bb.emit(call_te(bb, te_reshape, x, flat_shape, primfunc_name_hint="reshape"))
         si, axis = x.struct_info, 0
     else:
-        axis = _norm_axis(call.op.name, a["axis"], si.ndim, call)
+        axis = normalize_axis(call.op.name, a["axis"], si.ndim, node=call)
     shape = shape_of_sinfo(si, f"{call.op.name} input")
     X = Buffer("data", shape, si.dtype)
     Y = Buffer("out", shape, out.dtype)
@@ -116,7 +117,7 @@ def _legalize_cumsum(bb, call: Call):
     def body(idx):
         def val(pos):
             return X[idx(pos)].astype(out.dtype)
-        zero = _imm(0, out.dtype)
+        zero = imm(0, out.dtype)
         first = zero if a["exclusive"] else val(IntImm(0, "int64"))
         step = Y[idx(k)] + (val(k) if a["exclusive"] else val(k + 1))
         # the scan: out[0] = first; out[k + 1] = out[k] + x[k or k + 1]
@@ -124,8 +125,8 @@ def _legalize_cumsum(bb, call: Call):
                                      For(k, 0, n - 1, "serial",
                                          BufferStore(Y, step, idx(k + 1)))))
     nest = _row_nest(shape, axis, "cumsum", body, [X], [Y])
-    func = _prim_func([X, Y], nest, "cumsum")
-    return _call_prim(bb, func, "cumsum", [x], TensorStructInfo(shape, out.dtype))
+    func = make_prim_func([X, Y], nest, "cumsum")
+    return call_prim(bb, func, "cumsum", [x], TensorStructInfo(shape, out.dtype))
 
 
 register_op("relax.cumsum", _infer_cumsum, _legalize_cumsum, OpPattern.OPAQUE,
@@ -165,23 +166,23 @@ def _topk_shape(call: Call, si: TensorStructInfo):
     a = call.attr_dict
     if si.ndim == 0:
         raise RelaxError(f"{call.op.name}: needs a tensor of rank >= 1", call)
-    axis = _norm_axis(call.op.name, a["axis"], si.ndim, call)
+    axis = normalize_axis(call.op.name, a["axis"], si.ndim, node=call)
     n = si.shape[axis]
     k = a["k"]
     if k < 1:
         return axis, n, si.shape
     if isinstance(n, IntImm) and k > n.value:
         raise RelaxError(f"{call.op.name}: k = {k} is larger than dimension {axis} of "
-                         f"{_fmt(si.shape)} ({_fmt_dim(n)})", call)
+                         f"{fmt_shape(si.shape)} ({fmt_dim(n)})", call)
     return axis, IntImm(k, "int64"), si.shape[:axis] + (IntImm(k, "int64"),) + si.shape[axis + 1:]
 
 
 def _infer_topk(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     a = call.attr_dict
     if si.shape is None:
         if si.ndim >= 0:
-            _norm_axis(call.op.name, a["axis"], si.ndim, call)
+            normalize_axis(call.op.name, a["axis"], si.ndim, node=call)
         vals = TensorStructInfo(None, si.dtype, ndim=si.ndim)
         inds = TensorStructInfo(None, a["dtype"], ndim=si.ndim)
     else:
@@ -203,7 +204,7 @@ def _legalize_topk(bb, call: Call):
     I = Buffer("indices", out_shape, a["dtype"])
     n = shape[axis]
     j, e = TirVar("j", "int64"), TirVar("e", "int64")
-    none = _imm(-1, a["dtype"])
+    none = imm(-1, a["dtype"])
 
     def before(av, ai, bv, bi):
         """(av, ai) comes strictly before (bv, bi) in the output order."""
@@ -223,8 +224,8 @@ def _legalize_topk(bb, call: Call):
         return For(j, 0, kk, "serial", seq(BufferStore(I, none, idx(j)),
                                            For(e, 0, n, "serial", take)))
     nest = _row_nest(shape, axis, "topk", body, [X], [V, I])
-    func = _prim_func([X, V, I], nest, "topk")
-    res = _call_prim(bb, func, "topk", [x], [TensorStructInfo(out_shape, si.dtype),
+    func = make_prim_func([X, V, I], nest, "topk")
+    res = call_prim(bb, func, "topk", [x], [TensorStructInfo(out_shape, si.dtype),
                                              TensorStructInfo(out_shape, a["dtype"])])
     if a["ret_type"] == "both":
         return res
@@ -253,7 +254,7 @@ def shape_of(x: Expr) -> Call:
 
 
 def _infer_shape_of(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     if si.shape is not None:
         return ShapeStructInfo(si.shape)
     return ShapeStructInfo(ndim=si.ndim)
@@ -290,7 +291,6 @@ def _legalize_shape_to_tensor(bb, call: Call):
     if values is None:
         raise RelaxError(f"{call.op.name}: the dims of the shape must be known to legalize",
                          call)
-    from tilecraft.tensorir.functor import post_order_visit
     scalars: list[TirVar] = []
     for d in values:
         post_order_visit(d, lambda v: scalars.append(v) if isinstance(v, TirVar) and
@@ -303,7 +303,7 @@ def _legalize_shape_to_tensor(bb, call: Call):
         return value
     out = te.compute((len(values),), f, "T_shape_to_tensor")
     func = te.create_prim_func([out] + scalars)
-    return _call_prim(bb, func, "shape_to_tensor", [], TensorStructInfo((len(values),), "int64"),
+    return call_prim(bb, func, "shape_to_tensor", [], TensorStructInfo((len(values),), "int64"),
                       tir_vars=scalars or None)
 
 
@@ -327,7 +327,7 @@ def tensor_to_shape(x: Expr) -> Call:
 
 
 def _infer_tensor_to_shape(call: Call) -> StructInfo:
-    si = _tensor_arg(call, 0)
+    si = tensor_sinfo(call.op.name, call, 0, "data")
     if si.ndim not in (-1, 1) or not (si.dtype.startswith("int") or si.dtype.startswith("uint")):
         raise RelaxError(f"{call.op.name}: expects a 1-D integer tensor, got {si!r}", call)
     n = si.shape[0] if si.shape is not None else None

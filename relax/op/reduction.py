@@ -27,16 +27,15 @@ from __future__ import annotations
 
 import builtins
 
-from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import arith, dtype as dt
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import Cast, FloatImm, IntImm, Select, max_value
 
 from ..expr import Call, Expr, RelaxError
 from ..struct_info import TensorStructInfo
-from ._broadcast import (check_nargs, float_acc_dtype, normalize_axes, normalize_axis, out_name,
-                         tensor_sinfo)
-from .base import OpPattern, call as make_call, register_op
-from .elementwise import _as_expr
+from .base import OpPattern, as_expr, call as make_call, register_op
+from .helpers import (check_nargs, float_acc_dtype, normalize_axes, normalize_axis, out_name,
+                      tensor_sinfo)
 
 __all__ = ["sum", "mean", "max", "min", "prod", "variance", "std", "argmax", "argmin"]
 
@@ -94,7 +93,6 @@ def reduce_count(shape, axes, dtype: str):
     n = IntImm(1, "int64")
     for d in axes:
         n = n * shape[d]
-    from tilecraft.tensorir import arith
     n = arith.simplify(n)
     if isinstance(n, IntImm):
         return FloatImm(float(n.value), dtype)
@@ -146,8 +144,8 @@ def _reduced_sinfo(op_name, si, axis, keepdims, dtype):
     return TensorStructInfo(reduce_shape(si.shape, axes, keepdims), dtype)
 
 
-_NUMERIC = ("numeric", "a numeric (int, uint or float)")
-_FLOAT = ("float", "a float")
+DTYPE_NUMERIC = ("numeric", "a numeric (int, uint or float)")
+DTYPE_FLOAT = ("float", "a float")
 _NONBOOL_OR_BOOL = ("any", "a numeric or bool")
 
 
@@ -284,20 +282,20 @@ def _make_arg_infer(op_name):
     return infer
 
 
-register_op("relax.sum", _make_infer("relax.sum", _NUMERIC), _simple_reduce("relax.sum", "sum"),
-            OpPattern.COMM_REDUCE, "sum over axes")
-register_op("relax.prod", _make_infer("relax.prod", _NUMERIC),
+register_op("relax.sum", _make_infer("relax.sum", DTYPE_NUMERIC),
+            _simple_reduce("relax.sum", "sum"), OpPattern.COMM_REDUCE, "sum over axes")
+register_op("relax.prod", _make_infer("relax.prod", DTYPE_NUMERIC),
             _simple_reduce("relax.prod", "prod"), OpPattern.COMM_REDUCE, "product over axes")
 register_op("relax.max", _make_infer("relax.max", _NONBOOL_OR_BOOL),
             _simple_reduce("relax.max", "max"), OpPattern.COMM_REDUCE, "maximum over axes")
 register_op("relax.min", _make_infer("relax.min", _NONBOOL_OR_BOOL),
             _simple_reduce("relax.min", "min"), OpPattern.COMM_REDUCE, "minimum over axes")
-register_op("relax.mean", _make_infer("relax.mean", _FLOAT), _legalize_with(_te_mean, "mean"),
+register_op("relax.mean", _make_infer("relax.mean", DTYPE_FLOAT), _legalize_with(_te_mean, "mean"),
             OpPattern.COMM_REDUCE, "mean over axes")
-register_op("relax.variance", _make_infer("relax.variance", _FLOAT),
+register_op("relax.variance", _make_infer("relax.variance", DTYPE_FLOAT),
             _legalize_with(_te_variance, "variance"), OpPattern.COMM_REDUCE,
             "population variance over axes")
-register_op("relax.std", _make_infer("relax.std", _FLOAT), _legalize_with(_te_std, "std"),
+register_op("relax.std", _make_infer("relax.std", DTYPE_FLOAT), _legalize_with(_te_std, "std"),
             OpPattern.COMM_REDUCE, "population standard deviation over axes")
 register_op("relax.argmax", _make_arg_infer("relax.argmax"), _te_arg("relax.argmax", "max"),
             OpPattern.COMM_REDUCE, "index of the maximum (int64)")
@@ -326,7 +324,7 @@ def _check_axis_arg(op_name, axis):
 
 
 def _reduce_call(op_name, x, axis, keepdims):
-    return make_call(op_name, [_as_expr(op_name, x)],
+    return make_call(op_name, [as_expr(x, op_name)],
                      {"axis": _check_axis_arg(op_name, axis), "keepdims": bool(keepdims)})
 
 
@@ -376,7 +374,7 @@ def _arg_call(op_name, x, axis, keepdims):
         if isinstance(axis, (list, tuple)) or isinstance(axis, bool):
             raise RelaxError(f"{op_name}: axis must be None or an int, got {axis!r}")
         axis = _check_axis_arg(op_name, axis)[0]
-    return make_call(op_name, [_as_expr(op_name, x)], {"axis": axis, "keepdims": bool(keepdims)})
+    return make_call(op_name, [as_expr(x, op_name)], {"axis": axis, "keepdims": bool(keepdims)})
 
 
 def argmax(x: Expr, axis: int | None = None, keepdims: bool = False) -> Call:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft import targets
 from tilecraft.tensorir import arith
 from tilecraft.tensorir.interpret import interpret
@@ -59,7 +60,7 @@ class FoldConstant(Pass):
         return _Folder(mod).visit_module()
 
 
-class _CannotFold(Exception):
+class _CannotFold(TilecraftError):
     pass
 
 

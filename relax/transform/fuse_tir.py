@@ -25,6 +25,7 @@ Examples
 """
 from __future__ import annotations
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir import arith
 from tilecraft.tensorir.expr import Let, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
@@ -122,7 +123,7 @@ class _CallRewriter(ExprMutator):
 # building the fused PrimFunc
 
 
-class _Unsupported(Exception):
+class _Unsupported(TilecraftError):
     pass
 
 

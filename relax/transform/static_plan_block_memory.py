@@ -50,11 +50,13 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from tilecraft.targets.webgpu_backend.runtime import SPEC_LIMITS
+from tilecraft.targets.webgpu_backend.storage import storage_dtype
 from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir.expr import IntImm, PrimExpr, Var as TirVar
 from tilecraft.tensorir.function import IRModule
-from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.functor import children, post_order_visit
 
 from ..expr import (BindingBlock, Call, DataflowBlock, DataflowVar, Expr, Function, GlobalVar,
                     MatchCast, PrimValue, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
@@ -121,7 +123,6 @@ def _free_tir_vars(e) -> list[TirVar]:
 
 def _used_vars(e, out: list):
     """Relax Vars referenced by ``e`` (recursively, also inside If branches)."""
-    from tilecraft.tensorir.functor import children
     if isinstance(e, Var):
         out.append(e)
         return
@@ -171,13 +172,11 @@ def device_storage(target) -> tuple:
     """
     if target is None or getattr(target, "kind", None) != "webgpu":
         return dt.itemsize, None
-    # the spec's defaults, what the runtime opens a device with (the wgpu package is not
-    # needed for these tables)
-    from tilecraft.targets.webgpu_backend.runtime import SPEC_LIMITS
-    from tilecraft.targets.webgpu_backend.storage import storage_dtype
 
     def itemsize(dtype: str) -> int:
         return dt.itemsize(storage_dtype(dtype))
+    # the spec's defaults, what the runtime opens a device with (the wgpu package is not
+    # needed for these tables)
     limit = min(SPEC_LIMITS["max-buffer-size"], SPEC_LIMITS["max-storage-buffer-binding-size"])
     return itemsize, limit
 

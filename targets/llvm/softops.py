@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from .irutil import F64, I32, I64, ModuleBuilder, is_vector, lanes_of, vec_type
+from .irutil import F64, I32, I64, ModuleBuilder, const, is_vector, lanes_of, vec_type
 
 _ARM_HWDIV_CPUS = {"cortex-a7", "cortex-a12", "cortex-a15", "cortex-a17", "cortex-a32",
                    "cortex-a35", "cortex-a53", "cortex-a55", "cortex-a57", "cortex-a72",
@@ -182,6 +182,5 @@ class SoftOps:
 
 
 def _c(ty, value):
-    from .irutil import const
     return const(ty, value)
 

@@ -32,16 +32,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.optional import MissingDependencyError, import_optional
 
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.buffer_pool import BufferPool
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
-from ..runtime.ndarray import NDArray, _dtype_name
+from ..runtime.ndarray import NDArray, _dtype_name, array
 
 
-class OpenCLError(RuntimeError):
+class OpenCLError(TilecraftError, RuntimeError):
     """No OpenCL platform, an unknown device, a missing device feature."""
 
 
@@ -303,7 +304,6 @@ class OpenCLNDArray(DeviceNDArray):
     def copyto(self, target) -> NDArray:
         if isinstance(target, NDArray):
             return target.copyfrom(self)
-        from ..runtime.ndarray import array
         if isinstance(target, Device) and target == self._device:
             out = OpenCLRuntime().empty(self._shape, self._dtype, target)
             return out.copyfrom(self)

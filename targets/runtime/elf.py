@@ -14,6 +14,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from tilecraft.errors import TilecraftError
+
+from ..target import ELF_MACHINE
+
 ELF_MAGIC = b"\x7fELF"
 MACHINE_NAMES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv"}
 ET_REL, ET_EXEC, ET_DYN = 1, 2, 3
@@ -25,7 +29,7 @@ EF_RISCV_FLOAT_ABI_MASK = 0x6
 EF_RISCV_FLOAT_ABI_DOUBLE = 0x4
 
 
-class NotELFError(ValueError):
+class NotELFError(TilecraftError, ValueError):
     """The bytes are not an ELF file."""
 
 
@@ -43,7 +47,6 @@ class ELFHeader:
 
     def arch_matches(self, arch: str) -> bool:
         """Whether this file is for ``arch`` (a ``targets.target.arch_of_triple`` name)."""
-        from ..target import ELF_MACHINE
         return ELF_MACHINE.get(arch) == self.machine and (self.bits == 64) == arch.endswith("64")
 
 

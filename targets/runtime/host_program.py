@@ -51,6 +51,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
+
 from .device import Device
 from .ndarray import NDArray
 
@@ -59,11 +61,11 @@ UINT32_MAX = 2 ** 32 - 1
 ERROR_SLOT = -1
 
 
-class DeviceKernelError(ValueError):
+class DeviceKernelError(TilecraftError, ValueError):
     """A run-time check inside a kernel failed (an index out of bounds, ...)."""
 
 
-class DeviceArgumentError(ValueError, TypeError):
+class DeviceArgumentError(TilecraftError, ValueError, TypeError):
     """Arguments that do not match a GPU function: count, kind, device, dtype, rank, a
     dimension. A ``ValueError`` (and a ``TypeError``, for a wrong count or kind)."""
 

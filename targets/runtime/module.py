@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..target import arch_of_triple, host_triple
 from . import abi
 from .device import Device, cpu
 from .elf import NotELFError, read_elf_file_header
@@ -587,8 +588,8 @@ class LibraryModule(Module):
         return os.fspath(path)
 
 
-def _host_arch() -> str:
-    from ..target import arch_of_triple, host_triple
+def host_arch() -> str:
+    """This machine's architecture name (``targets.target.arch_of_triple`` of the host)."""
     return arch_of_triple(host_triple())
 
 
@@ -628,7 +629,7 @@ def load_module(path: str) -> Module:
     except NotELFError:
         header = None  # not ELF (e.g. a Mach-O on macOS): let the dynamic loader judge
     if header is not None:
-        host = _host_arch()
+        host = host_arch()
         if not header.arch_matches(host):
             raise RuntimeError(f"{path} is a {header.bits}-bit {header.machine_name} library and "
                                f"cannot run on this machine ({host}); run it on its board, e.g. "

@@ -20,11 +20,9 @@ from tilecraft.tensorir.transform import DeviceLimitError, LaunchKernel, lower_d
 
 from ..gpu_codegen import nonneg_scalars, written_buffers
 from . import exprjson, storage
-from .runtime import note_target
+from .module import FORMAT, FORMAT_VERSION, WebGPUModule
+from .runtime import note_target, target_features, target_limits
 from .wgsl import Binding, WebGPUBuildError, WebGPULimitError, emit_kernel
-
-FORMAT = "tilecraft-webgpu"
-FORMAT_VERSION = 1
 
 
 class _VarNames:
@@ -275,7 +273,6 @@ def build_module(mod: IRModule, target) -> "Any":
     >>> mod = targets.build(sch.mod, "webgpu")          # doctest: +SKIP
     >>> print(mod.get_source())                          # doctest: +SKIP
     """
-    from .module import WebGPUModule
     if target.kind != "webgpu":
         raise WebGPUBuildError(f"the WebGPU back end builds for webgpu targets, not {target}")
     functions = []
@@ -295,10 +292,8 @@ def build_module(mod: IRModule, target) -> "Any":
 
 
 def _required(target) -> dict:
-    from .runtime import target_limits
     return target_limits(target)
 
 
 def _features(target) -> list:
-    from .runtime import target_features
     return sorted(target_features(target))

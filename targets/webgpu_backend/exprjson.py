@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir import expr as E
 
 _BINARY = {E.Add: "add", E.Sub: "sub", E.Mul: "mul", E.FloorDiv: "floordiv",
@@ -23,7 +24,7 @@ _BINARY = {E.Add: "add", E.Sub: "sub", E.Mul: "mul", E.FloorDiv: "floordiv",
            E.And: "and", E.Or: "or"}
 
 
-class ExprJSONError(ValueError):
+class ExprJSONError(TilecraftError, ValueError):
     """An expression that cannot be evaluated on the host (a load, a float, an unknown var)."""
 
 

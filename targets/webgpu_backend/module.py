@@ -38,8 +38,13 @@ from ..runtime.device import Device
 from ..runtime.host_program import (ERROR_SLOT, INT32_MAX, INT32_MIN, HostPlan, ParamSpec,
                                     eval_expr)
 from ..runtime.module import BenchmarkResult, Module, atomic_write_bytes, repeat_timings
+from ..target import Target
 from . import storage
-from .runtime import context, encode_commands
+from .runtime import context, encode_commands, note_target
+
+# the file format of an exported module (build.py writes it, load_webgpu_module reads it)
+FORMAT = "tilecraft-webgpu"
+FORMAT_VERSION = 1
 
 MAX_WORKGROUPS = 65535
 _BIND_TYPES = {"read": "read-only-storage", "read_write": "storage"}
@@ -460,15 +465,12 @@ def load_webgpu_module(path: str, data: bytes | None = None) -> WebGPUModule:
         meta = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{path} is not a WebGPU module (bad JSON: {err})") from None
-    from .build import FORMAT, FORMAT_VERSION
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{path} is not a tilecraft WebGPU module")
     if meta.get("version") != FORMAT_VERSION:
         raise ValueError(f"{path} is WebGPU module format version {meta.get('version')}; this "
                          f"runtime reads version {FORMAT_VERSION}")
     try:
-        from ..target import Target
-        from .runtime import note_target
         note_target(Target(meta["target_config"]))
     except Exception:
         pass

@@ -37,13 +37,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.optional import MissingDependencyError, import_optional
 
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.buffer_pool import BufferPool
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
-from ..runtime.ndarray import NDArray, _dtype_name
+from ..runtime.ndarray import NDArray, _dtype_name, array
 from . import storage
 
 # The WebGPU specification's default limits, by wgpu's names: what a browser grants unasked.
@@ -70,7 +71,7 @@ SPEC_LIMITS = {
 _ALIGNMENT_LIMITS = {"min-storage-buffer-offset-alignment", "min-uniform-buffer-offset-alignment"}
 
 
-class WebGPUError(RuntimeError):
+class WebGPUError(TilecraftError, RuntimeError):
     """No adapter, a missing feature, a limit the device does not have, a failed dispatch."""
 
 
@@ -608,7 +609,6 @@ class WebGPUNDArray(DeviceNDArray):
     def copyto(self, target) -> NDArray:
         if isinstance(target, NDArray):
             return target.copyfrom(self.numpy())
-        from ..runtime.ndarray import array
         return array(self.numpy(), target)
 
 

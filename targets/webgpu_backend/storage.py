@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
+
 # dtype -> the dtype of one element in a device buffer
 STORAGE_DTYPE = {
     "float32": "float32", "float16": "float16", "int32": "int32", "uint32": "uint32",
@@ -44,7 +46,7 @@ WIDENED = {"int8", "int16", "uint8", "uint16", "bool"}
 NARROWED = {"int64", "uint64"}
 
 
-class UnsupportedDTypeError(ValueError):
+class UnsupportedDTypeError(TilecraftError, ValueError):
     """A dtype WebGPU cannot hold (float64)."""
 
 

@@ -1,8 +1,7 @@
 """The schedule language of TensorIR: ``Schedule``, its random variables, traces and errors."""
 from .error import ScheduleError
 from .intrinsics import TensorIntrin
-from .rv import BlockRV, ExprRV, LoopRV
-from .schedule import Schedule
-from .trace import Instruction, Trace
+from .rv import BlockRV, ExprRV, Instruction, LoopRV
+from .schedule import Schedule, Trace
 
 __all__ = ["Schedule", "ScheduleError", "TensorIntrin", "BlockRV", "LoopRV", "ExprRV", "Trace", "Instruction"]

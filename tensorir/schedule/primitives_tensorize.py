@@ -18,6 +18,8 @@ from __future__ import annotations
 import itertools
 from typing import Sequence
 
+from tilecraft.errors import TilecraftError
+
 from .. import arith
 from ..expr import (Add, And, BufferLoad, EQ, IntImm, Let, Max, Min, Mul, NE, Or,
                     PrimExpr, Sub, TIRError, Var, floordiv, floormod)
@@ -372,7 +374,7 @@ def _top_blocks(s: Stmt) -> list[BlockRealize]:
 # tensorize: structural matching against the intrinsic's description
 
 
-class _Mismatch(Exception):
+class _Mismatch(TilecraftError):
     pass
 
 

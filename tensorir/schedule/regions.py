@@ -10,7 +10,7 @@ from typing import Mapping
 
 from .. import arith
 from ..expr import BufferLoad, IntImm, PrimExpr, Var
-from ..functor import substitute
+from ..functor import post_order_visit, substitute
 from ..stmt import (Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, Range, Stmt)
 from .tree import stmt_children
 
@@ -63,16 +63,14 @@ class _Collector:
             self.stmt(c, dom)
 
     def expr_fields(self, s, dom, skip=()):
-        from ..expr import PrimExpr as _P
         for f in s._fields:
             if f in skip:
                 continue
             v = getattr(s, f)
-            if isinstance(v, _P):
+            if isinstance(v, PrimExpr):
                 self.expr(v, dom)
 
     def expr(self, e: PrimExpr, dom: dict):
-        from ..functor import post_order_visit
 
         def visit(n):
             if isinstance(n, BufferLoad):

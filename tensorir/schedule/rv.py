@@ -1,11 +1,38 @@
-"""Random variables that stand for blocks, loops and sampled integers, and the ``traced``
-decorator that records primitive calls in the trace."""
+"""Random variables that stand for blocks, loops and sampled integers, the ``traced``
+decorator that records primitive calls in the trace, and the ``Instruction`` it records.
+
+An ``Instruction`` is ``(kind, inputs, attrs, outputs, decision)``. Inputs and outputs refer to
+random variables by name (``"b0"``, ``"l3"``, ``"v5"``); attrs are plain JSON values; a sampling
+instruction's ``decision`` is what it drew.
+"""
 from __future__ import annotations
 
 import functools
 import inspect
+from dataclasses import dataclass
+from typing import Any
 
-from .trace import Instruction
+
+@dataclass
+class Instruction:
+    kind: str
+    inputs: list            # RV names (str starting with "$"), literals, nested lists
+    attrs: dict
+    outputs: list[str]      # RV names
+    decision: Any = None
+
+    def to_json(self) -> list:
+        return [self.kind, self.inputs, self.attrs, self.outputs, self.decision]
+
+    @staticmethod
+    def from_json(data) -> "Instruction":
+        if not isinstance(data, (list, tuple)) or len(data) != 5:
+            raise ValueError(f"a trace instruction is [kind, inputs, attrs, outputs, decision], "
+                             f"got {data!r}")
+        kind, inputs, attrs, outputs, decision = data
+        if not isinstance(kind, str) or not isinstance(outputs, list) or not isinstance(attrs, dict):
+            raise ValueError(f"malformed trace instruction {data!r}")
+        return Instruction(kind, list(inputs), dict(attrs), list(outputs), decision)
 
 
 class _RV:

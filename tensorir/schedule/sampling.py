@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .. import arith
 from ..expr import IntImm, PrimExpr, Var
+from ..functor import free_vars, substitute
 from .error import ScheduleError
 from .rv import ExprRV, LoopRV, traced
 
@@ -66,8 +68,6 @@ def representative_extent(extent: PrimExpr | int, shape_hints: dict | None) -> i
         return extent
     if isinstance(extent, IntImm):
         return extent.value
-    from .. import arith
-    from ..functor import free_vars, substitute
     hints = shape_hints or {}
     vmap = {v: IntImm(int(hints[v.name]), v.dtype) for v in free_vars(extent)
             if isinstance(v, Var) and v.name in hints}

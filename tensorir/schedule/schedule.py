@@ -16,9 +16,19 @@ Examples
 >>> jo, ji = sch.split(j, [None, 16])
 >>> sch.vectorize(ji)
 >>> sch.parallel(i)
+
+The trace is replayable data: ``sch.trace.to_json()`` gives plain data, and
+``Trace.from_json(data).apply(func)`` replays it on the original function and returns a new
+Schedule (the two classes make each other, so they share this module). Replacing a decision
+(``trace.with_decision(i, d)``) replays with the new choice: this is how the tuner's mutators
+explore. ``trace.with_decisions_dropped()`` makes the sampling instructions draw again when
+replayed (a fresh sample of the same design space), and ``trace.without_postproc()`` cuts the
+trace at the ``enter_postproc`` mark.
 """
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,8 +44,10 @@ from .primitives_memory import MemoryPrimitives
 from .primitives_reduction import ReductionPrimitives
 from .primitives_tensorize import TensorizePrimitives
 from .sampling import SamplingPrimitives
-from .rv import BlockRV, ExprRV, LoopRV, _RV, traced
-from .trace import Instruction, Trace
+from .index_map import IndexMap
+from .rv import BlockRV, ExprRV, Instruction, LoopRV, _RV, traced
+
+TRACE_VERSION = 1
 
 
 class Schedule(LoopPrimitives, ComputeLocationPrimitives, MemoryPrimitives, ReductionPrimitives,
@@ -331,6 +343,106 @@ class _Location:
 
 def _decode_object(type_name: str, data):
     if type_name == "IndexMap":
-        from .index_map import IndexMap
         return IndexMap.from_json(data)
     raise ValueError(f"trace holds an object of unknown type {type_name!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the trace
+
+
+@dataclass
+class Trace:
+    instructions: list[Instruction] = field(default_factory=list)
+
+    def __len__(self):
+        return len(self.instructions)
+
+    def __iter__(self):
+        return iter(self.instructions)
+
+    def to_json(self) -> dict:
+        """Plain JSON data (dicts, lists, strings, numbers)."""
+        return {"version": TRACE_VERSION, "instructions": [i.to_json() for i in self.instructions]}
+
+    @staticmethod
+    def from_json(data) -> "Trace":
+        if isinstance(data, dict):
+            version = data.get("version")
+            if version != TRACE_VERSION:
+                raise ValueError(f"trace version {version!r} is not supported "
+                                 f"(this tilecraft reads version {TRACE_VERSION})")
+            data = data.get("instructions")
+        if not isinstance(data, list):
+            raise ValueError("a trace is a list of instructions")
+        return Trace([Instruction.from_json(i) for i in data])
+
+    @property
+    def decisions(self) -> dict[int, Any]:
+        """Index of each sampling instruction -> its decision."""
+        return {i: inst.decision for i, inst in enumerate(self.instructions)
+                if inst.decision is not None}
+
+    def with_decision(self, index: int, decision) -> "Trace":
+        """A copy with instruction ``index``'s decision replaced."""
+        t = Trace(copy.deepcopy(self.instructions))
+        if t.instructions[index].decision is None:
+            raise ValueError(f"instruction {index} ({t.instructions[index].kind}) makes no decision")
+        t.instructions[index].decision = copy.deepcopy(decision)
+        return t
+
+    def with_decisions_dropped(self, indices=None) -> "Trace":
+        """A copy whose sampling instructions (all, or those at ``indices``) have no decision:
+        replaying it draws them again from the schedule's seeded RNG.
+
+        Examples
+        --------
+        >>> fresh = sch.trace.with_decisions_dropped()               # doctest: +SKIP
+        >>> other = fresh.apply(func, seed=7)                        # doctest: +SKIP
+        """
+        t = Trace(copy.deepcopy(self.instructions))
+        chosen = None if indices is None else {int(i) for i in indices}
+        for i, inst in enumerate(t.instructions):
+            if chosen is None or i in chosen:
+                inst.decision = None
+        return t
+
+    @property
+    def postproc_index(self) -> int | None:
+        """Index of the first ``enter_postproc`` instruction, or None."""
+        for i, inst in enumerate(self.instructions):
+            if inst.kind == "enter_postproc":
+                return i
+        return None
+
+    def without_postproc(self) -> "Trace":
+        """A copy of the instructions before the first ``enter_postproc`` mark (all of them if
+        there is none)."""
+        end = self.postproc_index
+        insts = self.instructions if end is None else self.instructions[:end]
+        return Trace(copy.deepcopy(insts))
+
+    def apply(self, func_or_mod, seed: int | None = None, func_name: str | None = None):
+        """Replay on ``func_or_mod`` (the original, unscheduled function): a new Schedule."""
+        sch = Schedule(func_or_mod, seed=seed, func_name=func_name)
+        sch.replay(self)
+        return sch
+
+    def __str__(self):
+        lines = []
+        for inst in self.instructions:
+            outs = ", ".join(inst.outputs)
+            args = ", ".join(_show(x) for x in inst.inputs)
+            kw = ", ".join(f"{k}={v!r}" for k, v in inst.attrs.items() if k != "ret")
+            dec = f", decision={inst.decision!r}" if inst.decision is not None else ""
+            call = f"sch.{inst.kind}({', '.join(x for x in (args, kw) if x)}{dec})"
+            lines.append(f"{outs} = {call}" if outs else call)
+        return "\n".join(lines)
+
+
+def _show(x):
+    if isinstance(x, str) and x.startswith("$"):
+        return x[1:]
+    if isinstance(x, list):
+        return "[" + ", ".join(_show(v) for v in x) + "]"
+    return repr(x)

@@ -28,7 +28,8 @@ and are all reduce loops; the spatial indices do not depend on them.
 """
 from __future__ import annotations
 
-from ..expr import Add, And, BufferLoad, IntImm, Max, Min, Mul, PrimExpr, TIRError
+from ..expr import (Add, And, BufferLoad, IntImm, Max, Min, Mul, PrimExpr, TIRError, combine,
+                    identity_of)
 from ..function import PrimFunc
 from ..functor import IRMutator, IRVisitor
 from ..stmt import (Allocate, AssertStmt, BlockRealize, Buffer, BufferStore, For, IfThenElse,
@@ -40,12 +41,10 @@ _COMBINERS = {Add: "sum", Mul: "prod", Max: "max", Min: "min"}
 
 
 def _combine(kind: str, a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    from ..te import combine
     return combine(kind, a, b)
 
 
 def _identity(kind: str, dtype: str) -> PrimExpr:
-    from ..te import identity_of
     return identity_of(kind, dtype)
 
 

@@ -6,7 +6,7 @@ import pytest
 from oputil import run_op
 from tilecraft.relax import RelaxError, TensorStructInfo, Var, op
 from tilecraft.relax.op import OpPattern
-from tilecraft.relax.op._broadcast import broadcast_shapes
+from tilecraft.relax.op.helpers import broadcast_shapes
 from tilecraft.tensorir import var as tir_var
 
 RNG = np.random.default_rng(0)
@@ -374,11 +374,11 @@ def test_astype(src, dst):
 
 
 def test_run_time_checks_survive_compute_inline():
-    # the checks are statements of their own ahead of the loop nests: inlining a block (as the
-    # default schedules do after FuseTIR) keeps them
+    # the checks enclose the loop nests: inlining a block (as the default schedules do after
+    # FuseTIR) keeps them
     from tilecraft import targets
     from tilecraft.relax import BlockBuilder
-    from tilecraft.relax.op._broadcast import call_te_checked
+    from tilecraft.relax.op.helpers import call_te, dim_checks
     from tilecraft.tensorir import te
     from tilecraft.tensorir.schedule import Schedule
 
@@ -388,8 +388,8 @@ def test_run_time_checks_survive_compute_inline():
 
     bb = BlockBuilder()
     x, y = sinfo_var("x", ("n",)), sinfo_var("y", ("m",))
-    call = call_te_checked(bb, add_exp, x, y, checks=[(x.shape[0], y.shape[0])],
-                           op_name="relax.test", primfunc_name_hint="add_exp")
+    call = call_te(bb, add_exp, x, y, checks=dim_checks("relax.test", [(x.shape[0], y.shape[0])]),
+                   primfunc_name_hint="add_exp")
     sch = Schedule(bb.get()[call.args[0].name_hint])
     sch.compute_inline(sch.get_block("s"))
     f = targets.build(sch.func, "llvm")[call.args[0].name_hint]

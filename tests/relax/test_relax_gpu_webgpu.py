@@ -89,5 +89,5 @@ def test_planned_storage_is_device_bytes(dev):
         q = np.trunc(x * 4).astype("int8").astype("float32") * 0.25
         (got,) = vm["main"](x)
         np.testing.assert_allclose(got.numpy(), x - q, rtol=1e-6, atol=1e-6)
-    storages = list(vm._static_storage.values())
+    storages = list(vm._tensor_ops.static_storage.values())
     assert storages and all(s.storage_nbytes <= st["static_storage_bytes"] for s in storages)

@@ -21,21 +21,24 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
+from tilecraft.errors import TilecraftError
 from tilecraft import tensorir
 from tilecraft.tensorir.expr import IntImm, PrimExpr, TIRError, Var as TirVar
+from tilecraft.tensorir.function import IRModule
 
 from ... import op as _op
 from ...block_builder import BlockBuilder
-from ...expr import Constant, Expr, RelaxError, ShapeExpr, Tuple, Var, const
+from ...expr import Call, Constant, Expr, Op, RelaxError, ShapeExpr, Tuple, Var, const
 from ...struct_info import ShapeStructInfo, TensorStructInfo
-from tilecraft.tensorir.function import IRModule
 from ..common import UnsupportedError
 from ..shape_facts import ShapeFacts
 from .registry import (CONTRIB_CONVERTERS, CONVERTERS, ConversionError, NeedsConstant, OnnxNode,
                        onnx_dtype_name,
                        supported_elem_type, to_dtype, to_numpy, ONNX_DTYPES)
+from .values import Known, Tensors, Value
 from . import lowbit
 from . import known as _known
+from . import ops  # noqa: F401  (the converters register themselves when imported)
 
 MIN_OPSET = 7
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -155,66 +158,6 @@ def _toposort(graph: onnx.GraphProto, outer: set) -> list[onnx.NodeProto]:
         if not progress:
             return order + pending
     return order
-
-
-# ---------------------------------------------------------------------------------------------
-# values
-
-
-class Value:
-    """What the importer knows about one ONNX value: a Relax expression, an import-time value
-    (numpy; an object array of ints and PrimExprs for symbolic integers), or both."""
-
-    __slots__ = ("expr", "known", "dtype", "logical", "dq")
-
-    def __init__(self, expr: Expr | None = None, known: np.ndarray | None = None,
-                 dtype: str | None = None, logical: str | None = None, dq=None):
-        self.expr = expr
-        self.known = known
-        # the output of a DequantizeLinear: its integer source (ops/quant.py ``Dequantized``),
-        # which consumers (MatMul, Gemm, Conv) may compute on directly as int8 kernels
-        self.dq = dq
-        # a type without a tilecraft dtype ("bfloat16", "float8e4m3fn", "int4"...): the value
-        # holds its storage (lowbit.py)
-        self.logical = logical
-        if dtype is None:
-            if known is not None and known.dtype != object:
-                dtype = str(known.dtype)
-            elif expr is not None and isinstance(expr.struct_info, TensorStructInfo):
-                dtype = expr.struct_info.dtype
-        self.dtype = dtype
-
-    @property
-    def shape(self):
-        if self.expr is not None and isinstance(self.expr.struct_info, TensorStructInfo):
-            return self.expr.struct_info.shape
-        if self.known is not None:
-            return tuple(IntImm(d, "int64") for d in self.known.shape)
-        return None
-
-    def __repr__(self):
-        return f"Value(expr={self.expr!r}, known={self.known!r}, dtype={self.dtype})"
-
-
-class Known:
-    """A converter result computed at import time: ``Known(array)`` or ``Known(obj_array,
-    "int64")`` for symbolic integers."""
-
-    __slots__ = ("array", "dtype")
-
-    def __init__(self, array, dtype: str | None = None):
-        self.array = np.asarray(array) if not isinstance(array, np.ndarray) else array
-        self.dtype = dtype or str(self.array.dtype)
-
-
-class Tensors:
-    """A converter result standing for several tensors that the importer keeps as a Relax tuple
-    (ONNX sequences)."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items):
-        self.items = list(items)
 
 
 def _sanitize(name: str) -> str:
@@ -882,8 +825,6 @@ _NUMPY_FOLDS = {
 
 
 def _fold_constant_call(expr: Expr) -> Constant | None:
-    from ...expr import Call
-    from ...op.base import Op
     if not isinstance(expr, Call) or not isinstance(expr.op, Op):
         return None
     fn = _NUMPY_FOLDS.get(expr.op.name)
@@ -909,7 +850,7 @@ def _is_poisoned(ctx: GraphContext, name: str) -> bool:
         return False
 
 
-class _NeedsTypes(Exception):
+class _NeedsTypes(TilecraftError):
     """The operator's function body depends on its input types (known only when converting)."""
 
 
@@ -1017,7 +958,6 @@ def _rename_node(inner, rename, attrs, prefix):
 
 def _type_proto(v: "Value") -> onnx.TypeProto:
     """A TypeProto of an imported value (for context-dependent function bodies)."""
-    from .registry import ONNX_DTYPES
     inv = {d: k for k, d in ONNX_DTYPES.items()}
     tp = onnx.TypeProto()
     tp.tensor_type.elem_type = lowbit.ONNX_OF[v.logical] if v.logical else \
@@ -1079,6 +1019,4 @@ def from_onnx(model, shape_dict: Mapping[str, Sequence] | None = None,
     >>> vm = relax.VirtualMachine(relax.build(mod, "llvm"), targets.cpu(0))       # doctest: +SKIP
     >>> logits = vm["main"](images)                                               # doctest: +SKIP
     """
-    # the converters register themselves when their modules are imported
-    from . import ops  # noqa: F401
     return GraphImporter(shape_dict, keep_params_in_input, opset).import_model(model)

@@ -17,12 +17,14 @@ import operator
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir.expr import IntImm, Max, Min, Not, PrimExpr, Var as TirVar, truncdiv
 from tilecraft.tensorir.functor import post_order_visit
 
 from .registry import ConversionError, ONNX_DTYPES
+from .values import Known
 
 # numeric constants folded here may be as large as this; a ConstantOfShape / Expand / Tile /
 # Range making more elements becomes a kernel instead (it would bloat the module)
@@ -34,7 +36,7 @@ MAX_CONSTANT_OF_SHAPE = 1 << 26
 MAX_SYMBOLIC_ELEMENTS = 256
 
 
-class _NotFoldable(Exception):
+class _NotFoldable(TilecraftError):
     pass
 
 
@@ -543,7 +545,6 @@ _rule("Reciprocal")(_unary_float(np.reciprocal))
 
 def fold(ctx, node):
     """The outputs of ``node`` computed at import time, or None (see the module docstring)."""
-    from .importer import Known
     rule = _RULES.get(node.op_type)
     if rule is None:
         return _fold_by_reference(ctx, node)
@@ -596,7 +597,6 @@ def _fold_by_reference(ctx, node):
     """A node whose inputs are all small numeric constants, evaluated with ONNX's reference
     implementation (the specification's own code), so that values such as a trip count
     computed from constants are known."""
-    from .importer import Known
     if node.op_type in _NO_REFERENCE or any(a.type in (7, 10) for a in node.proto.attribute):
         return None
     arrays = []

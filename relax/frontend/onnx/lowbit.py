@@ -21,11 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import Cast, FloatImm, IntImm, Select, call as tir_call
+from tilecraft.tensorir.expr import (Cast, FloatImm, FloorDiv, FloorMod, IntImm, Select,
+                                     call as tir_call)
 
 from ... import op as _op
 from ...expr import Expr, const
+from ...op.helpers import call_te
+from .emit import emit_map, mark_opaque
 
 
 @dataclass(frozen=True)
@@ -153,9 +157,7 @@ def decode(ctx, x: Expr, fmt: FloatFormat, dtype: str = "float32") -> Expr:
             v = Select(sign == IntImm(1, u64), -v, v)
             return Cast(dtype, v)
         return te.compute(shape, f, "T_decode_" + fmt.name)
-    from .ops.common import mark_opaque
-    from ...op.manipulate import _call_te
-    call = _call_te(ctx.bb, kernel, x, name="decode_" + fmt.name)
+    call = call_te(ctx.bb, kernel, x, primfunc_name_hint="decode_" + fmt.name)
     mark_opaque(ctx, call)
     return ctx.emit(call, "decoded")
 
@@ -220,7 +222,6 @@ def _encode_fn(fmt: FloatFormat, saturate: bool):
 def _encode_e8m0(saturate: bool, round_mode: str):
     """ONNX's ``to_float8e8m0``: the float32 exponent field, rounded by the mantissa
     (``up``, ``down`` or ``nearest``); NaN and infinity give 0xFF."""
-    from tilecraft.tensorir.expr import FloorDiv, FloorMod
     f32 = _encode_fn(NATIVE_FLOATS["float32"], False)
     i64 = "int64"
 
@@ -251,7 +252,6 @@ def encode(ctx, x: Expr, fmt: FloatFormat, saturate: bool = False,
     """Bit patterns of ``fmt`` for the float tensor ``x``, rounded to nearest even.
     ``saturate``: out-of-range values (and infinities) become the largest finite value, as
     ONNX's reference ``saturate_cast``; else infinity (``"ieee"`` formats) or NaN."""
-    from .ops.common import emit_map
     fn = _encode_e8m0(saturate, round_mode) if fmt.kind == "e8m0" else \
         _encode_fn(fmt, saturate)
     return emit_map(ctx, fn, x, dtype=fmt.storage, name="encode_" + fmt.name, opaque=True)
@@ -260,8 +260,6 @@ def encode(ctx, x: Expr, fmt: FloatFormat, saturate: bool = False,
 def encode_int(ctx, x: Expr, fmt: IntFormat) -> Expr:
     """``x`` converted to a 4- or 2-bit integer as ``ml_dtypes`` does (the value truncated
     towards zero; out of range, NaN or infinite gives 0), in its storage dtype."""
-    from tilecraft.tensorir import dtype as dt
-    from .ops.common import emit_map
     src = ctx.dtype(x)
 
     def f(v):

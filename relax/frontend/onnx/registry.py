@@ -25,15 +25,18 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir import dtype as dt
 
+from . import lowbit
 
-class ConversionError(ValueError):
+
+class ConversionError(TilecraftError, ValueError):
     """A node that cannot be converted although its operator is supported: a bad attribute value
     or incompatible input shapes. The importer adds the node name, op type and opset."""
 
 
-class NeedsConstant(Exception):
+class NeedsConstant(TilecraftError):
     """Raised by ``GraphContext.known_ints`` when an input that must be known at import time is
     computed at run time; the importer reports it as an unsupported use."""
 
@@ -64,14 +67,12 @@ def onnx_dtype_name(elem_type: int) -> str:
 
 def supported_elem_type(elem_type: int) -> bool:
     """A tilecraft dtype, or a type carried in a storage dtype (``lowbit.py``)."""
-    from . import lowbit
     return elem_type in ONNX_DTYPES or lowbit.format_of(elem_type) is not None
 
 
 def to_dtype(elem_type: int, where: str) -> str:
     """The tilecraft dtype (the storage dtype for the ``lowbit`` types) of an ONNX element
     type; ``ConversionError`` for those we lack."""
-    from . import lowbit
     fmt = lowbit.format_of(elem_type)
     if fmt is not None:
         return fmt.storage
@@ -87,7 +88,6 @@ def to_numpy(tensor: onnx.TensorProto, where: str) -> np.ndarray:
     """A TensorProto's data (raw, typed or external); ``ValueError`` when it is malformed.
     Types without a tilecraft dtype (bfloat16, float8, 4- and 2-bit) come in their storage
     dtype (``lowbit.py``)."""
-    from . import lowbit
     fmt = lowbit.format_of(tensor.data_type)
     if tensor.data_type not in ONNX_DTYPES and fmt is None:
         raise ConversionError(f"{where}: the element type {onnx_dtype_name(tensor.data_type)} "

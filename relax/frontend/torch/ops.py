@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.tensorir import arith
 from tilecraft.tensorir import expr as tir
 
@@ -30,7 +31,7 @@ from ...struct_info import TensorStructInfo, TupleStructInfo
 _END = (1 << 63) - 1
 
 
-class Unsupported(Exception):
+class Unsupported(TilecraftError):
     """A converter cannot express this call; the message says why."""
 
 

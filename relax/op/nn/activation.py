@@ -23,9 +23,10 @@ from tilecraft.tensorir.expr import FloatImm, IntImm, Max, Min, Select
 
 from ...expr import Call, Expr, RelaxError
 from ...struct_info import TensorStructInfo
-from .._broadcast import check_nargs, float_acc_dtype, normalize_axis, out_name, tensor_sinfo
-from ..base import OpPattern, call as make_call, register_op
-from ..elementwise import _as_expr, _check_class, _FLOAT, _NUMERIC, sigmoid as _sigmoid
+from ..base import OpPattern, as_expr, call as make_call, register_op
+from ..elementwise import sigmoid as _sigmoid
+from ..helpers import (DTYPE_FLOAT, DTYPE_NUMERIC, check_dtype_class, check_nargs, float_acc_dtype,
+                       normalize_axis, out_name, tensor_sinfo)
 from ..reduction import keep_index
 
 __all__ = ["relu", "relu6", "gelu", "gelu_tanh", "silu", "sigmoid", "softplus", "leaky_relu",
@@ -101,17 +102,17 @@ def _selu(x, a):
 
 
 _ACTS = {
-    "relu": (_relu, _NUMERIC, "max(x, 0)"),
-    "relu6": (_relu6, _NUMERIC, "min(max(x, 0), 6)"),
-    "gelu": (_gelu, _FLOAT, "0.5 x (1 + erf(x / sqrt(2)))"),
-    "gelu_tanh": (_gelu_tanh, _FLOAT, "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"),
-    "silu": (_silu, _FLOAT, "x sigmoid(x)"),
-    "softplus": (_softplus, _FLOAT, "log(1 + exp(beta x)) / beta, x above threshold"),
-    "leaky_relu": (_leaky_relu, _FLOAT, "x if x > 0 else alpha x"),
-    "hard_sigmoid": (_hard_sigmoid, _FLOAT, "max(0, min(1, alpha x + beta))"),
-    "hard_swish": (_hard_swish, _FLOAT, "x relu6(x + 3) / 6"),
-    "elu": (_elu, _FLOAT, "x if x > 0 else alpha (exp(x) - 1)"),
-    "selu": (_selu, _FLOAT, "scale elu(x, alpha) with the SELU constants"),
+    "relu": (_relu, DTYPE_NUMERIC, "max(x, 0)"),
+    "relu6": (_relu6, DTYPE_NUMERIC, "min(max(x, 0), 6)"),
+    "gelu": (_gelu, DTYPE_FLOAT, "0.5 x (1 + erf(x / sqrt(2)))"),
+    "gelu_tanh": (_gelu_tanh, DTYPE_FLOAT, "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"),
+    "silu": (_silu, DTYPE_FLOAT, "x sigmoid(x)"),
+    "softplus": (_softplus, DTYPE_FLOAT, "log(1 + exp(beta x)) / beta, x above threshold"),
+    "leaky_relu": (_leaky_relu, DTYPE_FLOAT, "x if x > 0 else alpha x"),
+    "hard_sigmoid": (_hard_sigmoid, DTYPE_FLOAT, "max(0, min(1, alpha x + beta))"),
+    "hard_swish": (_hard_swish, DTYPE_FLOAT, "x relu6(x + 3) / 6"),
+    "elu": (_elu, DTYPE_FLOAT, "x if x > 0 else alpha (exp(x) - 1)"),
+    "selu": (_selu, DTYPE_FLOAT, "scale elu(x, alpha) with the SELU constants"),
 }
 
 
@@ -119,7 +120,7 @@ def _make_act_infer(op_name, cls):
     def infer(call: Call):
         check_nargs(op_name, call, 1)
         si = tensor_sinfo(op_name, call, 0, "the input")
-        _check_class(op_name, cls, si.dtype, call)
+        check_dtype_class(op_name, cls, si.dtype, call)
         return TensorStructInfo(si.shape, si.dtype, si.ndim)
     return infer
 
@@ -143,7 +144,7 @@ for _name, (_fc, _cls, _doc) in _ACTS.items():
 
 def _act(name, x, **attrs):
     op_name = "relax.nn." + name
-    return make_call(op_name, [_as_expr(op_name, x)], attrs or None)
+    return make_call(op_name, [as_expr(x, op_name)], attrs or None)
 
 
 def _number(op_name, what, v) -> float:
@@ -236,7 +237,7 @@ def _make_softmax_infer(op_name):
     def infer(call: Call):
         check_nargs(op_name, call, 1)
         si = tensor_sinfo(op_name, call, 0, "the input")
-        _check_class(op_name, _FLOAT, si.dtype, call)
+        check_dtype_class(op_name, DTYPE_FLOAT, si.dtype, call)
         axis = call.attr_dict.get("axis", -1)
         if si.ndim >= 0:
             if si.ndim == 0:
@@ -313,11 +314,11 @@ def softmax(x: Expr, axis: int = -1) -> Call:
     >>> softmax(x, axis=1).struct_info   # doctest: +SKIP
     Tensor((n, 10), 'float32')
     """
-    return make_call("relax.nn.softmax", [_as_expr("relax.nn.softmax", x)],
+    return make_call("relax.nn.softmax", [as_expr(x, "relax.nn.softmax")],
                      {"axis": _axis_attr("relax.nn.softmax", axis)})
 
 
 def log_softmax(x: Expr, axis: int = -1) -> Call:
     """``log(softmax(x))`` along ``axis``, computed as ``x - max - log(sum(exp(x - max)))``."""
-    return make_call("relax.nn.log_softmax", [_as_expr("relax.nn.log_softmax", x)],
+    return make_call("relax.nn.log_softmax", [as_expr(x, "relax.nn.log_softmax")],
                      {"axis": _axis_attr("relax.nn.log_softmax", axis)})

@@ -31,8 +31,8 @@ from tilecraft.tensorir.expr import IntImm, PrimExpr, floordiv, floormod
 from ...expr import Expr, RelaxError
 from ...struct_info import TensorStructInfo
 from ..base import OpPattern, as_expr, call, register_op
-from .._broadcast import call_te_checked, out_name
-from ..linear_algebra import _dim_str, _fmt, _result_dtype, check_equal_dims
+from ..helpers import (call_te, check_equal_dims, dim_checks, fmt_dim, fmt_shape, out_name,
+                       result_dtype)
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose"]
 
@@ -114,7 +114,7 @@ def simplify(e) -> PrimExpr:
 
 def check_positive(op: str, value: PrimExpr, what: str, detail: str = "") -> PrimExpr:
     if Analyzer().can_prove(value < 1):
-        raise RelaxError(f"{op}: the output {what} would be {_dim_str(value)}{detail}")
+        raise RelaxError(f"{op}: the output {what} would be {fmt_dim(value)}{detail}")
     return value
 
 
@@ -203,11 +203,11 @@ def _conv_shape(op: str, n: int, dshape, wshape, a: dict, transpose: bool,
     else:
         if isinstance(O, IntImm) and O.value % g:
             raise RelaxError(f"{op}: groups {g} does not divide the output channels {O.value} "
-                             f"(weight shape {_fmt(wshape)}, kernel_layout {kl})")
+                             f"(weight shape {fmt_shape(wshape)}, kernel_layout {kl})")
         ig = simplify(I * g)
         check_equal_dims(op, ana, C, ig, f"the data channels and the weight's input channels x "
-                                         f"groups ({_dim_str(I)} x {g}, weight shape "
-                                         f"{_fmt(wshape)} in {kl})", assume)
+                                         f"groups ({fmt_dim(I)} x {g}, weight shape "
+                                         f"{fmt_shape(wshape)} in {kl})", assume)
         out_c = O
     out_sp = {}
     for i, c in enumerate(sp):
@@ -216,12 +216,12 @@ def _conv_shape(op: str, n: int, dshape, wshape, a: dict, transpose: bool,
         pb, pe = a["padding"][i], a["padding"][i + n]
         if transpose:
             o = simplify((H - 1) * s - pb - pe + d * (k - 1) + a["output_padding"][i] + 1)
-            detail = (f" (input {DIM_NAMES[c]} {_dim_str(H)}, kernel {_dim_str(k)}, stride {s}, "
+            detail = (f" (input {DIM_NAMES[c]} {fmt_dim(H)}, kernel {fmt_dim(k)}, stride {s}, "
                       f"padding {pb}+{pe})")
         else:
             o = simplify(floordiv(H + (pb + pe - d * (k - 1) - 1), s) + 1)
-            detail = (f" (input {DIM_NAMES[c]} {_dim_str(H)} with padding {pb}+{pe} is smaller "
-                      f"than the dilated kernel {_dim_str(simplify(d * (k - 1) + 1))})")
+            detail = (f" (input {DIM_NAMES[c]} {fmt_dim(H)} with padding {pb}+{pe} is smaller "
+                      f"than the dilated kernel {fmt_dim(simplify(d * (k - 1) + 1))})")
         out_sp[c] = check_positive(op, o, DIM_NAMES[c], detail)
     dims = {"N": N, "C": out_c, **out_sp}
     return tuple(dims[c] for c in ol)
@@ -420,7 +420,7 @@ def _make_conv(n: int, transpose: bool):
         a = _conv_attrs(op, n, call_.attr_dict, transpose)
         sd = tensor_shape(op, call_.args[0], "data", n + 2)
         sw = tensor_shape(op, call_.args[1], "weight", n + 2)
-        dtype = _result_dtype(op, [sd.dtype, sw.dtype], a["out_dtype"])
+        dtype = result_dtype(op, [sd.dtype, sw.dtype], a["out_dtype"])
         if sd.shape is None or sw.shape is None:
             return TensorStructInfo(None, dtype, n + 2)
         return TensorStructInfo(_conv_shape(op, n, sd.shape, sw.shape, a, transpose), dtype)
@@ -435,9 +435,8 @@ def _make_conv(n: int, transpose: bool):
         if transpose:
             kw["output_padding"] = a["output_padding"]
         kw.update(n=n, out_dtype=call_.struct_info.dtype, name=op)
-        return call_te_checked(bb, _te_conv_transpose if transpose else _te_conv, data, weight,
-                               checks=assume, op_name=op, primfunc_name_hint=op.split(".")[-1],
-                               **kw)
+        return call_te(bb, _te_conv_transpose if transpose else _te_conv, data, weight,
+                       checks=dim_checks(op, assume), primfunc_name_hint=op.split(".")[-1], **kw)
 
     register_op(op, infer, legalize, OpPattern.OUT_EWISE_FUSABLE,
                 doc=f"{n}-D {'transposed ' if transpose else ''}convolution.")

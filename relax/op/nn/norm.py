@@ -24,17 +24,15 @@ Tensor((n, 16, 768), 'float32')
 """
 from __future__ import annotations
 
-from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import arith, dtype as dt
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import FloatImm, FloorMod, IntImm
+from tilecraft.tensorir.expr import Cast, FloatImm, FloorMod, IntImm
 
 from ...expr import Call, Expr, RelaxError
 from ...struct_info import TensorStructInfo, TupleStructInfo
-from .._broadcast import (call_te_checked, check_nargs, dims_differ, dims_equal, float_acc_dtype,
-                          fmt_dim, fmt_shape, normalize_axes, normalize_axis, out_name,
-                          tensor_sinfo)
-from ..base import OpPattern, call as make_call, register_op
-from ..elementwise import _as_expr
+from ..helpers import (call_te, check_nargs, dim_checks, dims_differ, dims_equal, float_acc_dtype,
+                       fmt_dim, fmt_shape, normalize_axes, normalize_axis, out_name, tensor_sinfo)
+from ..base import OpPattern, as_expr, call as make_call, register_op
 from ..reduction import keep_index, reduce_count, te_reduce
 
 __all__ = ["batch_norm", "layer_norm", "group_norm", "rms_norm"]
@@ -169,9 +167,10 @@ def te_batch_norm(x, gamma, beta, moving_mean, moving_var, axis, epsilon, center
 def _legalize_batch_norm(bb, call: Call):
     _, checks = _bn_checks(call)
     a = call.attr_dict
-    return call_te_checked(bb, te_batch_norm, *call.args, a["axis"], a["epsilon"], a["center"],
-                           a["scale"], a["momentum"], a["training"], checks=checks,
-                           op_name="relax.nn.batch_norm", primfunc_name_hint="batch_norm")
+    return call_te(bb, te_batch_norm, *call.args, a["axis"], a["epsilon"], a["center"],
+                   a["scale"], a["momentum"], a["training"],
+                   checks=dim_checks("relax.nn.batch_norm", checks),
+                   primfunc_name_hint="batch_norm")
 
 
 register_op("relax.nn.batch_norm", _infer_batch_norm, _legalize_batch_norm,
@@ -194,7 +193,7 @@ def batch_norm(data: Expr, gamma: Expr, beta: Expr, moving_mean: Expr, moving_va
     >>> out = bb.emit(relax.TupleGetItem(bb.emit(bn), 0))      # doctest: +SKIP
     """
     op_name = "relax.nn.batch_norm"
-    args = [_as_expr(op_name, a) for a in (data, gamma, beta, moving_mean, moving_var)]
+    args = [as_expr(a, op_name) for a in (data, gamma, beta, moving_mean, moving_var)]
     if isinstance(axis, bool) or not isinstance(axis, int):
         raise RelaxError(f"{op_name}: axis must be an int, got {axis!r}")
     attrs = {"axis": axis, "epsilon": _eps(op_name, epsilon), "center": bool(center),
@@ -264,9 +263,9 @@ def te_layer_norm(x, gamma, beta, axes, epsilon, center, scale):
 def _legalize_layer_norm(bb, call: Call):
     _, checks = _ln_checks(call)
     a = call.attr_dict
-    return call_te_checked(bb, te_layer_norm, *call.args, list(a["axes"]), a["epsilon"],
-                           a["center"], a["scale"], checks=checks,
-                           op_name="relax.nn.layer_norm", primfunc_name_hint="layer_norm")
+    return call_te(bb, te_layer_norm, *call.args, list(a["axes"]), a["epsilon"],
+                   a["center"], a["scale"], checks=dim_checks("relax.nn.layer_norm", checks),
+                   primfunc_name_hint="layer_norm")
 
 
 register_op("relax.nn.layer_norm", _infer_layer_norm, _legalize_layer_norm,
@@ -293,7 +292,7 @@ def layer_norm(data: Expr, gamma: Expr, beta: Expr, axes=-1, epsilon: float = 1e
     Tensor((n, 16, 768), 'float32')
     """
     op_name = "relax.nn.layer_norm"
-    args = [_as_expr(op_name, a) for a in (data, gamma, beta)]
+    args = [as_expr(a, op_name) for a in (data, gamma, beta)]
     attrs = {"axes": _axes_attr(op_name, axes), "epsilon": _eps(op_name, epsilon),
              "center": bool(center), "scale": bool(scale)}
     return make_call(op_name, args, attrs)
@@ -367,8 +366,6 @@ def te_group_norm(x, gamma, beta, num_groups, channel_axis, axes, epsilon, cente
     n_expr = cg
     for d in axes:
         n_expr = n_expr * x.shape[d]
-    from tilecraft.tensorir import arith
-    from tilecraft.tensorir.expr import Cast
     n_expr = arith.simplify(n_expr)
     n = FloatImm(float(n_expr.value), acc) if isinstance(n_expr, IntImm) else Cast(acc, n_expr)
 
@@ -416,10 +413,10 @@ def te_group_norm(x, gamma, beta, num_groups, channel_axis, axes, epsilon, cente
 def _legalize_group_norm(bb, call: Call):
     _, checks = _gn_checks(call)
     a = call.attr_dict
-    return call_te_checked(bb, te_group_norm, *call.args, a["num_groups"], a["channel_axis"],
-                           None if a["axes"] is None else list(a["axes"]), a["epsilon"],
-                           a["center"], a["scale"], checks=checks,
-                           op_name="relax.nn.group_norm", primfunc_name_hint="group_norm")
+    return call_te(bb, te_group_norm, *call.args, a["num_groups"], a["channel_axis"],
+                   None if a["axes"] is None else list(a["axes"]), a["epsilon"],
+                   a["center"], a["scale"], checks=dim_checks("relax.nn.group_norm", checks),
+                   primfunc_name_hint="group_norm")
 
 
 register_op("relax.nn.group_norm", _infer_group_norm, _legalize_group_norm,
@@ -440,7 +437,7 @@ def group_norm(data: Expr, gamma: Expr, beta: Expr, num_groups: int, channel_axi
     Tensor((n, 32, 8, 8), 'float32')
     """
     op_name = "relax.nn.group_norm"
-    args = [_as_expr(op_name, a) for a in (data, gamma, beta)]
+    args = [as_expr(a, op_name) for a in (data, gamma, beta)]
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
         raise RelaxError(f"{op_name}: num_groups must be a positive int, got {num_groups!r}")
     if isinstance(channel_axis, bool) or not isinstance(channel_axis, int):
@@ -499,9 +496,8 @@ def te_rms_norm(x, weight, axes, epsilon):
 def _legalize_rms_norm(bb, call: Call):
     _, checks = _rms_checks(call)
     a = call.attr_dict
-    return call_te_checked(bb, te_rms_norm, *call.args, list(a["axes"]), a["epsilon"],
-                           checks=checks, op_name="relax.nn.rms_norm",
-                           primfunc_name_hint="rms_norm")
+    return call_te(bb, te_rms_norm, *call.args, list(a["axes"]), a["epsilon"],
+                   checks=dim_checks("relax.nn.rms_norm", checks), primfunc_name_hint="rms_norm")
 
 
 register_op("relax.nn.rms_norm", _infer_rms_norm, _legalize_rms_norm, OpPattern.COMM_REDUCE,
@@ -518,6 +514,6 @@ def rms_norm(data: Expr, weight: Expr, axes=-1, epsilon: float = 1e-5) -> Call:
     Tensor((n, 16, 768), 'float32')
     """
     op_name = "relax.nn.rms_norm"
-    args = [_as_expr(op_name, a) for a in (data, weight)]
+    args = [as_expr(a, op_name) for a in (data, weight)]
     return make_call(op_name, args, {"axes": _axes_attr(op_name, axes),
                                      "epsilon": _eps(op_name, epsilon)})

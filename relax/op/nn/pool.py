@@ -28,8 +28,7 @@ from tilecraft.tensorir.expr import IntImm, PrimExpr, floordiv, max_, min_, min_
 from ...expr import Expr, RelaxError
 from ...struct_info import TensorStructInfo
 from ..base import OpPattern, as_expr, call, register_op
-from .._broadcast import out_name
-from ..linear_algebra import _dim_str
+from ..helpers import fmt_dim, out_name
 from .conv import (DIM_NAMES, SPATIAL, check_layout, check_positive, int_tuple, pad_stage,
                    pad_tuple, simplify, tensor_shape)
 
@@ -81,7 +80,7 @@ def _pool_shape(op: str, n: int, shape, a: dict) -> tuple[PrimExpr, ...]:
         pb, pe = a["padding"][i], a["padding"][i + n]
         o = _pool_out_dim(H, k, s, d, pb, pe, a["ceil_mode"])
         dims[c] = check_positive(op, o, DIM_NAMES[c],
-                                 f" (input {DIM_NAMES[c]} {_dim_str(H)} with padding {pb}+{pe} "
+                                 f" (input {DIM_NAMES[c]} {fmt_dim(H)} with padding {pb}+{pe} "
                                  f"is smaller than the dilated window {d * (k - 1) + 1})")
     return tuple(dims[c] for c in a["out_layout"])
 

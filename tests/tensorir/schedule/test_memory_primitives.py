@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tilecraft.tensorir import te, transform, var
+from tilecraft.tensorir import arith, te, transform, var
 from tilecraft.tensorir.expr import IntImm, TIRError
 from tilecraft.tensorir.functor import substitute
 from tilecraft.tensorir.interpret import interpret
@@ -362,7 +362,6 @@ def test_index_map_shape_inverse_and_json():
     with pytest.raises(TIRError, match="not a bijection"):
         m.inverse([40, 8])
     inv, pad = m.non_surjective_inverse([40, 8])
-    from tilecraft.tensorir import arith
     for y0 in range(3):
         for y2 in range(16):
             is_pad = arith.simplify(substitute(

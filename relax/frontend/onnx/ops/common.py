@@ -1,18 +1,16 @@
-"""Helpers shared by the converter families."""
+"""Helpers shared by the converter families (the kernels they emit themselves are in
+``emit.py``)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from tilecraft.tensorir import dtype as dt
-from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr
 
 from .... import op as _op
 from ....expr import Expr, const
-from ....op._broadcast import broadcast_index, broadcast_shapes, out_name
-from ....op.manipulate import _call_te
 from ..registry import ConversionError
 
 
@@ -48,35 +46,6 @@ def imm(value, dtype: str) -> PrimExpr:
     return IntImm(int(value), dtype)
 
 
-def emit_map(ctx, fcompute: Callable, *inputs: Expr, dtype: str | None = None,
-             name: str = "map", opaque: bool = False) -> Expr:
-    """An elementwise kernel over broadcast ``inputs``: ``out[i] = fcompute(*[x[i] ...])``,
-    for operations the Relax operator set lacks (``Atan``, ``IsNaN``, bitwise ops).
-    ``opaque``: never fused with its neighbours (for long expressions that use their input
-    many times: fusion would inline the producer into every use)."""
-    shapes = [ctx.shape(x) for x in inputs]
-    out_shape = broadcast_shapes(name, *shapes)
-    out_dtype = dtype or ctx.dtype(inputs[0])
-
-    def kernel(*ts):
-        def body(*idx):
-            vals = [t[broadcast_index(idx, t.shape, out_shape)] for t in ts]
-            return fcompute(*vals)
-        return te.compute(out_shape, body, out_name(name, *ts))
-    call = _call_te(ctx.bb, kernel, *inputs, name=name)
-    if opaque:
-        mark_opaque(ctx, call)
-    return ctx.emit(call, name)
-
-
-def mark_opaque(ctx, call) -> None:
-    """Give the kernel ``call`` calls the OPAQUE fusion pattern."""
-    from ....op.base import OpPattern
-    gvar = call.args[0]
-    func = ctx.bb._funcs[gvar.name_hint]
-    ctx.bb.update_func(gvar, func.with_attr("op_pattern", int(OpPattern.OPAQUE)))
-
-
 def cast(ctx, x: Expr, dtype: str) -> Expr:
     if ctx.dtype(x) == dtype:
         return x
@@ -90,7 +59,49 @@ def prod(dims):
     return out
 
 
-def emit_kernel(ctx, te_func: Callable, *args, name: str = "kernel", scalars=(), **kwargs) -> Expr:
-    """``te_func`` (tensor arguments become te placeholders) as a kernel call, emitted; symbolic
-    dims that no input binds (output sizes from ``runtime_dims``) become scalar parameters."""
-    return ctx.emit(_call_te(ctx.bb, te_func, *args, scalars=scalars, name=name, **kwargs), name)
+def conv_kernel_shape(node, w_shape) -> list[int]:
+    """A Conv / ConvTranspose / QLinearConv node's ``kernel_shape`` (else the weight's static
+    spatial dims)."""
+    ks = node.attr("kernel_shape")
+    if ks is None:
+        ks = [static_int(d) for d in w_shape[2:]]
+        if any(k is None for k in ks):
+            raise ConversionError("the kernel shape must be static")
+    return list(ks)
+
+
+def conv_auto_pads(node, in_dims, kernel, strides, dilations, transpose=False):
+    """ONNX ``pads`` (begins then ends) for ``auto_pad``; None entries: use ``pads``."""
+    mode = node.attr("auto_pad", "NOTSET")
+    n = len(kernel)
+    if mode in ("NOTSET", ""):
+        pads = node.attr("pads")
+        return list(pads) if pads is not None else [0] * (2 * n)
+    if mode == "VALID":
+        return [0] * (2 * n)
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ConversionError(f"auto_pad {mode!r} is not supported")
+    begins, ends = [], []
+    for d, k, s, dil in zip(in_dims, kernel, strides, dilations):
+        eff = (k - 1) * dil + 1
+        if transpose:
+            total = None
+        else:
+            dim = static_int(d)
+            if dim is None:
+                if s != 1:
+                    raise ConversionError(f"auto_pad {mode} with stride {s} on a symbolic "
+                                          f"spatial dim ({d}) needs padding that depends on the "
+                                          f"run-time size; give the dim a static value")
+                total = eff - 1
+            else:
+                out = -(-dim // s)
+                total = max((out - 1) * s + eff - dim, 0)
+        small, big = total // 2, total - total // 2
+        if mode == "SAME_UPPER":
+            begins.append(small)
+            ends.append(big)
+        else:
+            begins.append(big)
+            ends.append(small)
+    return begins + ends

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from .... import op as _op
-from ..importer import Value
+from ...common import UnsupportedError
 from ..registry import ConversionError, NeedsConstant, converter
+from ..values import Value
 from .common import norm_axis, static_int
 
 MAX_UNROLL = 1024
@@ -21,7 +22,6 @@ MAX_UNROLL = 1024
 def _convert_subgraph(ctx, graph, bindings: dict) -> list:
     """Convert ``graph`` with its inputs bound to ``bindings`` (name -> Value); return its
     outputs as Values."""
-    from ...common import UnsupportedError
     before = len(ctx.importer.problems)
     ctx.scopes.append({})
     try:

@@ -12,11 +12,16 @@ import numpy as np
 
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import Cast, FloatImm, IntImm, Select, call as tir_call
+from tilecraft.tensorir.expr import (Cast, FloatImm, FloorDiv, FloorMod, IntImm, Select,
+                                     call as tir_call)
 
 from .... import op as _op
+from .. import lowbit
+from ..emit import emit_map
+from ..lowbit import format_of
 from ..registry import ConversionError, ONNX_DTYPES, converter, onnx_dtype_name
-from .common import cast, emit_map, scalar
+from ..values import Value
+from .common import cast, scalar
 
 # ---------------------------------------------------------------------------------------------
 # arithmetic
@@ -249,7 +254,6 @@ def _pow2(y, dtype):
 
 def _bitwise(combine, name):
     """``combine`` applied to each bit pair (two's complement bits for signed types)."""
-    from tilecraft.tensorir.expr import FloorDiv, FloorMod
 
     def f(a, b):
         d = a.dtype
@@ -269,12 +273,10 @@ def _bitwise(combine, name):
 
 
 def te_floordiv(a, b):
-    from tilecraft.tensorir.expr import FloorDiv
     return FloorDiv(a, b)
 
 
 def te_floormod(a, b):
-    from tilecraft.tensorir.expr import FloorMod
     return FloorMod(a, b)
 
 
@@ -345,7 +347,6 @@ def _signed_shift(left: bool, bits: int):
     """Shifts of signed integers: arithmetic right shift (floor division by 2 ** s), left shift
     wrapping in two's complement; a shift < 0 or >= the width gives the sign fill (-1 for a
     negative value shifted right, else 0)."""
-    from tilecraft.tensorir.expr import FloorDiv
 
     def f(a, s):
         d = a.dtype
@@ -535,7 +536,6 @@ def _clip(ctx, node):
 
 
 def _cast_check(node):
-    from ..lowbit import format_of
     to = node.attr("to")
     if to is not None and to not in ONNX_DTYPES and format_of(to) is None:
         return [f"casting to {onnx_dtype_name(to)} is not supported (no tilecraft dtype)"]
@@ -546,8 +546,6 @@ def _cast_check(node):
 
 def cast_value(ctx, v, target: int, saturate: bool = True, round_mode: str = "up"):
     """The value ``v`` converted to the ONNX element type ``target`` (native or lowbit)."""
-    from .. import lowbit
-    from ..importer import Value
     src = lowbit.BY_NAME.get(v.logical) if v.logical else None
     tgt = lowbit.format_of(target)
     if tgt is not None and src is tgt:
@@ -579,7 +577,6 @@ def _cast(ctx, node):
 
 @converter("CastLike", family="elementwise", doc="convert to the dtype of the second input")
 def _cast_like(ctx, node):
-    from .. import lowbit
     like = ctx.value(node, 1)
     if like.logical is not None:
         target = lowbit.ONNX_OF[like.logical]
@@ -592,7 +589,6 @@ def _cast_like(ctx, node):
            doc="reinterpret the bits as another type of the same width (NaN payloads are "
                "not kept)")
 def _bitcast(ctx, node):
-    from .. import lowbit
     x = ctx.input(node, 0)
     src, target = ctx.dtype(x), ONNX_DTYPES.get(node.attr("to"))
     if target is None:

@@ -12,9 +12,14 @@ import math
 
 import numpy as np
 
+from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import Cast, FloatImm, FloorMod, IntImm, Select
+
 from .... import op as _op
+from ..emit import emit_kernel
 from ..registry import ConversionError, NeedsConstant, converter
 from .common import norm_axes, static_int
+from .tensor import _runtime_ints
 
 _MODES = {"nearest", "linear", "cubic"}
 _COORD = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -74,7 +79,6 @@ def _resize(ctx, node, x, scales, sizes, mode, coord, nearest, cubic_a, exclude)
             full_scales[a] = float(s)
             d = static_int(xs[a])
             if d is None:
-                from tilecraft.tensorir.expr import Cast, FloatImm
                 out[a] = Cast("int64", Cast("float64", xs[a]) * FloatImm(float(s), "float64"))
             else:
                 out[a] = int(math.floor(d * float(s)))
@@ -117,7 +121,6 @@ def _resize_conv(ctx, node):
             if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
                 raise NeedsConstant("input 3 (sizes) must be a constant with "
                                     "keep_aspect_ratio_policy", node.inputs[3])
-            from .tensor import _runtime_ints
             xs = ctx.shape(x)
             axes = node.attr("axes")
             axes = norm_axes(axes, len(xs)) if axes is not None else list(range(len(xs)))
@@ -163,9 +166,6 @@ def _grid_check(node):
                "padding; 2-D and 3-D)")
 def _grid_sample(ctx, node):
     import itertools
-    from tilecraft.tensorir import te
-    from tilecraft.tensorir.expr import Cast, FloatImm, FloorMod, IntImm, Select
-    from .common import emit_kernel
     x, grid = ctx.input(node, 0), ctx.input(node, 1)
     xs, gs = ctx.shape(x), ctx.shape(grid)
     r = len(xs) - 2

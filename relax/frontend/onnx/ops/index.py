@@ -10,11 +10,13 @@ from tilecraft.tensorir.expr import IntImm, Select, Var as TirVar
 from tilecraft.tensorir.stmt import Block, BlockRealize, BufferRegion, BufferStore, For, Range, seq
 
 from .... import op as _op
-from ....op.manipulate import _call_prim
+from ....expr import const
+from ....op.helpers import call_prim
 from ....struct_info import TensorStructInfo
-from ..importer import Known
+from ..emit import emit_kernel
 from ..registry import ConversionError, NeedsConstant, converter
-from .common import cast, emit_kernel, norm_axis, scalar, static_int
+from ..values import Known
+from .common import cast, norm_axis, scalar, static_int
 
 
 def _normalized(ctx, idx, n):
@@ -64,7 +66,6 @@ def _gather_nd(ctx, node):
     dims = [xs[b + k] for k in range(q)]
     if all(isinstance(d, IntImm) for d in dims) and not dt.is_uint(ctx.dtype(idx)):
         nn = np.array([int(d.value) for d in dims], dtype=dt.to_numpy(ctx.dtype(idx)))
-        from ....expr import const
         neg = ctx.emit(_op.less(idx, scalar(0, ctx.dtype(idx))))
         idx = ctx.emit(_op.where(neg, ctx.emit(_op.add(idx, const(nn))), idx))
     return _op.gather_nd(x, idx, b)
@@ -129,7 +130,7 @@ def _scatter_nd(ctx, node):
     root = func.body.block
     func = func.replace(body=func.body.replace(block=root.replace(
         body=seq(root.body, BlockRealize([], None, block)))))
-    return ctx.emit(_call_prim(ctx.bb, func, "scatter_nd", [x, idx, upd],
+    return ctx.emit(call_prim(ctx.bb, func, "scatter_nd", [x, idx, upd],
                                TensorStructInfo(xs, d)), "scatter_nd")
 
 
@@ -171,7 +172,6 @@ def _compress(ctx, node):
                             "on its values", node.inputs[1])
     picks = np.nonzero(cond.reshape(-1).astype(bool))[0].astype(np.int64)
     axis = node.attr("axis")
-    from ....expr import const
     if axis is None:
         flat = ctx.emit(_op.reshape(x, (-1,)))
         return _op.take(flat, const(picks), 0)

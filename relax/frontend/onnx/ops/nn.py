@@ -15,55 +15,12 @@ from tilecraft.tensorir.expr import IntImm, Select
 
 from .... import op as _op
 from ....expr import TupleGetItem, const
-from ..registry import ConversionError, converter
+from ..emit import emit_kernel
+from ..registry import ConversionError, NeedsConstant, converter
 from . import quant
-from .common import cast, emit_kernel, norm_axes, norm_axis, scalar, static_int
-
-
-def _kernel_shape(node, w_shape):
-    ks = node.attr("kernel_shape")
-    if ks is None:
-        ks = [static_int(d) for d in w_shape[2:]]
-        if any(k is None for k in ks):
-            raise ConversionError("the kernel shape must be static")
-    return list(ks)
-
-
-def _auto_pads(node, in_dims, kernel, strides, dilations, transpose=False):
-    """ONNX ``pads`` (begins then ends) for ``auto_pad``; None entries: use ``pads``."""
-    mode = node.attr("auto_pad", "NOTSET")
-    n = len(kernel)
-    if mode in ("NOTSET", ""):
-        pads = node.attr("pads")
-        return list(pads) if pads is not None else [0] * (2 * n)
-    if mode == "VALID":
-        return [0] * (2 * n)
-    if mode not in ("SAME_UPPER", "SAME_LOWER"):
-        raise ConversionError(f"auto_pad {mode!r} is not supported")
-    begins, ends = [], []
-    for d, k, s, dil in zip(in_dims, kernel, strides, dilations):
-        eff = (k - 1) * dil + 1
-        if transpose:
-            total = None
-        else:
-            dim = static_int(d)
-            if dim is None:
-                if s != 1:
-                    raise ConversionError(f"auto_pad {mode} with stride {s} on a symbolic "
-                                          f"spatial dim ({d}) needs padding that depends on the "
-                                          f"run-time size; give the dim a static value")
-                total = eff - 1
-            else:
-                out = -(-dim // s)
-                total = max((out - 1) * s + eff - dim, 0)
-        small, big = total // 2, total - total // 2
-        if mode == "SAME_UPPER":
-            begins.append(small)
-            ends.append(big)
-        else:
-            begins.append(big)
-            ends.append(small)
-    return begins + ends
+from .common import (cast, conv_auto_pads, conv_kernel_shape, norm_axes, norm_axis, prod, scalar,
+                     static_int)
+from .tensor import _simplify
 
 
 def _add_bias(ctx, y, b, rank):
@@ -90,10 +47,10 @@ def _conv(ctx, node):
     x, w, b = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
     xs, ws = ctx.shape(x), ctx.shape(w)
     n = len(xs) - 2
-    kernel = _kernel_shape(node, ws)
+    kernel = conv_kernel_shape(node, ws)
     strides = node.attr("strides", [1] * n)
     dil = node.attr("dilations", [1] * n)
-    pads = _auto_pads(node, xs[2:], kernel, strides, dil)
+    pads = conv_auto_pads(node, xs[2:], kernel, strides, dil)
     groups = node.attr("group", 1)
     q = quant.qdq_conv2d(ctx, node, ctx.value(node, 0), ctx.value(node, 1), strides, pads, dil,
                          groups) if n == 2 else None
@@ -122,7 +79,7 @@ def _conv_transpose(ctx, node):
     n = len(xs) - 2
     if n not in (1, 2):
         raise ConversionError(f"ConvTranspose of {n} spatial dims is not supported (1 or 2)")
-    kernel = _kernel_shape(node, ws)
+    kernel = conv_kernel_shape(node, ws)
     strides = node.attr("strides", [1] * n)
     dil = node.attr("dilations", [1] * n)
     out_pad = list(node.attr("output_padding", [0] * n))
@@ -190,9 +147,9 @@ def _pool_args(ctx, node, x):
     dil = node.attr("dilations", [1] * n)
     if node.attr("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
         # pooling SAME: output = ceil(in / stride) (with dilations, as onnxruntime)
-        pads = _auto_pads(node, xs[2:], kernel, strides, dil)
+        pads = conv_auto_pads(node, xs[2:], kernel, strides, dil)
     else:
-        pads = _auto_pads(node, xs[2:], kernel, strides, dil)
+        pads = conv_auto_pads(node, xs[2:], kernel, strides, dil)
     return n, kernel, strides, dil, pads
 
 
@@ -609,8 +566,6 @@ def _coerced_2d(ctx, node, x, fn):
     axis = norm_axis(node.attr("axis", 1), len(xs))
     if axis == len(xs) - 1:
         return fn(x, -1)
-    from .tensor import _simplify
-    from .common import prod
     flat = ctx.emit(_op.reshape(x, (_simplify(prod(xs[:axis])), _simplify(prod(xs[axis:])))))
     y = ctx.emit(fn(flat, 1))
     return _op.reshape(y, xs)
@@ -654,15 +609,12 @@ def _dropout(ctx, node):
     if node.version >= 12 and node.has_input(2):
         t = ctx.known(node, 2)
         if t is None or t.dtype == object:
-            from ..registry import NeedsConstant
             raise NeedsConstant("input 2 (training_mode) must be a constant", node.inputs[2])
         if bool(t.reshape(-1)[0]):
             ratio = ctx.known(node, 1) if node.has_input(1) else np.array(0.5)
             if ratio is None or ratio.dtype == object:
-                from ..registry import NeedsConstant
                 raise NeedsConstant("input 1 (ratio) must be a constant", node.inputs[1])
             if float(ratio.reshape(-1)[0]) != 0.0:
-                from ...common import UnsupportedError
                 raise UnsupportedError("from_onnx", ["Dropout in training mode with a ratio "
                                                      "above 0 (random) is not supported"])
     outs = [ctx.value(node, 0)]

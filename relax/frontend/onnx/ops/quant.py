@@ -14,9 +14,12 @@ import numpy as np
 
 from .... import op as _op
 from ....expr import const
+from .. import lowbit
+from ..lowbit import format_of
 from ..registry import (ConversionError, ONNX_DTYPES, contrib_converter, converter,
                         onnx_dtype_name)
-from .common import cast, norm_axis, scalar, static_int
+from ..values import Value
+from .common import cast, conv_auto_pads, conv_kernel_shape, norm_axis, scalar, static_int
 
 _RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
            "int32": (-2 ** 31, 2 ** 31 - 1)}
@@ -53,7 +56,6 @@ def _saturate_round(ctx, y, target):
 
 
 def _q_check(node):
-    from ..lowbit import format_of
     od = node.attr("output_dtype")
     if od and od not in ONNX_DTYPES and format_of(od) is None:
         return [f"output_dtype {onnx_dtype_name(od)} is not supported (no tilecraft dtype)"]
@@ -62,7 +64,6 @@ def _q_check(node):
 
 def _float_input(ctx, v):
     """A value as a float32-or-wider tensor (lowbit floats decoded, lowbit ints as values)."""
-    from .. import lowbit
     x = ctx.expr(v)
     if v.logical is not None and lowbit.is_float_format(v.logical):
         return lowbit.decode(ctx, x, lowbit.BY_NAME[v.logical])
@@ -73,8 +74,6 @@ def _float_input(ctx, v):
            doc="saturate(round(x / scale) + zero_point) (per tensor, per axis, blocked; int8, "
                "uint8, int16, uint16, int4, uint4, int2, uint2, float8, float4)")
 def _quantize(ctx, node):
-    from .. import lowbit
-    from ..importer import Value
     x, scale = ctx.input(node, 0), ctx.input(node, 1)
     zpv = ctx.value(node, 2)
     axis = node.attr("axis", 1)
@@ -148,7 +147,6 @@ def _dequantized(ctx, node) -> Dequantized | None:
            doc="(x - zero_point) * scale (per tensor, per axis, blocked; lowbit types too); "
                "MatMul / Gemm / Conv of int8 / uint8 QDQ pairs run as int8 kernels")
 def _dequantize(ctx, node):
-    from ..importer import Value
     y = _dequantize_float(ctx, node)
     dq = _dequantized(ctx, node)
     return Value(ctx.emit(y), dq=dq) if dq is not None else y
@@ -251,13 +249,12 @@ def _qlinear_matmul(ctx, node):
 
 
 def _int_conv(ctx, node, x, w):
-    from .nn import _auto_pads, _kernel_shape
     xs, ws = ctx.shape(x), ctx.shape(w)
     n = len(xs) - 2
-    kernel = _kernel_shape(node, ws)
+    kernel = conv_kernel_shape(node, ws)
     strides = node.attr("strides", [1] * n)
     dil = node.attr("dilations", [1] * n)
-    pads = _auto_pads(node, xs[2:], kernel, strides, dil)
+    pads = conv_auto_pads(node, xs[2:], kernel, strides, dil)
     groups = node.attr("group", 1)
     fn = {1: _op.nn.conv1d, 2: _op.nn.conv2d, 3: _op.nn.conv3d}.get(n)
     if fn is None:

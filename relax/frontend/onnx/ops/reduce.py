@@ -12,7 +12,8 @@ from tilecraft.tensorir.expr import PrimExpr, Select
 from .... import op as _op
 from ....expr import TupleGetItem
 from ..registry import ConversionError, NeedsConstant, converter
-from .common import cast, emit_kernel, norm_axes, norm_axis, scalar, static_int
+from ..emit import emit_kernel
+from .common import cast, norm_axes, norm_axis, scalar, static_int
 
 
 def _reduce_axes(ctx, node, rank):

@@ -16,7 +16,8 @@ from tilecraft.tensorir.expr import Select
 
 from .... import op as _op
 from ..registry import ConversionError, converter
-from .common import emit_kernel, scalar, static_int
+from ..emit import emit_kernel
+from .common import scalar, static_int
 
 MAX_STEPS = 1024
 

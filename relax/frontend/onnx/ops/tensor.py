@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
 from tilecraft.tensorir.arith import Analyzer
@@ -19,10 +20,12 @@ from tilecraft.tensorir.expr import FloorMod, IntImm, Max, Min, PrimExpr, Select
 from .... import op as _op
 from ....expr import Expr, ShapeExpr, TupleGetItem, const
 from ....struct_info import TensorStructInfo
-from ..importer import Known
+from .. import lowbit
+from ..emit import emit_kernel
 from ..known import as_int, is_symbolic
-from ..registry import ConversionError, NeedsConstant, converter
-from .common import cast, emit_kernel, norm_axes, norm_axis, prod, scalar, static_int
+from ..registry import ConversionError, NeedsConstant, ONNX_DTYPES, converter
+from ..values import Known, Value
+from .common import cast, norm_axes, norm_axis, prod, scalar, static_int
 
 _I64 = "int64"
 
@@ -82,7 +85,6 @@ def _size(ctx, node):
 
 
 def _simplify(e):
-    from tilecraft.tensorir import arith
     return arith.Analyzer().simplify(e)
 
 
@@ -98,8 +100,6 @@ def _constant_check(node):
 def _constant(ctx, node):
     a = node.attrs
     if "value" in a:
-        from .. import lowbit
-        from ..importer import Value
         for attr in node.proto.attribute:
             fmt = lowbit.format_of(attr.t.data_type) if attr.name == "value" else None
             if fmt is not None:
@@ -576,7 +576,6 @@ def _eye_like(ctx, node):
     x = ctx.input(node, 0)
     n, m = ctx.shape(x)
     dtype = node.attr("dtype")
-    from ..registry import ONNX_DTYPES
     d = ONNX_DTYPES[dtype] if dtype is not None else ctx.dtype(x)
     return _op.eye(n, m, node.attr("k", 0), d)
 
