@@ -48,6 +48,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+import tilecraft
+
 __all__ = ["KernelCache", "CacheInfo", "cache_key", "code_fingerprint", "default_cache",
            "default_directory", "resolve", "use", "ENV_DIR", "ENV_SWITCH", "ENV_MAX_MB"]
 
@@ -266,11 +268,7 @@ def code_fingerprint() -> str:
                                 h.update(hashlib.sha256(f.read()).digest())
                         except OSError:
                             h.update(b"unreadable")
-        try:
-            from tilecraft import __version__ as version
-        except ImportError:
-            version = "unknown"
-        h.update(str(version).encode("utf-8"))
+        h.update(str(tilecraft.__version__).encode("utf-8"))
         _FINGERPRINT = h.hexdigest()
     return _FINGERPRINT
 

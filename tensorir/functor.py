@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from .expr import Node, PrimExpr, TIRError, Var
-from .stmt import Buffer
+from .expr import Let, Node, PrimExpr, TIRError, Var, convert
+from .function import PrimFunc
+from .stmt import Block, Buffer, For, LetStmt
 
 
 def children(node: Node):
@@ -133,7 +134,6 @@ class IRMutator(IRFunctor):
 
 
 def _rebuild(node, changed):
-    from .function import PrimFunc
     if isinstance(node, PrimFunc):
         if "buffer_map" in changed:
             changed["buffer_map"] = dict(changed["buffer_map"])
@@ -181,7 +181,6 @@ def substitute(node, vmap):
 
 
 def _const(value, like: Var):
-    from .expr import convert
     return convert(value, like)
 
 
@@ -204,8 +203,6 @@ def post_order_visit(node, fn: Callable[[Node], None]) -> None:
 def free_vars(node) -> list[Var]:
     """Variables used in ``node`` that ``node`` does not define (loop, iter and let vars are
     defined), in first-use order."""
-    from .stmt import Block, For, LetStmt
-    from .expr import Let
     defined: set[Var] = set()
     out: dict[Var, None] = {}
 

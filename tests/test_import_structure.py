@@ -28,17 +28,6 @@ OPTIONAL_BACKENDS = {
         "the LLVM code generator imports llvmlite, which the board side does not have",
 }
 
-# TEMPORARY: function-level imports in files other developers were editing in parallel when this
-# test was written (the code generators and tensorir/functor.py). They are left for the lead to
-# move to the top of their modules after merging; remove each entry then.
-TEMPORARY_IN_FILES_EDITED_ELSEWHERE = {
-    ("tensorir/functor.py", "tilecraft.tensorir.function"),
-    ("tensorir/functor.py", "tilecraft.tensorir.expr"),
-    ("tensorir/functor.py", "tilecraft.tensorir.stmt"),
-    ("targets/llvm/codegen.py", "tilecraft.tensorir.expr"),
-}
-
-
 def _package_dirs() -> dict[str, str]:
     """Each layer's folder, found without importing it (a checkout or an installed wheel)."""
     out = {}
@@ -107,7 +96,7 @@ def function_level_imports() -> list[tuple[str, int, str]]:
 
 
 def test_no_tilecraft_imports_inside_functions():
-    allowed = set(OPTIONAL_BACKENDS) | TEMPORARY_IN_FILES_EDITED_ELSEWHERE
+    allowed = set(OPTIONAL_BACKENDS)
     bad = [f"{path}:{line}: imports {mod} inside a function"
            for path, line, mod in function_level_imports() if (path, mod) not in allowed]
     assert not bad, ("move these imports to the top of their module (and fix the import cycle "
@@ -116,7 +105,7 @@ def test_no_tilecraft_imports_inside_functions():
 
 def test_allow_lists_are_still_needed():
     seen = {(path, mod) for path, _, mod in function_level_imports()}
-    stale = sorted((set(OPTIONAL_BACKENDS) | TEMPORARY_IN_FILES_EDITED_ELSEWHERE) - seen)
+    stale = sorted((set(OPTIONAL_BACKENDS)) - seen)
     assert not stale, f"no longer imported inside a function: remove from the allow-list: {stale}"
 
 

@@ -44,9 +44,9 @@ import numpy as np
 
 from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
-from tilecraft.tensorir.expr import (Add, BufferLoad, Call, Cast, CmpOp, Div, FloatImm, FloorDiv,
-                                     FloorMod, IntImm, Let, Mod, Mul, Not, PrimExpr, Reduce,
-                                     Select, StringImm, TIRError, Var)
+from tilecraft.tensorir.expr import (GE, GT, LE, LT, Add, And, BufferLoad, Call, Cast, CmpOp, Div,
+                                     FloatImm, FloorDiv, FloorMod, IntImm, Let, Mod, Mul, Not,
+                                     PrimExpr, Reduce, Select, StringImm, TIRError, Var)
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRFunctor, free_vars, post_order_visit
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer,
@@ -526,7 +526,6 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         integer comparison whose sides are affine in the lane (or an ``And`` of such and
         lane-invariant terms); None for any other condition. An affine difference is monotonic
         over the lanes, so the comparison at the first or the last lane decides."""
-        from tilecraft.tensorir.expr import GE, GT, LE, LT, And
         vec = self.ctx.vec
         if isinstance(cond, And):
             parts = [self._all_lanes(x) if self._stride(x) != 0 else x for x in (cond.a, cond.b)]
