@@ -9,6 +9,8 @@
 - ``FuseTIR()``: each ``Primitive`` function becomes one PrimFunc.
 - ``DecomposeOpsForInference()``: inference ``batch_norm`` becomes a per-channel scale and shift.
 - ``FoldScaleAxis()``: constant per-channel scales fold into conv2d / matmul / linear weights.
+- ``FoldPad()``: an explicit constant ``pad`` folds into the padding of the conv2d / pooling
+  that reads it (where that keeps the result).
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
   elementwise operators between them) run in NHWC, with one permutation at each end.
 - ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
@@ -28,6 +30,7 @@ from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
 from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
+from .fold_pad import FoldPad
 from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout
 from .pipeline import get_pipeline
@@ -38,5 +41,5 @@ from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout", "ConvertLayout",
+           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "AlterLayout", "ConvertLayout",
            "QuantizeInt8Dynamic", "QuantizeInt8Static", "QuantizeInt4Weight"]
