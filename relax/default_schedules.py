@@ -49,6 +49,7 @@ from tilecraft.tensorir.schedule import tree
 from tilecraft.tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
 
 from .backend.cpu import KERNELS, block_rule
+from .backend.cpu.dense import RULE_DENSE
 from .backend.cpu.schedule_utils import (MIN_PARALLEL_WORK, MR, SYMBOLIC_EXTENT, VECTOR_STRIDES,
                                          block_lanes, finish_tile_block, fuse_epilogue,
                                          input_indices, intermediate_buffers, is_spatial,
@@ -81,11 +82,11 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     """``func`` with the default schedule for ``target`` (unchanged for non-CPU targets and
     kernels that are already scheduled).
 
-    A kernel whose matmul-like block has a symbolic row count ``n`` runs each tile of ``MR``
+    A dense layer (``RULE_DENSE``) with a symbolic row count ``n`` runs each tile of ``MR``
     rows on a tile of exactly the rows it has (``split_row_tails``: ``MR`` rows, or the
     ``n % MR`` of the last tile, each without row tests), so ``n = 1`` runs a 1-row tile and
-    ``n = 8`` one of 6 and one of 2, as the kernels built for those row counts do. Where the
-    row loops do not have that form, the kernel gets two versions of its body instead, ``if n
+    ``n = 8`` one of 6 and one of 2, as the kernels built for those row counts do. Another
+    matmul-like block with a symbolic row count gets two versions of its body instead, ``if n
     <= GEMV_MAX_ROWS: <row-vector version> else: <register-tile version>``: a tile of ``MR``
     rows at ``n = 1`` would be all tail (masked rows and a row test per reduction step), so
     small ``n`` runs each row on its own predicate-free ``1 x width`` micro-kernel instead.
@@ -618,17 +619,21 @@ class _SplitRowTails(IRMutator):
         io = loop.loop_var
         row_vars: set[int] = set()
         row_loops: list[For] = []
+        dense = []
 
         def find(node):
             if isinstance(node, BlockRealize):
                 r, _ = _without_row_test(node.predicate, io, c, n)
                 if r is not None:
                     row_vars.add(id(r))
+                    dense.append(block_rule(node.block) == RULE_DENSE)
             elif isinstance(node, For):
                 row_loops.append(node)
         post_order_visit(loop.body, find)
         rows = [f for f in row_loops if id(f.loop_var) in row_vars]
-        if not rows or any(not (isinstance(f.extent, IntImm) and f.extent.value == c and
+        # the dense family's tiles only: a generic matmul-like block's accumulators (attention
+        # scores, with their column versions) were no longer compacted to one tile
+        if not any(dense) or not rows or any(not (isinstance(f.extent, IntImm) and f.extent.value == c and
                                 isinstance(f.min, IntImm) and f.min.value == 0) for f in rows):
             return loop
         left = n - io * c           # rows from this tile on
@@ -641,7 +646,8 @@ class _SplitRowTails(IRMutator):
 
 
 def split_row_tails(func: PrimFunc) -> PrimFunc:
-    """``func`` (scheduled) with each loop over the row tiles of a symbolic split,
+    """``func`` (scheduled) with each loop over the row tiles of a dense layer's (the
+    ``RULE_DENSE`` family's) symbolic split,
     ``for io in range((n + c - 1) // c)``, running a tile of exactly the rows it has: ``if n -
     io * c >= c: <c rows> elif n - io * c == 1: <1 row> ... else: <c - 1 rows>``, each with its
     row loops of constant extent and no row tests. With a row test inside the reduction LLVM
