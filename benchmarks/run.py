@@ -35,6 +35,7 @@ REGISTRY = {
     "onnx_conformance": "benchmarks.onnx_conformance",
     "lowp": "benchmarks.lowp",
     "hf_models_cpu": "benchmarks.hf_models_cpu",
+    "lowp_fp16": "benchmarks.lowp_fp16",
 }
 
 
