@@ -162,8 +162,8 @@ def _hf_models_cpu(doc):
     same model built for the concrete shape (the price of the symbolic dims)."""
     rows = doc["rows"]
     out = []
-    for key, what, peer in (("vs_ort", "HF exports (ONNX), symbolic build", "onnxruntime"),
-                            ("vs_torch", "HF exports (ONNX), symbolic build", "PyTorch eager")):
+    for key, what, peer in (("vs_ort", "rows of HF exports (ONNX, symbolic build)", "onnxruntime"),
+                            ("vs_torch", "rows of HF exports (ONNX, symbolic build)", "PyTorch eager")):
         out += _suite({"rows": [dict(r, row=f"{r['model']} {r['size']}") for r in rows]},
                       what, peer, key=key, label="row")
     worst = max(rows, key=lambda r: r["sym_cost"])
