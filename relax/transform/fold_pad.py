@@ -70,9 +70,10 @@ def _pairs(pad: Call) -> list[tuple[int, int]]:
 
 
 def _lowest(dtype: str) -> float:
-    """The lowest finite value of a float dtype (a max-pool pad at or below it never wins)."""
-    bits = dt.bits(dtype)
-    return {16: -65504.0, 32: -3.4028234663852886e38}.get(bits, -1.7976931348623157e308)
+    """The lowest finite value of a float dtype (a max-pool pad at or below it never wins);
+    ``-inf`` for a dtype not listed (only a ``-inf`` pad folds then)."""
+    return {"float16": -65504.0, "float32": -3.4028234663852886e38,
+            "float64": -1.7976931348623157e308}.get(dtype, -math.inf)
 
 
 def spatial_widths(pad: Call, layout: str) -> tuple[int, ...] | None:
