@@ -13,6 +13,8 @@ the kernels themselves take microseconds):
   per kernel call (argument binding, launch geometry, enqueue).
 * ``vm_chain+check``: the chain with a ``take`` (a gather, in-kernel check) at its start: the
   extra sync(s) it costs per VM call.
+* ``vm_chain (no buffer pool)``: the chain with ``targets.runtime.buffer_pool`` off: every
+  call's result a fresh device buffer (``L=1 call``: what a VM call's fixed cost was before).
 * ``host path only``: the shared launch plan (``targets.runtime.host_program``) of the tiny
   kernel with a back end that launches nothing: the Python cost of binding the arguments and
   walking the host program, per call — ``bind`` (a direct call) and ``bind_cached`` (a VM call
@@ -149,7 +151,11 @@ def _rows_for(kind: str, dev, target: str, number: int) -> list[dict]:
     np.testing.assert_allclose(g.numpy(), x[::-1])
     rows.append({"backend": kind, "case": "direct+check", "us_per_call": us,
                  "numpy_us": peer * 1e6})
-    for with_take in (False, True):
+    from tilecraft.targets.runtime import buffer_pool
+    pool_bytes = buffer_pool.POOL_BYTES
+    for with_take, pooled in ((False, True), (True, True), (False, False)):
+        # without the pool, every call's result is a fresh device buffer (as before it)
+        buffer_pool.POOL_BYTES = pool_bytes if pooled else 0
         per = {}
         for length in (1, 33):
             exe = relax.build(_chain(length, with_take), target, pipeline=[])
@@ -161,7 +167,9 @@ def _rows_for(kind: str, dev, target: str, number: int) -> list[dict]:
             want = (np.ones((4, 16)) if with_take else np.ones((8, 16))) + length
             np.testing.assert_allclose(out, want)
             per[length] = _per_call(lambda: fn(xin, iin), dev.sync, max(number // 10, 5))
-        case = "vm_chain+check" if with_take else "vm_chain"
+        buffer_pool.POOL_BYTES = pool_bytes
+        case = ("vm_chain+check" if with_take else "vm_chain") + \
+            ("" if pooled else " (no buffer pool)")
         rows.append({"backend": kind, "case": case + " per kernel",
                      "us_per_call": (per[33] - per[1]) / 32 * 1e6, "numpy_us": peer * 1e6})
         rows.append({"backend": kind, "case": case + " L=1 call", "us_per_call": per[1] * 1e6,

@@ -1,14 +1,22 @@
-"""Whole models on the GPU: ResNet-50 and one BERT-base encoder layer, untuned (the GPU default
-schedules), through OpenCL and WebGPU, beside PyTorch eager on the same GPU.
+"""Whole models on the GPU: ResNet-50, MobileNet-V2, one BERT-base encoder layer, BERT-base and
+GPT-2 small (sequence 128), untuned (the GPU default schedules), through OpenCL and WebGPU,
+beside PyTorch eager on the same GPU.
 
-Both models are PyTorch modules with random weights (torchvision's ResNet-50 structure; the zoo's
-Hugging Face-style ``BertLayer``), exported to ONNX with a symbolic batch, imported with
+The models are PyTorch modules with random weights (torchvision's ResNet-50 structure; the zoo's
+MobileNet-V2, Hugging Face-style ``BertLayer``, ``BertBase`` and ``GPT2Small``), exported to
+ONNX with a symbolic batch, imported with
 ``relax.frontend.from_onnx`` and built once per target: the same executable runs batch 1 and 16.
-Every output is checked against PyTorch (fp32, TF32 off) before it is timed. Times are wall
-clock around ``vm.time_evaluator`` (which synchronizes the device) and CUDA-synchronized PyTorch
-calls; ``vs_torch`` = PyTorch's time / ours (above 1: we are faster).
+Every output is checked against PyTorch (fp32, TF32 off) before it is timed. Both sides take
+their input already on the device. Times are wall clock around ``vm.time_evaluator`` (which
+synchronizes the device; best of 3 repeats of 10 calls) and CUDA-synchronized PyTorch calls
+(best of 5 repeats of 10); ``vs_torch`` = PyTorch's time / ours (above 1: we are faster).
 
 Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column needs CUDA).
+``TILECRAFT_GPU_MODELS`` picks models (comma-separated names of ``MODELS``),
+``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu``), ``TILECRAFT_GPU_MODEL_BATCHES``
+batches (``1,16``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
+for from batch 4 on (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1: one tile
+sized for batch 1 at every batch, as before).
 Results: ``benchmarks/results/gpu_models/<machine>.json`` (the machine: the CUDA GPU PyTorch
 ran on, else this CPU's name).
 """
@@ -72,29 +80,60 @@ def _resnet50():
     return ResNet50()
 
 
+MODELS = ("resnet50", "mobilenet_v2", "bert_layer_s128", "bert_base_s128", "gpt2_small_s128")
+SEQ = 128
+
+
+def _image(b):
+    return np.random.default_rng(b).standard_normal((b, 3, 224, 224)).astype("float32")
+
+
+def _ids(vocab):
+    return lambda b: np.random.default_rng(b).integers(0, vocab, (b, SEQ)).astype("int64")
+
+
 def _models():
+    """(name, torch module, ONNX model, input maker, upper bounds) of the models named by
+    ``TILECRAFT_GPU_MODELS`` (default: all of ``MODELS``), each exported with a symbolic
+    batch (the text models at a fixed sequence of 128)."""
     import torch
     from tilecraft.zoo.models import _export, _randomize_bn, _torch_modules
 
-    torch.manual_seed(0)
-    resnet = _resnet50()
-    _randomize_bn(resnet, 0)
-    resnet.eval()
-    # the zoo's BertLayer class is local to _torch_modules: reach it through BertBase's layers
-    bert = _torch_modules()["BertBase"](layers=1).layers[0].eval()
-    x_img = torch.randn(1, 3, 224, 224)
-    x_txt = torch.randn(1, 128, 768)
-    return [
-        ("resnet50", resnet, _export(resnet, [x_img], ["input"],
-                                     dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}),
-         lambda b: np.random.default_rng(b).standard_normal((b, 3, 224, 224)).astype("float32"),
-         {"batch": max(BATCHES)}),
-        ("bert_layer_s128", bert, _export(bert, [x_txt], ["input"],
-                                          dynamic_axes={"input": {0: "batch"},
-                                                        "output": {0: "batch"}}),
-         lambda b: np.random.default_rng(b).standard_normal((b, 128, 768)).astype("float32"),
-         {"batch": max(BATCHES)}),
-    ]
+    wanted = os.environ.get("TILECRAFT_GPU_MODELS", ",".join(MODELS)).split(",")
+    unknown = set(wanted) - set(MODELS)
+    if unknown:
+        raise ValueError(f"TILECRAFT_GPU_MODELS: unknown models {sorted(unknown)}; "
+                         f"known: {', '.join(MODELS)}")
+    bounds = {"batch": max(BATCHES)}
+    image_axes = {"input": {0: "batch"}, "output": {0: "batch"}}
+    out = []
+    for name in [m for m in MODELS if m in wanted]:
+        torch.manual_seed(0)
+        if name in ("resnet50", "mobilenet_v2"):
+            module = _resnet50() if name == "resnet50" else _torch_modules()["MobileNetV2"]()
+            _randomize_bn(module, 0)
+            module.eval()
+            onnx_model = _export(module, [torch.randn(1, 3, 224, 224)], ["input"],
+                                 dynamic_axes=image_axes)
+            out.append((name, module, onnx_model, _image, bounds))
+        elif name == "bert_layer_s128":
+            # the zoo's BertLayer class is local to _torch_modules: reach it through BertBase
+            module = _torch_modules()["BertBase"](layers=1).layers[0].eval()
+            onnx_model = _export(module, [torch.randn(1, SEQ, 768)], ["input"],
+                                 dynamic_axes=image_axes)
+            out.append((name, module, onnx_model,
+                        lambda b: np.random.default_rng(b).standard_normal((b, SEQ, 768))
+                        .astype("float32"), bounds))
+        else:
+            cls, vocab = (("BertBase", 30522) if name == "bert_base_s128" else
+                          ("GPT2Small", 50257))
+            module = _torch_modules()[cls]().eval()
+            ids = torch.from_numpy(_ids(vocab)(1))
+            onnx_model = _export(module, [ids], ["input_ids"],
+                                 dynamic_axes={"input_ids": {0: "batch"},
+                                               "output": {0: "batch"}})
+            out.append((name, module, onnx_model, _ids(vocab), bounds))
+    return out
 
 
 def _torch_time(module, x: np.ndarray, device: str, number: int = 10, repeat: int = 5):
@@ -138,6 +177,10 @@ def run() -> list[dict]:
     from tilecraft import targets
     from tilecraft.relax.frontend import from_onnx
 
+    from tilecraft.relax.backend.gpu import gemm
+    nominal = os.environ.get("TILECRAFT_GPU_MODEL_NOMINAL_BATCH")
+    if nominal:    # the GEMM tile's sizing batch (gemm.GEMM_NOMINAL_BATCH), for a sweep
+        gemm.GEMM_NOMINAL_BATCH = int(nominal)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     cuda = torch.cuda.is_available()
@@ -162,11 +205,14 @@ def run() -> list[dict]:
                 x = make_input(b)
                 try:
                     ref, torch_s = _torch_time(module, x, "cuda" if cuda else "cpu")
-                    out = vm["main"](x)
+                    # the input already on the device, as PyTorch's is: the timings compare
+                    # the models, not a host-to-device copy
+                    x_dev = targets.array(x, dev)
+                    out = vm["main"](x_dev)
                     out = out[0] if isinstance(out, tuple) else out
                     got = out.numpy()
                     err = float(np.max(np.abs(got - ref)) / (np.max(np.abs(ref)) + 1e-30))
-                    ours = vm.time_evaluator("main", dev, number=3, repeat=3)(x)
+                    ours = vm.time_evaluator("main", dev, number=10, repeat=3)(x_dev)
                     ours_s = min(ours.results)
                 except Exception as e:  # keep the other rows
                     rows.append({"model": name, "target": kind, "batch": b,
@@ -174,6 +220,7 @@ def run() -> list[dict]:
                     print(f"{name} {kind} b{b}: {rows[-1]['error']}", file=sys.stderr)
                     continue
                 rows.append({"model": name, "target": kind, "batch": b,
+                             "nominal_batch": gemm.GEMM_NOMINAL_BATCH,
                              "build_s": round(build_s, 1),
                              "tilecraft_ms": ours_s * 1e3,
                              "torch_ms": torch_s * 1e3,

@@ -226,13 +226,20 @@ def _gpu_launch_overhead(doc):
                      f"µs, WebGPU {us('webgpu', 'vm_chain per kernel'):.0f} µs")]
 
 
+_GPU_MODEL_LABELS = {"resnet50": "ResNet-50", "mobilenet_v2": "MobileNet-V2",
+                     "bert_layer_s128": "BERT-base layer", "bert_base_s128": "BERT-base",
+                     "gpt2_small_s128": "GPT-2 small"}
+
+
 def _gpu_models(doc):
+    """One headline per measured (model, target, batch) row, in the file's order."""
     out = []
-    for model, label in (("resnet50", "ResNet-50"), ("bert_layer_s128", "BERT-base layer")):
-        for target in ("opencl", "webgpu"):
-            r = _row(doc, model=model, target=target, batch=1)
-            out.append(Headline(f"{label} batch 1, {target}, untuned", r["vs_torch"],
-                                f"PyTorch eager ({r['torch_device']})"))
+    for r in doc["rows"]:
+        if "vs_torch" not in r:
+            continue          # an error row
+        label = _GPU_MODEL_LABELS.get(r["model"], r["model"])
+        out.append(Headline(f"{label} batch {r['batch']}, {r['target']}, untuned",
+                            r["vs_torch"], f"PyTorch eager ({r['torch_device']})"))
     return out
 
 

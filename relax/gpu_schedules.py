@@ -13,7 +13,9 @@ are loop nests of one block each):
    matmul, dense, convolution) as an (implicit) GEMM: the GPU GEMM family
    (``relax.backend.gpu.gemm``: a block tile of outputs per work-group accumulated in
    registers, both input tiles staged in shared memory and read through register fragments,
-   the epilogues inlined into the register write-back). Where the tiles do not fit the target
+   the epilogues inlined into the register write-back). A symbolic batch on ``blockIdx.z``
+   gets two tiles, sized for batch 1 and for ``GEMM_NOMINAL_BATCH``, chosen per call on the
+   host (``relax.backend.gpu.batch_dispatch``). Where the tiles do not fit the target
    (WebGPU's 16 KiB of workgroup storage), a quarter-size tile, then only the inputs read at
    plain indices (a convolution's weights) in shared memory, then registers only.
 3. **Row reductions** (softmax, layer / RMS norm, sums and maxima): one work-group per row,
@@ -58,7 +60,9 @@ from tilecraft.tensorir.schedule import Schedule, ScheduleError
 from tilecraft.tensorir.stmt import For
 from tilecraft.tensorir.transform import lower_device
 
-from .backend.gpu.gemm import compact_read, is_gemm_like, reduce_inputs, schedule_gemm
+from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
+from .backend.gpu.gemm import (GEMM_SMALL_BATCH, compact_read, is_gemm_like, reduce_inputs,
+                               schedule_gemm)
 from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, loop_extent,
                                          node_of, spatial_loops)
 
@@ -93,13 +97,10 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     if target.kind not in GPU_KINDS or is_scheduled(func):
         return func
     name = func.attr_dict.get("global_symbol", "main")
-    for strategy in _STRATEGIES:
+    for i, strategy in enumerate(_STRATEGIES):
         try:
-            sch = Schedule(func)
-            strategy(sch, target)
-            out = sch.mod[sch._func_name] if hasattr(sch, "_func_name") else sch.func
-            lower_device(out, target)      # over a limit -> try the next strategy
-            return out
+            out = _scheduled(func, strategy, target)
+            return _with_small_batch_variant(func, out, _STRATEGIES[:i + 1], target)
         except (ScheduleError, ValueError, TIRError) as err:   # does not apply / over a limit
             if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
                 warnings.warn(f"{_name_of(strategy)} of {name}: {type(err).__name__}: {err}")
@@ -111,6 +112,51 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     warnings.warn(f"no GPU default schedule applies to {name}; it runs as one thread",
                   DefaultScheduleWarning)
     return func
+
+
+def _scheduled(func: PrimFunc, strategy, target: Target, **kw) -> PrimFunc:
+    """``func`` scheduled by ``strategy``, checked by lowering it for ``target``."""
+    sch = Schedule(func)
+    strategy(sch, target, **kw)
+    out = sch.mod[sch._func_name] if hasattr(sch, "_func_name") else sch.func
+    lower_device(out, target)      # over a limit -> the caller tries the next strategy
+    return out
+
+
+def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Target) -> PrimFunc:
+    """``out`` (scheduled by the last of the strategies ``tried``), or, for a GEMM-like kernel
+    with a symbolic batch on ``blockIdx.z`` whose tile sized for batch 1 differs, both schedules
+    chosen per call by the batch (``backend.gpu.batch_dispatch``): below ``GEMM_SMALL_BATCH``
+    the batch-1 tile, from the first of ``tried`` that fits with it (a smaller tile may fit a
+    strategy the nominal one did not: WebGPU's 16 KiB, a strided convolution's window)."""
+    if not getattr(tried[-1], "sizes_gemm", False):
+        return out
+    batch = symbolic_batch(out)
+    if batch is None:
+        return out
+    try:
+        small = None
+        for strategy in tried:
+            try:
+                small = _scheduled(func, strategy, target, nominal_batch=1)
+                break
+            except (ScheduleError, ValueError, TIRError):
+                continue
+        if small is None or _launch_shape(small) == _launch_shape(out):
+            return out
+        both = by_batch(batch, GEMM_SMALL_BATCH, small, out)
+        lower_device(both, target)
+        return both
+    except (ScheduleError, ValueError, TIRError) as err:
+        if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
+            warnings.warn(f"batch-1 variant of {func.attr_dict.get('global_symbol')}: "
+                          f"{type(err).__name__}: {err}")
+        return out
+
+
+def _launch_shape(func: PrimFunc) -> list:
+    return [(lp.thread_tag, str(lp.extent)) for lp in _loops_of(func)
+            if lp.kind == "thread_binding"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,10 +238,12 @@ def _paddings_of_convolutions(sch: Schedule) -> set:
 
 
 def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
-                   small: bool = False) -> None:
+                   small: bool = False, nominal_batch: int | None = None) -> None:
     """Rules 1-4. ``shared``: which GEMM inputs are staged in shared memory (``"all"``,
     ``"compact"``: those read at plain indices, e.g. a convolution's weights but not its
-    sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile."""
+    sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile;
+    ``nominal_batch``: what a symbolic batch counts as when the GEMM tile is sized (None:
+    ``GEMM_NOMINAL_BATCH``)."""
     _inline(sch)
     blocks = _blocks(sch)
     reductions = [b for b in blocks if is_reduction(node_of(sch, b))]
@@ -203,7 +251,7 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
     if gemms:
         done = set()
         for g in gemms:
-            done |= schedule_gemm(sch, g, target, shared, small)
+            done |= schedule_gemm(sch, g, target, shared, small, nominal_batch)
         for b in _blocks(sch):
             name = node_of(sch, b).name
             if name not in done and not _bound(sch, b):
@@ -224,9 +272,10 @@ def _schedule_simple(sch: Schedule, target: Target, inline: bool = True) -> None
 
 
 def _strategy(fn, label: str, **kw):
-    def run(sch: Schedule, target: Target) -> None:
-        fn(sch, target, **kw)
+    def run(sch: Schedule, target: Target, **more) -> None:
+        fn(sch, target, **kw, **more)
     run.label = label
+    run.sizes_gemm = fn is _schedule_best     # takes nominal_batch (the GEMM tile's sizing)
     return run
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from tilecraft.optional import MissingDependencyError, import_optional
 
 from ..runtime.device import Device, register_device_runtime
+from ..runtime.buffer_pool import BufferPool
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
 from ..runtime.ndarray import NDArray, _dtype_name
@@ -142,6 +143,7 @@ class DeviceContext:
         self.local_mem_size = int(d.local_mem_size)
         self.is_gpu = bool(d.type & cl.device_type.GPU)
         self.programs: dict[str, Any] = {}
+        self.pool = BufferPool()       # freed buffers of ``empty`` arrays, reused by size
         # error words of kernels launched since the last check (read once, at the check)
         self.errors = KernelErrorLog(self._read_error_words, self._clear_error_word)
 
@@ -326,8 +328,13 @@ class OpenCLRuntime:
         ctx = context(device.index)
         dtype = _dtype_name(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        buf = ctx.create_buffer(nbytes, f"an array of shape {shape} {dtype}")
-        return OpenCLNDArray(ctx, buf, shape, dtype)
+        size = max(nbytes, 4)          # what create_buffer allocates
+        buf = ctx.pool.take(size)      # a freed buffer of this size (buffer_pool: why)
+        if buf is None:
+            buf = ctx.create_buffer(nbytes, f"an array of shape {shape} {dtype}")
+        out = OpenCLNDArray(ctx, buf, shape, dtype)
+        ctx.pool.track(out, size, buf)
+        return out
 
     def exist(self, index: int) -> bool:
         try:

@@ -40,6 +40,7 @@ import numpy as np
 from tilecraft.optional import MissingDependencyError, import_optional
 
 from ..runtime.device import Device, register_device_runtime
+from ..runtime.buffer_pool import BufferPool
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
 from ..runtime.ndarray import NDArray, _dtype_name
@@ -286,6 +287,7 @@ class DeviceContext:
         # the queue (writes, reads, syncs) flushes first, so the queue's order is the program's.
         self.batch: list[tuple] = []
         self._gather = None        # where the error words are copied to be read at once
+        self.pool = BufferPool()   # freed buffers of ``empty`` arrays, reused by size
         # error words of kernels launched since the last check
         self.errors = KernelErrorLog(self._read_error_words, self._clear_error_word)
 
@@ -554,11 +556,15 @@ class WebGPUNDArray(DeviceNDArray):
     Operations are queued on the device: ``.numpy()`` waits for the kernels before it.
     """
 
-    __slots__ = ("_nbytes",)
+    __slots__ = ("_nbytes", "_base")
     _API = "WebGPU"
 
-    def __init__(self, ctx: DeviceContext, buffer, shape: Sequence[int], dtype: str):
+    def __init__(self, ctx: DeviceContext, buffer, shape: Sequence[int], dtype: str,
+                 base=None):
         super().__init__(Device("webgpu", ctx.index), ctx, buffer, shape, dtype)
+        # a view keeps the array that owns the buffer alive: the buffer goes back to the
+        # device's pool only when neither is referenced
+        self._base = base
         self._nbytes = int(np.prod(self._shape, dtype=np.int64)) * \
             np.dtype(storage.storage_dtype(dtype)).itemsize
 
@@ -585,7 +591,8 @@ class WebGPUNDArray(DeviceNDArray):
         and reshapes). Every storage dtype takes at most 4 bytes per element, so a view fits
         when its elements fit the buffer's words."""
         dtype = dtype or self._dtype
-        view = WebGPUNDArray(self._ctx, self._buffer, shape, _dtype_name(dtype))
+        view = WebGPUNDArray(self._ctx, self._buffer, shape, _dtype_name(dtype),
+                             self if self._base is None else self._base)
         if view._nbytes > self._buffer.size:
             raise ValueError(f"a view of shape {tuple(shape)} {dtype} needs {view._nbytes} "
                              f"bytes; the buffer has {self._buffer.size}")
@@ -623,8 +630,13 @@ class WebGPURuntime:
         ctx = context(device.index)
         nbytes = int(np.prod(shape, dtype=np.int64)) * \
             np.dtype(storage.storage_dtype(dtype)).itemsize
-        buf = ctx.create_buffer(nbytes, f"an array of shape {shape} {dtype}")
-        return WebGPUNDArray(ctx, buf, shape, dtype)
+        size = max(16, (nbytes + 3) // 4 * 4)    # what create_buffer allocates
+        buf = ctx.pool.take(size)                # a freed buffer of this size (buffer_pool)
+        if buf is None:
+            buf = ctx.create_buffer(nbytes, f"an array of shape {shape} {dtype}")
+        out = WebGPUNDArray(ctx, buf, shape, dtype)
+        ctx.pool.track(out, size, buf)
+        return out
 
     def exist(self, index: int) -> bool:
         return index < num_adapters()

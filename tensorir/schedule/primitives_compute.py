@@ -26,6 +26,7 @@ from ..function import PrimFunc
 from ..functor import IRMutator, free_vars, post_order_visit, substitute
 from ..stmt import Block, BlockRealize, BufferStore, For, LetStmt
 from ..transform._common import affine_coeffs
+from ..structural import structural_equal
 from . import tree
 from ._compute_utils import (BlockRewriter, bind_loops, body_items, buffer_ids, buffer_is_used,
                              check_predicate_guards_domain, conflict, contains_block,
@@ -309,9 +310,11 @@ def reverse_compute_inline(func: PrimFunc, name: str) -> PrimFunc:
         raise ScheduleError(prim, f"the producer {pblock.name!r} of block {name!r} writes the "
                             f"output buffer {buf.name}; it must stay", block)
     loads = _loads_of(store.value, buf) + [l for i in store.indices for l in _loads_of(i, buf)]
-    if len(loads) != 1:
-        raise ScheduleError(prim, f"block {name!r} reads {buf.name} {len(loads)} times; "
-                            f"reverse_compute_inline needs exactly one read", block)
+    # several reads at the same point (GELU: x * erf(x)) all become the producer's value
+    if not loads or any(not structural_equal(list(l.indices), list(loads[0].indices))
+                        for l in loads[1:]):
+        raise ScheduleError(prim, f"block {name!r} reads {buf.name} {len(loads)} times at "
+                            f"different points; reverse_compute_inline needs one point", block)
     fused = _as_fused_indices(loads[0].indices, block)
     if fused is None:
         raise ScheduleError(prim, f"block {name!r} reads {buf.name}{list(loads[0].indices)}; "
@@ -327,7 +330,7 @@ def reverse_compute_inline(func: PrimFunc, name: str) -> PrimFunc:
     enclosing = {a.name for a in anc if isinstance(a, Block)} | {name}
     readers = [b.block.name for b in tree.all_blocks(func)
                if b.block.name not in enclosing and id(buf) in buffer_ids(b.block.reads)]
-    if readers or len(_loads_of(func.body, buf)) != 1:
+    if readers or len(_loads_of(func.body, buf)) != len(loads):
         raise ScheduleError(prim, f"buffer {buf.name} is read by other blocks besides {name!r} "
                             f"({readers}); it cannot be removed", block)
     check_predicate_guards_domain(br, anc, prim)

@@ -195,7 +195,7 @@ def test_resnet_kernels_symbolic_batch(gpu_dev):
 
     mod = gpu.module([("x", ("n", 8, 14, 14), "float32")], body)
     gpu.check(dev, target, mod, lambda n: [RNG.standard_normal((n, 8, 14, 14)).astype(
-        "float32")], ref, sizes=(1, 3), rtol=1e-3, atol=1e-3)
+        "float32")], ref, sizes=(1, 5), rtol=1e-3, atol=1e-3)
 
 
 def test_bert_kernels_symbolic_batch(gpu_dev):
@@ -223,4 +223,58 @@ def test_bert_kernels_symbolic_batch(gpu_dev):
 
     mod = gpu.module([("x", ("n", s, h), "float32")], body)
     gpu.check(dev, target, mod, lambda n: [RNG.standard_normal((n, s, h)).astype("float32")],
-              ref, sizes=(1, 2), rtol=1e-3, atol=1e-3)
+              ref, sizes=(1, 5), rtol=1e-3, atol=1e-3)
+
+
+def test_dense_with_symbolic_batch_gets_a_full_tile_and_its_gelu_epilogue():
+    """A transformer's FFN dense over ``(n, 128, 768)`` with bias and GELU (``x * erf(x)``:
+    its result read twice): the epilogue in the register write-back (no kernel of its own), and
+    from ``GEMM_SMALL_BATCH`` on a tile sized for ``GEMM_NOMINAL_BATCH`` sequences: 128 x 128
+    (24 work-groups a sequence) beside the batch-1 tile of 32 rows."""
+    n = te.var("n")
+    A = te.placeholder((n, 128, 768), "float32", "A")
+    W = te.placeholder((768, 3072), "float32", "W")
+    bias = te.placeholder((3072,), "float32", "bias")
+    k = te.reduce_axis((0, 768), "k")
+    C = te.compute((n, 128, 3072), lambda b, s, j: te.sum(A[b, s, k] * W[k, j], axis=k), "C")
+    D = te.compute((n, 128, 3072), lambda b, s, j: C[b, s, j] + bias[j], "D")
+    E = te.compute((n, 128, 3072),
+                   lambda b, s, j: D[b, s, j] * (te.erf(D[b, s, j] * 0.7071) + 1.0) * 0.5, "E")
+    for kind in ("opencl", "webgpu"):
+        g = gs.apply(te.create_prim_func([A, W, bias, E]), Target(kind))
+        bx = [lp for lp in gs._loops_of(g) if lp.kind == "thread_binding" and
+              lp.thread_tag == "blockIdx.x"]
+        # one kernel per batch variant: the GELU is not a kernel of its own
+        assert len(bx) == 2, kind
+        assert f"if n < {gemm.GEMM_SMALL_BATCH}" in g.script()
+        assert 24 in {lp.extent.value for lp in bx}, kind    # 3072 / 128 columns a group
+        assert _bound(g, "blockIdx.y") == {1, 4}, kind      # 128 rows / 32 rows
+        assert "T.erf" in g.script()
+
+
+@pytest.mark.parametrize("kind", ["opencl", "webgpu"])
+def test_symbolic_batch_gemm_runs_the_tile_of_its_batch(kind):
+    """A dense over ``(n, 128, 32)`` gets two schedules (``backend.gpu.batch_dispatch``): the
+    tile sized for batch 1 below ``GEMM_SMALL_BATCH``, the one sized for
+    ``GEMM_NOMINAL_BATCH`` from it on; the host picks per call. Both against numpy, with the
+    GPU tile (``Target(kind)``, not PoCL's CPU variant), at batches on both sides."""
+    dev, _ = gpu_device(kind)
+    n = te.var("n")
+    A = te.placeholder((n, 128, 32), "float32", "A")
+    W = te.placeholder((32, 256), "float32", "W")
+    bias = te.placeholder((256,), "float32", "bias")
+    k = te.reduce_axis((0, 32), "k")
+    C = te.compute((n, 128, 256), lambda b, s, j: te.sum(A[b, s, k] * W[k, j], axis=k), "C")
+    D = te.compute((n, 128, 256), lambda b, s, j: te.max(C[b, s, j] + bias[j], 0.0), "D")
+    g = gs.apply(te.create_prim_func([A, W, bias, D]), Target(kind))
+    assert f"if n < {gemm.GEMM_SMALL_BATCH}" in g.script()
+    mod = targets.build(g, Target(kind))
+    w = RNG.standard_normal((32, 256)).astype("float32")
+    b = RNG.standard_normal((256,)).astype("float32")
+    for nb in (1, gemm.GEMM_SMALL_BATCH - 1, gemm.GEMM_SMALL_BATCH, 6):
+        a = RNG.standard_normal((nb, 128, 32)).astype("float32")
+        out = targets.empty((nb, 128, 256), "float32", dev)
+        mod[mod.entry_name](targets.array(a, dev), targets.array(w, dev), targets.array(b, dev),
+                            out)
+        np.testing.assert_allclose(out.numpy(), np.maximum(a @ w + b, 0), rtol=1e-4,
+                                   atol=1e-4)

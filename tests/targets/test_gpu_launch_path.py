@@ -249,3 +249,28 @@ def test_opencl_function_is_a_device_function():
     dev, target = _opencl()
     fn = targets.build(_gather_then_scale(), target)["main"]
     assert isinstance(fn, DeviceFunction)
+
+
+def test_freed_buffers_are_reused_and_views_keep_theirs(backend):
+    """``targets.empty`` takes the buffer of a freed array of the same byte size (the VM's
+    per-call results); a buffer still seen through a view is not given out again, and the
+    kernel writing into a reused buffer gives the right answer."""
+    import gc
+    dev, target = backend
+    fn = targets.build(_gather_then_scale(), target)["main"]
+    x = RNG.standard_normal(50).astype("float32")
+    a = targets.array(x, dev)
+    first = targets.empty((24,), "float32", dev)
+    buf = first.buffer
+    view = first._view((4, 6))
+    del first
+    gc.collect()
+    other = targets.empty((24,), "float32", dev)
+    assert other.buffer is not buf                     # the view still holds it
+    del view
+    gc.collect()
+    again = targets.empty((6, 4), "float32", dev)      # same bytes, another shape
+    assert again.buffer is buf
+    ind = RNG.integers(0, 50, 24)
+    fn(a, targets.array(ind, dev), again._view((24,)))
+    np.testing.assert_allclose(again.numpy().reshape(-1), x[ind] * 2.0)

@@ -8,6 +8,9 @@ Today there is one:
   GEMM): ``gemm.is_gemm_like`` picks the blocks, ``gemm.schedule_gemm`` tiles them for
   work-groups, threads, shared memory and registers; its ``GEMM_*`` constants are the tiles.
 
+``batch_dispatch.py`` puts two schedules of one kernel (its tile sized for batch 1 and for
+``gemm.GEMM_NOMINAL_BATCH``) into one function chosen per call by the symbolic batch.
+
 ``schedule_utils.py`` holds the helpers the families share with ``relax.gpu_schedules``. A new
 GPU family (Winograd, attention) is a module beside ``gemm.py`` with its own block test and
 schedule, tried by ``gpu_schedules._schedule_best`` before the generic rules.
@@ -18,6 +21,6 @@ Examples
 >>> gemm.GEMM_TILE, gemm.GEMM_BK
 ((16, 8), 16)
 """
-from . import gemm, schedule_utils
+from . import batch_dispatch, gemm, schedule_utils
 
-__all__ = ["gemm", "schedule_utils"]
+__all__ = ["batch_dispatch", "gemm", "schedule_utils"]

@@ -51,7 +51,9 @@ from .schedule_utils import (SYMBOLIC, is_reduction, is_under, iter_values, loop
                              node_of, spatial_loops)
 
 __all__ = ["GEMM_TILE", "GEMM_TILE_J", "GEMM_TILE_CPU", "GEMM_BK_CPU", "GEMM_BK",
-           "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "reduce_inputs",
+           "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "GEMM_NOMINAL_BATCH",
+           "GEMM_SMALL_BATCH",
+           "reduce_inputs",
            "is_gemm_like", "compact_read", "for_cpu", "schedule_gemm"]
 
 
@@ -91,9 +93,18 @@ GEMM_FETCH_VECTOR_FRAGMENTS = 4   # OpenCL's global -> shared fetch with fragmen
 # are loaded into registers during this step's multiply-adds (OpenCL 0.82x -> 0.88x cuBLAS)
 GEMM_REGISTER_PREFETCH = True
 WEBGPU_SHARED_BYTES = 16384       # the WebGPU spec's default maxComputeWorkgroupStorageSize
-# Work-groups a GEMM-like kernel should have at least (at batch 1): smaller register tiles
-# until it does (the H200 has 132 multiprocessors).
+# Work-groups a GEMM-like kernel should have at least: smaller register tiles until it does
+# (the H200 has 132 multiprocessors).
 GEMM_MIN_GROUPS = 128
+# What a symbolic batch (blockIdx.z: the ``batch`` of an ONNX export) counts as when the tile is
+# sized for GEMM_MIN_GROUPS. One build serves every batch, so the tile is a compromise: sized
+# for batch 1, a BERT dense layer (128 x 768 per sequence) got 16 x 32 tiles of two
+# accumulators per thread, which ran the whole layer at 6 TFLOP/s at batch 16; sized for 8, it
+# gets 64 x 64 tiles of 4 x 4 (24 work-groups at batch 1, 384 at batch 16).
+GEMM_NOMINAL_BATCH = 8
+# Below this batch a kernel with a symbolic batch runs a second schedule, its tile sized for
+# batch 1 (``relax.backend.gpu.batch_dispatch``: the host picks one of the two per call).
+GEMM_SMALL_BATCH = 4
 
 
 def reduce_inputs(block: Block) -> list[int]:
@@ -134,11 +145,12 @@ def compact_read(block: Block, idx: int) -> bool:
 
 
 def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
-                  small: bool = False) -> set:
+                  small: bool = False, nominal_batch: int | None = None) -> set:
     """The GEMM tile on the GEMM-like block ``block`` (see the module docstring); the names of
     the blocks it scheduled (the block, its caches, init and write-back). ``shared``: which
     inputs are staged in shared memory (``"all"``, ``"compact"``, ``"none"``); ``small``: a
-    quarter-size block tile. ``ScheduleError`` where it does not apply."""
+    quarter-size block tile; ``nominal_batch``: what a symbolic batch counts as when the tile
+    is sized (None: ``GEMM_NOMINAL_BATCH``). ``ScheduleError`` where it does not apply."""
     node = node_of(sch, block)
     spatial, reduce = spatial_loops(sch, block)
     if len(spatial) < 2 or not reduce:
@@ -184,7 +196,7 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         ti_cfg *= 2
     ti, ri = _tile(I, (ti_cfg, cfg_i[1]))
     if not cpu:
-        ri, rj = _fill(I, ti, ri, jgroups, rj, batch_groups=_const_groups(sch, batch),
+        ri, rj = _fill(I, ti, ri, jgroups, rj, batch_groups=_const_groups(sch, batch, nominal_batch),
                        shrink_cols=len(cols) == 1)
     i0, i1, i2 = sch.split(il, [None, ti, ri])
     if len(cols) == 2:
@@ -368,11 +380,14 @@ def _split_image(sch: Schedule, cols, th: int, tw: int, rw: int):
     return sch.fuse(h0, w0), sch.fuse(h1, w1), w2
 
 
-def _const_groups(sch: Schedule, batch) -> int:
+def _const_groups(sch: Schedule, batch, nominal: int | None = None) -> int:
+    """Work-groups the batch loops multiply the tile count by, a symbolic loop counted as
+    ``nominal`` (None: ``GEMM_NOMINAL_BATCH``)."""
+    nominal = GEMM_NOMINAL_BATCH if nominal is None else nominal
     n = 1
     for lp in batch:
         e = loop_extent(node_of(sch, lp))
-        n *= 1 if e == SYMBOLIC else e    # a symbolic batch counts as 1: size for batch 1
+        n *= nominal if e == SYMBOLIC else e
     return n
 
 

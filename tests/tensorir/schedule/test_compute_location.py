@@ -218,6 +218,20 @@ def test_reverse_compute_inline_bias_relu():
                     "reverse_compute_inline", "'D'", "'C'", "reduction")
 
 
+def test_reverse_compute_inline_reads_the_same_point_twice():
+    """A GELU-style epilogue reads the producer twice at one point (``x * erf(x)``): both reads
+    become the producer's value (a matmul's register write-back on the GPU)."""
+    A = te.placeholder((6, 8), "float32", "A")
+    B = te.compute((6, 8), lambda i, j: A[i, j] + 1.0, "B")
+    C = te.compute((6, 8), lambda i, j: B[i, j] * te.erf(B[i, j] * 0.7), "C")
+    f = te.create_prim_func([A, C])
+    sch = Schedule(f)
+    sch.reverse_compute_inline(sch.get_block("C"))
+    assert block_names(sch.func) == ["root", "B"]
+    assert_same(f, sch.func)
+    assert_round_trip(f, sch)
+
+
 def test_reverse_compute_inline_with_index_change_and_split_tail():
     n = var("n")
     A = te.placeholder((n, 4), "float32", "A")
@@ -610,11 +624,11 @@ def test_compute_inline_illegal():
 def test_reverse_compute_inline_illegal():
     A = te.placeholder((8, 8), "float32", "A")
     B = te.compute((8, 8), lambda i, j: A[i, j] + 1.0, "B")
-    C2 = te.compute((8, 8), lambda i, j: B[i, j] * B[i, j], "C2")
+    C2 = te.compute((8, 8), lambda i, j: B[i, j] * B[j, i], "C2")
     f = te.create_prim_func([A, C2])
     sch = Schedule(f)
     assert_rejected(sch, lambda s: s.reverse_compute_inline(s.get_block("C2")),
-                    "reverse_compute_inline", "'C2'", "reads B 2 times")
+                    "reverse_compute_inline", "'C2'", "reads B 2 times at different points")
 
     C3 = te.compute((4, 8), lambda i, j: B[2 * i, j] - 1.0, "C3")
     sch = Schedule(te.create_prim_func([A, C3]))
