@@ -174,6 +174,22 @@ def _build_time(doc):
     return out
 
 
+def _hf_models_cpu(doc):
+    """HF exports built once with symbolic dims: against onnxruntime, PyTorch eager, and the
+    same model built for the concrete shape (the price of the symbolic dims)."""
+    rows = doc["rows"]
+    out = []
+    for key, what, peer in (("vs_ort", "rows of HF exports (ONNX, symbolic build)", "onnxruntime"),
+                            ("vs_torch", "rows of HF exports (ONNX, symbolic build)", "PyTorch eager")):
+        out += _suite({"rows": [dict(r, row=f"{r['model']} {r['size']}") for r in rows]},
+                      what, peer, key=key, label="row")
+    worst = max(rows, key=lambda r: r["sym_cost"])
+    out.append(Headline(f"symbolic over concrete build, worst row ({worst['model']} "
+                        f"{worst['size']}: {worst['sym_cost']:.2f}x the concrete time)",
+                        1.0 / worst["sym_cost"], "the same model built for the concrete shape"))
+    return out
+
+
 def _cnn_ops_cpu(doc):
     return _suite(doc, "CNN layers alone", "onnxruntime", label="layer")
 
@@ -401,6 +417,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gemm_cpu": _gemm_cpu,
     "gemm_steps": _gemm_steps,
     "hf_import": _hf_import,
+    "hf_models_cpu": _hf_models_cpu,
     "lowp": _lowp,
     "lowp_fp16": _lowp_fp16,
     "gpu": _gpu,

@@ -353,6 +353,42 @@ for _name, (_f, _cls, _doc, _rb) in _BINARY.items():
     _register_binary("relax." + _name, _f, _cls, _doc, _rb)
 
 
+def _small_integer_exponent(call: Call) -> int | None:
+    """The exponent of ``power(x, c)`` when ``c`` is a one-element float constant holding 2 or
+    3 that adds no dims to ``x``, else None."""
+    x, c = call.args
+    if not isinstance(c, Constant) or c.data.size != 1 or not dt.is_float(str(c.data.dtype)):
+        return None
+    si = x.struct_info
+    if not isinstance(si, TensorStructInfo) or si.ndim < c.data.ndim or \
+            not dt.is_float(si.dtype):
+        return None
+    v = float(c.data.reshape(-1)[0])
+    return int(v) if v in (2.0, 3.0) else None
+
+
+_legalize_power_generic = _make_broadcast_legalize("relax.power", _power)
+
+
+def _legalize_power(bb, call: Call):
+    """``x ** 2`` and ``x ** 3`` (GPT-2's GELU, variance by hand) as products: ``pow`` is a
+    scalar libm call per element, a product a vector multiply (within 2 ulp of ``powf``)."""
+    n = _small_integer_exponent(call)
+    if n is None:
+        return _legalize_power_generic(bb, call)
+
+    def te_func(x):
+        def f(*i):
+            v = x[i]
+            return v * v if n == 2 else v * v * v
+        return te.compute(x.shape, f, out_name("T_power", x))
+    return call_te(bb, te_func, call.args[0], primfunc_name_hint="power")
+
+
+register_op("relax.power", _make_binary_infer("relax.power", DTYPE_NUMERIC, False), _legalize_power,
+            OpPattern.BROADCAST, "a ** b")
+
+
 def _binary_call(op_name: str, x, y) -> Call:
     x, y = _binary_args(op_name, x, y)
     return make_call(op_name, [x, y])

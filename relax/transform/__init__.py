@@ -9,6 +9,8 @@
 - ``FuseTIR()``: each ``Primitive`` function becomes one PrimFunc.
 - ``DecomposeOpsForInference()``: inference ``batch_norm`` becomes a per-channel scale and shift.
 - ``FoldScaleAxis()``: constant per-channel scales fold into conv2d / matmul / linear weights.
+- ``FoldPad()``: an explicit constant ``pad`` folds into the padding of the conv2d / pooling
+  that reads it (where that keeps the result).
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
   elementwise operators between them) run in NHWC, with one permutation at each end.
 - ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
@@ -31,6 +33,7 @@ from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
 from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
+from .fold_pad import FoldPad
 from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout
 from .to_mixed_precision import FoldConstantCasts, ToMixedPrecision
@@ -42,5 +45,6 @@ from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout", "ConvertLayout",
-           "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static", "QuantizeInt4Weight"]
+           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "AlterLayout", "ConvertLayout",
+           "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static",
+           "QuantizeInt4Weight"]

@@ -5,7 +5,7 @@ Examples
 >>> from tilecraft.relax.transform import get_pipeline
 >>> seq = get_pipeline()
 >>> [p.name for p in seq.passes][:5]
-['DecomposeOpsForInference', 'FoldConstant', 'FoldScaleAxis', 'ConvertLayout', 'AlterLayout']
+['DecomposeOpsForInference', 'FoldConstant', 'FoldScaleAxis', 'FoldPad', 'ConvertLayout']
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from .canonicalize_bindings import CanonicalizeBindings
 from .dead_code_elimination import DeadCodeElimination
 from .decompose_ops import DecomposeOpsForInference
 from .fold_constant import FoldConstant
+from .fold_pad import FoldPad
 from .fold_scale_axis import FoldScaleAxis
 from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
@@ -33,6 +34,7 @@ def _default(check: bool = False, target: "Target | str | None" = None,
         DecomposeOpsForInference(),  # inference batch_norm -> per-channel scale and shift
         FoldConstant(),              # ... computed now from constant statistics
         FoldScaleAxis(),             # constant per-channel scales -> into conv / dense weights
+        FoldPad(),                   # explicit zero pads -> into the conv / pooling reading them
     ]
     if target.kind == "llvm":
         # NCHW convolutions whose NHWC tiles run faster -> NHWC (with what lies between them)
@@ -63,9 +65,9 @@ def get_pipeline(name: str = "default", check: bool = False,
     Parameters
     ----------
     name : str
-        ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, ConvertLayout and
-        AlterLayout (CPU targets only), LegalizeOps, FoldConstant, DeadCodeElimination, CanonicalizeBindings,
-        FuseOps, FuseTIR, DeadCodeElimination.
+        ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
+        ConvertLayout and AlterLayout (CPU targets only), LegalizeOps, FoldConstant,
+        DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).
     target : Target | str | None

@@ -398,3 +398,27 @@ def test_run_time_checks_survive_compute_inline():
     np.testing.assert_allclose(out, np.exp(a + b), rtol=1e-6)
     with pytest.raises(Exception, match=r"relax\.test: dimension n and dimension m must be equal"):
         f(a, rand((5,)), out)
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 2.5])
+def test_power_by_constant_exponent(exponent):
+    """x ** 2 and x ** 3 of a constant exponent lower to products (no libm pow per element);
+    other exponents keep pow. Both against numpy, symbolic rows."""
+    from tilecraft import relax, targets
+    from tilecraft.relax import BlockBuilder, const
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n", 37), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.emit_output(bb.emit(op.power(x, const(np.array(exponent, "float32")))))
+        bb.emit_func_output(gv)
+    mod = relax.transform.LegalizeOps()(bb.get())
+    text = "\n".join(str(f) for f in mod.functions.values())
+    assert ("T.pow(" in text) == (exponent == 2.5)
+    vm = relax.VirtualMachine(relax.build(bb.get(), "llvm"), targets.cpu(0))
+    xv = np.random.default_rng(3).uniform(0.1, 3, (5, 37)).astype("float32")
+    xv[0, :5] = [-1.5, -0.0, np.inf, -np.inf, np.nan]
+    if exponent == 2.5:
+        xv[0, :5] = 1.0
+    np.testing.assert_allclose(vm["main"](xv).numpy(), np.power(xv, np.float32(exponent)),
+                               rtol=1e-6)

@@ -594,7 +594,8 @@ def test_pipeline_default_symbolic_and_well_formed():
     mod = bb.get()
     seq = get_pipeline()
     assert [p.name for p in seq.passes] == ["DecomposeOpsForInference", "FoldConstant",
-                                           "FoldScaleAxis", "ConvertLayout", "AlterLayout",
+                                           "FoldScaleAxis", "FoldPad", "ConvertLayout",
+                                           "AlterLayout",
                                            "LegalizeOps",
                                            "FoldConstant", "DeadCodeElimination",
                                            "CanonicalizeBindings", "FuseOps", "FuseTIR",
