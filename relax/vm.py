@@ -51,7 +51,7 @@ from tilecraft.targets.runtime.module import BenchmarkResult
 from tilecraft.targets.runtime.ndarray import NDArray
 
 from .executable import Executable
-from . import vm_gpu
+from . import boundary_dtypes, vm_gpu
 from .vm_builtins import BUILTINS, aligned_bytes, as_ndarray, empty, read_condition
 
 _ALIGN = 64
@@ -277,6 +277,8 @@ class _Function:
         self.param_specs = list(fn["param_specs"])
         self.num_regs = int(fn["num_regs"])
         self.ret = fn["ret"]
+        # bfloat16 / float8 / int4... parameters and results: ml_dtypes arrays at the boundary
+        self.boundary = fn.get(boundary_dtypes.ATTR)
         ctx = _Ctx(vm, name, fn, timers)
         self.code = tuple(vm._decode(ins, ctx) for ins in fn["code"])
 
@@ -285,9 +287,16 @@ class _Function:
             raise VMArgumentError(
                 f"{self.name} takes {len(self.params)} argument(s) ({', '.join(self.params)}), "
                 f"got {len(args)}")
+        if self.boundary:
+            args = boundary_dtypes.args_to_storage(args, self.boundary.get("params"), self.name,
+                                                   self.params, VMArgumentError)
         if self.vm._gpu:   # in-kernel checks are read once, at the end of the call
-            return vm_gpu.run_checked(self, args)
-        return self.run(args)
+            out = vm_gpu.run_checked(self, args)
+        else:
+            out = self.run(args)
+        if self.boundary:
+            out = boundary_dtypes.result_from_storage(out, self.boundary.get("ret"))
+        return out
 
     def run(self, args):
         regs = [None] * self.num_regs
@@ -413,6 +422,9 @@ class VirtualMachine:
         """Arguments converted once (numpy -> NDArray), for repeated calls."""
         if len(args) != len(fn.params):
             fn(*args)  # raises the count error
+        if fn.boundary:
+            args = boundary_dtypes.args_to_storage(args, fn.boundary.get("params"), fn.name,
+                                                   fn.params, VMArgumentError)
         return [_to_value(a, s, fn.name, f"argument {p}")
                 for a, s, p in zip(args, fn.param_specs, fn.params)]
 

@@ -24,7 +24,7 @@ import onnx
 from tilecraft import tensorir
 from tilecraft.tensorir.expr import IntImm, PrimExpr, TIRError, Var as TirVar
 
-from ... import op as _op
+from ... import boundary_dtypes, op as _op
 from ...block_builder import BlockBuilder
 from ...expr import Constant, Expr, RelaxError, ShapeExpr, Tuple, Var, const
 from ...struct_info import ShapeStructInfo, TensorStructInfo
@@ -618,17 +618,29 @@ class GraphImporter:
         attrs = {"num_input": num_input}
         if weights:
             attrs["params"] = tuple(const(w) for w in weights)
+        in_types = tuple(_ml_name(ctx.lookup(vi.name)) for vi in graph.input
+                         if vi.name not in inits)
         with bb.function(func_name, params, attrs=attrs):
             with bb.dataflow():
                 self.convert_graph(ctx, graph)
                 if self.problems:
                     raise UnsupportedError("from_onnx", self.problems,
                                            constant_inputs=self.constant_inputs)
-                outs = [ctx.expr(ctx.lookup(o.name)) for o in graph.output]
+                out_values = [ctx.lookup(o.name) for o in graph.output]
+                outs = [ctx.expr(v) for v in out_values]
                 result = outs[0] if len(outs) == 1 else Tuple(outs)
                 gv = bb.emit_output(result)
             bb.emit_func_output(gv)
-        bb.update_func(func_name, self.facts.attach(bb.get()[func_name]))
+        func = self.facts.attach(bb.get()[func_name])
+        out_types = tuple(_ml_name(v) for v in out_values)
+        if any(in_types) or any(out_types):
+            # bfloat16, float8, int4... values: the VM takes and returns them as ml_dtypes
+            # arrays (relax.boundary_dtypes)
+            attrs = func.attr_dict
+            attrs[boundary_dtypes.ATTR] = {
+                "params": in_types, "ret": out_types[0] if len(out_types) == 1 else out_types}
+            func = func.replace(attrs=attrs)
+        bb.update_func(func_name, func)
 
     def convert_graph(self, ctx: GraphContext, graph: onnx.GraphProto) -> None:
         """Convert the nodes of ``graph`` (its initializers are defined by the caller for the
@@ -829,6 +841,11 @@ class GraphImporter:
 
 
 _POISON = Value()
+
+
+def _ml_name(v: Value) -> str:
+    """The ml_dtypes name of a value held in a storage dtype, else ""."""
+    return lowbit.BY_NAME[v.logical].ml_name if v.logical else ""
 
 # converters that handle lowbit values themselves
 _LOWBIT_AWARE = {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Identity",
