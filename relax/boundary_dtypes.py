@@ -73,8 +73,8 @@ def to_storage(x, name: str, fname: str, what: str, error: type = TypeError):
         raise error(f"{fname}: {what} must be a {name} array (ml_dtypes.{name}) or its "
                         f"storage ({storage}), got dtype {arr.dtype.name}")
     if how == "value":
-        return np.ascontiguousarray(arr.astype(storage))
-    return np.ascontiguousarray(arr).view(storage)
+        return np.require(arr.astype(storage), requirements="C")
+    return np.require(arr, requirements="C").view(storage)
 
 
 def from_storage(arr: np.ndarray, name: str) -> np.ndarray:
@@ -83,7 +83,7 @@ def from_storage(arr: np.ndarray, name: str) -> np.ndarray:
     dtype = _ml_dtype(name)
     if how == "value":
         return arr.astype(dtype)
-    return np.ascontiguousarray(arr).view(dtype)
+    return np.require(arr, requirements="C").view(dtype)
 
 
 def args_to_storage(args, names, fname: str, params, error: type = TypeError) -> tuple:

@@ -359,6 +359,7 @@ class GraphImporter:
         self.shape_dict = dict(shape_dict or {})
         self.keep_params_in_input = bool(keep_params_in_input)
         self.opset_override = opset
+        self.domain_opsets: dict[str, int] = {}   # versions of the other domains imported
         self.sym_vars: dict[str, TirVar] = {}
         self._fresh_count: dict[str, int] = {}
         self.problems: list[str] = []
@@ -398,6 +399,8 @@ class GraphImporter:
                 raise ValueError(f"from_onnx: the model's local functions cannot be inlined: "
                                  f"{err}") from None
         self.opset = self._resolve_opset(model)
+        self.domain_opsets = {imp.domain: int(imp.version) for imp in model.opset_import
+                              if imp.domain not in _DEFAULT_DOMAINS}
         graph = model.graph
         problems = _graph_problems(graph, set(), "")
         if not graph.output:
@@ -494,20 +497,42 @@ class GraphImporter:
         if problems:
             raise UnsupportedError("from_onnx", problems)
 
+    def _function_schema(self, proto: onnx.NodeProto):
+        """The schema of an operator of another domain the model imports that ONNX defines as
+        a function (imported through its body), or None."""
+        version = self.domain_opsets.get(proto.domain)
+        if version is None:
+            return None
+        try:
+            schema = onnx.defs.get_schema(proto.op_type, version, proto.domain)
+        except Exception:
+            return None
+        if not (getattr(schema, "function_opset_versions", None) or
+                getattr(schema, "context_dependent_function_opset_versions", None)):
+            return None
+        return schema
+
     def _node_problems(self, proto: onnx.NodeProto, opset: int, label: str, name: str,
                        depth: int = 0) -> list[str]:
+        domain_version = None
         if proto.domain not in _DEFAULT_DOMAINS:
-            return [f"{label}: the operator domain {proto.domain!r} is not supported (only the "
-                    f"standard ONNX domain is)"]
-        try:
-            schema = onnx.defs.get_schema(proto.op_type, opset, "")
-        except Exception:
-            return [f"{label}: {proto.op_type} is not an operator of the standard domain at "
-                    f"opset {opset}"]
-        conv = CONVERTERS.get(proto.op_type)
+            schema = self._function_schema(proto)
+            if schema is None:
+                return [f"{label}: the operator domain {proto.domain!r} is not supported (only "
+                        f"the standard ONNX domain is, and operators of other domains that "
+                        f"ONNX defines as functions)"]
+            domain_version = self.domain_opsets[proto.domain]
+        else:
+            try:
+                schema = onnx.defs.get_schema(proto.op_type, opset, "")
+            except Exception:
+                return [f"{label}: {proto.op_type} is not an operator of the standard domain "
+                        f"at opset {opset}"]
+        conv = CONVERTERS.get(proto.op_type) if domain_version is None else None
         if conv is None:
             try:
-                body = _function_body(proto, schema, opset) if depth < 6 else None
+                body = _function_body(proto, schema, opset, None, domain_version) \
+                    if depth < 6 else None
             except _NeedsTypes:
                 return []   # a body that depends on the input types: checked when converting
             if body is None:
@@ -657,16 +682,19 @@ class GraphImporter:
             self.convert_node(ctx, proto, proto.name or f"{proto.op_type}_{k}")
 
     def convert_node(self, ctx: GraphContext, proto: onnx.NodeProto, name: str) -> None:
-        schema = onnx.defs.get_schema(proto.op_type, ctx.opset, "")
+        other_domain = proto.domain not in _DEFAULT_DOMAINS
+        schema = self._function_schema(proto) if other_domain else \
+            onnx.defs.get_schema(proto.op_type, ctx.opset, "")
         node = OnnxNode(proto, ctx.opset, schema.since_version, name)
         # a value that could not be made (an earlier problem): skip what depends on it
         missing = [i for i in node.inputs if i and _is_poisoned(ctx, i)]
         if missing:
             self._poison(ctx, node)
             return
-        conv = CONVERTERS.get(node.op_type)
+        conv = None if other_domain else CONVERTERS.get(node.op_type)
         if conv is None:
-            self._expand(ctx, node, proto, schema, name)
+            self._expand(ctx, node, proto, schema, name,
+                         self.domain_opsets[proto.domain] if other_domain else None)
             return
         if conv.check is not None:
             issues = conv.check(node)
@@ -775,11 +803,11 @@ class GraphImporter:
                 out.append(r)
         return out
 
-    def _expand(self, ctx, node, proto, schema, name) -> None:
+    def _expand(self, ctx, node, proto, schema, name, domain_version=None) -> None:
         """Convert an operator without a converter through its ONNX function body."""
         types = [_type_proto(ctx.lookup(i)) if i else onnx.TypeProto() for i in node.inputs]
         try:
-            body = _function_body(proto, schema, ctx.opset, types)
+            body = _function_body(proto, schema, ctx.opset, types, domain_version)
         except _NeedsTypes:
             body = None
         if body is None:
@@ -916,14 +944,18 @@ class _NeedsTypes(Exception):
 _EXPANSIONS = [0]
 
 
-def _function_body(proto: onnx.NodeProto, schema, opset: int, input_types=None):
+def _function_body(proto: onnx.NodeProto, schema, opset: int, input_types=None,
+                   domain_version: int | None = None):
     """``(nodes, opset)``: the body of an ONNX function operator for this node (inputs and
-    outputs renamed to the node's, internal values made unique) and the opset the body is
-    written in; None when the operator has no function body. A context-dependent body needs
-    ``input_types`` (TypeProtos); without them ``_NeedsTypes`` is raised."""
-    plain = [v for v in getattr(schema, "function_opset_versions", []) if v <= opset]
+    outputs renamed to the node's, internal values made unique) and the standard-domain opset
+    the body is written in; None when the operator has no function body. A context-dependent
+    body needs ``input_types`` (TypeProtos); without them ``_NeedsTypes`` is raised.
+    ``domain_version``: the model's version of the operator's domain when it is not the
+    standard one (``ai.onnx.preview``'s FlexAttention)."""
+    version = opset if domain_version is None else domain_version
+    plain = [v for v in getattr(schema, "function_opset_versions", []) if v <= version]
     typed = [v for v in getattr(schema, "context_dependent_function_opset_versions", [])
-             if v <= opset]
+             if v <= version]
     if not plain and not typed:
         return None
     node = onnx.NodeProto()
