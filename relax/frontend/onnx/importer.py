@@ -287,7 +287,10 @@ class GraphContext:
     def expr(self, v: Value) -> Expr:
         """The Relax expression of a value (a constant or a shape tensor made on first use)."""
         if v.expr is None:
-            v.expr = self.materialize(v.known, v.dtype)
+            e = self.materialize(v.known, v.dtype)
+            if self.importer.branch_depth and not isinstance(e, Constant):
+                return e    # bound inside a branch of an If: not visible after it
+            v.expr = e
         return v.expr
 
     def materialize(self, arr: np.ndarray, dtype: str) -> Expr:
@@ -333,6 +336,7 @@ class GraphContext:
         shp = self.emit(_op.tensor_to_shape(ints), "shape")
         expected = expected or [None] * n[0].value
         dims = [self.importer.fresh_var(what) if e is None else e for e in expected]
+        self.importer.runtime_vars.update(id(d) for d in dims if isinstance(d, TirVar))
         self.bb.match_cast(shp, ShapeStructInfo(dims), _sanitize(what))
         return tuple(dims)
 
@@ -365,6 +369,12 @@ class GraphImporter:
         self.problems: list[str] = []
         self.constant_inputs: list[str] = []
         self.producers: dict[str, list] = {}   # value name -> the inputs of its node
+        # ids of the dims bound in the middle of the function (sizes computed at run time):
+        # the checks made at its start cannot name them
+        self.runtime_vars: set[int] = set()
+        # > 0 while converting the branches of an If on a run-time condition: checks hoisted to
+        # the function's start would run whichever branch is taken
+        self.branch_depth = 0
         # facts about the symbolic dims (sizes are >= 0) and the run-time checks behind the
         # ones a converter needed but could not prove (see Expand)
         self.facts = ShapeFacts()

@@ -15,6 +15,7 @@ from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
 from tilecraft.tensorir.arith import Analyzer
 from tilecraft.tensorir.expr import FloorDiv, FloorMod, IntImm, Max, Min, PrimExpr, Select
+from tilecraft.tensorir.functor import post_order_visit
 
 from .... import op as _op
 from ....expr import Expr, ShapeExpr, TupleGetItem, const
@@ -419,6 +420,14 @@ def _expand(ctx, node):
     return _op.broadcast_to(x, tuple(out))
 
 
+def _uses(var_ids: set, *exprs) -> bool:
+    """Whether any of ``exprs`` uses a variable whose id is in ``var_ids``."""
+    found = []
+    for e in exprs:
+        post_order_visit(_i(e), lambda n: found.append(n) if id(n) in var_ids else None)
+    return bool(found)
+
+
 def _unify_dims(ctx, node, x, xpad, out):
     """``x`` cast to the dims it must have to expand to ``out``: where a dim of ``x`` is not 1
     and not provably its output dim (``min(seq, 256)`` to ``seq``: a position table sliced by
@@ -434,7 +443,9 @@ def _unify_dims(ctx, node, x, xpad, out):
             continue
         if static_int(d) is not None and static_int(o) is not None:
             continue                # two constants that differ: broadcast_to says so
-        facts.require_equal(d, o, f"node {node.name!r} (Expand)")
+        if not _uses(ctx.importer.runtime_vars, d, o) and not ctx.importer.branch_depth:
+            facts.require_equal(d, o, f"node {node.name!r} (Expand)")
+        # else a dim computed at run time: the match_cast below checks it where it is known
         dims[k] = o
         changed = True
     if not changed:
