@@ -191,12 +191,19 @@ def _import_frozen(bb, case, fname, err):
     return [([ins[k] for k in keep], outs) for ins, outs in data]
 
 
-def _run_function(vm, fname, data, case):
+def _numpy(v):
+    """A VM result as numpy arrays (tuples, the sequences, as lists)."""
     from tilecraft.targets.runtime.ndarray import NDArray
+    if isinstance(v, tuple):
+        return [_numpy(x) for x in v]
+    return v.numpy() if isinstance(v, NDArray) else v
+
+
+def _run_function(vm, fname, data, case):
     for inputs, expected in data:
         out = vm[fname](*inputs)
-        got = list(out) if isinstance(out, tuple) else [out]
-        got = [g.numpy() if isinstance(g, NDArray) else g for g in got]
+        # one graph output: the result itself (a tuple when it is a sequence)
+        got = [_numpy(out)] if len(expected) == 1 else _numpy(out)
         compare(expected, got, case.rtol, case.atol)
 
 

@@ -1,5 +1,6 @@
 """``If`` on a condition computed at run time (a Relax ``If`` whose branches hold the converted
-subgraphs), against onnxruntime."""
+subgraphs) and sequences made inside the graph (tuples of a length known at import time),
+against onnxruntime."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -79,4 +80,38 @@ def test_if_branches_of_other_ranks_are_refused():
                        [("cond", "bool", []), ("x", "float32", [2, 3, 4])],
                        [("y", "float32", None)], opset=17)
     with pytest.raises(relax.frontend.UnsupportedError, match="the branches must agree on dtype and rank"):
+        relax.frontend.from_onnx(model)
+
+
+def test_split_to_sequence_at_insert_and_concat():
+    # torch.split as torch.onnx.export writes it, then the sequence edited and concatenated
+    seq = helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("SplitToSequence", ["x", "sizes"], ["s"], axis=1),
+             helper.make_node("SequenceAt", ["s", "one"], ["mid"]),
+             helper.make_node("SequenceInsert", ["s", "y"], ["s2"]),
+             helper.make_node("SequenceErase", ["s2", "zero"], ["s3"]),
+             helper.make_node("ConcatFromSequence", ["s3"], ["cat"], axis=1),
+             helper.make_node("SequenceLength", ["s3"], ["n"]),
+             helper.make_node("SequenceConstruct", ["mid", "y"], ["seq"])]
+    g = helper.make_graph(
+        nodes, "test",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("cat", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("n", TensorProto.INT64, None), seq],
+        [helper.make_tensor(k, TensorProto.INT64, np.shape(v), np.ravel(v))
+         for k, v in {"sizes": [1, 3, 2], "one": 1, "zero": 0}.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    vm = _vm(model)
+    rng = np.random.default_rng(5)
+    _same(vm, model, [rand(rng, (2, 6)), rand(rng, (2, 3))])
+
+
+def test_sequence_input_is_refused():
+    g = helper.make_graph(
+        [helper.make_node("SequenceLength", ["s"], ["n"])], "test",
+        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("n", TensorProto.INT64, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(relax.frontend.UnsupportedError, match="is a sequence input"):
         relax.frontend.from_onnx(model)

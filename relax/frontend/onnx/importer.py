@@ -469,11 +469,19 @@ class GraphImporter:
         seen: set = set()
 
         def value_types(g, where):
-            for vi in list(g.input) + list(g.output):
+            values = [(vi, False) for vi in g.input] + [(vi, True) for vi in g.output]
+            for vi, is_output in values:
                 kind = vi.type.WhichOneof("value")
                 if kind is None:
                     continue
-                if kind != "tensor_type":
+                if kind == "sequence_type" and is_output and \
+                        vi.type.sequence_type.elem_type.WhichOneof("value") == "tensor_type":
+                    continue   # a result made in the graph: a tuple of its tensors
+                if kind == "sequence_type" and not is_output:
+                    problems.append(f"{where}value {vi.name!r} is a sequence input (not "
+                                    f"supported: its length is not known when the model is "
+                                    f"imported)")
+                elif kind != "tensor_type":
                     problems.append(f"{where}value {vi.name!r} is a {kind.replace('_type', '')}, "
                                     f"not a tensor (not supported)")
                 elif not supported_elem_type(vi.type.tensor_type.elem_type) and \
