@@ -200,3 +200,22 @@ def test_dropout_training_mode_at_run_time():
     _same(vm, model, [x, np.array(0.0, np.float32), np.array(True)])
     with pytest.raises(ValueError, match="training mode with a ratio above 0"):
         vm["main"](x, np.array(0.3, np.float32), np.array(True))
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_non_max_suppression_counts_from_the_data(center):
+    rng = np.random.default_rng(12)
+    model = one_node("NonMaxSuppression", [("boxes", "float32", [2, 30, 4]),
+                                           ("scores", "float32", [2, 3, 30]),
+                                           ("m", "int64", [1]), ("iou", "float32", [1]),
+                                           ("thr", "float32", [1])],
+                     [("y", "int64", None)], {"center_point_box": center}, opset=11)
+    vm = _vm(model)
+    for m, iou, thr in ((5, 0.4, 0.2), (30, 0.1, 0.0), (0, 0.5, 0.5), (3, 0.9, 0.95)):
+        corner = rng.uniform(0, 10, (2, 30, 2)).astype(np.float32)
+        size = rng.uniform(0.5, 4, (2, 30, 2)).astype(np.float32)
+        boxes = np.concatenate([corner, corner + size], -1) if not center else \
+            np.concatenate([corner, size], -1)
+        scores = rng.random((2, 3, 30)).astype(np.float32)
+        _same(vm, model, [boxes, scores, _i64(m), np.array([iou], np.float32),
+                          np.array([thr], np.float32)])
