@@ -2,34 +2,66 @@
 PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
-APT_PACKAGES := lld pocl-opencl-icd mesa-vulkan-drivers qemu-user-static mmdebstrap
+# CI runs with CI=true (tests/capabilities.py reads the same values)
+IN_CI := $(filter true TRUE True 1 yes,$(CI))
+
+# What the tests drive (tests/capabilities.py names each when it is missing): python3-venv for
+# `python3 -m venv` on Debian, ld.lld to link kernel libraries, gcc for the faulting test
+# libraries, PoCL (OpenCL) and lavapipe (WebGPU through Vulkan), qemu-user and mmdebstrap for the
+# emulated arm64 board, the aarch64 / armv7 / riscv64 cross compilers for the exported-library
+# tests under qemu, node for the browser loader of WebGPU modules.
+APT_PACKAGES := python3-venv lld gcc libc6-dev pocl-opencl-icd mesa-vulkan-drivers \
+                qemu-user-static mmdebstrap nodejs \
+                gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
+                gcc-arm-linux-gnueabihf libc6-dev-armhf-cross \
+                gcc-riscv64-linux-gnu libc6-dev-riscv64-cross
 
 .PHONY: demo test venv system-deps clean
 
+# On Debian `python3 -m venv` needs the python3-venv package: installed here as root, else named.
 $(VPY):
-	$(PY) -m venv $(VENV)
+	@if ! $(PY) -m venv $(VENV) >/dev/null 2>&1; then \
+	  rm -rf $(VENV); \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	    echo "'$(PY) -m venv' failed: installing Debian's python3-venv"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends python3-venv >/dev/null) || exit 1; \
+	    $(PY) -m venv $(VENV) || exit 1; \
+	  else \
+	    echo "error: '$(PY) -m venv' failed; on Debian or Ubuntu install python3-venv" \
+	         "(sudo apt-get install python3-venv), or run make with PY=another-python" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
 	$(VPY) -m pip install -q --upgrade pip
 
 venv: $(VPY)
 	$(VPY) -m pip install -q -e ".[dev]"
 
-# Debian packages for the drivers and toolchain the tests use (only when run as root; else skipped).
+# Debian packages for the drivers and toolchains the tests use (as root; otherwise the tests that
+# need them are skipped, naming them). Under CI=true what cannot be installed stops the run here.
 system-deps:
 	@if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
 	  missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages:$$missing"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \
-	      || echo "warning: apt-get could not install$$missing; tests that need them will be skipped"; \
+	    if ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null); then \
+	      if [ -n "$(IN_CI)" ]; then echo "error: apt-get could not install$$missing" >&2; exit 1; fi; \
+	      echo "warning: apt-get could not install$$missing; the tests that need them will be skipped"; \
+	    fi; \
 	  fi; \
-	else echo "not root: skipping Debian packages ($(APT_PACKAGES)); tests that need them will be skipped"; fi
+	else \
+	  if [ -n "$(IN_CI)" ]; then echo "error: CI=true needs root and apt-get to install $(APT_PACKAGES)" >&2; exit 1; fi; \
+	  echo "not root: skipping Debian packages ($(APT_PACKAGES)); the tests that need them will be skipped"; \
+	fi
 
 # Main job: compile ResNet-50 (the onnx package's model) for this CPU, check it against onnxruntime
 # and print both latencies (benchmarks/demo.py; also `tilecraft demo`).
 demo: venv
 	$(VPY) -m benchmarks.run demo
 
-# Tests: everything but the long tuning runs.
+# Tests: everything but the long tuning runs. Under CI=true a test whose driver or tool is missing
+# fails instead of being skipped (tests/capabilities.py).
 test: system-deps venv
 	$(VPY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 

@@ -251,6 +251,14 @@ def _hf_import(doc):
                      f"{len(rows)} ({', '.join(paths)})")]
 
 
+def _lowp(doc):
+    """One line per quantized model against its onnxruntime peer (the per-layer rows compare
+    with our own float32 and stay in the file)."""
+    return [Headline(f"{r['mode']} {r['model']}, error rel {r['ours_rel']:.3g} (peer "
+                     f"{r['peer_rel']:.3g})", r["ratio"], r["peer"])
+            for r in doc["rows"] if r["peer"].startswith("onnxruntime")]
+
+
 def _ops_cpu(doc):
     return _suite(doc, "operators (elementwise, softmax, conv2d, GEMM)",
                   "numpy / onnxruntime, per kernel")
@@ -263,8 +271,12 @@ def _relax_cpu(doc):
 
 def _rpc_overhead(doc):
     r = _row(doc, measure="remote call*")
-    return [Headline(f"remote call of a tiny kernel over loopback: {r['value']:.0f} µs "
-                     "(target < 1 ms)")]
+    if "value" in r:   # before protocol 2: one figure, no authenticated column
+        return [Headline(f"remote call of a tiny kernel over loopback: {r['value']:.0f} µs "
+                         "(target < 1 ms)")]
+    return [Headline(f"remote call of a tiny kernel over loopback, authenticated (per-frame "
+                     f"MACs): {r['authenticated']:.0f} µs ({r['MAC cost']} for the MAC; "
+                     f"target < 1 ms)")]
 
 
 def _rpc_tune_throughput(doc):
@@ -335,6 +347,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gemm_cpu": _gemm_cpu,
     "gemm_steps": _gemm_steps,
     "hf_import": _hf_import,
+    "lowp": _lowp,
     "gpu": _gpu,
     "gpu_gemm_variants": _gpu_gemm_variants,
     "gpu_launch_overhead": _gpu_launch_overhead,

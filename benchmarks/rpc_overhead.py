@@ -1,16 +1,26 @@
-"""RPC overhead on loopback: what a remote call, a session and a transfer cost beyond the kernel.
+"""RPC overhead on loopback: what a remote call, a session and a transfer cost beyond the kernel,
+and what authentication (a MAC and a sequence number on every frame) adds to each.
 
-A server (``python -m tilecraft.rpc.server``) runs in its own process on 127.0.0.1; the kernel is tiny
-(``B = A * 2 + 1`` over 4 floats), so a remote call's time is almost all overhead: framing,
-JSON, two trips through the loopback TCP stack, the session process's dispatch. The target
-is well under 1 ms per call. ``time_evaluator`` runs on the board's own clock, so its figure is
-the kernel alone, for comparison. Uploads and array transfers give the throughput.
+Two servers (``python -m tilecraft.rpc.server``) run in their own processes on 127.0.0.1: one
+with a token (every session authenticated, every frame MAC'd: HMAC-SHA256), one without
+(``--insecure-local``: plain frames, the protocol as it was before frames were authenticated).
+Every figure is measured on both, interleaved, so the machine's noise falls on both alike:
+small requests call by call (one on each server in turn, thousands of pairs; the median of
+each side), transfers round by round (``common.side_by_side``). ``auth/plain`` is the time
+ratio (above 1: the MAC costs).
+
+The kernel is tiny (``B = A * 2 + 1`` over 4 floats), so a remote call's time is almost all
+overhead: framing, JSON, two trips through the loopback TCP stack, the session process's
+dispatch. Targets: a remote call well under 1 ms; the MAC at most 20 us per small call and at
+most 10% on a 64 MiB upload. ``time_evaluator`` runs on the board's own clock, so its figure
+is the kernel alone, for comparison.
 
 ``python -m benchmarks.run rpc_overhead``
 """
 from __future__ import annotations
 
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -23,7 +33,7 @@ from tilecraft import rpc
 from tilecraft import targets
 from tilecraft.tensorir import te
 
-from .common import median_time
+from .common import median_time, side_by_side
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,12 +45,13 @@ def tiny_kernel():
     return te.create_prim_func([A, B])
 
 
-def start_server() -> tuple[subprocess.Popen, int]:
+def start_server(*security: str) -> tuple[subprocess.Popen, int]:
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "tilecraft.rpc.server", "--host", "127.0.0.1", "--port",
-                             "0", "--key", "bench", "--max-upload-mb", "128",
-                             "--max-array-mb", "64"],
-                            stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "tilecraft.rpc.server", "--host", "127.0.0.1",
+                             "--port", "0", "--key", "bench", "--max-upload-mb", "128",
+                             "--max-array-mb", "64", *security],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                            cwd=REPO)
     line = proc.stdout.readline()
     if not line:
         proc.kill()
@@ -48,78 +59,124 @@ def start_server() -> tuple[subprocess.Popen, int]:
     return proc, int(line.split()[4].rsplit(":", 1)[1])
 
 
-def throughput(fn, nbytes: int, repeat: int = 3) -> float:
-    """Median MB/s of ``fn`` moving ``nbytes``."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return nbytes / statistics.median(times) / 1e6
+def paired(ours, peer, pairs: int, warmup: int = 50) -> tuple[float, float]:
+    """Call ``ours`` and ``peer`` alternately ``pairs`` times each; their median seconds per
+    call. Alternating call by call gives both the same moments of a noisy machine."""
+    for _ in range(warmup):
+        ours()
+        peer()
+    a, b = [], []
+    for _ in range(pairs):
+        for fn, out in ((ours, a), (peer, b)):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(a), statistics.median(b)
 
 
 def run() -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="rpc-bench-") as tmp:
         lib = os.path.join(tmp, "tiny.so")
         targets.build(tiny_kernel(), "llvm").export_library(lib)
-        local = targets.load_module(lib)
-        proc, port = start_server()
+        token_file = os.path.join(tmp, "token")
+        with open(token_file, "w") as f:
+            f.write(secrets.token_hex(32))
+        procs = []
         try:
-            return _measure(lib, local, port)
+            plain, plain_port = start_server("--insecure-local")
+            procs.append(plain)
+            authed, auth_port = start_server("--token-file", token_file)
+            procs.append(authed)
+            with open(token_file) as f:
+                token = f.read()
+            return _measure(lib, plain_port, auth_port, token)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            for proc in procs:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
 
 
-def _measure(lib: str, local, port: int) -> list[dict]:
-    rows = []
+class _Side:
+    """One server's session, kernel and arrays."""
+
+    def __init__(self, lib: str, port: int, token):
+        self.port, self.token = port, token
+        self.sess = rpc.connect("127.0.0.1", port, token=token)
+        self.mod = self.sess.load_module(self.sess.upload(lib))
+        x = np.random.default_rng(0).standard_normal(4).astype("float32")
+        self.a, self.b = self.sess.array(x), self.sess.empty((4,), "float32")
+        self.mod["main"](self.a, self.b)
+        np.testing.assert_allclose(self.b.numpy(), x * 2 + 1, rtol=1e-6)  # checked first
+        self.fn = self.mod["main"]
+        self.big = np.random.default_rng(1).standard_normal(4 << 20).astype("float32")
+        self.remote_big = self.sess.array(self.big)
+
+    def open_close(self):
+        with rpc.connect("127.0.0.1", self.port, token=self.token) as s:
+            s.info()
+
+
+def _measure(lib: str, plain_port: int, auth_port: int, token: str) -> list[dict]:
+    local = targets.load_module(lib)
     x = np.random.default_rng(0).standard_normal(4).astype("float32")
     y = np.empty_like(x)
     t_local = median_time(lambda: local["main"](x, y), number=2000)
+    blob = os.urandom(64 << 20)
 
-    with rpc.connect("127.0.0.1", port) as sess:
-        mod = sess.load_module(sess.upload(lib))
-        a, b = sess.array(x), sess.empty((4,), "float32")
-        mod["main"](a, b)
-        np.testing.assert_allclose(b.numpy(), x * 2 + 1, rtol=1e-6)  # checked before timing
-        fn = mod["main"]
-        t_call = median_time(lambda: fn(a, b), number=200, repeat=7)
-        t_board = mod.time_evaluator("main", sess.cpu(0), number=1000, repeat=5)(a, b).median
-        t_read = median_time(b.numpy, number=200, repeat=7)
-        t_info = median_time(sess.info, number=200, repeat=7)
+    P, A = _Side(lib, plain_port, None), _Side(lib, auth_port, token)
+    assert A.sess.authenticated and not P.sess.authenticated
+    try:
+        t_board = A.mod.time_evaluator("main", A.sess.cpu(0), number=1000,
+                                       repeat=5)(A.a, A.b).median
+        pairs = {
+            "call": paired(lambda: A.fn(A.a, A.b), lambda: P.fn(P.a, P.b), 3000),
+            "info": paired(A.sess.info, P.sess.info, 2000),
+            "read": paired(A.b.numpy, P.b.numpy, 2000),
+            "session": paired(A.open_close, P.open_close, 40, warmup=2),
+            "upload": side_by_side(lambda: A.sess.upload(blob, "blob.bin"),
+                                   lambda: P.sess.upload(blob, "blob.bin"), number=1, rounds=11),
+            "to_board": side_by_side(lambda: A.sess.array(A.big), lambda: P.sess.array(P.big),
+                                     number=2, rounds=9),
+            "from_board": side_by_side(A.remote_big.numpy, P.remote_big.numpy, number=2,
+                                       rounds=9),
+        }
+    finally:
+        A.sess.close()
+        P.sess.close()
 
-        blob = os.urandom(64 << 20)
-        up = throughput(lambda: sess.upload(blob, "blob.bin"), len(blob))
-        big = np.random.default_rng(1).standard_normal(4 << 20).astype("float32")  # 16 MiB
-        remote = sess.array(big)
-        to_board = throughput(lambda: sess.array(big), big.nbytes)
-        from_board = throughput(remote.numpy, big.nbytes)
+    rows = []
 
-    def open_close():
-        with rpc.connect("127.0.0.1", port) as s:
-            s.info()
-    t_session = median_time(open_close, number=5, repeat=5, warmup=1)
+    def per_call(measure, key, scale, unit, note=""):
+        t_auth, t_plain = pairs[key]
+        rows.append({"measure": measure, "unit": unit, "plain": t_plain * scale,
+                     "authenticated": t_auth * scale, "auth/plain": t_auth / t_plain,
+                     "MAC cost": f"{(t_auth - t_plain) * 1e6:+.1f} us", "note": note})
 
-    target = "< 1 ms"
-    rows.append({"measure": "remote call, tiny kernel (loopback)", "value": t_call * 1e6,
-                 "unit": "us/call", "note": f"target {target}; "
-                                            f"{'met' if t_call < 1e-3 else 'MISSED'}"})
-    rows.append({"measure": "  of which the kernel (board clock, time_evaluator)",
-                 "value": t_board * 1e6, "unit": "us/call", "note": "network excluded"})
-    rows.append({"measure": "local call, same library (ctypes)", "value": t_local * 1e6,
-                 "unit": "us/call", "note": "no RPC"})
-    rows.append({"measure": "round trip without a kernel (info)", "value": t_info * 1e6,
-                 "unit": "us", "note": ""})
-    rows.append({"measure": "read a 4-float array (.numpy())", "value": t_read * 1e6,
-                 "unit": "us", "note": ""})
-    rows.append({"measure": "open + close a session", "value": t_session * 1e3, "unit": "ms",
-                 "note": "handshake, fork of the session process"})
-    rows.append({"measure": "upload 64 MiB", "value": up, "unit": "MB/s", "note": ""})
-    rows.append({"measure": "array to the board, 16 MiB", "value": to_board, "unit": "MB/s",
-                 "note": ""})
-    rows.append({"measure": "array from the board, 16 MiB", "value": from_board, "unit": "MB/s",
-                 "note": ""})
+    def rate(measure, key, nbytes, note=""):
+        t_auth, t_plain = pairs[key]
+        rows.append({"measure": measure, "unit": "MB/s", "plain": nbytes / t_plain / 1e6,
+                     "authenticated": nbytes / t_auth / 1e6, "auth/plain": t_auth / t_plain,
+                     "MAC cost": f"{(t_auth / t_plain - 1) * 100:+.1f}%", "note": note})
+
+    t_call_auth, t_call_plain = pairs["call"]
+    added = (t_call_auth - t_call_plain) * 1e6
+    per_call("remote call, tiny kernel (loopback)", "call", 1e6, "us/call",
+             f"target < 1 ms: {'met' if t_call_auth < 1e-3 else 'MISSED'}; MAC target "
+             f"<= 20 us: {'met' if added <= 20 else 'MISSED'}")
+    rows.append({"measure": "  of which the kernel (board clock, time_evaluator)", "unit":
+                 "us/call", "authenticated": t_board * 1e6, "note": "network excluded"})
+    rows.append({"measure": "local call, same library (ctypes)", "unit": "us/call",
+                 "plain": t_local * 1e6, "note": "no RPC"})
+    per_call("round trip without a kernel (info)", "info", 1e6, "us")
+    per_call("read a 4-float array (.numpy())", "read", 1e6, "us")
+    per_call("open + close a session", "session", 1e3, "ms",
+             "handshake (proofs, key derivation), fork of the session process")
+    up_auth, up_plain = pairs["upload"]
+    rate("upload 64 MiB", "upload", len(blob),
+         f"MAC target <= 10% slower: {'met' if up_auth / up_plain <= 1.10 else 'MISSED'}")
+    rate("array to the board, 16 MiB", "to_board", A.big.nbytes)
+    rate("array from the board, 16 MiB", "from_board", A.big.nbytes)
     return rows

@@ -75,11 +75,12 @@ def _start(args: list[str]) -> tuple[subprocess.Popen, int]:
 def run() -> list[dict]:
     procs = []
     try:
-        tracker, tport = _start(["rpc.tracker", "--host", "127.0.0.1", "--port", "0"])
+        tracker, tport = _start(["rpc.tracker", "--host", "127.0.0.1", "--port", "0",
+                                 "--insecure-local"])
         procs.append(tracker)
         for key in ("one", "two", "two"):
             procs.append(_start(["rpc.server", "--host", "127.0.0.1", "--port", "0", "--key", key,
-                                 "--tracker", f"127.0.0.1:{tport}"])[0])
+                                 "--tracker", f"127.0.0.1:{tport}", "--insecure-local"])[0])
         client = rpc.connect_tracker("127.0.0.1", tport)
         deadline = time.monotonic() + 60
         while True:

@@ -33,6 +33,7 @@ REGISTRY = {
     "tune_gpu": "benchmarks.tune_gpu",
     "space_gemm": "benchmarks.space_gemm",
     "onnx_conformance": "benchmarks.onnx_conformance",
+    "lowp": "benchmarks.lowp",
 }
 
 

@@ -131,6 +131,8 @@ class LocalBuilder:
         The longest one build may take; past it the build fails and its worker is restarted.
     work_dir : str, optional
         Where the artifacts' temporary directories go (default: the system's temp directory).
+        A relative path is resolved here, against the current directory of the caller (the
+        worker processes run elsewhere).
 
     Each artifact lives in its own directory (``tilecraft-build-*``); a runner removes it after
     measuring (``cleanup=True``), or call ``remove_artifact(path)``. ``close()`` ends the
@@ -157,7 +159,7 @@ class LocalBuilder:
             raise ValueError(f"LocalBuilder: timeout_sec must be > 0, got {timeout_sec}")
         self.max_workers = int(max_workers)
         self.timeout_sec = float(timeout_sec)
-        self.work_dir = work_dir
+        self.work_dir = None if work_dir is None else os.path.abspath(os.fspath(work_dir))
         self._idle: list[PopenWorker] = []
         self._lock = threading.Lock()
 

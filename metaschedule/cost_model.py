@@ -37,6 +37,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from tilecraft.optional import import_optional
 from tilecraft.tensorir.function import PrimFunc
 
 from .feature import NUM_FEATURES, PerStoreFeature, analytic_cost
@@ -228,7 +229,7 @@ class XGBModel(CostModel):
 
     # -- training -----------------------------------------------------------------------------
     def _train(self) -> None:
-        import xgboost as xgb
+        xgb = import_optional("xgboost", "the XGBoost cost model (metaschedule.XGBModel)")
         labels = self._labels()
         if not np.any(labels > 0):
             self.booster = None
@@ -271,7 +272,7 @@ class XGBModel(CostModel):
             return np.zeros(0)
         if self.booster is None or self._valid_count(group) < self.min_samples:
             return self.prior(features)
-        import xgboost as xgb
+        xgb = import_optional("xgboost", "the XGBoost cost model (metaschedule.XGBModel)")
         rows = np.concatenate([np.asarray(f, dtype=np.float32) for f in features])
         counts = np.array([f.shape[0] for f in features])
         owner = np.repeat(np.arange(n), counts)
@@ -311,7 +312,7 @@ class XGBModel(CostModel):
 
     def load(self, path) -> None:
         """Read a file written by ``save`` (the model and its training data)."""
-        import xgboost as xgb
+        xgb = import_optional("xgboost", "the XGBoost cost model (metaschedule.XGBModel)")
         try:
             data = np.load(os.fspath(path), allow_pickle=False)
             config = json.loads(bytes(data["config"]).decode())

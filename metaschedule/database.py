@@ -5,7 +5,8 @@
 * ``work_dir/workloads.json`` — one line per workload (a kernel to tune): its structural hash
   and its TensorIR text (``func.script()``);
 * ``work_dir/records.json`` — one line per measured candidate: the workload's hash, the target,
-  the schedule's trace, the run times (or the error), the arguments it ran on;
+  the schedule's trace, the run times (or the error), the arguments it ran on, and whether its
+  outputs were checked against a reference (``"checked"``);
 * ``work_dir/remeasured.json`` — one line per re-measurement (``Remeasurement``): the tuner's
   best candidates of a workload and its baseline timed again, interleaved, over several
   rounds, and the one it selected. Once a workload has one, ``query_tuning_record`` /
@@ -25,6 +26,10 @@ middle of it) or any other unreadable line is skipped with a warning naming the 
 and everything else loads. Several processes may read and append at once: each ``Database``
 picks up lines other processes appended when it is next queried.
 
+``work_dir/tasks.json`` (the tuner's tasks: names, weights, flops) is rewritten, not appended:
+``merge_tasks`` reads, merges and replaces it under the records' lock (an exclusive ``flock``
+on ``records.json``), so two tuners sharing a ``work_dir`` never lose each other's entries.
+
 Records are keyed by the workload's structural hash (``workload_hash``: stable across processes
 and machines, blind to variable names) and the target string (``str(Target(...))``).
 
@@ -43,6 +48,7 @@ import hashlib
 import json
 import math
 import os
+import tempfile
 import threading
 import time
 import warnings
@@ -66,13 +72,14 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["Workload", "TuningRecord", "Remeasurement", "Database", "workload_hash",
            "target_key", "SCHEMA_VERSION", "WORKLOADS_FILE", "RECORDS_FILE", "REMEASURED_FILE",
-           "LAYOUTS_FILE"]
+           "LAYOUTS_FILE", "TASKS_FILE", "read_tasks_file"]
 
 SCHEMA_VERSION = 1
 WORKLOADS_FILE = "workloads.json"
 RECORDS_FILE = "records.json"
 REMEASURED_FILE = "remeasured.json"
 LAYOUTS_FILE = "layouts.json"
+TASKS_FILE = "tasks.json"
 
 # attributes that name a function rather than say what it computes
 _NAME_ATTRS = ("global_symbol",)
@@ -274,6 +281,10 @@ class TuningRecord:
         The values of the symbolic dimensions it was measured at.
     error : str, optional
         Why it failed (build error, crash, timeout, wrong result).
+    checked : bool, optional
+        Whether its outputs were compared with the reference and matched: False for a
+        candidate measured without a correctness check (no reference could be computed, or the
+        runner does not check); None in records written before the field existed.
     """
 
     trace: Trace
@@ -284,6 +295,7 @@ class TuningRecord:
     shape_vars: dict | None = None
     error: str | None = None
     timestamp: float | None = field(default=None, compare=False)
+    checked: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -313,6 +325,7 @@ class TuningRecord:
                 "shape_vars": None if self.shape_vars is None else
                 {str(k): int(v) for k, v in self.shape_vars.items()},
                 "error": None if self.error is None else str(self.error),
+                "checked": None if self.checked is None else bool(self.checked),
                 "time": round(self.timestamp if self.timestamp is not None else time.time(), 3)}
 
     @staticmethod
@@ -330,13 +343,16 @@ class TuningRecord:
             raise ValueError("'shape_vars' must be an object")
         if error is not None and not isinstance(error, str):
             raise ValueError("'error' must be a string or null")
+        checked = data.get("checked")
+        if checked is not None and not isinstance(checked, bool):
+            raise ValueError("'checked' must be true, false or null")
         return TuningRecord(
             trace=Trace.from_json(data.get("trace")), workload=workload, target=target,
             run_secs=None if run_secs is None else [float(t) for t in run_secs],
             args_info=None if infos is None else [ArgInfo.from_json(a) for a in infos],
             shape_vars=None if shape_vars is None else {str(k): int(v)
                                                         for k, v in shape_vars.items()},
-            error=error, timestamp=data.get("time"))
+            error=error, timestamp=data.get("time"), checked=checked)
 
 
 @dataclass
@@ -485,6 +501,11 @@ class _Log:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
 
+    def locked(self) -> "_Locked":
+        """This file's exclusive lock, held over a ``with`` block (the lock ``append`` takes),
+        for an update of another file that must not interleave with other writers."""
+        return _Locked(self.path)
+
     def append(self, obj: dict) -> None:
         data = (json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode()
         new = not os.path.exists(self.path)
@@ -572,6 +593,38 @@ class _Log:
         self.warned.add(lineno)
         warnings.warn(f"{self.path}:{lineno}: skipping a corrupt database line: {why}",
                       RuntimeWarning, stacklevel=4)
+
+
+class _Locked:
+    def __init__(self, path: str):
+        self.path = path
+        self.fd = None
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        if fcntl is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)   # releases the lock
+        self.fd = None
+
+
+def read_tasks_file(work_dir: "str | os.PathLike") -> list[dict]:
+    """The tasks recorded in ``work_dir/tasks.json`` (empty when there is none)."""
+    path = os.path.join(os.fspath(work_dir), TASKS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as err:
+        warnings.warn(f"{path}: unreadable ({err}); task names and flops are not shown",
+                      RuntimeWarning, stacklevel=2)
+        return []
+    tasks = data.get("tasks", []) if isinstance(data, dict) else []
+    return [t for t in tasks if isinstance(t, dict) and "shash" in t]
 
 
 def _fsync_dir(path: str) -> None:
@@ -761,6 +814,41 @@ class Database:
         self._refresh()
         with self._lock:
             return list(self._remeasured.get((shash, target_key(target)), ()))
+
+    # -- tasks ------------------------------------------------------------------------------
+    def merge_tasks(self, entries: Iterable[dict]) -> list[dict]:
+        """Add or replace (by ``shash``) ``entries`` in ``work_dir/tasks.json``; returns every
+        task now in it. The file is read, merged and replaced atomically under the records'
+        lock, so tuners sharing the directory keep each other's tasks.
+
+        Examples
+        --------
+        >>> db.merge_tasks([{"name": "gemm", "shash": wl.shash, "weight": 1}])  # doctest: +SKIP
+        """
+        entries = list(entries)
+        for e in entries:
+            if not isinstance(e, dict) or not isinstance(e.get("shash"), str):
+                raise ValueError(f"merge_tasks: each task needs a 'shash' string, got {e!r}")
+        path = os.path.join(self.work_dir, TASKS_FILE)
+        with self._lock, self._rec_log.locked():
+            known = {t["shash"]: t for t in read_tasks_file(self.work_dir)}
+            for e in entries:
+                known[e["shash"]] = e
+            tasks = list(known.values())
+            fd, tmp = tempfile.mkstemp(dir=self.work_dir, prefix=".tasks.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump({"v": SCHEMA_VERSION, "tasks": tasks}, f, indent=1)
+                    f.write("\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+        _fsync_dir(self.work_dir)
+        return tasks
 
     # -- layout decisions -------------------------------------------------------------------
     def commit_layout(self, key: str, target, choice: dict,

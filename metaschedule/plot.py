@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 import os
 
+from tilecraft.optional import import_optional
+
 from .database import Database
 from .tune import read_tasks_file
 
@@ -66,17 +68,13 @@ def plot_tuning_curve(work_dir: str | os.PathLike, path: str | os.PathLike | Non
     Raises
     ------
     ImportError
-        When matplotlib is not installed (``pip install matplotlib``).
+        When matplotlib is not installed (``pip install 'tilecraft[bench]'``).
     ValueError
         When ``work_dir`` holds no tuning records.
     """
-    try:
-        import matplotlib
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise ImportError("plot_tuning_curve needs matplotlib: pip install matplotlib "
-                          f"(or install tilecraft[dev]); {err}") from None
+    matplotlib = import_optional("matplotlib", "plot_tuning_curve")
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
     curves = tuning_curve(work_dir, target)
     if not curves:
         raise ValueError(f"plot_tuning_curve: {os.fspath(work_dir)!r} holds no tuning records")

@@ -107,7 +107,11 @@ class RPCRunner:
     key : str
         The boards' key (``python -m tilecraft.rpc.server --key KEY``).
     token : str or bytes, optional
-        The boards' shared secret (``--token-file``).
+        The boards' shared secret (their ``--token-file``): sessions are authenticated both
+        ways and every frame carries a MAC, so neither an impostor board nor anyone on the
+        network can put a timing or a result into the tuning database.
+    tracker_token : str or bytes, optional
+        The tracker's own secret (its ``--token-file``).
     timeout_sec : float
         Time limit of each call and each timing run on the board; past it the board kills the
         session and the trial fails.
@@ -132,11 +136,13 @@ class RPCRunner:
 
     Examples
     --------
-    >>> runner = RPCRunner("127.0.0.1:9190", "rasp4")                        # doctest: +SKIP
+    >>> runner = RPCRunner("192.168.1.10:9190", "rasp4", token=board_token,
+    ...                    tracker_token=tracker_token)                     # doctest: +SKIP
     >>> [r.run_secs for r in runner.run(inputs)]                            # doctest: +SKIP
     """
 
-    def __init__(self, tracker, key: str, token=None, *, timeout_sec: float = 10.0,
+    def __init__(self, tracker, key: str, token=None, *, tracker_token=None,
+                 timeout_sec: float = 10.0,
                  number: int = 3, repeat: int = 1, min_repeat_ms: float = 50,
                  enable_cpu_cache_flush: bool = True, cache_flush_bytes: int = 32 << 20,
                  rtol: float | None = None, atol: float | None = None,
@@ -162,7 +168,7 @@ class RPCRunner:
         self.max_workers = max_workers
         self.trials_per_session = max(1, int(trials_per_session))
         self.cleanup = cleanup
-        self.tracker = rpc.connect_tracker(self.host, self.port)
+        self.tracker = rpc.connect_tracker(self.host, self.port, token=tracker_token)
         self.last_num_workers = 0   # workers the last run used (one per board)
 
     def __repr__(self):
@@ -333,7 +339,8 @@ class RPCRunner:
         try:
             mod[entry](*args, timeout=self.timeout_sec)
             outs = [i for i, p in enumerate(params) if p.get("written")]
-            if inp.reference is not None:
+            checked = inp.reference is not None
+            if checked:
                 got = [args[i].numpy() for i in outs]
                 msg = compare_outputs(got, [np.asarray(r) for r in inp.reference],
                                       [params[i]["name"] for i in outs], self.rtol, self.atol)
@@ -356,7 +363,7 @@ class RPCRunner:
                                       f"{type(err).__name__}: {err}"), False
         if not all(math.isfinite(t) and t >= 0 for t in secs):
             return RunnerResult(None, f"the timings are not finite: {secs}"), True
-        return RunnerResult(secs, None), True
+        return RunnerResult(secs, None, checked=checked), True
 
 
 def _close(sess) -> None:

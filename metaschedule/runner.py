@@ -71,11 +71,14 @@ class RunnerInput:
 @dataclass
 class RunnerResult:
     """Seconds per call, one per repeat (``run_secs``), or why there are none (``error_msg``;
-    ``wrong`` when the outputs did not match the reference)."""
+    ``wrong`` when the outputs did not match the reference). ``checked``: the outputs were
+    compared with the reference and matched (False when there was no reference, or the
+    runner does not check)."""
 
     run_secs: list[float] | None
     error_msg: str | None
     wrong: bool = False
+    checked: bool = False
 
 
 # -- correctness ------------------------------------------------------------------------------------
@@ -208,7 +211,8 @@ def _measure_here(req: dict, flush) -> dict:
     fn(*call_args)
     dev.sync()
     outs = [i for i, p in enumerate(params) if p.get("written")]
-    if req.get("reference") is not None:
+    checked = req.get("reference") is not None
+    if checked:
         got = [call_args[i].numpy() if hasattr(call_args[i], "numpy") else call_args[i]
                for i in outs]
         msg = compare_outputs(got, req["reference"], [params[i]["name"] for i in outs],
@@ -219,7 +223,7 @@ def _measure_here(req: dict, flush) -> dict:
     timer = mod.time_evaluator(fname, dev, number=req["number"], repeat=req["repeat"],
                                min_repeat_ms=req["min_repeat_ms"],
                                f_preproc=flush if req["target_kind"] == "llvm" else None)
-    return {"run_secs": list(timer(*call_args).results)}
+    return {"run_secs": list(timer(*call_args).results), "checked": checked}
 
 
 _FLUSH: dict[str, object] = {}
@@ -382,7 +386,7 @@ class LocalRunner:
             secs = [float(t) for t in reply["run_secs"]]
             if not all(math.isfinite(t) and t >= 0 for t in secs):
                 return RunnerResult(None, f"the timings are not finite: {secs}")
-            return RunnerResult(secs, None)
+            return RunnerResult(secs, None, checked=bool(reply.get("checked")))
         finally:
             if self.cleanup:
                 remove_artifact(inp.artifact_path)

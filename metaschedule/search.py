@@ -85,11 +85,13 @@ class Candidate:
 
 @dataclass
 class MeasureResult:
-    """What measuring one candidate gave: seconds per repeat, or an error."""
+    """What measuring one candidate gave: seconds per repeat, or an error. ``checked``: its
+    outputs were compared with the reference (and matched, unless ``wrong``)."""
 
     run_secs: list[float] | None
     error: str | None = None
     wrong: bool = False
+    checked: bool = False
 
     @property
     def ok(self) -> bool:
@@ -121,6 +123,8 @@ class TuneContext:
     reference: list[np.ndarray] | None = None
     rng: np.random.Generator | None = None
     flop: float = 0.0
+    # set once tune.log said that this task's candidates are measured without a check
+    warned_unchecked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not isinstance(self.target, Target):
@@ -649,15 +653,25 @@ def run_candidates(ctx: TuneContext, candidates: Sequence[Candidate], built: Seq
                             f"{type(err).__name__}: {err}") from err
         for i, r in zip(run_idx, ran):
             if r.error_msg is None and r.run_secs:
-                results[i] = MeasureResult([float(t) for t in r.run_secs])
+                results[i] = MeasureResult([float(t) for t in r.run_secs],
+                                           checked=bool(getattr(r, "checked", False)))
             else:
-                results[i] = MeasureResult(None, r.error_msg or "no run time", bool(r.wrong))
+                results[i] = MeasureResult(None, r.error_msg or "no run time", bool(r.wrong),
+                                           checked=bool(r.wrong))
+    unchecked = sum(1 for r in results if r.ok and not r.checked)
+    if unchecked and not ctx.warned_unchecked:
+        ctx.warned_unchecked = True
+        why = ("no reference output could be computed for it" if ctx.reference is None else
+               f"the runner {type(runner).__name__} did not check them")
+        log.warning("%s: candidates are measured WITHOUT a correctness check (%s); their "
+                    "records say checked=false", ctx.name, why)
     now = time.time()
     for c, r in zip(candidates, results):
         ctx.database.commit_tuning_record(TuningRecord(
             trace=c.trace, workload=ctx.workload, target=target_key(ctx.target),
             run_secs=r.run_secs if r.ok else None, args_info=list(ctx.args_info),
-            shape_vars=dict(ctx.shape_vars) or None, error=r.error, timestamp=now))
+            shape_vars=dict(ctx.shape_vars) or None, error=r.error, timestamp=now,
+            checked=r.checked))
         if r.wrong:
             log.warning("%s: rejected a wrong candidate (%s); trace:\n%s", ctx.name, r.error,
                         c.trace)

@@ -12,7 +12,13 @@ A tuning run works in ``work_dir``:
 * ``tune.log`` — what happened: tasks, batches, best times, rejected candidates, the
   re-measurements, a summary.
 * ``tasks.json`` — the tasks (name, workload hash, weight, flop, shape hints), which
-  ``plot_tuning_curve`` uses to label and scale its curves.
+  ``plot_tuning_curve`` uses to label and scale its curves; updated under the records' lock
+  (``Database.merge_tasks``), so tuners sharing a ``work_dir`` keep each other's tasks.
+
+Every record says whether the candidate's outputs were checked (``TuningRecord.checked``):
+against the unscheduled function's outputs on the same inputs (or ``Task.reference``). When no
+reference can be computed, the candidates are still measured, their records say
+``checked: false``, and ``tune.log`` warns for that task.
 * ``cost_model.npz`` — the XGBoost model and its training data, reloaded on resume.
 
 Dynamic shapes: a kernel with symbolic extents is tuned at representative values
@@ -36,7 +42,6 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -56,7 +61,9 @@ from tilecraft.tensorir.schedule import Schedule
 from .arg_info import output_indices, random_inputs
 from .builder import ARTIFACT_PREFIX, BuilderResult, LocalBuilder, remove_artifact
 from .cost_model import CostModel, RandomModel, XGBModel
-from .database import Database, Remeasurement, TuningRecord, target_key, workload_hash
+from .database import (TASKS_FILE, Database, Remeasurement, TuningRecord, target_key,
+                       workload_hash)
+from .database import read_tasks_file  # noqa: F401 - its home was here (plot imports it)
 from .errors import TuneError
 from .feature import count_flop
 from .progress import Progress
@@ -73,7 +80,6 @@ __all__ = ["Task", "tune_tir", "tune_tasks", "apply_best", "baseline_record",
            "DEFAULT_REMEASURE_MARGIN",
            "TASKS_FILE", "LOG_FILE", "COST_MODEL_FILE"]
 
-TASKS_FILE = "tasks.json"
 LOG_FILE = "tune.log"
 COST_MODEL_FILE = "cost_model.npz"
 
@@ -167,39 +173,6 @@ class Task:
 
 # ---------------------------------------------------------------------------------------------
 # work_dir files
-
-
-def _atomic_json(path: str, data) -> None:
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tasks.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_tasks_file(work_dir: str | os.PathLike) -> list[dict]:
-    """The tasks recorded in ``work_dir/tasks.json`` (empty when there is none)."""
-    path = os.path.join(os.fspath(work_dir), TASKS_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as err:
-        warnings.warn(f"{path}: unreadable ({err}); task names and flops are not shown",
-                      RuntimeWarning, stacklevel=2)
-        return []
-    return [t for t in data.get("tasks", []) if isinstance(t, dict) and "shash" in t]
-
-
-def _write_tasks_file(work_dir: str, entries: list[dict]) -> None:
-    known = {t["shash"]: t for t in read_tasks_file(work_dir)}
-    for e in entries:
-        known[e["shash"]] = e
-    _atomic_json(os.path.join(work_dir, TASKS_FILE), {"v": 1, "tasks": list(known.values())})
 
 
 class _LogFile:
@@ -406,7 +379,7 @@ def _tune(tasks, target, max_trials, work_dir, per_iter, per_task, builder, runn
         entries.append({"name": task.name, "shash": ctx.workload.shash, "weight": task.weight,
                         "flop": task.flop, "shape_hints": task.shape_hints,
                         "target": target_key(target)})
-    _write_tasks_file(work_dir, entries)
+    db.merge_tasks(entries)        # under the records' lock: other tuners' tasks stay
     total = _measure_baselines(states, target, builder, runner, db, log)
     totals = [min(max_trials, per_task) if per_task else max_trials for _ in states]
     if len(states) > 1 and not per_task:

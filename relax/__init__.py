@@ -20,3 +20,5 @@ from .vm_builtins import RuntimeCheckError
 from .executable import Executable, load_executable
 from .tune import extract_tasks, tune
 from .tune_layouts import tune_layouts
+from . import calibrate
+from .quantize import quantize

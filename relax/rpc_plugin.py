@@ -338,7 +338,8 @@ class RemoteVirtualMachine:
             raise ValueError(f"outputs must be 'numpy' or 'remote', got {outputs!r}")
         if session.plugins is not None and "relax.load_executable" not in session.plugins:
             raise ValueError(f"the server at {session.address[0]}:{session.address[1]} cannot "
-                             f"run Relax executables: start it with --plugin tilecraft.relax.rpc_plugin")
+                             f"run Relax executables: start it with --plugin "
+                             f"tilecraft.relax.rpc_plugin")
         self.session = session
         self.name = uploaded_name
         self.outputs = outputs

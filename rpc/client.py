@@ -27,10 +27,9 @@ import numpy as np
 
 from tilecraft.targets.runtime import BenchmarkResult, Device
 
-from .auth import AuthenticationError, as_token, client_digest, new_nonce, verify
-from .protocol import (AUTH, ERROR, HELLO, MAX_BLOBS, REPLY, REQUEST, VERSION, WELCOME,
-                       ConnectionClosed, ProtocolError, RPCError, RPCTimeoutError, decode_array,
-                       encode_array, recv_frame, send_frame)
+from .auth import AuthenticationError, as_token, client_handshake
+from .protocol import (ERROR, MAX_BLOBS, REPLY, REQUEST, Channel, ConnectionClosed, ProtocolError,
+                       RPCError, RPCTimeoutError, decode_array, encode_array)
 
 __all__ = ["connect", "connect_tracker", "Session", "RemoteDevice", "RemoteNDArray",
            "RemoteModule", "RemoteFunction", "PluginReply", "TrackerClient", "RemoteError",
@@ -38,6 +37,9 @@ __all__ = ["connect", "connect_tracker", "Session", "RemoteDevice", "RemoteNDArr
 
 # Seconds the client waits beyond a call's own time limit for the server to report on it.
 _CALL_MARGIN = 10.0
+# Uploads travel in pieces of this size (each one frame, written to disk by the board as it
+# comes): memory on the board stays small, and each piece's MAC is computed on hot data.
+UPLOAD_PIECE = 4 << 20
 
 
 class RemoteError(RPCError):
@@ -314,11 +316,14 @@ class Session:
     plugins : list[str] or None
         The plugin operations the server has (``--plugin``; see ``call_plugin``); None for a
         server too old to say.
+    authenticated : bool
+        Whether the session was opened with a token: then both sides proved they hold it and
+        every frame carries a MAC and a sequence number, checked before it is read.
     """
 
-    def __init__(self, sock: socket.socket, welcome: dict, timeout: float,
+    def __init__(self, channel: Channel, welcome: dict, timeout: float,
                  call_timeout: float, address: tuple[str, int]):
-        self._sock = sock
+        self._channel = channel
         self._lock = threading.RLock()
         self._to_free: list[int] = []
         self._closed = False
@@ -348,7 +353,7 @@ class Session:
             wait = self.timeout if timeout is None else timeout
             try:
                 try:
-                    send_frame(self._sock, REQUEST, body, blobs, timeout=self.timeout)
+                    self._channel.send(REQUEST, body, blobs, timeout=self.timeout)
                 except ConnectionClosed:
                     # The server may have said why before it closed (e.g. a frame too large).
                     frame = self._pending_error()
@@ -356,8 +361,8 @@ class Session:
                         raise
                     raise SessionLost(f"{what or op}: the server ended the session: "
                                       f"{frame.meta.get('message')}")
-                frame = recv_frame(self._sock, timeout=self.timeout, idle_timeout=wait,
-                                   max_frame=self.max_frame, expect=[REPLY])
+                frame = self._channel.recv(timeout=self.timeout, idle_timeout=wait,
+                                           max_frame=self.max_frame, expect=[REPLY])
             except ConnectionClosed as err:
                 self._abandon()
                 raise SessionLost(f"{what or op}: the server closed the session ({err})") \
@@ -383,17 +388,14 @@ class Session:
 
     def _pending_error(self):
         try:
-            frame = recv_frame(self._sock, timeout=0.5, max_frame=1 << 20)
+            frame = self._channel.recv(timeout=0.5, max_frame=1 << 20)
         except (RPCError, OSError):
             return None
         return frame if frame.type == ERROR else None
 
     def _abandon(self) -> None:
         self._closed = True
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        self._channel.close()
 
     def _release(self, handle: int) -> None:
         if not self._closed:
@@ -426,6 +428,10 @@ class Session:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def authenticated(self) -> bool:
+        return self._channel.authenticated
+
     def info(self) -> dict:
         """The board's description (machine, python, numpy, cpu_count, ...)."""
         return self._request("info").meta
@@ -452,13 +458,19 @@ class Session:
             with open(path, "rb") as f:
                 blob = f.read()
             name = name or os.path.basename(path)
-        size = len(blob)
+        view = memoryview(blob).cast("B")
+        size = view.nbytes
         limit = self.limits.get("max_upload")
         if limit is not None and size > limit:
             raise ValueError(f"upload {name!r} is {size} bytes; the server accepts at most "
                              f"{limit}")
-        # big files take a while to send: allow ~1 MB/s on top of the usual timeout
-        self._request("upload", {"name": name}, (blob,), timeout=self.timeout + size / 1e6)
+        # in pieces: the board writes each to disk as it comes, and holds none for long
+        piece = max(1, min(UPLOAD_PIECE, self.max_frame - (2 << 20)))
+        for offset in range(0, max(size, 1), piece):
+            chunk = view[offset:offset + piece]
+            # big pieces take a while to send: allow ~1 MB/s on top of the usual timeout
+            self._request("upload", {"name": name, "size": size, "offset": offset}, (chunk,),
+                          timeout=self.timeout + chunk.nbytes / 1e6)
         return name
 
     def load_module(self, name: str) -> RemoteModule:
@@ -615,7 +627,8 @@ class Session:
 
 
 def connect(host: str, port: int, token=None, *, timeout: float = 30.0,
-            call_timeout: float = 60.0, ticket: str | None = None) -> Session:
+            call_timeout: float = 60.0, ticket: str | None = None,
+            key: str | None = None) -> Session:
     """Open a session on the RPC server at ``host:port``.
 
     Parameters
@@ -623,13 +636,18 @@ def connect(host: str, port: int, token=None, *, timeout: float = 30.0,
     host, port : str, int
     token : str or bytes, optional
         The server's shared secret, if it requires one (``--token-file``). It is never sent:
-        the client answers the server's challenge with an HMAC.
+        the client proves it holds it, the server proves it back, and the session's frames
+        are authenticated with keys derived from it. With a token, a server that does not
+        authenticate is refused before anything is sent to it.
     timeout : float
         Seconds to wait for the connection, the handshake and each ordinary reply.
     call_timeout : float
         Default time limit of kernel calls and timing runs (``Session.call_timeout``).
     ticket : str, optional
         A tracker lease (``TrackerClient.request`` passes it).
+    key : str, optional
+        The device key the server must have (``TrackerClient.request`` passes the one asked
+        for); ``ProtocolError`` otherwise.
 
     Raises
     ------
@@ -637,7 +655,7 @@ def connect(host: str, port: int, token=None, *, timeout: float = 30.0,
 
     Examples
     --------
-    >>> with rpc.connect("127.0.0.1", 9090) as sess:     # doctest: +SKIP
+    >>> with rpc.connect("192.168.1.23", 9090, token=open("token").read()) as sess:   # doctest: +SKIP
     ...     print(sess.info()["machine"])
     aarch64
     """
@@ -646,65 +664,53 @@ def connect(host: str, port: int, token=None, *, timeout: float = 30.0,
     sock = socket.create_connection((host, port), timeout=timeout)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        hello = recv_frame(sock, timeout=timeout, max_frame=1 << 20, expect=[HELLO],
-                           deadline=deadline)
-        if hello.type == ERROR:
-            raise _remote_error(hello.meta)
-        meta = hello.meta
-        if meta.get("protocol") != VERSION:
-            raise ProtocolError(f"server speaks RPC protocol {meta.get('protocol')!r}; this "
-                                f"client speaks {VERSION}")
-        needs_auth = meta.get("auth") != "none"
-        if needs_auth and token is None:
-            raise AuthenticationError(f"the server at {host}:{port} requires a token: "
-                                      f"rpc.connect(host, port, token=...)")
-        auth = {"ticket": ticket}
-        my_nonce = new_nonce()
-        if token is not None:
-            try:
-                nonce = bytes.fromhex(meta.get("nonce", ""))
-            except (TypeError, ValueError):
-                raise ProtocolError("the server's challenge is malformed") from None
-            auth["digest"] = client_digest(token, nonce).hex()
-            auth["nonce"] = my_nonce.hex()
-        send_frame(sock, AUTH, auth, timeout=timeout)
-        welcome = recv_frame(sock, timeout=timeout, max_frame=1 << 20, expect=[WELCOME],
-                             deadline=deadline)
-        if welcome.type == ERROR:
-            raise _remote_error(welcome.meta)
-        if needs_auth and not verify(token, my_nonce, welcome.meta.get("server_digest"),
-                                     "server"):
-            raise AuthenticationError(f"the server at {host}:{port} could not prove it knows the "
-                                      f"token: it is not the server you meant")
-        return Session(sock, welcome.meta, timeout, call_timeout, (host, port))
+        channel, welcome, hello, _ = client_handshake(
+            sock, token, server="tilecraft-rpc", auth={"ticket": ticket}, timeout=timeout,
+            deadline=deadline, where=f"the server at {host}:{port}", remote_error=_remote_error)
+        if key is not None and (hello.get("key") != key or welcome.get("key") != key):
+            raise ProtocolError(f"the server at {host}:{port} serves key {hello.get('key')!r}, "
+                                f"not {key!r}")
+        return Session(channel, welcome, timeout, call_timeout, (host, port))
     except BaseException:
         sock.close()
         raise
 
 
 class TrackerClient:
-    """A connection point to a tracker: ``rpc.connect_tracker(host, port)``."""
+    """A connection point to a tracker: ``rpc.connect_tracker(host, port, token=...)``.
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0):
+    ``token`` is the tracker's own secret (its ``--token-file``), not the boards'."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0, token=None):
         self.host, self.port = host, int(port)
         self.timeout = float(timeout)
+        self.token = as_token(token)
 
     def _ask(self, meta: dict, wait: float):
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            send_frame(sock, REQUEST, meta, timeout=self.timeout)
-            frame = recv_frame(sock, timeout=self.timeout, idle_timeout=wait, expect=[REPLY],
-                               max_frame=16 << 20)
+            channel, _, _, _ = client_handshake(
+                sock, self.token, server="tilecraft-tracker", auth={"role": "client"},
+                timeout=self.timeout, where=f"the tracker at {self.host}:{self.port}",
+                remote_error=self._refusal)
+            channel.send(REQUEST, meta, timeout=self.timeout)
+            frame = channel.recv(timeout=self.timeout, idle_timeout=wait, expect=[REPLY],
+                                 max_frame=16 << 20)
         finally:
             sock.close()
         if frame.type == ERROR:
-            kind, message = frame.meta.get("type"), frame.meta.get("message", "")
-            if kind == "TimeoutError":
-                raise TrackerError(f"tracker {self.host}:{self.port}: {message}")
-            raise TrackerError(f"tracker {self.host}:{self.port} refused the request: {kind}: "
-                               f"{message}")
+            raise self._refusal(frame.meta)
         return frame.meta
+
+    def _refusal(self, meta: dict) -> RPCError:
+        kind, message = meta.get("type"), meta.get("message", "")
+        if kind == "AuthenticationError":
+            return AuthenticationError(f"tracker {self.host}:{self.port}: {message}")
+        if kind == "TimeoutError":
+            return TrackerError(f"tracker {self.host}:{self.port}: {message}")
+        return TrackerError(f"tracker {self.host}:{self.port} refused the request: {kind}: "
+                            f"{message}")
 
     def summary(self) -> dict:
         """The tracker's servers and queues (see ``rpc.tracker.Tracker.summary``)."""
@@ -715,13 +721,15 @@ class TrackerClient:
         """Wait (up to ``timeout`` seconds) for a free server of ``key`` and open a session.
 
         Higher ``priority`` requests are served first; equal ones in arrival order. ``token``
-        is the servers' secret if they require one. The server returns to the pool when the
-        session is closed.
+        is the boards' secret if they require one (the tracker's own is the
+        ``TrackerClient``'s). The session is bound to the board the tracker matched: the board
+        accepts the lease's ticket only if the tracker gave it that ticket, and must serve
+        ``key``. The server returns to the pool when the session is closed.
 
         Examples
         --------
-        >>> tracker = rpc.connect_tracker("127.0.0.1", 9190)          # doctest: +SKIP
-        >>> sess = tracker.request("rasp4", timeout=30)               # doctest: +SKIP
+        >>> tracker = rpc.connect_tracker("127.0.0.1", 9190, token=tracker_token)   # doctest: +SKIP
+        >>> sess = tracker.request("rasp4", timeout=30, token=board_token)          # doctest: +SKIP
         """
         deadline = time.monotonic() + float(timeout)
         last = None
@@ -733,8 +741,13 @@ class TrackerClient:
             lease = self._ask({"op": "request", "key": key, "priority": int(priority),
                                "timeout": left}, left + self.timeout)
             try:
-                return connect(lease["host"], lease["port"], token, timeout=session_timeout,
-                               call_timeout=call_timeout, ticket=lease["ticket"])
+                host, port, ticket = lease["host"], lease["port"], lease["ticket"]
+            except (KeyError, TypeError):
+                raise ProtocolError(f"tracker {self.host}:{self.port}: malformed lease "
+                                    f"{lease!r}") from None
+            try:
+                return connect(host, port, token, timeout=session_timeout,
+                               call_timeout=call_timeout, ticket=ticket, key=key)
             except (ServerBusy, ConnectionError, RPCTimeoutError, ProtocolError,
                     RemoteError) as err:
                 last = err  # a server that died or filled up meanwhile: ask again
@@ -744,13 +757,17 @@ class TrackerClient:
         return f"<rpc.TrackerClient {self.host}:{self.port}>"
 
 
-def connect_tracker(host: str, port: int, timeout: float = 10.0) -> TrackerClient:
+def connect_tracker(host: str, port: int, timeout: float = 10.0, token=None) -> TrackerClient:
     """A handle on the tracker at ``host:port`` (connects per request).
+
+    ``token`` is the tracker's secret (its ``--token-file``), if it has one: every request is
+    then authenticated both ways, as sessions on boards are.
 
     Examples
     --------
-    >>> tracker = rpc.connect_tracker("127.0.0.1", 9190)      # doctest: +SKIP
+    >>> tracker = rpc.connect_tracker("127.0.0.1", 9190, token=open("tracker-token").read())
+    ... # doctest: +SKIP
     >>> tracker.summary()["queue_info"]                       # doctest: +SKIP
     {'rasp4': {'free': 1, 'pending': 0, 'total': 1}}
     """
-    return TrackerClient(host, port, timeout)
+    return TrackerClient(host, port, timeout, token)

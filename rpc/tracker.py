@@ -1,7 +1,9 @@
 """The tracker: a queue of RPC servers per device key, handing out sessions by lease.
 
-    python -m tilecraft.rpc.tracker --host 127.0.0.1 --port 9190
-    python -m tilecraft.rpc.tracker --host 127.0.0.1 --port 9190 --summary     # ask a running tracker
+    python -m tilecraft.rpc.tracker --host 0.0.0.0 --port 9190 --token-file tracker.token \
+                                    --board-token-file board.token
+    python -m tilecraft.rpc.tracker --host 127.0.0.1 --port 9190 --insecure-local   # loopback
+    python -m tilecraft.rpc.tracker --port 9190 --token-file tracker.token --summary  # ask one
 
 Servers register (``python -m tilecraft.rpc.server --tracker HOST:PORT --key rasp4``) and keep their
 connection open; the tracker pings each one every ``ping_interval`` seconds and drops a server
@@ -17,14 +19,29 @@ server returns to the pool, when the session ends — the client closed it or va
 session idled out — or, if the client never shows up, ``lease_timeout`` seconds after it was
 granted.
 
-Protocol: the frames of ``rpc.protocol``; the first frame of a connection is a ``REQUEST``
-whose ``op`` is ``register`` (a server), ``request`` or ``summary`` (a client).
+Security. The tracker has a token of its own (``--token-file``), separate from the boards':
+every connection begins with the handshake of ``rpc.auth`` (the tracker's HELLO, the peer's
+proof, the tracker's proof) and every frame after it carries a MAC, so nobody without the
+tracker's token can ask for a board, read the summary, register, or inject a lease. A board's
+registration is also proved with the boards' token (``--board-token-file``, per key with
+``KEY=FILE``), bound to the connection and to the address it registers, so whoever holds only
+the tracker's token still cannot register a key, take over a board's address or evict it.
+A lease's ticket reaches the board over its authenticated link, and the board accepts a session
+with that ticket only from a client that holds the boards' token: a session is bound to the
+board the tracker matched. Without a token the tracker serves on loopback only, and only with
+``--insecure-local``. Connections still authenticating are limited, per address too.
+
+Protocol: the frames of ``rpc.protocol``; after the handshake (``"server":
+"tilecraft-tracker"``) the first frame is a ``REQUEST`` whose ``op`` is ``register`` (a
+server), ``request`` or ``summary`` (a client).
 """
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import logging
+import os
 import secrets
 import select
 import signal
@@ -32,10 +49,14 @@ import socket
 import sys
 import threading
 import time
+import traceback
 
+from .auth import (AuthenticationError, ServerHandshake, check_bind_security, load_token,
+                   registration_proof)
 from .client import TrackerClient
-from .protocol import (ERROR, EVENT, PING, PONG, REPLY, REQUEST, ConnectionClosed, IdleTimeout,
-                       RPCError, error_meta, recv_frame, send_frame)
+from .protocol import (ERROR, EVENT, PING, PONG, REPLY, REQUEST, Channel, ConnectionClosed,
+                       IdleTimeout, RPCError, error_meta, send_frame)
+from .server import PendingLimit
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +74,12 @@ class _Lease:
 
 
 class _Server:
-    def __init__(self, sid, key, host, port, slots, sock, info):
+    def __init__(self, sid, key, host, port, slots, channel, info, proved):
         self.id, self.key, self.host, self.port = sid, key, host, port
         self.slots = slots
-        self.sock = sock
-        self.wlock = threading.Lock()
+        self.channel = channel
         self.info = info
+        self.proved = proved       # registered with a proof of the boards' token
         self.leases: dict[str, _Lease] = {}
         self.registered = time.monotonic()
         self.last_assigned = 0.0
@@ -69,12 +90,11 @@ class _Server:
         return self.alive and len(self.leases) < self.slots
 
     def send(self, ftype: int, meta: dict) -> bool:
-        with self.wlock:
-            try:
-                send_frame(self.sock, ftype, meta, timeout=5.0)
-                return True
-            except (RPCError, OSError):
-                return False
+        try:
+            self.channel.send(ftype, meta, timeout=5.0)
+            return True
+        except (RPCError, OSError):
+            return False
 
 
 class _Request:
@@ -91,6 +111,13 @@ class Tracker:
 
     Parameters
     ----------
+    token : bytes, optional
+        The tracker's own secret: every client and board must prove it holds it.
+    board_tokens : dict, optional
+        The boards' tokens, ``{key: token}`` (``None`` as the key: every other key). A board
+        registering a key must prove it holds that key's token. Required with ``token``.
+    insecure_local : bool
+        Serve without a token: allowed on loopback only, and only with this flag.
     ping_interval, ping_timeout : float
         Health checks: each server is pinged every ``ping_interval`` seconds and dropped if it
         does not answer within ``ping_timeout``.
@@ -98,18 +125,29 @@ class Tracker:
         How long a granted lease waits for its client to connect to the server.
     max_connections : int
         Connections handled at once (servers plus waiting clients).
+    max_pending, max_pending_per_host : int
+        Connections still authenticating, in all and from one address.
 
     Examples
     --------
-    >>> tracker = Tracker("127.0.0.1", 0).start()     # doctest: +SKIP
+    >>> tracker = Tracker("0.0.0.0", 9190, token=tracker_token,
+    ...                   board_tokens={None: board_token}).start()   # doctest: +SKIP
     >>> tracker.summary()["queue_info"]               # doctest: +SKIP
     {}
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 9190, *, ping_interval: float = 5.0,
-                 ping_timeout: float = 5.0, lease_timeout: float = 10.0,
-                 max_connections: int = 512):
+    def __init__(self, host: str = "127.0.0.1", port: int = 9190, *, token: bytes | None = None,
+                 board_tokens: dict | None = None, insecure_local: bool = False,
+                 ping_interval: float = 5.0, ping_timeout: float = 5.0,
+                 lease_timeout: float = 10.0, max_connections: int = 512,
+                 max_pending: int = 64, max_pending_per_host: int = 8,
+                 handshake_timeout: float = 10.0):
         self.host, self.port = host, int(port)
+        self.token = token
+        self.board_tokens = dict(board_tokens or {})
+        self.insecure_local = insecure_local
+        self.pending = PendingLimit(max_pending, max_pending_per_host)
+        self.handshake_timeout = float(handshake_timeout)
         self.ping_interval = float(ping_interval)
         self.ping_timeout = float(ping_timeout)
         self.lease_timeout = float(lease_timeout)
@@ -126,8 +164,14 @@ class Tracker:
 
     # -- life cycle -----------------------------------------------------------------------------
     def start(self) -> "Tracker":
+        check_bind_security(self.host, self.token, self.insecure_local, what="tracker")
+        if self.token is not None and not self.board_tokens:
+            raise AuthenticationError(
+                "a tracker with a token needs the boards' token too (--board-token-file FILE, "
+                "or KEY=FILE per key): registrations are proved with it, or anyone holding the "
+                "tracker's token could register any key and take boards' places")
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        self._listen = socket.create_server((self.host, self.port), family=family, backlog=128)
+        self._listen = socket.create_server((self.host, self.port), family=family, backlog=1024)
         self.port = self._listen.getsockname()[1]
         self._listen.settimeout(0.5)
         threading.Thread(target=self._accept_loop, name="tracker-accept", daemon=True).start()
@@ -146,10 +190,7 @@ class Tracker:
         with self._lock:
             servers = list(self._servers.values())
         for s in servers:
-            try:
-                s.sock.close()
-            except OSError:
-                pass
+            s.channel.close()
 
     def _accept_loop(self) -> None:
         while not self._stop.is_set():
@@ -159,15 +200,19 @@ class Tracker:
                 continue
             except OSError:
                 return
+            host = addr[0] if isinstance(addr, tuple) else str(addr)
             with self._lock:
-                full = self._connections >= self.max_connections
-                if not full:
+                why = "tracker busy: too many connections" \
+                    if self._connections >= self.max_connections else None
+                if why is None:
+                    why = self.pending.acquire(host)
+                if why is None:
                     self._connections += 1
-            if full:
+            if why is not None:
+                log.info("refused a connection from %s: %s", host, why)
                 try:
-                    send_frame(conn, ERROR, {"type": "TrackerBusy",
-                                             "message": "tracker busy: too many connections"},
-                               timeout=1.0)
+                    send_frame(conn, ERROR, {"type": "TrackerBusy", "message": why}, timeout=1.0)
+                    conn.shutdown(socket.SHUT_WR)
                 except (RPCError, OSError):
                     pass
                 conn.close()
@@ -212,36 +257,78 @@ class Tracker:
 
     # -- connections ----------------------------------------------------------------------------
     def _handle(self, conn: socket.socket, addr) -> None:
+        host = addr[0] if isinstance(addr, tuple) else str(addr)
+        pending = True
+        channel = Channel(conn)
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            frame = recv_frame(conn, timeout=10.0, max_frame=_FIRST_FRAME_MAX, expect=[REQUEST])
+            hs = ServerHandshake(conn, self.token, {"server": "tilecraft-tracker", "key": None},
+                                 timeout=self.handshake_timeout)
+            hs.start()
+            channel = hs.welcome({})
+            frame = channel.recv(timeout=10.0, max_frame=_FIRST_FRAME_MAX, expect=[REQUEST],
+                                 deadline=hs.deadline)
+            self.pending.release(host)   # authenticated: no longer a half-open connection
+            pending = False
             op = frame.meta.get("op")
             if op == "register":
-                self._serve_server(conn, addr, frame.meta)
+                self._serve_server(channel, addr, frame.meta, hs.transcript)
             elif op == "request":
-                self._serve_request(conn, frame.meta)
+                self._serve_request(channel, frame.meta)
             elif op == "summary":
-                send_frame(conn, REPLY, self.summary(), timeout=5.0)
+                channel.send(REPLY, self.summary(), timeout=5.0)
             else:
-                send_frame(conn, ERROR, {"type": "ValueError",
-                                         "message": f"unknown tracker operation {op!r}; known: "
-                                                    f"register, request, summary"}, timeout=5.0)
-        except (RPCError, OSError, ValueError) as err:
-            log.info("connection from %s: %s", addr[0], err)
-            try:
-                if not isinstance(err, (ConnectionClosed, OSError)):
-                    send_frame(conn, ERROR, error_meta(err), timeout=1.0)
-            except (RPCError, OSError):
-                pass
+                channel.send(ERROR, {"type": "ValueError",
+                                     "message": f"unknown tracker operation {op!r}; known: "
+                                                f"register, request, summary"}, timeout=5.0)
+        except (RPCError, OSError, ValueError, TypeError) as err:
+            level = logging.WARNING if isinstance(err, AuthenticationError) else logging.INFO
+            log.log(level, "connection from %s: %s", host, err)
+            self._tell(channel, err)
+        except Exception as err:  # noqa: BLE001 - nothing escapes a connection's handler
+            log.error("connection from %s: unexpected %s: %s\n%s", host, type(err).__name__,
+                      err, traceback.format_exc())
+            self._tell(channel, err)
         finally:
-            try:
-                conn.close()
-            except OSError:
-                pass
+            if pending:
+                self.pending.release(host)
+            channel.close()
             with self._lock:
                 self._connections -= 1
 
-    def _serve_server(self, conn: socket.socket, addr, meta: dict) -> None:
+    @staticmethod
+    def _tell(channel: Channel, err: BaseException) -> None:
+        """The ERROR frame about ``err``, best effort (not for a vanished peer)."""
+        if isinstance(err, (ConnectionClosed, OSError)):
+            return
+        try:
+            channel.send(ERROR, error_meta(err), timeout=1.0)
+        except (RPCError, OSError):
+            pass
+
+    def _check_registration(self, meta: dict, transcript: bytes, key: str, host: str,
+                            port: int) -> bool:
+        """Whether the registration proves the boards' token of ``key`` (raises
+        ``AuthenticationError`` when it must and does not); False: there is nothing to prove
+        it with (a tracker without board tokens, on loopback)."""
+        token = self.board_tokens.get(key, self.board_tokens.get(None))
+        if token is None:
+            if self.board_tokens:
+                raise AuthenticationError(f"register: this tracker has no board token for key "
+                                          f"{key!r}, so it takes no board of that key")
+            return False
+        answer = meta.get("proof")
+        try:
+            answer = bytes.fromhex(answer) if isinstance(answer, str) else b""
+        except ValueError:
+            answer = b""
+        if not hmac.compare_digest(registration_proof(token, transcript, key, host, port),
+                                   answer):
+            raise AuthenticationError(f"register: the proof of the boards' token for key "
+                                      f"{key!r} is missing or wrong")
+        return True
+
+    def _serve_server(self, channel: Channel, addr, meta: dict, transcript: bytes) -> None:
         key, host, port = meta.get("key"), meta.get("host"), meta.get("port")
         slots, leases = meta.get("slots", 1), meta.get("leases", [])
         if not isinstance(key, str) or not 0 < len(key) <= 128:
@@ -250,21 +337,26 @@ class Tracker:
             raise ValueError(f"register: bad port {port!r}")
         if type(slots) is not int or not 0 < slots <= 64:
             raise ValueError(f"register: bad slots {slots!r}")
-        if not isinstance(leases, list) or not all(isinstance(t, str) for t in leases):
+        if not isinstance(leases, list) or not all(isinstance(t, str) and len(t) <= 128
+                                                   for t in leases):
             raise ValueError("register: leases must be a list of tickets")
-        if not isinstance(host, str) or host in ("", "0.0.0.0", "::"):
+        if not isinstance(host, str) or len(host) > 255:
+            raise ValueError(f"register: bad host {host!r}")
+        proved = self._check_registration(meta, transcript, key, host, port)
+        if host in ("", "0.0.0.0", "::"):
             host = addr[0]
         info = meta.get("info") if isinstance(meta.get("info"), dict) else {}
         with self._cv:
             for old in [s for s in self._servers.values() if (s.host, s.port) == (host, port)]:
                 self._drop_locked(old, "registered again")
-            server = _Server(self._next_id, key, host, port, slots, conn, info)
+            server = _Server(self._next_id, key, host, port, slots, channel, info, proved)
             self._next_id += 1
             for t in leases[:slots]:  # sessions that outlived a tracker restart
                 server.leases[t] = _Lease(t, server, "active", float("inf"))
             self._servers[server.id] = server
-        log.info("server %s:%d registered as %r", host, port, key)
-        send_frame(conn, REPLY, {"ok": True, "ping_interval": self.ping_interval}, timeout=5.0)
+        log.info("server %s:%d registered as %r%s", host, port, key,
+                 " (proved)" if proved else "")
+        channel.send(REPLY, {"ok": True, "ping_interval": self.ping_interval}, timeout=5.0)
         with self._cv:
             self._dispatch_locked()
         reason = "connection closed"
@@ -285,8 +377,8 @@ class Tracker:
             now = time.monotonic()
             wake = ping_sent + self.ping_timeout if ping_sent is not None else next_ping
             try:
-                frame = recv_frame(server.sock, timeout=10.0, idle_timeout=max(wake - now, 0.01),
-                                   max_frame=_FIRST_FRAME_MAX)
+                frame = server.channel.recv(timeout=10.0, idle_timeout=max(wake - now, 0.01),
+                                            max_frame=_FIRST_FRAME_MAX)
             except IdleTimeout:
                 if ping_sent is not None:
                     return f"no answer to a ping within {self.ping_timeout:g} s"
@@ -325,11 +417,11 @@ class Tracker:
         server.alive = False
         server.leases.clear()
         try:
-            server.sock.shutdown(socket.SHUT_RDWR)
+            server.channel.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
 
-    def _serve_request(self, conn: socket.socket, meta: dict) -> None:
+    def _serve_request(self, conn: Channel, meta: dict) -> None:
         key, priority, timeout = meta.get("key"), meta.get("priority", 0), meta.get("timeout", 60)
         if not isinstance(key, str) or not key:
             raise ValueError(f"request: bad key {key!r}")
@@ -356,15 +448,14 @@ class Tracker:
             with self._cv:
                 self._drop_locked(lease.server, "lease could not be sent")
         try:
-            send_frame(conn, REPLY, {"key": key, "host": lease.server.host,
-                                     "port": lease.server.port, "ticket": lease.ticket,
-                                     "ttl": self.lease_timeout}, timeout=5.0)
+            conn.send(REPLY, {"key": key, "host": lease.server.host, "port": lease.server.port,
+                              "ticket": lease.ticket, "ttl": self.lease_timeout}, timeout=5.0)
         except (RPCError, OSError):
             with self._cv:
                 self._release_locked(lease)
             raise
 
-    def _wait_for_lease(self, conn: socket.socket, req: _Request, deadline: float):
+    def _wait_for_lease(self, conn: Channel, req: _Request, deadline: float):
         """Wait for ``req`` to be granted; None (request withdrawn) on timeout or hang-up."""
         while True:
             with self._cv:
@@ -376,7 +467,7 @@ class Tracker:
                     total = sum(1 for s in self._servers.values() if s.key == req.key)
                     break
                 self._cv.wait(min(left, 0.25))
-            if _peer_closed(conn):
+            if _peer_closed(conn.sock):
                 with self._cv:
                     if req.lease is not None:
                         self._release_locked(req.lease)
@@ -384,9 +475,9 @@ class Tracker:
                         self._queue.remove(req)
                 log.info("a client waiting for %r hung up", req.key)
                 return None
-        send_frame(conn, ERROR, {"type": "TimeoutError",
-                                 "message": f"no server with key {req.key!r} became free in time "
-                                            f"({total} registered)"}, timeout=5.0)
+        conn.send(ERROR, {"type": "TimeoutError",
+                          "message": f"no server with key {req.key!r} became free in time "
+                                     f"({total} registered)"}, timeout=5.0)
         return None
 
     # -- reporting ------------------------------------------------------------------------------
@@ -454,13 +545,32 @@ def main(argv=None, prog: str = "python -m tilecraft.rpc.tracker") -> int:
     p.add_argument("--lease-timeout", type=float, default=10.0,
                    help="return a leased server to the pool if its client does not connect "
                         "within this (10 s)")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="the tracker's own secret: clients and boards must prove they hold it "
+                        "(with --summary: the token to ask with)")
+    p.add_argument("--board-token-file", metavar="[KEY=]FILE", action="append", default=[],
+                   help="the boards' token, which a board's registration must prove; KEY=FILE "
+                        "for the boards of one key (repeatable). Required with --token-file")
+    p.add_argument("--insecure-local", action="store_true",
+                   help="serve without a token, on loopback only (any local user can then "
+                        "register boards or take them)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s: %(message)s")
+    try:
+        token = load_token(args.token_file) if args.token_file else None
+        board_tokens = {}
+        for spec in args.board_token_file:
+            # FILE (every key), or KEY=FILE; a file whose name has a "=" is named as it is
+            key, sep, path = (None, "", spec) if os.path.isfile(spec) else spec.partition("=")
+            board_tokens[key if sep else None] = load_token(path if sep else spec)
+    except (OSError, ValueError) as err:
+        print(f"rpc.tracker: error: {err}", file=sys.stderr)
+        return 2
     if args.summary:
         try:
-            summary = TrackerClient(args.host, args.port).summary()
+            summary = TrackerClient(args.host, args.port, token=token).summary()
         except (RPCError, OSError) as err:
             print(f"rpc.tracker: cannot get a summary from {args.host}:{args.port}: {err}",
                   file=sys.stderr)
@@ -468,13 +578,19 @@ def main(argv=None, prog: str = "python -m tilecraft.rpc.tracker") -> int:
         print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
         return 0
     try:
-        tracker = Tracker(args.host, args.port, ping_interval=args.ping_interval,
+        tracker = Tracker(args.host, args.port, token=token, board_tokens=board_tokens,
+                          insecure_local=args.insecure_local, ping_interval=args.ping_interval,
                           ping_timeout=args.ping_timeout, lease_timeout=args.lease_timeout).start()
-    except OSError as err:
+    except (AuthenticationError, OSError) as err:
         print(f"rpc.tracker: error: {err}", file=sys.stderr)
         return 2
+    if token is None:
+        print(f"rpc.tracker: warning: serving on {args.host} WITHOUT authentication "
+              f"(--insecure-local): every user of this machine can register boards and take "
+              f"them", file=sys.stderr)
     signal.signal(signal.SIGTERM, lambda signum, frame: tracker._stop.set())
-    print(f"rpc tracker listening on {tracker.host}:{tracker.port}", flush=True)
+    print(f"rpc tracker listening on {tracker.host}:{tracker.port}"
+          f"{' auth=hmac' if token else ''}", flush=True)
     try:
         tracker.serve_forever()
     except KeyboardInterrupt:

@@ -12,7 +12,8 @@ Requests are ``REQUEST`` frames whose ``meta["op"]`` names the operation; each g
 op             meta                                        reply
 =============  ==========================================  =====================================
 info                                                       platform description
-upload         name (+ blob: the file)                     name, size
+upload         name, size, offset (+ blob: the piece at    name, size, received
+               offset; the whole file by default)
 load_module    name                                        handle, metadata
 array          dtype, shape, device (+ blob, or none)      handle
 get            handle                                      array meta (+ blob)
@@ -41,6 +42,14 @@ returns a JSON object and, optionally, arrays to send back (their descriptions a
 A ``call`` or ``time`` runs under ``timeout`` seconds of ``SIGALRM`` with its default action,
 so a kernel stuck in native code is killed by the kernel, which needs no cooperation from it;
 the server sees the signal and tells the client.
+
+Resources are bounded per session (``SessionLimits``): the process's address space
+(``RLIMIT_AS``: ``max_session_memory`` beyond what it had when it started, so a memory bomb in a
+kernel or a plugin fails to allocate instead of pushing the board into the OOM killer), the
+arrays it holds (``max_memory``), the size of any one upload, array and frame, and the files in
+its directory (``max_disk``, also the ``RLIMIT_FSIZE`` of every file it writes). A refused request
+(``LimitExceeded``) leaves the session going; a session that runs out of memory is ended with an
+error saying so, and the server goes on serving.
 """
 from __future__ import annotations
 
@@ -48,10 +57,12 @@ import importlib
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
 import sys
+import traceback
 from typing import Any, Callable
 
 import numpy as np
@@ -59,9 +70,9 @@ import numpy as np
 from tilecraft.targets.runtime import (Device, Module, NDArray, array as nd_array, empty as nd_empty,
                              load_module)
 
-from .protocol import (ERROR, REPLY, REQUEST, ConnectionClosed, IdleTimeout, ProtocolError,
-                       RPCError, RPCTimeoutError, check_array_meta, decode_array, encode_array,
-                       error_meta, recv_frame, send_frame)
+from .protocol import (ERROR, REPLY, REQUEST, Channel, ConnectionClosed, FrameMAC, IdleTimeout,
+                       ProtocolError, RPCError, RPCTimeoutError, check_array_meta, decode_array,
+                       encode_array, error_meta)
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}$")
 _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -146,14 +157,31 @@ def load_plugins(modules) -> list[str]:
     return added
 
 
+class LimitExceeded(MemoryError):
+    """A request that would take the session past one of its limits; refused before anything
+    is allocated, and the session goes on."""
+
+
 class SessionLimits:
-    """What one session may use. Sizes in bytes, times in seconds."""
+    """What one session may use. Sizes in bytes, times in seconds.
+
+    ``max_session_memory`` is the address space the session process may add to what it has
+    when it starts (``RLIMIT_AS``; 0: no limit). By default it is room for ``max_memory`` of
+    arrays, one frame of ``max_frame`` in flight, and 512 MiB plus 16 MiB per core for loaded
+    libraries, kernel threads' stacks and the like.
+
+    Examples
+    --------
+    >>> lim = SessionLimits(max_memory=64 << 20, max_frame=16 << 20)
+    >>> lim.max_session_memory >= (64 << 20) + (16 << 20) + (512 << 20)
+    True
+    """
 
     def __init__(self, max_frame: int = 512 << 20, max_upload: int = 256 << 20,
                  max_disk: int = 1 << 30, max_array: int = 256 << 20,
                  max_memory: int = 1 << 30, max_objects: int = 100000,
                  idle_timeout: float = 600.0, frame_timeout: float = 30.0,
-                 max_call_seconds: float = 600.0):
+                 max_call_seconds: float = 600.0, max_session_memory: int | None = None):
         self.max_frame = int(max_frame)
         self.max_upload = int(max_upload)
         self.max_disk = int(max_disk)
@@ -163,9 +191,60 @@ class SessionLimits:
         self.idle_timeout = float(idle_timeout)
         self.frame_timeout = float(frame_timeout)
         self.max_call_seconds = float(max_call_seconds)
+        if max_session_memory is None:
+            max_session_memory = self.max_memory + self.max_frame + (512 << 20) + \
+                (16 << 20) * (os.cpu_count() or 1)
+        if int(max_session_memory) < 0:
+            raise ValueError(f"max_session_memory must be >= 0 (0: no limit), got "
+                             f"{max_session_memory}")
+        self.max_session_memory = int(max_session_memory)
+        for name in ("max_frame", "max_upload", "max_disk", "max_array", "max_memory"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
     def to_json(self) -> dict:
         return dict(vars(self))
+
+
+def _address_space() -> int | None:
+    """The process's address space in bytes (Linux: /proc/self/statm), None if unknown."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[0])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def apply_resource_limits(limits: SessionLimits) -> dict:
+    """Bound this (session) process: ``RLIMIT_AS`` to its address space now plus
+    ``limits.max_session_memory``, ``RLIMIT_FSIZE`` to ``limits.max_disk`` (a write past it
+    fails with ``EFBIG``: ``SIGXFSZ`` is ignored). Returns what was set, for the log; a limit
+    the system does not support is left alone."""
+    applied = {}
+
+    def lower(which, value):
+        soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        if soft == resource.RLIM_INFINITY or value < soft:
+            resource.setrlimit(which, (value, hard))
+        return value
+
+    if limits.max_session_memory:
+        base = _address_space()
+        if base is not None:   # without it (not Linux) a cap could be below what is mapped
+            try:
+                applied["address_space"] = lower(resource.RLIMIT_AS,
+                                                 base + limits.max_session_memory)
+            except (ValueError, OSError):
+                pass
+    try:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        applied["file_size"] = lower(resource.RLIMIT_FSIZE, limits.max_disk)
+    except (AttributeError, ValueError, OSError):
+        pass
+    return applied
 
 
 def check_file_name(name: Any) -> str:
@@ -195,15 +274,16 @@ class _Halt(Exception):
 class Session:
     """The state of one session: its directory and its objects."""
 
-    def __init__(self, sock: socket.socket, workdir: str, limits: SessionLimits, info: dict):
-        self.sock = sock
+    def __init__(self, channel: Channel, workdir: str, limits: SessionLimits, info: dict,
+                 on_sent: Callable[[int], None] | None = None):
+        self.channel = channel
+        self.on_sent = on_sent
         self.workdir = workdir
         self.limits = limits
         self.info = info
         self.objects: dict[int, Any] = {}
         self.next_handle = 1
         self.memory = 0
-        self.disk = 0
         self.ops = {"info": self.op_info, "upload": self.op_upload,
                     "load_module": self.op_load_module, "array": self.op_array,
                     "get": self.op_get, "set": self.op_set, "call": self.op_call,
@@ -211,11 +291,13 @@ class Session:
 
     # -- the loop -------------------------------------------------------------------------------
     def serve(self) -> int:
+        """Answer requests until the client closes; the process's exit code. Whatever a
+        request or a frame does, the client gets an ERROR frame or a clean close."""
         lim = self.limits
         while True:
             try:
-                frame = recv_frame(self.sock, timeout=lim.frame_timeout, max_frame=lim.max_frame,
-                                   idle_timeout=lim.idle_timeout)
+                frame = self.channel.recv(timeout=lim.frame_timeout, max_frame=lim.max_frame,
+                                          idle_timeout=lim.idle_timeout)
             except ConnectionClosed:
                 return 0
             except IdleTimeout:
@@ -224,15 +306,28 @@ class Session:
                                              f"by the server"})
                 return 0
             except (ProtocolError, RPCTimeoutError) as err:
-                self._send_error(error_meta(err))
+                # a "ProtocolError" tells the client the session is over, whatever the cause
+                _log(f"ending the session: {err}")
+                self._send_error({"type": "ProtocolError" if isinstance(err, ProtocolError)
+                                  else type(err).__name__, "message": str(err)})
+                return 1
+            except MemoryError:
+                self._out_of_memory("receiving a frame")
+                return 1
+            except Exception as err:  # noqa: BLE001 - a bug here must still answer the client
+                _log(f"ending the session: {type(err).__name__}: {err}\n"
+                     f"{traceback.format_exc()}")
+                self._send_error({"type": "ProtocolError",
+                                  "message": f"the server could not read the frame: "
+                                             f"{type(err).__name__}: {err}"})
                 return 1
             if frame.type != REQUEST:
                 self._send_error({"type": "ProtocolError",
                                   "message": f"expected a REQUEST frame, got {frame.type_name}"})
                 return 1
+            op = frame.meta.get("op")
             try:
                 self._free(frame.meta.get("free", ()))
-                op = frame.meta.get("op")
                 handler = self.ops.get(op) if isinstance(op, str) else None
                 if handler is None and isinstance(op, str) and op in _PLUGIN_OPS:
                     meta, blobs = self._plugin_op(op, frame.meta, frame.blobs)
@@ -247,6 +342,14 @@ class Session:
             except _Halt:
                 self._send(REPLY, {})
                 return 0
+            except LimitExceeded as err:  # refused before allocating: the session goes on
+                if not self._send_error(error_meta(err)):
+                    return 1
+                continue
+            except MemoryError:  # an allocation failed: the process is at its limit
+                del frame
+                self._out_of_memory(f"serving {op!r}" if isinstance(op, str) else "a request")
+                return 1
             except Exception as err:  # reported to the client; the session goes on
                 if not self._send_error(error_meta(err)):
                     return 1
@@ -254,12 +357,26 @@ class Session:
             if not self._send(REPLY, meta, blobs):
                 return 1
 
+    def _out_of_memory(self, doing: str) -> None:
+        self.objects.clear()   # free what can be freed, so the error can be sent
+        cap = self.limits.max_session_memory
+        words = (f"the session ran out of memory {doing}: it may use "
+                 f"{cap / (1 << 20):.0f} MiB of address space beyond its start "
+                 f"(the server's --session-memory-mb), {self.limits.max_memory / (1 << 20):.0f} "
+                 f"MiB of it for arrays (--max-memory-mb); the session is closed"
+                 if cap else f"the session ran out of memory {doing}; the session is closed")
+        _log(words)
+        self._send_error({"type": "SessionLost", "message": words})
+
     def _send(self, ftype: int, meta: dict, blobs=()) -> bool:
         try:
-            send_frame(self.sock, ftype, meta, blobs, timeout=self.limits.frame_timeout)
-            return True
+            self.channel.send(ftype, meta, blobs, timeout=self.limits.frame_timeout)
         except (RPCError, OSError):
             return False
+        finally:
+            if self.on_sent is not None and self.channel.send_mac is not None:
+                self.on_sent(self.channel.send_mac.seq)
+        return True
 
     def _send_error(self, meta: dict) -> bool:
         return self._send(ERROR, meta)
@@ -267,7 +384,7 @@ class Session:
     # -- objects --------------------------------------------------------------------------------
     def _put(self, obj) -> int:
         if len(self.objects) >= self.limits.max_objects:
-            raise MemoryError(f"the session holds {len(self.objects)} objects, the limit")
+            raise LimitExceeded(f"the session holds {len(self.objects)} objects, the limit")
         handle = self.next_handle
         self.next_handle += 1
         self.objects[handle] = obj
@@ -284,7 +401,7 @@ class Session:
 
     def _put_array(self, nd: NDArray) -> int:
         if self.memory + nd.nbytes > self.limits.max_memory:
-            raise MemoryError(f"an array of {nd.nbytes} bytes would bring the session's arrays "
+            raise LimitExceeded(f"an array of {nd.nbytes} bytes would bring the session's arrays "
                               f"to {self.memory + nd.nbytes} bytes; the limit is "
                               f"{self.limits.max_memory}")
         handle = self._put(nd)
@@ -350,32 +467,69 @@ class Session:
         return dict(self.info, workdir=os.path.basename(self.workdir), plugins=plugin_ops()), ()
 
     def op_upload(self, meta, blobs):
+        """Write a file, whole or in pieces: ``{"name", "size", "offset"}`` and the piece that
+        starts at ``offset`` (default: the whole file in one piece). The pieces go to
+        ``NAME.part``, appended in order and counted against the quota as they come; the last
+        one renames it to ``NAME``. So a large upload never sits whole in the session's memory.
+        """
         name = check_file_name(meta.get("name"))
         if len(blobs) != 1:
             raise ValueError("upload carries exactly one blob")
         data = blobs[0]
-        size = len(data)
+        size, offset = meta.get("size", len(data)), meta.get("offset", 0)
+        if type(size) is not int or type(offset) is not int or not 0 <= offset <= size or \
+                offset + len(data) > size:
+            raise ValueError(f"upload {name!r}: a piece of {len(data)} bytes at offset "
+                             f"{offset!r} does not fit a file of {size!r} bytes")
         if size > self.limits.max_upload:
             raise ValueError(f"upload {name!r} is {size} bytes; the limit is "
                              f"{self.limits.max_upload}")
         path = os.path.join(self.workdir, name)
-        old = os.path.getsize(path) if os.path.exists(path) else 0
-        if self.disk - old + size > self.limits.max_disk:
-            raise ValueError(f"upload {name!r} would bring the session's files to "
-                             f"{self.disk - old + size} bytes; the limit is {self.limits.max_disk}")
-        tmp = path + ".part"
-        # O_EXCL | O_NOFOLLOW: never write through anything but a fresh file of our own
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                     0o700)
+        part = path + ".part"
+        if offset == 0:
+            if os.path.lexists(part):   # an upload of this name that was abandoned
+                os.unlink(part)
+            old = os.path.getsize(path) if os.path.exists(path) else 0
+            # what the directory holds now, whoever wrote it (uploads, copies, plugins' files)
+            used = self._disk_usage()
+            if used - old + size > self.limits.max_disk:
+                raise LimitExceeded(f"upload {name!r} would bring the session's files to "
+                                    f"{used - old + size} bytes; the limit is "
+                                    f"{self.limits.max_disk}")
+            # O_EXCL | O_NOFOLLOW: never write through anything but a fresh file of our own
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        else:
+            have = os.lstat(part).st_size if os.path.isfile(part) else None
+            if have != offset:
+                came = "no upload of it is under way" if have is None else \
+                    f"{have} bytes came so far"
+                raise ValueError(f"upload {name!r}: a piece at offset {offset}, but {came}")
+            flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(part, flags, 0o700)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        self.disk += size - old
-        return {"name": name, "size": size}, ()
+        except BaseException:
+            os.unlink(part)
+            raise
+        if offset + len(data) == size:
+            os.replace(part, path)
+        return {"name": name, "size": size, "received": offset + len(data)}, ()
+
+    def _disk_usage(self) -> int:
+        """Bytes of the files in the session's directory (each file once: loaded libraries are
+        hard links of their uploads)."""
+        seen, total = set(), 0
+        for root, dirs, files in os.walk(self.workdir):
+            for f in files:
+                try:
+                    st = os.lstat(os.path.join(root, f))
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_size
+        return total
 
     def op_load_module(self, meta, blobs):
         name = check_file_name(meta.get("name"))
@@ -398,7 +552,7 @@ class Session:
         dev = self._device(meta.get("device"))
         dtype, shape, nbytes = check_array_meta(meta, self.limits.max_array)
         if self.memory + nbytes > self.limits.max_memory:
-            raise MemoryError(f"an array of {nbytes} bytes would bring the session's arrays to "
+            raise LimitExceeded(f"an array of {nbytes} bytes would bring the session's arrays to "
                               f"{self.memory + nbytes} bytes; the limit is "
                               f"{self.limits.max_memory}")
         if blobs:
@@ -601,13 +755,35 @@ def platform_info() -> dict:
             "cpu_count": os.cpu_count(), "byteorder": sys.byteorder}
 
 
-def run_session(sock: socket.socket, workdir: str, limits: SessionLimits, info: dict) -> int:
-    """Serve one session on ``sock`` until it closes; return the process exit code."""
+def _log(message: str) -> None:
+    """A line on the session's stderr (the server's log)."""
+    try:
+        print(f"rpc session {os.getpid()}: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def run_session(sock: socket.socket, workdir: str, limits: SessionLimits, info: dict,
+                keys: tuple[bytes, bytes] | None = None,
+                on_sent: Callable[[int], None] | None = None) -> int:
+    """Serve one session on ``sock`` until it closes; return the process exit code.
+
+    ``keys`` are the session's ``(client to server, server to client)`` frame keys when it was
+    authenticated (the server sent the WELCOME, the first server-to-client frame, itself);
+    ``on_sent(n)`` is told the sequence number of the next frame after each one sent, so that
+    the server can still speak on the connection if this process dies.
+    """
     # A kernel that overruns its time limit must die even inside native code: default action.
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     sock.setblocking(True)
     try:
-        return Session(sock, workdir, limits, info).serve()
+        apply_resource_limits(limits)
+        if keys is None:
+            channel = Channel(sock)
+        else:
+            c2s, s2c = keys
+            channel = Channel(sock, FrameMAC(s2c, 1), FrameMAC(c2s, 0))
+        return Session(channel, workdir, limits, info, on_sent).serve()
     finally:
         try:
             sock.shutdown(socket.SHUT_RDWR)  # the server holds a copy: shutdown sends the FIN

@@ -390,6 +390,12 @@ INTRINSICS = {
 }
 FLOAT_INTRINSICS = {k for k in INTRINSICS if k != "if_then_else"}
 
+# The packed 8-bit dot product of the int8 kernels (int32 operands, four bytes each): only the
+# LLVM back end emits it (``targets.llvm.dot4``); ``tensorir.interpret`` evaluates it. Named here
+# so that kernels (relax) and the back end (targets) share the name without relax importing the
+# LLVM back end, which needs llvmlite (a board has none).
+DOT4_U8I8 = "dot4_u8i8"
+
 
 class Call(PrimExpr):
     """A call to an intrinsic such as ``exp`` or ``if_then_else`` (which evaluates lazily)."""

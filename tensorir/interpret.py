@@ -717,7 +717,20 @@ def _erf(x):
     return x.dtype.type(math.erf(float(x)))
 
 
+def _dot4_u8i8(a, b):
+    """The packed 8-bit dot product: the four bytes of ``a`` (unsigned) times those of ``b``
+    (signed), summed exactly in int32 (``targets.llvm.dot4``)."""
+    a, b = np.asarray(a, np.int32), np.asarray(b, np.int32)
+    total = np.zeros(np.broadcast_shapes(a.shape, b.shape), np.int32)
+    for k in range(4):
+        ua = (a >> (8 * k)) & 255
+        sb = (((b >> (8 * k)) & 255) ^ 128) - 128
+        total = total + ua * sb
+    return total if total.shape else np.int32(total)
+
+
 _INTRINSICS = {
+    "dot4_u8i8": "_dot4_u8i8",
     "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "rsqrt": "_rsqrt", "tanh": "np.tanh",
     "sigmoid": "_sigmoid", "erf": "_erf", "pow": "np.power", "fabs": "np.abs",
     "floor": "np.floor", "ceil": "np.ceil", "round": "np.rint", "sin": "np.sin", "cos": "np.cos",
@@ -818,6 +831,7 @@ _RUNTIME = {
     "_vand": _vand, "_vor": _vor, "_vassert": _vassert, "_floordiv": _floordiv,
     "_floormod": _floormod, "_truncdiv": _truncdiv, "_truncmod": _truncmod,
     "_truncdiv_c": _truncdiv_c, "_rsqrt": _rsqrt, "_sigmoid": _sigmoid, "_erf": _erf,
+    "_dot4_u8i8": _dot4_u8i8,
     "_rreduce": _rreduce, "_alloc": _alloc, "_alias_view": _alias_view, "_CAP": _CAP,
 }
 

@@ -5,8 +5,9 @@ on a board where only numpy is installed.
 """
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
+
+from .optional import MissingDependencyError, has_module, import_optional, install_hint
 
 
 class CLIError(Exception):
@@ -18,47 +19,22 @@ class MissingExtraError(CLIError):
     to add (``pip install 'tilecraft[bench]'``)."""
 
 
-# what each optional package comes with (pyproject.toml's [project.optional-dependencies])
-EXTRAS = {"onnxruntime": "bench", "matplotlib": "bench", "torch": "torch",
-          "pyopencl": "opencl", "wgpu": "webgpu"}
-# dependencies of `pip install tilecraft` that a board's numpy-only install lacks
-CORE = ("llvmlite", "onnx", "xgboost")
-
-
 def require(module: str, who: str) -> ModuleType:
-    """Import ``module`` (an optional dependency), or raise ``MissingExtraError`` naming the
-    extra that installs it.
+    """Import ``module`` (an optional dependency), or raise ``MissingExtraError`` naming what to
+    install (``tilecraft.optional`` knows which extra brings which library).
 
     Examples
     --------
     >>> ort = require("onnxruntime", "tilecraft zoo")                     # doctest: +SKIP
-    >>> require("not_installed_pkg", "x")                                  # doctest: +SKIP
-    Traceback (most recent call last):
-    MissingExtraError: x needs not_installed_pkg, which is not installed
     """
     try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise MissingExtraError(missing_message(module, who)) from None
+        return import_optional(module, who)
+    except MissingDependencyError as err:
+        raise MissingExtraError(str(err)) from None
 
 
 def missing_message(module: str, who: str) -> str:
-    """``"tilecraft zoo needs onnxruntime: pip install 'tilecraft[bench]'"``."""
+    """``"tilecraft zoo needs onnxruntime, which is not installed: pip install
+    'tilecraft[bench]'"``."""
     top = module.split(".")[0]
-    if top in CORE:
-        return (f"{who} needs {top}, which is not installed: install tilecraft with its "
-                f"dependencies (pip install tilecraft); a board's numpy-only install runs "
-                f"`tilecraft rpc` only")
-    extra = EXTRAS.get(top)
-    if extra is None:
-        return f"{who} needs {module}, which is not installed"
-    return f"{who} needs {top}: pip install 'tilecraft[{extra}]'"
-
-
-def has_module(module: str) -> bool:
-    """Whether ``module`` imports (an optional dependency that may be absent)."""
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True
+    return f"{who} needs {top}, which is not installed: {install_hint(top)}"

@@ -3,7 +3,8 @@ Relax executable uploaded and loaded there (``tilecraft.relax.rpc_plugin``).
 
 A board is reached through a tracker (``--rpc-tracker HOST:PORT --rpc-key KEY``: any free board
 of that key) or directly (``--rpc-host HOST --rpc-port PORT``: one server, no tracker);
-``--rpc-token-file FILE`` holds the servers' shared secret when they require one. The board's
+``--rpc-token-file FILE`` holds the servers' shared secret when they require one,
+``--rpc-tracker-token-file FILE`` the tracker's own (its ``--token-file``). The board's
 server must run the Relax plugin: ``tilecraft rpc server --plugin tilecraft.relax.rpc_plugin``.
 
 Examples
@@ -44,6 +45,8 @@ def add_rpc_arguments(parser: argparse.ArgumentParser, direct: bool = True) -> N
         g.add_argument("--rpc-port", metavar="PORT", type=int, help="its port")
     g.add_argument("--rpc-token-file", metavar="FILE",
                    help="the servers' shared secret (their --token-file)")
+    g.add_argument("--rpc-tracker-token-file", metavar="FILE",
+                   help="the tracker's own secret (its --token-file)")
     g.add_argument("--rpc-timeout", metavar="SECONDS", type=float, default=60.0,
                    help="how long to wait for a free board (default 60)")
 
@@ -57,6 +60,7 @@ class Board:
     host: str | None = None
     port: int | None = None
     token: bytes | None = None
+    tracker_token: bytes | None = None
     timeout: float = 60.0
 
     def describe(self) -> str:
@@ -68,13 +72,15 @@ class Board:
         """A session on the board; ``CLIError`` naming the board when it cannot be had."""
         try:
             if self.tracker is not None:
-                tracker = rpc.connect_tracker(*self.tracker)
+                tracker = rpc.connect_tracker(*self.tracker, token=self.tracker_token)
                 return tracker.request(self.key, timeout=self.timeout, token=self.token,
                                        call_timeout=call_timeout)
             return rpc.connect(self.host, self.port, self.token, timeout=self.timeout,
                                call_timeout=call_timeout)
         except rpc.AuthenticationError as err:
-            raise CLIError(f"{self.describe()}: {err} (--rpc-token-file)") from None
+            which = "--rpc-token-file, --rpc-tracker-token-file" if self.tracker is not None \
+                else "--rpc-token-file"
+            raise CLIError(f"{self.describe()}: {err} ({which})") from None
         except rpc.TrackerError as err:
             raise CLIError(f"{self.describe()}: {err}") from None
         except (OSError, rpc.RPCError) as err:
@@ -93,7 +99,11 @@ def board_from_args(args) -> Board | None:
     """The board the ``--rpc-*`` options name, or None (run here)."""
     tracker, key = args.rpc_tracker, args.rpc_key
     host, port = getattr(args, "rpc_host", None), getattr(args, "rpc_port", None)
+    tracker_token_file = getattr(args, "rpc_tracker_token_file", None)
     if tracker is None and key is None and host is None and port is None:
+        if tracker_token_file:
+            raise CLIError("--rpc-tracker-token-file is for a tracker: give --rpc-tracker and "
+                           "--rpc-key")
         if args.rpc_token_file:
             raise CLIError("--rpc-token-file is for a board: give --rpc-tracker and --rpc-key"
                            + (" (or --rpc-host and --rpc-port)" if hasattr(args, "rpc_host")
@@ -114,6 +124,9 @@ def board_from_args(args) -> Board | None:
         if not 0 < port < 65536:
             raise CLIError(f"--rpc-port {port}: not a port number")
         board = Board(host=host, port=port)
+        if tracker_token_file:
+            raise CLIError("--rpc-tracker-token-file is for a tracker (--rpc-tracker), not a "
+                           "server reached directly")
     if args.rpc_timeout <= 0:
         raise CLIError(f"--rpc-timeout {args.rpc_timeout}: must be > 0")
     board.timeout = args.rpc_timeout
@@ -122,6 +135,11 @@ def board_from_args(args) -> Board | None:
             board.token = load_token(args.rpc_token_file)
         except (OSError, ValueError) as err:
             raise CLIError(f"--rpc-token-file: {err}") from None
+    if tracker_token_file:
+        try:
+            board.tracker_token = load_token(tracker_token_file)
+        except (OSError, ValueError) as err:
+            raise CLIError(f"--rpc-tracker-token-file: {err}") from None
     return board
 
 

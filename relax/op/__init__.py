@@ -15,3 +15,4 @@ from .index import *
 from .create import *
 from .misc import *
 from .check import *
+from .quantize import *

@@ -12,6 +12,9 @@
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
   elementwise operators between them) run in NHWC, with one permutation at each end.
 - ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
+- ``QuantizeInt8Dynamic()``, ``QuantizeInt8Static(ranges)``: dense layers (and, static,
+  convolutions) on uint8 x int8 with int32 accumulation (``relax.quantize``'s int8 modes).
+- ``QuantizeInt4Weight(group_size)``: dense layers on 4-bit weight groups (``relax.dense_q4``).
 - ``get_pipeline(name="default")``: the default sequence; ``Sequential(passes, check=False)``.
 
 ``ExprMutator`` is the base for writing more passes.
@@ -28,9 +31,12 @@ from .fold_scale_axis import FoldScaleAxis
 from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout
 from .pipeline import get_pipeline
+from .quantize_int4 import QuantizeInt4Weight
+from .quantize_int8 import QuantizeInt8Dynamic, QuantizeInt8Static
 from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout", "ConvertLayout"]
+           "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout", "ConvertLayout",
+           "QuantizeInt8Dynamic", "QuantizeInt8Static", "QuantizeInt4Weight"]

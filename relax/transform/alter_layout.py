@@ -19,6 +19,12 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
 - ``relax.matmul(x, W)`` and ``relax.linear(x, W, b)`` with a constant 2-D ``W`` become
   ``pack_dense_weight`` on ``W`` (panels ``[N/NR, K, NR]``) and ``dense`` (plus ``add`` of the
   bias for ``linear``);
+- ``relax.matmul(x, W, out_dtype="int32")`` of uint8 ``x`` and a constant int8 ``W`` (what
+  ``relax.quantize`` makes of dense layers, and QDQ / MatMulInteger ONNX models) becomes
+  ``pack_u8_words`` on ``x``, ``pack_dense_int8_weight`` on ``W`` and ``dense_u8i8``
+  (``backend.cpu.dense_int8``: ``vpdpbusd`` / ``sdot`` on 8-bit words, int32 accumulators);
+  ``relax.dense_q4`` with constant codes becomes ``pack_q4_panels`` and ``dense_q4_packed``
+  (``backend.cpu.dense_int4``: 4-bit codes dequantized in registers);
 - NCHW ``relax.nn.max_pool2d`` / ``avg_pool2d`` (the average with a constant divisor) become,
   on x86, ``pool2d_nchw_separable``: the window's rows reduced first into one padded row (unit
   stride), then its columns read from that row (a strided vector load there is a wide load and
@@ -50,8 +56,8 @@ from tilecraft.tensorir.expr import IntImm
 from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_nchw, conv2d_nchw_cvec,
-                           conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense, depthwise, pool2d,
-                           winograd)
+                           conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense, dense_int4,
+                           dense_int8, depthwise, pool2d, winograd)
 from ..backend.cpu.geometry import static_ints, static_shape
 from ..expr import Call, Constant, Expr
 from ..op import add
@@ -92,7 +98,7 @@ class AlterLayout(Pass):
 
     name = "AlterLayout"
     OPS = ("relax.nn.conv2d", "relax.matmul", "relax.linear", "relax.nn.max_pool2d",
-           "relax.nn.avg_pool2d")
+           "relax.nn.avg_pool2d", "relax.dense_q4")
 
     def __init__(self, target: "Target | str | None" = None, ops=None, conv_plans=None,
                  winograd: bool = True):
@@ -134,7 +140,9 @@ class _Alter(ExprMutator):
             return self.conv2d(call) or call
         if call.op.name.endswith("_pool2d"):
             return self.pool2d(call) or call
-        return self.dense(call) or call
+        if call.op.name == "relax.dense_q4":
+            return self.dense_q4(call) or call
+        return self.dense(call) or self.dense_int8(call) or call
 
     # -- pooling -------------------------------------------------------------------------------
     def pool2d(self, call: Call) -> Expr | None:
@@ -258,3 +266,53 @@ class _Alter(ExprMutator):
         if bias is None:
             return out
         return add(self.builder.emit(out), bias)
+
+    # -- low precision ------------------------------------------------------------------------
+    def dense_int8(self, call: Call) -> Expr | None:
+        """``matmul(x, W)`` / ``linear(x, W)`` of uint8 ``x`` and a constant int8 ``W`` with
+        int32 results (what ``relax.quantize`` makes of a dense layer) -> ``pack_u8_words`` on
+        ``x``, ``pack_dense_int8_weight`` on ``W`` and ``dense_u8i8``."""
+        linear = call.op.name == "relax.linear"
+        if linear and len(call.args) > 2:
+            return None
+        x, weight = call.args[0], call.args[1]
+        xsi, wsi, out_si = x.struct_info, weight.struct_info, call.struct_info
+        if not isinstance(weight, Constant) or \
+                not all(isinstance(s, TensorStructInfo) for s in (xsi, wsi, out_si)) or \
+                (xsi.dtype, wsi.dtype, out_si.dtype) != ("uint8", "int8", "int32"):
+            return None
+        xshape = static_shape(x)
+        kn = static_ints(wsi.shape) if wsi.shape is not None and len(wsi.shape) == 2 else None
+        if xshape is None or len(xshape) < 2 or kn is None or \
+                not isinstance(xshape[-1], IntImm):
+            return None
+        k, n = (kn[1], kn[0]) if linear else kn
+        if k != xshape[-1].value:
+            return None
+        width = dense.dense_panel_width(n, self.lanes, self.registers)
+        packed = self.builder.emit(self.kernel(
+            dense_int8.pack_dense_int8_weight, weight, width, linear,
+            name="pack_dense_int8_weight", pattern=OpPattern.INJECTIVE))
+        words = self.builder.emit(self.kernel(dense_int8.pack_u8_words, x, name="u8_words",
+                                              pattern=OpPattern.INJECTIVE))
+        return self.kernel(dense_int8.dense_u8i8, words, packed, n, name="dense_u8i8",
+                           pattern=OpPattern.OUT_EWISE_FUSABLE)
+
+    def dense_q4(self, call: Call) -> Expr | None:
+        """``relax.dense_q4`` with constant codes, scales and offsets -> ``pack_q4_panels`` on
+        each and ``dense_q4_packed`` (the codes dequantized in registers)."""
+        x, codes, scale, offset = call.args
+        if not all(isinstance(a, Constant) for a in (codes, scale, offset)):
+            return None
+        xshape = static_shape(x)
+        if xshape is None or len(xshape) < 2 or not isinstance(xshape[-1], IntImm):
+            return None
+        n = static_ints(codes.struct_info.shape)[1]
+        width = dense.dense_panel_width(n, self.lanes, self.registers)
+        panels = [self.builder.emit(self.kernel(dense_int4.pack_q4_panels, t, width,
+                                                name="pack_q4_panels",
+                                                pattern=OpPattern.INJECTIVE))
+                  for t in (codes, scale, offset)]
+        return self.kernel(dense_int4.dense_q4_packed, x, *panels,
+                           int(call.attr_dict["group_size"]), n, name="dense_q4",
+                           pattern=OpPattern.OUT_EWISE_FUSABLE)

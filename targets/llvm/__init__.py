@@ -1,11 +1,16 @@
 """The LLVM back end: TensorIR -> LLVM IR (through ``llvmlite.ir``) -> host JIT, object files and
 shared libraries for any triple LLVM knows.
 
-Importing this package does not import llvmlite; ``targets.build`` loads ``targets.llvm.compiler``
-(which does) when it first compiles for an LLVM target, so the runtime stays usable without it.
+Every module here needs llvmlite, so importing this package imports it, or raises
+``tilecraft.optional.MissingDependencyError`` saying ``pip install tilecraft`` (a board profile
+has no compiler). Nothing imports this package until ``targets.build`` first compiles for an LLVM
+target (``targets.llvm.compiler``), so the runtime stays usable without llvmlite.
 
 Modules: ``codegen`` (expressions, statements, vectorized and parallel loops), ``entry``
 (argument-checking entry points), ``fp16`` and ``intrinsics`` (math lowering), ``threadpool``
 (the multi-core runtime, written in LLVM IR), ``compiler`` (target machines, optimization, JIT,
 export).
 """
+from tilecraft.optional import import_optional
+
+import_optional("llvmlite.binding", "compiling for a CPU (the LLVM back end of targets.build)")

@@ -54,7 +54,7 @@ from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, 
                                      SeqStmt, Stmt)
 
 from ..runtime import abi
-from . import intrinsics
+from . import dot4, intrinsics
 from .entry import EntryEmitter, expr_str, fmt_escape as _fmt_escape
 from .fp16 import Float16
 from .softops import SoftOps
@@ -85,6 +85,7 @@ class CodegenOptions:
     num_cores: int | None      # baked-in default thread count (None: all cores at run time)
     target_str: str
     hw_div: dict = field(default_factory=lambda: {32: True, 64: True})  # see softops
+    dot_isa: str | None = None  # the packed 8-bit dot product's instructions (see dot4)
 
 
 @dataclass
@@ -1014,6 +1015,10 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         return getattr(self.b, iop)(a, b_)
 
     def visit_Add(self, e):
+        if isinstance(e.b, Call) and e.b.op == dot4.DOT4_U8I8:
+            # acc + dot4(a, b): one accumulating instruction (vpdpbusd, sdot)
+            acc, x, y = self.visit(e.a), self.visit(e.b.args[0]), self.visit(e.b.args[1])
+            return dot4.emit_dot4(self.mb, self.b, self.opt.dot_isa, acc, x, y)
         return self._arith(e, "fadd", "add")
 
     def visit_Sub(self, e):
@@ -1211,6 +1216,9 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
     def visit_Call(self, e: Call):
         if e.op == "if_then_else":
             return self._if_then_else(e)
+        if e.op == dot4.DOT4_U8I8:
+            x, y = self.visit(e.args[0]), self.visit(e.args[1])
+            return dot4.emit_dot4(self.mb, self.b, self.opt.dot_isa, I32(0), x, y)
         if e.op not in intrinsics.LLVM_INTRINSIC and e.op not in intrinsics.LIBM and \
                 e.op not in ("sigmoid", "rsqrt"):
             raise TIRError(f"the LLVM back end does not know the intrinsic {e.op!r}", e)

@@ -18,7 +18,7 @@ from ..runtime import abi
 from ..runtime.module import Module
 from ..target import Target, TargetError, arch_of_triple, host_triple
 from ..toolchain import link_shared
-from . import threadpool
+from . import dot4, threadpool
 from .codegen import FMA_METADATA, CodeGenLLVM, CodegenOptions
 from .irutil import ModuleBuilder
 from .softops import hardware_division
@@ -166,7 +166,9 @@ class MachineConfig:
                               pointer_bits=self.pointer_bits, native_f16=self.native_f16,
                               vector_width=self.target.vector_width,
                               num_cores=self.target.num_cores, target_str=str(self.target),
-                              hw_div=hardware_division(self.arch, self.cpu, self.features))
+                              hw_div=hardware_division(self.arch, self.cpu, self.features),
+                              dot_isa=dot4.dot_isa(self.arch, self.features,
+                                                   self.target.vector_width))
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int) -> None:

@@ -4,7 +4,9 @@
 the order the ICD loader lists them), then the other devices (CPUs such as PoCL, accelerators).
 ``targets.opencl("NVIDIA")`` picks the first device whose platform, vendor or device name
 contains the text (case-insensitive). ``pyopencl`` is imported when a device is first needed,
-so ``import targets`` works without it; no platform at all is an ``OpenCLError`` saying so.
+so ``import targets`` works without it (then ``targets.opencl(0).exist`` is False and using the
+device raises ``tilecraft.optional.MissingDependencyError`` naming ``pip install
+'tilecraft[opencl]'``); no platform at all is an ``OpenCLError`` saying so.
 
 Each device gets one context and one in-order command queue with profiling enabled, so
 ``time_evaluator`` reads the device's own timestamps. Programs are cached per (source, device):
@@ -30,6 +32,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tilecraft.optional import MissingDependencyError, import_optional
+
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
@@ -37,7 +41,7 @@ from ..runtime.ndarray import NDArray, _dtype_name
 
 
 class OpenCLError(RuntimeError):
-    """No OpenCL library or platform, an unknown device, a missing device feature."""
+    """No OpenCL platform, an unknown device, a missing device feature."""
 
 
 class OpenCLBuildError(OpenCLError):
@@ -55,12 +59,7 @@ def cl_module():
         with _LOCK:
             if _CL is None:
                 os.environ.setdefault("PYOPENCL_NO_CACHE", "0")
-                try:
-                    import pyopencl  # noqa: F401  (loaded only when a device is used)
-                except ImportError as err:
-                    raise OpenCLError(f"the OpenCL back end needs pyopencl (pip install "
-                                      f"pyopencl): {err}") from None
-                _CL = pyopencl
+                _CL = import_optional("pyopencl", "the OpenCL runtime")
     return _CL
 
 
@@ -328,7 +327,7 @@ class OpenCLRuntime:
     def exist(self, index: int) -> bool:
         try:
             return index < len(_device_list())
-        except OpenCLError:
+        except (OpenCLError, MissingDependencyError):   # no platform, or no pyopencl
             return False
 
     def sync(self, index: int) -> None:

@@ -37,6 +37,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tilecraft.optional import MissingDependencyError, import_optional
+
 from ..runtime.device import Device, register_device_runtime
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
@@ -96,18 +98,15 @@ def _quiet_environment() -> None:
 
 
 def wgpu_module():
-    """The ``wgpu`` package (imported on first call); WebGPUError if it is not installed."""
+    """The ``wgpu`` package (imported on first call); ``MissingDependencyError`` naming
+    ``pip install 'tilecraft[webgpu]'`` if it is not installed."""
     global _WGPU
     if _WGPU is None:
         with _LOCK:
             if _WGPU is None:
                 _quiet_environment()
-                try:
-                    import wgpu  # the back end's driver library, needed only to run kernels
-                except ImportError as err:
-                    raise WebGPUError(f"the WebGPU runtime needs the wgpu package "
-                                      f"(pip install wgpu): {err}") from None
-                _WGPU = wgpu
+                # the back end's driver library, needed only to run kernels
+                _WGPU = import_optional("wgpu", "the WebGPU runtime")
     return _WGPU
 
 
@@ -173,7 +172,7 @@ def num_adapters() -> int:
     """How many adapters wgpu finds (0 when wgpu or a driver is missing)."""
     try:
         return len(_adapter_list())
-    except WebGPUError:
+    except (WebGPUError, MissingDependencyError):
         return 0
 
 

@@ -39,7 +39,7 @@ def test_zoo_writes_to_out_and_skips_pytorch_models_without_torch(tmp_path):
         rows = {r["model"]: r for r in json.load(f)["rows"]}
     assert rows["mlp"]["tilecraft_ms"] > 0 and rows["mlp"]["check"].startswith("allclose")
     assert rows["resnet18"]["skipped"] == \
-        "zoo model resnet18 needs torch: pip install 'tilecraft[torch]'"
+        "zoo model resnet18 needs torch, which is not installed: pip install 'tilecraft[torch]'"
     assert (tmp_path / "res" / "zoo-llvm.md").exists()
     # nothing went into the checkout (an installed package would be site-packages)
     after = {f: os.path.getmtime(os.path.join(results, f)) for f in os.listdir(results)}
@@ -60,7 +60,7 @@ def test_demo_with_the_small_model(tmp_path):
 
 def test_without_onnxruntime_the_extra_is_named(tmp_path):
     tiny_onnx(tmp_path / "tiny.onnx")
-    want = "needs onnxruntime: pip install 'tilecraft[bench]'"
+    want = "needs onnxruntime, which is not installed: pip install 'tilecraft[bench]'"
     for args in (["zoo", "--models", "mlp"], ["demo"], ["bench", "tiny.onnx"]):
         proc = tilecraft(*args, check=False, cwd=tmp_path, block=("onnxruntime",))
         assert proc.returncode == 1, proc.stderr

@@ -16,8 +16,9 @@ import pytest
 from tilecraft import relax
 from tilecraft import targets
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+from capabilities import import_or_require
+
+ort = import_or_require("onnxruntime", "pip install 'tilecraft[bench]'")   # the oracle
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from tilecraft.relax.frontend import from_onnx  # noqa: E402
 

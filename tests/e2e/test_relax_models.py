@@ -23,6 +23,7 @@ from benchmarks import gen_op_docs
 from tilecraft.models import bert_encoder_layer, mlp, onnx_session, resnet_bottleneck
 from tilecraft.relax.executable import load_executable
 from tilecraft.relax.vm import VirtualMachine, VMArgumentError
+from capabilities import import_or_require
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RTOL, ATOL = 1e-4, 1e-5
@@ -166,7 +167,7 @@ def test_export_and_run_in_fresh_process_without_llvm(mlp_model, mlp_exe, encode
 
 
 def test_bottleneck_block_matches_onnxruntime():
-    pytest.importorskip("onnxruntime")
+    import_or_require("onnxruntime", "pip install 'tilecraft[bench]'")   # the oracle
     model = resnet_bottleneck(channels=32, width=8, height=12, image_width=11, seed=5)
     exe = relax.build(model.mod, "llvm")
     vm = VirtualMachine(exe)
@@ -185,7 +186,7 @@ def test_bottleneck_block_matches_onnxruntime():
 
 def test_onnx_graphs_match_the_numpy_references(mlp_model, encoder_model):
     """The benchmark compares against onnxruntime on these graphs: they compute the model."""
-    pytest.importorskip("onnxruntime")
+    import_or_require("onnxruntime", "pip install 'tilecraft[bench]'")   # the oracle
     rng = np.random.default_rng(6)
     for model, sizes in ((mlp_model, {"batch": 5}), (encoder_model, {"batch": 2, "seq_len": 9})):
         inputs = model.make_inputs(rng, **sizes)

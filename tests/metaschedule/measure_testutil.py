@@ -2,8 +2,7 @@
 import shutil
 import subprocess
 
-import pytest
-
+from capabilities import GCC, requires
 from tilecraft.metaschedule.arg_info import ArgInfo
 
 # A kernel library with the real ABI whose main(A, B) crashes in the ways a bad kernel can.
@@ -38,11 +37,10 @@ ELEMWISE_INFOS = [ArgInfo((16,), "float32"), ArgInfo((16,), "float32")]
 
 
 def build_faulty_libraries(directory) -> dict:
-    """``{"crash": path, "abort": path, "spin": path}``: FAULTY_C compiled three ways (skips the
-    test without a C compiler)."""
+    """``{"crash": path, "abort": path, "spin": path}``: FAULTY_C compiled three ways (the test
+    ``requires`` a C compiler)."""
+    requires(*GCC)
     cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (gcc) to build the faulting kernel libraries")
     src = directory / "faulty.c"
     src.write_text(FAULTY_C)
     out = {}

@@ -2,7 +2,6 @@
 meets — build errors and timeouts, a crashing build process, kernels that segfault, abort or
 never return, corrupt artifacts, wrong results — each a failed trial, never a dead tuner."""
 import os
-import shutil
 import signal
 import threading
 import time
@@ -18,9 +17,8 @@ from tilecraft.metaschedule.runner import (LocalRunner, RunnerInput, cache_flush
                                  default_tolerance)
 from tilecraft.tensorir import Schedule, te
 
+from capabilities import needs_lld
 from measure_testutil import ELEMWISE_INFOS, build_faulty_libraries
-
-needs_lld = pytest.mark.skipif(shutil.which("ld.lld") is None, reason="ld.lld not installed")
 
 
 def gemm(n=48):
@@ -115,6 +113,20 @@ def test_builds_in_parallel_and_reports_errors_per_candidate(builder, tmp_path):
         assert r.artifact_path is None or not os.path.exists(os.path.dirname(r.artifact_path))
 
 
+def test_a_relative_work_dir_is_the_callers(tmp_path, monkeypatch):
+    """The workers run in another directory: a relative work_dir is resolved where the builder
+    is made, and every artifact lands under it."""
+    monkeypatch.chdir(tmp_path)
+    with LocalBuilder(max_workers=1, work_dir="rel/artifacts") as b:
+        assert b.work_dir == str(tmp_path / "rel" / "artifacts")
+        res, = b.build([BuilderInput(split_gemm(8), "llvm")])
+    assert res.error_msg is None, res.error_msg
+    assert os.path.isabs(res.artifact_path) and os.path.isfile(res.artifact_path)
+    assert res.artifact_path.startswith(str(tmp_path / "rel" / "artifacts") + os.sep)
+    remove_artifact(res.artifact_path)
+    assert os.listdir(tmp_path / "rel" / "artifacts") == []
+
+
 def test_a_build_past_its_time_limit_fails_and_the_pool_goes_on():
     b = LocalBuilder(max_workers=1, timeout_sec=0.05)
     try:
@@ -182,14 +194,14 @@ def test_measures_correct_candidates_and_flags_wrong_ones(builder, runner):
     ins.append(RunnerInput(built[0].artifact_path, "llvm", infos, {}, 6, ref))
     res = runner.run(ins)
     for r in res[:2]:
-        assert r.error_msg is None and not r.wrong
+        assert r.error_msg is None and not r.wrong and r.checked
         assert len(r.run_secs) == 2 and all(0 < t < 1 for t in r.run_secs)
     assert res[2].wrong and res[2].run_secs is None
     assert res[2].error_msg.startswith("wrong result: output C differs from the reference: "
                                        "max abs error")
-    # no reference: measured without a check
+    # no reference: measured without a check, and the result says so
     r, = runner.run([RunnerInput(built[0].artifact_path, "llvm", infos, {}, 5, None)])
-    assert r.error_msg is None
+    assert r.error_msg is None and r.run_secs and not r.checked
     for b in built:
         remove_artifact(b.artifact_path)
 

@@ -284,6 +284,67 @@ def test_two_processes_append_to_one_database(tmp_path):
     assert all(r.ok for r in db.get_all_tuning_records())
 
 
+_TASK_WRITER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from tilecraft.metaschedule.database import Database
+db = Database(sys.argv[2])
+me = sys.argv[3]
+print("ready", flush=True)
+sys.stdin.readline()                      # all start together
+for i in range(int(sys.argv[4])):
+    db.merge_tasks([{"name": f"{me}-{i}", "shash": f"{me}-{i:04d}", "weight": 1}])
+"""
+
+
+def test_tuners_sharing_a_work_dir_keep_each_others_tasks(tmp_path):
+    """Three processes each add tasks one by one to one tasks.json (a read-merge-write each):
+    under the records' lock none is lost."""
+    script = tmp_path / "task_writer.py"
+    script.write_text(_TASK_WRITER)
+    work = tmp_path / "db"
+    Database(work)
+    n = 25
+    procs = [subprocess.Popen([sys.executable, str(script), REPO, str(work), f"w{k}", str(n)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for k in range(3)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            assert p.wait(timeout=120) == 0
+    finally:
+        for p in procs:
+            p.kill()
+    tasks = json.loads((work / "tasks.json").read_text())["tasks"]
+    assert sorted(t["shash"] for t in tasks) == sorted(f"w{k}-{i:04d}" for k in range(3)
+                                                       for i in range(n))
+    assert not [f for f in os.listdir(work) if f.startswith(".tasks.")]   # no leftovers
+    with pytest.raises(ValueError, match="shash"):
+        Database(work).merge_tasks([{"name": "no hash"}])
+
+
+def test_records_say_whether_their_output_was_checked(tmp_path):
+    db = Database(tmp_path)
+    wl = db.commit_workload(gemm())
+    for factor, checked in ((4, True), (8, False), (16, None)):
+        rec = record(wl, factor, [1e-3])
+        rec.checked = checked
+        db.commit_tuning_record(rec)
+    lines = [json.loads(x) for x in (tmp_path / RECORDS_FILE).read_text().splitlines()]
+    assert [x["checked"] for x in lines] == [True, False, None]
+    # a line written before the field existed loads as "unknown"
+    old = dict(lines[0])
+    del old["checked"]
+    with open(tmp_path / RECORDS_FILE, "a") as f:
+        f.write(json.dumps(old) + "\n")
+    assert [r.checked for r in Database(tmp_path).get_all_tuning_records()] == \
+        [True, False, None, None]
+
+
 # -- arguments ------------------------------------------------------------------------------------
 def test_args_info_random_inputs_and_outputs():
     n = te.var("n")

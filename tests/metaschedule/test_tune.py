@@ -19,6 +19,7 @@ from tilecraft.metaschedule.progress import format_eta, format_line
 from tilecraft.metaschedule.runner import LocalRunner
 from tilecraft.metaschedule.task_scheduler import GradientTaskScheduler, RoundRobin
 
+from capabilities import import_or_require
 from search_testutil import gemm_func, small_space
 
 SEARCH = {"population_size": 12, "genetic_num_iters": 1}
@@ -46,6 +47,9 @@ def tuned(tmp_path_factory):
 def test_tune_improves_on_untuned(tuned):
     func, work, db = tuned
     assert len(db) == 12
+    # every candidate that ran was checked against the unscheduled function's outputs
+    assert all(r.checked for r in db.get_all_tuning_records() if r.ok)
+    assert "WITHOUT a correctness check" not in (work / "tune.log").read_text()
     sch = apply_best(db, func, "llvm")
     assert sch is not None
     rng = np.random.default_rng(0)
@@ -74,7 +78,7 @@ def test_log_tasks_file_curve_and_plot(tuned):
     best = curve["best_secs"]
     assert all(x >= y for x, y in zip(best, best[1:]))
     assert curve["best_gflops"][-1] == pytest.approx(2 * 64 ** 3 / best[-1] / 1e9)
-    pytest.importorskip("matplotlib", reason="plot_tuning_curve needs matplotlib")
+    import_or_require("matplotlib", "pip install 'tilecraft[bench]'")   # plot_tuning_curve
     path = plot_tuning_curve(work)
     assert os.path.getsize(path) > 1000 and path.endswith("tuning_curve.png")
     assert (work / "cost_model.npz").exists()
@@ -126,6 +130,22 @@ def test_nothing_to_tune_warns_and_records(tmp_path):
     assert len(db) == 1 and db.get_all_tuning_records()[0].ok
     assert "design space is exhausted after 1 trials" in (tmp_path / "tune.log").read_text()
     assert apply_best(db, func, "llvm") is not None
+
+
+def test_candidates_measured_without_a_check_say_so(tmp_path, monkeypatch):
+    """No reference output: the candidates are still measured, every record says
+    checked=false, and tune.log warns once for the task."""
+    from tilecraft.metaschedule import tune as tune_module
+    monkeypatch.setattr(tune_module, "compute_reference", lambda *args, **kw: None)
+    db = tune_tir(gemm_func(32, 32, 32), "llvm", max_trials=4, work_dir=tmp_path,
+                  num_trials_per_iter=2, space=small_space(), runner=fast_runner(), seed=1,
+                  progress=False, search=SEARCH, remeasure=0)
+    recs = db.get_all_tuning_records()
+    assert len(recs) == 4 and any(r.ok for r in recs)
+    assert all(r.checked is False for r in recs)
+    log = (tmp_path / "tune.log").read_text()
+    assert log.count("main: candidates are measured WITHOUT a correctness check (no reference "
+                     "output could be computed for it)") == 1
 
 
 def test_unsupported_target(tmp_path):
@@ -193,7 +213,7 @@ def test_progress_bar_and_plain_line():
         def isatty(self):
             return True
 
-    pytest.importorskip("tqdm", reason="the live bar uses tqdm")
+    import_or_require("tqdm", "pip install tilecraft")   # the live bar
     term = Terminal()
     p = Progress(["gemm"], [64], [2e9], stream=term)
     assert p.bars is not None
@@ -214,7 +234,8 @@ def test_plot_without_matplotlib_is_a_clear_error(tuned, monkeypatch):
     import sys
     _, work, _ = tuned
     monkeypatch.setitem(sys.modules, "matplotlib", None)     # import matplotlib -> ImportError
-    with pytest.raises(ImportError, match="pip install matplotlib"):
+    with pytest.raises(ImportError, match=r"plot_tuning_curve needs matplotlib, which is not "
+                                          r"installed: pip install 'tilecraft\[bench\]'"):
         plot_tuning_curve(work)
     with pytest.raises(FileNotFoundError, match="no work_dir"):
         tuning_curve(work / "missing")

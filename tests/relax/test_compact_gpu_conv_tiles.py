@@ -14,6 +14,7 @@ from tilecraft.relax.vm import VirtualMachine
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import Allocate
 from tilecraft.tensorir.transform import lower_device
+from capabilities import webgpu_device
 
 
 def _conv_module(w):
@@ -55,12 +56,7 @@ def test_conv_weight_tile_fits_webgpu_shared_memory():
 
 @pytest.mark.slow   # ~20 s: lavapipe compiles the unrolled GEMM tile (CI: the ResNet kernels test)
 def test_conv_on_webgpu_matches_numpy():
-    from tilecraft.targets.webgpu_backend import WebGPUError, num_adapters
-    try:
-        if num_adapters() == 0:
-            pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
-    except WebGPUError as err:
-        pytest.skip(f"no WebGPU runtime: {err}")
+    webgpu_device()
     rng = np.random.default_rng(1)
     w = rng.standard_normal((32, 16, 3, 3)).astype("float32")
     vm = VirtualMachine(relax.build(_conv_module(w), "webgpu"), targets.webgpu(0))

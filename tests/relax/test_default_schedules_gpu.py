@@ -17,33 +17,14 @@ from tilecraft.relax.op import nn
 from tilecraft.targets import Target
 from tilecraft.tensorir import te
 from tilecraft.tensorir.function import PrimFunc
+from capabilities import gpu_device
 
 RNG = np.random.default_rng(5)
 
 
-def _opencl():
-    try:
-        from tilecraft.targets.opencl_backend import list_devices
-        devices = list_devices()
-    except Exception as err:
-        pytest.skip(f"no OpenCL platform: {err}")
-    target = "opencl -device=cpu" if "CPU" in devices[0]["type"].upper() else "opencl"
-    return targets.opencl(0), target
-
-
-def _webgpu():
-    from tilecraft.targets.webgpu_backend import WebGPUError, num_adapters
-    try:
-        if num_adapters() == 0:
-            pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
-    except WebGPUError as err:
-        pytest.skip(f"no WebGPU runtime: {err}")
-    return targets.webgpu(0), "webgpu"
-
-
 @pytest.fixture(scope="module", params=["opencl", "webgpu"])
 def gpu_dev(request):
-    return _opencl() if request.param == "opencl" else _webgpu()
+    return gpu_device(request.param)
 
 
 def _kernels(mod, target):
@@ -156,7 +137,7 @@ def test_gpu_gemm_tile_with_fragments_and_prefetch_runs(kind, shape):
     """The GPU GEMM tile (``Target("opencl")``, not PoCL's CPU variant: float4 fragments,
     aligned vector loads, the register prefetch) against numpy, on PoCL / lavapipe: a full tile
     and one with tails in every dimension (1056 = 8 x 128 + 32)."""
-    dev, _ = _opencl() if kind == "opencl" else _webgpu()
+    dev, _ = gpu_device(kind)
     M, N, K = shape
     mod = targets.build(gs.apply(_gemm(M, N, K), Target(kind)), Target(kind))
     src = mod.source if kind == "opencl" else mod.get_source()
@@ -171,7 +152,7 @@ def test_gpu_gemm_tile_with_fragments_and_prefetch_runs(kind, shape):
 
 
 def test_webgpu_gemm_runs():
-    dev, target = _webgpu()
+    dev, target = gpu_device("webgpu")
     M, N, K = 160, 136, 48    # tails in every dimension
     A = te.placeholder((M, K), "float32", "A")
     B = te.placeholder((K, N), "float32", "B")

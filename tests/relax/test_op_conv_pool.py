@@ -6,6 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
+from capabilities import import_or_require
 from oputil import run_op
 from tilecraft.relax import RelaxError, TensorStructInfo, Var
 from tilecraft.relax.op import OpPattern, get, nn
@@ -124,7 +125,7 @@ def ref_adaptive(x, kind, out_size):
 
 
 def run_onnx(op_type, inputs, **attrs):
-    ort = pytest.importorskip("onnxruntime")
+    ort = import_or_require("onnxruntime", "pip install 'tilecraft[bench]'")
     from onnx import TensorProto, helper
     names = [f"in{i}" for i in range(len(inputs))]
     node = helper.make_node(op_type, names, ["out"], **attrs)

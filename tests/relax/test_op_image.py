@@ -3,6 +3,7 @@ kernel against a numpy reference of the ONNX Resize formulas and against onnxrun
 import numpy as np
 import pytest
 
+from capabilities import import_or_require
 from oputil import run_op
 from tilecraft.relax import RelaxError, TensorStructInfo, Var
 from tilecraft.relax.op import OpPattern, get, image
@@ -84,7 +85,7 @@ def ref_resize(x, size, method, mode, rounding="round", alpha=-0.75, exclude=0):
 
 
 def ort_resize(x, size, method, mode, rounding="round_prefer_floor", alpha=-0.75, exclude=0):
-    ort = pytest.importorskip("onnxruntime")
+    ort = import_or_require("onnxruntime", "pip install 'tilecraft[bench]'")
     from onnx import TensorProto, helper
     node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=method,
                             coordinate_transformation_mode=mode, nearest_mode=rounding,
@@ -180,7 +181,7 @@ def test_resize_struct_info_and_errors():
 
 def test_resize_with_scales_matches_onnx_scales_input():
     # ONNX Resize given scales (not sizes): the transform uses the scale, not out / in
-    ort = pytest.importorskip("onnxruntime")
+    ort = import_or_require("onnxruntime", "pip install 'tilecraft[bench]'")
     from onnx import TensorProto, helper
     x = rand(1, 2, 5, 4)
     scales = (1.5, 1.7)

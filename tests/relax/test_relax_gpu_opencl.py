@@ -9,23 +9,18 @@ import pytest
 
 import gpu_testutil as gpu
 from tilecraft import relax
-from tilecraft import targets
 from tilecraft.relax.vm import VirtualMachine
+from capabilities import opencl_device
 
 RNG = np.random.default_rng(11)
 
 
 @pytest.fixture(scope="module")
 def dev():
-    try:
-        from tilecraft.targets.opencl_backend import list_devices
-        devices = list_devices()
-    except Exception as err:
-        pytest.skip(f"no OpenCL platform: {err}")
     global TARGET
     # a CPU driver (PoCL in CI) gets the CPU variant of the default schedules
-    TARGET = "opencl -device=cpu" if "CPU" in devices[0]["type"].upper() else "opencl"
-    return targets.opencl(0)
+    device, TARGET = opencl_device()
+    return device
 
 
 TARGET = "opencl"

@@ -10,21 +10,15 @@ import pytest
 
 import gpu_testutil as gpu
 from tilecraft import relax
-from tilecraft import targets
 from tilecraft.relax.vm import VirtualMachine
+from capabilities import webgpu_device
 
 RNG = np.random.default_rng(11)
 
 
 @pytest.fixture(scope="module")
 def dev():
-    from tilecraft.targets.webgpu_backend import WebGPUError, num_adapters
-    try:
-        if num_adapters() == 0:
-            pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
-    except WebGPUError as err:
-        pytest.skip(f"no WebGPU runtime: {err}")
-    return targets.webgpu(0)
+    return webgpu_device()
 
 
 TARGET = "webgpu"

@@ -7,6 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from capabilities import GCC, LLD, requires
 from tilecraft import targets
 
 from rpc_testutil import FAULTY_C, Proc, axpb_func, start_server, start_tracker
@@ -36,8 +37,7 @@ def procs():
 @pytest.fixture(scope="session")
 def kernel_lib(tmp_path_factory):
     """A host kernel library (``axpb_func``) exported with ld.lld."""
-    if shutil.which("ld.lld") is None:
-        pytest.skip("ld.lld not installed")
+    requires(*LLD)
     path = tmp_path_factory.mktemp("rpc-kernels") / "axpb.so"
     targets.build(axpb_func(), "llvm").export_library(str(path))
     return str(path)
@@ -47,9 +47,8 @@ def kernel_lib(tmp_path_factory):
 def faulty_lib(tmp_path_factory):
     """A tiny library with the kernel ABI, compiled with gcc: ``ok``, ``crash`` (NULL
     dereference: SIGSEGV) and ``spin`` (loops forever)."""
+    requires(*GCC)
     cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (gcc) to build the faulting test library")
     d = tmp_path_factory.mktemp("rpc-faulty")
     src = d / "faulty.c"
     src.write_text(FAULTY_C)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,8 +14,7 @@ import tempfile
 import threading
 import time
 
-import pytest
-
+from capabilities import needs_lld  # noqa: F401  (the rpc tests' mark)
 from tilecraft.tensorir import te
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,11 +43,11 @@ class Proc:
     """A server or tracker process started by a test; ``port`` is where it listens."""
 
     def __init__(self, cmd: list[str], env: dict | None = None, ready_timeout: float = 60.0,
-                 wait: bool = True):
+                 wait: bool = True, cwd: str = REPO):
         self.cmd = cmd
         self.log = tempfile.TemporaryFile(mode="w+")
         self.popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                      env=env or repo_env(), cwd=REPO, start_new_session=True,
+                                      env=env or repo_env(), cwd=cwd, start_new_session=True,
                                       preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self.lines: "queue.Queue[str]" = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -108,18 +106,23 @@ class Proc:
             pass
 
 
+def _insecure_unless_token(args) -> list[str]:
+    """A loopback test server without --token-file must say --insecure-local."""
+    return [] if "--token-file" in args or "--insecure-local" in args else ["--insecure-local"]
+
+
 def start_server(*args, key: str = "test", port: int = 0, tracker: int | None = None,
                  wait: bool = True) -> Proc:
-    cmd = [sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", str(port), "--key", key,
-           "-v", *args]
+    cmd = [sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", str(port),
+           "--key", key, "-v", *args, *_insecure_unless_token(args)]
     if tracker is not None:
         cmd += ["--tracker", f"{HOST}:{tracker}", "--tracker-retry", "0.2"]
     return Proc(cmd, wait=wait)
 
 
 def start_tracker(*args, port: int = 0) -> Proc:
-    return Proc([sys.executable, "-m", "tilecraft.rpc.tracker", "--host", HOST, "--port", str(port), "-v",
-                 *args])
+    return Proc([sys.executable, "-m", "tilecraft.rpc.tracker", "--host", HOST, "--port",
+                 str(port), "-v", *args, *_insecure_unless_token(args)])
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
@@ -134,11 +137,6 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
 
 
 # -- kernels ------------------------------------------------------------------------------------
-needs_lld = pytest.mark.skipif(shutil.which("ld.lld") is None, reason="ld.lld not installed")
-needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
-                               reason="no C compiler (gcc) to build the faulting test library")
-
-
 def axpb_func():
     """B = A * 2 + c over (n, 7): a symbolic dimension and a scalar."""
     n = te.var("n")

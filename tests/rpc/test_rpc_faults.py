@@ -14,8 +14,9 @@ import pytest
 
 from tilecraft import rpc
 from tilecraft import targets
-from tilecraft.rpc.protocol import (AUTH, ERROR, HEADER, HELLO, MAGIC, REQUEST, VERSION, WELCOME,
-                          encode_frame, recv_frame, send_frame)
+from tilecraft.rpc.auth import client_handshake
+from tilecraft.rpc.protocol import (AUTH, ERROR, HEADER, HELLO, MAGIC, REQUEST, VERSION,
+                                    encode_frame, recv_frame)
 
 from rpc_testutil import HOST, axpb_func, start_server, wait_until
 
@@ -47,10 +48,9 @@ def assert_serving(server, workdir=None):
 
 
 def raw_session(port: int) -> socket.socket:
+    """A session opened by hand (no token: the server is --insecure-local), as a socket."""
     s = socket.create_connection((HOST, port), timeout=5)
-    assert recv_frame(s, timeout=5).type == HELLO
-    send_frame(s, AUTH, {"ticket": None})
-    assert recv_frame(s, timeout=5).type == WELCOME
+    client_handshake(s, None, server="tilecraft-rpc", auth={"ticket": None}, timeout=5)
     return s
 
 

@@ -2,6 +2,7 @@
 import hashlib
 import hmac
 import json
+import os
 import socket
 import struct
 import threading
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 
 from tilecraft.rpc import auth, protocol
-from tilecraft.rpc.protocol import (ERROR, HEADER, MAGIC, REPLY, REQUEST, VERSION, ConnectionClosed,
-                          IdleTimeout, ProtocolError, RPCTimeoutError, decode_array,
-                          encode_array, encode_frame, recv_frame, send_frame)
+from tilecraft.rpc.protocol import (ERROR, HEADER, MAGIC, REPLY, REQUEST, VERSION, Channel,
+                                    ConnectionClosed, FrameMAC, IdleTimeout, ProtocolError,
+                                    RPCTimeoutError, decode_array, encode_array, encode_frame,
+                                    recv_frame, send_frame)
 from tilecraft.rpc.server import describe_exit, parse_hostport
 from tilecraft.rpc.worker import check_file_name
 
@@ -96,9 +98,13 @@ def test_no_pickle_or_eval_anywhere_in_the_protocol():
 
 @pytest.mark.parametrize("data, message", [
     (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "bad frame magic"),
-    (raw_frame(version=VERSION + 1), "protocol version 2"),
+    (raw_frame(version=VERSION + 1), f"protocol version {VERSION + 1}"),
     (raw_frame(ftype=200), "unknown frame type 200"),
-    (raw_frame(flags=3), "flags must be 0"),
+    (raw_frame(flags=6), "unknown frame flags"),
+    (raw_frame(flags=protocol.FLAG_MAC), "carries a MAC on a connection without a key"),
+    (raw_frame(meta=b"[" * 50_000), "nests 50000 levels deep"),
+    (raw_frame(meta=b'{"a":' + b"[" * 40 + b"]" * 40 + b"}"), "nests 41 levels deep"),
+    (raw_frame(meta=b'{"n": ' + b"9" * 5000 + b"}"), "more than 100 digits"),
     (raw_frame(length=0xFFFFFFFF), "exceeds the"),
     (raw_frame(length=2), "shorter than its payload header"),
     (raw_frame(meta=b"{not json"), "not valid JSON"),
@@ -185,19 +191,122 @@ def test_array_size_limit_is_checked_before_allocating():
         decode_array({"dtype": "float64", "shape": [10 ** 9, 10 ** 9]}, b"", max_bytes=1000)
 
 
+# -- authenticated frames -------------------------------------------------------------------------
+def mac_pair(pair):
+    """Two ends of an authenticated channel (keys as a handshake would derive them)."""
+    a, b = pair
+    k1, k2 = os.urandom(32), os.urandom(32)
+    return Channel(a, FrameMAC(k1), FrameMAC(k2)), Channel(b, FrameMAC(k2), FrameMAC(k1))
+
+
+def test_authenticated_frames_round_trip_small_and_large(pair, rng):
+    left, right = mac_pair(pair)
+    for trial in range(6):
+        meta = {"op": f"op{trial}", "v": rng.integers(0, 99, 4).tolist()}
+        blobs = [rng.bytes(int(n)) for n in rng.integers(0, 3000, 2)]
+        if trial == 3:
+            blobs.append(rng.bytes(9 << 20))   # hashed and sent in pieces
+        t = threading.Thread(target=left.send, args=(REQUEST, meta, blobs))
+        t.start()
+        frame = right.recv(timeout=5.0)
+        t.join()
+        assert frame.meta == meta and [bytes(x) for x in frame.blobs] == blobs
+    assert left.send_mac.seq == right.recv_mac.seq == 6
+
+
+def captured(channel, ftype, meta, blobs=()):
+    """The bytes ``channel`` sends for one frame (its MAC's sequence number advances)."""
+    a, b = socket.socketpair()
+    try:
+        send_frame(a, ftype, meta, blobs, mac=channel.send_mac)
+        a.close()
+        data = b""
+        while chunk := b.recv(1 << 16):
+            data += chunk
+        return data
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("attack, message", [
+    ("flip a payload byte", "failed authentication"),
+    ("flip a MAC byte", "failed authentication"),
+    ("replay the first frame", "out of sequence: number 0, expected 1"),
+    ("send the second frame first", "out of sequence: number 1, expected 0"),
+    ("inject a plain frame", "without a MAC"),
+    ("reflect the sender's own frame", "failed authentication"),
+    ("a frame of another session", "failed authentication"),
+])
+def test_tampered_replayed_reordered_and_injected_frames_are_refused(pair, attack, message):
+    left, right = mac_pair(pair)
+    first = captured(left, REQUEST, {"op": "info", "n": 1})
+    second = captured(left, REQUEST, {"op": "info", "n": 2})
+    if attack == "flip a payload byte":
+        data = first[:20] + bytes([first[20] ^ 1]) + first[21:]
+    elif attack == "flip a MAC byte":
+        data = first[:-1] + bytes([first[-1] ^ 0x80])
+    elif attack == "replay the first frame":
+        data = first + first
+    elif attack == "send the second frame first":
+        data = second
+    elif attack == "inject a plain frame":
+        data = raw_frame(meta=b'{"op":"close"}')
+    elif attack == "reflect the sender's own frame":   # back to the side that made it
+        data = captured(right, REPLY, {"x": 1})
+    else:
+        other, _ = mac_pair(socket.socketpair())
+        data = captured(other, REQUEST, {"op": "info"})
+    a, b = pair
+    if attack == "replay the first frame":
+        a.sendall(data)
+        assert right.recv(timeout=2.0).meta == {"op": "info", "n": 1}
+    else:
+        a.sendall(data)
+    with pytest.raises(protocol.FrameAuthError, match=message):
+        right.recv(timeout=2.0)
+
+
+def test_a_plain_error_is_accepted_only_where_asked(pair):
+    left, right = mac_pair(pair)
+    a, b = pair
+    send_frame(a, ERROR, {"type": "ServerBusy", "message": "busy"})
+    assert right.recv(timeout=2.0, plain_error=True).meta["type"] == "ServerBusy"
+    send_frame(a, ERROR, {"type": "SessionLost", "message": "forged"})
+    with pytest.raises(protocol.FrameAuthError, match="without a MAC"):
+        right.recv(timeout=2.0)
+
+
+def test_metadata_bombs_are_refused_before_decoding():
+    protocol.check_meta(b'{"op": "x", "s": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\""}')
+    protocol.check_meta(b'{"a": ' + b"[" * 31 + b"]" * 31 + b"}")   # 32 levels: the limit
+    for bomb in (b"[" * 50_000, b'{"a":' * 33 + b"1" + b"}" * 33):
+        with pytest.raises(ProtocolError, match="levels deep"):
+            protocol.parse_payload(REQUEST, struct.pack("!IH", len(bomb), 0) + bomb)
+
+
 # -- authentication -------------------------------------------------------------------------------
-def test_hmac_challenge_response():
+def test_proofs_are_bound_to_the_transcript_and_the_role():
     token = b"correct horse"
-    nonce = auth.new_nonce()
-    digest = auth.client_digest(token, nonce)
-    assert digest == hmac.new(token, b"client:" + nonce, hashlib.sha256).digest()
-    assert auth.verify(token, nonce, digest.hex(), "client")
-    assert auth.verify(token, nonce, digest, "client")
-    assert not auth.verify(token, nonce, digest, "server")          # no reflection
-    assert not auth.verify(b"wrong", nonce, digest, "client")
-    assert not auth.verify(token, auth.new_nonce(), digest, "client")  # no replay
+    hello = {"server": "tilecraft-rpc", "key": "k", "nonce": auth.new_nonce().hex()}
+    body = {"nonce": auth.new_nonce().hex(), "ticket": None}
+    t = auth.transcript(hello, body)
+    p = auth.proof(token, t, "client")
+    assert p == hmac.new(token, b"client proof\0" + t, hashlib.sha256).digest()
+    assert auth.verify_proof(token, t, p.hex(), "client")
+    assert auth.verify_proof(token, t, p, "client")
+    assert auth.transcript(hello, dict(body, proof=p.hex())) == t   # the proof is not in it
+    assert not auth.verify_proof(token, t, p, "server")                    # no reflection
+    assert not auth.verify_proof(b"wrong", t, p, "client")
+    for other in (dict(hello, nonce=auth.new_nonce().hex()),                # no replay
+                  dict(hello, key="other")):                                # no relay to
+        assert not auth.verify_proof(token, auth.transcript(other, body), p, "client")
+    assert not auth.verify_proof(token, auth.transcript(hello, dict(body, ticket="t")), p,
+                                 "client")
     for junk in (None, "", "zz", 42, "ab" * 100):
-        assert not auth.verify(token, nonce, junk, "client")
+        assert not auth.verify_proof(token, t, junk, "client")
+    c2s, s2c = auth.session_keys(token, t)
+    assert c2s != s2c and auth.session_keys(token, auth.transcript(hello, body)) == (c2s, s2c)
+    assert auth.session_keys(b"wrong", t) != (c2s, s2c)
 
 
 def test_token_files(tmp_path):
@@ -210,21 +319,30 @@ def test_token_files(tmp_path):
     assert auth.as_token("abc") == b"abc" and auth.as_token(None) is None
 
 
-def test_listening_beyond_loopback_needs_a_token_or_insecure():
+def test_serving_without_a_token_needs_loopback_and_insecure_local():
     for host in ("127.0.0.1", "127.8.0.1", "::1", "localhost"):
-        auth.check_bind_security(host, None, False)
-    for host in ("0.0.0.0", "::", "192.168.1.20", "10.0.0.1"):
-        with pytest.raises(auth.AuthenticationError, match="without a token"):
-            auth.check_bind_security(host, None, False)
-        auth.check_bind_security(host, b"t", False)
         auth.check_bind_security(host, None, True)
+        with pytest.raises(auth.AuthenticationError, match="--insecure-local"):
+            auth.check_bind_security(host, None, False)
+    for host in ("0.0.0.0", "::", "192.168.1.20", "10.0.0.1"):
+        for insecure_local in (False, True):
+            with pytest.raises(auth.AuthenticationError, match="without a token"):
+                auth.check_bind_security(host, None, insecure_local)
+        auth.check_bind_security(host, b"t", False)
 
 
-def test_server_refuses_to_start_beyond_loopback_without_a_token():
+def test_server_refuses_to_start_without_a_token_unless_local_and_asked():
     # The check runs before anything is bound; the server object is never started here.
     from tilecraft.rpc.server import RPCServer
     with pytest.raises(auth.AuthenticationError, match="--token-file"):
         RPCServer("0.0.0.0", 0, "k").start()
+    with pytest.raises(auth.AuthenticationError, match="--insecure-local"):
+        RPCServer("127.0.0.1", 0, "k").start()
+    from tilecraft.rpc.tracker import Tracker
+    with pytest.raises(auth.AuthenticationError, match="--insecure-local"):
+        Tracker("127.0.0.1", 0).start()
+    with pytest.raises(auth.AuthenticationError, match="--board-token-file"):
+        Tracker("127.0.0.1", 0, token=b"t").start()
 
 
 @pytest.mark.parametrize("name", ["../x.so", "..", ".", "/etc/passwd", "a/b.so", "a\\b",

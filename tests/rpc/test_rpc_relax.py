@@ -1,12 +1,12 @@
 """Relax executables on a board through RPC: the ``relax.rpc_plugin`` plugin.
 
-A loopback server started with ``--plugin tilecraft.relax.rpc_plugin`` loads an exported MLP (a symbolic
-batch) and runs it; results are checked against numpy and the host's own VM. The last test
+A loopback server started with ``--plugin tilecraft.relax.rpc_plugin`` loads an exported MLP (a
+symbolic batch) and runs it; results are checked against numpy and the host's own VM. The last test
 runs a model cross-compiled for ``raspberry-pi/4b-aarch64`` on the emulated arm64 board
-(``rpc/board/emulated_board.py``), under the same skip / slow rules as ``test_rpc_board.py``.
+(``rpc/board/emulated_board.py``, running the wheel installed the board's way; the
+``arm64_board`` fixture of tests/conftest.py builds its root when it is missing).
 """
 import gc
-import shutil
 import sys
 
 import numpy as np
@@ -18,9 +18,9 @@ from tilecraft import targets
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const
 from tilecraft.relax.executable import Executable
 from tilecraft.relax.rpc_plugin import RemoteVirtualMachine, RemoteVMArgumentError
-from tilecraft.rpc.board import emulated_board as eb
 from tilecraft.targets import Target
 
+from capabilities import LLD, requires
 from rpc_testutil import (HOST, REPO, Proc, needs_lld, repo_env, start_server, start_tracker,
                           wait_until)
 
@@ -62,8 +62,7 @@ def weights():
 
 @pytest.fixture(scope="module")
 def host_exe(weights, tmp_path_factory):
-    if shutil.which("ld.lld") is None:
-        pytest.skip("ld.lld not installed (relax executables are linked with it)")
+    requires(*LLD)   # relax executables are linked with it
     exe = relax.build(mlp_module(weights), "llvm")
     path = tmp_path_factory.mktemp("rpc-relax") / "mlp.tcx"
     exe.export_library(str(path))
@@ -272,8 +271,9 @@ def test_the_plugin_hook_with_a_toy_plugin(tmp_path, rng):
     from tilecraft.rpc import worker
     (tmp_path / "toy_plugin.py").write_text(TOY_PLUGIN)
     env = repo_env(PYTHONPATH=f"{REPO}:{tmp_path}")
-    p = Proc([sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", "0", "--key", "toy",
-              "--plugin", "toy_plugin", "--plugin", "tilecraft.relax.rpc_plugin"], env=env)
+    p = Proc([sys.executable, "-m", "tilecraft.rpc.server", "--host", HOST, "--port", "0",
+              "--key", "toy", "--insecure-local", "--plugin", "toy_plugin",
+              "--plugin", "tilecraft.relax.rpc_plugin"], env=env)
     try:
         with rpc.connect(HOST, p.port, timeout=10) as s:
             assert {"toy.scale", "relax.vm_call"} <= set(s.plugins)
@@ -346,27 +346,16 @@ def test_a_crashing_kernel_ends_only_the_session(server, faulty_lib, host_exe, t
 
 
 # -- the emulated arm64 board ---------------------------------------------------------------------
-ROOT = eb.default_root()
-READY = eb.root_ready(ROOT)
-MISSING = eb.missing_tools(build=not READY)
-if shutil.which("ld.lld") is None:
-    MISSING.append("ld.lld (to link the aarch64 kernels)")
-BOARD_MARKS = [pytest.mark.skipif(bool(MISSING), reason="emulated board needs: "
-                                                        + "; ".join(MISSING))]
-if not READY:
-    BOARD_MARKS.append(pytest.mark.slow)
 KEY = "emulated-arm64-relax"
 
 
 @pytest.fixture(scope="module")
-def board():
-    root = eb.ensure_root(ROOT)
+def board(arm64_board):
     tracker = start_tracker("--ping-interval", "2", "--ping-timeout", "10")
-    cmd = eb.board_command(root, "tilecraft.rpc.server", ["--host", HOST, "--port", "0", "--key", KEY,
-                                                "--tracker", f"{HOST}:{tracker.port}",
-                                                "--tracker-retry", "0.5",
-                                                "--plugin", "tilecraft.relax.rpc_plugin", "-v"])
-    server = Proc(cmd, env=eb.board_env(), ready_timeout=180)
+    cmd = arm64_board.server_command("--host", HOST, "--port", "0", "--key", KEY, "--tracker",
+                                     f"{HOST}:{tracker.port}", "--tracker-retry", "0.5",
+                                     "--plugin", "tilecraft.relax.rpc_plugin", "--insecure-local", "-v")
+    server = Proc(cmd, env=arm64_board.env(), cwd=arm64_board.path, ready_timeout=180)
     try:
         client = rpc.connect_tracker(HOST, tracker.port)
         wait_until(lambda: client.summary()["queue_info"].get(KEY, {}).get("free"), 60,
@@ -377,13 +366,7 @@ def board():
         tracker.stop()
 
 
-def on_the_board(test):
-    for mark in BOARD_MARKS:
-        test = mark(test)
-    return test
-
-
-@on_the_board
+@needs_lld
 def test_a_relax_model_for_the_pi_runs_on_the_emulated_board(board, weights, host_exe, tmp_path,
                                                               rng):
     client, server = board

@@ -2,6 +2,7 @@
 import gc
 import os
 import socket
+import tempfile
 import threading
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 from tilecraft import rpc
 from tilecraft import targets
 from tilecraft.rpc import auth
-from tilecraft.rpc.protocol import AUTH, HELLO, WELCOME, recv_frame, send_frame
+from tilecraft.rpc.protocol import (AUTH, HELLO, VERSION, WELCOME, FrameMAC, recv_frame,
+                                    send_frame)
 
 from rpc_testutil import HOST, start_server
 
@@ -153,6 +155,29 @@ def test_uploads_stay_in_the_session_directory(sess, tmp_path):
     assert workdir.startswith("tilecraft-rpc-")
 
 
+def test_large_uploads_travel_in_pieces_and_arrive_whole(sess, rng, monkeypatch):
+    from tilecraft.rpc import client
+    monkeypatch.setattr(client, "UPLOAD_PIECE", 300_000)
+    data = rng.bytes(1_000_003)                       # 4 pieces, the last a short one
+    assert sess.upload(data, "blob.bin") == "blob.bin"
+    assert sess.upload(b"", "empty.bin") == "empty.bin"
+    workdir = os.path.join(tempfile.gettempdir(), sess.info()["workdir"])
+    with open(os.path.join(workdir, "blob.bin"), "rb") as f:
+        assert f.read() == data
+    assert os.path.getsize(os.path.join(workdir, "empty.bin")) == 0
+    assert not [n for n in os.listdir(workdir) if n.endswith(".part")]
+    # pieces out of order, or of a file larger than it says, are refused
+    for meta, message in (({"offset": 10, "size": 20}, "no upload of it is under way"),
+                          ({"offset": 0, "size": 2}, "does not fit"),
+                          ({"offset": -1, "size": 20}, "does not fit")):
+        with pytest.raises(ValueError, match=message):
+            sess._request("upload", dict(meta, name="x.bin"), (b"abc",))
+    sess._request("upload", {"name": "x.bin", "offset": 0, "size": 9}, (b"abc",))
+    with pytest.raises(ValueError, match="3 bytes came so far"):
+        sess._request("upload", {"name": "x.bin", "offset": 6, "size": 9}, (b"ghi",))
+    assert sess.info()["machine"]
+
+
 def test_uploading_again_under_the_same_name_loads_the_new_library(sess, kernel_lib, faulty_lib):
     first = sess.load_module(sess.upload(kernel_lib, "k.so"))
     again = sess.load_module(sess.upload(faulty_lib, "k.so"))
@@ -175,9 +200,12 @@ def test_limits_on_uploads_and_arrays(sess):
     with pytest.raises(ValueError, match="at most"):
         sess.array(np.zeros((1 << 20,), "float32"))  # refused before sending
     assert sess.info()["machine"]  # still serving
+    with pytest.raises(ValueError, match="limit is 2097152"):   # sent in pieces, refused
+        sess.upload(b"x" * (4 << 20), "huge.bin")
+    assert sess.info()["machine"]
     # a frame over the server's frame limit is a protocol violation: the session ends
     with pytest.raises(rpc.SessionLost, match="exceeds the 3145728-byte limit"):
-        sess.upload(b"x" * (4 << 20), "huge.bin")
+        sess._request("upload", {"name": "huge.bin"}, (b"x" * (4 << 20),))
 
 
 def test_open_sessions_are_limited(server):
@@ -270,8 +298,30 @@ def test_token_authentication(token_server):
         assert s.info()["machine"]
 
 
+def test_authenticated_sessions_run_kernels_and_report_crashes(token_server, faulty_lib,
+                                                               kernel_lib, rng):
+    """Every frame carries a MAC; when the session process dies, the server still tells the
+    client why, in a frame that continues the session's sequence."""
+    server, token = token_server
+    with rpc.connect(HOST, server.port, token=token) as s:
+        assert s.authenticated
+        mod = s.load_module(s.upload(kernel_lib))
+        x = rng.standard_normal((5, 7)).astype("float32")
+        a, b = s.array(x), s.empty((5, 7), "float32")
+        mod["main"](a, b, 0.5)
+        np.testing.assert_allclose(b.numpy(), x * 2 + 0.5, rtol=1e-6)
+        bad = s.load_module(s.upload(faulty_lib))
+        for _ in range(3):
+            bad["ok"]()
+        with pytest.raises(rpc.SessionLost, match="segmentation fault"):
+            bad["crash"]()
+    with rpc.connect(HOST, server.port, token=token) as s:   # the server goes on
+        assert s.info()["machine"]
+
+
 def test_the_token_never_crosses_the_wire_and_servers_must_prove_it(token_server):
-    """A fake server records what the client sends, and cannot answer the client's challenge."""
+    """A fake server records what the client sends, and cannot answer the client's challenge:
+    its WELCOME, with a made-up proof and a MAC under a guessed key, is refused."""
     token = "the-real-secret"
     listener = socket.create_server((HOST, 0))
     port = listener.getsockname()[1]
@@ -279,12 +329,13 @@ def test_the_token_never_crosses_the_wire_and_servers_must_prove_it(token_server
 
     def fake_server():
         conn, _ = listener.accept()
-        nonce = os.urandom(32)
-        send_frame(conn, HELLO, {"server": "x", "protocol": 1, "key": "k", "nonce": nonce.hex(),
-                                 "auth": "hmac-sha256"})
+        hello = {"server": "tilecraft-rpc", "protocol": VERSION, "key": "k",
+                 "nonce": os.urandom(32).hex(), "auth": "hmac-sha256"}
+        send_frame(conn, HELLO, hello)
         frame = recv_frame(conn, timeout=5)
-        seen["auth"], seen["nonce"] = frame, nonce
-        send_frame(conn, WELCOME, {"session": 1, "server_digest": "00" * 32})
+        seen["auth"], seen["hello"] = frame, hello
+        guess = FrameMAC(os.urandom(32))
+        send_frame(conn, WELCOME, {"session": 1, "proof": "00" * 32}, mac=guess)
         conn.recv(100)
         conn.close()
     t = threading.Thread(target=fake_server)
@@ -297,4 +348,5 @@ def test_the_token_never_crosses_the_wire_and_servers_must_prove_it(token_server
     assert frame.type == AUTH
     wire = repr(frame.meta).encode()
     assert token.encode() not in wire and token.encode().hex().encode() not in wire
-    assert auth.verify(token.encode(), seen["nonce"], frame.meta["digest"], "client")
+    t = auth.transcript(seen["hello"], frame.meta)
+    assert auth.verify_proof(token.encode(), t, frame.meta["proof"], "client")

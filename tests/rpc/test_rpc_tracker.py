@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tilecraft import rpc
-from tilecraft.rpc.protocol import ERROR, REQUEST, recv_frame, send_frame
+from tilecraft.rpc.auth import client_handshake
+from tilecraft.rpc.protocol import ERROR, REQUEST
 
 from rpc_testutil import HOST, REPO, repo_env, wait_until
 
@@ -112,7 +113,7 @@ def test_leases_come_back_when_clients_vanish_or_never_connect(shared):
     client = rpc.connect_tracker(HOST, tracker.port)
     sess = client.request("solo", timeout=10)
     wait_queue(tracker, "solo", free=0)
-    sess._sock.close()  # the client vanishes without closing the session
+    sess._channel.close()  # the client vanishes without closing the session
     wait_queue(tracker, "solo", free=1)
     lease = client._ask({"op": "request", "key": "solo", "timeout": 5}, 10)  # ... never connects
     assert set(lease) >= {"host", "port", "ticket"}
@@ -133,7 +134,8 @@ def test_requests_time_out_and_hang_ups_leave_the_queue(shared):
         client.request("nobody", timeout=0.5)
     assert time.monotonic() - t0 < 5
     raw = socket.create_connection((HOST, tracker.port), timeout=5)
-    send_frame(raw, REQUEST, {"op": "request", "key": "nobody", "timeout": 60})
+    channel, _, _, _ = client_handshake(raw, None, server="tilecraft-tracker", timeout=5)
+    channel.send(REQUEST, {"op": "request", "key": "nobody", "timeout": 60})
     wait_queue(tracker, "nobody", pending=1)
     raw.close()
     wait_queue(tracker, "nobody", pending=0, timeout=5)
@@ -208,10 +210,12 @@ def test_tracker_survives_junk_and_bad_requests(shared):
         s.close()
     for meta in ({"op": "launch_missiles"}, {"op": "request", "key": 5},
                  {"op": "register", "key": "x", "port": -1},
+                 {"op": "register", "key": "x", "port": 1, "host": ["x"]},
                  {"op": "request", "key": "x", "priority": "high"}):
         s = socket.create_connection((HOST, tracker.port), timeout=5)
-        send_frame(s, REQUEST, meta)
-        assert recv_frame(s, timeout=5).type == ERROR
+        channel, _, _, _ = client_handshake(s, None, server="tilecraft-tracker", timeout=5)
+        channel.send(REQUEST, meta)
+        assert channel.recv(timeout=5).type == ERROR
         s.close()
     assert len(rpc.connect_tracker(HOST, tracker.port).summary()["server_info"]) >= 4
 

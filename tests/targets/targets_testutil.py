@@ -1,14 +1,9 @@
 """Helpers for the targets tests: loop-kind rewriting, hand-built lowered functions, lowering."""
 from __future__ import annotations
 
-import shutil
-
-import pytest
-
+from capabilities import needs_lld  # noqa: F401  (the targets tests' mark)
 from tilecraft.tensorir import IRMutator, PrimFunc, Var
 from tilecraft.tensorir.stmt import Buffer
-
-needs_lld = pytest.mark.skipif(shutil.which("ld.lld") is None, reason="ld.lld not installed")
 
 
 class SetLoopKinds(IRMutator):

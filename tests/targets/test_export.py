@@ -1,6 +1,4 @@
 """export_library / load_module: one self-contained shared library per module, for any triple."""
-import os
-import shutil
 import subprocess
 import textwrap
 
@@ -13,6 +11,7 @@ from tilecraft.targets.runtime.elf import (EF_ARM_ABI_FLOAT_HARD, EF_RISCV_FLOAT
 from tilecraft.targets.target import ELF_MACHINE
 from tilecraft.tensorir import te
 
+from capabilities import requires_cross_toolchain
 from targets_testutil import lower, needs_lld, run_sub, with_loop_kinds
 
 
@@ -224,13 +223,11 @@ int main(int argc, char **argv) {
 }
 """
 
+# board -> (target, the GNU triple of its cross gcc)
 BOARDS = {
-    "aarch64": ("llvm -mtriple=aarch64-linux-gnu", "aarch64-linux-gnu-gcc", "qemu-aarch64-static",
-                "/usr/aarch64-linux-gnu"),
-    "armv7": ("llvm -mtriple=armv7a-linux-gnueabihf -mattr=+neon,+vfp3",
-              "arm-linux-gnueabihf-gcc", "qemu-arm-static", "/usr/arm-linux-gnueabihf"),
-    "riscv64": ("llvm -mtriple=riscv64-linux-gnu", "riscv64-linux-gnu-gcc", "qemu-riscv64-static",
-                "/usr/riscv64-linux-gnu"),
+    "aarch64": ("llvm -mtriple=aarch64-linux-gnu", "aarch64-linux-gnu"),
+    "armv7": ("llvm -mtriple=armv7a-linux-gnueabihf -mattr=+neon,+vfp3", "arm-linux-gnueabihf"),
+    "riscv64": ("llvm -mtriple=riscv64-linux-gnu", "riscv64-linux-gnu"),
 }
 
 
@@ -238,9 +235,8 @@ BOARDS = {
 @pytest.mark.parametrize("board", sorted(BOARDS))
 @pytest.mark.parametrize("which", ["float", "int"])
 def test_cross_library_runs_under_qemu(board, which, tmp_path):
-    target, cc, qemu, sysroot = BOARDS[board]
-    if not (shutil.which(cc) and shutil.which(qemu) and os.path.isdir(sysroot)):
-        pytest.skip(f"needs {cc}, {qemu} and {sysroot} (a cross gcc and qemu-user-static)")
+    target, triple = BOARDS[board]
+    cc, qemu, sysroot = requires_cross_toolchain(triple)
     lib = str(tmp_path / "kernel.so")
     func = kernel() if which == "float" else int_kernel()
     targets.build(func, target).export_library(lib)

@@ -142,15 +142,18 @@ def test_targets_import_without_pyopencl():
     code = ("import sys, importlib.abc\n"
             "class B(importlib.abc.MetaPathFinder):\n"
             "    def find_spec(self, name, path, target=None):\n"
-            "        if name.split('.')[0] == 'pyopencl': raise ImportError('blocked')\n"
+            "        if name.split('.')[0] == 'pyopencl':\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
             "sys.meta_path.insert(0, B())\n"
-            "import targets\n"
+            "from tilecraft import targets\n"
             "d = targets.opencl(0)\n"
             "assert not d.exist\n"
             "try:\n"
             "    targets.empty((2,), 'float32', d)\n"
-            "except RuntimeError as e:\n"
-            "    assert 'pyopencl' in str(e), e\n"
+            "except ImportError as e:\n"
+            "    assert \"pip install 'tilecraft[opencl]'\" in str(e), e\n"
+            "else:\n"
+            "    raise AssertionError('no ImportError')\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))

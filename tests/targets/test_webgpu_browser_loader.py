@@ -6,10 +6,9 @@ import os
 import shutil
 import subprocess
 
-import pytest
-
 from tilecraft import targets
 from tilecraft.tensorir import te
+from capabilities import needs_node
 from webgpu_testutil import bind_1d
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -23,7 +22,7 @@ def _module():
     return targets.build(bind_1d(te.create_prim_func([A, B, c]), "B", 1).mod, "webgpu")
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+@needs_node
 def test_js_loader_computes_the_same_launch(tmp_path):
     mod = _module()
     fn = mod["main"]

@@ -1,22 +1,8 @@
 """Helpers for the WebGPU tests: the adapter check and small hand schedules."""
 from __future__ import annotations
 
-import pytest
-
+from capabilities import webgpu_device  # noqa: F401  (targets.webgpu(0), or requires fails)
 from tilecraft.tensorir import Schedule, te
-
-
-def webgpu_device():
-    """``targets.webgpu(0)``, or skip the test naming why there is none."""
-    from tilecraft import targets
-    from tilecraft.targets.webgpu_backend import runtime
-    try:
-        n = len(runtime._adapter_list())
-    except runtime.WebGPUError as err:
-        pytest.skip(f"no WebGPU runtime: {err}")
-    if n == 0:
-        pytest.skip("no WebGPU adapter (install mesa-vulkan-drivers for lavapipe)")
-    return targets.webgpu(0)
 
 
 def bind_1d(func, block: str, threads: int = 64):

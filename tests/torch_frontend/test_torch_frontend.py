@@ -13,8 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install "
-                                            "'tilecraft[torch]'): the torch frontend needs it")
+from capabilities import import_or_require
+
+torch = import_or_require("torch", "pip install 'tilecraft[torch]'")   # the frontend's source
 import torch.nn as nn                     # noqa: E402
 import torch.nn.functional as F           # noqa: E402
 

@@ -18,10 +18,13 @@ only numpy: pip install --no-deps tilecraft numpy. To run Relax executables sent
 --plugin tilecraft.relax.rpc_plugin.
 
 examples:
-  tilecraft rpc tracker --host 0.0.0.0 --port 9190
+  tilecraft rpc tracker --host 0.0.0.0 --port 9190 --token-file ~/.tilecraft-tracker-token \\
+      --board-token-file ~/.tilecraft-token
   tilecraft rpc server --host 0.0.0.0 --port 9090 --key rasp4 --tracker 192.168.1.10:9190 \\
-      --token-file ~/.tilecraft-token --plugin tilecraft.relax.rpc_plugin
-  tilecraft rpc tracker --port 9190 --summary"""
+      --token-file ~/.tilecraft-token --tracker-token-file ~/.tilecraft-tracker-token \\
+      --plugin tilecraft.relax.rpc_plugin
+  tilecraft rpc tracker --port 9190 --token-file ~/.tilecraft-tracker-token --summary
+  tilecraft rpc server --port 9090 --key local --insecure-local      # loopback, no token"""
 
 MAINS = {"server": server.main, "tracker": tracker.main}
 

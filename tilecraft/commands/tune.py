@@ -58,6 +58,7 @@ def _runner(board, args, target):
         check_runs_on(str(target), target.triple, sess, board, f"--target {args.target}",
                       "give the board's --target")
     return metaschedule.RPCRunner(board.tracker, board.key, token=board.token,
+                                  tracker_token=board.tracker_token,
                                   request_timeout=board.timeout)
 
 

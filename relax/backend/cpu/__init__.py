@@ -18,6 +18,8 @@ Layout::
       schedule_utils.py    schedule helpers shared with relax.default_schedules
       conv2d_strategy.py   which convolution family runs a convolution; plans as JSON
       dense.py             dense / GEMV on panels           tilecraft.dense_packed
+      dense_int8.py        uint8 x int8 dense, int32 acc    tilecraft.dense_u8i8
+      dense_int4.py        int4 weight-only dense / GEMV    tilecraft.dense_q4
       conv2d_nchw.py       NCHW, flat positions in lanes    tilecraft.conv2d_nchw_flat
       conv2d_nchw_cvec.py  NCHW, channels in lanes          tilecraft.conv2d_nchw_cvec
       conv2d_nhwc.py       NHWC, pixels x channels          tilecraft.conv2d_nhwc_packed
@@ -46,8 +48,8 @@ Examples
 >>> sorted(f.name for f in KERNELS.families())[:3]
 ['conv2d_nchw_cvec', 'conv2d_nchw_flat', 'conv2d_nhwc']
 """
-from . import (conv2d_nchw, conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, dense, depthwise,
-               pool2d, winograd)
+from . import (conv2d_nchw, conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, dense, dense_int4,
+               dense_int8, depthwise, pool2d, winograd)
 from .geometry import ConvGeometry, conv2d_geometry
 from .params import cpu_tile_params, num_cores
 from .registry import SCHEDULE_RULE, KernelFamily, KernelRegistry, block_rule
@@ -56,7 +58,7 @@ __all__ = ["KERNELS", "KernelFamily", "KernelRegistry", "SCHEDULE_RULE", "block_
            "ConvGeometry", "conv2d_geometry", "cpu_tile_params", "num_cores",
            # the family modules, and the choice among the convolution families
            "dense", "conv2d_nchw", "conv2d_nchw_cvec", "conv2d_nhwc", "winograd", "pool2d",
-           "depthwise", "conv2d_strategy"]
+           "depthwise", "conv2d_strategy", "dense_int8", "dense_int4"]
 
 KERNELS = KernelRegistry([
     dense.FAMILY,
@@ -66,4 +68,6 @@ KERNELS = KernelRegistry([
     winograd.FAMILY,
     pool2d.FAMILY,
     depthwise.FAMILY,
+    dense_int8.FAMILY,
+    dense_int4.FAMILY,
 ])

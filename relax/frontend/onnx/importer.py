@@ -31,7 +31,8 @@ from ...struct_info import ShapeStructInfo, TensorStructInfo
 from tilecraft.tensorir.function import IRModule
 from ..common import UnsupportedError
 from ..shape_facts import ShapeFacts
-from .registry import (CONVERTERS, ConversionError, NeedsConstant, OnnxNode, onnx_dtype_name,
+from .registry import (CONTRIB_CONVERTERS, CONVERTERS, ConversionError, NeedsConstant, OnnxNode,
+                       onnx_dtype_name,
                        supported_elem_type, to_dtype, to_numpy, ONNX_DTYPES)
 from . import lowbit
 from . import known as _known
@@ -164,12 +165,15 @@ class Value:
     """What the importer knows about one ONNX value: a Relax expression, an import-time value
     (numpy; an object array of ints and PrimExprs for symbolic integers), or both."""
 
-    __slots__ = ("expr", "known", "dtype", "logical")
+    __slots__ = ("expr", "known", "dtype", "logical", "dq")
 
     def __init__(self, expr: Expr | None = None, known: np.ndarray | None = None,
-                 dtype: str | None = None, logical: str | None = None):
+                 dtype: str | None = None, logical: str | None = None, dq=None):
         self.expr = expr
         self.known = known
+        # the output of a DequantizeLinear: its integer source (ops/quant.py ``Dequantized``),
+        # which consumers (MatMul, Gemm, Conv) may compute on directly as int8 kernels
+        self.dq = dq
         # a type without a tilecraft dtype ("bfloat16", "float8e4m3fn", "int4"...): the value
         # holds its storage (lowbit.py)
         self.logical = logical
@@ -534,11 +538,17 @@ class GraphImporter:
                        depth: int = 0) -> list[str]:
         domain_version = None
         if proto.domain not in _DEFAULT_DOMAINS:
+            contrib = CONTRIB_CONVERTERS.get((proto.domain, proto.op_type))
+            if contrib is not None:
+                if contrib.check is None:
+                    return []
+                return [f"{label}: {p}" for p in contrib.check(OnnxNode(proto, opset, 1, name))]
             schema = self._function_schema(proto)
             if schema is None:
-                return [f"{label}: the operator domain {proto.domain!r} is not supported (only "
-                        f"the standard ONNX domain is, and operators of other domains that "
-                        f"ONNX defines as functions)"]
+                known = sorted(f"{d}.{o}" for d, o in CONTRIB_CONVERTERS)
+                return [f"{label}: the operator {proto.domain}.{proto.op_type} is not supported "
+                        f"(operator domain {proto.domain!r}: of other domains than the standard "
+                        f"one, {known} and the operators ONNX defines as functions are)"]
             domain_version = self.domain_opsets[proto.domain]
         else:
             try:
@@ -701,15 +711,22 @@ class GraphImporter:
 
     def convert_node(self, ctx: GraphContext, proto: onnx.NodeProto, name: str) -> None:
         other_domain = proto.domain not in _DEFAULT_DOMAINS
-        schema = self._function_schema(proto) if other_domain else \
-            onnx.defs.get_schema(proto.op_type, ctx.opset, "")
-        node = OnnxNode(proto, ctx.opset, schema.since_version, name)
+        # checked by _node_problems: a registered operator of another domain, or one ONNX
+        # defines as a function
+        contrib = CONTRIB_CONVERTERS.get((proto.domain, proto.op_type)) if other_domain else None
+        if contrib is not None:
+            schema = None
+            node = OnnxNode(proto, ctx.opset, 1, name)
+        else:
+            schema = self._function_schema(proto) if other_domain else \
+                onnx.defs.get_schema(proto.op_type, ctx.opset, "")
+            node = OnnxNode(proto, ctx.opset, schema.since_version, name)
         # a value that could not be made (an earlier problem): skip what depends on it
         missing = [i for i in node.inputs if i and _is_poisoned(ctx, i)]
         if missing:
             self._poison(ctx, node)
             return
-        conv = None if other_domain else CONVERTERS.get(node.op_type)
+        conv = contrib if other_domain else CONVERTERS.get(node.op_type)
         if conv is None:
             self._expand(ctx, node, proto, schema, name,
                          self.domain_opsets[proto.domain] if other_domain else None)
@@ -732,7 +749,7 @@ class GraphImporter:
             elif emulated and node.op_type not in _LOWBIT_AWARE:
                 result = self._convert_decoded(ctx, node, conv, emulated)
             else:
-                if node.op_type not in _RANDOM_OPS and not emulated:
+                if node.op_type not in _RANDOM_OPS and not emulated and contrib is None:
                     result = _known.fold(ctx, node)
                 if result is None:
                     result = conv.fn(ctx, node)

@@ -274,3 +274,75 @@ def encode_int(ctx, x: Expr, fmt: IntFormat) -> Expr:
         ok = (w >= IntImm(fmt.lo, "int64")) & (w <= IntImm(fmt.hi, "int64"))
         return Cast(fmt.storage, Select(ok, w, IntImm(0, "int64")))
     return emit_map(ctx, f, x, dtype=fmt.storage, name="encode_" + fmt.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# writing onnxruntime's 4-bit MatMul (com.microsoft.MatMulNBits)
+
+
+def matmul_nbits_model(model: onnx.ModelProto, block_size: int = 128,
+                       symmetric: bool = True) -> onnx.ModelProto:
+    """A copy of ``model`` whose float32 ``MatMul`` nodes with a 2-D initializer weight (``K``
+    a multiple of 2) are onnxruntime ``com.microsoft.MatMulNBits`` nodes (4 bits, blocks of
+    ``block_size`` along ``K``): the format its ``MatMulNBitsQuantizer`` writes, made here
+    with numpy alone. Symmetric blocks have ``scale = max|w| / 7`` and the default zero
+    point 8; otherwise ``[min, max]`` (widened to 0) in 15 steps with packed uint8 zero points.
+
+    Examples
+    --------
+    >>> q = matmul_nbits_model(model, block_size=32)          # doctest: +SKIP
+    """
+    from onnx import helper, numpy_helper
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    nodes, drop = [], set()
+    for node in g.node:
+        w = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 \
+            else None
+        arr = numpy_helper.to_array(w) if w is not None else None
+        if arr is None or arr.dtype != np.float32 or arr.ndim != 2 or arr.shape[0] % 2:
+            nodes.append(node)
+            continue
+        k, n = arr.shape
+        blocks = -(-k // block_size)
+        wt = np.zeros((n, blocks * block_size), np.float32)
+        wt[:, :k] = arr.T
+        g3 = wt.reshape(n, blocks, block_size)
+        if symmetric:
+            scale = np.abs(g3).max(axis=2) / 7.0
+            scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+            zp = np.full((n, blocks), 8.0, np.float32)
+        else:
+            lo, hi = np.minimum(g3.min(axis=2), 0), np.maximum(g3.max(axis=2), 0)
+            scale = np.where(hi > lo, (hi - lo) / 15.0, 1.0).astype(np.float32)
+            zp = np.clip(np.rint(-lo / scale), 0, 15).astype(np.float32)
+        q = np.clip(np.rint(g3 / scale[..., None]) + zp[..., None], 0, 15).astype(np.uint8)
+        blob = (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
+        base = node.input[1]
+        new_inits = [numpy_helper.from_array(blob, base + "_Q4"),
+                     numpy_helper.from_array(scale.reshape(-1), base + "_scales")]
+        inputs = [node.input[0], base + "_Q4", base + "_scales"]
+        if not symmetric:
+            zq = zp.astype(np.uint8)
+            if zq.shape[1] % 2:
+                zq = np.concatenate([zq, np.zeros((n, 1), np.uint8)], axis=1)
+            new_inits.append(numpy_helper.from_array(
+                (zq[:, 0::2] | (zq[:, 1::2] << 4)).reshape(-1).astype(np.uint8),
+                base + "_zero_points"))
+            inputs.append(base + "_zero_points")
+        g.initializer.extend(new_inits)
+        drop.add(base)
+        nodes.append(helper.make_node("MatMulNBits", inputs, list(node.output),
+                                      name=(node.name or base) + "_Q4", domain="com.microsoft",
+                                      K=k, N=n, bits=4, block_size=block_size))
+    del g.node[:]
+    g.node.extend(nodes)
+    still = {i for nd in g.node for i in nd.input}
+    keep = [t for t in g.initializer if t.name not in drop or t.name in still]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    if not any(o.domain == "com.microsoft" for o in m.opset_import):
+        m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return m

@@ -206,6 +206,22 @@ def converter(*op_types: str, const_inputs: dict | None = None, check: Callable 
     return wrap
 
 
+# operators of other domains (onnxruntime's com.microsoft): (domain, op_type) -> Converter
+CONTRIB_CONVERTERS: dict[tuple[str, str], Converter] = {}
+
+
+def contrib_converter(domain: str, op_type: str, check: Callable | None = None,
+                      family: str = "", doc: str = ""):
+    """Register ``fn`` as the converter of ``op_type`` of the operator domain ``domain``
+    (``"com.microsoft"``); such nodes have no ONNX schema, their version is 1."""
+    def wrap(fn):
+        CONTRIB_CONVERTERS[(domain, op_type)] = Converter(
+            op_type, fn, {}, check, 1, family or fn.__module__.rsplit(".", 1)[-1],
+            doc or (fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+    return wrap
+
+
 def supported_ops() -> dict[str, Converter]:
     """The standard-domain operators the frontend imports, by op type."""
     return dict(sorted(CONVERTERS.items()))

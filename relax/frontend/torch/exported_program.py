@@ -39,6 +39,7 @@ import numpy as np
 
 from tilecraft import tensorir
 from tilecraft.tensorir import arith
+from tilecraft.optional import import_optional
 from tilecraft.tensorir import expr as tir
 from tilecraft.tensorir.structural import structural_equal
 
@@ -800,12 +801,8 @@ def from_torch(exported_program, *, keep_params_in_input: bool = False,
     >>> mod["main"].params[0].struct_info
     Tensor((batch, 16), 'float32')
     """
-    try:
-        import torch
-        import torch.export  # noqa: F401
-    except ImportError as err:   # pragma: no cover - depends on the environment
-        raise ImportError(f"{FRONTEND} needs PyTorch: pip install 'tilecraft[torch]' "
-                          f"(torch==2.13.0): {err}") from None
+    torch = import_optional("torch", FRONTEND)
+    import torch.export  # noqa: F401  (a submodule torch itself does not import)
     if not isinstance(exported_program, torch.export.ExportedProgram):
         raise TypeError(f"{FRONTEND} takes a torch.export.ExportedProgram (from "
                         f"torch.export.export(model, args)), got "

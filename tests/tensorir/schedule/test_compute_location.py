@@ -722,25 +722,8 @@ def test_reverse_compute_at_illegal():
 
 # -- compiled -------------------------------------------------------------------------------------
 
-def _llvm_build():
-    try:
-        from tilecraft import targets
-        probe_a = te.placeholder((4,), "float32", "A")
-        probe = te.create_prim_func([probe_a, te.compute((4,), lambda i: probe_a[i] + 1.0, "B")])
-        mod = targets.build(probe, "llvm")
-        a, b = np.arange(4, dtype="float32"), np.zeros(4, "float32")
-        mod["main"](a, b)
-        if not np.array_equal(b, a + 1):
-            return None, "targets.build('llvm') gives wrong results on a probe"
-        return targets.build, None
-    except Exception as err:  # the back end is being finished by another engineer
-        return None, f"targets.build('llvm') does not work yet: {type(err).__name__}: {err}"
-
-
 def test_compiled_fused_gemm_bias_relu():
-    build, why = _llvm_build()
-    if build is None:
-        pytest.skip(why)
+    from tilecraft.targets import build
     f = gemm_bias_relu(30, 24, 16)
     sch = Schedule(f)
     sch.reverse_compute_inline(sch.get_block("E"))

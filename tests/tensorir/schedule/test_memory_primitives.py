@@ -450,10 +450,7 @@ def test_illegal_requests():
 
 
 def test_compiled_packed_weight_matmul_matches_numpy():
-    try:
-        from tilecraft import targets
-    except Exception as err:  # pragma: no cover - depends on the other layers
-        pytest.skip(f"targets is not importable: {err}")
+    from tilecraft import targets
     f = matmul(M=16, K=12, N=40)
     sch = Schedule(f)
     c = sch.get_block("C")
@@ -462,10 +459,7 @@ def test_compiled_packed_weight_matmul_matches_numpy():
     i, j, k = sch.get_loops(c)
     sch.compute_at(a_shared, i)
     sch.decompose_reduction(c, j)
-    try:
-        mod = targets.build(sch.mod, "llvm")
-    except Exception as err:  # pragma: no cover - depends on the LLVM back end
-        pytest.skip(f"targets.build does not compile this yet: {type(err).__name__}: {err}")
+    mod = targets.build(sch.mod, "llvm")
     a, b = rand(16, 12), rand(12, 40)
     out = np.zeros((16, 40), "float32")
     mod["main"](a, pack(b), out)

@@ -105,19 +105,13 @@ def names(func):
     return [br.block.name for br in tree.all_blocks(func)]
 
 
-def build_or_skip(mod):
-    try:
-        from tilecraft import targets
-    except ImportError as err:  # pragma: no cover - targets is part of the repo
-        pytest.skip(f"targets cannot be imported: {err}")
+def build(mod):
+    from tilecraft import targets
     return targets.build(mod, "llvm")
 
 
 def host_isas():
-    try:
-        from tilecraft import targets
-    except ImportError as err:  # pragma: no cover
-        pytest.skip(f"targets cannot be imported: {err}")
+    from tilecraft import targets
     return intrinsics.target_isas(targets.Target("llvm"))
 
 
@@ -303,7 +297,7 @@ def test_tensorize_gemm_outer_product(isa, MR, NR, M, K, N, vec):
     assert 'T.block("C_init")' not in sch.func.script()
     run_matmul(sch.func, M, K, N)
     round_trip(sch, f)
-    mod = build_or_skip(sch.mod)
+    mod = build(sch.mod)
     run_matmul(sch.func, M, K, N, compiled=mod)
     raw = mod.get_source("ll-raw")
     # the impl's vectorized loops are vector code (on any x86 host: TIR is portable)
@@ -317,7 +311,7 @@ def test_tensorize_avx512_vector_fma_on_host():
     sch = Schedule(f)
     c, i0, j0, k, i1, j1 = tile(sch, 4, 16)
     sch.tensorize(i1, "outer_product_f32_avx512_4x16")
-    mod = build_or_skip(sch.mod)
+    mod = build(sch.mod)
     run_matmul(sch.func, 32, 16, 32, compiled=mod)
     ir = mod.get_source("ll")
     assert "<16 x float>" in ir
@@ -348,7 +342,7 @@ def test_tensorize_dot_product_row_reduction(isa, L):
     assert "A[vi, vk_o * " in text
     run_matvec(sch.func)
     round_trip(sch, f)
-    mod = build_or_skip(sch.mod)
+    mod = build(sch.mod)
     run_matvec(sch.func, compiled=mod)
     lanes = intrinsics.ISA_LANES[isa]
     assert f"<{lanes} x float>" in mod.get_source("ll-raw")
@@ -366,7 +360,7 @@ def test_tensorize_dot_product_int8():
     sch.decompose_reduction(yo, k0)
     run_matvec(sch.func, 5, 64, "int8", "int32")
     round_trip(sch, f)
-    mod = build_or_skip(sch.mod)
+    mod = build(sch.mod)
     run_matvec(sch.func, 5, 64, "int8", "int32", compiled=mod)
     raw = mod.get_source("ll-raw")
     assert "<8 x i32>" in raw and "sext <8 x i8>" in raw
@@ -480,7 +474,7 @@ def test_available_for_target_like_objects():
 
 
 def test_available_for_real_targets():
-    targets = pytest.importorskip("targets")
+    from tilecraft import targets
     pi = intrinsics.available(targets.Target("raspberry-pi/4b-aarch64"))
     assert "outer_product_f32_neon_4x4" in pi and not any("avx" in n for n in pi)
     x86 = intrinsics.available(targets.Target("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma"))

@@ -16,6 +16,7 @@ from tilecraft.tensorir.expr import IntImm, Select
 from .... import op as _op
 from ....expr import TupleGetItem, const
 from ..registry import ConversionError, converter
+from . import quant
 from .common import (cast, emit_checked_kernel, emit_kernel, norm_axes, norm_axis, scalar,
                      static_int)
 
@@ -95,6 +96,10 @@ def _conv(ctx, node):
     dil = node.attr("dilations", [1] * n)
     pads = _auto_pads(node, xs[2:], kernel, strides, dil)
     groups = node.attr("group", 1)
+    q = quant.qdq_conv2d(ctx, node, ctx.value(node, 0), ctx.value(node, 1), strides, pads, dil,
+                         groups) if n == 2 else None
+    if q is not None:    # a QDQ pair: the int8 convolution
+        return _add_bias(ctx, q, b, len(xs))
     if n == 1:
         y = _op.nn.conv1d(x, w, strides, pads, dil, groups)
     elif n == 2:
@@ -549,6 +554,9 @@ def _mvn(ctx, node):
 
 @converter("MatMul", family="linear", doc="numpy matmul (float16 accumulates in float32)")
 def _matmul(ctx, node):
+    q = quant.qdq_dense(ctx, ctx.value(node, 0), ctx.value(node, 1))
+    if q is not None:    # a QDQ pair: the int8 kernel
+        return q
     a, b = ctx.input(node, 0), ctx.input(node, 1)
     if ctx.dtype(a) == "float16":
         # as onnxruntime and numpy: float16 products summed in float32
@@ -558,8 +566,15 @@ def _matmul(ctx, node):
 
 @converter("Gemm", family="linear", doc="alpha A' B' + beta C (transA, transB)")
 def _gemm(ctx, node):
-    a, b, c = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
+    q = None if node.attr("transA", 0) or alpha != 1.0 else \
+        quant.qdq_dense(ctx, ctx.value(node, 0), ctx.value(node, 1), bool(node.attr("transB", 0)))
+    if q is not None:    # a QDQ pair: the int8 kernel, then the bias
+        c = ctx.input(node, 2)
+        if c is None or beta == 0.0:
+            return q
+        return _op.add(q, c if beta == 1.0 else ctx.emit(_op.multiply(c, scalar(beta, "float32"))))
+    a, b, c = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
     d = ctx.dtype(a)
     if node.attr("transA", 0):
         a = ctx.emit(_op.permute_dims(a, [1, 0]))

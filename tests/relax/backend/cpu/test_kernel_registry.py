@@ -30,9 +30,9 @@ def rand(*shape):
     return (RNG.standard_normal(shape) * 0.1).astype("float32")
 
 
-def _module(shape, make):
+def _module(shape, make, dtype="float32"):
     bb = BlockBuilder()
-    x = Var("x", TensorStructInfo(shape, "float32"))
+    x = Var("x", TensorStructInfo(shape, dtype))
     with bb.function("main", [x]):
         with bb.dataflow():
             gv = bb.emit_output(bb.emit(make(x)))
@@ -66,6 +66,12 @@ MODULES = {
     "max pool s2": _module((1, 8, 11, 11), lambda x: op.nn.max_pool2d(x, pool_size=3, strides=2,
                                                                      padding=1)),
     "linear": _module(("n", 64), lambda x: op.linear(x, const(rand(48, 64)), const(rand(48)))),
+    "int8 matmul": _module(("n", 64), lambda x: op.matmul(
+        x, const(RNG.integers(-128, 128, (64, 48)).astype("int8")), out_dtype="int32"),
+        dtype="uint8"),
+    "int4 dense": _module(("n", 64), lambda x: op.dense_q4(
+        x, const(RNG.integers(0, 256, (32, 48)).astype("uint8")), const(rand(2, 48)),
+        const(rand(2, 48)), 32)),
 }
 
 

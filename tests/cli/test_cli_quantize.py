@@ -1,0 +1,43 @@
+"""``tilecraft compile --quantize``: the int8 and int4 modes of ``relax.quantize`` from the
+command line, on the tiny ONNX model (a 8 -> 4 dense layer with relu)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cliutil import last_error, tilecraft, tiny_onnx
+
+pytest.importorskip("onnx", reason="onnx is not installed")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cliq")
+    w, b = tiny_onnx(d / "tiny.onnx")
+    return d, w, b
+
+
+@pytest.mark.parametrize("mode", ["int8-dynamic", "int8", "int4-g32"])
+def test_compile_quantized_and_run(work, mode, tmp_path):
+    d, w, b = work
+    out = f"tiny-{mode}.tcx"
+    proc = tilecraft("compile", "tiny.onnx", "--target", "llvm", "--quantize", mode, "-o", out,
+                     "--calibration-samples", "4", cwd=d)
+    assert "compiled" in proc.stdout
+    x = np.random.default_rng(1).standard_normal((3, 8)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    tilecraft("run", d / out, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy",
+              cwd=tmp_path)
+    y = np.load(tmp_path / "y.npy")
+    ref = np.maximum(x @ w + b, 0)
+    # int8: a step of 1/127 of the weights' and 1/255 of the row's range; int4: 1/7 of a group's
+    tol = 0.05 if mode.startswith("int8") else 0.35
+    assert np.abs(y - ref).max() <= tol * np.abs(ref).max() + 1e-3
+
+
+def test_unknown_quantize_mode(work):
+    d, _, _ = work
+    proc = tilecraft("compile", "tiny.onnx", "--quantize", "int3", "-o", "x.tcx", cwd=d,
+                     check=False)
+    assert proc.returncode != 0
+    assert "int8-dynamic" in proc.stderr and "int3" in proc.stderr
