@@ -23,7 +23,9 @@ Examples
 """
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -241,8 +243,6 @@ def via_onnx_dynamo(model: nn.Module, args: tuple, dynamic_shapes):
     """``torch.onnx.export(dynamo=True)`` (in memory, the exporter's default graph
     optimizations on) then ``from_onnx``. The ``torch.export.Dim`` names become the ONNX
     model's dim names (``batch``, ``seq``)."""
-    import logging
-    import warnings
     from tilecraft.relax.frontend import from_onnx
     # the exporter logs its progress and warns about torchvision's missing ops
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
