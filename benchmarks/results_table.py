@@ -259,6 +259,28 @@ def _lowp(doc):
             for r in doc["rows"] if r["peer"].startswith("onnxruntime")]
 
 
+def _lowp_fp16(doc):
+    """One line per target: the geometric mean of fp32 time / fp16 time over its ResNet-50 and
+    BERT rows (the issue's models; over every row where there are none), each row listed, and
+    the largest relative error of fp16 against fp32."""
+    out = []
+    targets = list(dict.fromkeys(r["target"] for r in doc["rows"] if "speedup" in r))
+    for target in targets:
+        rows = [r for r in doc["rows"] if r["target"] == target and "speedup" in r]
+        main = [r for r in rows if r["model"].startswith(("resnet50", "bert"))] or rows
+        others = [r for r in rows if r not in main]
+        each = ", ".join(f"{r['model']} b{r['batch']} {r['speedup']:.2f}x" for r in main)
+        also = ", ".join(f"{r['model']} b{r['batch']} {r['speedup']:.2f}x" for r in others)
+        worst = max(r["max_rel_err"] for r in rows)
+        out.append(Headline(f"fp16 (ToMixedPrecision) on {target}, geometric mean of {each}"
+                            + (f" (also {also})" if also else "")
+                            + f"; error rel <= {worst:.2g}",
+                            _geomean([r["speedup"] for r in main]), "our fp32, same target"))
+    if not out:
+        raise ValueError("no timed rows")
+    return out
+
+
 def _ops_cpu(doc):
     return _suite(doc, "operators (elementwise, softmax, conv2d, GEMM)",
                   "numpy / onnxruntime, per kernel")
@@ -348,6 +370,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gemm_steps": _gemm_steps,
     "hf_import": _hf_import,
     "lowp": _lowp,
+    "lowp_fp16": _lowp_fp16,
     "gpu": _gpu,
     "gpu_gemm_variants": _gpu_gemm_variants,
     "gpu_launch_overhead": _gpu_launch_overhead,

@@ -34,6 +34,7 @@ REGISTRY = {
     "space_gemm": "benchmarks.space_gemm",
     "onnx_conformance": "benchmarks.onnx_conformance",
     "lowp": "benchmarks.lowp",
+    "lowp_fp16": "benchmarks.lowp_fp16",
 }
 
 

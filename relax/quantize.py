@@ -3,7 +3,9 @@
 ==============  ==========================================================================
 mode            what it does
 ==============  ==========================================================================
-``fp16``        (wired by the fp16 work: ``relax.transform.ToMixedPrecision``)
+``fp16``        matmul, dense and convolution on float16 inputs with float32 accumulation,
+                the sensitive ops in float32, float16 weights (``ToMixedPrecision`` and
+                ``FoldConstantCasts``)
 ``int8-dynamic``  dense layers on uint8 activations quantized per row at run time and
                 int8 per-channel weights, int32 accumulation (``QuantizeInt8Dynamic``)
 ``int8``        static: dense layers and convolutions with activation scales calibrated on
@@ -14,10 +16,12 @@ mode            what it does
 
 The result is an ordinary Relax module: ``relax.build`` compiles it for any target (CPU
 targets get the int8 / int4 kernels of ``relax.backend.cpu``; other targets run the same
-integer arithmetic through the generic kernels). The passes are usable on their own.
+integer arithmetic through the generic kernels; ``fp16`` on WebGPU needs
+``Target("webgpu -supports-float16=1")``). The passes are usable on their own.
 
 Examples
 --------
+>>> qmod = relax.quantize(mod, "fp16")                                 # doctest: +SKIP
 >>> qmod = relax.quantize(mod, "int8-dynamic")                         # doctest: +SKIP
 >>> qmod = relax.quantize(mod, "int8", calibration=[(x0,), (x1,)])      # doctest: +SKIP
 >>> exe = relax.build(qmod, "llvm")                                     # doctest: +SKIP
@@ -29,9 +33,15 @@ from typing import Callable, Iterable
 from tilecraft.tensorir.function import IRModule
 
 from .calibrate import collect_ranges
-from .transform import QuantizeInt4Weight, QuantizeInt8Dynamic, QuantizeInt8Static
+from .transform import (FoldConstantCasts, QuantizeInt4Weight, QuantizeInt8Dynamic,
+                        QuantizeInt8Static, ToMixedPrecision)
 
 __all__ = ["quantize", "MODES"]
+
+
+def _fp16(mod: IRModule, calibration, out_dtype: str = "float32", **options) -> IRModule:
+    # the float16 weights are converted now, so the module holds them in half the bytes
+    return FoldConstantCasts()(ToMixedPrecision(out_dtype=out_dtype)(mod))
 
 
 def _int8_dynamic(mod: IRModule, calibration, **options) -> IRModule:
@@ -54,7 +64,7 @@ def _int4(group_size: int) -> Callable:
 
 # mode -> function(mod, calibration, **options) -> IRModule
 MODES: dict[str, Callable] = {
-    # "fp16": the lead wires ToMixedPrecision here (the fp16 branch); until then it is not a mode
+    "fp16": _fp16,
     "int8-dynamic": _int8_dynamic,
     "int8": _int8_static,
     "int4-g32": _int4(32),
@@ -71,10 +81,13 @@ def quantize(mod: IRModule, mode: str, calibration: Iterable | None = None,
     mod : IRModule
         A float32 Relax module (from a frontend or built by hand).
     mode : str
-        One of ``MODES``: ``"int8-dynamic"``, ``"int8"``, ``"int4-g32"``, ``"int4-g128"``.
+        One of ``MODES``: ``"fp16"``, ``"int8-dynamic"``, ``"int8"``, ``"int4-g32"``,
+        ``"int4-g128"``.
     calibration : iterable of tuples of numpy arrays, optional
         For ``"int8"``: sample inputs of ``main``, one tuple per run.
     **options
+        ``out_dtype`` (``"float32"``, the default, or ``"float16"``: the accumulation dtype of
+        matmul, dense and convolution) for ``"fp16"``;
         ``observer`` (``"minmax"``, ``"percentile"``, ``"entropy"``) for ``"int8"``;
         ``symmetric`` and ``scale_dtype`` (``"float16"``: q4f16) for the int4 modes.
 

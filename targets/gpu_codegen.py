@@ -174,6 +174,10 @@ class CodegenC(IRFunctor):
         """``value`` as stored into an element of ``buf``."""
         return f"({self.BOOL_STORAGE})({value})" if buf.dtype == "bool" else value
 
+    def store_stmt(self, buf: S.Buffer, index: str, value: str, node) -> str:
+        """The statement storing ``value`` (code) at element ``index`` (code) of ``buf``."""
+        return f"{self.element_ref(buf, index, node)} = {self.store_value(buf, value)};"
+
     def floor_helper(self, kind: str, dtype: str) -> str:
         """The name of the helper function of ``kind`` ("floordiv" / "floormod") for integers of
         ``dtype``; the kernel then needs its definition (``floor_helper_definition``)."""
@@ -201,11 +205,16 @@ class CodegenC(IRFunctor):
             e = e.body
         return lines + [f"return {self.visit(e)};"]
 
-    def vector_load(self, lanes: int, ptr: str) -> str:
+    def vector_load(self, lanes: int, ptr: str, buf: S.Buffer) -> str:
+        """A ``lanes``-vector read at ``ptr`` (code: the element's address) of ``buf``."""
         raise NotImplementedError
 
-    def vector_store(self, lanes: int, value: str, ptr: str) -> str:
+    def vector_store(self, lanes: int, value: str, ptr: str, buf: S.Buffer) -> str:
         raise NotImplementedError
+
+    def vector_result(self, code: str, dtype: str, lanes: int) -> str:
+        """The result of a vector operation of element type ``dtype`` (``wrap`` for vectors)."""
+        return code
 
     def preamble(self) -> list[str]:
         """Lines before the kernels (extensions, helpers)."""
@@ -327,8 +336,7 @@ class CodegenC(IRFunctor):
     def visit_BufferStore(self, s: S.BufferStore):
         buf = s.buffer
         index = self.buffer_index(s.indices[0], buf)
-        value = self.store_value(buf, self.visit(s.value))
-        self.emit(f"{self.element_ref(buf, index, s)} = {value};")
+        self.emit(self.store_stmt(buf, index, self.visit(s.value), s))
 
     def visit_Evaluate(self, s: S.Evaluate):
         v = s.value
@@ -460,15 +468,15 @@ class CodegenC(IRFunctor):
                 for lane in range(lanes):
                     at = arith.lane_index(st.indices[0], v, E.Add(lo, E.IntImm(lane, v.dtype)),
                                           self.analyzer)
-                    self.emit(f"{name}[{self.visit(at)}] = "
-                              f"{self.VECTOR_LANE_ACCESS.format(v=tmp, i=lane)};")
+                    self.emit(self.store_stmt(st.buffer, self.visit(at),
+                                              self.VECTOR_LANE_ACCESS.format(v=tmp, i=lane), st))
                 continue
             base = arith.simplify(E.Add(base, lo)) if not _is_zero(lo) else base
             ptr = f"{name} + {self.visit(base)}"
             if self._aligned(st.buffer, base, lanes):
                 self.emit(self.aligned_vector_store(lanes, vec, ptr, st.buffer))
             else:
-                self.emit(self.vector_store(lanes, vec, ptr))
+                self.emit(self.vector_store(lanes, vec, ptr, st.buffer))
         if guard is not None:
             self.depth -= 1
             self.emit("}")
@@ -478,16 +486,20 @@ class CodegenC(IRFunctor):
         """Whether ``buf + base`` is provably aligned to a ``lanes``-vector: the buffer's start
         is (a kernel parameter: a whole device allocation; a shared array the kernel declares
         aligned) and ``base`` is a multiple of ``lanes``."""
-        size = lanes * max(1, dt.bits(buf.dtype) // 8)
+        size = lanes * self.element_bytes(buf)
         if not self.VECTOR_ALIGN or size > self.VECTOR_ALIGN or buf.scope == "local":
             return False
         return arith.is_aligned(base, lanes, self.analyzer)
 
+    def element_bytes(self, buf: S.Buffer) -> int:
+        """The size of one element of ``buf`` as the kernel declares it."""
+        return max(1, dt.bits(buf.dtype) // 8)
+
     def aligned_vector_load(self, lanes: int, ptr: str, buf: S.Buffer) -> str:
-        return self.vector_load(lanes, ptr)
+        return self.vector_load(lanes, ptr, buf)
 
     def aligned_vector_store(self, lanes: int, value: str, ptr: str, buf: S.Buffer) -> str:
-        return self.vector_store(lanes, value, ptr)
+        return self.vector_store(lanes, value, ptr, buf)
 
     def _vectorizable(self, e, v) -> bool:
         if not _uses(e, v):
@@ -514,19 +526,22 @@ class CodegenC(IRFunctor):
             ptr = f"{self.name_of(e.buffer)} + {self.visit(base)}"
             if self._aligned(e.buffer, base, lanes):
                 return self.aligned_vector_load(lanes, ptr, e.buffer)
-            return self.vector_load(lanes, ptr)
+            return self.vector_load(lanes, ptr, e.buffer)
         if isinstance(e, (E.Add, E.Sub, E.Mul, E.Div)):
             op = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/"}[type(e)]
-            return f"({self._vexpr(e.a, v, lanes, lo)} {op} {self._vexpr(e.b, v, lanes, lo)})"
+            return self.vector_result(
+                f"({self._vexpr(e.a, v, lanes, lo)} {op} {self._vexpr(e.b, v, lanes, lo)})",
+                e.dtype, lanes)
         if isinstance(e, (E.Min, E.Max)):
             fn = self.FLOAT_MIN_MAX[isinstance(e, E.Max)]
             return f"{fn}({self._vexpr(e.a, v, lanes, lo)}, {self._vexpr(e.b, v, lanes, lo)})"
         if isinstance(e, E.Call) and e.op == "sigmoid":
             x = self._vexpr(e.args[0], v, lanes, lo)
             one = self.float_literal(1.0, e.dtype)
-            return f"(({vt}){one} / (({vt}){one} + exp(-({x}))))"
+            return self.vector_result(f"(({vt}){one} / (({vt}){one} + exp(-({x}))))", e.dtype,
+                                      lanes)
         args = ", ".join(self._vexpr(a, v, lanes, lo) for a in e.args)
-        return f"{self.MATH[e.op]}({args})"
+        return self.vector_result(f"{self.MATH[e.op]}({args})", e.dtype, lanes)
 
     # -- expressions ----------------------------------------------------------------------------
     def visit_Var(self, v: E.Var) -> str:

@@ -12,6 +12,9 @@
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
   elementwise operators between them) run in NHWC, with one permutation at each end.
 - ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
+- ``ToMixedPrecision(out_dtype="float32")``: matmul, dense and convolution on float16 inputs
+  (accumulating in ``out_dtype``), the sensitive ops in float32, what lies between following;
+  ``FoldConstantCasts()``: float casts of constants become converted constants now.
 - ``QuantizeInt8Dynamic()``, ``QuantizeInt8Static(ranges)``: dense layers (and, static,
   convolutions) on uint8 x int8 with int32 accumulation (``relax.quantize``'s int8 modes).
 - ``QuantizeInt4Weight(group_size)``: dense layers on 4-bit weight groups (``relax.dense_q4``).
@@ -30,6 +33,7 @@ from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
 from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout
+from .to_mixed_precision import FoldConstantCasts, ToMixedPrecision
 from .pipeline import get_pipeline
 from .quantize_int4 import QuantizeInt4Weight
 from .quantize_int8 import QuantizeInt8Dynamic, QuantizeInt8Static
@@ -39,4 +43,4 @@ __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
            "DecomposeOpsForInference", "FoldScaleAxis", "AlterLayout", "ConvertLayout",
-           "QuantizeInt8Dynamic", "QuantizeInt8Static", "QuantizeInt4Weight"]
+           "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static", "QuantizeInt4Weight"]

@@ -4,7 +4,8 @@ weight pre-packing).
 
 Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
 
-- ``relax.nn.conv2d`` (2-D, float32, static channels and image size; any batch, stride,
+- ``relax.nn.conv2d`` (2-D, float32 or float16 operands with a float32 or float16 result
+  (``ToMixedPrecision``'s convolutions), static channels and image size; any batch, stride,
   padding, dilation and groups; NCHW or NHWC data with the output in the same layout; any
   kernel layout) becomes two kernel calls: ``pack_conv2d_*_weight`` on the weight and
   ``conv2d_nchw`` / ``conv2d_nhwc`` on the data and the packed weight (the kernel library
@@ -15,17 +16,20 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
   ``depthwise_conv2d_nchw_rows`` on the unpacked weight (each output row from its window's
   padded input rows: no padded or phase-plane copy of the image); an NHWC 3x3 stride-1
   convolution with 16 or more input and output channels becomes Winograd F(2x2, 3x3)
-  (``backend.cpu.winograd``: ``pack_winograd_weight`` and ``conv2d_nhwc``);
-- ``relax.matmul(x, W)`` and ``relax.linear(x, W, b)`` with a constant 2-D ``W`` become
-  ``pack_dense_weight`` on ``W`` (panels ``[N/NR, K, NR]``) and ``dense`` (plus ``add`` of the
-  bias for ``linear``);
+  (``backend.cpu.winograd``: ``pack_winograd_weight`` and ``conv2d_nhwc``; float32 only: its
+  transforms compute in the operands' dtype);
+- ``relax.matmul(x, W)`` and ``relax.linear(x, W, b)`` with a constant 2-D ``W`` (float32, or
+  float16 operands accumulating in float32 or float16) become ``pack_dense_weight`` on ``W``
+  (panels ``[N/NR, K, NR]``, in ``W``'s dtype: float16 weights stay half the bytes) and
+  ``dense`` (plus ``add`` of the bias for ``linear``);
 - ``relax.matmul(x, W, out_dtype="int32")`` of uint8 ``x`` and a constant int8 ``W`` (what
   ``relax.quantize`` makes of dense layers, and QDQ / MatMulInteger ONNX models) becomes
   ``pack_u8_words`` on ``x``, ``pack_dense_int8_weight`` on ``W`` and ``dense_u8i8``
   (``backend.cpu.dense_int8``: ``vpdpbusd`` / ``sdot`` on 8-bit words, int32 accumulators);
   ``relax.dense_q4`` with constant codes becomes ``pack_q4_panels`` and ``dense_q4_packed``
   (``backend.cpu.dense_int4``: 4-bit codes dequantized in registers);
-- NCHW ``relax.nn.max_pool2d`` / ``avg_pool2d`` (the average with a constant divisor) become,
+- NCHW ``relax.nn.max_pool2d`` (float32, float64, float16) / ``avg_pool2d`` (float32, float64;
+  the average with a constant divisor) become,
   on x86, ``pool2d_nchw_separable``: the window's rows reduced first into one padded row (unit
   stride), then its columns read from that row (a strided vector load there is a wide load and
   a shuffle); elsewhere, when strided, ``pool2d_nchw_phased``: the input split into its stride
@@ -58,7 +62,7 @@ from tilecraft.tensorir.function import IRModule, PrimFunc
 from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_nchw, conv2d_nchw_cvec,
                            conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense, dense_int4,
                            dense_int8, depthwise, pool2d, winograd)
-from ..backend.cpu.geometry import static_ints, static_shape
+from ..backend.cpu.geometry import CPU_KERNEL_DTYPES, static_ints, static_shape
 from ..expr import Call, Constant, Expr
 from ..op import add
 from ..op.base import Op, OpPattern
@@ -159,9 +163,9 @@ class _Alter(ExprMutator):
         if avg and (a["ceil_mode"] or (any(a["padding"]) and not a["count_include_pad"])):
             return None   # the divisor varies by window: left to the operator's kernel
         si, out_si = data.struct_info, call.struct_info
-        if not isinstance(si, TensorStructInfo) or si.shape is None or \
-                si.dtype not in ("float32", "float64") or out_si.shape is None:
-            return None
+        if not isinstance(si, TensorStructInfo) or si.shape is None or out_si.shape is None or \
+                si.dtype not in ("float32", "float64") and not (si.dtype == "float16" and not avg):
+            return None   # (a float16 average would sum in float16: left to the operator's)
         hw = static_ints(si.shape[2:])
         ohw = static_ints(out_si.shape[2:])
         if hw is None or ohw is None:
@@ -196,10 +200,11 @@ class _Alter(ExprMutator):
         data, weight = call.args
         a = call.attr_dict
         layout, klayout = a["data_layout"], a["kernel_layout"]
+        out_dtype = call.struct_info.dtype
         if layout == "NCHW" and self.depthwise_rows(g):
             # no packing: a tap's weight is one broadcast scalar per channel
             return self.kernel(depthwise.depthwise_conv2d_nchw_rows, data, weight, klayout, g,
-                               "float32", name="conv2d_nchw",
+                               out_dtype, name="conv2d_nchw",
                                pattern=OpPattern.OUT_EWISE_FUSABLE)
         if layout == "NCHW":
             plan = conv2d_strategy.nchw_kernel_plan(g, self.lanes, self.registers)
@@ -212,9 +217,9 @@ class _Alter(ExprMutator):
                 name="pack_conv2d_nchw_weight", pattern=OpPattern.INJECTIVE))
             compute = conv2d_nchw_cvec.conv2d_nchw_cvec if cvec else \
                 conv2d_nchw.conv2d_nchw_packed
-            return self.kernel(compute, data, packed, plan, "float32", name="conv2d_nchw",
+            return self.kernel(compute, data, packed, plan, out_dtype, name="conv2d_nchw",
                                pattern=OpPattern.OUT_EWISE_FUSABLE)
-        if self.winograd and winograd.winograd_applies(g):
+        if self.winograd and winograd.winograd_applies(g) and data.struct_info.dtype == "float32":
             rows, width = winograd.gemm_tile(g, self.lanes, self.registers)
             packed = self.builder.emit(self.kernel(
                 winograd.pack_winograd_weight, weight, klayout, width,
@@ -228,12 +233,12 @@ class _Alter(ExprMutator):
             packed = self.builder.emit(self.kernel(
                 conv2d_nchw.pack_conv2d_nchw_weight, weight, klayout, plan.width,
                 name="pack_conv2d_nchw_weight", pattern=OpPattern.INJECTIVE))
-            return self.kernel(conv2d_nchw_cvec.conv2d_nchw_cvec, data, packed, plan, "float32",
+            return self.kernel(conv2d_nchw_cvec.conv2d_nchw_cvec, data, packed, plan, out_dtype,
                                "NHWC", name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
         packed = self.builder.emit(self.kernel(
             conv2d_nhwc.pack_conv2d_nhwc_weight, weight, klayout, plan.width,
             name="pack_conv2d_nhwc_weight", pattern=OpPattern.INJECTIVE))
-        return self.kernel(conv2d_nhwc.conv2d_nhwc_packed, data, packed, plan, "float32",
+        return self.kernel(conv2d_nhwc.conv2d_nhwc_packed, data, packed, plan, out_dtype,
                            name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
 
     # -- matmul / linear ----------------------------------------------------------------------
@@ -245,7 +250,7 @@ class _Alter(ExprMutator):
             return None
         xsi, wsi, out_si = x.struct_info, weight.struct_info, call.struct_info
         if not all(isinstance(s, TensorStructInfo) for s in (xsi, wsi, out_si)) or \
-                not xsi.dtype == wsi.dtype == out_si.dtype == "float32":
+                not xsi.dtype == wsi.dtype or (xsi.dtype, out_si.dtype) not in CPU_KERNEL_DTYPES:
             return None
         xshape = static_shape(x)
         if xshape is None or len(xshape) < 2 or len(wsi.shape) != 2:
@@ -261,7 +266,7 @@ class _Alter(ExprMutator):
         packed = self.builder.emit(self.kernel(
             dense.pack_dense_weight, weight, width, linear, name="pack_dense_weight",
             pattern=OpPattern.INJECTIVE))
-        out = self.kernel(dense.dense_packed, x, packed, n, "float32", name="dense",
+        out = self.kernel(dense.dense_packed, x, packed, n, out_si.dtype, name="dense",
                           pattern=OpPattern.OUT_EWISE_FUSABLE)
         if bias is None:
             return out

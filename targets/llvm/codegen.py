@@ -58,7 +58,7 @@ from . import dot4, intrinsics
 from .entry import EntryEmitter, expr_str, fmt_escape as _fmt_escape
 from .fp16 import Float16
 from .softops import SoftOps
-from .irutil import (F32, F64, I1, I8, I32, I64, PTR, ModuleBuilder, const, element_type, gep,
+from .irutil import (F16, F32, F64, I1, I8, I32, I64, PTR, ModuleBuilder, const, element_type, gep,
                      is_vector, lane_ids, lanes_of, set_loop_metadata, splat, vec_type)
 
 STACK_ALLOCA_LIMIT = 4096     # bytes: larger or symbolic intermediates use posix_memalign
@@ -80,11 +80,15 @@ class CodegenOptions:
     triple: str
     data_layout: str
     pointer_bits: int
-    native_f16: bool
+    native_f16: bool           # float16 <-> float32 conversions are instructions
     vector_width: int          # bits of a vector register
     num_cores: int | None      # baked-in default thread count (None: all cores at run time)
     target_str: str
     hw_div: dict = field(default_factory=lambda: {32: True, 64: True})  # see softops
+    # float16 arithmetic is native (AArch64 +fullfp16): float16 values are ``half`` registers
+    # and each operation rounds in hardware; else they compute as float32, rounded after each
+    # operation (see ``fp16``)
+    fp16_arith: bool = False
     dot_isa: str | None = None  # the packed 8-bit dot product's instructions (see dot4)
 
 
@@ -164,7 +168,8 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
                                 options.pointer_bits)
         self.module = self.mb.module
         intrinsics.configure(self.mb, triple=options.triple, vector_width=options.vector_width)
-        self.f16 = Float16(options.native_f16)
+        self.f16 = Float16(options.native_f16 or options.fp16_arith)
+        self.f16_arith = options.fp16_arith
         self.soft = SoftOps(self.mb, options.hw_div, options.pointer_bits)
         self.functions_meta: list[dict] = []
         self.ctx: _FnCtx | None = None
@@ -219,7 +224,8 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
     # types
 
     def rtype(self, dtype: str, lanes: int = 1):
-        """The register type of a scalar dtype (bool i1, float16 computed as float)."""
+        """The register type of a scalar dtype (bool i1; float16 half where the target
+        computes in half, else float)."""
         code, bits, _ = dt.parse(dtype)
         if dt.lanes(dtype) != 1:
             raise TIRError(f"vector dtype {dtype} in lowered TIR; vectorize with a 'vectorized' "
@@ -229,7 +235,7 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         elif code in ("int", "uint"):
             t = ir.IntType(bits)
         elif code == "float":
-            t = F64 if bits == 64 else F32
+            t = F64 if bits == 64 else (F16 if bits == 16 and self.f16_arith else F32)
         else:
             raise TIRError(f"dtype {dtype} has no register type")
         return vec_type(t, lanes)
@@ -275,7 +281,8 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         return v
 
     def _round16(self, v, dtype: str):
-        return self.f16.round(self.b, v) if dtype == "float16" else v
+        """A float16 result computed in float32 rounded to float16 (native half: as it is)."""
+        return self.f16.round(self.b, v) if dtype == "float16" and not self.f16_arith else v
 
     def _to_i64(self, v, dtype: str):
         """An index value as i64 (sign- or zero-extended)."""
@@ -600,7 +607,8 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         before optimizing. Returns None when ``s`` is not such an update.
         """
         v = s.value
-        if not isinstance(v, Add) or s.buffer.dtype not in ("float32", "float64"):
+        fusable = ("float32", "float64", "float16") if self.f16_arith else ("float32", "float64")
+        if not isinstance(v, Add) or s.buffer.dtype not in fusable:
             return None
         for acc, prod in ((v.a, v.b), (v.b, v.a)):
             if isinstance(acc, BufferLoad) and acc.buffer is s.buffer and \
@@ -1204,10 +1212,12 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
             if d_bits == 64 and self.soft.soft_int64_float:
                 return self.soft.float_to_int64(b, v, d_code == "int", target)
             return b.fptosi(v, target) if d_code == "int" else b.fptoui(v, target)
-        # float -> float (float16 computes as float32)
-        if element_type(v.type) == element_type(target):
+        # float -> float (float16 computes as float32 unless the target computes in half)
+        width = {F16: 16, F32: 32, F64: 64}
+        have, want = width[element_type(v.type)], width[element_type(target)]
+        if have == want:
             r = v
-        elif isinstance(element_type(target), type(F64)):
+        elif want > have:
             r = b.fpext(v, target)
         else:
             r = b.fptrunc(v, target)
@@ -1226,6 +1236,11 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         if len(args) == 2:
             args = list(self._match(*args))
         src = e.args[0].dtype
+        if src == "float16" and self.f16_arith:
+            # the math routines compute in float32: widen, compute, round once
+            args = [self._cast(a, "float16", "float32") for a in args]
+            out = intrinsics.emit_math(self.mb, self.b, e.op, args)
+            return self._cast(out, "float32", e.dtype)
         out = intrinsics.emit_math(self.mb, self.b, e.op, args)
         if src == "float16" and e.op not in intrinsics.EXACT_F16:
             out = self.f16.round(self.b, out)
@@ -1380,14 +1395,14 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
     def _to_mem(self, v, dtype: str):
         if dtype == "bool":
             return self.b.zext(v, vec_type(I8, lanes_of(v)))
-        if dtype == "float16":
+        if dtype == "float16" and not self.f16_arith:
             return self.f16.float_to_mem(self.b, v)
         return v
 
     def _from_mem(self, v, dtype: str):
         if dtype == "bool":
             return self.b.icmp_unsigned("!=", v, self._k(v, 0))
-        if dtype == "float16":
+        if dtype == "float16" and not self.f16_arith:
             return self.f16.load_to_float(self.b, v)
         return v
 

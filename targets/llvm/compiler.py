@@ -43,6 +43,15 @@ _ARM_FP16_CPUS = {"cortex-a7", "cortex-a12", "cortex-a15", "cortex-a17", "cortex
                   "cortex-a35", "cortex-a53", "cortex-a55", "cortex-a57", "cortex-a72",
                   "cortex-a73", "cortex-a75", "cortex-a76"}
 
+# AArch64 cores with half-precision arithmetic (FEAT_FP16, LLVM's +fullfp16)
+_AARCH64_FULLFP16_CPUS = {"cortex-a55", "cortex-a65", "cortex-a75", "cortex-a76", "cortex-a76ae",
+                          "cortex-a77", "cortex-a78", "cortex-a78ae", "cortex-a78c",
+                          "cortex-a510", "cortex-a520", "cortex-a710", "cortex-a715",
+                          "cortex-a720", "cortex-x1", "cortex-x2", "cortex-x3", "cortex-x4",
+                          "neoverse-n1", "neoverse-n2", "neoverse-v1", "neoverse-v2",
+                          "apple-a13", "apple-a14", "apple-a15", "apple-a16", "apple-m1",
+                          "apple-m2", "apple-m3"}
+
 
 def _init_llvm():
     global _INITIALIZED
@@ -145,6 +154,15 @@ class MachineConfig:
             return bool({"+zfh", "+zfhmin"} & feats)
         return False
 
+    @property
+    def fp16_arith(self) -> bool:
+        """Whether float16 arithmetic is native: AArch64 with half-precision arithmetic
+        (``+fullfp16``, or a core that has it)."""
+        feats = set(self.features.split(","))
+        if self.arch != "aarch64" or "-fullfp16" in feats:
+            return False
+        return "+fullfp16" in feats or self.cpu in _AARCH64_FULLFP16_CPUS
+
     def needed_libraries(self, uses_parallel: bool) -> tuple[str, ...]:
         """DT_NEEDED entries of an exported library. glibc systems (``*-linux-gnu*``) all have
         ``libm.so.6`` and ``libpthread.so.0`` (a stub since glibc 2.34), so the library names
@@ -167,6 +185,7 @@ class MachineConfig:
                               vector_width=self.target.vector_width,
                               num_cores=self.target.num_cores, target_str=str(self.target),
                               hw_div=hardware_division(self.arch, self.cpu, self.features),
+                              fp16_arith=self.fp16_arith,
                               dot_isa=dot4.dot_isa(self.arch, self.features,
                                                    self.target.vector_width))
 

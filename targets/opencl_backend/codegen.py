@@ -9,8 +9,16 @@ One ``__kernel`` per device kernel of the device form (``docs/lowering.md``):
   arrays; the barrier is ``barrier(CLK_LOCAL_MEM_FENCE)``;
 * vectorized loops of 2, 4, 8 or 16 lanes become ``vloadN`` / ``vstoreN`` (which need only
   element alignment);
-* ``float64`` enables ``cl_khr_fp64``, ``float16`` ``cl_khr_fp16`` — the runtime refuses to
-  build for a device that does not report the extension, with a clear error.
+* ``float64`` enables ``cl_khr_fp64`` (the runtime refuses a device without it);
+* ``float16`` has two forms. By default (``Target("opencl")``) it is a *storage* format, as
+  OpenCL 1.2 itself defines it for every device: float16 buffers are ``__global half*``, read
+  with ``vload_half`` / ``vload_halfN`` (to float) and written with ``vstore_half_rte`` /
+  ``vstore_halfN_rte``; the arithmetic runs in float, each float16 result rounded to half
+  precision (``tc_round_half``, op for op as numpy) unless it is exact (min, max, select,
+  negation); shared and private float16 arrays are float arrays (converted once, when loaded
+  from global memory). With ``Target("opencl -supports-float16=1")`` it is ``half`` arithmetic
+  with ``half2`` / ``half4`` / ``half8`` vectors under ``cl_khr_fp16``, and the runtime refuses a
+  device that does not report that extension, with a clear error.
 
 Examples
 --------
@@ -21,7 +29,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir import expr as E
 from tilecraft.tensorir import stmt as S
 from tilecraft.tensorir.expr import Var
 from tilecraft.tensorir.transform.device import DeviceKernel
@@ -31,8 +42,42 @@ from ..gpu_codegen import CodegenC
 _AXIS = {"x": 0, "y": 1, "z": 2}
 
 
+# float16 math whose result is exact for float16 arguments (no rounding needed)
+_EXACT_HALF_CALLS = {"fabs", "floor", "ceil", "round", "trunc", "if_then_else"}
+
+# the rounding helper of storage-only float16, by vector width ("" or 2, 4, 8, 16): float ->
+# half bits to nearest even (F. Giesen's method), then back to float exactly; ALU operations only
+# (the same as targets.llvm.fp16 emits for CPUs without conversion instructions)
+_ROUND_HALF = """inline float{n} tc_round_half{n}(float{n} x) {{
+  uint{n} b = as_uint{n}(x); uint{n} sign = b & 0x80000000u; uint{n} a = b ^ sign;
+  uint{n} r_big = select((uint{n})0x7c00u, (uint{n})0x7e00u, a > 0x7f800000u);
+  uint{n} r_small = as_uint{n}(as_float{n}(a) + 0.5f) - 0x3f000000u;
+  uint{n} r_norm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  uint{n} h = select(select(r_norm, r_small, a < 0x38800000u), r_big, a >= 0x47800000u);
+  uint{n} u = (h & 0x7fffu) << 13;
+  uint{n} f = select(as_uint{n}(as_float{n}(u) * 0x1p112f), u | 0x7f800000u, h >= 0x7c00u);
+  return as_float{n}(f | sign);
+}}"""
+
+
 class OpenCLCodegen(CodegenC):
-    """OpenCL C 1.2 for one kernel."""
+    """OpenCL C 1.2 for one kernel.
+
+    ``native_half``: float16 computes in ``half`` (``cl_khr_fp16``); otherwise it is a storage
+    format and computes in float (the module docstring).
+    """
+
+    def __init__(self, native_half: bool = False):
+        super().__init__()
+        self.native_half = native_half
+        self.stored = None        # the value a vstore_half_rte rounds (left unrounded)
+        if not native_half:       # float16 values live in float registers
+            self.TYPES = {**CodegenC.TYPES, "float16": "float"}
+
+    def _storage_half(self, buf: S.Buffer) -> bool:
+        """Is ``buf`` a float16 buffer in global memory read and written as a storage format?"""
+        return not self.native_half and buf.dtype == "float16" and \
+            buf.scope not in ("shared", "local")
 
     def thread_index(self, tag: str) -> str:
         kind, axis = tag.split(".")
@@ -49,7 +94,78 @@ class OpenCLCodegen(CodegenC):
 
     def buffer_param(self, buf: S.Buffer, name: str, written: bool) -> str:
         const = "" if written else "const "
-        return f"__global {const}{self.storage_type(buf.dtype)}* restrict {name}"
+        ty = "half" if buf.dtype == "float16" else self.storage_type(buf.dtype)
+        return f"__global {const}{ty}* restrict {name}"
+
+    def scalar_param(self, var: Var, name: str) -> str:
+        if var.dtype == "float16" and not self.native_half:
+            raise self.error(f"the float16 scalar parameter {var.name} needs half arithmetic; "
+                             f"build for Target('opencl -supports-float16=1') or pass it as "
+                             f"float32", var)
+        return super().scalar_param(var, name)
+
+    # -- float16 ---------------------------------------------------------------------------------
+    def float_literal(self, value: float, dtype: str) -> str:
+        if dtype == "float16":
+            value = float(np.float16(value))      # the constant as float16 holds it
+            if not self.native_half:
+                return super().float_literal(value, "float32")
+        return super().float_literal(value, dtype)
+
+    def round_half(self, code: str, lanes: int = 1) -> str:
+        """``code`` (float) rounded to the nearest float16 (storage-only float16)."""
+        n = "" if lanes == 1 else str(lanes)
+        self.needs.add(f"roundhalf_{n}")
+        return f"tc_round_half{n}({code})"
+
+    def _binary(self, e, op: str) -> str:
+        code = f"({self.visit(e.a)} {op} {self.visit(e.b)})"
+        if e.dtype == "float16" and not self.native_half:
+            return code if e is self.stored else self.round_half(code)
+        return self.wrap(code, e.dtype)
+
+    def vector_result(self, code: str, dtype: str, lanes: int) -> str:
+        if dtype == "float16" and not self.native_half:
+            return self.round_half(code, lanes)
+        return code
+
+    def visit_Cast(self, e: E.Cast):
+        if e.dtype == "float16" and e.value.dtype != "float16" and not self.native_half:
+            src = self.visit(e.value)
+            if not dt.is_float(e.value.dtype) or e.value.dtype == "float64":
+                src = f"((float)({src}))"
+            return src if e is self.stored else self.round_half(src)
+        return super().visit_Cast(e)
+
+    def visit_Call(self, e: E.Call):
+        code = super().visit_Call(e)
+        if e.dtype == "float16" and not self.native_half and e.op not in _EXACT_HALF_CALLS \
+                and e is not self.stored:
+            return self.round_half(code)
+        return code
+
+    def visit_BufferLoad(self, e: E.BufferLoad):
+        buf = e.buffer
+        if self._storage_half(buf):
+            return f"vload_half({self.buffer_index(e.indices[0], buf)}, {self.name_of(buf)})"
+        return super().visit_BufferLoad(e)
+
+    def visit_BufferStore(self, s: S.BufferStore):
+        if not self._storage_half(s.buffer):
+            return super().visit_BufferStore(s)
+        # vstore_half_rte rounds: the stored value itself needs no tc_round_half
+        self.stored = s.value
+        try:
+            value = self.visit(s.value)
+        finally:
+            self.stored = None
+        index = self.buffer_index(s.indices[0], s.buffer)
+        self.emit(self.store_stmt(s.buffer, index, value, s))
+
+    def store_stmt(self, buf: S.Buffer, index: str, value: str, node) -> str:
+        if self._storage_half(buf):
+            return f"vstore_half_rte({value}, {index}, {self.name_of(buf)});"
+        return super().store_stmt(buf, index, value, node)
 
     # a vector read lane by lane; float4 accesses at a provable multiple of 4 elements are
     # aligned pointer accesses (vloadN only assumes element alignment: NVIDIA's compiler then
@@ -62,37 +178,52 @@ class OpenCLCodegen(CodegenC):
         return (f"__local {self.storage_type(buf.dtype)} {name}[{size}] "
                 f"__attribute__((aligned({self.VECTOR_ALIGN})));")
 
+    def element_bytes(self, buf: S.Buffer) -> int:
+        if buf.dtype == "float16" and not self.native_half and not self._storage_half(buf):
+            return 4              # a shared / private float16 array is a float array
+        return super().element_bytes(buf)
+
     def _space(self, buf: S.Buffer) -> str:
         return "__local" if buf.scope == "shared" else "__global"
 
     def aligned_vector_load(self, lanes: int, ptr: str, buf: S.Buffer) -> str:
+        if self._storage_half(buf):
+            return f"vloada_half{lanes}(0, {ptr})"
         vt = self.type_name(dt.with_lanes(buf.dtype, lanes))
         return f"(*(({self._space(buf)} const {vt}*)({ptr})))"
 
     def aligned_vector_store(self, lanes: int, value: str, ptr: str, buf: S.Buffer) -> str:
+        if self._storage_half(buf):
+            return f"vstorea_half{lanes}_rte({value}, 0, {ptr});"
         vt = self.type_name(dt.with_lanes(buf.dtype, lanes))
         return f"*(({self._space(buf)} {vt}*)({ptr})) = {value};"
 
-    def vector_load(self, lanes: int, ptr: str) -> str:
+    def vector_load(self, lanes: int, ptr: str, buf: S.Buffer) -> str:
+        if self._storage_half(buf):
+            return f"vload_half{lanes}(0, {ptr})"
         return f"vload{lanes}(0, {ptr})"
 
-    def vector_store(self, lanes: int, value: str, ptr: str) -> str:
+    def vector_store(self, lanes: int, value: str, ptr: str, buf: S.Buffer) -> str:
+        if self._storage_half(buf):
+            return f"vstore_half{lanes}_rte({value}, 0, {ptr});"
         return f"vstore{lanes}({value}, 0, {ptr});"
 
 
 def opencl_source(kernels: Sequence[DeviceKernel],
-                  nonneg_scalars: Mapping[str, Sequence[Var]] | None = None
-                  ) -> tuple[str, set[str]]:
+                  nonneg_scalars: Mapping[str, Sequence[Var]] | None = None,
+                  native_half: bool = False) -> tuple[str, set[str]]:
     """The OpenCL C program of ``kernels`` (``DeviceKernel``s) and the extensions it needs.
 
     ``nonneg_scalars`` maps a kernel's name to its scalar parameters that are ``>= 0``
     (``gpu_codegen.nonneg_scalars``: the shape sizes), for cheaper integer division.
+    ``native_half``: float16 computes in ``half`` under ``cl_khr_fp16`` (the target's
+    ``supports_float16``); otherwise float16 is a storage format computed in float.
     """
     bodies = []
     needs: set[str] = set()
     dtypes: set[str] = set()
     for k in kernels:
-        gen = OpenCLCodegen()
+        gen = OpenCLCodegen(native_half)
         bodies.append(gen.kernel_source(k, (nonneg_scalars or {}).get(k.name, ())))
         needs |= gen.needs
         dtypes |= gen.dtypes_used
@@ -101,12 +232,16 @@ def opencl_source(kernels: Sequence[DeviceKernel],
     if "float64" in dtypes:
         extensions.add("cl_khr_fp64")
         head.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-    if "float16" in dtypes:
+    if "float16" in dtypes and native_half:
         extensions.add("cl_khr_fp16")
         head.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+    for n in sorted(x for x in needs if x.startswith("roundhalf_")):
+        head.append(_ROUND_HALF.format(n=n.split("_", 1)[1]))
     # the floor division helpers, by C type then kind (int8 and int16 share char / short's)
     helpers = {}
     for n in needs:
+        if n.startswith("roundhalf_"):
+            continue
         kind, dtype = n.split("_", 1)
         helpers.setdefault((OpenCLCodegen.TYPES[dtype], kind), dtype)
     for (_, kind), dtype in sorted(helpers.items()):

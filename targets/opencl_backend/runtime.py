@@ -209,9 +209,14 @@ class DeviceContext:
             return prog
         for ext in extensions:
             if ext not in self.extensions:
-                what = {"cl_khr_fp16": "float16", "cl_khr_fp64": "float64"}.get(ext, ext)
+                what = {"cl_khr_fp16": "float16 arithmetic",
+                        "cl_khr_fp64": "float64"}.get(ext, ext)
+                hint = ""
+                if ext == "cl_khr_fp16":
+                    hint = ("; build for Target('opencl') instead, which keeps float16 in memory "
+                            "(vload_half / vstore_half) and computes in float")
                 raise OpenCLError(f"the module uses {what}, which needs the {ext} extension; "
-                                  f"{self.name} ({self.platform_name}) does not report it")
+                                  f"{self.name} ({self.platform_name}) does not report it{hint}")
         cl = self.cl
         try:
             prog = cl.Program(self.context, source).build(options=["-cl-std=CL1.2"])

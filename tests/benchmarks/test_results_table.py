@@ -64,6 +64,28 @@ def test_headline_errors_name_the_file():
         results_table.headlines("gemm_cpu", {"machine_name": "box-1", "rows": [{"x": 1}]})
 
 
+def test_lowp_fp16_headline_per_target():
+    rows = [{"model": "resnet50", "target": "opencl", "batch": 1, "speedup": 2.0,
+             "max_rel_err": 1e-3},
+            {"model": "resnet50", "target": "opencl", "batch": 16, "speedup": 0.5,
+             "max_rel_err": 2e-3},
+            {"model": "resnet50", "target": "opencl -supports-float16=1",
+             "error": "OpenCLError: ... cl_khr_fp16"},
+            {"model": "resnet50", "target": "llvm", "batch": 1, "speedup": 0.75,
+             "max_rel_err": 4e-4},
+            {"model": "mlp_4096x3", "target": "llvm", "batch": 1, "speedup": 2.0,
+             "max_rel_err": 5e-4}]
+    heads = results_table.headlines("lowp_fp16", {"rows": rows})
+    assert [h.figure.split(",")[0] for h in heads] == ["fp16 (ToMixedPrecision) on opencl",
+                                                       "fp16 (ToMixedPrecision) on llvm"]
+    assert heads[0].ratio == pytest.approx(1.0) and "b16 0.50x" in heads[0].figure
+    assert "error rel <= 0.002" in heads[0].figure and heads[0].peer
+    # the MLP is listed, outside the mean of the ResNet-50 / BERT rows
+    assert heads[1].ratio == pytest.approx(0.75) and "(also mlp_4096x3 b1 2.00x)" in heads[1].figure
+    with pytest.raises(ValueError, match="lowp_fp16/box-1: the headline cannot be read"):
+        results_table.headlines("lowp_fp16", {"machine_name": "box-1", "rows": rows[2:3]})
+
+
 def test_table_of_a_results_folder(tmp_path):
     os.makedirs(tmp_path / "gemm_cpu" / "history")
     doc = {"benchmark": "gemm_cpu", "time": "2030-01-02T03:04:05",

@@ -1,5 +1,5 @@
-"""``tilecraft compile --quantize``: the int8 and int4 modes of ``relax.quantize`` from the
-command line, on the tiny ONNX model (a 8 -> 4 dense layer with relu)."""
+"""``tilecraft compile --quantize``: the fp16, int8 and int4 modes of ``relax.quantize`` from
+the command line, on the tiny ONNX model (a 8 -> 4 dense layer with relu)."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +17,7 @@ def work(tmp_path_factory):
     return d, w, b
 
 
-@pytest.mark.parametrize("mode", ["int8-dynamic", "int8", "int4-g32"])
+@pytest.mark.parametrize("mode", ["fp16", "int8-dynamic", "int8", "int4-g32"])
 def test_compile_quantized_and_run(work, mode, tmp_path):
     d, w, b = work
     out = f"tiny-{mode}.tcx"
@@ -29,9 +29,11 @@ def test_compile_quantized_and_run(work, mode, tmp_path):
     tilecraft("run", d / out, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy",
               cwd=tmp_path)
     y = np.load(tmp_path / "y.npy")
+    assert y.dtype == np.float32                      # the signature stays float32
     ref = np.maximum(x @ w + b, 0)
-    # int8: a step of 1/127 of the weights' and 1/255 of the row's range; int4: 1/7 of a group's
-    tol = 0.05 if mode.startswith("int8") else 0.35
+    # fp16: inputs and weights rounded to 11 bits, float32 accumulation; int8: a step of 1/127
+    # of the weights' and 1/255 of the row's range; int4: 1/7 of a group's
+    tol = {"fp16": 3e-3, "int8-dynamic": 0.05, "int8": 0.05}.get(mode, 0.35)
     assert np.abs(y - ref).max() <= tol * np.abs(ref).max() + 1e-3
 
 
@@ -40,4 +42,14 @@ def test_unknown_quantize_mode(work):
     proc = tilecraft("compile", "tiny.onnx", "--quantize", "int3", "-o", "x.tcx", cwd=d,
                      check=False)
     assert proc.returncode != 0
-    assert "int8-dynamic" in proc.stderr and "int3" in proc.stderr
+    assert "int8-dynamic" in proc.stderr and "fp16" in proc.stderr and "int3" in proc.stderr
+
+
+def test_fp16_for_webgpu_without_shader_f16_names_the_fix(work):
+    pytest.importorskip("wgpu", reason="wgpu is not installed")
+    d, _, _ = work
+    proc = tilecraft("compile", "tiny.onnx", "--target", "webgpu", "--quantize", "fp16",
+                     "-o", "x.tcx", cwd=d, check=False)
+    assert proc.returncode != 0
+    assert "shader-f16" in proc.stderr and "webgpu -supports-float16=1" in proc.stderr
+    assert "Traceback" not in proc.stderr

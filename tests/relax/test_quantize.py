@@ -296,10 +296,10 @@ def test_quantized_module_builds_for_opencl(rng):
 
 
 def test_modes_and_unknown_mode():
-    assert list(MODES) == ["int8-dynamic", "int8", "int4-g32", "int4-g128"]
+    assert list(MODES) == ["fp16", "int8-dynamic", "int8", "int4-g32", "int4-g128"]
     mod, _ = mlp()
-    for bad in ("int3", "fp16"):        # fp16 comes with ToMixedPrecision (the fp16 work)
-        with pytest.raises(ValueError, match="available: int8-dynamic, int8, int4-g32"):
+    for bad in ("int3", "float16"):     # fp16 (ToMixedPrecision) is tested with its pass
+        with pytest.raises(ValueError, match="available: fp16, int8-dynamic, int8, int4-g32"):
             relax.quantize(mod, bad)
     with pytest.raises(ValueError, match="needs calibration"):
         relax.quantize(mod, "int8")

@@ -113,23 +113,29 @@ def test_driver_compile_error_quotes_the_source_line(dev):
         context(dev.index).program(src)
 
 
-def test_float16_needs_the_extension(dev):
+def test_half_arithmetic_needs_the_extension_float16_storage_does_not(dev):
+    # Target("opencl"): float16 is a storage format (vload_half / vstore_half_rte, core OpenCL);
+    # Target("opencl -supports-float16=1"): half arithmetic under cl_khr_fp16
     from tilecraft.targets.opencl_backend.runtime import OpenCLError, context
     A = te.placeholder((64,), "float16", "A")
     B = te.compute((64,), lambda i: A[i] * te.const(2.0, "float16"), "B")
     sch = Schedule(te.create_prim_func([A, B]))
     i, = sch.get_loops(sch.get_block("B"))
     sch.bind(i, "threadIdx.x")
-    mod = targets.build(sch.mod["main"], "opencl")
-    assert "cl_khr_fp16" in mod.get_source()
     x = np.linspace(-2, 2, 64).astype("float16")
     a, b = targets.array(x, dev), targets.empty((64,), "float16", dev)
+    storage = targets.build(sch.mod["main"], "opencl")
+    assert "cl_khr_fp16" not in storage.get_source() and "vload_half(" in storage.get_source()
+    storage["main"](a, b)
+    np.testing.assert_array_equal(b.numpy(), x * np.float16(2))
+    native = targets.build(sch.mod["main"], "opencl -supports-float16=1")
+    assert "#pragma OPENCL EXTENSION cl_khr_fp16 : enable" in native.get_source()
     if "cl_khr_fp16" in context(dev.index).extensions:
-        mod["main"](a, b)
-        np.testing.assert_allclose(b.numpy(), x * 2)
+        native["main"](a, b)
+        np.testing.assert_array_equal(b.numpy(), x * np.float16(2))
     else:
-        with pytest.raises(OpenCLError, match="float16, which needs the cl_khr_fp16 extension"):
-            mod["main"](a, b)
+        with pytest.raises(OpenCLError, match="float16 arithmetic, which needs the cl_khr_fp16 extension"):
+            native["main"](a, b)
 
 
 def test_over_limit_kernel_is_a_build_error():

@@ -25,6 +25,8 @@ examples:
   tilecraft compile model.onnx --target raspberry-pi/4b-aarch64 -o model-pi.tcx
   tilecraft compile model.onnx --tuning-db tune/ -o model.tcx
   tilecraft compile model.pt2 --target opencl -o model-cl.tcx
+  tilecraft compile model.onnx --quantize fp16 --target opencl -o model-fp16.tcx
+  tilecraft compile model.onnx --quantize fp16 --target "webgpu -supports-float16=1" -o m.tcx
   tilecraft compile model.onnx --quantize int8-dynamic -o model-int8.tcx
   tilecraft compile model.onnx --quantize int4-g128 -o model-q4.tcx
   tilecraft compile model.onnx --quantize int8 --calibration-samples 16 -o model-int8s.tcx"""

@@ -18,7 +18,7 @@ from tilecraft.tensorir.expr import IntImm
 from ...expr import Call, Expr
 from ...struct_info import TensorStructInfo
 
-__all__ = ["ConvGeometry", "conv2d_geometry", "static_shape", "static_ints", "as_int", "ceil_div",
+__all__ = ["ConvGeometry", "conv2d_geometry", "CPU_KERNEL_DTYPES", "static_shape", "static_ints", "as_int", "ceil_div",
            "divisors", "group_of"]
 
 
@@ -112,10 +112,17 @@ def static_ints(dims) -> list[int] | None:
     return out
 
 
+# (operand dtype, result dtype) of the convolutions and dense layers the CPU kernels run: float32,
+# and float16 operands (half the bytes of weights and activations) accumulating in float32 or
+# float16 (the kernels cast each product's operands to the result's dtype)
+CPU_KERNEL_DTYPES = {("float32", "float32"), ("float16", "float32"), ("float16", "float16")}
+
+
 def conv2d_geometry(call: Call) -> ConvGeometry | None:
     """The ``ConvGeometry`` of a ``relax.nn.conv2d`` call the CPU convolution families can run:
-    float32, NCHW or NHWC data with the output in the same layout, static channels, image
-    size and weight; None otherwise (and for what the operator's own checks report).
+    float32 (or float16 operands with a float32 or float16 result, ``CPU_KERNEL_DTYPES``), NCHW
+    or NHWC data with the output in the same layout, static channels, image size and weight;
+    None otherwise (and for what the operator's own checks report).
 
     Examples
     --------
@@ -130,7 +137,7 @@ def conv2d_geometry(call: Call) -> ConvGeometry | None:
     dsi, wsi = data.struct_info, weight.struct_info
     out_si = call.struct_info
     if not all(isinstance(s, TensorStructInfo) for s in (dsi, wsi, out_si)) or \
-            not dsi.dtype == wsi.dtype == out_si.dtype == "float32":
+            dsi.dtype != wsi.dtype or (dsi.dtype, out_si.dtype) not in CPU_KERNEL_DTYPES:
         return None
     dshape, wshape = static_shape(data), static_shape(weight)
     if dshape is None or wshape is None or len(dshape) != 4 or len(wshape) != 4:

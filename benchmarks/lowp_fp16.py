@@ -1,0 +1,283 @@
+"""fp16 models against our fp32 models: ResNet-50, one BERT-base encoder layer (sequence 128) and
+a 4096-wide three-layer perceptron (matrix-vector products at batch 1, bound by the weights'
+memory traffic) built twice for each target, as imported (float32) and through
+``relax.quantize(mod, "fp16")`` (``ToMixedPrecision``: float16 inputs to matmul / dense /
+convolution, float32 accumulation, float16 weights; the float16 half of the low-precision
+benchmarks, beside ``benchmarks/lowp.py``'s int8 / int4 rows).
+
+Targets (``TILECRAFT_LOWP_TARGETS``, comma-separated, default all):
+
+- ``opencl``: ``Target("opencl")``, float16 as a storage format (``vload_half`` /
+  ``vstore_half``: every OpenCL device, NVIDIA's driver included, which does not report
+  ``cl_khr_fp16``), float arithmetic;
+- ``opencl-half``: ``Target("opencl -supports-float16=1")``, half arithmetic under
+  ``cl_khr_fp16`` (a device without it gives an error row saying so);
+- ``webgpu``: ``Target("webgpu -supports-float16=1")``, ``f16`` with ``shader-f16``;
+- ``llvm``: this CPU (x86: F16C conversions, float16 weights and activations in memory,
+  float32 arithmetic; AArch64 with ``+fullfp16``: half arithmetic).
+
+Each row: the median time of the fp32 and the fp16 executable, timed interleaved round by round
+in one process (``vm.time_evaluator``, which synchronizes the device), ``speedup`` = fp32 time /
+fp16 time (above 1: fp16 is faster), and the fp16 model's error against the fp32 model on the
+same real-shaped random input: largest absolute error, largest error over the output's largest
+magnitude, top-1 agreement for the classifier, cosine similarity of the hidden states for the
+transformer layer. The fp32 output is checked against the model's own reference first.
+
+The models are PyTorch modules with random weights exported to ONNX (``benchmarks.gpu_models``:
+torchvision's ResNet-50 structure, the zoo's BERT layer), so torch is needed. With
+``TILECRAFT_LOWP_SMOKE=1`` it runs tiny versions instead (a ResNet bottleneck and a narrow BERT
+layer from ``tilecraft.models``, numpy references, no torch), for a quick check on PoCL /
+lavapipe.
+
+Run: ``python -m benchmarks.lowp_fp16`` or ``python -m benchmarks.run lowp_fp16`` (writes
+``benchmarks/results/lowp_fp16/<machine>.json``, the machine named after the GPU measured, or
+this CPU's name when only ``llvm`` ran); ``TILECRAFT_LOWP_BATCHES`` (default ``1,16``),
+``TILECRAFT_LOWP_MODELS`` (``resnet50``, ``bert_layer_s128``, ``mlp_4096x3``; default all).
+A run of some targets or models replaces only their rows in the file (the others are kept),
+so the targets can be measured one command at a time.
+On the GPU machine: ``python -m benchmarks.lowp_fp16`` (all targets); here, the CPU row:
+``TILECRAFT_LOWP_TARGETS=llvm python -m benchmarks.lowp_fp16``; the smoke check:
+``TILECRAFT_LOWP_SMOKE=1 python -m benchmarks.lowp_fp16``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from .common import machine_name, print_table, results_path, write_results
+
+SMOKE = os.environ.get("TILECRAFT_LOWP_SMOKE", "") not in ("", "0")
+BATCHES = [int(b) for b in os.environ.get("TILECRAFT_LOWP_BATCHES",
+                                          "1,2" if SMOKE else "1,16").split(",")]
+TARGETS = os.environ.get("TILECRAFT_LOWP_TARGETS", "opencl,opencl-half,webgpu,llvm").split(",")
+MODELS = [m for m in os.environ.get("TILECRAFT_LOWP_MODELS", "").split(",") if m]
+TARGET_STRINGS = {"opencl": "opencl", "opencl-half": "opencl -supports-float16=1",
+                  "webgpu": "webgpu -supports-float16=1", "llvm": "llvm"}
+ROUNDS = 3 if SMOKE else 5
+WRITES_RESULTS = True   # run() writes the file, named after the GPU it measured
+
+
+class Case:
+    """One model: its Relax module, a classifier or not, inputs and reference by batch."""
+
+    def __init__(self, name, mod, classifier, make_input, reference, bounds):
+        self.name, self.mod, self.classifier = name, mod, classifier
+        self.make_input, self.reference, self.bounds = make_input, reference, bounds
+
+
+def _mlp_case() -> Case:
+    """A 4096-wide perceptron at batch 1: matrix-vector products, bound by the weights' memory
+    traffic (the case float16 weights halve)."""
+    from tilecraft.models import mlp
+    m = mlp(in_features=4096, hidden=(4096, 4096), out_features=1000, seed=5)
+    return Case("mlp_4096x3", m.mod, True,
+                lambda b: m.make_inputs(np.random.default_rng(b), batch=b)[0], m.reference,
+                {"batch": max(BATCHES)})
+
+
+def _full_cases() -> list[Case]:
+    import torch
+    from tilecraft.relax.frontend import from_onnx
+    from .gpu_models import _models
+    out = [_mlp_case()]
+    for name, module, onnx_model, make_input, _ in _models():
+        def reference(x, module=module):
+            with torch.no_grad():
+                return module(torch.from_numpy(x)).numpy()
+        # the batch bound is this benchmark's (TILECRAFT_LOWP_BATCHES), not gpu_models'
+        out.append(Case(name, from_onnx(onnx_model), name.startswith("resnet"), make_input,
+                        reference, {"batch": max(BATCHES)}))
+    return out
+
+
+def _smoke_cases() -> list[Case]:
+    from tilecraft.models import bert_encoder_layer, resnet_bottleneck
+    res = resnet_bottleneck(channels=32, width=8, height=8, seed=1)
+    bert = bert_encoder_layer(hidden=64, heads=2, ffn=128, seed=2)
+    return [
+        Case("resnet_bottleneck_tiny", res.mod, False,
+             lambda b: res.make_inputs(np.random.default_rng(b), batch=b)[0], res.reference,
+             {"batch": max(BATCHES)}),
+        Case("bert_layer_tiny_s16", bert.mod, False,
+             lambda b: bert.make_inputs(np.random.default_rng(b), batch=b, seq_len=16)[0],
+             bert.reference, {"batch": max(BATCHES), "seq_len": 16}),
+    ]
+
+
+def _device(kind: str):
+    from tilecraft import targets
+    if kind.startswith("opencl"):
+        try:
+            return targets.opencl("NVIDIA")
+        except Exception:
+            return targets.opencl(0)
+    if kind == "webgpu":
+        from tilecraft.targets.webgpu_backend import runtime
+        runtime.close_device(0)      # reopened asking for shader-f16
+        return targets.webgpu(0)
+    return targets.cpu(0)
+
+
+def _device_name(dev) -> str:
+    """The device's name as its driver gives it (the CPU's model name for the CPU)."""
+    if dev.kind == "opencl":
+        from tilecraft.targets.opencl_backend import list_devices
+        return list_devices()[dev.index]["name"]
+    if dev.kind == "webgpu":
+        from tilecraft.targets.webgpu_backend.runtime import list_adapters
+        return list_adapters()[dev.index]["name"]
+    from .common import machine_info
+    return str(machine_info().get("cpu", "cpu"))
+
+
+def accuracy(got: np.ndarray, ref: np.ndarray, classifier: bool) -> dict:
+    """The error of ``got`` (fp16 model) against ``ref`` (fp32 model).
+
+    Examples
+    --------
+    >>> r = np.array([[1.0, 2.0], [3.0, 1.0]])
+    >>> accuracy(r + 0.01, r, True)["top1_agreement"]
+    1.0
+    """
+    got, ref = got.astype("float64"), ref.astype("float64")
+    diff = np.abs(got - ref)
+    out = {"max_abs_err": float(diff.max()),
+           "max_rel_err": float(diff.max() / (np.abs(ref).max() + 1e-30))}
+    if classifier:
+        out["top1_agreement"] = float(np.mean(got.argmax(-1) == ref.argmax(-1)))
+    else:
+        a, b = got.reshape(got.shape[0], -1), ref.reshape(ref.shape[0], -1)
+        cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-30)
+        out["cosine_min"] = float(cos.min())
+    return out
+
+
+def _interleaved(vm32, vm16, dev, x32, x16, number: int) -> tuple[float, float]:
+    """Median seconds per call of the fp32 and the fp16 executables, timed round by round."""
+    t32, t16 = [], []
+    e32 = vm32.time_evaluator("main", dev, number=number, repeat=1)
+    e16 = vm16.time_evaluator("main", dev, number=number, repeat=1)
+    for _ in range(ROUNDS):
+        t32.append(min(e32(x32).results))
+        t16.append(min(e16(x16).results))
+    return statistics.median(t32), statistics.median(t16)
+
+
+def _output(out) -> np.ndarray:
+    out = out[0] if isinstance(out, tuple) else out
+    return out.numpy()
+
+
+def run() -> list[dict]:
+    """One row per model, target and batch (an ``error`` row where a target cannot run); the
+    rows are written to ``benchmarks/results/lowp_fp16/`` unless this is a smoke run."""
+    rows = measure()
+    if SMOKE:
+        print("(smoke run: no results written)")
+        return rows
+    gpu = _gpu_name(rows)
+    kept = previous_rows(results_path("lowp_fp16", machine_name(gpu)), rows)
+    path = write_results("lowp_fp16", kept + rows, {"settings": {"batches": BATCHES,
+                                                                 "targets": TARGETS}},
+                         gpu=gpu)
+    print(f"(written to {path}{f'; {len(kept)} rows kept from the previous run' if kept else ''})")
+    return rows
+
+
+def previous_rows(path: str, rows: list[dict]) -> list[dict]:
+    """The rows of the results file at ``path`` for the (model, target) pairs ``rows`` did not
+    measure, so runs of a few targets or models at a time (``TILECRAFT_LOWP_TARGETS``,
+    ``TILECRAFT_LOWP_MODELS``) add up to one file.
+
+    Examples
+    --------
+    >>> previous_rows("/nonexistent.json", [])
+    []
+    """
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        old = json.load(f).get("rows", [])
+    done = {(r["model"], r["target"]) for r in rows}
+    return [r for r in old if (r.get("model"), r.get("target")) not in done]
+
+
+def measure() -> list[dict]:
+    """The rows of ``run()``, measured."""
+    from tilecraft import relax, targets
+
+    cases = _smoke_cases() if SMOKE else _full_cases()
+    cases = [c for c in cases if not MODELS or c.name in MODELS]
+    rows = []
+    for case in cases:
+        mod16 = relax.quantize(case.mod, "fp16")
+        for kind in TARGETS:
+            target = TARGET_STRINGS[kind]
+            base = {"model": case.name, "target": target}
+            try:
+                dev = _device(kind)
+                t0 = time.perf_counter()
+                exe32 = relax.build(case.mod, target.replace(" -supports-float16=1", ""),
+                                    upper_bounds=case.bounds)
+                exe16 = relax.build(mod16, target, upper_bounds=case.bounds)
+                build_s = time.perf_counter() - t0
+                vm32, vm16 = relax.VirtualMachine(exe32, dev), relax.VirtualMachine(exe16, dev)
+            except Exception as err:  # a missing driver, a refused feature: a row, not a crash
+                rows.append({**base, "error": f"{type(err).__name__}: {str(err)[:300]}"})
+                print(f"{case.name} {target}: {rows[-1]['error']}", file=sys.stderr)
+                continue
+            for b in BATCHES:
+                if kind == "llvm" and b > 1 and not SMOKE:
+                    continue         # the CPU row: batch 1 (memory traffic matters most there)
+                x = case.make_input(b)
+                row = {**base, "batch": b, "device": _device_name(dev),
+                       "build_s": round(build_s, 1)}
+                try:
+                    ref32 = _output(vm32["main"](x))
+                    ref = case.reference(x)
+                    row["fp32_vs_reference"] = float(np.abs(ref32 - ref).max() /
+                                                     (np.abs(ref).max() + 1e-30))
+                    got16 = _output(vm16["main"](x))
+                    row.update(accuracy(got16, ref32, case.classifier))
+                    xd = targets.array(x, dev)
+                    number = 1 if SMOKE or kind == "llvm" else 3
+                    t32, t16 = _interleaved(vm32, vm16, dev, xd, xd, number)
+                except Exception as err:  # keep the other rows
+                    row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+                    rows.append(row)
+                    print(f"{case.name} {target} b{b}: {row['error']}", file=sys.stderr)
+                    continue
+                row.update(fp32_ms=t32 * 1e3, fp16_ms=t16 * 1e3, speedup=t32 / t16)
+                rows.append(row)
+                print(f"{case.name} {target} b{b}: fp32 {t32 * 1e3:.2f} ms, fp16 "
+                      f"{t16 * 1e3:.2f} ms, speedup {t32 / t16:.2f}, rel err "
+                      f"{row['max_rel_err']:.1e}", flush=True)
+    return rows
+
+
+def _gpu_name(rows: list[dict]) -> str | None:
+    """The GPU the rows measured (the results file is named after it), if any."""
+    for r in rows:
+        if "device" in r and not r["target"].startswith("llvm"):
+            return r["device"]
+    return None
+
+
+def main(argv=None) -> int:
+    rows = run()
+    print_table([r for r in rows if "error" not in r],
+                ["model", "target", "batch", "fp32_ms", "fp16_ms", "speedup", "max_rel_err",
+                 "top1_agreement", "cosine_min"])
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model']} {r['target']} {r.get('batch', '')}: {r['error']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
