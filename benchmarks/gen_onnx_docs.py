@@ -32,7 +32,8 @@ FAMILIES = [("elementwise", "Elementwise, casts"), ("activation", "Activations")
             ("linear", "Linear algebra"), ("reduce", "Reductions, scans, top-k"),
             ("tensor", "Shapes and data movement"), ("index", "Indexing"),
             ("image", "Image"), ("control", "Control flow"), ("rnn", "Recurrent layers"),
-            ("quant", "Quantization")]
+            ("quant", "Quantization"), ("detection", "Object detection"),
+            ("sequence", "Sequences (tuples of a length known at import)")]
 
 
 def _standard_ops() -> dict:
@@ -111,8 +112,10 @@ def generate_block() -> str:
              f"through their ONNX function bodies, of the {len(std)} operators of the standard "
              f"domain at opset {MAX_OPSET} (onnx {onnx.__version__}); opsets {MIN_OPSET} to "
              f"{MAX_OPSET} are read. *Known at import* names the inputs that must be "
-             f"constants (or computed from constants and shapes) because they decide the rank "
-             f"or the number of results.", ""]
+             f"constants (or computed from constants and shapes) because they decide the "
+             f"structure of the program (a branch, a number of iterations, a number of "
+             f"results); every other input (axes, sizes, scales, counts, pads) may be computed "
+             f"at run time.", ""]
     for fam, title in FAMILIES:
         rows = [(n, c) for n, c in direct.items() if c.family == fam]
         if not rows:
@@ -131,9 +134,8 @@ def generate_block() -> str:
               "node's attributes and input types and its operators are imported:", "",
               ", ".join(f"`{n}`" for n in via_body), "",
               "#### Not supported", "",
-              "Data-dependent output sizes (`NonZero` of a computed tensor, `Unique`, "
-              "`NonMaxSuppression`), random number generators, strings, sequences and "
-              "optionals, and the rest of this list raise `UnsupportedError`:", "",
+              "`Unique`, random number generators, strings, sequence "
+              "inputs and optionals, and the rest of this list raise `UnsupportedError`:", "",
               ", ".join(f"`{n}`" + (f" (its body uses {', '.join(blocked[n])})"
                                      if n in blocked else "") for n in missing), "", END]
     return "\n".join(lines)

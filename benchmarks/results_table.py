@@ -275,10 +275,12 @@ def _layer_profile(doc):
 
 def _onnx_conformance(doc):
     s = doc["summary"]
-    return [Headline(f"ONNX backend node tests passed: {s['tilecraft_pass']} of {s['cases']} "
-                     f"({s['tilecraft_rate']:.1%}; onnxruntime {s['onnxruntime_rate']:.1%}); "
-                     "ratio of pass rates", s["tilecraft_rate"] / s["onnxruntime_rate"],
-                     "onnxruntime")]
+    # the plain count (models and inputs as they come); results before it had no frozen count
+    frozen = f", frozen {s['tilecraft_pass_frozen']}" if "tilecraft_pass_frozen" in s else ""
+    return [Headline(f"ONNX backend node tests passed as they come: {s['tilecraft_pass']} of "
+                     f"{s['cases']} ({s['tilecraft_rate']:.1%}{frozen}; onnxruntime "
+                     f"{s['onnxruntime_rate']:.1%}); ratio of pass rates",
+                     s["tilecraft_rate"] / s["onnxruntime_rate"], "onnxruntime")]
 
 
 def _hf_import(doc):

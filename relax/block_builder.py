@@ -66,6 +66,13 @@ class _FunctionScope:
         self.done = False
 
 
+class _Branch:
+    """The bindings of a branch (``BlockBuilder.branch``), set when its scope ends."""
+
+    def __init__(self):
+        self.bindings: list = []
+
+
 class BlockBuilder:
     """Builds an IRModule of Relax functions and the PrimFuncs they call."""
 
@@ -129,6 +136,29 @@ class BlockBuilder:
             s.blocks.append(DataflowBlock(s.bindings))
             s.bindings = []
             s.in_dataflow = False
+
+    @contextlib.contextmanager
+    def branch(self):
+        """Collect the bindings emitted inside into a block of their own (plain ``Var``s), for
+        a branch of an ``If``: ``with bb.branch() as br: out = bb.emit(...)``, then
+        ``SeqExpr([BindingBlock(br.bindings)], out)``. The function's current block (dataflow
+        or not) goes on after it.
+
+        Examples
+        --------
+        >>> with bb.branch() as br:                                       # doctest: +SKIP
+        ...     y = bb.emit(op.add(x, x))
+        >>> then = SeqExpr([BindingBlock(br.bindings)], y)                # doctest: +SKIP
+        """
+        s = self._require_scope("branch")
+        saved = (s.bindings, s.in_dataflow)
+        s.bindings, s.in_dataflow = [], False
+        br = _Branch()
+        try:
+            yield br
+        finally:
+            br.bindings = s.bindings
+            s.bindings, s.in_dataflow = saved
 
     def _require_scope(self, what: str) -> _FunctionScope:
         if self._scope is None:

@@ -46,7 +46,7 @@ from .transform import LegalizeOps, get_pipeline
 from .transform.static_plan_block_memory import StaticPlanBlockMemory
 from .vm_builtins import BUILTINS, OP_BUILTINS
 from .tune_layouts import conv_plans_from
-from . import default_schedules, gpu_schedules
+from . import boundary_dtypes, default_schedules, gpu_schedules
 
 # ---------------------------------------------------------------------------------------------
 # the graph pipeline
@@ -356,8 +356,13 @@ class _FunctionCodegen:
             if _has_checks(spec):
                 self.emit("match", reg, f"argument {p.name_hint}", spec, "check")
         ret = self.value(func.body)
-        return {"params": names, "param_regs": param_regs, "param_specs": specs,
-                "num_regs": self.num_regs, "code": self.code, "ret": ret}
+        out = {"params": names, "param_regs": param_regs, "param_specs": specs,
+               "num_regs": self.num_regs, "code": self.code, "ret": ret}
+        boundary = func.attr_dict.get(boundary_dtypes.ATTR)
+        if boundary:   # ml_dtypes types at the VM boundary (relax.boundary_dtypes)
+            out[boundary_dtypes.ATTR] = {k: _json_attr(v, "the function", boundary_dtypes.ATTR)
+                                         for k, v in dict(boundary).items()}
+        return out
 
     # -- expressions ------------------------------------------------------------------------
     def value(self, e: Expr) -> int:

@@ -58,6 +58,7 @@ from tilecraft.targets.runtime.device import Device, cpu
 from tilecraft.targets.runtime.module import BenchmarkResult
 from tilecraft.targets.runtime.ndarray import NDArray
 
+from . import boundary_dtypes
 from .executable import Executable
 from .vm_cpu import CPUTensorOps
 from .vm_gpu import GPUTensorOps
@@ -149,6 +150,8 @@ class _Function:
         self.param_specs = list(fn["param_specs"])
         self.num_regs = int(fn["num_regs"])
         self.ret = fn["ret"]
+        # bfloat16 / float8 / int4... parameters and results: ml_dtypes arrays at the boundary
+        self.boundary = fn.get(boundary_dtypes.ATTR)
         ctx = _Ctx(vm, name, fn, timers)
         code = fn["code"]
         self.code = tuple(vm._decode(ins, ctx) for ins in code)
@@ -212,8 +215,14 @@ class _Function:
             raise VMArgumentError(
                 f"{self.name} takes {len(self.params)} argument(s) ({', '.join(self.params)}), "
                 f"got {len(args)}")
+        if self.boundary:
+            args = boundary_dtypes.args_to_storage(args, self.boundary.get("params"), self.name,
+                                                   self.params, VMArgumentError)
         # the device's boundary: on a GPU, in-kernel checks are read once, at the end of the call
-        return self.vm._tensor_ops.call(self, args)
+        out = self.vm._tensor_ops.call(self, args)
+        if self.boundary:
+            out = boundary_dtypes.result_from_storage(out, self.boundary.get("ret"))
+        return out
 
     def run(self, args):
         plans = self._plans
@@ -415,6 +424,9 @@ class VirtualMachine:
         """Arguments converted once (numpy -> NDArray), for repeated calls."""
         if len(args) != len(fn.params):
             fn(*args)  # raises the count error
+        if fn.boundary:
+            args = boundary_dtypes.args_to_storage(args, fn.boundary.get("params"), fn.name,
+                                                   fn.params, VMArgumentError)
         return [to_vm_value(a, s, fn.name, f"argument {p}")
                 for a, s, p in zip(args, fn.param_specs, fn.params)]
 

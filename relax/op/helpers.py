@@ -54,7 +54,8 @@ __all__ = [
     "DTYPE_FLOAT", "DTYPE_NUMERIC", "DTYPE_BOOL", "DTYPE_ANY", "dtype_accepts",
     "check_dtype_class", "float_acc_dtype", "is_numeric",
     # kernels
-    "call_te", "dim_checks", "call_prim", "make_prim_func", "te_reshape", "out_name",
+    "call_te", "dim_checks", "with_checks", "call_prim", "make_prim_func", "te_reshape",
+    "out_name",
 ]
 
 
@@ -452,7 +453,7 @@ def _unbindable_vars(func: PrimFunc, also=()) -> list[TirVar]:
     return out
 
 
-def _with_checks(func: PrimFunc, checks: Sequence[tuple[PrimExpr, str]]) -> PrimFunc:
+def with_checks(func: PrimFunc, checks: Sequence[tuple[PrimExpr, str]]) -> PrimFunc:
     """``func`` with an ``AssertStmt`` per check around the loop nests of its root block.
 
     Around, not ahead of them: ``split_host_device`` then keeps each check on the host, where a
@@ -506,7 +507,7 @@ def call_te(bb, te_func: Callable, *args, checks: Sequence = (), scalars: Sequen
     if extra:
         func = func.replace(params=list(func.params) + extra)
     if unique:
-        func = _with_checks(func, unique)
+        func = with_checks(func, unique)
     new_gvar = bb.add_func(func, gvar.name_hint)
     return call_tir(new_gvar, call.args[1], call.sinfo_args[0],
                     tir_vars=(tir_vars + extra) or None)

@@ -101,7 +101,10 @@ def _in_coord(x: PrimExpr, in_size: PrimExpr, out_size: PrimExpr, mode: str, sca
     follows onnxruntime so ties in nearest rounding come out the same."""
     xf = x.astype(f)
     inf, outf = in_size.astype(f), out_size.astype(f)
-    sc = FloatImm(scale, f) if scale is not None else outf / inf
+    if scale is None:
+        sc = outf / inf
+    else:   # a number, or a value the kernel reads (scales computed at run time)
+        sc = scale.astype(f) if isinstance(scale, PrimExpr) else FloatImm(scale, f)
     half = FloatImm(0.5, f)
     if mode == "half_pixel":
         return (xf + half) / sc - half

@@ -762,7 +762,10 @@ def _legalize_strided_slice(bb, call: Call):
         return te.compute([ext for _, ext, _ in ranges],
                           lambda *i: a[tuple(st + iv * s for iv, (st, _, s) in zip(i, ranges))],
                           "T_strided_slice")
-    return call_te(bb, slice_te, x, primfunc_name_hint="strided_slice")
+    # a symbolic begin or stride that no buffer dim holds (begin = n when the result has m
+    # rows) is a scalar parameter of the kernel
+    return call_te(bb, slice_te, x, primfunc_name_hint="strided_slice",
+                   scalars=[e for st, _, s in ranges for e in (st, s) if isinstance(e, PrimExpr)])
 
 
 register_op("relax.strided_slice", _infer_strided_slice, _legalize_strided_slice,

@@ -23,12 +23,12 @@ from tilecraft.tensorir.stmt import (Block, BlockRealize, Buffer, BufferRegion, 
                            IterVar, Range, seq)
 from tilecraft.tensorir.functor import post_order_visit
 
-from ..expr import Call, Expr, RelaxError, ShapeExpr, TupleGetItem
+from ..expr import Call, Expr, PrimValue, RelaxError, ShapeExpr, TupleGetItem
 from ..struct_info import (ShapeStructInfo, StructInfo, TensorStructInfo, TupleStructInfo,
                            shape_of_sinfo)
 from .base import OpPattern, as_expr, call as _make_call, register_op
 from .helpers import (call_prim, call_te, fmt_dim, fmt_shape, imm, make_prim_func, normalize_axis,
-                      product, te_reshape, tensor_sinfo)
+                      product, te_reshape, tensor_sinfo, with_checks)
 
 __all__ = ["cumsum", "topk", "shape_of", "shape_to_tensor", "tensor_to_shape"]
 
@@ -141,9 +141,10 @@ def topk(x: Expr, k: int = 1, axis: int = -1, ret_type: str = "both", largest: b
          dtype: str = "int64") -> Call:
     """The ``k`` largest (``largest=False``: smallest) elements along ``axis``, sorted, and their
     indices (of ``dtype``), as ONNX ``TopK`` / ``torch.topk``. Equal values come in index order.
-    ``k < 1`` selects all elements (a sort). ``ret_type``: ``"both"`` (a tuple (values,
-    indices)), ``"values"`` or ``"indices"``. NaNs are not ordered (they are never selected
-    unless nothing else is left).
+    ``k < 1`` selects all elements (a sort). ``k`` may be a symbolic value (a ``tensorir``
+    expression, such as a size computed at run time); the kernel then checks that it is at most
+    the dim. ``ret_type``: ``"both"`` (a tuple (values, indices)), ``"values"`` or ``"indices"``.
+    NaNs are not ordered (they are never selected unless nothing else is left).
 
     Examples
     --------
@@ -151,13 +152,19 @@ def topk(x: Expr, k: int = 1, axis: int = -1, ret_type: str = "both", largest: b
     >>> topk(x, 2, ret_type="indices").struct_info
     Tensor((4, 2), 'int64')
     """
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise RelaxError(f"relax.topk: k must be a static int, got {k!r}")
+    args = [as_expr(x)]
+    if isinstance(k, IntImm):
+        k = int(k.value)
+    if isinstance(k, PrimExpr) and not isinstance(k, bool):
+        args.append(PrimValue(k.astype("int64")))   # symbolic: an argument, k None
+        k = None
+    elif isinstance(k, bool) or not isinstance(k, int):
+        raise RelaxError(f"relax.topk: k must be an int or a tensorir expression, got {k!r}")
     if ret_type not in ("both", "values", "indices"):
         raise RelaxError(f"relax.topk: unknown ret_type {ret_type!r} (both, values, indices)")
     if not dt.is_integer(dt.check(dtype)):
         raise RelaxError(f"relax.topk: the index dtype must be an integer type, got {dtype}")
-    return _make_call("relax.topk", [as_expr(x)], {"k": k, "axis": int(axis),
+    return _make_call("relax.topk", args, {"k": k, "axis": int(axis),
                                                    "ret_type": ret_type,
                                                    "largest": bool(largest), "dtype": dtype})
 
@@ -169,6 +176,9 @@ def _topk_shape(call: Call, si: TensorStructInfo):
     axis = normalize_axis(call.op.name, a["axis"], si.ndim, node=call)
     n = si.shape[axis]
     k = a["k"]
+    if k is None:   # symbolic k: the second argument
+        kk = call.args[1].struct_info.value
+        return axis, kk, si.shape[:axis] + (kk,) + si.shape[axis + 1:]
     if k < 1:
         return axis, n, si.shape
     if isinstance(n, IntImm) and k > n.value:
@@ -225,6 +235,9 @@ def _legalize_topk(bb, call: Call):
                                            For(e, 0, n, "serial", take)))
     nest = _row_nest(shape, axis, "topk", body, [X], [V, I])
     func = make_prim_func([X, V, I], nest, "topk")
+    if a["k"] is None:
+        func = with_checks(func, [(kk <= n, f"{call.op.name}: k is larger than dimension "
+                                            f"{axis} of the input")])
     res = call_prim(bb, func, "topk", [x], [TensorStructInfo(out_shape, si.dtype),
                                              TensorStructInfo(out_shape, a["dtype"])])
     if a["ret_type"] == "both":

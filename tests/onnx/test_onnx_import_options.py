@@ -91,7 +91,9 @@ def test_model_local_functions_are_inlined():
     np.testing.assert_allclose(vm["main"](x).numpy(), 2 * x)
 
 
-def test_lowbit_types_in_storage():
+def test_lowbit_types_at_the_vm_boundary(tmp_path):
+    """bfloat16 / float8 / int4 values come in and go out as ml_dtypes arrays (their storage
+    dtype is accepted too); the types survive export_library / load_executable."""
     import ml_dtypes
     rng = np.random.default_rng(3)
     model = one_node("Cast", [("x", "float32", [8])], [("y", "float32", None)],
@@ -99,13 +101,33 @@ def test_lowbit_types_in_storage():
     x = rand(rng, (8,), lo=-500, hi=500)
     mod = relax.frontend.from_onnx(model)
     vm = relax.VirtualMachine(relax.build(mod, TARGET), targets.cpu(0))
-    bits = vm["main"](x).numpy()
-    assert bits.dtype == np.uint8
+    y = vm["main"](x)
+    assert y.dtype == "float8_e4m3fn"
     ref = np.clip(x, -448, 448).astype(ml_dtypes.float8_e4m3fn)   # saturate=1
-    np.testing.assert_array_equal(bits, ref.view(np.uint8))
-    model = one_node("Cast", [("x", "float32", [8])], [("y", "float32", None)],
-                     {"to": TensorProto.BFLOAT16})
-    vm = relax.VirtualMachine(relax.build(relax.frontend.from_onnx(model), TARGET),
-                              targets.cpu(0))
-    np.testing.assert_array_equal(vm["main"](x).numpy(),
-                                  x.astype(ml_dtypes.bfloat16).view(np.uint16))
+    np.testing.assert_array_equal(y.numpy().view(np.uint8), ref.view(np.uint8))
+
+    # a bfloat16 input, a float32 and an int4 output (a tuple result)
+    g = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT),
+         helper.make_node("Add", ["x", "x"], ["twice"]),
+         helper.make_node("Cast", ["f"], ["q"], to=TensorProto.INT4)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [6])],
+        [helper.make_tensor_value_info("f", TensorProto.FLOAT, [6]),
+         helper.make_tensor_value_info("twice", TensorProto.BFLOAT16, [6]),
+         helper.make_tensor_value_info("q", TensorProto.INT4, [6])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    exe = relax.build(relax.frontend.from_onnx(model), TARGET)
+    path = str(tmp_path / "bf16.so")
+    exe.export_library(path)
+    xb = rng.integers(-8, 8, 6).astype(np.float32).astype(ml_dtypes.bfloat16)
+    for e in (exe, relax.load_executable(path)):
+        vm = relax.VirtualMachine(e, targets.cpu(0))
+        for arg in (xb, xb.view(np.uint16)):      # ml_dtypes, or the storage as before
+            f, twice, q = (o.numpy() for o in vm["main"](arg))
+            assert (f.dtype, twice.dtype, q.dtype) == (np.float32, xb.dtype,
+                                                       np.dtype(ml_dtypes.int4))
+            np.testing.assert_array_equal(f, xb.astype(np.float32))
+            np.testing.assert_array_equal(twice, (xb.astype(np.float32) * 2).astype(xb.dtype))
+            np.testing.assert_array_equal(q.astype(np.int8), xb.astype(np.int8))
+    with pytest.raises(relax.VMArgumentError, match="must be a bfloat16 array"):
+        vm["main"](np.zeros(6, np.float32))

@@ -8,7 +8,8 @@ size ``i`` (0 and 1: two batch sizes and, for text, two sequence lengths), and
 ``entry.dynamic_shapes`` the ``torch.export`` dims (dynamic batch; text models a dynamic
 sequence length too). ``PATHS`` maps an import path to ``path(model, args, dynamic_shapes) ->
 IRModule``: ``"torch.export"`` is ``torch.export.export`` then ``relax.frontend.from_torch``;
-another path (``torch.onnx.export(dynamo=True)`` then ``from_onnx``) is one more entry.
+``"onnx-dynamo"`` is ``torch.onnx.export(..., dynamo=True)`` (the current exporter: opset 18+,
+through ``onnxscript``) with the same dynamic dims, then ``relax.frontend.from_onnx``.
 
 Used by ``tests/e2e/test_hf_models.py`` (correctness, both sizes against PyTorch eager) and
 ``benchmarks/hf_import.py`` (the table in docs/frontends.md).
@@ -22,7 +23,9 @@ Examples
 """
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -236,7 +239,21 @@ def via_torch_export(model: nn.Module, args: tuple, dynamic_shapes):
     return from_torch(ep)
 
 
-PATHS: dict[str, Callable] = {"torch.export": via_torch_export}
+def via_onnx_dynamo(model: nn.Module, args: tuple, dynamic_shapes):
+    """``torch.onnx.export(dynamo=True)`` (in memory, the exporter's default graph
+    optimizations on) then ``from_onnx``. The ``torch.export.Dim`` names become the ONNX
+    model's dim names (``batch``, ``seq``)."""
+    from tilecraft.relax.frontend import from_onnx
+    # the exporter logs its progress and warns about torchvision's missing ops
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=dynamic_shapes,
+                                    verbose=False)
+    return from_onnx(program.model_proto)
+
+
+PATHS: dict[str, Callable] = {"torch.export": via_torch_export, "onnx-dynamo": via_onnx_dynamo}
 
 
 def reference(model: nn.Module, args: tuple) -> list[np.ndarray]:

@@ -1,18 +1,22 @@
 """Kernels the ONNX converters emit themselves, for operations the Relax operator set lacks:
-``emit_map`` (an elementwise kernel), ``emit_kernel`` (any te function) and ``mark_opaque``.
+``emit_map`` (an elementwise kernel), ``emit_kernel`` (any te function),
+``emit_checked_kernel`` (one that checks the values it reads) and ``mark_opaque``.
 
 The converters (``ops/``) and the low-bit type conversions (``lowbit.py``) use them.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from tilecraft.tensorir import te
+from tilecraft.tensorir.expr import IntImm
+from tilecraft.tensorir.stmt import AssertStmt
 
 from ...expr import Expr, OpPattern
-from ...op.helpers import broadcast_index, broadcast_shapes, call_te, out_name
+from ...op.helpers import broadcast_index, broadcast_shapes, call_prim, call_te, out_name
+from ...struct_info import TensorStructInfo
 
-__all__ = ["emit_map", "emit_kernel", "mark_opaque"]
+__all__ = ["emit_map", "emit_kernel", "emit_checked_kernel", "mark_opaque"]
 
 
 def emit_map(ctx, fcompute: Callable, *inputs: Expr, dtype: str | None = None,
@@ -41,6 +45,31 @@ def emit_kernel(ctx, te_func: Callable, *args, name: str = "kernel", scalars=(),
     dims that no input binds (output sizes from ``runtime_dims``) become scalar parameters."""
     return ctx.emit(call_te(ctx.bb, te_func, *args, scalars=scalars, primfunc_name_hint=name,
                             **kwargs), name)
+
+
+def emit_checked_kernel(ctx, te_func: Callable, *args: Expr, name: str = "kernel",
+                        scalars: Sequence = ()) -> Expr:
+    """A kernel that checks values it reads: ``te_func(*placeholders)`` returns ``(out,
+    checks)``, ``out`` a te tensor (or a list of them: the call is then a tuple) and ``checks``
+    ``(condition, message)`` pairs over the placeholders (``a[0] < 3``), asserted when the
+    kernel starts: a failed one stops the call with ``message`` (a Python exception of the
+    VM), as ONNX runtimes refuse an axis out of range. ``scalars``: symbolic values the body
+    uses that no buffer shape binds (sizes from ``runtime_dims``)."""
+    phs = [te.placeholder(ctx.shape(a), ctx.dtype(a), f"in{k}") for k, a in enumerate(args)]
+    out, checks = te_func(*phs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    scalars = [v for v in scalars if not isinstance(v, IntImm)]
+    func = te.create_prim_func(phs + outs + scalars)
+    root_realize = func.body
+    root = root_realize.block
+    body = root.body
+    for cond, message in reversed(list(checks)):
+        body = AssertStmt(cond, message, body)
+    func = func.replace(body=root_realize.replace(block=root.replace(body=body)))
+    sinfo = [TensorStructInfo(tuple(o.shape), o.dtype) for o in outs]
+    call = call_prim(ctx.bb, func, name, list(args), sinfo if len(sinfo) > 1 else sinfo[0],
+                     tir_vars=scalars)
+    return ctx.emit(call, name)
 
 
 def mark_opaque(ctx, call) -> None:

@@ -26,7 +26,7 @@ from tilecraft import tensorir
 from tilecraft.tensorir.expr import IntImm, PrimExpr, TIRError, Var as TirVar
 from tilecraft.tensorir.function import IRModule
 
-from ... import op as _op
+from ... import boundary_dtypes, op as _op
 from ...block_builder import BlockBuilder
 from ...expr import Call, Constant, Expr, Op, RelaxError, ShapeExpr, Tuple, Var, const
 from ...struct_info import ShapeStructInfo, TensorStructInfo
@@ -234,7 +234,10 @@ class GraphContext:
     def expr(self, v: Value) -> Expr:
         """The Relax expression of a value (a constant or a shape tensor made on first use)."""
         if v.expr is None:
-            v.expr = self.materialize(v.known, v.dtype)
+            e = self.materialize(v.known, v.dtype)
+            if self.importer.branch_depth and not isinstance(e, Constant):
+                return e    # bound inside a branch of an If: not visible after it
+            v.expr = e
         return v.expr
 
     def materialize(self, arr: np.ndarray, dtype: str) -> Expr:
@@ -280,6 +283,7 @@ class GraphContext:
         shp = self.emit(_op.tensor_to_shape(ints), "shape")
         expected = expected or [None] * n[0].value
         dims = [self.importer.fresh_var(what) if e is None else e for e in expected]
+        self.importer.runtime_vars.update(id(d) for d in dims if isinstance(d, TirVar))
         self.bb.match_cast(shp, ShapeStructInfo(dims), _sanitize(what))
         return tuple(dims)
 
@@ -306,11 +310,18 @@ class GraphImporter:
         self.shape_dict = dict(shape_dict or {})
         self.keep_params_in_input = bool(keep_params_in_input)
         self.opset_override = opset
+        self.domain_opsets: dict[str, int] = {}   # versions of the other domains imported
         self.sym_vars: dict[str, TirVar] = {}
         self._fresh_count: dict[str, int] = {}
         self.problems: list[str] = []
         self.constant_inputs: list[str] = []
         self.producers: dict[str, list] = {}   # value name -> the inputs of its node
+        # ids of the dims bound in the middle of the function (sizes computed at run time):
+        # the checks made at its start cannot name them
+        self.runtime_vars: set[int] = set()
+        # > 0 while converting the branches of an If on a run-time condition: checks hoisted to
+        # the function's start would run whichever branch is taken
+        self.branch_depth = 0
         # facts about the symbolic dims (sizes are >= 0) and the run-time checks behind the
         # ones a converter needed but could not prove (see Expand)
         self.facts = ShapeFacts()
@@ -345,6 +356,8 @@ class GraphImporter:
                 raise ValueError(f"from_onnx: the model's local functions cannot be inlined: "
                                  f"{err}") from None
         self.opset = self._resolve_opset(model)
+        self.domain_opsets = {imp.domain: int(imp.version) for imp in model.opset_import
+                              if imp.domain not in _DEFAULT_DOMAINS}
         graph = model.graph
         problems = _graph_problems(graph, set(), "")
         if not graph.output:
@@ -403,11 +416,19 @@ class GraphImporter:
         seen: set = set()
 
         def value_types(g, where):
-            for vi in list(g.input) + list(g.output):
+            values = [(vi, False) for vi in g.input] + [(vi, True) for vi in g.output]
+            for vi, is_output in values:
                 kind = vi.type.WhichOneof("value")
                 if kind is None:
                     continue
-                if kind != "tensor_type":
+                if kind == "sequence_type" and is_output and \
+                        vi.type.sequence_type.elem_type.WhichOneof("value") == "tensor_type":
+                    continue   # a result made in the graph: a tuple of its tensors
+                if kind == "sequence_type" and not is_output:
+                    problems.append(f"{where}value {vi.name!r} is a sequence input (not "
+                                    f"supported: its length is not known when the model is "
+                                    f"imported)")
+                elif kind != "tensor_type":
                     problems.append(f"{where}value {vi.name!r} is a {kind.replace('_type', '')}, "
                                     f"not a tensor (not supported)")
                 elif not supported_elem_type(vi.type.tensor_type.elem_type) and \
@@ -441,26 +462,48 @@ class GraphImporter:
         if problems:
             raise UnsupportedError("from_onnx", problems)
 
+    def _function_schema(self, proto: onnx.NodeProto):
+        """The schema of an operator of another domain the model imports that ONNX defines as
+        a function (imported through its body), or None."""
+        version = self.domain_opsets.get(proto.domain)
+        if version is None:
+            return None
+        try:
+            schema = onnx.defs.get_schema(proto.op_type, version, proto.domain)
+        except Exception:
+            return None
+        if not (getattr(schema, "function_opset_versions", None) or
+                getattr(schema, "context_dependent_function_opset_versions", None)):
+            return None
+        return schema
+
     def _node_problems(self, proto: onnx.NodeProto, opset: int, label: str, name: str,
                        depth: int = 0) -> list[str]:
+        domain_version = None
         if proto.domain not in _DEFAULT_DOMAINS:
             contrib = CONTRIB_CONVERTERS.get((proto.domain, proto.op_type))
-            if contrib is None:
+            if contrib is not None:
+                if contrib.check is None:
+                    return []
+                return [f"{label}: {p}" for p in contrib.check(OnnxNode(proto, opset, 1, name))]
+            schema = self._function_schema(proto)
+            if schema is None:
                 known = sorted(f"{d}.{o}" for d, o in CONTRIB_CONVERTERS)
                 return [f"{label}: the operator {proto.domain}.{proto.op_type} is not supported "
-                        f"(other domains than the standard one: {known})"]
-            if contrib.check is None:
-                return []
-            return [f"{label}: {p}" for p in contrib.check(OnnxNode(proto, opset, 1, name))]
-        try:
-            schema = onnx.defs.get_schema(proto.op_type, opset, "")
-        except Exception:
-            return [f"{label}: {proto.op_type} is not an operator of the standard domain at "
-                    f"opset {opset}"]
-        conv = CONVERTERS.get(proto.op_type)
+                        f"(operator domain {proto.domain!r}: of other domains than the standard "
+                        f"one, {known} and the operators ONNX defines as functions are)"]
+            domain_version = self.domain_opsets[proto.domain]
+        else:
+            try:
+                schema = onnx.defs.get_schema(proto.op_type, opset, "")
+            except Exception:
+                return [f"{label}: {proto.op_type} is not an operator of the standard domain "
+                        f"at opset {opset}"]
+        conv = CONVERTERS.get(proto.op_type) if domain_version is None else None
         if conv is None:
             try:
-                body = _function_body(proto, schema, opset) if depth < 6 else None
+                body = _function_body(proto, schema, opset, None, domain_version) \
+                    if depth < 6 else None
             except _NeedsTypes:
                 return []   # a body that depends on the input types: checked when converting
             if body is None:
@@ -571,17 +614,29 @@ class GraphImporter:
         attrs = {"num_input": num_input}
         if weights:
             attrs["params"] = tuple(const(w) for w in weights)
+        in_types = tuple(_ml_name(ctx.lookup(vi.name)) for vi in graph.input
+                         if vi.name not in inits)
         with bb.function(func_name, params, attrs=attrs):
             with bb.dataflow():
                 self.convert_graph(ctx, graph)
                 if self.problems:
                     raise UnsupportedError("from_onnx", self.problems,
                                            constant_inputs=self.constant_inputs)
-                outs = [ctx.expr(ctx.lookup(o.name)) for o in graph.output]
+                out_values = [ctx.lookup(o.name) for o in graph.output]
+                outs = [ctx.expr(v) for v in out_values]
                 result = outs[0] if len(outs) == 1 else Tuple(outs)
                 gv = bb.emit_output(result)
             bb.emit_func_output(gv)
-        bb.update_func(func_name, self.facts.attach(bb.get()[func_name]))
+        func = self.facts.attach(bb.get()[func_name])
+        out_types = tuple(_ml_name(v) for v in out_values)
+        if any(in_types) or any(out_types):
+            # bfloat16, float8, int4... values: the VM takes and returns them as ml_dtypes
+            # arrays (relax.boundary_dtypes)
+            attrs = func.attr_dict
+            attrs[boundary_dtypes.ATTR] = {
+                "params": in_types, "ret": out_types[0] if len(out_types) == 1 else out_types}
+            func = func.replace(attrs=attrs)
+        bb.update_func(func_name, func)
 
     def convert_graph(self, ctx: GraphContext, graph: onnx.GraphProto) -> None:
         """Convert the nodes of ``graph`` (its initializers are defined by the caller for the
@@ -598,23 +653,26 @@ class GraphImporter:
             self.convert_node(ctx, proto, proto.name or f"{proto.op_type}_{k}")
 
     def convert_node(self, ctx: GraphContext, proto: onnx.NodeProto, name: str) -> None:
-        contrib = None
-        if proto.domain not in _DEFAULT_DOMAINS:
-            # checked by _node_problems: a registered operator of another domain
-            contrib = CONTRIB_CONVERTERS[(proto.domain, proto.op_type)]
-            node = OnnxNode(proto, ctx.opset, 1, name)
+        other_domain = proto.domain not in _DEFAULT_DOMAINS
+        # checked by _node_problems: a registered operator of another domain, or one ONNX
+        # defines as a function
+        contrib = CONTRIB_CONVERTERS.get((proto.domain, proto.op_type)) if other_domain else None
+        if contrib is not None:
             schema = None
+            node = OnnxNode(proto, ctx.opset, 1, name)
         else:
-            schema = onnx.defs.get_schema(proto.op_type, ctx.opset, "")
+            schema = self._function_schema(proto) if other_domain else \
+                onnx.defs.get_schema(proto.op_type, ctx.opset, "")
             node = OnnxNode(proto, ctx.opset, schema.since_version, name)
         # a value that could not be made (an earlier problem): skip what depends on it
         missing = [i for i in node.inputs if i and _is_poisoned(ctx, i)]
         if missing:
             self._poison(ctx, node)
             return
-        conv = contrib or CONVERTERS.get(node.op_type)
+        conv = contrib if other_domain else CONVERTERS.get(node.op_type)
         if conv is None:
-            self._expand(ctx, node, proto, schema, name)
+            self._expand(ctx, node, proto, schema, name,
+                         self.domain_opsets[proto.domain] if other_domain else None)
             return
         if conv.check is not None:
             issues = conv.check(node)
@@ -723,11 +781,11 @@ class GraphImporter:
                 out.append(r)
         return out
 
-    def _expand(self, ctx, node, proto, schema, name) -> None:
+    def _expand(self, ctx, node, proto, schema, name, domain_version=None) -> None:
         """Convert an operator without a converter through its ONNX function body."""
         types = [_type_proto(ctx.lookup(i)) if i else onnx.TypeProto() for i in node.inputs]
         try:
-            body = _function_body(proto, schema, ctx.opset, types)
+            body = _function_body(proto, schema, ctx.opset, types, domain_version)
         except _NeedsTypes:
             body = None
         if body is None:
@@ -789,6 +847,11 @@ class GraphImporter:
 
 
 _POISON = Value()
+
+
+def _ml_name(v: Value) -> str:
+    """The ml_dtypes name of a value held in a storage dtype, else ""."""
+    return lowbit.BY_NAME[v.logical].ml_name if v.logical else ""
 
 # converters that handle lowbit values themselves
 _LOWBIT_AWARE = {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Identity",
@@ -857,14 +920,18 @@ class _NeedsTypes(TilecraftError):
 _EXPANSIONS = [0]
 
 
-def _function_body(proto: onnx.NodeProto, schema, opset: int, input_types=None):
+def _function_body(proto: onnx.NodeProto, schema, opset: int, input_types=None,
+                   domain_version: int | None = None):
     """``(nodes, opset)``: the body of an ONNX function operator for this node (inputs and
-    outputs renamed to the node's, internal values made unique) and the opset the body is
-    written in; None when the operator has no function body. A context-dependent body needs
-    ``input_types`` (TypeProtos); without them ``_NeedsTypes`` is raised."""
-    plain = [v for v in getattr(schema, "function_opset_versions", []) if v <= opset]
+    outputs renamed to the node's, internal values made unique) and the standard-domain opset
+    the body is written in; None when the operator has no function body. A context-dependent
+    body needs ``input_types`` (TypeProtos); without them ``_NeedsTypes`` is raised.
+    ``domain_version``: the model's version of the operator's domain when it is not the
+    standard one (``ai.onnx.preview``'s FlexAttention)."""
+    version = opset if domain_version is None else domain_version
+    plain = [v for v in getattr(schema, "function_opset_versions", []) if v <= version]
     typed = [v for v in getattr(schema, "context_dependent_function_opset_versions", [])
-             if v <= opset]
+             if v <= version]
     if not plain and not typed:
         return None
     node = onnx.NodeProto()

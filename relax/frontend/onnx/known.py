@@ -161,8 +161,18 @@ def _cast(node, a, d):
     to = node.attr("to")
     if to not in ONNX_DTYPES:
         raise _NotFoldable
-    target = ONNX_DTYPES[to]
-    x = a[0]
+    return _cast_to(a[0], ONNX_DTYPES[to])
+
+
+@_rule("CastLike", symbolic=True)
+def _cast_like(node, a, d):
+    # torch.onnx.export(dynamo=True) writes its constants as CastLike(constant, size)
+    if d[1] not in dt.SCALAR_TYPES:
+        raise _NotFoldable
+    return _cast_to(a[0], d[1])
+
+
+def _cast_to(x, target: str):
     if is_symbolic(x):
         if not dt.is_integer(target):
             raise _NotFoldable

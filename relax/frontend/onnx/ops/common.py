@@ -11,6 +11,7 @@ from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr
 
 from .... import op as _op
 from ....expr import Expr, const
+from ..known import as_int
 from ..registry import ConversionError
 
 
@@ -105,3 +106,30 @@ def conv_auto_pads(node, in_dims, kernel, strides, dilations, transpose=False):
             begins.append(big)
             ends.append(small)
     return begins + ends
+
+
+def int_vector(ctx, values) -> Expr:
+    """A 1-D int64 tensor of ints / PrimExprs (symbolic dims)."""
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = [as_int(v) for v in values]
+    if all(isinstance(v, int) for v in arr):
+        return const(np.array(list(arr), dtype=np.int64))
+    return ctx.materialize(arr, "int64")
+
+
+def runtime_ints(ctx, node, i, what) -> Expr:
+    """Input ``i`` as a 1-D int64 tensor (computed at run time; a scalar becomes one entry)."""
+    x = ctx.input(node, i)
+    if len(ctx.shape(x)) == 0:
+        x = ctx.emit(_op.reshape(x, (1,)))
+    return cast(ctx, x, "int64")
+
+
+def static_length(ctx, x: Expr, what: str) -> int:
+    """The length of a 1-D tensor, which must be static (it sets a rank or a count)."""
+    shape = ctx.shape(x, what)
+    n = static_int(shape[0]) if len(shape) == 1 else None
+    if n is None:
+        raise ConversionError(f"{what} must be a 1-D tensor of static length (it sets the rank "
+                              f"or the number of results), got {x.struct_info!r}")
+    return n

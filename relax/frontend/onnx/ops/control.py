@@ -1,16 +1,22 @@
-"""Control flow: ``If`` with a condition known at import time, ``Loop`` and ``Scan`` with a trip
-count known at import time.
+"""Control flow: ``If``, ``Loop`` and ``Scan`` with a trip count known at import time.
 
 The subgraphs are converted inline: the branch ``If`` takes, or the loop body once per iteration
-(unrolled), in a scope that sees the enclosing graph's values. A ``Loop``'s iteration number is an
-import-time value in each copy of the body, so shape arithmetic on it stays exact; its condition
+(unrolled), in a scope that sees the enclosing graph's values. An ``If`` whose condition is
+computed at run time becomes a Relax ``If`` whose branches hold the converted subgraphs (the
+branches must agree on each result's dtype and rank; a dim they do not share is a fresh dim
+after it). A ``Loop``'s iteration number is an import-time value in each copy of the body, so shape arithmetic on it stays exact; its condition
 must stay known at import time (a loop that exits on a value computed at run time is refused).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.structural import structural_equal
+
 from .... import op as _op
+from ....expr import BindingBlock, If, SeqExpr, Tuple, TupleGetItem
+from ....struct_info import TensorStructInfo, TupleStructInfo
 from ...common import UnsupportedError
 from ..registry import ConversionError, NeedsConstant, converter
 from ..values import Value
@@ -36,17 +42,83 @@ def _convert_subgraph(ctx, graph, bindings: dict) -> list:
         ctx.scopes.pop()
 
 
-@converter("If", family="control", const_inputs={0: "cond"},
-           doc="the branch chosen by a condition known at import time, inlined")
+@converter("If", family="control",
+           doc="the branch a condition known at import time chooses, inlined; a relax If "
+               "when it is computed at run time")
 def _if(ctx, node):
     cond = ctx.known(node, 0)
     if cond is None or cond.dtype == object:
-        raise NeedsConstant("input 0 (cond) must be known when the model is imported (an If "
-                            "on a value computed at run time is not supported)", node.inputs[0])
+        return _runtime_if(ctx, node)
     branch = node.attr("then_branch") if bool(np.asarray(cond).reshape(-1)[0]) else \
         node.attr("else_branch")
     outs = _convert_subgraph(ctx, branch, {})
     return outs
+
+
+def _runtime_if(ctx, node):
+    """A relax ``If``: each branch converted into a block of its own. A result dim that the
+    branches do not share (or that a branch computes at run time) becomes a fresh dim after
+    the ``If`` (``match_cast``)."""
+    cond = ctx.input(node, 0)
+    if len(ctx.shape(cond)) != 0:
+        cond = ctx.emit(_op.reshape(cond, ()))
+    before = set(ctx.importer.runtime_vars)
+    ctx.importer.branch_depth += 1
+    bodies, results = [], []
+    try:
+        for attr in ("then_branch", "else_branch"):
+            with ctx.bb.branch() as br:
+                exprs = [ctx.expr(v) for v in _convert_subgraph(ctx, node.attr(attr), {})]
+                out = exprs[0] if len(exprs) == 1 else ctx.bb.emit(Tuple(exprs))
+            bodies.append(SeqExpr([BindingBlock(br.bindings)] if br.bindings else [], out))
+            results.append([e.struct_info for e in exprs])
+    finally:
+        ctx.importer.branch_depth -= 1
+    local = ctx.importer.runtime_vars - before     # dims bound inside a branch
+    joined = [_join(k, a, b, local) for k, (a, b) in enumerate(zip(*results))]
+    # the If's own struct info: a result dim the branches do not share is unknown there
+    loose = [j if not isinstance(j, list) else
+             TensorStructInfo(None, results[0][k].dtype, ndim=len(j))
+             if any(d is None for d in j) else TensorStructInfo(tuple(j), results[0][k].dtype)
+             for k, j in enumerate(joined)]
+    sinfo = loose[0] if len(loose) == 1 else TupleStructInfo(loose)
+    res = ctx.emit(If(cond, bodies[0], bodies[1], sinfo), "if")
+    outs = [res] if len(loose) == 1 else [ctx.emit(TupleGetItem(res, k))
+                                          for k in range(len(loose))]
+    return [_refine(ctx, o, j) for o, j in zip(outs, joined)]
+
+
+def _join(k: int, a, b, local: set):
+    """What both branches say of result ``k``: for tensors (of one dtype and rank) the list of
+    dims, a dim the branches share (and do not bind inside) kept, the others ``None``; for
+    anything else the struct info itself, which must be the same in both."""
+    if not isinstance(a, TensorStructInfo) or not isinstance(b, TensorStructInfo):
+        if a == b:
+            return a
+        raise ConversionError(f"If: output {k} differs between the branches ({a!r} and "
+                              f"{b!r})")
+    if a.dtype != b.dtype or a.ndim != b.ndim or a.shape is None or b.shape is None:
+        raise UnsupportedError("from_onnx", [
+            f"If on a condition computed at run time: output {k} has {a!r} in one branch and "
+            f"{b!r} in the other (not supported: the branches must agree on dtype and rank)"])
+    return [x if structural_equal(x, y) and not _uses_ids(x, local) else None
+            for x, y in zip(a.shape, b.shape)]
+
+
+def _uses_ids(e, ids: set) -> bool:
+    found = []
+    post_order_visit(e, lambda n: found.append(n) if id(n) in ids else None)
+    return bool(found)
+
+
+def _refine(ctx, e, dims):
+    """A result whose dims the branches do not share cast to fresh dims there (checked when
+    the model runs); the shared dims kept."""
+    if not isinstance(dims, list) or all(d is not None for d in dims):
+        return e
+    fresh = [ctx.fresh_var("if_dim") if d is None else d for d in dims]
+    ctx.importer.runtime_vars.update(id(d) for d, old in zip(fresh, dims) if old is None)
+    return ctx.bb.match_cast(e, TensorStructInfo(tuple(fresh), e.struct_info.dtype), "if_out")
 
 
 def _known_bool(v: Value):

@@ -1,10 +1,11 @@
 """Resize (opsets 10 to 19) and Upsample, through ``relax.op.image.resize2d``.
 
 The resized axes are the last two of a 4-D input (NCHW); output sizes come from ``sizes`` or
-``floor(in * scales)``, with ``axes`` and ``keep_aspect_ratio_policy`` resolved at import time.
-With ``scales`` the coordinate transform uses the given factors, as ONNX says. ``sizes`` may
-be computed at run time (the output dims are then fresh symbolic dims); ``scales`` must be known
-at import time (they enter the transform).
+``floor(in * scales)``, with ``axes`` and ``keep_aspect_ratio_policy``. With ``scales`` the
+coordinate transform uses the given factors, as ONNX says. ``scales`` and ``sizes`` may be
+computed at run time: the output dims are then fresh symbolic dims, and the factors the
+transform uses (the scales, or the ratio ``keep_aspect_ratio_policy`` picks) are read by the
+kernel from a small float64 tensor.
 """
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import Cast, FloatImm, FloorMod, IntImm, Select
 
 from .... import op as _op
+from ....expr import const
+from ....op.image import _te_resize
 from ..emit import emit_kernel
-from ..registry import ConversionError, NeedsConstant, converter
-from .common import norm_axes, static_int
-from .tensor import _runtime_ints
+from ..registry import ConversionError, converter
+from .common import cast, int_vector, norm_axes, runtime_ints, static_int, static_length
 
 _MODES = {"nearest", "linear", "cubic"}
 _COORD = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -94,11 +96,56 @@ def _resize(ctx, node, x, scales, sizes, mode, coord, nearest, cubic_a, exclude)
 
 
 def _floats(ctx, node, i, what):
+    """Input ``i`` as floats when known at import time, else None."""
     v = ctx.known(node, i)
     if v is None or v.dtype == object:
-        raise NeedsConstant(f"input {i} ({what}) must be a constant (the scales enter the "
-                            f"coordinate transform)", node.inputs[i])
+        return None
     return [float(s) for s in np.asarray(v).reshape(-1)]
+
+
+def _runtime_resize(ctx, node, x, scales, sizes, mode, coord, nearest, cubic_a, exclude):
+    """Resize with ``scales`` or ``sizes`` (keep_aspect_ratio_policy) computed at run time
+    (int64 / float tensors with one entry per axis): the output dims as fresh dims, the
+    factors of the coordinate transform read by the kernel."""
+    xs = ctx.shape(x)
+    rank = len(xs)
+    if rank != 4:
+        raise ConversionError(f"Resize of a rank-{rank} tensor (only 4-D NCHW)")
+    axes = node.attr("axes")
+    axes = norm_axes(axes, rank) if axes is not None else list(range(rank))
+    e = ctx.emit
+    f64 = "float64"
+    given = scales if scales is not None else sizes
+    if static_length(ctx, given, "scales" if scales is not None else "sizes") != len(axes):
+        raise ConversionError(f"Resize: {static_length(ctx, given, 'scales')} entries for "
+                              f"{len(axes)} axes")
+    # the entries per dim of the input (1.0 for dims not in axes)
+    where = const(np.array([axes.index(k) if k in axes else len(axes) for k in range(rank)],
+                           np.int64))
+    dims = cast(ctx, int_vector(ctx, list(xs)), f64)
+    if scales is not None:
+        sc = e(_op.concat([cast(ctx, scales, f64), const(np.ones(1))], 0))
+        full = e(_op.take(sc, where, 0))
+        out = e(_op.floor(e(_op.multiply(dims, full))))
+    else:
+        in_axes = cast(ctx, int_vector(ctx, [xs[a] for a in axes]), f64)
+        ratio = e(_op.divide(cast(ctx, sizes, f64), in_axes))
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        r = e((_op.min if policy == "not_larger" else _op.max)(ratio, keepdims=True))
+        in_axes_mask = const(np.array([k in axes for k in range(rank)]))
+        full = e(_op.where(in_axes_mask, r, const(np.ones(1))))
+        out = e(_op.floor(e(_op.add(e(_op.multiply(dims, full)), const(np.array(0.5))))))
+    # the batch and channel dims must stay (checked when the model runs)
+    out_dims = ctx.runtime_dims(cast(ctx, out, "int64"), "size", [xs[0], xs[1], None, None])
+    oh, ow = out_dims[2], out_dims[3]
+    out_dtype = ctx.dtype(x)
+
+    def kernel(data, s):
+        return _te_resize(data, size=(oh, ow), layout="NCHW", method=mode,
+                          coordinate_transformation_mode=coord, rounding_method=nearest,
+                          cubic_alpha=cubic_a, cubic_exclude=exclude, scales=(s[2], s[3]),
+                          out_dtype=out_dtype)
+    return emit_kernel(ctx, kernel, x, full, name="resize2d", scalars=[oh, ow])
 
 
 @converter("Resize", family="image", check=_resize_check,
@@ -108,6 +155,9 @@ def _resize_conv(ctx, node):
     mode = node.attr("mode", "nearest")
     if node.version < 11:
         scales = _floats(ctx, node, 1, "scales")
+        if scales is None:
+            return _runtime_resize(ctx, node, x, ctx.input(node, 1), None, mode, "asymmetric",
+                                   "floor", -0.75, 0)
         return _resize(ctx, node, x, scales, None, mode, "asymmetric", "floor", -0.75, 0)
     coord = node.attr("coordinate_transformation_mode", "half_pixel")
     nearest = node.attr("nearest_mode", "round_prefer_floor")
@@ -117,19 +167,27 @@ def _resize_conv(ctx, node):
     scales = None
     if node.has_input(3):
         sizes = ctx.maybe_ints(node, 3)
+        if sizes is not None and node.attr("keep_aspect_ratio_policy", "stretch") != \
+                "stretch" and not all(isinstance(v, int) for v in sizes):
+            sizes = None
         if sizes is None:
             if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-                raise NeedsConstant("input 3 (sizes) must be a constant with "
-                                    "keep_aspect_ratio_policy", node.inputs[3])
+                return _runtime_resize(ctx, node, x, None, runtime_ints(ctx, node, 3, "sizes"),
+                                       mode, coord, nearest, cubic_a, exclude)
             xs = ctx.shape(x)
             axes = node.attr("axes")
             axes = norm_axes(axes, len(xs)) if axes is not None else list(range(len(xs)))
             # the resized axes get fresh dims; any other entry must equal the input's dim
             expected = [None if a >= 2 else xs[a] for a in axes]
-            sizes = list(ctx.runtime_dims(_runtime_ints(ctx, node, 3, "sizes"), "size",
+            sizes = list(ctx.runtime_dims(runtime_ints(ctx, node, 3, "sizes"), "size",
                                           expected))
     if sizes is None and node.has_input(2):
         scales = _floats(ctx, node, 2, "scales")
+        if scales is None:
+            t = ctx.input(node, 2)
+            if static_int(ctx.shape(t)[0]) != 0:
+                return _runtime_resize(ctx, node, x, t, None, mode, coord, nearest, cubic_a,
+                                       exclude)
         if not scales:
             scales = None
     if sizes is None and scales is None:
@@ -144,6 +202,9 @@ def _upsample(ctx, node):
     scales = node.attr("scales") if node.version < 9 else _floats(ctx, node, 1, "scales")
     mode = node.attr("mode", "nearest")
     mode = "linear" if mode in ("linear", "bilinear") else "nearest"
+    if scales is None:
+        return _runtime_resize(ctx, node, x, ctx.input(node, 1), None, mode, "asymmetric",
+                               "floor", -0.75, 0)
     return _resize(ctx, node, x, scales, None, mode, "asymmetric", "floor", -0.75, 0)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import IntImm, Select, Var as TirVar
+from tilecraft.tensorir.expr import FloorDiv, FloorMod, IntImm, Select, Var as TirVar
 from tilecraft.tensorir.stmt import Block, BlockRealize, BufferRegion, BufferStore, For, Range, seq
 
 from .... import op as _op
@@ -14,8 +14,9 @@ from ....expr import const
 from ....op.helpers import call_prim
 from ....struct_info import TensorStructInfo
 from ..emit import emit_kernel
-from ..registry import ConversionError, NeedsConstant, converter
+from ..registry import ConversionError, converter
 from ..values import Known
+from . import dynamic
 from .common import cast, norm_axis, scalar, static_int
 
 
@@ -134,14 +135,21 @@ def _scatter_nd(ctx, node):
                                TensorStructInfo(xs, d)), "scatter_nd")
 
 
-@converter("OneHot", family="index", const_inputs={1: "depth"},
+@converter("OneHot", family="index",
            doc="one-hot along axis (values = [off, on]; negative indices count from the end)")
 def _one_hot(ctx, node):
     idx, values = ctx.input(node, 0), ctx.input(node, 2)
     depth_v = ctx.known(node, 1)
-    if depth_v is None or depth_v.dtype == object:
-        raise NeedsConstant("input 1 (depth) must be a constant", node.inputs[1])
-    depth = int(np.asarray(depth_v).reshape(-1)[0])
+    if depth_v is not None and depth_v.dtype != object:
+        depth = int(np.asarray(depth_v).reshape(-1)[0])
+        depth_t = scalar(depth, "int64")
+    else:   # computed at run time (a float depth is truncated, as ONNX's reference does)
+        t = ctx.input(node, 1)
+        t = ctx.emit(_op.reshape(t, (1,)))
+        if not dt.is_integer(ctx.dtype(t)):
+            t = ctx.emit(_op.trunc(t))
+        (depth,) = ctx.runtime_dims(cast(ctx, t, "int64"), "depth")
+        depth_t = ctx.materialize(np.array(depth, dtype=object), "int64")
     ids = ctx.shape(idx)
     rank = len(ids) + 1
     axis = norm_axis(node.attr("axis", -1), rank)
@@ -149,7 +157,7 @@ def _one_hot(ctx, node):
     idx64 = cast(ctx, idx, "int64") if dt.is_integer(ctx.dtype(idx)) else \
         cast(ctx, ctx.emit(_op.trunc(idx)), "int64")
     neg = ctx.emit(_op.less(idx64, scalar(0, "int64")))
-    idx64 = ctx.emit(_op.where(neg, ctx.emit(_op.add(idx64, scalar(depth, "int64"))), idx64))
+    idx64 = ctx.emit(_op.where(neg, ctx.emit(_op.add(idx64, depth_t)), idx64))
     idx64 = ctx.emit(_op.expand_dims(idx64, axis))
     ar = ctx.emit(_op.arange(0, depth, 1, "int64"))
     ar = ctx.emit(_op.reshape(ar, tuple(depth if k == axis else 1 for k in range(rank))))
@@ -162,31 +170,53 @@ def _one_hot(ctx, node):
     return _op.where(hit, on, off)
 
 
-@converter("Compress", family="index", const_inputs={1: "condition"},
-           doc="the slices where condition holds (condition known at import time)")
+@converter("Compress", family="index",
+           doc="the slices where condition holds (a size that depends on the data)")
 def _compress(ctx, node):
     x = ctx.input(node, 0)
-    cond = ctx.known(node, 1)
-    if cond is None or cond.dtype == object:
-        raise NeedsConstant("input 1 (condition) must be a constant: the output size depends "
-                            "on its values", node.inputs[1])
-    picks = np.nonzero(cond.reshape(-1).astype(bool))[0].astype(np.int64)
     axis = node.attr("axis")
     if axis is None:
-        flat = ctx.emit(_op.reshape(x, (-1,)))
-        return _op.take(flat, const(picks), 0)
-    axis = norm_axis(axis, len(ctx.shape(x)))
-    return _op.take(x, const(picks), axis)
+        x = ctx.emit(_op.reshape(x, (-1,)))
+        axis = 0
+    else:
+        axis = norm_axis(axis, len(ctx.shape(x)))
+    cond = ctx.known(node, 1)
+    if cond is not None and cond.dtype != object:
+        picks = np.nonzero(cond.reshape(-1).astype(bool))[0].astype(np.int64)
+        return _op.take(x, const(picks), axis)
+    # at run time: the positions where the condition holds (their count is a fresh dim);
+    # take checks them against the dim (a condition longer than the dim that selects past it)
+    flags = ctx.emit(_op.reshape(ctx.input(node, 1), (-1,)))
+    flags = cast(ctx, ctx.emit(_op.not_equal(flags, scalar(0, ctx.dtype(flags))))
+                 if ctx.dtype(flags) != "bool" else flags, "int64")
+    picks, _ = dynamic.true_positions(ctx, flags, "selected")
+    return _op.take(x, picks, axis)
 
 
-@converter("NonZero", family="index", const_inputs={0: "X"},
-           doc="indices of the non-zero elements (input known at import time)")
+@converter("NonZero", family="index",
+           doc="indices of the non-zero elements (a size that depends on the data)")
 def _nonzero(ctx, node):
     v = ctx.known(node, 0)
-    if v is None or v.dtype == object:
-        raise NeedsConstant("input 0 must be a constant: the output size depends on its values",
-                            node.inputs[0])
-    return Known(np.array(np.nonzero(v), dtype=np.int64))
+    if v is not None and v.dtype != object:
+        return Known(np.array(np.nonzero(v), dtype=np.int64))
+    x = ctx.input(node, 0)
+    xs = ctx.shape(x)
+    flat = ctx.emit(_op.reshape(x, (-1,)))
+    flags = cast(ctx, ctx.emit(_op.not_equal(flat, scalar(0, ctx.dtype(x))))
+                 if ctx.dtype(x) != "bool" else flat, "int64")
+    pos, n = dynamic.true_positions(ctx, flags, "nonzero")
+    rank = len(xs)
+
+    def kernel(p):
+        def f(k, j):
+            coord = IntImm(0, "int64")
+            flat_i = p[j]
+            for d in reversed(range(rank)):   # unravel: the coordinate of dim d
+                coord = Select(k == d, FloorMod(flat_i, xs[d]) if d else flat_i, coord)
+                flat_i = FloorDiv(flat_i, xs[d])
+            return coord
+        return te.compute((rank, n), f, "T_nonzero")
+    return emit_kernel(ctx, kernel, pos, name="nonzero")
 
 
 @converter("ReverseSequence", family="index",

@@ -15,8 +15,9 @@ from tilecraft.tensorir.expr import IntImm, Select
 
 from .... import op as _op
 from ....expr import TupleGetItem, const
-from ..emit import emit_kernel
-from ..registry import ConversionError, NeedsConstant, converter
+from ...common import UnsupportedError
+from ..emit import emit_checked_kernel, emit_kernel
+from ..registry import ConversionError, converter
 from . import quant
 from .common import (cast, conv_auto_pads, conv_kernel_shape, norm_axes, norm_axis, prod, scalar,
                      static_int)
@@ -603,24 +604,48 @@ def _hardmax(ctx, node):
     return _softmax(_hardmax_fn(ctx))(ctx, node)
 
 
-@converter("Dropout", family="nn", doc="the identity at inference (and an all-true mask)")
+@converter("Dropout", family="nn",
+           doc="the identity at inference or with ratio 0 (and an all-true mask)")
 def _dropout(ctx, node):
     x = ctx.input(node, 0)
+    y = ctx.value(node, 0)
     if node.version >= 12 and node.has_input(2):
         t = ctx.known(node, 2)
-        if t is None or t.dtype == object:
-            raise NeedsConstant("input 2 (training_mode) must be a constant", node.inputs[2])
-        if bool(t.reshape(-1)[0]):
-            ratio = ctx.known(node, 1) if node.has_input(1) else np.array(0.5)
-            if ratio is None or ratio.dtype == object:
-                raise NeedsConstant("input 1 (ratio) must be a constant", node.inputs[1])
-            if float(ratio.reshape(-1)[0]) != 0.0:
-                raise UnsupportedError("from_onnx", ["Dropout in training mode with a ratio "
-                                                     "above 0 (random) is not supported"])
-    outs = [ctx.value(node, 0)]
+        ratio = ctx.known(node, 1) if node.has_input(1) else np.array(0.5)
+        t_known = t is not None and t.dtype != object
+        r_known = ratio is not None and ratio.dtype != object
+        training = bool(t.reshape(-1)[0]) if t_known else None
+        random = float(ratio.reshape(-1)[0]) != 0.0 if r_known else None
+        if training is False or random is False:
+            pass
+        elif training and random:
+            raise UnsupportedError("from_onnx", ["Dropout in training mode with a ratio "
+                                                 "above 0 (random) is not supported"])
+        else:
+            # decided when the model runs: the identity, unless training with a ratio above 0
+            y = _checked_identity(ctx, node, x)
+    outs = [y]
     if node.has_output(1):
         outs.append(_op.ones(ctx.shape(x), "bool"))
     return outs
+
+
+def _checked_identity(ctx, node, x):
+    """``x``, from a kernel that stops the call when Dropout's training_mode and ratio (inputs
+    computed at run time) ask for random dropping."""
+    t = ctx.input(node, 2)
+    ratio = ctx.input(node, 1) if node.has_input(1) else scalar(0.5, "float32")
+    t = ctx.emit(_op.reshape(t, (1,)))
+    ratio = ctx.emit(_op.reshape(ratio, (1,)))
+    shape = ctx.shape(x)
+
+    def kernel(data, tm, r):
+        out = te.compute(shape, lambda *i: data[i], "T_dropout")
+        zero = IntImm(0, "int64")
+        return out, [((tm[zero] == te.const(0, tm.dtype)) | (r[zero] == te.const(0, r.dtype)),
+                      f"{node.describe()}: Dropout in training mode with a ratio above 0 "
+                      f"(random) is not supported")]
+    return emit_checked_kernel(ctx, kernel, x, t, ratio, name="dropout")
 
 
 # ---------------------------------------------------------------------------------------------

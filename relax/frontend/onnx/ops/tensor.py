@@ -15,7 +15,8 @@ from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
 from tilecraft.tensorir.arith import Analyzer
-from tilecraft.tensorir.expr import FloorMod, IntImm, Max, Min, PrimExpr, Select
+from tilecraft.tensorir.expr import FloorDiv, FloorMod, IntImm, Max, Min, PrimExpr, Select
+from tilecraft.tensorir.functor import post_order_visit
 
 from .... import op as _op
 from ....expr import Expr, ShapeExpr, TupleGetItem, const
@@ -23,32 +24,17 @@ from ....struct_info import TensorStructInfo
 from .. import lowbit
 from ..emit import emit_kernel
 from ..known import as_int, is_symbolic
-from ..registry import ConversionError, NeedsConstant, ONNX_DTYPES, converter
+from ..registry import ConversionError, ONNX_DTYPES, converter
 from ..values import Known, Value
-from .common import cast, norm_axes, norm_axis, prod, scalar, static_int
+from . import dynamic
+from .common import (cast, int_vector, norm_axes, norm_axis, prod, runtime_ints, scalar,
+                     static_int, static_length)
 
 _I64 = "int64"
 
 
 def _i(v) -> PrimExpr:
     return v if isinstance(v, PrimExpr) else IntImm(int(v), _I64)
-
-
-def _int_vector(ctx, values) -> Expr:
-    """A 1-D int64 tensor of ints / PrimExprs."""
-    arr = np.empty(len(values), dtype=object)
-    arr[:] = [as_int(v) for v in values]
-    if all(isinstance(v, int) for v in arr):
-        return const(np.array(list(arr), dtype=np.int64))
-    return ctx.materialize(arr, _I64)
-
-
-def _runtime_ints(ctx, node, i, what) -> Expr:
-    """Input ``i`` as a 1-D int64 tensor (computed at run time)."""
-    x = ctx.input(node, i)
-    if len(ctx.shape(x)) == 0:
-        x = ctx.emit(_op.reshape(x, (1,)))
-    return cast(ctx, x, _I64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,7 +108,7 @@ def _constant_of_shape(ctx, node):
     value = np.zeros(1, np.float32) if value is None else value.reshape(-1)
     dims = ctx.maybe_ints(node, 0)
     if dims is None:
-        dims = ctx.runtime_dims(_runtime_ints(ctx, node, 0, "shape"), "dim")
+        dims = ctx.runtime_dims(runtime_ints(ctx, node, 0, "shape"), "dim")
     dtype = str(value.dtype)
     return _op.full(tuple(_i(d) for d in dims), const(value.reshape(())), dtype)
 
@@ -151,12 +137,12 @@ def _reshape(ctx, node):
             raise ConversionError(f"Reshape: more than one -1 in {shape}")
         return _op.reshape(x, tuple(out))
     # computed at run time
-    s = _runtime_ints(ctx, node, 1, "shape")
+    s = runtime_ints(ctx, node, 1, "shape")
     k = static_int(ctx.shape(s)[0])
     if not allowzero:
-        copy = _int_vector(ctx, [xs[j] if j < len(xs) else 1 for j in range(k)])
+        copy = int_vector(ctx, [xs[j] if j < len(xs) else 1 for j in range(k)])
         s = ctx.emit(_op.where(ctx.emit(_op.equal(s, scalar(0, _I64))), copy, s))
-    total = _int_vector(ctx, [_simplify(prod(xs))])
+    total = int_vector(ctx, [_simplify(prod(xs))])
     is_hole = ctx.emit(_op.equal(s, scalar(-1, _I64)))
     known = ctx.emit(_op.prod(ctx.emit(_op.where(is_hole, scalar(1, _I64), s)), keepdims=True))
     known = ctx.emit(_op.maximum(known, scalar(1, _I64)))
@@ -187,20 +173,31 @@ def _transpose(ctx, node):
 
 
 def _axes(ctx, node, i, what="axes"):
-    """``axes`` from the attribute (older versions) or input ``i`` (known at import time)."""
+    """``axes`` from the attribute (older versions) or input ``i``: a list of ints when known
+    at import time, else the int64 tensor computed at run time."""
     if "axes" in node.attrs:
         return node.attr("axes")
-    vals = ctx.known_ints(node, i, what)
-    if vals is not None and any(isinstance(v, PrimExpr) for v in vals):
-        raise NeedsConstant(f"input {i} ({what}) must be a constant", node.inputs[i])
-    return vals
+    if not node.has_input(i):
+        return None
+    vals = ctx.maybe_ints(node, i)
+    if vals is not None and not any(isinstance(v, PrimExpr) for v in vals):
+        return vals
+    return runtime_ints(ctx, node, i, what)
 
 
-@converter("Squeeze", family="tensor", const_inputs={1: "axes"}, doc="remove dims of extent 1")
+@converter("Squeeze", family="tensor", doc="remove dims of extent 1")
 def _squeeze(ctx, node):
     x = ctx.input(node, 0)
     xs = ctx.shape(x)
     axes = _axes(ctx, node, 1)
+    if isinstance(axes, Expr):
+        # axes computed at run time: the kept dims, then a reshape (which checks that the
+        # removed dims hold one element each)
+        n = static_length(ctx, axes, "axes")
+        if n > len(xs):
+            raise ConversionError(f"Squeeze: {n} axes for a tensor of rank {len(xs)}")
+        mask = dynamic.axes_mask(ctx, node, axes, len(xs))
+        return dynamic.reshape_to(ctx, x, dynamic.kept_dims(ctx, mask, xs, len(xs) - n, "dim"))
     if axes is None:
         axes = [k for k, d in enumerate(xs) if static_int(d) == 1]
     axes = norm_axes(axes, len(xs))
@@ -212,12 +209,15 @@ def _squeeze(ctx, node):
     return _op.squeeze(x, axes)
 
 
-@converter("Unsqueeze", family="tensor", const_inputs={1: "axes"},
-           doc="insert dims of extent 1 at axes")
+@converter("Unsqueeze", family="tensor", doc="insert dims of extent 1 at axes")
 def _unsqueeze(ctx, node):
     x = ctx.input(node, 0)
     rank = len(ctx.shape(x))
     axes = _axes(ctx, node, 1)
+    if isinstance(axes, Expr):
+        n = static_length(ctx, axes, "axes")
+        mask = dynamic.axes_mask(ctx, node, axes, rank + n)
+        return dynamic.reshape_to(ctx, x, dynamic.inserted_dims(ctx, mask, ctx.shape(x), "dim"))
     axes = sorted(norm_axes(axes, rank + len(axes)))
     out = list(ctx.shape(x))
     for a in axes:
@@ -242,7 +242,7 @@ def _concat(ctx, node):
     return _op.concat(keep, axis)
 
 
-@converter("Split", family="tensor", const_inputs={1: "split"},
+@converter("Split", family="tensor",
            doc="split along axis (sizes from split, or num_outputs equal pieces)")
 def _split(ctx, node):
     x = ctx.input(node, 0)
@@ -252,7 +252,9 @@ def _split(ctx, node):
     if "split" in node.attrs:
         sizes = node.attr("split")
     elif node.version >= 13 and node.has_input(1):
-        sizes = ctx.known_ints(node, 1, "split")
+        sizes = ctx.maybe_ints(node, 1)
+        if sizes is None:
+            sizes = _runtime_split(ctx, node, xs[axis], n_out)
     else:
         sizes = None
     dim = xs[axis]
@@ -273,6 +275,20 @@ def _split(ctx, node):
         outs.append(_op.strided_slice(x, [axis], [begin], [end], assume_inbound=True))
         begin = end
     return outs
+
+
+def _runtime_split(ctx, node, dim, n_out):
+    """Split sizes computed at run time, as fresh dims; the last must make up the dim (checked
+    when the model runs, by the match_cast)."""
+    t = runtime_ints(ctx, node, 1, "split")
+    n = static_length(ctx, t, "split")
+    if n != n_out:
+        raise ConversionError(f"Split: {n} sizes for {n_out} outputs")
+    names = [ctx.fresh_var("split") for _ in range(n - 1)]
+    rest = dim
+    for v in names:
+        rest = rest - v
+    return list(ctx.runtime_dims(t, "split", names + [_simplify(rest)]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,24 +322,30 @@ def _slice(ctx, node):
         if any(s == 0 for s in steps):
             raise ConversionError("Slice: a step is 0")
         return _op.strided_slice(x, axes, starts, ends, steps)
-    if node.has_input(3) and axes is None:
-        raise NeedsConstant("input 3 (axes) must be a constant", node.inputs[3])
-    return _dynamic_slice(ctx, node, x, xs, axes)
-
-
-def _dynamic_slice(ctx, node, x, xs, axes):
-    """Slice with starts / ends / steps computed at run time: the ONNX clamping rules evaluated
-    on int64 tensors, the counts as fresh dims, the starts and steps read by the kernel."""
-    rank = len(xs)
-    starts = _runtime_ints(ctx, node, 1, "starts")
-    ends = _runtime_ints(ctx, node, 2, "ends")
-    n = static_int(ctx.shape(starts)[0])
-    axes = norm_axes(axes if axes is not None else list(range(n)), rank)
+    starts_t = runtime_ints(ctx, node, 1, "starts")
+    ends_t = runtime_ints(ctx, node, 2, "ends")
+    n = static_length(ctx, starts_t, "starts")
     if node.has_input(4):
-        steps = _runtime_ints(ctx, node, 4, "steps")
+        steps_t = runtime_ints(ctx, node, 4, "steps")
     else:
-        steps = const(np.ones(n, dtype=np.int64))
-    dims = _int_vector(ctx, [xs[a] for a in axes])
+        steps_t = const(np.ones(n, dtype=np.int64))
+    if node.has_input(3) and (axes is None or not all(isinstance(a, int) for a in axes)):
+        # axes computed at run time: every dim is sliced, those not named from 0 to the end
+        slots = dynamic.axes_slots(ctx, node, runtime_ints(ctx, node, 3, "axes"), rank)
+        big = np.iinfo(np.int64).max
+        return _dynamic_slice(ctx, x, xs, dynamic.spread(ctx, slots, starts_t, 0),
+                              dynamic.spread(ctx, slots, ends_t, big),
+                              dynamic.spread(ctx, slots, steps_t, 1), list(range(rank)))
+    axes = norm_axes(axes if axes is not None else list(range(n)), rank)
+    return _dynamic_slice(ctx, x, xs, starts_t, ends_t, steps_t, axes)
+
+
+def _dynamic_slice(ctx, x, xs, starts, ends, steps, axes):
+    """Slice with starts / ends / steps computed at run time (int64 tensors, one entry per axis
+    of ``axes``): the ONNX clamping rules evaluated on int64 tensors, the counts as fresh dims,
+    the starts and steps read by the kernel."""
+    n = len(axes)
+    dims = int_vector(ctx, [xs[a] for a in axes])
     zero, one = scalar(0, _I64), scalar(1, _I64)
     e = ctx.emit
 
@@ -371,10 +393,10 @@ def _expand(ctx, node):
     xs = ctx.shape(x)
     target = ctx.maybe_ints(node, 1)
     if target is None:
-        t = _runtime_ints(ctx, node, 1, "shape")
+        t = runtime_ints(ctx, node, 1, "shape")
         k = static_int(ctx.shape(t)[0])
         rank = max(k, len(xs))
-        xpad = _int_vector(ctx, [1] * (rank - len(xs)) + list(xs))
+        xpad = int_vector(ctx, [1] * (rank - len(xs)) + list(xs))
         if k < rank:
             t = ctx.emit(_op.concat([const(np.ones(rank - k, np.int64)), t], 0))
         out = ctx.emit(_op.where(ctx.emit(_op.equal(t, scalar(1, _I64))), xpad, t))
@@ -398,6 +420,14 @@ def _expand(ctx, node):
     return _op.broadcast_to(x, tuple(out))
 
 
+def _uses(var_ids: set, *exprs) -> bool:
+    """Whether any of ``exprs`` uses a variable whose id is in ``var_ids``."""
+    found = []
+    for e in exprs:
+        post_order_visit(_i(e), lambda n: found.append(n) if id(n) in var_ids else None)
+    return bool(found)
+
+
 def _unify_dims(ctx, node, x, xpad, out):
     """``x`` cast to the dims it must have to expand to ``out``: where a dim of ``x`` is not 1
     and not provably its output dim (``min(seq, 256)`` to ``seq``: a position table sliced by
@@ -413,7 +443,9 @@ def _unify_dims(ctx, node, x, xpad, out):
             continue
         if static_int(d) is not None and static_int(o) is not None:
             continue                # two constants that differ: broadcast_to says so
-        facts.require_equal(d, o, f"node {node.name!r} (Expand)")
+        if not _uses(ctx.importer.runtime_vars, d, o) and not ctx.importer.branch_depth:
+            facts.require_equal(d, o, f"node {node.name!r} (Expand)")
+        # else a dim computed at run time: the match_cast below checks it where it is known
         dims[k] = o
         changed = True
     if not changed:
@@ -430,7 +462,7 @@ def _tile(ctx, node):
     if reps is not None and all(isinstance(r, int) for r in reps):
         return _op.tile(x, reps)
     if reps is None:
-        reps = ctx.runtime_dims(_runtime_ints(ctx, node, 1, "repeats"), "repeat")
+        reps = ctx.runtime_dims(runtime_ints(ctx, node, 1, "repeats"), "repeat")
     # x[None, :, None, :, ...] broadcast to (r0, d0, r1, d1, ...), then merged
     inter = []
     for d in xs:
@@ -475,9 +507,14 @@ def _pad(ctx, node):
                 value_num = kv.reshape(-1)[0].item()
             else:
                 value_expr = ctx.input(node, 2)
-        axes = ctx.known_ints(node, 3, "axes") if node.has_input(3) else None
+        axes = ctx.maybe_ints(node, 3) if node.has_input(3) else None
+    runtime_axes = None
+    if axes is not None and not all(isinstance(v, int) for v in axes) or \
+            node.version >= 18 and node.has_input(3) and axes is None:
+        runtime_axes = runtime_ints(ctx, node, 3, "axes")   # computed at run time
+        axes = None
     axes = norm_axes(axes, rank) if axes is not None else list(range(rank))
-    if pads is not None and all(isinstance(p, int) for p in pads):
+    if runtime_axes is None and pads is not None and all(isinstance(p, int) for p in pads):
         if len(pads) != 2 * len(axes):
             raise ConversionError(f"Pad: {len(pads)} pads for {len(axes)} axes")
         width = [(0, 0)] * rank
@@ -491,19 +528,25 @@ def _pad(ctx, node):
         befores = const(np.array([b for b, _ in width], np.int64))
         out_shape = [_simplify(n + b + e) for n, (b, e) in zip(xs, width)]
     else:
-        p = _runtime_ints(ctx, node, 1, "pads") if pads is None else _int_vector(ctx, pads)
-        k = len(axes)
+        p = runtime_ints(ctx, node, 1, "pads") if pads is None else int_vector(ctx, pads)
+        k = len(axes) if runtime_axes is None else static_length(ctx, runtime_axes, "axes")
+        if static_length(ctx, p, "pads") != 2 * k:
+            raise ConversionError(f"Pad: {static_length(ctx, p, 'pads')} pads for {k} axes")
         b = ctx.emit(_op.strided_slice(p, [0], [0], [k]))
         a = ctx.emit(_op.strided_slice(p, [0], [k], [2 * k]))
         full_b, full_a = b, a
-        if axes != list(range(rank)):
+        if runtime_axes is not None:
+            slots = dynamic.axes_slots(ctx, node, runtime_axes, rank)
+            full_b = dynamic.spread(ctx, slots, b, 0)
+            full_a = dynamic.spread(ctx, slots, a, 0)
+        elif axes != list(range(rank)):
             idx = const(np.array([axes.index(r) if r in axes else k for r in range(rank)],
                                  np.int64))
             zb = ctx.emit(_op.concat([b, const(np.zeros(1, np.int64))], 0))
             za = ctx.emit(_op.concat([a, const(np.zeros(1, np.int64))], 0))
             full_b = ctx.emit(_op.take(zb, idx, 0))
             full_a = ctx.emit(_op.take(za, idx, 0))
-        dims = _int_vector(ctx, list(xs))
+        dims = int_vector(ctx, list(xs))
         out_dims = ctx.emit(_op.add(ctx.emit(_op.add(dims, full_b)), full_a))
         out_shape = list(ctx.runtime_dims(out_dims, "padded"))
         befores = full_b
@@ -637,20 +680,48 @@ def _space_to_depth(ctx, node):
 # CenterCropPad
 
 
-@converter("CenterCropPad", family="tensor", const_inputs={1: "shape"},
+@converter("CenterCropPad", family="tensor",
            doc="crop or pad each axis symmetrically to a shape")
 def _center_crop_pad(ctx, node):
     x = ctx.input(node, 0)
     xs = ctx.shape(x)
-    target = ctx.known_ints(node, 1, "shape")
     axes = node.attr("axes")
     axes = norm_axes(axes, len(xs)) if axes is not None else list(range(len(xs)))
+    target = ctx.maybe_ints(node, 1)
+    if target is None:   # computed at run time: fresh dims
+        t = runtime_ints(ctx, node, 1, "shape")
+        if static_length(ctx, t, "shape") != len(axes):
+            raise ConversionError(f"CenterCropPad: the shape has {static_length(ctx, t, 'shape')} "
+                                  f"entries for {len(axes)} axes")
+        target = list(ctx.runtime_dims(t, "crop"))
+    if len(target) != len(axes):
+        raise ConversionError(f"CenterCropPad: the shape has {len(target)} entries for "
+                              f"{len(axes)} axes")
+    if all(static_int(xs[a]) is not None and static_int(t) is not None
+           for a, t in zip(axes, target)):
+        return _center_crop_pad_static(ctx, node, x, xs, axes, [static_int(t) for t in target])
+    # symbolic sizes: one kernel; a cropped axis starts at (d - t) // 2, a padded one puts
+    # (t - d) // 2 zeros first (ONNX's reference)
+    out = list(xs)
+    for a, t in zip(axes, target):
+        out[a] = _i(t)
+    offset = {a: Select(_i(t) <= xs[a], FloorDiv(xs[a] - _i(t), 2),
+                        -FloorDiv(_i(t) - xs[a], 2)) for a, t in zip(axes, target)}
+
+    def kernel(data):
+        def f(*i):
+            src = [iv + offset[k] if k in offset else iv for k, iv in enumerate(i)]
+            inside = te.all(*[(src[k] >= 0) & (src[k] < xs[k]) for k in offset])
+            return te.if_then_else(inside, data[tuple(src)], te.const(0, data.dtype))
+        return te.compute(out, f, "T_center_crop_pad")
+    return emit_kernel(ctx, kernel, x, name="center_crop_pad",
+                       scalars=[_i(t) for t in target])
+
+
+def _center_crop_pad_static(ctx, node, x, xs, axes, target):
     y = x
     for a, t in zip(axes, target):
         d = static_int(xs[a])
-        t = static_int(t)
-        if d is None or t is None:
-            raise ConversionError("CenterCropPad needs static dims")
         if t < d:
             off = (d - t) // 2
             y = ctx.emit(_op.strided_slice(y, [a], [off], [off + t]))
