@@ -40,6 +40,8 @@ import multiprocessing
 import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 import warnings
 
 import numpy as np
@@ -315,11 +317,18 @@ def run_tilecraft(names=None, workers: int = WORKERS) -> dict:
     # interleave chunks so both workers get a similar mix of cheap and costly cases
     chunks = [names[i:i + CHUNK] for i in range(0, len(names), CHUNK)]
     parts = [[n for ch in chunks[w::workers] for n in ch] for w in range(workers)]
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers) as pool:
-        out = {}
-        for part in pool.map(_worker, [(p,) for p in parts]):
-            out.update(part)
+    # fresh interpreters (spawn), not forks: a fork inherits whatever the caller holds (a test
+    # run's GPU driver threads, resource limits), and a worker that dies makes the executor
+    # raise instead of leaving the run waiting for results that never come
+    ctx = multiprocessing.get_context("spawn")
+    out = {}
+    try:
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            for part in pool.map(_worker, [(p,) for p in parts]):
+                out.update(part)
+    except BrokenProcessPool as err:
+        raise RuntimeError(f"a conformance worker died while running its cases ({err}); run "
+                           f"them in one process to see which: run_tilecraft(workers=1)") from err
     return out
 
 
