@@ -36,6 +36,21 @@ def _norm(v: PrimExpr, rank: int) -> PrimExpr:
     return Select(v < 0, v + rank, v)
 
 
+def _axes_checks(a, m: int, rank: int, where: str, what: str) -> list:
+    """The in-kernel checks of ``m`` run-time axes read from ``a``: each in [-rank, rank), no
+    two naming the same dimension (as onnxruntime refuses them)."""
+    checks = []
+    for j in range(m):
+        v = a[j].astype(_I64)
+        checks.append(((v >= -rank) & (v < rank),
+                       f"{where}: {what}[{j}] is out of range for a tensor of rank {rank}"))
+    for j in range(m):
+        for j2 in range(j + 1, m):
+            checks.append((_norm(a[j], rank) != _norm(a[j2], rank),
+                           f"{where}: {what}[{j}] and {what}[{j2}] name the same dimension"))
+    return checks
+
+
 def axes_mask(ctx, node, axes: Expr, rank: int, what: str = "axes") -> Expr:
     """An int64 tensor of ``rank`` entries, 1 where a dim is one of ``axes`` (a 1-D integer
     tensor computed at run time; negative axes count from the end). The kernel stops the call
@@ -52,16 +67,7 @@ def axes_mask(ctx, node, axes: Expr, rank: int, what: str = "axes") -> Expr:
             return Select(hit, IntImm(1, _I64), IntImm(0, _I64)) if hit is not None else \
                 IntImm(0, _I64)
         out = te.compute((rank,), f, "T_axes_mask")
-        checks = []
-        for j in range(m):
-            v = a[j].astype(_I64)
-            checks.append(((v >= -rank) & (v < rank),
-                           f"{where}: {what}[{j}] is out of range for a tensor of rank {rank}"))
-        for j in range(m):
-            for j2 in range(j + 1, m):
-                checks.append((_norm(a[j], rank) != _norm(a[j2], rank),
-                               f"{where}: {what}[{j}] and {what}[{j2}] name the same dimension"))
-        return out, checks
+        return out, _axes_checks(a, m, rank, where, what)
     return emit_checked_kernel(ctx, kernel, axes, name="axes_mask")
 
 
@@ -175,16 +181,7 @@ def axes_slots(ctx, node, axes: Expr, rank: int, what: str = "axes") -> Expr:
                 slot = Select(_norm(a[j], rank) == i, IntImm(j, _I64), slot)
             return slot
         out = te.compute((rank,), f, "T_axes_slots")
-        checks = []
-        for j in range(m):
-            v = a[j].astype(_I64)
-            checks.append(((v >= -rank) & (v < rank),
-                           f"{where}: {what}[{j}] is out of range for a tensor of rank {rank}"))
-        for j in range(m):
-            for j2 in range(j + 1, m):
-                checks.append((_norm(a[j], rank) != _norm(a[j2], rank),
-                               f"{where}: {what}[{j}] and {what}[{j2}] name the same dimension"))
-        return out, checks
+        return out, _axes_checks(a, m, rank, where, what)
     return emit_checked_kernel(ctx, kernel, axes, name="axes_slots")
 
 
