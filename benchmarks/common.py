@@ -11,9 +11,10 @@ import platform
 import re
 import statistics
 import sys
-import tempfile
 import time
 from typing import Callable
+
+from tilecraft.targets.fileio import atomic_write
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MACHINE_ENV = "TILECRAFT_MACHINE"
@@ -250,21 +251,8 @@ def results_path(benchmark: str, machine: str | None = None, suffix: str = ".jso
 def write_json(path: str, doc) -> str:
     """Write ``doc`` as indented JSON to ``path`` atomically (a temporary file renamed over it,
     so a reader never sees half a file); return ``path``."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2, default=_json_default)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write(path, json.dumps(doc, indent=2, default=_json_default) + "\n",
+                        durable=True)
 
 
 def write_results(name: str, rows: list[dict], extra: dict | None = None, *,

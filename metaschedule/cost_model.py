@@ -32,34 +32,17 @@ import io
 import json
 import math
 import os
-import tempfile
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from tilecraft.optional import import_optional
+from tilecraft.targets.fileio import atomic_write
 from tilecraft.tensorir.function import PrimFunc
 
 from .feature import NUM_FEATURES, PerStoreFeature, analytic_cost
 
 COST_MODEL_VERSION = 1
-
-
-def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".costmodel.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _valid_secs(s) -> bool:
@@ -134,7 +117,7 @@ class RandomModel(CostModel):
         state = {"version": COST_MODEL_VERSION, "kind": "random", "seed": self.seed,
                  "num_updates": self.num_updates,
                  "rng": self.rng.bit_generator.state}
-        _atomic_write(path, json.dumps(state).encode())
+        atomic_write(path, json.dumps(state), durable=True)
 
     def load(self, path) -> None:
         with open(path, "rb") as f:
@@ -308,7 +291,7 @@ class XGBModel(CostModel):
         config_bytes = np.frombuffer(json.dumps(config).encode(), dtype=np.uint8)
         np.savez_compressed(buf, config=config_bytes, rows=rows, counts=counts,
                             secs=np.array(self._secs, dtype=np.float64), booster=booster)
-        _atomic_write(path, buf.getvalue())
+        atomic_write(path, buf.getvalue(), durable=True)
 
     def load(self, path) -> None:
         """Read a file written by ``save`` (the model and its training data)."""

@@ -48,12 +48,11 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 from tilecraft.tensorir.expr import Node, Var
 from tilecraft.tensorir.function import IRModule, PrimFunc
@@ -63,6 +62,7 @@ from tilecraft.tensorir.stmt import Buffer
 from tilecraft.tensorir.structural import _definitions, _is_leaf
 
 from tilecraft.targets import Target
+from tilecraft.targets.fileio import atomic_write
 
 from .arg_info import ArgInfo
 
@@ -835,18 +835,8 @@ class Database:
             for e in entries:
                 known[e["shash"]] = e
             tasks = list(known.values())
-            fd, tmp = tempfile.mkstemp(dir=self.work_dir, prefix=".tasks.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump({"v": SCHEMA_VERSION, "tasks": tasks}, f, indent=1)
-                    f.write("\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            atomic_write(path, json.dumps({"v": SCHEMA_VERSION, "tasks": tasks}, indent=1) + "\n",
+                         durable=True)
         _fsync_dir(self.work_dir)
         return tasks
 

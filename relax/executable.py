@@ -39,7 +39,8 @@ import numpy as np
 from tilecraft.errors import TilecraftError
 from tilecraft.targets.runtime import abi
 from tilecraft.targets.runtime.elf import NotELFError, read_elf_header
-from tilecraft.targets.runtime.module import Module, atomic_write_bytes, host_arch, load_module
+from tilecraft.targets.fileio import atomic_write
+from tilecraft.targets.runtime.module import Module, host_arch, load_module
 from tilecraft.targets.runtime.ndarray import aligned_empty
 
 FORMAT = "tilecraft-relax-executable"
@@ -173,8 +174,7 @@ class Executable:
             zf.writestr(PROGRAM_NAME, json.dumps(self.program, separators=(",", ":")))
             if lib is not None:
                 zf.writestr(LIBRARY_NAME, lib)
-        atomic_write_bytes(path, buf.getvalue())
-        os.chmod(path, 0o644)
+        atomic_write(path, buf.getvalue())
         return path
 
 

@@ -10,12 +10,14 @@ Examples
 """
 from __future__ import annotations
 
+import io
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from tilecraft.targets.fileio import atomic_write
 
 from .errors import CLIError
 
@@ -159,19 +161,15 @@ def read_inputs(items: list[str], specs: list[InputSpec]) -> list[np.ndarray]:
 def write_outputs(path: str, arrays: list[np.ndarray]) -> None:
     """Write one output as ``.npy`` (several: a ``.npz`` of ``output_0``, ``output_1``, ...),
     atomically: a temporary file beside ``path``, then a rename."""
-    d = os.path.dirname(os.path.abspath(path))
+    buf = io.BytesIO()
     if len(arrays) == 1 and not path.endswith(".npz"):
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".npy")
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, arrays[0])
+        np.save(buf, arrays[0])
     else:
         if not path.endswith(".npz"):
             raise CLIError(f"--output {path}: the model has {len(arrays)} outputs; give a .npz "
                            f"file")
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".npz")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{f"output_{i}": a for i, a in enumerate(arrays)})
-    os.replace(tmp, path)
+        np.savez(buf, **{f"output_{i}": a for i, a in enumerate(arrays)})
+    atomic_write(path, buf.getvalue())
 
 
 def describe_output(i: int, a: np.ndarray) -> str:

@@ -6,7 +6,7 @@ import os
 
 from ..runtime.device import Device
 from ..runtime.device_module import DeviceModule
-from ..runtime.module import atomic_write_bytes
+from ..fileio import atomic_write
 from .runtime import LoadedProgram, OpenCLError, context
 
 FORMAT = "tilecraft-opencl-module"
@@ -46,7 +46,7 @@ class OpenCLModule(DeviceModule):
         data = {"format": FORMAT, "version": 1, "metadata": self.metadata,
                 "programs": self.programs, "source": self.source,
                 "extensions": list(self.extensions), "kernel_names": list(self.kernel_names)}
-        atomic_write_bytes(path, json.dumps(data).encode())
+        atomic_write(path, json.dumps(data))
         return os.fspath(path)
 
     @staticmethod

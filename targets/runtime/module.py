@@ -21,12 +21,12 @@ import ctypes
 import json
 import os
 import statistics
-import tempfile
 import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..fileio import atomic_write
 from ..target import arch_of_triple, host_triple
 from . import abi
 from .device import Device, cpu
@@ -535,22 +535,6 @@ class Module:
         return f"<tilecraft.{type(self).__name__} {self.target!r} functions={self.function_names}>"
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace`` (never half a file)."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def read_metadata_from_library(lib: ctypes.CDLL, path: str) -> dict:
     try:
         first = ctypes.c_char.in_dll(lib, abi.METADATA_SYMBOL)
@@ -584,7 +568,7 @@ class LibraryModule(Module):
     def export_library(self, path: str) -> str:
         """Copy the library to ``path`` (atomically)."""
         with open(self.path, "rb") as f:
-            atomic_write_bytes(path, f.read())
+            atomic_write(path, f.read(), mode=0o755)
         return os.fspath(path)
 
 

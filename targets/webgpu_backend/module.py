@@ -37,7 +37,8 @@ import numpy as np
 from ..runtime.device import Device
 from ..runtime.host_program import (ERROR_SLOT, INT32_MAX, INT32_MIN, HostPlan, ParamSpec,
                                     eval_expr)
-from ..runtime.module import BenchmarkResult, Module, atomic_write_bytes, repeat_timings
+from ..fileio import atomic_write
+from ..runtime.module import BenchmarkResult, Module, repeat_timings
 from ..target import Target
 from . import storage
 from .runtime import context, encode_commands, note_target
@@ -394,8 +395,7 @@ class WebGPUModule(Module):
     def export_library(self, path: str) -> str:
         """Write the module as one JSON file (atomically); ``targets.load_module`` reads it."""
         data = json.dumps(self.metadata, indent=1).encode("utf-8")
-        atomic_write_bytes(path, data)
-        os.chmod(path, 0o644)
+        atomic_write(path, data)
         return os.fspath(path)
 
     def time_evaluator(self, name: str, device: Device | None = None, number: int = 10,

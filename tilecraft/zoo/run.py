@@ -46,6 +46,7 @@ import numpy as np
 
 from tilecraft import metaschedule, relax, targets
 from tilecraft.relax.frontend import from_onnx
+from tilecraft.targets.fileio import atomic_write
 
 from ..devices import open_device
 from ..errors import has_module, missing_message, require
@@ -312,13 +313,6 @@ def bar_chart(rows: list[dict], path: str, target: str) -> str | None:
     return path
 
 
-def _atomic_write(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def target_tag(target: str) -> str:
     """The target as a file-name part: ``"opencl -device=cpu"`` -> ``"opencl_-device_cpu"``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(target))
@@ -412,8 +406,8 @@ def write(rows: list[dict], target: str, out_dir: str) -> dict[str, str]:
     merged = sorted(old.values(), key=lambda r: order.get(r["model"], 1 << 20))
     doc = {"benchmark": f"zoo-{target}", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "machine": machine_info(), "target": target, "note": note(), "rows": merged}
-    _atomic_write(p["json"], json.dumps(doc, indent=2) + "\n")
-    _atomic_write(p["md"], markdown_table(merged, target, note()))
+    atomic_write(p["json"], json.dumps(doc, indent=2) + "\n", durable=True)
+    atomic_write(p["md"], markdown_table(merged, target, note()))
     written = {"json": p["json"], "md": p["md"]}
     if bar_chart(merged, p["png"], target) is not None:
         written["png"] = p["png"]
