@@ -40,10 +40,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilecraft.tensorir.expr import Add, BufferLoad, Cast, Mul, Var
-from tilecraft.tensorir.schedule import BlockRV, LoopRV, Schedule
+from tilecraft.tensorir.schedule import BlockRV, LoopRV, Schedule, ScheduleError
 from tilecraft.tensorir.schedule.intrinsics import target_isas
 from tilecraft.tensorir.stmt import BufferStore
 
+from ..feature import MachineModel
 from . import analysis as A
 from .base import ANN_TENSORIZE
 from .multi_level_tiling import MultiLevelTiling, ReuseConfig
@@ -155,16 +156,56 @@ class MultiLevelTilingDot4(MultiLevelTiling):
     >>> rule = MultiLevelTilingDot4(lane_vectors=(1, 2))
     """
 
-    def __init__(self, lane_vectors=(1, 2, 4), max_innermost_factor: int = 64):
+    def __init__(self, lane_vectors=(1, 2, 4), max_innermost_factor: int = 64,
+                 recipe: tuple[int, int] | None = None):
         super().__init__("SSRSRS", max_innermost_factor=max_innermost_factor,
                          reuse_write=ReuseConfig("may", (1, 2), "local"))
         self.lane_vectors = tuple(int(v) for v in lane_vectors)
         if not self.lane_vectors or min(self.lane_vectors) < 1:
             raise ValueError(f"MultiLevelTilingDot4: lane_vectors must be positive ints, got "
                              f"{lane_vectors!r}")
+        if recipe is not None:
+            recipe = (int(recipe[0]), int(recipe[1]))
+            if recipe[0] < 1 or recipe[1] not in self.lane_vectors:
+                raise ValueError(f"MultiLevelTilingDot4: recipe {recipe!r} is not (rows >= 1, "
+                                 f"one of lane_vectors={self.lane_vectors})")
+        self.recipe = recipe
+        self._recipe_tiles: list[list[int]] = []
 
     def __repr__(self):
-        return f"MultiLevelTilingDot4(lane_vectors={self.lane_vectors})"
+        extra = f", recipe={self.recipe}" if self.recipe else ""
+        return f"MultiLevelTilingDot4(lane_vectors={self.lane_vectors}{extra})"
+
+    # -- seeds: the int8 kernels' register tile --------------------------------------------------
+    def seed_variants(self) -> list["MultiLevelTilingDot4"]:
+        """The rule fixed to the default int8 kernels' tile (``relax.backend.cpu.dense_int8``,
+        the float dense kernel's schedule on int32 accumulators): ``MR`` rows of the broadcast
+        operand x ``L`` lanes in registers (``MR * L / lanes`` accumulators, one vector of the
+        other operand and a broadcast within the register file), the lane panels outermost
+        (the parallel level), every row tile in level 1, each reduce loop whole in level 0.
+        A block the tile does not divide drops the seed; the search measures the seeds first
+        and evolves from them.
+
+        Examples
+        --------
+        >>> [v.recipe for v in MultiLevelTilingDot4().seed_variants()][:2]   # doctest: +SKIP
+        [(4, 4), (6, 2)]
+        """
+        if self.recipe is not None:
+            return []
+        regs = 16
+        if self.context is not None:
+            regs = MachineModel.for_target(self.context.target).vector_registers
+        fits = [(mr, nv) for mr in (1, 2, 4, 6, 8) for nv in self.lane_vectors
+                if mr * nv + nv + 1 <= regs]
+        fits.sort(key=lambda t: (-t[0] * t[1], -t[1]))
+        out = []
+        for mr, nv in fits[:4]:
+            v = MultiLevelTilingDot4(self.lane_vectors, self.max_innermost_factor, (mr, nv))
+            if self.context is not None:
+                v.initialize(self.context)
+            out.append(v)
+        return out
 
     def _applicable(self, sch: Schedule, block: BlockRV):
         info = super()._applicable(sch, block)
@@ -178,6 +219,10 @@ class MultiLevelTilingDot4(MultiLevelTiling):
         out = [s for s in super().apply(sch, block) if s is not sch]
         for s in out:
             s.annotate(block, ANN_TENSORIZE, DOT4_FAMILY)
+        if self.recipe is not None:
+            # a seed: the recipe or nothing (a block it does not fit drops the seed)
+            self.seeded += bool(out)
+            return out
         # the untouched schedule goes on too: MultiLevelTiling offers the plain tilings
         return out + [sch]
 
@@ -196,6 +241,61 @@ class MultiLevelTilingDot4(MultiLevelTiling):
         fits = [w for w in widths if ej is None or ej % w == 0] or \
             [w for w in (lanes // 2, lanes // 4) if w >= 4 and ej % w == 0][:1]
         widths = fits or [w for w in widths if w <= max(ej, lanes)]
-        width = sch.sample_categorical(widths, [1.0 / len(widths)] * len(widths))
+        pick = None
+        if self.recipe is not None:
+            mr, want = self.recipe[0], self.recipe[1] * lanes
+            if want not in widths or ej is None or ej % want:
+                raise ScheduleError("MultiLevelTilingDot4", f"recipe {self.recipe} does not "
+                                    f"fit block {info.block.name}", info.block)
+            pick = widths.index(want)
+            self._recipe_tiles = self._recipe_decisions(info, ops, j_idx, k_idx, mr, want, hints)
+        width = sch.sample_categorical(widths, [1.0 / len(widths)] * len(widths), decision=pick)
         return {j_idx: (width, self.structure.count("S") - 1),
                 k_idx: (4, self.structure.count("R") - 1)}
+
+    def _recipe_decisions(self, info: A.BlockInfo, ops: Dot4Operands, j_idx: int, k_idx: int,
+                          mr: int, width: int, hints: dict) -> list[list[int]]:
+        """The recipe's tile decisions, one per ``_split`` call in loop order: ``j`` (outside
+        its ``L`` tile) in panels at level 0; the rows (the spatial loop of ``C``'s next-to-
+        last index, read by the broadcast operand) ``MR`` at level 2, the rest at level 1;
+        other spatial loops whole at level 0; ``k`` (outside its 4) and the other reduce
+        loops whole at level 0."""
+        n_s, n_r = self.structure.count("S"), self.structure.count("R")
+        binding = A.trivial_binding(info)
+        store = info.block.body
+        rows = store.indices[-2] if len(store.indices) >= 2 else None
+        i_idx = None
+        row_loop = next((f for v, f in binding.items() if v is rows), None)
+        if row_loop is not None and any(A.uses_var(e, rows) for e in ops.broadcast.indices):
+            i_idx = [id(f.loop_var) for f in info.loops].index(id(row_loop.loop_var))
+        out = []
+        for idx, (loop, kind) in enumerate(zip(info.loops, A.loop_iter_kinds(info))):
+            ext = A.extent_value(loop, hints)
+            if ext is None:
+                raise ScheduleError("MultiLevelTilingDot4", f"loop {loop.loop_var.name} has no "
+                                    f"representative extent", loop)
+            if idx == j_idx:
+                out.append([ext // width] + [1] * (n_s - 2))   # S0 panels, S1, S2 (+ L)
+            elif idx == i_idx:
+                if ext % mr:
+                    raise ScheduleError("MultiLevelTilingDot4", f"recipe rows {mr} do not "
+                                        f"divide {ext}", loop)
+                out.append([1, ext // mr] + [1] * (n_s - 4) + [mr])   # S0, S1, S2 = MR
+            elif kind == "S":
+                out.append([ext] + [1] * (n_s - 2))            # S0 whole
+            elif idx != k_idx:
+                out.append([ext] + [1] * (n_r - 1))            # R0 whole
+            else:
+                out.append([ext // 4] + [1] * (n_r - 2))       # k: R0 = k // 4 whole
+        return out
+
+    def _split(self, sch: Schedule, loop: LoopRV, n: int, hints: dict,
+               caps: tuple | None = None) -> list[LoopRV]:
+        if self.recipe is None:
+            return super()._split(sch, loop, n, hints, caps)
+        decision = self._recipe_tiles.pop(0)   # _tile splits the loops in loop order
+        if n <= 1:
+            return [loop]
+        inner = sch.sample_tile(loop, n, self.max_innermost_factor, hints or None,
+                                decision=decision)
+        return sch.split(loop, [None, *inner])

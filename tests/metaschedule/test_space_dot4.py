@@ -186,3 +186,17 @@ def test_rule_only_where_a_dot_instruction_is():
     assert "MultiLevelTilingDot4" in names("llvm -mtriple=aarch64-linux-gnu -mattr=+neon,+dotprod")
     assert "MultiLevelTilingDot4" not in names("llvm -mtriple=aarch64-linux-gnu -mattr=+neon")
     assert "MultiLevelTilingDot4" in names("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell")
+
+
+def test_seeds_are_the_int8_register_tile():
+    """``SpaceGenerator.seeds``: the rule's recipe points (MR rows x L lanes in registers,
+    panels outermost), tensorized and bit-exact."""
+    func = dense_u8i8(8, 64, 64)
+    space = ms.default_space(LLVM)
+    seeds = [s for s in space.seeds(func, LLVM) if dot4_calls(s.func)]
+    assert seeds
+    x, w = bytes_((8, 64), "uint8"), bytes_((64, 64), "int8")
+    for sch in seeds[:2]:
+        out = np.zeros((8, 64), np.int32)
+        targets.build(sch.mod, LLVM)["main"](x, w, out)
+        np.testing.assert_array_equal(out, dense_ref(x, w))
