@@ -344,7 +344,8 @@ class _Alter(ExprMutator):
             conv2d_nchw.pack_conv2d_nchw_weight, call.args[1], call.attr_dict["kernel_layout"],
             plan.oc_block, name="pack_conv2d_nchw_weight", pattern=OpPattern.INJECTIVE))
         return self.kernel(depthwise_int8.depthwise_conv2d_nchw_u8i8, call.args[0], packed,
-                           plan, name="conv2d_nchw", pattern=OpPattern.OUT_EWISE_FUSABLE)
+                           plan, name="depthwise_conv2d_nchw_u8i8",
+                           pattern=OpPattern.OUT_EWISE_FUSABLE)
 
     def dense_q4(self, call: Call) -> Expr | None:
         """``relax.dense_q4`` with constant codes, scales and offsets -> ``pack_q4_panels`` on

@@ -49,7 +49,7 @@ def test_depthwise_int8_bit_exact(target, c, h, w, k, stride, pad):
     weight[0] = -128
     weight[-1] = 127
     exe = relax.build(module(c, h, w, weight, stride, pad), target, strict=True)
-    assert "conv2d_nchw" in exe.kernel_names, exe.kernel_names
+    assert "depthwise_conv2d_nchw_u8i8" in exe.kernel_names, exe.kernel_names
     vm = relax.VirtualMachine(exe, CPU)
     for n in (1, 2):
         x = rng.integers(0, 256, (n, c, h, w)).astype(np.uint8)
@@ -80,7 +80,7 @@ def test_static_int8_depthwise_separable_block():
     qmod = QuantizeInt8Static(collect_ranges(mod, cal))(mod)
     exe = relax.build(qmod, "llvm", strict=True)
     names = " ".join(exe.kernel_names)
-    assert names.count("conv2d_nchw_u8i8") >= 2 and "conv2d_nchw" in names
+    assert names.count("conv2d_nchw_u8i8") == 3 and "depthwise_conv2d_nchw_u8i8" in names
     xv = rng.normal(size=(1, 8, 14, 14)).astype("float32")
     got = relax.VirtualMachine(exe, CPU)["main"](xv).numpy()
     want = relax.VirtualMachine(relax.build(mod, "llvm", strict=True), CPU)["main"](xv).numpy()
