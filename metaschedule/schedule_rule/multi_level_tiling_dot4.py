@@ -150,6 +150,9 @@ class MultiLevelTilingDot4(MultiLevelTiling):
         ``L`` to sample from, in vectors of the target's int32 lanes.
     max_innermost_factor : int
         Bound of the other innermost tiles.
+    recipe : (int, int), optional
+        ``(MR, lane vectors)``: fix the rule to that register tile (a seed variant,
+        ``seed_variants``); a block it does not fit gets no schedule from the rule.
 
     Examples
     --------
