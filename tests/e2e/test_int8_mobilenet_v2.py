@@ -20,6 +20,9 @@ from tilecraft.relax.frontend.onnx import from_onnx  # noqa: E402
 from tilecraft.zoo.models import ZOO  # noqa: E402
 
 CPU = targets.cpu(0)
+# three builds of the whole model (minutes on 2 cores): the depthwise-separable block of
+# tests/relax/backend/cpu/test_depthwise_int8.py is the quick check
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
