@@ -10,6 +10,8 @@ Rows:
 - ``int8``: ResNet-50 (the onnx light model, random weights) vs onnxruntime's QDQ static
   quantization (per-channel int8 weights, calibrated on the same random images), top-1
   agreement with float32 on ``AGREEMENT_INPUTS`` random inputs;
+- ``int8 mobilenet_v2`` (``--rows int8-mbv2``): the same for MobileNet-V2 (torchvision's
+  architecture, random weights): its depthwise layers run ``backend.cpu.depthwise_int8``;
 - ``int4-g128 layer``: each GPT-2 small linear shape at one token (the memory-bound GEMV of
   decoding), our int4 kernel vs our float32 kernel, the weights streaming from memory: each
   call runs a sequence of layers of the shape with weights of their own (12, GPT-2's blocks,
@@ -45,10 +47,10 @@ CALIBRATION_INPUTS = 16
 GPT2_LINEAR = [(768, 2304), (768, 768), (768, 3072), (3072, 768)]   # (K, N) of one block
 # float32 weight bytes the int4 layer rows stream per call: several times any L3 cache
 STREAM_BYTES = 128 << 20
-ROWS = ("int8-dynamic", "int8", "int4-layers", "int4")
+ROWS = ("int8-dynamic", "int8", "int8-mbv2", "int4-layers", "int4")
 # the "mode" of the result rows each row of ROWS writes
-ROW_MODES = {"int8-dynamic": "int8-dynamic", "int8": "int8", "int4-layers": "int4-g128 layer",
-             "int4": "int4-g128"}
+ROW_MODES = {"int8-dynamic": "int8-dynamic", "int8": "int8", "int8-mbv2": "int8 mobilenet_v2",
+             "int4-layers": "int4-g128 layer", "int4": "int4-g128"}
 
 
 def _errors(ours: np.ndarray, peer: np.ndarray, ref: np.ndarray) -> dict:
@@ -108,7 +110,7 @@ def int8_dynamic_rows(names=("bert_base", "gpt2_small")) -> list[dict]:
 def _quantizable_float_model(model, work_dir: str):
     """The light model as onnxruntime's static quantization takes it: IR version 7 with the
     initializers no longer listed among the graph inputs (IR 3 lists them; the opset converter
-    then fails on them), opset 13, and onnxruntime's quantization pre-processing (shape
+    then fails on them), opset 13 or newer, and onnxruntime's quantization pre-processing (shape
     inference, the batch norms folded into the convolutions)."""
     import onnx
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -118,19 +120,24 @@ def _quantizable_float_model(model, work_dir: str):
     inputs = [i for i in m.graph.input if i.name not in inits]
     del m.graph.input[:]
     m.graph.input.extend(inputs)
-    m = onnx.version_converter.convert_version(m, 13)
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if opset < 13:     # (a newer model, torch.onnx's, is taken as it is)
+        m = onnx.version_converter.convert_version(m, 13)
     src, dst = os.path.join(work_dir, "f0.onnx"), os.path.join(work_dir, "f1.onnx")
     onnx.save(m, src)
     quant_pre_process(src, dst, skip_symbolic_shape=True)
     return onnx.load(dst)
 
 
-def int8_static_rows(agreement_inputs: int = AGREEMENT_INPUTS) -> list[dict]:
+def int8_static_rows(agreement_inputs: int = AGREEMENT_INPUTS, model: str = "resnet50",
+                     mode: str = "int8") -> list[dict]:
+    """Static int8 (QDQ) rows of a zoo classifier: ``resnet50`` (the ``int8`` row),
+    ``mobilenet_v2`` (``int8-mbv2``: its depthwise layers run the int8 depthwise kernel)."""
     import onnx
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
     from tilecraft.zoo.models import ZOO
-    z = ZOO["resnet50"]()
+    z = ZOO[model]()
     (name, x0), = z.inputs.items()
     rng = np.random.default_rng(7)
     cal = [rng.standard_normal(x0.shape).astype(np.float32) for _ in range(CALIBRATION_INPUTS)]
@@ -161,7 +168,7 @@ def int8_static_rows(agreement_inputs: int = AGREEMENT_INPUTS) -> list[dict]:
         agree_peer += int(np.argmax(p) == np.argmax(ref))
         if i < 16:
             errs.append(_errors(o, p, ref.astype(np.float64)))
-    row = {"mode": "int8", "model": "resnet50", "peer": "onnxruntime QDQ static",
+    row = {"mode": mode, "model": model, "peer": "onnxruntime QDQ static",
            "ours_ms": t_ours * 1e3, "peer_ms": t_peer * 1e3, "ratio": t_peer / t_ours,
            "inputs": agreement_inputs, "ours_top1": agree_ours / max(agreement_inputs, 1),
            "peer_top1": agree_peer / max(agreement_inputs, 1)}
@@ -234,6 +241,8 @@ def run(rows=ROWS, agreement_inputs: int = AGREEMENT_INPUTS) -> list[dict]:
     out: list[dict] = []
     table = {"int8-dynamic": int8_dynamic_rows,
              "int8": lambda: int8_static_rows(agreement_inputs),
+             "int8-mbv2": lambda: int8_static_rows(agreement_inputs, "mobilenet_v2",
+                                                   ROW_MODES["int8-mbv2"]),
              "int4-layers": int4_layer_rows, "int4": int4_model_rows}
     for r in rows:
         try:

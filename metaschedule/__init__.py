@@ -10,7 +10,7 @@ __all__ = ["TuneError"]
 
 # --- SPACE: design space (schedule rules, postprocessors, mutators, space generator) ---------
 from .schedule_rule import (AddRFactor, AutoBind, AutoInline, CrossThreadReduction,
-                            MultiLevelTiling, MultiLevelTilingWithIntrin,
+                            MultiLevelTiling, MultiLevelTilingDot4, MultiLevelTilingWithIntrin,
                             ParallelVectorizeUnroll, RandomComputeLocation, ReuseConfig,
                             ScheduleRule, SpaceContext)
 from .postproc import (DisallowDynamicLoop, Postproc, RewriteCooperativeFetch,
@@ -22,7 +22,8 @@ from .mutator import (MutateComputeLocation, MutateParallel, MutateThreadBinding
 from .space_generator import SpaceGenerator, default_space
 
 __all__ += ["ScheduleRule", "SpaceContext", "AutoInline", "MultiLevelTiling",
-            "MultiLevelTilingWithIntrin", "ReuseConfig", "ParallelVectorizeUnroll",
+            "MultiLevelTilingWithIntrin", "MultiLevelTilingDot4", "ReuseConfig",
+            "ParallelVectorizeUnroll",
             "RandomComputeLocation", "CrossThreadReduction", "AddRFactor", "AutoBind",
             "Postproc", "DisallowDynamicLoop", "RewriteCooperativeFetch", "RewritePackedLayout",
             "RewriteParallelVectorizeUnroll", "RewriteReductionBlock", "RewriteTensorize",

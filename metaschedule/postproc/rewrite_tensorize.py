@@ -3,7 +3,9 @@
 
 The update ``C[i, j] += A[i, k] * B[k, j]`` over the ``MR x NR`` tile becomes
 ``outer_product_f32_{isa}_{MR}x{NR}`` and its init (after ``RewriteReductionBlock``)
-``fill_zero_f32_{isa}_{MR}x{NR}``; the blocks that read the tile's accumulators back (the write
+``fill_zero_f32_{isa}_{MR}x{NR}``; an 8-bit block of ``MultiLevelTilingDot4`` has its
+``4 x L`` step (4 bytes of the reduction, ``L`` lanes) tensorized with ``dot4_u8i8_{L}`` or
+``dot4_i8u8_{L}`` (whichever operand is broadcast) and its init vectorized; the blocks that read the tile's accumulators back (the write
 cache, or a fused epilogue) get their rows unrolled and columns vectorized.
 
 A tile that cannot be tensorized -- a partial tile at the edge of the iteration space (its block
@@ -15,10 +17,12 @@ runs the micro-kernel.
 from __future__ import annotations
 
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
-from tilecraft.tensorir.schedule.intrinsics import ISA_LANES, TensorIntrin, target_isas
+from tilecraft.tensorir.schedule.intrinsics import (DOT4_DTYPES, ISA_LANES, TensorIntrin,
+                                                     target_isas)
 
 from ..schedule_rule import analysis as A
 from ..schedule_rule.base import ANN_TENSORIZE
+from ..schedule_rule.multi_level_tiling_dot4 import DOT4_FAMILY
 from .base import Postproc
 
 MAX_VECTOR_LANES = 64
@@ -60,6 +64,10 @@ class RewriteTensorize(Postproc):
             mr, nr = (A.const_extent(binfo.loops[-2]), A.const_extent(binfo.loops[-1]))
             done = False
             dtype = acc.dtype
+            if family == DOT4_FAMILY and kind == "outer_product":
+                # the 4-byte k step around L lanes: uint8 or int8 the broadcast operand
+                done = mr == 4 and nr is not None and \
+                    any(_try_tensorize(sch, bname, f"dot4_{order}_{nr}") for order in DOT4_DTYPES)
             if mr and nr and dtype == "float32" and family == "outer_product":
                 for isa in isas:
                     if nr % ISA_LANES[isa]:
@@ -82,6 +90,17 @@ class RewriteTensorize(Postproc):
                 continue
             if any(r.buffer is acc for r in br.block.reads):
                 _unroll_rows_vectorize_columns(sch, br.block.name)
+
+
+def _try_tensorize(sch: Schedule, name: str, intrin: str) -> bool:
+    """Tensorize the two innermost loops of block ``name`` with ``intrin``; False (nothing
+    changed) where they do not match it."""
+    loops = sch.get_loops(sch.get_block(name))
+    try:
+        sch.tensorize(loops[-2], intrin)
+    except ScheduleError:
+        return False
+    return True
 
 
 def _unroll_rows_vectorize_columns(sch: Schedule, name: str) -> None:

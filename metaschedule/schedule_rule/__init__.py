@@ -6,9 +6,11 @@ from .auto_inline import AutoInline
 from .base import ScheduleRule, SpaceContext
 from .cross_thread_reduction import CrossThreadReduction
 from .multi_level_tiling import MultiLevelTiling, MultiLevelTilingWithIntrin, ReuseConfig
+from .multi_level_tiling_dot4 import MultiLevelTilingDot4, has_dot_instruction
 from .parallel_vectorize_unroll import ParallelVectorizeUnroll
 from .random_compute_location import RandomComputeLocation
 
 __all__ = ["ScheduleRule", "SpaceContext", "AutoInline", "MultiLevelTiling",
-           "MultiLevelTilingWithIntrin", "ReuseConfig", "ParallelVectorizeUnroll",
+           "MultiLevelTilingWithIntrin", "MultiLevelTilingDot4", "has_dot_instruction",
+           "ReuseConfig", "ParallelVectorizeUnroll",
            "RandomComputeLocation", "CrossThreadReduction", "AddRFactor", "AutoBind"]

@@ -237,6 +237,14 @@ class MultiLevelTiling(ScheduleRule):
             # the register tile in (i, j) order: i's tile before j's whatever the loop order
             last_s = len(self.structure) - 1 - self.structure[::-1].index("S")
             levels[last_s] = self._register_tile_order(levels[last_s])
+            # a fixed reduce tile (the 4 bytes of a dot4 step) goes last in the innermost R
+            # level, right around the register tile it is tensorized with
+            last_r = len(self.structure) - 1 - self.structure[::-1].index("R") \
+                if "R" in self.structure else None
+            for idx in fixed:
+                if kinds[idx] == "R" and last_r is not None:
+                    step = per_loop[idx][-1]
+                    levels[last_r] = [l for l in levels[last_r] if l is not step] + [step]
         order = [l for lv in levels for l in lv]
         sch.reorder(*order)
         # bind the first spatial levels to thread axes (fused)

@@ -29,7 +29,9 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
   an NCHW ``relax.nn.conv2d(x, W, out_dtype="int32")`` of uint8 ``x`` and a constant int8
   ``W`` becomes ``pack_conv2d_int8_weight`` on ``W``, ``pack_conv2d_u8_words`` on ``x`` and
   ``conv2d_nchw_u8i8`` (``backend.cpu.conv2d_int8``: the flat NCHW tile on words of four
-  channels, ``vpdpbusd`` / ``sdot``);
+  channels, ``vpdpbusd`` / ``sdot``); a depthwise one (no four channels to a word) becomes
+  ``pack_conv2d_nchw_weight`` (int8) and ``depthwise_conv2d_nchw_u8i8``
+  (``backend.cpu.depthwise_int8``: the flat NCHW tile on bytes widened to int32);
   ``relax.dense_q4`` with constant codes becomes ``pack_q4_panels`` and ``dense_q4_packed``
   (``backend.cpu.dense_int4``: 4-bit codes dequantized in registers);
 - NCHW ``relax.nn.max_pool2d`` (float32, float64, float16) / ``avg_pool2d`` (float32, float64;
@@ -65,7 +67,8 @@ from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_int8, conv2d_nchw,
                            conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense,
-                           dense_int4, dense_int8, depthwise, pool2d, winograd)
+                           dense_int4, dense_int8, depthwise, depthwise_int8, pool2d,
+                           winograd)
 from ..backend.cpu.geometry import CPU_KERNEL_DTYPES, static_ints, static_shape
 from ..expr import Call, Constant, Expr
 from ..op import add
@@ -319,7 +322,7 @@ class _Alter(ExprMutator):
         g = conv2d_geometry(call, ("uint8", "int8", "int32"))
         plan = conv2d_int8.plan_conv2d_u8i8(g, self.lanes, self.registers) if g else None
         if plan is None:
-            return None
+            return self.depthwise_int8(call, g)
         packed = self.builder.emit(self.kernel(
             conv2d_int8.pack_conv2d_int8_weight, weight, call.attr_dict["kernel_layout"],
             plan.oc_block, name="pack_conv2d_int8_weight", pattern=OpPattern.INJECTIVE))
@@ -328,6 +331,21 @@ class _Alter(ExprMutator):
             pattern=OpPattern.INJECTIVE))
         return self.kernel(conv2d_int8.conv2d_nchw_u8i8, words, packed, plan, g.out_channels,
                            name="conv2d_nchw_u8i8", pattern=OpPattern.OUT_EWISE_FUSABLE)
+
+    def depthwise_int8(self, call: Call, g: ConvGeometry | None) -> Expr | None:
+        """A depthwise NCHW ``conv2d(x, W, out_dtype="int32")`` of uint8 ``x`` and a constant
+        int8 ``W`` -> ``pack_conv2d_nchw_weight`` on ``W`` (int8) and
+        ``depthwise_conv2d_nchw_u8i8`` (``backend.cpu.depthwise_int8``: the flat NCHW tile on
+        the bytes widened to int32)."""
+        plan = depthwise_int8.plan_depthwise_u8i8(g, self.lanes, self.registers) if g else None
+        if plan is None:
+            return None
+        packed = self.builder.emit(self.kernel(
+            conv2d_nchw.pack_conv2d_nchw_weight, call.args[1], call.attr_dict["kernel_layout"],
+            plan.oc_block, name="pack_conv2d_nchw_weight", pattern=OpPattern.INJECTIVE))
+        return self.kernel(depthwise_int8.depthwise_conv2d_nchw_u8i8, call.args[0], packed,
+                           plan, name="depthwise_conv2d_nchw_u8i8",
+                           pattern=OpPattern.OUT_EWISE_FUSABLE)
 
     def dense_q4(self, call: Call) -> Expr | None:
         """``relax.dense_q4`` with constant codes, scales and offsets -> ``pack_q4_panels`` on

@@ -31,6 +31,11 @@ lists the default sizes):
 * ``dot_product_f32_{isa}_{L}``: ``C[0] += sum_k A[k] * B[k]`` over ``L`` (a multiple of the
   lanes) with a vector multiply-accumulate and a horizontal add by halving.
 * ``dot_product_i8i32_{isa}_{L}``: the same on int8 inputs accumulating in int32.
+* ``dot4_u8i8_{L}`` / ``dot4_i8u8_{L}``: ``C[j] += sum_k A[k] * B[k, j]`` over ``k < 4``,
+  ``j < L`` of 8-bit inputs into int32 (``A`` uint8 and ``B`` int8, or the reverse): one
+  ``dot4_u8i8`` per lane on words of four bytes, ``A``'s word broadcast (the int8 kernels'
+  step: ``vpdpbusd`` with AVX-512 VNNI, ``sdot`` with ``+dotprod``, an exact widening sequence
+  elsewhere; ``targets.llvm.dot4``). Portable: no isa.
 
 ``isa`` is ``avx2`` (256-bit, 8 fp32 lanes), ``avx512`` (16 lanes) or ``neon`` (4 lanes).
 
@@ -47,7 +52,7 @@ import re
 from typing import Callable, Sequence
 
 from .. import dtype as dt
-from ..expr import Cast, FloatImm, IntImm, PrimExpr, TIRError, Var
+from ..expr import DOT4_U8I8, Cast, FloatImm, IntImm, PrimExpr, TIRError, Var, call
 from ..function import PrimFunc
 from ..stmt import (Block, BlockRealize, Buffer, BufferStore, For, IterVar, Range, Stmt, seq)
 from ..structural import structural_equal
@@ -344,6 +349,84 @@ def dot_product_funcs(L: int, lanes: int, in_dtype: str = "float32",
     return desc, impl
 
 
+def _byte_word(get: Callable[[int], PrimExpr]) -> PrimExpr:
+    """The int32 word of the four 8-bit values ``get(0..3)`` (byte ``p`` = ``get(p)``'s two's
+    complement byte, byte 0 the least significant), assembled in uint32 (no sign bit to
+    overflow into), then reinterpreted as int32."""
+    total = None
+    for p in range(4):
+        v = get(p)
+        if v.dtype == "int8":
+            v = Cast("uint8", v)              # -1 -> 255
+        v = Cast("uint32", v) * IntImm(1 << (8 * p), "uint32")
+        total = v if total is None else total + v
+    return Cast("int32", total)
+
+
+DOT4_DTYPES = {"u8i8": ("uint8", "int8"), "i8u8": ("int8", "uint8")}
+
+
+def dot4_funcs(L: int, order: str = "u8i8") -> tuple[PrimFunc, PrimFunc]:
+    """``(desc, impl)`` of ``C[j] += sum_k int32(A[k]) * int32(B[k, j])``, ``k < 4``,
+    ``j < L``: ``A`` (4,) uint8 and ``B`` (4, L) int8 with ``order="u8i8"``, the reverse with
+    ``"i8u8"``; ``C`` (L,) int32.
+
+    The impl assembles ``A``'s four bytes into one int32 word (broadcast) and ``B``'s four
+    bytes of each lane into a vector of words, and adds ``dot4_u8i8(u8 word, i8 word)`` to
+    ``C`` (the LLVM back end emits ``vpdpbusd`` / ``sdot`` / the widening sequence). Exact:
+    at most ``4 * 255 * 128`` per step.
+
+    Examples
+    --------
+    >>> desc, impl = dot4_funcs(16)
+    >>> [b.dtype for b in desc.buffers]
+    ['uint8', 'int8', 'int32']
+    """
+    if order not in DOT4_DTYPES:
+        raise TIRError(f"dot4_funcs: order must be one of {sorted(DOT4_DTYPES)}, got {order!r}")
+    if isinstance(L, bool) or not isinstance(L, int) or L < 1:
+        raise TIRError(f"dot4_funcs: L must be a positive int, got {L!r}")
+    a_dt, b_dt = DOT4_DTYPES[order]
+
+    def buffers():
+        return (Buffer("A", (4,), a_dt), Buffer("B", (4, L), b_dt), Buffer("C", (L,), "int32"))
+
+    A, B, C = buffers()
+    kl, jl = Var("k", "int64"), Var("j", "int64")
+    vk, vj = IterVar(Var("vk", "int64"), Range(0, 4), "reduce"), \
+        IterVar(Var("vj", "int64"), Range(0, L), "spatial")
+    # iter vars spatial first (a te.compute block's order), loops k outside j (the tile's)
+    update = BufferStore(C, C[vj.var] + Cast("int32", A[vk.var]) * Cast("int32", B[vk.var, vj.var]),
+                         [vj.var])
+    block = with_regions(Block("update", [vj, vk], [], [], update))
+    desc = _func([A, B, C], For(kl, 0, 4, "serial", For(jl, 0, L, "serial",
+                                                          BlockRealize([jl, kl], None, block))))
+
+    A, B, C = buffers()
+
+    def lane(j):
+        a = _byte_word(lambda p: A[p])
+        b = _byte_word(lambda p: B[p, j])
+        u8, i8 = (a, b) if order == "u8i8" else (b, a)
+        return BufferStore(C, C[j] + call(DOT4_U8I8, u8, i8, dtype="int32"), [j])
+
+    impl = _func([A, B, C], _loop("j", L, "vectorized", lane))
+    return desc, impl
+
+
+def dot4_name(order: str, L: int) -> str:
+    """The registered name of the 8-bit dot-product step over ``L`` lanes (built if needed).
+
+    Examples
+    --------
+    >>> dot4_name("u8i8", 16)
+    'dot4_u8i8_16'
+    """
+    name = f"dot4_{order}_{L}"
+    TensorIntrin.get(name)
+    return name
+
+
 # =============================================================================================
 # the built-in families
 
@@ -374,6 +457,10 @@ def _dot_i8(m: re.Match) -> TensorIntrin:
                         isa=isa)
 
 
+def _dot4(m: re.Match) -> TensorIntrin:
+    return TensorIntrin(m.group(0), *dot4_funcs(int(m.group(2)), m.group(1)))
+
+
 def _tile_names(prefix: str) -> Callable[[], list[str]]:
     def names():
         return [f"{prefix}_{isa}_{mr}x{lanes * nv}" for isa, lanes in ISA_LANES.items()
@@ -402,6 +489,10 @@ TensorIntrin._register_family(rf"dot_product_f32_({_isa_alt()})_{_N}", _dot_f32,
                               _dot_names("dot_product_f32"), "dot_product_f32_{isa}_{L}")
 TensorIntrin._register_family(rf"dot_product_i8i32_({_isa_alt()})_{_N}", _dot_i8,
                               _dot_names("dot_product_i8i32"), "dot_product_i8i32_{isa}_{L}")
+
+TensorIntrin._register_family(rf"dot4_(u8i8|i8u8)_{_N}", _dot4,
+                              lambda: [f"dot4_{o}_{L}" for o in DOT4_DTYPES for L in (4, 8, 16)],
+                              "dot4_{u8i8|i8u8}_{L}")
 
 
 def outer_product_name(isa: str, MR: int, NR: int) -> str:
@@ -483,4 +574,5 @@ def available(target) -> list[str]:
 
 
 __all__ = ["TensorIntrin", "ISA_LANES", "outer_product_funcs", "fill_funcs", "dot_product_funcs",
-           "outer_product_name", "target_isas", "available", "strip_root"]
+           "dot4_funcs", "dot4_name", "outer_product_name", "target_isas", "available",
+           "strip_root"]

@@ -16,10 +16,14 @@ LLVM = targets.Target("llvm")
 
 
 def test_default_components_per_target():
-    cpu = ms.default_space(LLVM)
+    cpu = ms.default_space("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64")
     assert [type(r).__name__ for r in cpu.rules] == [
         "AutoInline", "AddRFactor", "MultiLevelTilingWithIntrin", "MultiLevelTiling",
         "ParallelVectorizeUnroll", "RandomComputeLocation"]
+    # with a dot-product instruction (AVX2's vpmaddwd at least), the 8-bit rule first
+    dot = ms.default_space("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell")
+    assert [type(r).__name__ for r in dot.rules][2:4] == ["MultiLevelTilingDot4",
+                                                          "MultiLevelTilingWithIntrin"]
     assert [type(p).__name__ for p in cpu.postprocs] == [
         "DisallowDynamicLoop", "RewritePackedLayout", "RewriteReductionBlock", "RewriteTensorize",
         "RewriteParallelVectorizeUnroll"]

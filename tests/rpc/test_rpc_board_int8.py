@@ -1,6 +1,7 @@
-"""The int8 dense and convolution kernels cross-compiled for aarch64 (with ``+dotprod``:
-``sdot``; without: the widening sequence) run on the emulated arm64 board bit-exactly, under
-the same skip / slow rules as ``test_rpc_board.py``."""
+"""The int8 dense, convolution and depthwise kernels, and a tuner candidate of
+``MultiLevelTilingDot4``, cross-compiled for aarch64 (with ``+dotprod``: ``sdot``; without:
+the widening sequence) run on the emulated arm64 board bit-exactly, under the same skip /
+slow rules as ``test_rpc_board.py``."""
 import shutil
 
 import numpy as np
@@ -130,3 +131,70 @@ def test_int8_conv_kernel_on_the_emulated_board(board, tmp_path, mattr):
         y = sess.empty((1, 8, 5, 5), "int32", sess.cpu(0))
         rmod["main"](sess.array(x), sess.array(w), y)
         np.testing.assert_array_equal(y.numpy(), conv_reference(x, w, 2, 1))
+
+
+def tuner_dot4_candidate(target):
+    """A point of the tuner's space for ``target`` (``MultiLevelTilingDot4``'s seed: the int8
+    register tile) of a plain uint8 x int8 -> int32 GEMM (6 x K x 24: 24 columns, whole
+    vectors of 4 lanes), tensorized with ``dot4_u8i8``."""
+    from tilecraft import metaschedule as ms
+    from tilecraft.tensorir.expr import Cast
+    x = te.placeholder((6, K), "uint8", "x")
+    w = te.placeholder((K, 24), "int8", "w")
+    k = te.reduce_axis((0, K), "k")
+    y = te.compute((6, 24), lambda i, j: te.sum(Cast("int32", x[i, k]) * Cast("int32", w[k, j]),
+                                                axis=k), "C")
+    func = te.create_prim_func([x, w, y])
+    space = ms.default_space(targets.Target(target))
+    seeds = [s for s in space.seeds(func, target)
+             if 'call_intrin("int32", "dot4_u8i8"' in s.func.script()]
+    assert seeds, "no tensorized seed"
+    return seeds[0]
+
+
+def test_tuner_dot4_candidate_on_the_emulated_board(board, tmp_path):
+    target = AARCH64 + ",+dotprod"
+    lib = tmp_path / "dot4-rule-aarch64.so"
+    mod = targets.build(tuner_dot4_candidate(target).mod, target)
+    assert "sdot" in mod.get_source("asm")
+    mod.export_library(str(lib))
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 256, (6, K)).astype(np.uint8)
+    x[0] = 255
+    w = rng.integers(-128, 128, (K, 24)).astype(np.int8)
+    w[:, 0] = -128
+    with board.request(KEY, timeout=60, session_timeout=120) as sess:
+        rmod = sess.load_module(sess.upload(str(lib)))
+        y = sess.empty((6, 24), "int32", sess.cpu(0))
+        rmod["main"](sess.array(x), sess.array(w), y)
+        np.testing.assert_array_equal(y.numpy(), x.astype(np.int64) @ w.astype(np.int64))
+
+
+def test_int8_depthwise_kernel_on_the_emulated_board(board, tmp_path):
+    """The int8 depthwise kernel (``depthwise_int8``: bytes widened in the flat NCHW tile) for
+    aarch64, stride 2 and padding, bit-exact."""
+    from tilecraft.relax.backend.cpu import conv2d_nchw, depthwise_int8
+    target = AARCH64 + ",+dotprod"
+    t = targets.Target(target)
+    g = ConvGeometry(8, 9, 9, 8, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8)
+    plan = depthwise_int8.plan_depthwise_u8i8(g, *cpu_tile_params(t))
+    x = te.placeholder((1, 8, 9, 9), "uint8", "x")
+    w = te.placeholder((8, 1, 3, 3), "int8", "w")
+    packed = conv2d_nchw.pack_conv2d_nchw_weight(w, "OIHW", plan.oc_block)
+    y = depthwise_int8.depthwise_conv2d_nchw_u8i8(x, packed, plan)
+    func = default_schedules.apply(te.create_prim_func([x, w, y]), t)
+    lib = tmp_path / "dw-int8-aarch64.so"
+    targets.build(func, target).export_library(str(lib))
+    rng = np.random.default_rng(3)
+    xv = rng.integers(0, 256, (1, 8, 9, 9)).astype(np.uint8)
+    xv[0, 0] = 255
+    wv = rng.integers(-128, 128, (8, 1, 3, 3)).astype(np.int8)
+    wv[0] = -128
+    # a depthwise convolution: channel c alone with its filter
+    want = np.concatenate([conv_reference(xv[:, c:c + 1], wv[c:c + 1], 2, 1) for c in range(8)],
+                          axis=1)
+    with board.request(KEY, timeout=60, session_timeout=120) as sess:
+        rmod = sess.load_module(sess.upload(str(lib)))
+        yv = sess.empty((1, 8, 5, 5), "int32", sess.cpu(0))
+        rmod["main"](sess.array(xv), sess.array(wv), yv)
+        np.testing.assert_array_equal(yv.numpy(), want)

@@ -20,6 +20,7 @@ Layout::
       dense.py             dense / GEMV on panels           tilecraft.dense_packed
       dense_int8.py        uint8 x int8 dense, int32 acc    tilecraft.dense_u8i8
       conv2d_int8.py       uint8 x int8 NCHW conv, int32    tilecraft.conv2d_nchw_u8i8
+      depthwise_int8.py    uint8 x int8 depthwise NCHW      (conv2d_nchw's flat kernel)
       dense_int4.py        int4 weight-only dense / GEMV    tilecraft.dense_q4
       conv2d_nchw.py       NCHW, flat positions in lanes    tilecraft.conv2d_nchw_flat
       conv2d_nchw_cvec.py  NCHW, channels in lanes          tilecraft.conv2d_nchw_cvec
@@ -50,7 +51,7 @@ Examples
 ['conv2d_nchw_cvec', 'conv2d_nchw_flat', 'conv2d_nhwc']
 """
 from . import (conv2d_int8, conv2d_nchw, conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, dense,
-               dense_int4, dense_int8, depthwise, pool2d, winograd)
+               dense_int4, dense_int8, depthwise, depthwise_int8, pool2d, winograd)
 from .geometry import ConvGeometry, conv2d_geometry
 from .params import cpu_tile_params, num_cores
 from .registry import SCHEDULE_RULE, KernelFamily, KernelRegistry, block_rule
@@ -59,7 +60,8 @@ __all__ = ["KERNELS", "KernelFamily", "KernelRegistry", "SCHEDULE_RULE", "block_
            "ConvGeometry", "conv2d_geometry", "cpu_tile_params", "num_cores",
            # the family modules, and the choice among the convolution families
            "dense", "conv2d_nchw", "conv2d_nchw_cvec", "conv2d_nhwc", "winograd", "pool2d",
-           "depthwise", "conv2d_strategy", "dense_int8", "dense_int4", "conv2d_int8"]
+           "depthwise", "conv2d_strategy", "dense_int8", "dense_int4", "conv2d_int8",
+           "depthwise_int8"]
 
 KERNELS = KernelRegistry([
     dense.FAMILY,
