@@ -4,7 +4,9 @@
 the graph passes. The key (``executable_key``) is a SHA-256 of
 
 * the input module, exactly: its pickled form (structure, names, attributes, struct info and
-  every constant's bytes; operators by name), so that any difference is another key;
+  every constant's bytes; operators by name), so that any difference is another key; a module
+  holding code from outside tilecraft (an operator the user registered, a user's function in
+  an attribute) is not cached, since that code could change under the same pickle;
 * the target and ``machine_key`` (CPU, features, code generation options, LLVM / llvmlite
   versions and the fingerprint of tilecraft's source code: a new tilecraft is a new key);
 * the build options that change the executable (``upper_bounds``, ``strict``).
@@ -34,6 +36,7 @@ import hashlib
 import io
 import json
 import pickle
+import types
 import zipfile
 from typing import Mapping
 
@@ -52,13 +55,34 @@ __all__ = ["executable_key", "load", "save", "ENTRY_FORMAT"]
 ENTRY_FORMAT = 1   # of the entries below; bump when their layout changes
 
 
+# modules whose code the key covers (tilecraft: the source fingerprint) or that only rebuild
+# plain data (numpy arrays, builtins, pickle's helpers)
+_KNOWN_CODE = ("tilecraft", "numpy", "builtins", "copyreg", "collections", "_codecs")
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+def _known(module: str | None) -> bool:
+    return bool(module) and module.split(".")[0] in _KNOWN_CODE
+
+
 class _KeyPickler(pickle.Pickler):
-    """Pickles IR for hashing: an operator by its registered name (its code is in the
-    source fingerprint)."""
+    """Pickles IR for hashing: an operator by its registered name (tilecraft's operators'
+    code is in the source fingerprint). Code from elsewhere -- an operator registered by the
+    user, a function or class of the user's in the IR -- could change without changing the
+    pickle, so a module that holds any is not cached (``_Uncacheable``)."""
 
     def persistent_id(self, obj):
         if isinstance(obj, Op):
+            for fn in (obj.infer, obj.legalize):
+                if fn is not None and not _known(getattr(fn, "__module__", None)):
+                    raise _Uncacheable(f"operator {obj.name} has code outside tilecraft")
             return ("relax.Op", obj.name)
+        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)) and \
+                not _known(getattr(obj, "__module__", None)):
+            raise _Uncacheable(f"{obj!r} is code outside tilecraft")
         return None
 
 
@@ -71,12 +95,12 @@ class _HashWriter:
 
 
 def module_digest(mod: IRModule) -> str | None:
-    """The SHA-256 of ``mod``'s pickled form (None when some part of it does not pickle:
-    such a module is not cached)."""
+    """The SHA-256 of ``mod``'s pickled form (None when some part of it does not pickle, or
+    holds code from outside tilecraft: such a module is not cached)."""
     out = _HashWriter()
     try:
         _KeyPickler(out, protocol=5).dump(mod)
-    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+    except (_Uncacheable, pickle.PicklingError, TypeError, AttributeError, RecursionError):
         return None
     return out.sha.hexdigest()
 

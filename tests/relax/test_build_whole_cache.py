@@ -121,3 +121,25 @@ def test_off_without_a_cache_a_database_or_a_pipeline(tmp_path, monkeypatch):
                                pipeline=relax.get_pipeline()).build_stats.whole_build_hit
         # off by default
         assert not relax.build(mod, "llvm", cache=str(tmp_path)).build_stats.whole_build_hit
+
+
+def test_code_from_outside_tilecraft_is_not_cached():
+    """An operator registered here (its legalization is this file's code, which the key does
+    not cover) makes the module uncacheable; the zoo's modules are cacheable."""
+    from tilecraft.relax.op.base import register_op
+
+    def infer(call):
+        return call.args[0].struct_info
+
+    user_op = register_op("test_whole_cache.identity", infer, lambda bb, call: call.args[0])
+    x = Var("x", TensorStructInfo((4,), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.Call(user_op, [x]))
+        bb.emit_func_output(out)
+    target = targets.Target("llvm")
+    assert build_cache.executable_key(bb.get(), target, None, False) is None
+    assert build_cache.executable_key(_block_module(), target, None, False) is not None
+    mod = from_onnx(models.ZOO["squeezenet"]().onnx_model)
+    assert build_cache.executable_key(mod, target, None, False) is not None
