@@ -5,8 +5,11 @@ For each model, in one run, each measurement in a fresh process (nothing carries
 them but the kernel cache directory), ``--rounds`` times in turn:
 
 * tilecraft: the import (``relax.frontend.from_onnx``) and ``relax.build(mod, "llvm")``, cold
-  (an empty kernel cache) and warm (the cache the cold build filled); wall and CPU seconds
-  (this process and its compiler workers), and the phases of ``exe.build_stats``;
+  (an empty kernel cache) and warm (the kernel cache the cold build filled: every graph pass
+  runs, no kernel is compiled); wall and CPU seconds (this process and its compiler workers),
+  and the phases of ``exe.build_stats``; then, reported apart, ``whole_build_cache=True``
+  warm: a build that stored the executable, then one that takes it whole from the cache
+  (no graph pass, no kernel lookup);
 * Apache TVM (where its interpreter is found: ``$TVM_PYTHON``, else
   ``/work/tvm-venv/bin/python``; ``pip install apache-tvm==0.27.0.post1
   apache-tvm-ffi==0.1.14.post1 onnx``): ``relax.frontend.onnx.from_onnx`` and
@@ -50,7 +53,8 @@ def _cpu_seconds() -> float:
 
 # -- children -------------------------------------------------------------------------------------
 
-def child_tilecraft(onnx_path: str, cache: str, jobs: int | None, bounds: dict) -> dict:
+def child_tilecraft(onnx_path: str, cache: str, jobs: int | None, bounds: dict,
+                    whole: bool = False) -> dict:
     """Import and build in this (fresh) process; the times and the build's stats."""
     import onnx
     from tilecraft import relax
@@ -59,7 +63,8 @@ def child_tilecraft(onnx_path: str, cache: str, jobs: int | None, bounds: dict) 
     cpu0, t0 = _cpu_seconds(), time.perf_counter()
     mod = from_onnx(model)
     t1 = time.perf_counter()
-    exe = relax.build(mod, "llvm", upper_bounds=bounds or None, cache=cache, jobs=jobs)
+    exe = relax.build(mod, "llvm", upper_bounds=bounds or None, cache=cache, jobs=jobs,
+                      whole_build_cache=whole)
     t2 = time.perf_counter()
     st = exe.build_stats
     return {"import_s": t1 - t0, "build_s": t2 - t1, "cpu_s": _cpu_seconds() - cpu0,
@@ -80,9 +85,10 @@ def _child(argv) -> int:
     p.add_argument("--cache")
     p.add_argument("--jobs", type=int)
     p.add_argument("--bounds", default="{}")
+    p.add_argument("--whole-build", action="store_true")
     a = p.parse_args(argv)
     if a.kind == "tilecraft":
-        out = child_tilecraft(a.onnx, a.cache, a.jobs, json.loads(a.bounds))
+        out = child_tilecraft(a.onnx, a.cache, a.jobs, json.loads(a.bounds), a.whole_build)
     else:
         out = child_onnxruntime(a.onnx)
     print("RESULT " + json.dumps(out))
@@ -132,7 +138,7 @@ def measure(name: str, rounds: int, jobs: int | None, work: str, tvm: str | None
     me = [sys.executable, "-m", "benchmarks.build_time", "--child"]
     env = dict(os.environ)
     env.pop("TILECRAFT_CACHE", None)     # the benchmark chooses the cache directory
-    cold, warm, peer, ort_s, errors = [], [], [], [], []
+    cold, warm, whole, peer, ort_s, errors = [], [], [], [], [], []
     for r in range(rounds):
         cache = os.path.join(work, f"cache-{name}-{r}")
         shutil.rmtree(cache, ignore_errors=True)
@@ -140,13 +146,17 @@ def measure(name: str, rounds: int, jobs: int | None, work: str, tvm: str | None
             (["--jobs", str(jobs)] if jobs else [])
         c = _run_child(me + ["tilecraft"] + args, env)
         w = _run_child(me + ["tilecraft"] + args, env)
+        _run_child(me + ["tilecraft", "--whole-build"] + args, env)   # stores the executable
+        h = _run_child(me + ["tilecraft", "--whole-build"] + args, env)
+        if "error" not in h and not h["stats"].get("whole_build_hit"):
+            h = {"error": "the whole-build cache missed on an unchanged model"}
         o = _run_child(me + ["onnxruntime", "--onnx", path], env)
         t = {"error": "apache-tvm not found (TVM_PYTHON, /work/tvm-venv)"}
         if tvm:
             t = _run_child([tvm, os.path.join(ROOT, "benchmarks", "tvm_build_peer.py"), path,
                             json.dumps(shapes)],
                            {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-        for res, into in ((c, cold), (w, warm), (t, peer), (o, ort_s)):
+        for res, into in ((c, cold), (w, warm), (h, whole), (t, peer), (o, ort_s)):
             if "error" in res:
                 errors.append(res["error"])
             else:
@@ -154,7 +164,8 @@ def measure(name: str, rounds: int, jobs: int | None, work: str, tvm: str | None
         shutil.rmtree(cache, ignore_errors=True)
         if not quiet:
             print(f"  {name} round {r + 1}: cold {c.get('build_s', float('nan')):.2f} s, warm "
-                  f"{w.get('build_s', float('nan')):.2f} s, TVM "
+                  f"{w.get('build_s', float('nan')):.2f} s, whole-build warm "
+                  f"{h.get('build_s', float('nan')):.2f} s, TVM "
                   f"{t.get('build_s', float('nan')):.2f} s, load {_load()}", flush=True)
     row = {"model": name}
     if cold:
@@ -171,6 +182,11 @@ def measure(name: str, rounds: int, jobs: int | None, work: str, tvm: str | None
         row["warm_hits"] = warm[0]["stats"]["cache_hits"]
         mid = sorted(warm, key=lambda w: w["build_s"])[len(warm) // 2]["stats"]
         row["warm_phases"] = {k: round(v, 3) for k, v in mid["phases"].items()}
+    if whole:
+        row["whole_warm_s"] = _median([w["build_s"] for w in whole])
+        row["whole_warm_cpu_s"] = _median([w["cpu_s"] for w in whole])
+    if warm:
+        row["warm_cpu_s"] = _median([w["cpu_s"] for w in warm])
     if peer:
         row["tvm_import_s"] = _median([p["import_s"] for p in peer])
         row["tvm_build_s"] = _median([p["build_s"] for p in peer])
@@ -195,13 +211,15 @@ def markdown_table(rows: list[dict]) -> str:
     """The rows as the table of the docs (seconds; medians)."""
     def f(v):
         return "-" if v is None else f"{v:.2f}"
-    lines = ["| model | kernels (distinct) | tilecraft import + cold build | warm build | "
+    lines = ["| model | kernels (distinct) | tilecraft import + cold build | "
+             "warm build (kernel cache) | warm build (whole-build cache) | "
              "TVM import + build | cold vs TVM | onnxruntime session |",
-             "|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = r.get("cold_vs_tvm")
         lines.append(f"| {r['model']} | {r.get('kernels', '-')} ({r.get('distinct', '-')}) | "
                      f"{f(r.get('import_s'))} + {f(r.get('cold_s'))} | {f(r.get('warm_s'))} | "
+                     f"{f(r.get('whole_warm_s'))} | "
                      f"{f(r.get('tvm_import_s'))} + {f(r.get('tvm_build_s'))} | "
                      f"{'-' if ratio is None else f'{ratio:.2f}x'} | "
                      f"{f(r.get('ort_session_s'))} |")

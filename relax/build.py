@@ -46,7 +46,7 @@ from .transform import LegalizeOps, get_pipeline
 from .transform.static_plan_block_memory import StaticPlanBlockMemory
 from .vm_builtins import BUILTINS, OP_BUILTINS
 from .tune_layouts import conv_plans_from
-from . import boundary_dtypes, default_schedules, gpu_schedules
+from . import boundary_dtypes, build_cache, default_schedules, gpu_schedules
 
 # ---------------------------------------------------------------------------------------------
 # the graph pipeline
@@ -671,7 +671,8 @@ def vm_codegen(mod: IRModule, aliases: Mapping[str, str] | None = None) -> tuple
 
 def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=None,
           upper_bounds: Mapping[str, int] | None = None, pipeline=None, strict: bool = False,
-          jobs: int | None = None, cache=None, verbose: bool = False) -> Executable:
+          jobs: int | None = None, cache=None, whole_build_cache: bool = False,
+          verbose: bool = False) -> Executable:
     """Compile a Relax module into an ``Executable`` for ``target``.
 
     Parameters
@@ -707,6 +708,12 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
         default one (in ``$TILECRAFT_CACHE_DIR`` or ``~/.cache/tilecraft/kernels``; off with
         ``TILECRAFT_CACHE=0``); False: no cache; a directory or a ``KernelCache``. It also
         serves the kernels ``FoldConstant`` runs. The cache never changes the executable.
+    whole_build_cache : bool
+        LLVM targets, default pipeline and schedules (no ``database``, no ``pipeline``):
+        look the whole executable up in ``cache`` first, by a hash of the exact input module,
+        the target, the machine, tilecraft's code and ``upper_bounds`` / ``strict``, and store
+        it there after a build (``relax.build_cache``). A hit skips every phase of the build;
+        its kernel module has no ``get_source``. Off by default.
     verbose : bool
         Print where the time went (``exe.build_stats.summary()``).
 
@@ -733,6 +740,20 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
         raise targets.TargetError(f"relax.build: no VM support for target {target}")
     stats = BuildStats()
     store = kernel_cache.resolve(cache)
+    key = None
+    if whole_build_cache and store is not None and target.kind == "llvm" and \
+            database is None and (pipeline is None or pipeline == "default"):
+        with stats.phase("whole-build cache"):
+            key = build_cache.executable_key(mod, target, upper_bounds, strict)
+            found = build_cache.load(store, key, target) if key is not None else None
+        if found is not None:
+            exe, stats.kernels = found
+            stats.distinct = stats.cache_hits = len(exe.kernel_names)
+            stats.whole_build_hit, stats.cache_dir = True, store.directory
+            exe.build_stats = stats
+            if verbose:
+                print(stats.summary())
+            return exe
     with kernel_cache.use(store if store is not None else False):
         with stats.phase("graph passes"):
             mod = _run_pipeline(mod, _layout_pipeline(pipeline, database, target), target)
@@ -760,6 +781,9 @@ def build(mod: IRModule, target: "Target | str | dict" = "llvm", *, database=Non
         stats.compiled = len(kernels)
     exe = Executable(program, constants, module, str(target))
     exe.build_stats = stats
+    if key is not None and (module is None or module.cacheable):
+        with stats.phase("whole-build cache"):
+            build_cache.save(store, key, exe)
     if verbose:
         print(stats.summary())
     return exe

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.transform import lower
 
+from . import kernel_cache
 from .build_stats import BuildStats
 from .runtime.module import Module
 from .target import Target, TargetError
@@ -107,6 +108,38 @@ def build_kernels(kernels: Sequence[KernelSpec], target: "Target | str | dict" =
     return build_llvm(list(kernels), target, jobs=jobs, cache=cache, stats=stats)
 
 
+def kernel_module_to_bytes(module: Module) -> bytes:
+    """A module ``build_kernels`` made, as bytes: its compiled code and metadata, no TensorIR
+    (``kernel_module_from_bytes`` loads it; ``relax.build``'s whole-build cache stores it).
+
+    Examples
+    --------
+    >>> data = kernel_module_to_bytes(build(func, "llvm"))              # doctest: +SKIP
+    >>> mod = kernel_module_from_bytes(data, Target("llvm"))            # doctest: +SKIP
+    """
+    from .llvm.compiler import module_to_bytes  # loads llvmlite only when compiling
+    return module_to_bytes(module)
+
+
+def kernel_module_from_bytes(data: bytes, target: Target, cache=None) -> Module | None:
+    """The module ``kernel_module_to_bytes`` wrote, loaded for ``target`` (an LLVM target);
+    None when ``data`` is not one for ``target``. ``cache``: the kernel cache that serves the
+    thread-pool runtime object when the module is exported."""
+    from .llvm.compiler import module_from_bytes  # loads llvmlite only when compiling
+    return module_from_bytes(data, target, kernel_cache.resolve(cache))
+
+
+def machine_key(target: "Target | str | dict") -> dict:
+    """What compiled code for ``target`` depends on besides the IR (LLVM targets): the
+    triple, CPU and features, code generation options, LLVM / llvmlite versions and
+    ``kernel_cache.code_fingerprint()``; plain JSON data, for cache keys."""
+    target = target if isinstance(target, Target) else Target(target)
+    if target.kind != "llvm":
+        raise TargetError(f"machine_key is for LLVM targets, not {target.kind!r}")
+    from .llvm.compiler import target_machine_key  # loads llvmlite only when compiling
+    return target_machine_key(target)
+
+
 def build(func_or_mod, target: "Target | str | dict" = "llvm", *, jobs: int | None = None,
           cache=None) -> Module:
     """Compile a PrimFunc or IRModule for ``target``; returns a runnable ``Module``.
@@ -154,4 +187,5 @@ def build(func_or_mod, target: "Target | str | dict" = "llvm", *, jobs: int | No
     return build_fn(mod, target)
 
 
-__all__ = ["build", "build_kernels", "KernelSpec", "lower_module", "is_lowered"]
+__all__ = ["build", "build_kernels", "KernelSpec", "lower_module", "is_lowered",
+           "kernel_module_to_bytes", "kernel_module_from_bytes", "machine_key"]

@@ -42,6 +42,9 @@ class BuildStats:
         Worker processes that compiled kernels (1: this process).
     cache_dir : str | None
         The kernel cache used (None: no cache).
+    whole_build_hit : bool
+        The executable came whole from ``relax.build``'s whole-build cache (no graph passes,
+        no kernel lookups).
 
     Examples
     --------
@@ -58,6 +61,7 @@ class BuildStats:
     compiled: int = 0
     jobs: int = 1
     cache_dir: str | None = None
+    whole_build_hit: bool = False
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -80,7 +84,8 @@ class BuildStats:
                 "kernel_phases": dict(self.kernel_phases),
                 "kernels": self.kernels, "distinct": self.distinct,
                 "cache_hits": self.cache_hits, "compiled": self.compiled, "jobs": self.jobs,
-                "cache_dir": self.cache_dir, "total": self.total}
+                "cache_dir": self.cache_dir, "whole_build_hit": self.whole_build_hit,
+                "total": self.total}
 
     def summary(self) -> str:
         """A few lines for people: each phase's seconds and share, then the kernels."""
@@ -98,6 +103,9 @@ class BuildStats:
         cache = f"cache {self.cache_dir}" if self.cache_dir else "no cache"
         dedup = f", {self.distinct} distinct" if self.distinct and self.distinct != \
             self.kernels else ""
-        lines.append(f"  kernels: {self.kernels}{dedup}; {self.cache_hits} from the {cache}, "
-                     f"{self.compiled} compiled")
+        if self.whole_build_hit:
+            lines.append(f"  kernels: {self.kernels}{dedup}; the whole executable from the {cache}")
+        else:
+            lines.append(f"  kernels: {self.kernels}{dedup}; {self.cache_hits} from the {cache}, "
+                         f"{self.compiled} compiled")
         return "\n".join(lines)

@@ -3,7 +3,9 @@
 - ``R.call_tir(f, (c0, c1, ...))`` with constant arguments (and constant ``tir_vars``) runs the
   kernel once: small ones with ``tensorir.interpret``, others compiled with ``targets.build``
   for the host; the call becomes a ``Constant`` (a ``Tuple`` of them for several outputs).
-- An operator call with constant arguments is legalized on the side and evaluated the same way
+- An operator call with constant arguments is evaluated with numpy where that gives the
+  kernel's bits (``fold_constant_numpy``: batch normalization's arithmetic, reshapes,
+  transposes); else it is legalized on the side and evaluated the same way as a call_tir
   (operators without a legalization, the VM builtins, are left alone).
 - ``(a, b)[0]`` and ``t[0]`` where ``t = (a, b)`` fold to ``a``; a variable bound to a constant is
   replaced by the constant where it is used (``DeadCodeElimination`` then drops the binding).
@@ -34,6 +36,7 @@ from ..expr import (Call, Constant, Expr, PrimValue, ShapeExpr, StringImm, Tuple
 from ..op.base import Op
 from ..struct_info import TensorStructInfo, TupleStructInfo
 from .base import ExprMutator, Pass, RewriteBuilder
+from .fold_constant_numpy import evaluate_op
 
 __all__ = ["FoldConstant", "run_call_tir"]
 
@@ -194,7 +197,8 @@ class _Folder(ExprMutator):
                 return self._fold_call_tir(call, self.builder)
             if call.op.legalize is not None and all(_is_const_arg(a) for a in call.args) \
                     and any(isinstance(a, Constant) for a in call.args):
-                return self._fold_op(call)
+                folded = evaluate_op(call)
+                return folded if folded is not None else self._fold_op(call)
         except (_CannotFold, TIRError, RuntimeError, IndexError, ValueError, ZeroDivisionError,
                 FloatingPointError):
             # not foldable, or the kernel fails on these constants: keep the call, which fails

@@ -532,6 +532,8 @@ class LLVMModule(Module):
         self._glue = glue
         self._config = config
         self._uses_parallel = any(k.uses_parallel for k in kernels)
+        # False when a kernel is not to be cached (its scheduling warned): nor is the module
+        self.cacheable = all(k.cacheable for k in kernels)
         self._source = source          # () -> [(name, lowered PrimFunc)], for get_source
         self._store = store
         self._texts: dict[str, str] = {}
@@ -743,6 +745,57 @@ def build_llvm(specs, target: Target, *, jobs: int | None = None, cache=None,
             store.trim()
     module.build_stats = stats
     return module
+
+
+_MODULE_FORMAT = 1   # of module_to_bytes; bump when it changes
+
+
+def module_to_bytes(module: LLVMModule) -> bytes:
+    """``module``'s compiled code as bytes (``module_from_bytes`` loads it back): a JSON
+    header line (the format, the target, the module's metadata, the sizes of the parts), then
+    the glue object and each kernel's ``KernelObject.to_bytes``. No TensorIR is kept, so a
+    module loaded from these bytes has no ``get_source``.
+
+    Examples
+    --------
+    >>> data = module_to_bytes(build_llvm(specs, Target("llvm")))        # doctest: +SKIP
+    >>> module = module_from_bytes(data, Target("llvm"))                 # doctest: +SKIP
+    """
+    parts = [module._glue] + [k.to_bytes() for k in module._kernels]
+    header = json.dumps({"format": _MODULE_FORMAT, "target": str(module._config.target),
+                         "metadata": module.metadata,
+                         "kernels": [k.name for k in module._kernels],
+                         "sizes": [len(p) for p in parts]}, sort_keys=True)
+    return b"".join([header.encode("utf-8"), b"\n"] + parts)
+
+
+def module_from_bytes(data: bytes, target: Target, store=None) -> LLVMModule | None:
+    """The module ``module_to_bytes`` wrote, loaded for ``target``; None when ``data`` is not
+    such a module for ``target`` (another format, target or a truncated payload)."""
+    head, sep, rest = data.partition(b"\n")
+    try:
+        header = json.loads(head.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not sep or not isinstance(header, dict) or header.get("format") != _MODULE_FORMAT or \
+            header.get("target") != str(target) or \
+            sum(header.get("sizes", [])) != len(rest) or \
+            len(header["sizes"]) != len(header.get("kernels", [])) + 1:
+        return None
+    parts, at = [], 0
+    for size in header["sizes"]:
+        parts.append(rest[at:at + size])
+        at += size
+    kernels = [KernelObject.from_bytes(p, name) for p, name in zip(parts[1:], header["kernels"])]
+    if any(k is None for k in kernels):
+        return None
+    return LLVMModule(kernels, parts[0], header["metadata"], MachineConfig(target), store=store)
+
+
+def target_machine_key(target: Target) -> dict:
+    """``machine_key`` of ``target``: everything about the machine, the toolchain (LLVM and
+    llvmlite versions) and tilecraft's code that compiled code depends on."""
+    return machine_key(MachineConfig(target))
 
 
 def _size_estimate(func: PrimFunc) -> float:
