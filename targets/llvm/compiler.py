@@ -334,7 +334,6 @@ def _parse(text: str, fma: bool = False) -> llvm.ModuleRef:
 
 
 _KERNEL_FORMAT = 1   # of the cache entries below; bump when KernelObject.to_bytes changes
-_GLUE_FORMAT = 2     # of the cached glue objects; bump when _glue_ir defines something new
 
 
 @dataclass
@@ -497,8 +496,8 @@ def glue_object(config: MachineConfig, metas: list[dict], entry: str | None,
         tm = config.machine(jit=False, pic=True)
         return _object_from_ir(_glue_ir(config, str(tm.target_data), metas, entry), config,
                                optimized=False)
-    key = kernel_cache.cache_key("llvm-glue", _KERNEL_FORMAT, _GLUE_FORMAT, machine_key(config),
-                                 metas, entry) if store is not None else None
+    key = kernel_cache.cache_key("llvm-glue", _KERNEL_FORMAT, machine_key(config), metas,
+                                 entry) if store is not None else None
     return _cached_object(store, key, make)
 
 
