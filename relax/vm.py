@@ -87,6 +87,9 @@ class _Ctx:
 # run once per distinct key, when its plan is made. A builtin is one of them only when it is a
 # pure check of such values (the range asserts a torch.export model starts with).
 _SHAPE_OPS = ("const", "alloc_storage", "alloc_tensor", "shape", "prim")
+# ... and these, when every register they read is such a value (a tuple of planned tensors, an
+# item of one: a split's outputs), so the kernels that read them are the plan's too
+_PURE_IF_KNOWN = ("tuple", "get_item", "move")
 _PURE_BUILTINS = frozenset({"vm.builtin.assert_op"})
 # plans kept per function (distinct shape keys); the oldest goes, its pool buffers back to the
 # pool, when another key comes
@@ -189,6 +192,8 @@ class _Function:
                 else:
                     reads = _expr_regs(ins[2], set())
                 pure = reads <= known
+            elif op in _PURE_IF_KNOWN:
+                pure = (set(ins[2]) if op == "tuple" else {ins[2]}) <= known
             else:
                 pure = op == "builtin" and ins[2] in _PURE_BUILTINS and set(ins[3]) <= known
             if pure:

@@ -3,8 +3,8 @@ distinct shape key, the kernels and the checks of a bad input on every call."""
 import numpy as np
 import pytest
 
-from tilecraft import targets
-from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const
+from tilecraft import relax, targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, TupleGetItem, Var, const
 from tilecraft.relax import vm as vm_module
 from tilecraft.relax.build import build
 from tilecraft.relax.vm import VirtualMachine, VMArgumentError
@@ -151,7 +151,6 @@ def _same_length_module():
     """x (n,), y (m,): x + 1 and y + 1 (each reads an argument), then, on planned intermediates
     only (one run), plus_one(x + 1) and a kernel whose entry requires its two inputs to have one
     length (the graph does not know n = m), then the output."""
-    from tilecraft import relax
     bb = BlockBuilder()
     x = Var("x", TensorStructInfo(("n",), "float32"))
     y = Var("y", TensorStructInfo(("m",), "float32"))
@@ -187,3 +186,30 @@ def test_kernel_error_inside_a_run_names_its_kernel():
     for n in (4, 2):
         x, y = rand(n), rand(n)
         np.testing.assert_allclose(fn(x, y).numpy(), (x + 2) * (y + 1) + 1, rtol=1e-6)
+
+
+def test_items_of_a_planned_tuple_are_planned():
+    # a two-output kernel's tuple and its items are the plan's values: the kernels that read
+    # the items join the run of planned calls instead of being called one by one
+    def split2(a):
+        return [te.compute((a.shape[0], 4), lambda i, j: a[i, j], "lo"),
+                te.compute((a.shape[0], 4), lambda i, j: a[i, j + 4], "hi")]
+
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n", 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit_te(tanh_rows, x)
+            t = bb.emit_te(split2, h)
+            lo, hi = bb.emit(TupleGetItem(t, 0)), bb.emit(TupleGetItem(t, 1))
+            gv = bb.emit_output(bb.emit_te(add, bb.emit_te(tanh_rows, lo), hi))
+        bb.emit_func_output(gv)
+    fn = VirtualMachine(build(bb.get(), "llvm", pipeline=[]))["main"]
+    # tanh_rows(x) reads the argument; split2 and tanh_rows(lo) only the plan's values
+    assert [step[2] for step in _runs(fn)] == [2]
+    for n in (3, 1, 3):
+        xs = rand(n, 8)
+        h = np.tanh(xs)
+        np.testing.assert_allclose(fn(xs).numpy(), np.tanh(h[:, :4]) + h[:, 4:], rtol=1e-5,
+                                   atol=1e-6)
+        np.testing.assert_array_equal(fn._run_each([targets.array(xs)]).numpy(), fn(xs).numpy())
