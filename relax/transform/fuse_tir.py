@@ -2,9 +2,10 @@
 
 The kernels the function calls are inlined, in order, into one TensorIR function:
 
-- its parameters are a buffer per tensor parameter of the Relax function, a buffer per constant
-  the calls use (the constant is then passed by the caller), the output buffers, and scalars
-  for symbolic dims that no buffer shape gives as a plain dimension;
+- its parameters are a buffer per tensor parameter of the Relax function (per tensor of a tuple
+  parameter: a ``split``'s outputs passed whole, whose items the call then passes), a buffer
+  per constant the calls use (the constant is then passed by the caller), the output buffers,
+  and scalars for symbolic dims that no buffer shape gives as a plain dimension;
 - values passed between the kernels become ``alloc_buffers`` of the root block;
 - each kernel's buffers are replaced by those, its symbolic dims by the dims they meet (so the
   ``n`` of one kernel and the ``m`` of the next unify when they describe the same value), its
