@@ -7,7 +7,9 @@ entry points (ctypes), pre-built argument arrays with the constant words (DLTens
 type codes) already written, static storage, compiled shape expressions. Running a function is
 then one loop over closures; a kernel call writes only the data pointers and extents that
 changed since the previous call (a planned intermediate keeps its buffer, so its words are
-written once) and calls the entry.
+written once) and calls the entry. Consecutive kernel calls whose every argument word is fixed
+by the shape plan are one native call of the library's sequence runner
+(``tilecraft_call_sequence``), not one ctypes call each.
 
 Instructions (``[opcode, operands...]``; ``%r`` a register, ``expr`` a shape expression)::
 
@@ -85,6 +87,9 @@ class _Ctx:
 # run once per distinct key, when its plan is made. A builtin is one of them only when it is a
 # pure check of such values (the range asserts a torch.export model starts with).
 _SHAPE_OPS = ("const", "alloc_storage", "alloc_tensor", "shape", "prim")
+# ... and these, when every register they read is such a value (a tuple of planned tensors, an
+# item of one: a split's outputs), so the kernels that read them are the plan's too
+_PURE_IF_KNOWN = ("tuple", "get_item", "move")
 _PURE_BUILTINS = frozenset({"vm.builtin.assert_op"})
 # plans kept per function (distinct shape keys); the oldest goes, its pool buffers back to the
 # pool, when another key comes
@@ -136,7 +141,8 @@ class _Function:
     *shape* instructions (constants, storage, tensor views, shape arithmetic and the range
     asserts on it: they depend only on the values the prologue binds, the shape key) and the
     *body* (kernel calls, builtins, outputs, calls, control flow; a run of CPU kernel calls whose
-    arguments all come from the plan is one step of bare entry calls). A call runs the prologue,
+    arguments all come from the plan is one step, ``CPUTensorOps.kernel_run``: one foreign call
+    of the library's sequence runner). A call runs the prologue,
     looks its shape key up among the plans (the shape instructions' results for that key, made
     on its first call) and runs the body on a copy of the plan's registers, so per call only the
     checks that catch a bad input, the kernels and the outputs' allocation remain. A program the
@@ -186,6 +192,8 @@ class _Function:
                 else:
                     reads = _expr_regs(ins[2], set())
                 pure = reads <= known
+            elif op in _PURE_IF_KNOWN:
+                pure = (set(ins[2]) if op == "tuple" else {ins[2]}) <= known
             else:
                 pure = op == "builtin" and ins[2] in _PURE_BUILTINS and set(ins[3]) <= known
             if pure:
@@ -202,7 +210,8 @@ class _Function:
                     body.append([closure.entry])
             else:
                 body.append(closure)
-        body = [tuple(step) if type(step) is list else step for step in body]
+        body = [self.vm._tensor_ops.kernel_run(step) if type(step) is list else step
+                for step in body]
         self._prologue, self._shape_code, self._body = tuple(prologue), tuple(shape), tuple(body)
         self._fixed_kernels = tuple(fixed_kernels)
         self._current = None      # the plan whose words the fixed kernel calls hold
@@ -250,10 +259,10 @@ class _Function:
                 self._current = plan
             for step in self._body:
                 if type(step) is tuple:     # a run of kernel calls on the plan's arguments
-                    for cfunc, words, codes, count, fail in step:
-                        rc = cfunc(words, codes, count)
-                        if rc:
-                            fail(rc)
+                    runner, records, count, failed, fail = step
+                    rc = runner(records, count, failed)
+                    if rc:
+                        fail(rc)
                 else:
                     step(new)
             return new[self.ret]

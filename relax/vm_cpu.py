@@ -54,6 +54,7 @@ class CPUTensorOps:
         self.static_storage: dict[tuple, np.ndarray] = {}
         self.static_storage_bytes = 0
         self.constants = [as_ndarray(c) for c in vm.exe.constants]
+        self._records: list = []    # the record arrays of kernel runs (see kernel_run)
 
     # -- the call boundary -------------------------------------------------------------------
     # a caller's argument as a VM value: numpy arrays are wrapped as CPU NDArrays
@@ -142,6 +143,30 @@ class CPUTensorOps:
             last[0], last[1], last[2] = st, s, nd
             regs[dst] = nd
         return alloc_tensor
+
+    def kernel_run(self, entries: list) -> tuple:
+        """A run of kernel calls whose argument words are all written (a shape plan's): the
+        step ``(runner, records, count, failed, fail)`` that ``relax.vm`` runs as ``rc =
+        runner(records, count, failed)`` and, when ``rc`` is nonzero, ``fail(rc)`` (raises the
+        failing kernel's error). ``entries`` are ``make_kernel_call``'s ``call.entry`` tuples.
+        The runner is the kernel library's ``tilecraft_call_sequence`` (one foreign call for the
+        whole run); for a library without it, a Python loop over the entries."""
+        failed = ctypes.c_int32(0)
+        fails = tuple(e[4] for e in entries)
+
+        def fail(rc):
+            fails[failed.value](rc)
+
+        mod = self.vm.exe.kernel_module
+        native = mod.call_sequence() if mod is not None else None
+        if native is None:
+            return (_call_each(tuple(entries), failed), 0, len(entries), 0, fail)
+        records = (ctypes.c_ssize_t * (4 * len(entries)))()
+        for i, (cfunc, words, codes, count, _) in enumerate(entries):
+            records[4 * i:4 * i + 4] = [ctypes.cast(cfunc, ctypes.c_void_p).value, words, codes,
+                                        count]
+        self._records.append((records, failed))   # the runner reads and writes them
+        return (native, ctypes.addressof(records), len(entries), ctypes.addressof(failed), fail)
 
     def call_kernel(self, ctx, kname: str, tensor_regs: list, scalars: list):
         return make_kernel_call(self.vm._kernel(kname), ctx.name, kname, tensor_regs, scalars,
@@ -300,6 +325,18 @@ def make_kernel_call(kfn, fname: str, kname: str, tensor_regs: Sequence[int], sc
         entry = timers.get(kname)
         timers[kname] = (1, elapsed) if entry is None else (entry[0] + 1, entry[1] + elapsed)
     return timed_call
+
+
+def _call_each(entries: tuple, failed: ctypes.c_int32) -> Callable:
+    """The sequence runner's contract in Python, for a library that lacks the native one."""
+    def run(records, count, failed_address):
+        for i, (cfunc, words, codes, n, _) in enumerate(entries):
+            rc = cfunc(words, codes, n)
+            if rc:
+                failed.value = i
+                return rc
+        return 0
+    return run
 
 
 def _check_value(x, slot, fname: str, kname: str) -> None:

@@ -2,9 +2,10 @@
 
 The kernels the function calls are inlined, in order, into one TensorIR function:
 
-- its parameters are a buffer per tensor parameter of the Relax function, a buffer per constant
-  the calls use (the constant is then passed by the caller), the output buffers, and scalars
-  for symbolic dims that no buffer shape gives as a plain dimension;
+- its parameters are a buffer per tensor parameter of the Relax function (per tensor of a tuple
+  parameter: a ``split``'s outputs passed whole, whose items the call then passes), a buffer
+  per constant the calls use (the constant is then passed by the caller), the output buffers,
+  and scalars for symbolic dims that no buffer shape gives as a plain dimension;
 - values passed between the kernels become ``alloc_buffers`` of the root block;
 - each kernel's buffers are replaced by those, its symbolic dims by the dims they meet (so the
   ``n`` of one kernel and the ``m`` of the next unify when they describe the same value), its
@@ -115,8 +116,23 @@ class _CallRewriter(ExprMutator):
         out = _substitute_sinfo(f.ret_struct_info, vmap, set(), ana)
         outs = list(out.fields) if isinstance(out, TupleStructInfo) else [out]
         tir_vars = [ana.simplify(substitute(v, vmap)) for v in info.scalars]
-        return call_tir(GlobalVar(call.op.name_hint), list(call.args) + list(info.constants),
+        args = []
+        for p, a in zip(f.params, call.args):
+            args += self._tuple_fields(a, p.struct_info)
+        return call_tir(GlobalVar(call.op.name_hint), args + list(info.constants),
                         outs, tir_vars=tir_vars or None)
+
+    def _tuple_fields(self, a: Expr, si) -> list[Expr]:
+        """The argument ``a`` of a parameter of struct info ``si`` as the fused PrimFunc takes
+        it: a tensor as it is, a tuple as its tensors in order (items bound to variables)."""
+        if not isinstance(si, TupleStructInfo):
+            return [a]
+        out = []
+        for k, field in enumerate(si.fields):
+            item = a.fields[k] if isinstance(a, Tuple) else \
+                self.builder.emit(TupleGetItem(a, k), "lv")
+            out += self._tuple_fields(item, field)
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,9 +183,7 @@ class _FusedBuilder:
         if not isinstance(f.body, SeqExpr):
             raise _Unsupported("body is not a SeqExpr")
         for p in f.params:
-            buf = self.new_buffer(p.name_hint, p.struct_info)
-            self.param_bufs.append(buf)
-            self.slots[id(p)] = buf
+            self.slots[id(p)] = self.param_slot(p.name_hint, p.struct_info)
         for blk in f.body.blocks:
             for b in blk.bindings:
                 self.binding(b)
@@ -202,6 +216,15 @@ class _FusedBuilder:
         prim = PrimFunc(params, BlockRealize([], None, root), bmap,
                         attrs={"global_symbol": self.name, "op_pattern": int(self.pattern)})
         return _Fused(prim, f, self.constants, scalars)
+
+    def param_slot(self, hint: str, si):
+        """A parameter's buffer, or for a tuple of tensors (a ``split``'s result passed whole)
+        a tuple of buffers, one parameter each (``_tuple_fields`` passes them)."""
+        if isinstance(si, TupleStructInfo):
+            return tuple(self.param_slot(f"{hint}_{k}", f) for k, f in enumerate(si.fields))
+        buf = self.new_buffer(hint, si)
+        self.param_bufs.append(buf)
+        return buf
 
     # -- values ---------------------------------------------------------------------------------
     @staticmethod

@@ -68,6 +68,11 @@ ALLOC_ALIGN = 64
 STRIDED_LOAD_STRIDES = (2, 3, 4)   # vector loads of these constant strides: wide load + shuffle
 PARALLEL_LAUNCH = "tilecraft_rt_parallel_launch"
 MAX_TASKS = 256               # the thread pool runs at most this many tasks (255 workers + caller)
+# iterations of a parallel loop's innermost statements (a vector lane counts as one) that one
+# task must have before another is launched: below it a launch (waking workers, claiming chunks,
+# joining) costs more than the work it shares. Known extents decide it at compile time,
+# symbolic ones with a few integer operations before the launch (see _task_limit)
+PARALLEL_GRAIN = 32768
 CHUNKS_PER_TASK = 4           # a parallel loop is claimed in n * 4 chunks (see _claim_chunks)
 FMA_METADATA = "tilecraft.fma"    # tags a multiply and add to fuse (see _accumulate)
 RUNTIME_NUM_CORES = "tilecraft_rt_num_cores"
@@ -869,6 +874,9 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         ext64 = self._to_i64(ext, s.extent.dtype)
         threads64 = b.zext(threads, I64)
         tasks64 = b.select(b.icmp_signed("<", ext64, threads64), ext64, threads64)
+        limit = self._task_limit(s, ext64)
+        if limit is not None:
+            tasks64 = b.select(b.icmp_signed("<", limit, tasks64), limit, tasks64)
         tasks64 = b.select(b.icmp_signed(">", tasks64, I64(MAX_TASKS)), I64(MAX_TASKS), tasks64)
         tasks = b.trunc(tasks64, I32)
         memset = self.mb.intrinsic("memset", ir.VoidType(), [PTR, I8, I64, I1], [PTR, I64])
@@ -896,6 +904,79 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         b.position_at_end(bad_bb)
         self._return_error(rc)  # the failing task already wrote the message
         b.position_at_end(ok_bb)
+
+    def _task_limit(self, s: For, ext64):
+        """``max(1, work // PARALLEL_GRAIN)`` as an i64 for the parallel loop ``s`` (``ext64``
+        its extent), ``work`` the iterations of its innermost statements; None where the work
+        is not known before the loop (an inner extent that depends on the loop's own variables
+        or reads memory): then the loop is not limited."""
+        inner = self._work(s.body, s)
+        if inner is None:
+            return None
+        b = self.b
+        if isinstance(inner, int):
+            if isinstance(ext64, ir.Constant):
+                return I64(max(1, ext64.constant * inner // PARALLEL_GRAIN))
+            work = b.mul(ext64, I64(inner)) if inner != 1 else ext64
+        else:
+            work = b.mul(ext64, inner)
+        tasks = b.sdiv(work, I64(PARALLEL_GRAIN))
+        return b.select(b.icmp_signed("<", tasks, I64(1)), I64(1), tasks)
+
+    def _work(self, stmt: Stmt, par: For):
+        """Iterations of ``stmt``'s innermost statements: an int when every extent is a
+        constant, an i64 value when some are symbolic (computed here, before the parallel loop
+        ``par``), None when an extent is not known before ``par`` runs."""
+        b = self.b
+
+        def mul(x, y):
+            if isinstance(x, int) and isinstance(y, int):
+                return x * y
+            if isinstance(x, int):
+                x, y = y, x
+            return x if y == 1 else b.mul(x, I64(y) if isinstance(y, int) else y)
+
+        def add(x, y):
+            if isinstance(x, int) and isinstance(y, int):
+                return x + y
+            return b.add(I64(x) if isinstance(x, int) else x, I64(y) if isinstance(y, int) else y)
+
+        def extent(e: PrimExpr):
+            if isinstance(e, IntImm):
+                return int(e.value)
+            env = self.ctx.env
+            if any(v not in env or v is par.loop_var for v in free_vars(e)):
+                return None
+            found = []
+            post_order_visit(e, lambda n: found.append(n) if isinstance(n, (BufferLoad, Call))
+                             else None)
+            if found:
+                return None
+            return self._to_i64(self.visit(e), e.dtype)
+
+        def rec(n):
+            if isinstance(n, For):
+                ext, body = extent(n.extent), rec(n.body)
+                return None if ext is None or body is None else mul(ext, body)
+            if isinstance(n, SeqStmt):
+                total = 0
+                for x in n.seq:
+                    w = rec(x)
+                    if w is None:
+                        return None
+                    total = add(total, w)
+                return total
+            if isinstance(n, IfThenElse):
+                # both branches: an upper bound of the work
+                w = rec(n.then_case)
+                e = rec(n.else_case) if n.else_case is not None else 0
+                return None if w is None or e is None else add(w, e)
+            if isinstance(n, (LetStmt, AssertStmt, Allocate)):
+                return rec(n.body)
+            if isinstance(n, (BufferStore, Evaluate)):
+                return 1
+            return None
+        return rec(stmt)
 
     def _outline(self, s: For, cap_vars, cap_bufs, closure_ty, ity) -> ir.Function:
         outer = self.ctx

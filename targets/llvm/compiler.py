@@ -36,7 +36,7 @@ from ..runtime import abi
 from ..runtime.module import Module
 from ..target import Target, TargetError, arch_of_triple, host_triple
 from ..toolchain import link_relocatable, link_shared
-from . import dot4, threadpool
+from . import call_sequence, dot4, threadpool
 from .codegen import FMA_METADATA, CodeGenLLVM, CodegenOptions
 from .irutil import I8, I32, PTR, ModuleBuilder
 from .softops import hardware_division
@@ -399,11 +399,13 @@ def _external_global(module, name: str, ty, visibility: str) -> ir.GlobalVariabl
 
 def _glue_ir(config: MachineConfig, data_layout: str, metas: list[dict], entry: str | None) -> str:
     """The module-wide part of a kernel library: the error buffer and its getter, the thread
-    count, the ABI version and the metadata of every kernel."""
+    count, the ABI version, the sequence runner (``call_sequence``) and the metadata of every
+    kernel."""
     cg = CodeGenLLVM(config.codegen_options(data_layout))
     for g in (cg.error_buffer, cg.error_claimed):
         g.linkage = ""                 # was internal: the kernel objects refer to them
         g.storage_class = "hidden"
+    call_sequence.emit_call_sequence(cg.mb)
     cg.functions_meta = list(metas)
     return cg.finish(entry=entry)
 

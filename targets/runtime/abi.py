@@ -34,6 +34,10 @@ METADATA_SYMBOL = "tilecraft_metadata"
 LAST_ERROR_SYMBOL = "tilecraft_get_last_error"
 NUM_THREADS_SYMBOL = "tilecraft_num_threads"
 ABI_VERSION_SYMBOL = "tilecraft_abi_version"
+# int32_t tilecraft_call_sequence(intptr_t *records, int32_t n, int32_t *failed): n kernel calls,
+# records[4i..4i+3] = entry, args, type codes, count; on a failure *failed = i, returns its code
+# (in libraries built since the VM's batched calls; older ones lack it)
+CALL_SEQUENCE_SYMBOL = "tilecraft_call_sequence"
 ERROR_BUFFER_BYTES = 1024
 
 
@@ -86,6 +90,8 @@ class TCValue(ctypes.Union):
 
 # int32_t entry(TCValue *args, int32_t *type_codes, int32_t num_args)
 ENTRY_FUNCTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
+CALL_SEQUENCE_FUNCTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32,
+                                          ctypes.c_void_p)
 LAST_ERROR_FUNCTYPE = ctypes.CFUNCTYPE(ctypes.c_char_p)
 
 # Byte offsets of DLTensor's fields: the code generator reads them with these numbers, so the

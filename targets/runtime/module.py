@@ -381,6 +381,7 @@ class Module:
         self.metadata = metadata
         self._funcs_meta = {f["name"]: f for f in metadata["functions"]}
         self._cache: dict[str, Function] = {}
+        self._call_sequence: list = []    # [the runner or None], once looked up
 
     # -- to be provided by subclasses ----------------------------------------------------------
     def _address(self, symbol: str) -> int:
@@ -439,6 +440,29 @@ class Module:
 
     def __call__(self, *args):
         return self.entry_func(*args)
+
+    def call_sequence(self):
+        """The library's sequence runner (``abi.CALL_SEQUENCE_SYMBOL``: many kernel calls in
+        one foreign call, for the Relax VM), a ctypes function; None where the module's
+        functions cannot run in this process or the library predates the runner.
+
+        Examples
+        --------
+        >>> run = mod.call_sequence()      # doctest: +SKIP
+        >>> run(records_address, 2, failed_address)   # doctest: +SKIP
+        0
+        """
+        if not self._call_sequence:
+            runner = None
+            if self._unavailable_reason() is None:
+                try:
+                    address = self._address(abi.CALL_SEQUENCE_SYMBOL)
+                except (KeyError, ValueError, NotImplementedError):
+                    address = None     # an older library: its kernels are called one by one
+                if address:
+                    runner = abi.CALL_SEQUENCE_FUNCTYPE(address)
+            self._call_sequence.append(runner)
+        return self._call_sequence[0]
 
     # -- threads --------------------------------------------------------------------------------
     @property

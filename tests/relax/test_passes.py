@@ -555,6 +555,37 @@ def test_fuse_tir_multi_output_group_and_tir_vars():
                                rtol=1e-6)
 
 
+def test_fuse_tir_group_taking_a_tuple_of_tensors():
+    # a two-output kernel whose tuple feeds two groups stays its own kernel; each group takes
+    # the whole tuple and reads one item (the attention's q / k / v of a split): FuseTIR passes
+    # the items as buffers, so no Relax function but main is left
+    def split2(a):
+        return [te.compute((a.shape[0], 4), lambda i, j: a[i, j], "lo"),
+                te.compute((a.shape[0], 4), lambda i, j: a[i, j + 4], "hi")]
+
+    bb = BlockBuilder()
+    x = Var("x", T(("n", 8)))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            t = bb.emit_te(split2, x)
+            outs = [bb.emit(relu(bb.emit(exp(bb.emit(TupleGetItem(t, k)))))) for k in range(2)]
+            gv = bb.emit_output(Tuple(outs))
+        bb.emit_func_output(gv)
+    fused = FuseOps()(LegalizeOps()(bb.get()))
+    groups = [f for f in relax_funcs(fused).values() if f.attr_dict.get("Primitive")]
+    assert len(groups) == 2 and all(len(f.params) == 1 for f in groups)   # the tuple, whole
+    final = FuseTIR()(fused)
+    check_well_formed(final)
+    assert set(relax_funcs(final)) == {"main"}
+    assert set(prim_funcs(final)) == {"split2", "fused_exp_relu", "fused_exp_relu1"}
+    assert len(final["fused_exp_relu"].buffers) == 3      # both items, the output
+    for n in (1, 5):
+        xs = rand(n, 8)
+        lo, hi = run_module(final, xs)
+        np.testing.assert_allclose(lo, np.maximum(np.exp(xs[:, :4]), 0), rtol=1e-6)
+        np.testing.assert_allclose(hi, np.maximum(np.exp(xs[:, 4:]), 0), rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # analysis helpers the passes use
 

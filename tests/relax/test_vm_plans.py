@@ -3,8 +3,8 @@ distinct shape key, the kernels and the checks of a bad input on every call."""
 import numpy as np
 import pytest
 
-from tilecraft import targets
-from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const
+from tilecraft import relax, targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, TupleGetItem, Var, const
 from tilecraft.relax import vm as vm_module
 from tilecraft.relax.build import build
 from tilecraft.relax.vm import VirtualMachine, VMArgumentError
@@ -114,3 +114,102 @@ def test_upper_bound_exceeded_still_runs_and_checks():
         x, y = rand(n, 8), rand(n, 5)
         np.testing.assert_allclose(vm["main"](x, y).numpy(), ref(x, y, w1, w2), rtol=1e-5,
                                    atol=1e-5)
+
+
+def _runs(fn):
+    """The body steps of ``fn`` that are runs of kernel calls (one sequence-runner call each)."""
+    return [step for step in fn._body if type(step) is tuple]
+
+
+def test_kernel_runs_are_one_native_call(chain):
+    vm, (w1, w2) = chain
+    fn = vm["main"]
+    runs = _runs(fn)
+    assert runs, "the chain's middle kernels read only planned intermediates: a run"
+    native = vm.exe.kernel_module.call_sequence()
+    assert native is not None
+    assert all(step[0] is native for step in runs)
+    assert sum(step[2] for step in runs) == len(fn._fixed_kernels)
+    for n in (5, 1, 5):
+        x, y = rand(n, 8), rand(n, 5)
+        np.testing.assert_allclose(fn(x, y).numpy(), ref(x, y, w1, w2), rtol=1e-5, atol=1e-5)
+
+
+def test_library_without_the_sequence_runner_calls_kernels_one_by_one(monkeypatch):
+    w1, w2 = rand(8, 16), rand(16, 5)
+    exe = build(chain_module(w1, w2), "llvm", pipeline=[])
+    monkeypatch.setattr(exe.kernel_module, "call_sequence", lambda: None)   # an older library
+    fn = VirtualMachine(exe)["main"]
+    runs = _runs(fn)
+    assert runs and all(step[0] is not None and step[1] == 0 for step in runs)
+    for n in (3, 6, 3):
+        x, y = rand(n, 8), rand(n, 5)
+        np.testing.assert_allclose(fn(x, y).numpy(), ref(x, y, w1, w2), rtol=1e-5, atol=1e-5)
+
+
+def _same_length_module():
+    """x (n,), y (m,): x + 1 and y + 1 (each reads an argument), then, on planned intermediates
+    only (one run), plus_one(x + 1) and a kernel whose entry requires its two inputs to have one
+    length (the graph does not know n = m), then the output."""
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n",), "float32"))
+    y = Var("y", TensorStructInfo(("m",), "float32"))
+
+    def plus_one(a):
+        return te.compute(a.shape, lambda i: a[i] + 1.0, "plus_one")
+
+    k = te.var("k")
+    a, b = te.placeholder((k,), "float32", "A"), te.placeholder((k,), "float32", "B")
+    same = te.create_prim_func([a, b, te.compute((k,), lambda i: a[i] * b[i], "C")])
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            h1 = bb.emit_te(plus_one, x)
+            h2 = bb.emit_te(plus_one, y)
+            h3 = bb.emit_te(plus_one, h1)
+            h4 = bb.emit(relax.call_tir(bb.add_func(same, "same_length"), [h3, h2],
+                                        TensorStructInfo(x.struct_info.shape, "float32")))
+            gv = bb.emit_output(bb.emit_te(plus_one, h4))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def test_kernel_error_inside_a_run_names_its_kernel():
+    exe = build(_same_length_module(), "llvm", pipeline=[])
+    fn = VirtualMachine(exe)["main"]
+    runs = _runs(fn)
+    assert [step[2] for step in runs] == [2]     # plus_one(h1), same_length: one run of two
+    x, y = rand(4), rand(4)
+    np.testing.assert_allclose(fn(x, y).numpy(), (x + 2) * (y + 1) + 1, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"main: kernel same_length: "):
+        fn(x, rand(3))
+    # the failed call left nothing behind: the next calls give the reference
+    for n in (4, 2):
+        x, y = rand(n), rand(n)
+        np.testing.assert_allclose(fn(x, y).numpy(), (x + 2) * (y + 1) + 1, rtol=1e-6)
+
+
+def test_items_of_a_planned_tuple_are_planned():
+    # a two-output kernel's tuple and its items are the plan's values: the kernels that read
+    # the items join the run of planned calls instead of being called one by one
+    def split2(a):
+        return [te.compute((a.shape[0], 4), lambda i, j: a[i, j], "lo"),
+                te.compute((a.shape[0], 4), lambda i, j: a[i, j + 4], "hi")]
+
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n", 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit_te(tanh_rows, x)
+            t = bb.emit_te(split2, h)
+            lo, hi = bb.emit(TupleGetItem(t, 0)), bb.emit(TupleGetItem(t, 1))
+            gv = bb.emit_output(bb.emit_te(add, bb.emit_te(tanh_rows, lo), hi))
+        bb.emit_func_output(gv)
+    fn = VirtualMachine(build(bb.get(), "llvm", pipeline=[]))["main"]
+    # tanh_rows(x) reads the argument; split2 and tanh_rows(lo) only the plan's values
+    assert [step[2] for step in _runs(fn)] == [2]
+    for n in (3, 1, 3):
+        xs = rand(n, 8)
+        h = np.tanh(xs)
+        np.testing.assert_allclose(fn(xs).numpy(), np.tanh(h[:, :4]) + h[:, 4:], rtol=1e-5,
+                                   atol=1e-6)
+        np.testing.assert_array_equal(fn._run_each([targets.array(xs)]).numpy(), fn(xs).numpy())

@@ -1,4 +1,5 @@
 """export_library / load_module: one self-contained shared library per module, for any triple."""
+import ctypes
 import subprocess
 import textwrap
 
@@ -300,3 +301,42 @@ def test_software_division_and_int64_casts_on_the_host(monkeypatch, rng):
             np.testing.assert_array_equal(r, x % y, err_msg=dtype)
         outs[dtype] = q
     assert outs
+
+
+def _sequence_calls(mod, rng):
+    """Two calls of ``kernel()``'s entry through the library's sequence runner (one foreign call),
+    then a run whose second record fails: the runner stops there and says which one."""
+    fn = mod["main"]
+    run = mod.call_sequence()
+    assert run is not None
+    a = rng.standard_normal((7, 19)).astype("float32")
+    outs = [targets.empty((7, 19), "float32") for _ in range(2)]
+    bad = targets.empty((7, 18), "float32")
+    packed = [fn._pack([targets.array(a), b, c]) for b, c in ((outs[0], 0.5), (outs[1], 2.0),
+                                                              (bad, 1.0))]
+    entry = ctypes.cast(fn._cfunc, ctypes.c_void_p).value
+
+    def records(ps):
+        words = []
+        for p in ps:
+            words += [entry, ctypes.addressof(p.values), ctypes.addressof(p.codes), len(fn.params)]
+        return (ctypes.c_ssize_t * len(words))(*words)
+
+    failed = ctypes.c_int32(-1)
+    recs = records(packed[:2])
+    assert run(ctypes.addressof(recs), 2, ctypes.addressof(failed)) == 0
+    for out, c in zip(outs, (0.5, 2.0)):
+        np.testing.assert_allclose(out.numpy(), np.tanh(a) * np.exp(-a) + c, rtol=2e-6, atol=1e-6)
+    recs = records([packed[0], packed[2], packed[1]])
+    assert run(ctypes.addressof(recs), 3, ctypes.addressof(failed)) != 0
+    assert failed.value == 1
+    assert "dimension 1 has extent 18, expected 19" in mod._last_error()
+
+
+@needs_lld
+def test_sequence_runner_in_jit_and_exported_libraries(tmp_path, rng):
+    mod = targets.build(kernel(), "llvm")
+    _sequence_calls(mod, rng)
+    path = str(tmp_path / "kernel.so")
+    mod.export_library(path)
+    _sequence_calls(targets.load_module(path), rng)

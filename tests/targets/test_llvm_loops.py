@@ -1,4 +1,7 @@
 """Vectorized, unrolled and parallel loops in the LLVM back end."""
+import os
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -6,7 +9,9 @@ from tilecraft import targets
 from tilecraft.tensorir import AssertStmt, Buffer, BufferStore, For, IfThenElse, LetStmt, Var, te, var
 from tilecraft.tensorir.stmt import Allocate, seq
 
-from targets_testutil import lower, lowered_func, with_loop_kinds
+from tilecraft.targets.llvm.codegen import PARALLEL_GRAIN
+
+from targets_testutil import lower, lowered_func, run_sub, with_loop_kinds
 
 
 def elementwise(shape, f, dtype="float32"):
@@ -304,14 +309,15 @@ def test_assert_inside_parallel_body_raises_and_frees(rng):
                                         BufferStore(B, big[0], [i]))))
     mod = targets.build(lowered_func([A, B], For(i, 0, n, "parallel", body)),
                         "llvm -num-cores=2")
-    a = rng.standard_normal(40).astype("float32")
-    b = np.zeros(40, "float32")
+    # two statements an iteration: past PARALLEL_GRAIN from 16384 rows, so the pool runs it
+    a = rng.standard_normal(40000).astype("float32")
+    b = np.zeros(40000, "float32")
     mod["main"](a, b)
     np.testing.assert_array_equal(b, a)
-    a[33] = 1000
+    a[33333] = 1000
     with pytest.raises(ValueError, match="main: A\\[i\\] must stay below 100"):
         mod["main"](a, b)
-    a[33] = 0
+    a[33333] = 0
     mod["main"](a, b)  # the next call works again
     mod.num_threads = 1
     a[0] = 500
@@ -323,7 +329,7 @@ def test_parallel_pool_survives_many_launches_and_thread_counts(rng):
     n = te.var("n")
     func = with_loop_kinds(elementwise((n,), lambda a: a + 1.0), i="parallel")
     mod = targets.build(func, "llvm")
-    a = rng.standard_normal(1000).astype("float32")
+    a = rng.standard_normal(4 * PARALLEL_GRAIN).astype("float32")   # enough work for the pool
     b = np.zeros_like(a)
     for threads in (2, 1, 3, 8, 0):
         mod.num_threads = threads
@@ -331,3 +337,44 @@ def test_parallel_pool_survives_many_launches_and_thread_counts(rng):
             b[:] = 0
             mod["main"](a, b)
         np.testing.assert_array_equal(b, a + 1)
+
+
+def test_parallel_launch_only_where_the_work_pays():
+    # a symbolic parallel loop: below PARALLEL_GRAIN iterations per task it runs on the calling
+    # thread (no worker is ever started), above it the pool's workers share it
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = textwrap.dedent(f"""
+        import os
+        import sys
+        sys.path[:0] = [{here!r}, {os.path.dirname(here)!r}]
+        import numpy as np
+        from tilecraft import targets
+        from tilecraft.targets.llvm.codegen import PARALLEL_GRAIN
+        from tilecraft.tensorir import te
+        from targets_testutil import lower, with_loop_kinds
+        n = te.var("n")
+        A = te.placeholder((n, 16), "float32", "A")
+        B = te.compute((n, 16), lambda i, j: A[i, j] * 2.0, "B")
+        func = with_loop_kinds(lower(te.create_prim_func([A, B])), i="parallel",
+                               j="vectorized")
+        mod = targets.build(func, "llvm -num-cores=4")
+        def threads():
+            return len(os.listdir("/proc/self/task"))
+        before = threads()
+        for rows in (1, 8, 100, (PARALLEL_GRAIN - 1) // 16):
+            a = np.random.default_rng(rows).standard_normal((rows, 16)).astype("float32")
+            b = np.zeros_like(a)
+            mod["main"](a, b)
+            np.testing.assert_array_equal(b, a * 2)
+        small = threads()
+        a = np.ones((PARALLEL_GRAIN * 4 // 16, 16), "float32")
+        b = np.zeros_like(a)
+        mod["main"](a, b)
+        np.testing.assert_array_equal(b, a * 2)
+        print("THREADS", before, small, threads())
+    """)
+    proc = run_sub(code)
+    assert proc.returncode == 0, proc.stderr
+    before, small, big = map(int, proc.stdout.split("THREADS")[1].split())
+    assert small == before      # no launch below the grain
+    assert big > small          # the pool's workers above it
