@@ -104,17 +104,23 @@ def _our_shapes(mod) -> dict[str, tuple]:
 def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5,
                   threads: int = 2) -> list[dict]:
     """Rows of (kind, shape) groups with both sides' milliseconds per model run, on
-    ``threads`` threads each."""
+    ``threads`` threads each, for the zoo model ``name``."""
     z = light(name, seed=0)
-    inputs = dict(z.inputs)
-    mod = from_onnx(z.onnx_model)
+    return profile_onnx(z.onnx_model, dict(z.inputs), runs, rounds, threads)
+
+
+def profile_onnx(onnx_model, inputs: dict, runs: int = 10, rounds: int = 5,
+                 threads: int = 2) -> list[dict]:
+    """``profile_model`` for an ONNX model and its inputs (name -> array): rows of (kind,
+    shape) groups with both sides' milliseconds per model run, on ``threads`` threads each."""
+    mod = from_onnx(onnx_model)
     shapes = _our_shapes(mod)
     names = sorted(shapes, key=len, reverse=True)     # call sites are the kernel name + a suffix
     exe = build(mod, "llvm")
     exe.kernel_module.num_threads = threads
     vm = VirtualMachine(exe, targets.cpu(0))
     args = [targets.array(v) for v in inputs.values()]
-    sess = ort_session(z.onnx_model, threads, profile_prefix=os.path.join(
+    sess = ort_session(onnx_model, threads, profile_prefix=os.path.join(
         tempfile.gettempdir(), "tilecraft_layer_profile"))
     ours, theirs = defaultdict(float), defaultdict(float)
     counts = defaultdict(lambda: [0, 0])
