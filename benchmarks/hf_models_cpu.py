@@ -17,7 +17,8 @@ Rows: ``model``, ``size``, ``symbolic_ms``, ``concrete_ms``, ``onnxruntime_ms``,
 ``vm.profile``), ``over_share`` and ``offenders`` (the kernels of the concrete build whose share
 of its kernel time is more than ``SHARE_SLACK`` = 2 times their share of its multiply-adds and
 at least ``SHARE_FLOOR`` = 2% of the time: issue 30's "no kernel takes more than its share";
-each printed as it is found), ``max_rel_err`` (against onnxruntime).
+each printed as it is found), ``max_rel_err`` (against onnxruntime), ``measured`` and
+``load_avg`` (the machine's one-minute load average after the row: other processes' work).
 
 Timing: every side on one thread (``TILECRAFT_HF_THREADS``, default 1: tilecraft's
 ``num_threads``, onnxruntime's ``intra_op_num_threads``, ``torch.set_num_threads``), so each
@@ -243,6 +244,7 @@ def measure(name: str, sizes=("small", "large"), threads: int | None = None,
                 for o in offenders],
             "max_rel_err": err, "threads": threads,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "load_avg": round(os.getloadavg()[0], 2),   # the machine's other work, 1 min
             "clock": "wall" if wall else "thread CPU time"})
         print(rows[-1], flush=True)
     return rows
