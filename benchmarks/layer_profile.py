@@ -101,20 +101,61 @@ def _our_shapes(mod) -> dict[str, tuple]:
     return shapes
 
 
+def kernel_work(mod) -> dict[str, int]:
+    """Kernel name -> its multiply-adds per call (output elements x the longest reduction's
+    length; an elementwise kernel or a copy: its output elements), for the kernels ``build``
+    schedules for ``mod`` (static shapes)."""
+    work = {}
+    for task in extract_tasks(mod, "llvm", baselines=False):
+        out = task.func.buffer_map[-1][1]
+        work[task.name] = math.prod(int(d.value) for d in out.shape) * \
+            _reduction_length(task.func)
+    return work
+
+
+def share_offenders(report, work: dict[str, int], slack: float = 2.0,
+                    floor: float = 0.02) -> list[dict]:
+    """The kernels of a ``VirtualMachine.profile`` ``report`` that take more than their share:
+    a share of the kernels' time above ``slack`` times their share of the multiply-adds
+    (``work``: ``kernel_work``) and at least ``floor`` of the time. Each: ``name``,
+    ``time_share``, ``work_share``, ``gmacs`` (its rate; the model's is the norm)."""
+    rows = [r for r in report.rows if r["name"] != "(vm)"]
+    names = sorted(work, key=len, reverse=True)     # call sites are the kernel name + a suffix
+    total_ms = sum(r["total_ms"] for r in rows) or 1.0
+    per_row = []
+    for r in rows:
+        kernel = next((n for n in names if r["name"].startswith(n)), None)
+        per_row.append((r, work.get(kernel, 0) * r["calls"]))
+    total_work = sum(w for _, w in per_row) or 1
+    out = []
+    for r, w in per_row:
+        t, f = r["total_ms"] / total_ms, w / total_work
+        if t >= floor and t > slack * f:
+            out.append({"name": r["name"], "time_share": t, "work_share": f,
+                        "gmacs": w / max(r["total_ms"], 1e-9) / 1e6})
+    return sorted(out, key=lambda o: -o["time_share"])
+
+
 def profile_model(name: str = "resnet50", runs: int = 10, rounds: int = 5,
                   threads: int = 2) -> list[dict]:
     """Rows of (kind, shape) groups with both sides' milliseconds per model run, on
-    ``threads`` threads each."""
+    ``threads`` threads each, for the zoo model ``name``."""
     z = light(name, seed=0)
-    inputs = dict(z.inputs)
-    mod = from_onnx(z.onnx_model)
+    return profile_onnx(z.onnx_model, dict(z.inputs), runs, rounds, threads)
+
+
+def profile_onnx(onnx_model, inputs: dict, runs: int = 10, rounds: int = 5,
+                 threads: int = 2) -> list[dict]:
+    """``profile_model`` for an ONNX model and its inputs (name -> array): rows of (kind,
+    shape) groups with both sides' milliseconds per model run, on ``threads`` threads each."""
+    mod = from_onnx(onnx_model)
     shapes = _our_shapes(mod)
     names = sorted(shapes, key=len, reverse=True)     # call sites are the kernel name + a suffix
     exe = build(mod, "llvm")
     exe.kernel_module.num_threads = threads
     vm = VirtualMachine(exe, targets.cpu(0))
     args = [targets.array(v) for v in inputs.values()]
-    sess = ort_session(z.onnx_model, threads, profile_prefix=os.path.join(
+    sess = ort_session(onnx_model, threads, profile_prefix=os.path.join(
         tempfile.gettempdir(), "tilecraft_layer_profile"))
     ours, theirs = defaultdict(float), defaultdict(float)
     counts = defaultdict(lambda: [0, 0])

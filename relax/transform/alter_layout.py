@@ -14,7 +14,10 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
   NHWC a pixels x channels tile with ``[O/NR, KH, KW, I, NR]``); a strided depthwise NCHW
   convolution on x86 becomes ``conv2d_nchw`` alone, the row kernel
   ``depthwise_conv2d_nchw_rows`` on the unpacked weight (each output row from its window's
-  padded input rows: no padded or phase-plane copy of the image); an NHWC 3x3 stride-1
+  padded input rows: no padded or phase-plane copy of the image); a padded depthwise NHWC
+  convolution takes the NHWC tile's packed weight and ``depthwise_nhwc.depthwise_conv2d_nhwc_rows``
+  (channels in lanes, each block of output rows from a local copy of its padded input
+  rows); an NHWC 3x3 stride-1
   convolution with 16 or more input and output channels becomes Winograd F(2x2, 3x3)
   (``backend.cpu.winograd``: ``pack_winograd_weight`` and ``conv2d_nhwc``; float32 only: its
   transforms compute in the operands' dtype);
@@ -67,8 +70,8 @@ from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_int8, conv2d_nchw,
                            conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense,
-                           dense_int4, dense_int8, depthwise, depthwise_int8, pool2d,
-                           winograd)
+                           dense_int4, dense_int8, depthwise, depthwise_int8, depthwise_nhwc,
+                           pool2d, winograd)
 from ..backend.cpu.geometry import CPU_KERNEL_DTYPES, static_ints, static_shape
 from ..expr import Call, Constant, Expr
 from ..op import add
@@ -245,8 +248,10 @@ class _Alter(ExprMutator):
         packed = self.builder.emit(self.kernel(
             conv2d_nhwc.pack_conv2d_nhwc_weight, weight, klayout, plan.width,
             name="pack_conv2d_nhwc_weight", pattern=OpPattern.INJECTIVE))
-        return self.kernel(conv2d_nhwc.conv2d_nhwc_packed, data, packed, plan, out_dtype,
-                           name="conv2d_nhwc", pattern=OpPattern.OUT_EWISE_FUSABLE)
+        compute = depthwise_nhwc.depthwise_conv2d_nhwc_rows if \
+            depthwise_nhwc.depthwise_nhwc_applies(plan) else conv2d_nhwc.conv2d_nhwc_packed
+        return self.kernel(compute, data, packed, plan, out_dtype, name="conv2d_nhwc",
+                           pattern=OpPattern.OUT_EWISE_FUSABLE)
 
     # -- matmul / linear ----------------------------------------------------------------------
     def dense(self, call: Call) -> Expr | None:

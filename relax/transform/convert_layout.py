@@ -52,7 +52,7 @@ from ..struct_info import PrimStructInfo, TensorStructInfo
 from .base import ExprMutator, Pass
 from .dead_code_elimination import DeadCodeElimination
 
-__all__ = ["ConvertLayout", "nhwc_pays", "TO_NHWC", "TO_NCHW"]
+__all__ = ["ConvertLayout", "nhwc_pays", "depthwise_anchors", "TO_NHWC", "TO_NCHW"]
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
@@ -75,8 +75,9 @@ class ConvertLayout(Pass):
         default is ``nhwc_pays`` on the call's geometry for ``target``.
     anchor : callable, optional
         ``anchor(call) -> bool``: whether this convertible call makes its chain worth
-        converting (default: a 1x1 kernel or a layer Winograd computes, the layers NHWC runs
-        faster rather than on par).
+        converting (default ``default_anchor``: a depthwise layer; with 16 vector registers
+        also a 1x1 kernel or a layer Winograd computes, the layers NHWC runs faster rather
+        than on par).
         A chain of convolutions joined by elementwise operators and pooling converts when it
         holds two or more convertible ones and an anchor. ``convertible=lambda call: True,
         anchor=lambda call: True`` converts every chain the NHWC kernel runs.
@@ -95,11 +96,21 @@ class ConvertLayout(Pass):
                 raise TypeError(f"ConvertLayout: {what} must be callable (call) -> bool, got "
                                 f"{type(f).__name__}")
         self.convertible = convertible or self.default_convertible
-        self.anchor = anchor or _nhwc_faster
+        self.anchor = anchor or self.default_anchor
 
     def default_convertible(self, call: Call) -> bool:
         g = conv2d_geometry(call)
         return g is not None and nhwc_pays(g, self.target)
+
+    def default_anchor(self, call: Call) -> bool:
+        """A depthwise layer (``depthwise_anchors``); with 16 vector registers also a 1x1
+        layer or one Winograd computes. With 32 (AVX-512) the 1x1 layers only run on par in
+        NHWC: a ResNet's chain of them between NCHW 3x3 layers would pay permutations for
+        nothing."""
+        if depthwise_anchors(call):
+            return True
+        _, registers = cpu_tile_params(self.target)
+        return registers < 32 and _nhwc_faster(call)
 
     def transform_module(self, mod: IRModule) -> IRModule:
         new = _Converter(mod, self.convertible, self.anchor).visit_module()
@@ -107,10 +118,12 @@ class ConvertLayout(Pass):
 
 
 def nhwc_pays(g: ConvGeometry, target: "Target | str") -> bool:
-    """Whether the NCHW convolution ``g`` runs faster converted to NHWC on ``target``: not
-    grouped, at least 16 input channels (a stem on the image's 3 channels fills no vector of
-    a pixel's channels), and either a 3x3 stride-1 layer that Winograd F(2x2, 3x3) computes
-    (``backend.cpu.winograd.winograd_applies``; NHWC only) or an NHWC kernel
+    """Whether the NCHW convolution ``g`` runs faster converted to NHWC on ``target``: at
+    least 16 input channels (a stem on the image's 3 channels fills no vector of a pixel's
+    channels), and a depthwise layer (``depthwise_anchors``), or, on a 32-register target
+    (AVX-512), a 1x1 layer (on par in NHWC; it converts with the depthwise layers beside
+    it), or, with 16 registers, not grouped and either a 3x3 stride-1 layer that Winograd
+    F(2x2, 3x3) computes (``backend.cpu.winograd.winograd_applies``; NHWC only) or an NHWC kernel
     (``backend.cpu.conv2d_strategy.nhwc_kernel_plan``) that is a pixel tile filling the row
     (or the plane) with 8 or more accumulators (``conv2d_nhwc.nhwc_tile_fills``) or the
     channel-vector tiles across rows. Measured on Zen 3 (AVX2, 16 vector registers;
@@ -118,8 +131,8 @@ def nhwc_pays(g: ConvGeometry, target: "Target | str") -> bool:
     ResNet-50's 1x1 layers ran 1.0-1.3x faster in NHWC (their residual and output written a
     pixel's channels at a time), its 3x3 ones 0.87-1.15x; in the model, converting every
     layer after the stem ran 1-5% faster than keeping the 3x3 ones on the tiles NCHW with
-    permutations around them. Only targets with 16 vector registers: the NHWC tiles with 32
-    (AVX-512, NEON) are unmeasured.
+    permutations around them. With 32 registers (AVX-512, NEON) the dense 3x3 NHWC tiles
+    are unmeasured and stay NCHW.
 
     Examples
     --------
@@ -132,17 +145,35 @@ def nhwc_pays(g: ConvGeometry, target: "Target | str") -> bool:
     False
     """
     target = target if isinstance(target, Target) else Target(target)
-    if target.kind != "llvm" or g.groups != 1 or g.in_channels < 16:
+    if target.kind != "llvm" or g.in_channels < 16:
+        return False
+    if g.is_depthwise:
+        return True     # channels in lanes (see depthwise_anchors)
+    if g.groups != 1:
         return False
     lanes, registers = cpu_tile_params(target)
     if registers >= 32:
-        return False
+        # the 1x1 layers between depthwise ones (MobileNet-V2's expand / project): the NHWC
+        # pixel tile ran them at 50-56 GMAC/s, the NCHW kernels at 44-55 (Zen 4, one
+        # thread); they convert only in a chain that a depthwise layer anchors
+        return g.kernel == (1, 1)
     if winograd_applies(g):
         return True     # Winograd F(2x2, 3x3), NHWC only: 1.1-1.9x the direct kernels
     plan = conv2d_strategy.nhwc_kernel_plan(g, lanes, registers)
     if isinstance(plan, ChannelVectorPlan):
         return True
     return plan is not None and nhwc_tile_fills(plan)
+
+
+def depthwise_anchors(call: Call) -> bool:
+    """Whether ``call`` is a depthwise convolution: the NHWC kernel keeps its channels in the
+    lanes (one tap is a vector FMA of a pixel's channels), where the NCHW kernels keep
+    positions there and waste them on small planes (a 7 x 7 row fills 7 of 16) and copy the
+    image into a padded plane per channel. MobileNet-V2 (Zen 4, one thread, batch 1): its
+    14 x 14 and 7 x 7 depthwise layers ran 1.5-3.6x faster in NHWC, the model 1.07x with
+    every depthwise and 1x1 layer converted."""
+    g = conv2d_geometry(call)
+    return g is not None and g.is_depthwise
 
 
 def _nhwc_faster(call: Call) -> bool:

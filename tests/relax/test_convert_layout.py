@@ -99,7 +99,7 @@ def test_rewrite_converts_the_chain_and_permutes_only_at_the_ends():
 def test_converted_model_matches_numpy(batch):
     n = 3 if batch == "n" else batch
     mod, ref = bottleneck(batch)
-    new = ConvertLayout("llvm", convertible=lambda call: True)(mod)
+    new = ConvertLayout(AVX2, convertible=lambda call: True)(mod)
     xv = rand(n, 16, 8, 8)
     vm = relax.VirtualMachine(relax.build(new, "llvm"), targets.cpu(0))
     got = vm["main"](targets.array(xv)).numpy()
@@ -107,15 +107,59 @@ def test_converted_model_matches_numpy(batch):
 
 
 def test_default_rule_keeps_the_stem_and_unmeasured_targets():
-    # 3 image channels: NCHW; grouped: NCHW; 32-register targets: not measured, NCHW
+    # 3 image channels: NCHW; grouped: NCHW; 32-register targets: the 1x1 and depthwise
+    # layers (which convert only in a chain a depthwise layer anchors), not the 3x3 ones
     stem = ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1)
     big = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     grouped = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2)
+    dense3 = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    dw = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 64)
     assert nhwc_pays(big, AVX2)
     assert not nhwc_pays(stem, AVX2)
     assert not nhwc_pays(grouped, AVX2)
-    assert not nhwc_pays(big, AVX512)
+    assert nhwc_pays(dw, AVX2) and nhwc_pays(dw, AVX512)
+    assert nhwc_pays(big, AVX512)
+    assert not nhwc_pays(dense3, AVX512)
     assert not nhwc_pays(big, "opencl")
+
+
+def _inverted_residual(n=2, c=16, hw=9, expand=48):
+    """MobileNet-V2's block: 1x1 expand + ReLU6, depthwise 3x3 + ReLU6, 1x1 project, the
+    residual add; the bias of each layer added."""
+    w1, w2, w3 = rand(expand, c, 1, 1) * 0.3, rand(expand, 1, 3, 3) * 0.3, \
+        rand(c, expand, 1, 1) * 0.3
+    b1, b2, b3 = rand(expand, 1, 1), rand(expand, 1, 1), rand(c, 1, 1)
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((n, c, hw, hw), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            t = bb.emit(op.add(bb.emit(op.nn.conv2d(x, const(w1))), const(b1)))
+            t = bb.emit(op.clip(t, 0.0, 6.0))
+            t = bb.emit(op.add(bb.emit(op.nn.conv2d(t, const(w2), padding=1, groups=expand)),
+                               const(b2)))
+            t = bb.emit(op.clip(t, 0.0, 6.0))
+            t = bb.emit(op.add(bb.emit(op.nn.conv2d(t, const(w3))), const(b3)))
+            gv = bb.emit_output(bb.emit(op.add(t, x)))
+        bb.emit_func_output(gv)
+
+    def ref(xv):
+        t = np.clip(conv_ref(xv, w1) + b1, 0, 6)
+        t = np.clip(conv_ref(t, w2, padding=1, groups=expand) + b2, 0, 6)
+        return conv_ref(t, w3) + b3 + xv
+    return bb.get(), ref
+
+
+def test_depthwise_chain_converts_on_avx512_and_results_hold():
+    # a depthwise layer anchors its chain on both register counts; an AVX-512 chain of 1x1
+    # layers alone (no depthwise) stays NCHW (test_default_pipeline_converts_on_avx2...)
+    mod, ref = _inverted_residual()
+    for target in (AVX512, AVX2):
+        new = ConvertLayout(target)(mod)
+        assert {c.attr_dict["data_layout"] for c in calls(new, "relax.nn.conv2d")} == {"NHWC"}
+    xv = rand(2, 16, 9, 9)
+    vm = relax.VirtualMachine(relax.build(mod, "llvm"), targets.cpu(0))
+    np.testing.assert_allclose(vm["main"](targets.array(xv)).numpy(), ref(xv), rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_default_pipeline_converts_on_avx2_and_results_hold():
@@ -153,7 +197,7 @@ def test_elementwise_with_a_full_nchw_operand_and_unknown_consumers():
             gv = bb.emit_output(t)
         bb.emit_func_output(gv)
     mod = bb.get()
-    new = ConvertLayout("llvm", convertible=lambda call: True)(mod)
+    new = ConvertLayout(AVX2, convertible=lambda call: True)(mod)
     assert all(c.attr_dict["data_layout"] == "NHWC" for c in calls(new, "relax.nn.conv2d"))
     softmax = calls(new, "relax.nn.softmax")[0]
     assert softmax.args[0].struct_info.shape[1].value == 16     # NCHW
@@ -184,7 +228,7 @@ def test_a_lone_convolution_stays_nchw():
 
 def test_bad_convertible_is_a_type_error():
     with pytest.raises(TypeError, match="convertible must be callable"):
-        ConvertLayout("llvm", convertible=True)
+        ConvertLayout(AVX2, convertible=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,7 +424,7 @@ def test_broadcast_to_a_target_shape_reads_nchw():
             t = bb.emit(op.nn.conv2d(t, const(w2)))
             gv = bb.emit_output(bb.emit(op.broadcast_to(t, (3, 16, 4, 4))))
         bb.emit_func_output(gv)
-    new = ConvertLayout("llvm", convertible=lambda call: True)(bb.get())
+    new = ConvertLayout(AVX2, convertible=lambda call: True)(bb.get())
     assert all(c.attr_dict["data_layout"] == "NHWC" for c in calls(new, "relax.nn.conv2d"))
     xv = rand(1, 16, 4, 4)
     vm = relax.VirtualMachine(relax.build(new, "llvm"), targets.cpu(0))

@@ -28,6 +28,7 @@ Layout::
       winograd.py          Winograd F(2x2, 3x3), NHWC       tilecraft.winograd_gemm
       pool2d.py            separable NCHW pooling           tilecraft.pool2d_separable
       depthwise.py         depthwise NCHW over padded rows  tilecraft.depthwise_rows
+      depthwise_nhwc.py    depthwise NHWC, channels in lanes  tilecraft.depthwise_nhwc_rows
 
 Adding a kernel family means adding one module and one registration. The depthwise family,
 for example: ``depthwise.py`` defines its rule names, a plan (``depthwise_rows_applies(g,
@@ -51,7 +52,8 @@ Examples
 ['conv2d_nchw_cvec', 'conv2d_nchw_flat', 'conv2d_nhwc']
 """
 from . import (conv2d_int8, conv2d_nchw, conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, dense,
-               dense_int4, dense_int8, depthwise, depthwise_int8, pool2d, winograd)
+               dense_int4, dense_int8, depthwise, depthwise_int8, depthwise_nhwc, pool2d,
+               winograd)
 from .geometry import ConvGeometry, conv2d_geometry
 from .params import cpu_tile_params, num_cores
 from .registry import SCHEDULE_RULE, KernelFamily, KernelRegistry, block_rule
@@ -60,8 +62,8 @@ __all__ = ["KERNELS", "KernelFamily", "KernelRegistry", "SCHEDULE_RULE", "block_
            "ConvGeometry", "conv2d_geometry", "cpu_tile_params", "num_cores",
            # the family modules, and the choice among the convolution families
            "dense", "conv2d_nchw", "conv2d_nchw_cvec", "conv2d_nhwc", "winograd", "pool2d",
-           "depthwise", "conv2d_strategy", "dense_int8", "dense_int4", "conv2d_int8",
-           "depthwise_int8"]
+           "depthwise", "depthwise_nhwc", "conv2d_strategy", "dense_int8", "dense_int4",
+           "conv2d_int8", "depthwise_int8"]
 
 KERNELS = KernelRegistry([
     dense.FAMILY,
@@ -71,6 +73,7 @@ KERNELS = KernelRegistry([
     winograd.FAMILY,
     pool2d.FAMILY,
     depthwise.FAMILY,
+    depthwise_nhwc.FAMILY,
     dense_int8.FAMILY,
     dense_int4.FAMILY,
     conv2d_int8.FAMILY,

@@ -75,6 +75,16 @@ def plan_conv2d_nhwc(g: ConvGeometry, lanes: int, registers: int) -> NhwcPlan | 
     vectors = 2 if g.out_channels >= 2 * lanes else 1
     if g.groups > 1 and not g.is_depthwise:
         vectors = 2 if g.out_per_group % (2 * lanes) == 0 else 1
+    if (g.groups == 1 or g.is_depthwise) and g.out_channels % (vectors * lanes):
+        # no ragged last panel: its masked vectors on every step ran at half speed or worse.
+        # One vector where two would leave one (MobileNet-V2's 144 channels, 56 x 56: the
+        # depthwise layer in 172 us as 14 pixels x 16, 320 us as 7 x 32; the 1x1 24 -> 144
+        # one in 251 us as 8 x 16, 318 us as 14 x 32); half a vector where one would (its
+        # 96 -> 24 1x1 layer in 178-188 us as 14-28 pixels x 8 lanes, 327 us as 14 x 16 with
+        # a half-empty second panel; Zen 4, one thread)
+        vectors = 1
+        if g.out_channels % lanes and lanes >= 16 and g.out_channels % (lanes // 2) == 0:
+            lanes //= 2
     width = vectors * lanes
     budget = (24 if registers >= 32 else 12) // vectors
     ow = g.out_w

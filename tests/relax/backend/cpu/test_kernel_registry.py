@@ -61,6 +61,8 @@ MODULES = {
                                                              groups=16)),
     "conv nhwc winograd": _module((1, 10, 10, 32), _conv(32, 32, 3, pad=1, layout="NHWC")),
     "conv nhwc 1x1": _module((1, 14, 14, 32), _conv(32, 64, 1, layout="NHWC")),
+    "conv nhwc depthwise": _module((1, 14, 14, 32), _conv(32, 32, 3, pad=1, groups=32,
+                                                          layout="NHWC")),
     "conv nhwc 3x3 s2": _module((1, 14, 14, 64), _conv(64, 64, 3, stride=2, pad=1,
                                                        layout="NHWC")),
     "max pool s2": _module((1, 8, 11, 11), lambda x: op.nn.max_pool2d(x, pool_size=3, strides=2,

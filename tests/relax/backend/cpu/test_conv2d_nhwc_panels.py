@@ -1,0 +1,54 @@
+"""The NHWC tile's channel panels (relax.backend.cpu.conv2d_nhwc.plan_conv2d_nhwc) leave no
+ragged last panel: one vector where two would, half a vector (AVX-512) where one would; the
+convolutions with such channel counts against numpy, bias fused, batches 1 and 2."""
+import numpy as np
+import pytest
+
+from tilecraft import relax
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.backend.cpu import ConvGeometry
+from tilecraft.relax.backend.cpu.conv2d_nhwc import plan_conv2d_nhwc
+
+RNG = np.random.default_rng(5)
+
+
+def _one_by_one(cin, hw, cout):
+    return ConvGeometry(cin, hw, hw, cout, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+
+
+def test_panels_divide_the_channels():
+    # 24 channels on 16 lanes: 3 half vectors, not a full and a half-empty one
+    p = plan_conv2d_nhwc(_one_by_one(96, 56, 24), 16, 32)
+    assert (p.width, p.lanes) == (8, 8)
+    # 144 = 9 x 16: one vector, not 4.5 panels of 32
+    assert plan_conv2d_nhwc(_one_by_one(24, 56, 144), 16, 32).width == 16
+    dw = ConvGeometry(144, 56, 56, 144, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 144)
+    assert plan_conv2d_nhwc(dw, 16, 32).width == 16
+    # whole pairs keep two vectors; 16 registers (AVX2) never go below a full vector
+    assert plan_conv2d_nhwc(_one_by_one(96, 56, 64), 16, 32).width == 32
+    assert plan_conv2d_nhwc(_one_by_one(96, 56, 20), 8, 16).width == 8
+    for g in (_one_by_one(96, 56, 24), _one_by_one(24, 56, 144), dw):
+        p = plan_conv2d_nhwc(g, 16, 32)
+        assert g.out_channels % p.width == 0, g
+
+
+@pytest.mark.parametrize("cin,h,w,cout,k", [(40, 13, 11, 24, 1), (24, 9, 15, 48, 1),
+                                            (16, 11, 7, 40, 3)])
+def test_half_vector_panels_match_numpy(cin, h, w, cout, k):
+    wt = (RNG.standard_normal((k, k, cin, cout)) * 0.2).astype("float32")
+    b = RNG.standard_normal(cout).astype("float32")
+    x = Var("x", TensorStructInfo(("n", h, w, cin), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(op.nn.conv2d(x, const(wt), padding=k // 2, data_layout="NHWC",
+                                     kernel_layout="HWIO"))
+            gv = bb.emit_output(bb.emit(op.add(y, const(b))))
+        bb.emit_func_output(gv)
+    vm = relax.VirtualMachine(relax.build(bb.get(), "llvm"))
+    for n in (1, 2):
+        xv = RNG.standard_normal((n, h, w, cin)).astype("float32")
+        xp = np.pad(xv.astype(np.float64), ((0, 0), (k // 2,) * 2, (k // 2,) * 2, (0, 0)))
+        want = sum(np.einsum("nhwc,co->nhwo", xp[:, a:a + h, c:c + w], wt[a, c])
+                   for a in range(k) for c in range(k)) + b
+        np.testing.assert_allclose(vm["main"](xv).numpy(), want, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,97 @@
+"""The NHWC depthwise kernel over padded rows (relax.backend.cpu.depthwise_nhwc,
+``depthwise_conv2d_nhwc_rows``): against numpy on odd shapes, strides, dilation, asymmetric
+padding and channel counts no panel divides, batches 1 and 3 of a symbolic batch, with the
+bias and ReLU6 (MobileNet-V2's epilogue) fused into its one kernel."""
+import numpy as np
+import pytest
+
+from tilecraft import relax
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.backend.cpu import ConvGeometry, depthwise_nhwc
+from tilecraft.relax.backend.cpu.conv2d_nhwc import NhwcPlan
+from tilecraft.relax.transform import AlterLayout
+from tilecraft.tensorir import te
+from tilecraft.tensorir.function import PrimFunc
+
+RNG = np.random.default_rng(11)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+def depthwise_ref(x, w, strides, padding, dilation):
+    """numpy NHWC depthwise convolution (weight ``(KH, KW, 1, C)``), float64."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    (sh, sw), (dh, dw) = strides, dilation
+    pt, pl, pb, pr = padding
+    xp = np.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    kh, kw = w.shape[:2]
+    oh = (xp.shape[1] - dh * (kh - 1) - 1) // sh + 1
+    ow = (xp.shape[2] - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((x.shape[0], oh, ow, x.shape[3]))
+    for a in range(kh):
+        for b in range(kw):
+            out += xp[:, a * dh:a * dh + sh * (oh - 1) + 1:sh,
+                      b * dw:b * dw + sw * (ow - 1) + 1:sw, :] * w[a, b, 0]
+    return out
+
+
+# (C, H, W, kernel, strides, padding (top, left, bottom, right), dilation)
+CASES = [
+    (32, 15, 15, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),      # MobileNet's 3x3, odd plane
+    (48, 17, 13, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),      # stride 2, 3 vectors of 16
+    (24, 9, 11, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),       # TF "same" pads, 24 channels
+    (40, 12, 19, (5, 5), (1, 2), (2, 1, 2, 3), (1, 1)),      # 5x5, asymmetric everything
+    (16, 14, 14, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),      # dilated
+    (8, 7, 7, (1, 7), (1, 1), (0, 3, 0, 3), (1, 1)),         # 1x7 on 8 channels: a half vector
+    (144, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),       # 144 = 4.5 panels of 32
+]
+
+
+def _module(c, h, w_, k, s, p, d):
+    w = rand(*k, 1, c)
+    b = rand(c)
+    x = Var("x", TensorStructInfo(("n", h, w_, c), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(op.nn.conv2d(x, const(w), strides=s, padding=p, dilation=d, groups=c,
+                                     data_layout="NHWC", kernel_layout="HWIO"))
+            y = bb.emit(op.clip(bb.emit(op.add(y, const(b))), 0.0, 6.0))
+            gv = bb.emit_output(y)
+        bb.emit_func_output(gv)
+    return bb.get(), w, b
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c[:5]) for c in CASES])
+def test_depthwise_nhwc_rows_matches_numpy(case):
+    c, h, w_, k, s, p, d = case
+    mod, w, b = _module(*case)
+    altered = AlterLayout("llvm")(mod)
+    kernels = [f.script() for _, f in altered.functions.items() if isinstance(f, PrimFunc)]
+    assert sum('T.block("dw_pad_nhwc")' in src for src in kernels) == 1
+    exe = relax.build(mod, "llvm")
+    assert exe.stats()["main"]["kernel_calls"] == 1      # conv + bias + clip: one kernel
+    vm = relax.VirtualMachine(exe)
+    for n in (1, 3):
+        x = rand(n, h, w_, c) * 2
+        want = np.clip(depthwise_ref(x, w, s, p, d) + b, 0, 6)
+        np.testing.assert_allclose(vm["main"](x).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_kernel_takes_the_padded_depthwise_layers():
+    padded = ConvGeometry(96, 112, 112, 96, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 96)
+    unpadded = ConvGeometry(96, 112, 112, 96, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 96)
+    dense = ConvGeometry(96, 112, 112, 96, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1)
+    assert depthwise_nhwc.depthwise_nhwc_applies(NhwcPlan(padded, 8, 32, 16))
+    assert not depthwise_nhwc.depthwise_nhwc_applies(NhwcPlan(unpadded, 8, 32, 16))
+    assert not depthwise_nhwc.depthwise_nhwc_applies(NhwcPlan(dense, 8, 32, 16))
+
+
+def test_rows_kernel_rejects_a_dense_convolution():
+    g = ConvGeometry(16, 8, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    x = te.placeholder((1, 8, 8, 16), "float32", "x")
+    wt = te.placeholder((1, 3, 3, 16, 16), "float32", "w")
+    with pytest.raises(ValueError, match="not a depthwise convolution"):
+        depthwise_nhwc.depthwise_conv2d_nhwc_rows(x, wt, NhwcPlan(g, 8, 16, 16), "float32")
