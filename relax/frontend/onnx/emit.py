@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import IntImm
+from tilecraft.tensorir.expr import Cast, IntImm
 from tilecraft.tensorir.stmt import AssertStmt
 
 from ...expr import Expr, OpPattern
@@ -24,15 +24,16 @@ def emit_map(ctx, fcompute: Callable, *inputs: Expr, dtype: str | None = None,
     """An elementwise kernel over broadcast ``inputs``: ``out[i] = fcompute(*[x[i] ...])``,
     for operations the Relax operator set lacks (``Atan``, ``IsNaN``, bitwise ops).
     ``opaque``: never fused with its neighbours (for long expressions that use their input
-    many times: fusion would inline the producer into every use)."""
+    many times: fusion would inline the producer into every use). ``dtype``: the output's
+    dtype (``fcompute``'s result is cast to it); None keeps ``fcompute``'s."""
     shapes = [ctx.shape(x) for x in inputs]
     out_shape = broadcast_shapes(name, *shapes)
-    out_dtype = dtype or ctx.dtype(inputs[0])
 
     def kernel(*ts):
         def body(*idx):
             vals = [t[broadcast_index(idx, t.shape, out_shape)] for t in ts]
-            return fcompute(*vals)
+            value = fcompute(*vals)
+            return value if dtype is None or value.dtype == dtype else Cast(dtype, value)
         return te.compute(out_shape, body, out_name(name, *ts))
     call = call_te(ctx.bb, kernel, *inputs, primfunc_name_hint=name)
     if opaque:
