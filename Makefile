@@ -61,9 +61,19 @@ demo: venv
 	$(VPY) -m benchmarks.run demo
 
 # Tests: everything but the long tuning runs. Under CI=true a test whose driver or tool is missing
-# fails instead of being skipped (tests/capabilities.py).
+# fails instead of being skipped (tests/capabilities.py). Each folder of tests/ (and each test file
+# at its top) runs in its own pytest process, every one of them even when one fails: one process
+# for the whole suite aborted in LLVM's JIT linker after ~2,500 tests (docs/known-issues.md).
+# Exit status 5 (no tests collected in a folder) is not a failure.
 test: system-deps venv
-	$(VPY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	@failed=""; \
+	for group in tests/*/ tests/test_*.py; do \
+	  case "$$group" in */__pycache__/) continue;; esac; \
+	  echo "== $$group"; \
+	  $(VPY) -m pytest -q -m "not slow" $(PYTEST_ARGS) "$$group"; rc=$$?; \
+	  if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then failed="$$failed $$group"; fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test groups that failed:$$failed" >&2; exit 1; fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info
