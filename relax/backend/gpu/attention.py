@@ -5,18 +5,21 @@ launch (FlashAttention's online softmax), built directly as a scheduled TensorIR
 ``attention_kernel`` for its shapes; the kernel is already bound to work-groups and threads,
 so the default GPU schedules leave it as it is.
 
-The kernel, for one (batch..., query-row tile) per work-group:
+The kernel, for one (batch..., tile of ``rows`` query rows) per work-group, ``split``
+threads per row (``rows * split`` threads on ``threadIdx.x``):
 
-* ``rows`` threads (``threadIdx.x``), one query row each: its ``q`` (``D`` floats) and its
-  output accumulator ``o`` (``Dv`` floats) in registers, with the row's running maximum ``m``
-  and running sum ``l`` of the online softmax;
-* the key / value sequence in steps of ``cols`` positions: the ``K`` and ``V`` tiles of a
-  step loaded into shared memory by all the work-group's threads (a cooperative fetch), then
-  each thread computes its ``cols`` scores (``q . k * scale`` or ``/ scale``, plus the
-  additive mask, or the bool mask's fill value where the mask is False), the tile's row
-  maximum, rescales ``o`` and ``l`` by ``exp(m_old - m_new)`` and accumulates
-  ``exp(s - m_new) * v`` into ``o``;
-* at the end ``O[row] = o / l``.
+* each thread keeps its row's ``q`` (``D`` floats) in registers, its share of the output
+  accumulator ``o`` (``Dv / split`` of the row's dims, ``d = k * split + t``) and of the row's
+  running sum ``l``, and the row's running maximum ``m`` of the online softmax;
+* the key / value sequence goes in steps of ``cols`` positions: the step's ``K`` (rows padded
+  by one word: no bank conflicts) and ``V`` tiles are loaded into shared memory by all the
+  threads (a cooperative fetch); each thread computes ``cols / split`` scores of its row
+  (columns ``j * split + t``: ``q . k * scale`` or ``/ scale``, plus the additive mask, or the
+  bool mask's fill value where the mask is False) and their maximum; the row's ``split``
+  maxima meet in shared memory, giving the new ``m``; ``o`` and ``l`` are rescaled by
+  ``exp(m_old - m_new)``, the probabilities ``exp(s - m_new)`` go to shared memory (and into
+  ``l``), and each thread accumulates ``P[row, :] . V[:, d]`` for its dims;
+* at the end the row's ``split`` partial sums meet in shared memory: ``O[row, d] = o / l``.
 
 The scores never reach global memory: per (batch, head) the kernel reads ``Q``, ``K``, ``V``
 (``K`` and ``V`` once per row tile) and writes ``O``, where the unfused form writes and reads
@@ -54,12 +57,13 @@ from tilecraft.tensorir.stmt import Allocate, Buffer, BufferStore, For, IfThenEl
 
 from .gemm import for_cpu
 
-__all__ = ["AttentionSpec", "attention_kernel", "attention_tiles", "ATTENTION_MAX_HEAD",
-           "ATTENTION_ROWS"]
+__all__ = ["AttentionSpec", "attention_kernel", "attention_tiles", "ATTENTION_COLS",
+           "ATTENTION_MAX_HEAD", "ATTENTION_ROWS", "ATTENTION_SPLIT"]
 
-ATTENTION_ROWS = 32        # query rows (threads) per work-group on a GPU
-ATTENTION_ROWS_CPU = 8     # ... on a CPU OpenCL driver (PoCL): fewer, larger work-items
-ATTENTION_MAX_HEAD = 128   # largest head size (q and o of a row live in registers)
+ATTENTION_ROWS = 16        # query rows per work-group
+ATTENTION_SPLIT = 8        # threads sharing a row: its score columns and its output dims
+ATTENTION_COLS = 32        # key positions per step (fewer where shared memory is short)
+ATTENTION_MAX_HEAD = 128   # largest head size (a thread keeps the whole q row in registers)
 _OPAQUE = 8                # relax OpPattern.OPAQUE: the kernel never fuses with its neighbours
 
 
@@ -103,15 +107,22 @@ class AttentionSpec:
     k_transposed: bool = True
 
 
-def attention_tiles(spec: AttentionSpec, target: Target) -> tuple[int, int]:
-    """(query rows per work-group, key positions per step) for ``target``: the K and V tiles
-    of a step must fit half the target's shared memory (WebGPU: 16 KiB in all)."""
-    rows = ATTENTION_ROWS_CPU if for_cpu(target) else ATTENTION_ROWS
+def attention_tiles(spec: AttentionSpec, target: Target) -> tuple[int, int, int]:
+    """(query rows per work-group, threads per row, key positions per step) for ``target``.
+
+    The step's K and V tiles (and the probabilities) must fit the target's shared memory
+    (WebGPU: 16 KiB); the threads of a row split its columns and output dims evenly."""
+    rows, cols = ATTENTION_ROWS, ATTENTION_COLS
     limit = target.max_shared_memory_per_block
-    cols = 32
-    while cols > 4 and cols * (spec.D + spec.Dv) * 4 > limit // 2:
+
+    def shared_bytes(c):
+        return 4 * (c * (spec.D + 1) + c * spec.Dv + rows * c + rows * ATTENTION_SPLIT)
+    while cols > 4 and shared_bytes(cols) > limit:
         cols //= 2
-    return rows, cols
+    split = ATTENTION_SPLIT
+    while split > 1 and (spec.Dv % split or cols % split):
+        split //= 2
+    return rows, split, cols
 
 
 def _ceil_div(a, b: int):
@@ -136,7 +147,7 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
         raise ValueError(f"fused attention: unknown mask kind {spec.mask!r}")
     if spec.scale[0] not in ("mul", "div"):
         raise ValueError(f"fused attention: unknown scale {spec.scale!r}")
-    rows, cols = attention_tiles(spec, target)
+    rows, split, cols = attention_tiles(spec, target)
     unroll = "serial" if for_cpu(target) else "unrolled"
     f32 = "float32"
     batch, L, S, D, Dv = tuple(spec.batch), spec.L, spec.S, spec.D, spec.Dv
@@ -147,15 +158,19 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
     M = None
     if spec.mask is not None:
         M = Buffer("mask", tuple(spec.mask_shape), f32 if spec.mask == "add" else "bool")
-    Ks = Buffer("K_shared", (cols, D), f32, scope="shared")
+    # K's rows padded by one word: the threads of a row read different rows of it at the same
+    # column, which then fall into different banks
+    Ks = Buffer("K_shared", (cols, D + 1), f32, scope="shared")
     Vs = Buffer("V_shared", (cols, Dv), f32, scope="shared")
+    Ps = Buffer("P_shared", (rows, cols), f32, scope="shared")      # a step's probabilities
+    red = Buffer("row_partials", (rows, split), f32, scope="shared")  # per-thread max / sum
     q = Buffer("q_local", (D,), f32, scope="local")
-    o = Buffer("o_local", (Dv,), f32, scope="local")
-    p = Buffer("p_local", (cols,), f32, scope="local")
-    st = Buffer("row_state", (3,), f32, scope="local")     # m (running max), l (sum), m_new
+    o = Buffer("o_local", (Dv // split,), f32, scope="local")
+    sc = Buffer("s_local", (cols // split,), f32, scope="local")
+    st = Buffer("row_state", (4,), f32, scope="local")  # m, l (this thread's part), m_new, max
 
     by, bx, tx = Var("by"), Var("bx"), Var("tx")
-    kt, c, d, e = Var("kt"), Var("c"), Var("d"), Var("e")
+    kt, j, d, e, t2 = Var("kt"), Var("j"), Var("d"), Var("e"), Var("t2")
     nbatch = 1
     for b in batch:
         nbatch = nbatch * b
@@ -166,7 +181,8 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
         rest = floordiv(rest, b)
     bidx = ([rest] if batch else []) + bidx[::-1]
 
-    row = bx * rows + tx
+    r, t = floordiv(tx, split), floormod(tx, split)   # the thread's row and its part of it
+    row = bx * rows + r
     row_c = Select(row < L, row, L - 1)       # rows past L compute on the last row, unstored
     neg_inf = const(-math.inf, f32)
 
@@ -177,68 +193,84 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
         full = (*bidx, row_c, col)
         idx = []
         for i, m in enumerate(spec.mask_shape):
-            j = len(full) - len(spec.mask_shape) + i
+            jj = len(full) - len(spec.mask_shape) + i
             one = m == 1 if isinstance(m, int) else isinstance(m, IntImm) and m.value == 1
-            idx.append(const(0, "int64") if one else full[j])
+            idx.append(const(0, "int64") if one else full[jj])
         return M[tuple(idx)]
+
+    threads = rows * split
 
     def fetch(buf, width, load):
         """The cooperative copy of one step's tile of ``width`` columns into ``buf``."""
         total = cols * width
-        steps = -(-total // rows)
-        flat = e * rows + tx
+        flat = e * threads + tx
         cc, dd = floordiv(flat, width), floormod(flat, width)
         pos = kt * cols + cc
         pos_c = Select(pos < S, pos, S - 1)
         body = BufferStore(buf, load(pos_c, dd), [cc, dd])
-        if total % rows:
+        if total % threads:
             body = IfThenElse(flat < total, body)
-        return For(e, 0, steps, "serial", body)
+        return For(e, 0, -(-total // threads), "serial", body)
 
-    def scores():
+    def score(c):
+        """The thread's ``j``-th score of the step (column ``c`` of the tile) into sc[j]."""
         col = kt * cols + c
-        dot = For(d, 0, D, unroll, BufferStore(p, p[c] + q[d] * Ks[c, d], [c]))
-        s = p[c] * const(spec.scale[1], f32) if spec.scale[0] == "mul" else \
-            p[c] / const(spec.scale[1], f32)
+        dot = For(d, 0, D, unroll, BufferStore(sc, sc[j] + q[d] * Ks[c, d], [j]))
+        s = sc[j] * const(spec.scale[1], f32) if spec.scale[0] == "mul" else \
+            sc[j] / const(spec.scale[1], f32)
         if spec.mask == "add":
             s = s + mask_at(col)
         elif spec.mask == "select":
             s = Select(mask_at(col), s, const(spec.fill, f32))
-        s = Select(col < S, s, neg_inf)
-        return For(c, 0, cols, unroll, seq(BufferStore(p, const(0.0, f32), [c]), dot,
-                                            BufferStore(p, s, [c])))
+        return seq(BufferStore(sc, const(0.0, f32), [j]), dot,
+                   BufferStore(sc, Select(col < S, s, neg_inf), [j]))
 
     m, l, m_new = st[0], st[1], st[2]
     # while every score so far is -inf the running maximum is taken as 0: exp(-inf - 0) = 0
     m_safe = Select(m_new == neg_inf, const(0.0, f32), m_new)
+    corr = call("exp", m - m_safe)
     step = seq(
         fetch(Ks, D, k_at),
         fetch(Vs, Dv, lambda pos, dd: V[(*bidx, pos, dd)]),
-        scores(),
+        # this thread's columns c = j * split + t of the tile, then their maximum
+        For(j, 0, cols // split, unroll, score(j * split + t)),
+        BufferStore(st, neg_inf, [3]),
+        For(j, 0, cols // split, unroll, BufferStore(st, Max(st[3], sc[j]), [3])),
+        BufferStore(red, st[3], [r, t]),
+        # the row's new maximum over its threads' parts
         BufferStore(st, m, [2]),
-        For(c, 0, cols, unroll, BufferStore(st, Max(m_new, p[c]), [2])),
+        For(t2, 0, split, unroll, BufferStore(st, Max(m_new, red[r, t2]), [2])),
         # rescale what was accumulated under the old maximum
-        BufferStore(st, l * call("exp", m - m_safe), [1]),
-        For(d, 0, Dv, unroll, BufferStore(o, o[d] * call("exp", m - m_safe), [d])),
-        For(c, 0, cols, unroll, seq(
-            BufferStore(p, call("exp", p[c] - m_safe), [c]),
-            BufferStore(st, l + p[c], [1]),
-            For(d, 0, Dv, unroll, BufferStore(o, o[d] + p[c] * Vs[c, d], [d])))),
+        BufferStore(st, l * corr, [1]),
+        For(d, 0, Dv // split, unroll, BufferStore(o, o[d] * corr, [d])),
+        For(j, 0, cols // split, unroll, seq(
+            BufferStore(sc, call("exp", sc[j] - m_safe), [j]),
+            BufferStore(st, l + sc[j], [1]),
+            BufferStore(Ps, sc[j], [r, j * split + t]))),
+        # o[d] (the thread's output dims d * split + t) += P[r, :] . V[:, d]
+        For(j, 0, cols, unroll if cols <= 32 else "serial",
+            For(d, 0, Dv // split, unroll,
+                BufferStore(o, o[d] + Ps[r, j] * Vs[j, d * split + t], [d]))),
         BufferStore(st, m_new, [0]),
     )
     thread = seq(
         For(d, 0, D, unroll, BufferStore(q, Q[(*bidx, row_c, d)], [d])),
-        For(d, 0, Dv, unroll, BufferStore(o, const(0.0, f32), [d])),
+        For(d, 0, Dv // split, unroll, BufferStore(o, const(0.0, f32), [d])),
         BufferStore(st, neg_inf, [0]),
         BufferStore(st, const(0.0, f32), [1]),
         For(kt, 0, _ceil_div(S, cols), "serial", step),
-        For(d, 0, Dv, unroll, IfThenElse(row < L, BufferStore(O, o[d] / l,
-                                                               [*bidx, row, d]))),
+        # the row's sum over its threads' parts
+        BufferStore(red, l, [r, t]),
+        BufferStore(st, const(0.0, f32), [1]),
+        For(t2, 0, split, unroll, BufferStore(st, l + red[r, t2], [1])),
+        For(d, 0, Dv // split, unroll,
+            IfThenElse(row < L, BufferStore(O, o[d] / l, [*bidx, row, d * split + t]))),
     )
-    for buf in (st, p, o, q):
+    for buf in (st, sc, o, q):
         thread = Allocate(buf, thread)
-    body = For(tx, 0, rows, "thread_binding", thread, thread_tag="threadIdx.x")
-    body = Allocate(Ks, Allocate(Vs, body))
+    body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
+    for buf in (red, Ps, Vs, Ks):
+        body = Allocate(buf, body)
     body = For(bx, 0, _ceil_div(L, rows), "thread_binding", body, thread_tag="blockIdx.x")
     body = For(by, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.y")
 
