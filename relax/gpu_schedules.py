@@ -7,8 +7,9 @@ are loop nests of one block each):
 
 1. **Inline** cheap spatial producers into their consumers (``compute_inline``) and
    elementwise epilogues into their producers (``reverse_compute_inline``) — except a
-   convolution's padding, which stays its own kernel (its window tile then stays inside the
-   padded tensor and needs no halo test).
+   convolution's padding, which is inlined after the GEMM schedule into the shared-memory
+   fetch of the window tile (a plain box of the padded input, loaded from the unpadded one
+   with bounds checks): no padding kernel, no padded copy of the activation.
 2. **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch
    matmul, dense, convolution) as an (implicit) GEMM: the GPU GEMM family
    (``relax.backend.gpu.gemm``: a block tile of outputs per work-group accumulated in
@@ -176,9 +177,9 @@ def _inline(sch: Schedule) -> None:
     """Inline spatial producers into consumers, then elementwise epilogues into producers.
 
     A padding (a producer with a conditional) read through a window by a GEMM-like block (a
-    convolution) stays its own kernel: the convolution's shared-memory tile of the padded
-    tensor then has a constant size inside its bounds (a halo past the unpadded input's edge
-    would not), and each element of the tile is one plain load."""
+    convolution) is kept here: the GEMM schedule stages a tile of the padded tensor (a
+    constant-size box) in shared memory, and ``_inline_paddings`` then inlines the padding
+    into that fetch."""
     keep = _paddings_of_convolutions(sch)
     changed = True
     while changed:
@@ -210,6 +211,20 @@ def _inline(sch: Schedule) -> None:
                     break
                 except ScheduleError:
                     pass
+
+
+def _inline_paddings(sch: Schedule, names: set) -> None:
+    """Inline each convolution's padding into what now reads it — the GEMM's shared-memory
+    fetch of the window tile (or the convolution itself where its input is not staged): the
+    tile is loaded from the unpadded input with bounds checks (zeros outside), so the padding
+    costs no kernel of its own and no pass over the activation. A padding that cannot be
+    inlined stays its own kernel."""
+    for name in names:
+        try:
+            sch.compute_inline(sch.get_block(name))
+        except ScheduleError as err:
+            if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
+                warnings.warn(f"padding {name} stays a kernel of its own: {err}")
 
 
 def _paddings_of_convolutions(sch: Schedule) -> set:
@@ -244,6 +259,7 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
     sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile;
     ``nominal_batch``: what a symbolic batch counts as when the GEMM tile is sized (None:
     ``GEMM_NOMINAL_BATCH``)."""
+    paddings = _paddings_of_convolutions(sch)
     _inline(sch)
     blocks = _blocks(sch)
     reductions = [b for b in blocks if is_reduction(node_of(sch, b))]
@@ -252,6 +268,7 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
         done = set()
         for g in gemms:
             done |= schedule_gemm(sch, g, target, shared, small, nominal_batch)
+        _inline_paddings(sch, paddings)
         for b in _blocks(sch):
             name = node_of(sch, b).name
             if name not in done and not _bound(sch, b):
