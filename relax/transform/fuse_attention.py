@@ -9,10 +9,15 @@ The ONNX and ``torch.export`` imports of BERT and GPT-2 write attention out as
     p = softmax(s, axis=-1)
     O = matmul(p, V)                       # (*batch, L, Dv)
 
-(``Kᵀ`` a ``permute_dims`` of the reshaped key projection). The pass replaces the last
+(``Q``, ``Kᵀ``, ``V`` ``permute_dims`` of the reshaped projections). The pass replaces the last
 ``matmul`` by a ``call_tir`` of ``relax.backend.gpu.attention``'s kernel on ``Q``, ``Kᵀ``,
 ``V`` (and the mask): the scores never reach global memory, and three launches (the scores'
-matmul with its scale, the softmax with its mask, the second matmul) become one. The
+matmul with its scale, the softmax with its mask, the second matmul) become one. Where an
+operand is such a view — ``permute_dims(reshape(x, (*lead, heads, head_size)), axes)`` or
+``permute_dims(x, axes)`` — the kernel reads ``x`` itself through the view, so the heads'
+transposes (one kernel each before) go too; and where the output goes on to
+``reshape(permute_dims(O, axes), (*lead, heads * Dv))`` (the heads joined back), the kernel
+writes that tensor instead. The
 intermediate bindings stay where something else uses them (dead otherwise: the pass ends with
 ``DeadCodeElimination``).
 
@@ -33,6 +38,8 @@ Examples
 >>> # lv5 = R.call_tir(fused_attention, (lv1, lv3, lv4), out_sinfo=R.Tensor((n, 12, 128, 64)))
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -191,26 +198,129 @@ def match_attention(call: Call, lookup) -> tuple[AttentionSpec, list[Expr]] | No
         if mask_kind == "select" and fill == np.inf:
             return None
         args.append(mask)
+    views = []
+    for i in range(3):   # each of Q, Kᵀ, V read through the view it is, where it is one
+        view = _view_of(args[i], lookup)
+        if view is not None:
+            args[i], view = view
+        views.append(view)
     spec = AttentionSpec(batch=batch, L=L, S=S, D=D, Dv=Dv, scale=scale, mask=mask_kind,
-                         mask_shape=mask_shape, fill=fill)
+                         mask_shape=mask_shape, fill=fill, q_view=views[0], k_view=views[1],
+                         v_view=views[2])
     return spec, args
+
+
+def _view_of(e: Expr, lookup):
+    """``(x, (shape, axes, split))`` when ``e`` is ``permute_dims(reshape(x, (*lead, h,
+    split)), axes)`` with ``x`` of shape ``(*lead, h * split)`` (the heads split off a
+    projection, as the imports write it), or ``permute_dims(x, axes)``; else None."""
+    perm = lookup(e) if isinstance(e, Var) else None
+    if _op_name(perm) != "relax.permute_dims":
+        return None
+    src = perm.args[0]
+    rank = src.struct_info.ndim if isinstance(src.struct_info, TensorStructInfo) else -1
+    axes = perm.attr_dict.get("axes")
+    axes = tuple(range(rank))[::-1] if axes is None else tuple(int(a) for a in axes)
+    if rank != len(axes):
+        return None
+    reshape = lookup(src) if isinstance(src, Var) else None
+    if _op_name(reshape) == "relax.reshape":
+        x = reshape.args[0]
+        xs, ys = _shape(x, "float32"), _shape(src, "float32")
+        if xs is not None and ys is not None and len(ys) == len(xs) + 1 and \
+                _same(xs[:-1], ys[:-2]) and None not in (_const(xs[-1]), _const(ys[-2]),
+                                                         _const(ys[-1])) and \
+                _const(xs[-1]) == _const(ys[-2]) * _const(ys[-1]):
+            sliced = _last_dim_slice(x, lookup)
+            if sliced is not None:    # GPT-2: q, k, v split off one projection
+                whole, offset = sliced
+                return whole, (_shape(whole, "float32"), axes, _const(ys[-1]), offset)
+            return x, (xs, axes, _const(ys[-1]), 0)
+    ss = _shape(src, "float32")
+    if ss is None:
+        return None
+    return src, (ss, axes, None, 0)
+
+
+def _last_dim_slice(x: Expr, lookup):
+    """``(y, begin)`` when ``x`` is ``strided_slice(y, axes=[last], begin=[b], end=[e])`` with a
+    constant, in-bounds ``0 <= b < e <= y.shape[-1]`` and stride 1 (``Split`` of a fused QKV
+    projection), ``y`` of plain dims; else None."""
+    sl = lookup(x) if isinstance(x, Var) else None
+    if _op_name(sl) != "relax.strided_slice":
+        return None
+    y = sl.args[0]
+    ys = _shape(y, "float32")
+    if ys is None:
+        return None
+    a = sl.attr_dict
+    axes, begin, end = list(a.get("axes") or ()), list(a.get("begin") or ()), \
+        list(a.get("end") or ())
+    strides = list(a.get("strides") or [1])
+    if len(axes) != 1 or int(axes[0]) not in (-1, len(ys) - 1) or len(begin) != 1 or \
+            len(end) != 1 or [int(v) for v in strides] != [1]:
+        return None
+    b, e, c = _const(begin[0]) if not isinstance(begin[0], int) else begin[0], \
+        _const(end[0]) if not isinstance(end[0], int) else end[0], _const(ys[-1])
+    if None in (b, e, c) or not 0 <= b < e <= c:
+        return None
+    return y, b
+
+
+def merged_output(call: Call, lookup, fused: dict):
+    """``(spec, args)`` of a fused attention writing ``call`` — ``reshape(permute_dims(O,
+    axes), shape)`` of a fused attention's output ``O`` that joins a head dim with the last
+    (``(*lead, heads, Dv) -> (*lead, heads * Dv)``) — directly; else None. ``fused`` maps the
+    fused kernels' names to their (spec, args)."""
+    perm = lookup(call.args[0]) if isinstance(call.args[0], Var) else None
+    if _op_name(perm) != "relax.permute_dims" or not isinstance(perm.args[0], Var):
+        return None
+    att = lookup(perm.args[0])
+    if _op_name(att) != "relax.call_tir" or att.args[0].name_hint not in fused:
+        return None
+    spec, args = fused[att.args[0].name_hint]
+    if spec.o_view is not None:
+        return None
+    logical = (*spec.batch, spec.L, spec.Dv)
+    axes = perm.attr_dict.get("axes")
+    axes = tuple(range(len(logical)))[::-1] if axes is None else tuple(int(a) for a in axes)
+    ys = _shape(call, "float32")
+    if len(axes) != len(logical) or axes[-1] != len(logical) - 1 or ys is None or \
+            len(ys) != len(logical) - 1:
+        return None
+    heads = _const(logical[axes[-2]])
+    if axes[-2] >= len(spec.batch) or heads is None or _const(ys[-1]) != heads * spec.Dv:
+        return None
+    # the output's dims as the kernel sees them; the VM allocates ``call``'s, and the kernel
+    # checks at run time that they agree
+    shape = tuple(logical[a] for a in axes[:-2]) + (IntImm(heads * spec.Dv, "int64"),)
+    return replace(spec, o_view=(shape, axes, spec.Dv, 0)), args
 
 
 class _AttentionFuser(ExprMutator):
     def __init__(self, mod: IRModule, target: Target):
         super().__init__(mod)
         self.target = target
+        self.fused: dict = {}      # kernel name -> (spec, args)
+
+    def _call(self, spec, args, sinfo) -> Call:
+        gvar = self.builder.add_func(attention_kernel(spec, self.target), "fused_attention")
+        self.fused[gvar.name_hint] = (spec, args)
+        return call_tir(gvar, args, sinfo)
 
     def visit_call_(self, call: Call) -> Expr:
         call = super().visit_call_(call)
-        if not self.builder.building or _op_name(call) != "relax.matmul":
+        if not self.builder.building:
+            return call
+        if _op_name(call) == "relax.reshape":
+            # the heads joined back after the attention: written so by the kernel itself
+            found = merged_output(call, self.builder.lookup_binding, self.fused)
+            return call if found is None else self._call(*found, call.struct_info)
+        if _op_name(call) != "relax.matmul":
             return call
         found = match_attention(call, self.builder.lookup_binding)
         if found is None:
             return call
-        spec, args = found
-        func = attention_kernel(spec, self.target)
-        gvar = self.builder.add_func(func, "fused_attention")
         # the output keeps the matmul's struct info (its dims as the graph spells them; the
         # kernel checks at run time that they are (*batch, L, Dv))
-        return call_tir(gvar, args, call.struct_info)
+        return self._call(*found, call.struct_info)

@@ -94,6 +94,17 @@ class AttentionSpec:
     k_transposed : bool
         True: K is given as Kᵀ ``(*batch, D, S)`` (what ``matmul(Q, Kᵀ)`` reads); False: as
         ``(*batch, S, D)``.
+    q_view, k_view, v_view : tuple | None
+        None: the operand is passed in its logical shape above. ``(shape, axes, split,
+        offset)``: it is passed as the tensor it is a view of, ``permute_dims(reshape(x, (...,
+        C // split, split)), axes)`` (``split`` None: ``permute_dims(x, axes)``) where ``x`` is
+        the last-dim slice ``[offset:offset + C]`` of the passed tensor of ``shape`` (a fused
+        QKV projection; else ``offset`` 0 and ``x`` itself): the kernel reads it directly, so
+        the heads' transposes (and slices) of an import cost no kernel.
+    o_view : tuple | None
+        None: the output is ``(*batch, L, Dv)``. ``(shape, axes, Dv, 0)``: the kernel writes
+        ``reshape(permute_dims(O, axes), shape)`` instead, where the reshape merges the last two
+        dims (the heads joined back into the hidden dim, as the imports do next).
     """
     batch: tuple
     L: object
@@ -105,6 +116,10 @@ class AttentionSpec:
     mask_shape: tuple = field(default=())
     fill: float = 0.0
     k_transposed: bool = True
+    q_view: tuple | None = None
+    k_view: tuple | None = None
+    v_view: tuple | None = None
+    o_view: tuple | None = None
 
 
 def attention_tiles(spec: AttentionSpec, target: Target) -> tuple[int, int, int]:
@@ -123,6 +138,36 @@ def attention_tiles(spec: AttentionSpec, target: Target) -> tuple[int, int, int]
     while split > 1 and (spec.Dv % split or cols % split):
         split //= 2
     return rows, split, cols
+
+
+def _operand(name: str, logical: tuple, view) -> Buffer:
+    """The buffer of an operand: its logical shape, or the shape of the tensor it views."""
+    return Buffer(name, logical if view is None else tuple(view[0]), "float32")
+
+
+def _load(buf: Buffer, view, idx: tuple):
+    """``buf`` read at logical index ``idx``, through the operand's view (see
+    ``AttentionSpec``): the permutation undone, then the reshape's split of the last dim."""
+    if view is None:
+        return buf[tuple(idx)]
+    _, axes, split, offset = view
+    pre = [None] * len(axes)
+    for i, a in enumerate(axes):
+        pre[a] = idx[i]
+    if split is not None:
+        pre = pre[:-2] + [pre[-2] * split + pre[-1]]
+    if offset:
+        pre[-1] = pre[-1] + offset
+    return buf[tuple(pre)]
+
+
+def _out_index(view, idx: tuple) -> list:
+    """The output's index of logical index ``idx`` through ``view`` (see ``o_view``)."""
+    if view is None:
+        return list(idx)
+    _, axes, split, _ = view
+    p = [idx[a] for a in axes]
+    return p[:-2] + [p[-2] * split + p[-1]]
 
 
 def _ceil_div(a, b: int):
@@ -151,10 +196,10 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
     unroll = "serial" if for_cpu(target) else "unrolled"
     f32 = "float32"
     batch, L, S, D, Dv = tuple(spec.batch), spec.L, spec.S, spec.D, spec.Dv
-    Q = Buffer("Q", (*batch, L, D), f32)
-    K = Buffer("K", (*batch, D, S) if spec.k_transposed else (*batch, S, D), f32)
-    V = Buffer("V", (*batch, S, Dv), f32)
-    O = Buffer("O", (*batch, L, Dv), f32)
+    Q = _operand("Q", (*batch, L, D), spec.q_view)
+    K = _operand("K", (*batch, D, S) if spec.k_transposed else (*batch, S, D), spec.k_view)
+    V = _operand("V", (*batch, S, Dv), spec.v_view)
+    O = _operand("O", (*batch, L, Dv), spec.o_view)
     M = None
     if spec.mask is not None:
         M = Buffer("mask", tuple(spec.mask_shape), f32 if spec.mask == "add" else "bool")
@@ -187,7 +232,8 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
     neg_inf = const(-math.inf, f32)
 
     def k_at(pos, dd):
-        return K[(*bidx, dd, pos)] if spec.k_transposed else K[(*bidx, pos, dd)]
+        idx = (*bidx, dd, pos) if spec.k_transposed else (*bidx, pos, dd)
+        return _load(K, spec.k_view, idx)
 
     def mask_at(col):
         full = (*bidx, row_c, col)
@@ -231,7 +277,7 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
     corr = call("exp", m - m_safe)
     step = seq(
         fetch(Ks, D, k_at),
-        fetch(Vs, Dv, lambda pos, dd: V[(*bidx, pos, dd)]),
+        fetch(Vs, Dv, lambda pos, dd: _load(V, spec.v_view, (*bidx, pos, dd))),
         # this thread's columns c = j * split + t of the tile, then their maximum
         For(j, 0, cols // split, unroll, score(j * split + t)),
         BufferStore(st, neg_inf, [3]),
@@ -254,7 +300,7 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
         BufferStore(st, m_new, [0]),
     )
     thread = seq(
-        For(d, 0, D, unroll, BufferStore(q, Q[(*bidx, row_c, d)], [d])),
+        For(d, 0, D, unroll, BufferStore(q, _load(Q, spec.q_view, (*bidx, row_c, d)), [d])),
         For(d, 0, Dv // split, unroll, BufferStore(o, const(0.0, f32), [d])),
         BufferStore(st, neg_inf, [0]),
         BufferStore(st, const(0.0, f32), [1]),
@@ -264,7 +310,8 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
         BufferStore(st, const(0.0, f32), [1]),
         For(t2, 0, split, unroll, BufferStore(st, l + red[r, t2], [1])),
         For(d, 0, Dv // split, unroll,
-            IfThenElse(row < L, BufferStore(O, o[d] / l, [*bidx, row, d * split + t]))),
+            IfThenElse(row < L, BufferStore(O, o[d] / l, _out_index(
+                spec.o_view, (*bidx, row, d * split + t))))),
     )
     for buf in (st, sc, o, q):
         thread = Allocate(buf, thread)
