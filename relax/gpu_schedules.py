@@ -62,8 +62,9 @@ from tilecraft.tensorir.stmt import For
 from tilecraft.tensorir.transform import lower_device
 
 from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
-from .backend.gpu.gemm import (GEMM_SMALL_BATCH, compact_read, is_gemm_like, reduce_inputs,
-                               schedule_gemm)
+from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
+                               compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
+                               symbolic_rows)
 from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, loop_extent,
                                          node_of, spatial_loops)
 
@@ -132,20 +133,24 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
     strategy the nominal one did not: WebGPU's 16 KiB, a strided convolution's window)."""
     if not getattr(tried[-1], "sizes_gemm", False):
         return out
-    batch = symbolic_batch(out)
+    batch, threshold, sizing = symbolic_batch(out), GEMM_SMALL_BATCH, {"nominal_batch": 1}
+    if batch is None:
+        # a symbolic row loop (a dense layer over the batch): the tile sized for a few rows
+        batch, threshold = _symbolic_rows(func), GEMM_SMALL_ROWS
+        sizing = {"nominal_rows": GEMM_NOMINAL_ROWS}
     if batch is None:
         return out
     try:
         small = None
         for strategy in tried:
             try:
-                small = _scheduled(func, strategy, target, nominal_batch=1)
+                small = _scheduled(func, strategy, target, **sizing)
                 break
             except (ScheduleError, ValueError, TIRError):
                 continue
         if small is None or _launch_shape(small) == _launch_shape(out):
             return out
-        both = by_batch(batch, GEMM_SMALL_BATCH, small, out)
+        both = by_batch(batch, threshold, small, out)
         lower_device(both, target)
         return both
     except (ScheduleError, ValueError, TIRError) as err:
@@ -153,6 +158,16 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
             warnings.warn(f"batch-1 variant of {func.attr_dict.get('global_symbol')}: "
                           f"{type(err).__name__}: {err}")
         return out
+
+
+def _symbolic_rows(func: PrimFunc):
+    """The symbolic row dim of ``func``'s one GEMM-like block (see ``gemm.symbolic_rows``), or
+    None (none, or several)."""
+    sch = Schedule(func)
+    _inline(sch)
+    gemms = [b for b in _blocks(sch) if is_reduction(node_of(sch, b)) and
+             is_gemm_like(node_of(sch, b))]
+    return symbolic_rows(sch, gemms[0]) if len(gemms) == 1 else None
 
 
 def _launch_shape(func: PrimFunc) -> list:
@@ -253,7 +268,8 @@ def _paddings_of_convolutions(sch: Schedule) -> set:
 
 
 def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
-                   small: bool = False, nominal_batch: int | None = None) -> None:
+                   small: bool = False, nominal_batch: int | None = None,
+                   nominal_rows: int | None = None) -> None:
     """Rules 1-4. ``shared``: which GEMM inputs are staged in shared memory (``"all"``,
     ``"compact"``: those read at plain indices, e.g. a convolution's weights but not its
     sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile;
@@ -267,7 +283,7 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
     if gemms:
         done = set()
         for g in gemms:
-            done |= schedule_gemm(sch, g, target, shared, small, nominal_batch)
+            done |= schedule_gemm(sch, g, target, shared, small, nominal_batch, nominal_rows)
         _inline_paddings(sch, paddings)
         for b in _blocks(sch):
             name = node_of(sch, b).name

@@ -346,3 +346,31 @@ def test_pointwise_conv_on_an_odd_image(gpu_dev):
                      lambda x: [nn.conv2d(x, const(wp))])
     gpu.check(dev, target, mod, lambda n: [RNG.standard_normal((n, 16, 13, 11)).astype(
         "float32")], lambda x: [_conv_ref(x, wp, 1, 0)], sizes=(1, 3), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["opencl", "webgpu"])
+def test_dense_over_symbolic_rows_gets_a_small_row_tile_below_64_rows(kind):
+    """ResNet-50's classifier ``(batch, 2048) x (2048, 1000)``: the rows are the symbolic
+    batch. Below GEMM_SMALL_ROWS rows a tile sized for GEMM_NOMINAL_ROWS runs (63 column
+    work-groups of 16 rows), from there on the full 128 x 128 tile (8 column work-groups)."""
+    w = np.zeros((1000, 2048), "float32")
+    mod = gpu.module([("x", ("batch", 2048), "float32")],
+                     lambda x: [op.matmul(x, op.permute_dims(const(w), (1, 0)))])
+    (func,) = _kernels(mod, kind).values()
+    g = gs.apply(func, Target(kind))
+    script = g.script()
+    assert f"if batch < {gemm.GEMM_SMALL_ROWS}" in script
+    launches = [(lp.thread_tag, str(lp.extent)) for lp in gs._loops_of(g)
+                if lp.thread_tag and lp.thread_tag.startswith("blockIdx")]
+    assert ("blockIdx.x", "63") in launches and ("blockIdx.x", "8") in launches
+
+
+def test_dense_over_symbolic_rows_runs_both_tiles(gpu_dev):
+    dev, target = gpu_dev
+    w = (RNG.standard_normal((40, 96)) * 0.2).astype("float32")
+    b = RNG.standard_normal(40).astype("float32")
+    mod = gpu.module([("x", ("n", 96), "float32")],
+                     lambda x: [op.add(op.matmul(x, op.permute_dims(const(w), (1, 0))),
+                                       const(b))])
+    gpu.check(dev, target, mod, lambda n: [RNG.standard_normal((n, 96)).astype("float32")],
+              lambda x: [x @ w.T + b], sizes=(1, 3, 70), rtol=1e-4, atol=1e-4)
