@@ -131,7 +131,7 @@ def attention_tiles(spec: AttentionSpec, target: Target) -> tuple[int, int, int]
     limit = target.max_shared_memory_per_block
 
     def shared_bytes(c):
-        return 4 * (c * (spec.D + 1) + c * spec.Dv + rows * c + rows * ATTENTION_SPLIT)
+        return 4 * (c * (spec.D + 1) + c * spec.Dv + rows * (c + 1) + rows * ATTENTION_SPLIT)
     while cols > 4 and shared_bytes(cols) > limit:
         cols //= 2
     split = ATTENTION_SPLIT
@@ -207,7 +207,9 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
     # column, which then fall into different banks
     Ks = Buffer("K_shared", (cols, D + 1), f32, scope="shared")
     Vs = Buffer("V_shared", (cols, Dv), f32, scope="shared")
-    Ps = Buffer("P_shared", (rows, cols), f32, scope="shared")      # a step's probabilities
+    # a step's probabilities; rows padded by one word: the rows a warp holds fall into
+    # different banks when each reads its row at the same column
+    Ps = Buffer("P_shared", (rows, cols + 1), f32, scope="shared")
     red = Buffer("row_partials", (rows, split), f32, scope="shared")  # per-thread max / sum
     q = Buffer("q_local", (D,), f32, scope="local")
     o = Buffer("o_local", (Dv // split,), f32, scope="local")
