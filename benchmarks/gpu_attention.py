@@ -36,14 +36,16 @@ WRITES_RESULTS = True
 
 
 def _module(case: str):
+    from tilecraft import tensorir
     from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
     from tilecraft.relax.op import nn
     L = SEQ
-    params = [Var("q", TensorStructInfo(("n", HEADS, L, HEAD), "float32")),
-              Var("kt", TensorStructInfo(("n", HEADS, HEAD, L), "float32")),
-              Var("v", TensorStructInfo(("n", HEADS, L, HEAD), "float32"))]
+    n = tensorir.var("n")    # one batch for every input (a string names a new dim each time)
+    params = [Var("q", TensorStructInfo((n, HEADS, L, HEAD), "float32")),
+              Var("kt", TensorStructInfo((n, HEADS, HEAD, L), "float32")),
+              Var("v", TensorStructInfo((n, HEADS, L, HEAD), "float32"))]
     if case == "padding":
-        params.append(Var("mask", TensorStructInfo(("n", 1, 1, L), "float32")))
+        params.append(Var("mask", TensorStructInfo((n, 1, 1, L), "float32")))
     if case == "causal":
         params.append(Var("mask", TensorStructInfo((L, L), "bool")))
     bb = BlockBuilder()

@@ -263,6 +263,18 @@ def _gpu_models(doc):
     return out
 
 
+def _gpu_attention(doc):
+    """The fused kernel on BERT-base's attention (padding mask), each target at each batch."""
+    out = []
+    for r in doc["rows"]:
+        if r.get("case") == "padding" and r.get("variant") == "fused" and "vs_torch" in r:
+            out.append(Headline(f"fused attention, BERT-base shapes with a padding mask, batch "
+                                f"{r['batch']}, {r['target']} ({r['kernels']} kernel; unfused "
+                                f"{_row(doc, case='padding', variant='unfused', target=r['target'], batch=r['batch'])['tilecraft_ms']:.3f} ms)",
+                                r["vs_torch"], "PyTorch eager (matmul, softmax, matmul)"))
+    return out
+
+
 def _gpu_webgpu(doc):
     r = _row(doc, bench="gemm*", schedule="default schedule")
     return [Headline(f"{r['bench']} f32, WebGPU, default schedule", r["ratio"], r["peer"])]
@@ -434,6 +446,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gpu_gemm_variants": _gpu_gemm_variants,
     "gpu_launch_overhead": _gpu_launch_overhead,
     "gpu_models": _gpu_models,
+    "gpu_attention": _gpu_attention,
     "gpu_webgpu": _gpu_webgpu,
     "layer_profile": _layer_profile,
     "onnx_conformance": _onnx_conformance,
