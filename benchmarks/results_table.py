@@ -178,17 +178,19 @@ def _build_time(doc):
 
 
 def _hf_models_cpu(doc):
-    """HF exports built once with symbolic dims: against onnxruntime, PyTorch eager, and the
-    same model built for the concrete shape (the price of the symbolic dims)."""
-    rows = doc["rows"]
+    """HF exports (ONNX and ``torch.export``) built once with symbolic dims: against
+    onnxruntime, PyTorch eager, and the same model built for the concrete shape (the price of
+    the symbolic dims). A row without ``path`` is an ONNX row."""
+    rows = [dict(r, path=r.get("path", "onnx")) for r in doc["rows"]]
     out = []
-    for key, what, peer in (("vs_ort", "rows of HF exports (ONNX, symbolic build)", "onnxruntime"),
-                            ("vs_torch", "rows of HF exports (ONNX, symbolic build)", "PyTorch eager")):
-        out += _suite({"rows": [dict(r, row=f"{r['model']} {r['size']}") for r in rows]},
-                      what, peer, key=key, label="row")
+    what = "rows of HF exports (ONNX and torch.export, symbolic build)"
+    for key, peer in (("vs_ort", "onnxruntime"), ("vs_torch", "PyTorch eager")):
+        out += _suite({"rows": [dict(r, row=f"{r['model']} {r['path']} {r['size']}")
+                                for r in rows]}, what, peer, key=key, label="row")
     worst = max(rows, key=lambda r: r["sym_cost"])
     out.append(Headline(f"symbolic over concrete build, worst row ({worst['model']} "
-                        f"{worst['size']}: {worst['sym_cost']:.2f}x the concrete time)",
+                        f"{worst['path']} {worst['size']}: {worst['sym_cost']:.2f}x the "
+                        f"concrete time)",
                         1.0 / worst["sym_cost"], "the same model built for the concrete shape"))
     return out
 
