@@ -20,6 +20,11 @@ int8 matmul the ``dense_u8i8`` kernel on CPUs, other targets run int32 math)::
 A convolution pads ``xq`` with ``zx`` itself (the quantized 0), so the correction
 ``zx * sum(Wq[o])`` holds at the borders too.
 
+When ``x`` is a clamp with constant bounds (``clip``, ``relu``, ``minimum(maximum(v, lo),
+hi)``: MobileNet's relu6), the static quantization reads ``v`` and moves the bounds past the
+rounding into its saturation (``_quantized_bound``): the same bytes, two min / max per
+element fewer in the producer's epilogue.
+
 Examples
 --------
 >>> qmod = QuantizeInt8Dynamic()(mod)                        # doctest: +SKIP

@@ -24,7 +24,8 @@ residual adds, the next layer's quantization: whatever ``FuseOps`` fuses) is com
 copy to NCHW, or in the tile's write-back when there are no junk columns.
 
 - plan: ``plan_conv2d_u8i8`` (a ``conv2d_nchw.NchwPlan`` over channel words);
-- packing: ``pack_conv2d_int8_weight`` (weight), ``pack_conv2d_u8_words`` (data);
+- packing: ``pack_conv2d_int8_weight`` (weight), ``pack_conv2d_u8_words`` (data, its stage
+  scheduled by ``schedule_u8_words``: rows vectorized, phase planes too);
 - compute: ``conv2d_nchw_u8i8``;
 - schedule: ``schedule_conv2d_u8i8`` (``conv2d_nchw.schedule_conv2d_nchw``).
 
@@ -65,7 +66,9 @@ def plan_conv2d_u8i8(g: ConvGeometry, lanes: int, registers: int) -> NchwPlan | 
     ``conv2d_nchw.plan_conv2d_nchw`` of the same convolution over channel *words*, so its
     geometry's ``in_channels`` is the word count (``ceil(C/4)``; ``C/4`` when grouped). None
     where a word would mix two groups' channels (grouped with input channels per group not a
-    multiple of 4, depthwise): those stay on the generic int32 convolution.
+    multiple of 4, depthwise): those stay on the generic int32 convolution. A tile that would
+    write NCHW in place while covering only part of an output row is replaced by the best
+    whole-row tile, or the best tile through the copy to NCHW (see the comment inside).
 
     Examples
     --------
