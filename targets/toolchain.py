@@ -1,7 +1,8 @@
 """External tools the LLVM back end needs for shared libraries: the ``ld.lld`` linker.
 
-Only ``Module.export_library`` links; running kernels on this machine (the JIT) needs no
-external tool. Nothing here imports LLVM.
+``Module.export_library`` links, and so does building for this machine: a host module is
+linked into a shared library and loaded in-process (``targets.llvm.compiler``). Nothing here
+imports LLVM.
 """
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def find_lld() -> str:
             if m and int(m.group(1)) > best_version and os.access(path, os.X_OK):
                 best, best_version = path, int(m.group(1))
     if best is None:
-        raise ToolchainError("ld.lld was not found on PATH; it links shared libraries for "
-                             "export_library. Install lld (Debian/Ubuntu: apt-get install lld; "
+        raise ToolchainError("ld.lld was not found on PATH; it links the shared libraries that "
+                             "building for this machine loads and export_library writes. Install lld (Debian/Ubuntu: apt-get install lld; "
                              "macOS: brew install lld) or put ld.lld-NN on PATH.")
     return best
 
