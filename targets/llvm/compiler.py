@@ -262,7 +262,9 @@ def _empty_object(config: MachineConfig) -> bytes:
 def _ensure_runtime_library(store=None) -> None:
     """Load the thread pool once per process as a shared library whose two functions are
     global (``RTLD_GLOBAL``): the host modules' libraries leave them undefined and the dynamic
-    loader binds them here, so every module of the process shares one pool."""
+    loader binds them here, so every module of the process shares one pool. The libraries it
+    names as needed (``libm.so.6``, ``libpthread.so.0`` on glibc) join the global scope with
+    it, and the modules' calls into them bind there too."""
     global _RUNTIME_LIBRARY
     with _LOCK:
         if _RUNTIME_LIBRARY is not None:
@@ -591,11 +593,11 @@ class LLVMModule(Module):
         loader maps one library's sections together. See ``docs/known-issues.md``.
         """
         _init_llvm()
-        if self._uses_parallel:
-            _ensure_runtime_library(self._store)
-        needed = self._config.needed_libraries(self._uses_parallel)
+        # the runtime library brings libm and libpthread into the global scope (its DT_NEEDED
+        # entries), so the module's library needs none of its own: one ld.lld run less a build
+        _ensure_runtime_library(self._store)
         self._lib = _load_library([self._glue] + [k.object for k in self._kernels],
-                                  self._config, needed)
+                                  self._config, ())
 
     def __del__(self):
         # unload the library with the module, as MCJIT freed its memory with the engine (every
