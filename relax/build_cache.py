@@ -42,6 +42,7 @@ from typing import Mapping
 
 import numpy as np
 
+from tilecraft.errors import TilecraftError
 from tilecraft.targets import Target, kernel_cache
 from tilecraft.targets.build_module import (kernel_module_from_bytes, kernel_module_to_bytes,
                                             machine_key)
@@ -60,8 +61,8 @@ ENTRY_FORMAT = 1   # of the entries below; bump when their layout changes
 _KNOWN_CODE = ("tilecraft", "numpy", "builtins", "copyreg", "collections", "_codecs")
 
 
-class _Uncacheable(Exception):
-    pass
+class _Uncacheable(TilecraftError):
+    """The module holds code the key cannot cover (caught here: the build runs uncached)."""
 
 
 def _known(module: str | None) -> bool:

@@ -58,12 +58,7 @@ def link_shared(objects: list[bytes], output: str, needed: tuple[str, ...] = (),
     directory = os.path.dirname(output)
     os.makedirs(directory, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tilecraft-link-") as tmp:
-        paths = []
-        for i, data in enumerate(objects):
-            p = os.path.join(tmp, f"obj{i}.o")
-            with open(p, "wb") as f:
-                f.write(data)
-            paths.append(p)
+        paths = _write_objects(tmp, objects)
         stubs = []
         if needed:
             stub_o = os.path.join(tmp, "stub.o")
@@ -87,18 +82,24 @@ def link_shared(objects: list[bytes], output: str, needed: tuple[str, ...] = (),
                 os.unlink(partial)
 
 
+def _write_objects(folder: str, objects: list[bytes]) -> list[str]:
+    """Each object file (bytes) written into ``folder``; their paths, in order."""
+    paths = []
+    for i, data in enumerate(objects):
+        path = os.path.join(folder, f"obj{i}.o")
+        with open(path, "wb") as f:
+            f.write(data)
+        paths.append(path)
+    return paths
+
+
 def link_relocatable(objects: list[bytes]) -> bytes:
     """Merge object files (bytes) into one relocatable object (``ld.lld -r``)."""
     if len(objects) == 1:
         return objects[0]
     lld = find_lld()
     with tempfile.TemporaryDirectory(prefix="tilecraft-link-") as tmp:
-        paths = []
-        for i, data in enumerate(objects):
-            p = os.path.join(tmp, f"obj{i}.o")
-            with open(p, "wb") as f:
-                f.write(data)
-            paths.append(p)
+        paths = _write_objects(tmp, objects)
         out = os.path.join(tmp, "merged.o")
         _run([lld, "-r", "-o", out, *paths])
         with open(out, "rb") as f:

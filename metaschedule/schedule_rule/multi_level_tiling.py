@@ -105,6 +105,11 @@ class MultiLevelTiling(ScheduleRule):
     >>> rule = MultiLevelTiling("SSRSRS", reuse_write=ReuseConfig("may", (1, 2), "local"))
     """
 
+    # a fixed register-tile recipe (the seeds of the subclasses with one), and its tile
+    # decisions, one per loop in the order ``_tile`` splits them
+    recipe: tuple[int, int] | None = None
+    _recipe_tiles: list[list[int]] = []
+
     def __init__(self, structure: str = "SSRSRS", tile_binds=None, max_innermost_factor: int = 64,
                  vector_load_lens=None, reuse_read: ReuseConfig | None = None,
                  reuse_write: ReuseConfig | None = None, pack: str = "no",
@@ -274,6 +279,15 @@ class MultiLevelTiling(ScheduleRule):
 
     def _split(self, sch: Schedule, loop: LoopRV, n: int, hints: dict,
                caps: tuple | None = None) -> list[LoopRV]:
+        if self.recipe is not None:
+            # a seed (a subclass's fixed recipe): this loop's decision, in loop order as
+            # ``_tile`` splits them
+            decision = self._recipe_tiles.pop(0)
+            if n <= 1:
+                return [loop]
+            inner = sch.sample_tile(loop, n, self.max_innermost_factor, hints or None,
+                                    decision=decision)
+            return sch.split(loop, [None, *inner])
         if n <= 1:
             return [loop]
         if caps is not None:
@@ -544,17 +558,6 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
             else:
                 out.append([ext] + [1] * (n_r - 1))
         return out
-
-    def _split(self, sch: Schedule, loop: LoopRV, n: int, hints: dict,
-               caps: tuple | None = None) -> list[LoopRV]:
-        if self.recipe is None:
-            return super()._split(sch, loop, n, hints, caps)
-        decision = self._recipe_tiles.pop(0)   # _tile splits the loops in loop order
-        if n <= 1:
-            return [loop]
-        inner = sch.sample_tile(loop, n, self.max_innermost_factor, hints or None,
-                                decision=decision)
-        return sch.split(loop, [None, *inner])
 
     def _register_tile_order(self, loops):
         return list(reversed(loops)) if self._swap else loops

@@ -292,13 +292,3 @@ class MultiLevelTilingDot4(MultiLevelTiling):
                 out.append([ext // 4] + [1] * (n_r - 2))       # k: R0 = k // 4 whole
         return out
 
-    def _split(self, sch: Schedule, loop: LoopRV, n: int, hints: dict,
-               caps: tuple | None = None) -> list[LoopRV]:
-        if self.recipe is None:
-            return super()._split(sch, loop, n, hints, caps)
-        decision = self._recipe_tiles.pop(0)   # _tile splits the loops in loop order
-        if n <= 1:
-            return [loop]
-        inner = sch.sample_tile(loop, n, self.max_innermost_factor, hints or None,
-                                decision=decision)
-        return sch.split(loop, [None, *inner])
