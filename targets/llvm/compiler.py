@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import json
 import os
 import re
@@ -38,7 +39,7 @@ from ..build_stats import BuildStats
 from ..runtime import abi
 from ..runtime.module import Module
 from ..target import Target, TargetError, arch_of_triple, host_triple
-from ..toolchain import link_relocatable, link_shared
+from ..toolchain import find_host_linker, link_relocatable, link_shared
 from . import call_sequence, dot4, threadpool
 from .codegen import FMA_METADATA, CodeGenLLVM, CodegenOptions
 from .irutil import I8, I32, PTR, ModuleBuilder
@@ -234,21 +235,45 @@ def runtime_ir(config: MachineConfig, data_layout: str, visibility: str) -> str:
     return str(mb.module)
 
 
+_LIBRARY_FORMAT = 1   # of the linked host libraries in the cache; bump when the link changes
+
+
 def _load_library(objects: list[bytes], config: MachineConfig, needed: tuple[str, ...],
-                  mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
+                  mode: int = ctypes.DEFAULT_MODE, store=None) -> ctypes.CDLL:
     """Link ``objects`` into a shared library in a temporary directory and ``dlopen`` it.
 
+    With a kernel cache ``store``, the linked library is kept there under the hash of its
+    objects: a build whose objects were linked before (a warm build) copies it from the cache
+    instead of running ``ld.lld`` again (a linker run costs about 25 ms, mostly its start-up).
     The file is deleted once loaded (the mapping stays); each library gets a directory of its
-    own, so the dynamic loader never mistakes one for another.
+    own, and a copy of its own, so the dynamic loader never mistakes one for another and two
+    modules never share their globals (error buffer, thread count).
     """
-    stub = _empty_object(config) if needed else None
+    key = _library_key(objects, needed) if store is not None else None
+    data = store.get(key) if key is not None else None
     with tempfile.TemporaryDirectory(prefix="tilecraft-jit-") as tmp:
         path = os.path.join(tmp, "kernels.so")
-        link_shared(objects, path, needed, stub)
+        if data is not None:
+            with open(path, "wb") as f:
+                f.write(data)
+        else:
+            link_shared(objects, path, needed, _empty_object(config) if needed else None,
+                        linker=find_host_linker())
+            if key is not None:
+                with open(path, "rb") as f:
+                    store.put(key, f.read())
         try:
             return ctypes.CDLL(path, mode=mode)
         except OSError as err:
             raise RuntimeError(f"cannot load the kernels just linked ({path}): {err}") from None
+
+
+def _library_key(objects: list[bytes], needed: tuple[str, ...]) -> str:
+    """The cache key of the host library linked from ``objects``: their contents (the objects
+    name their triple), the libraries it needs, and tilecraft's code (the link's flags)."""
+    digests = [hashlib.sha256(o).hexdigest() for o in objects]
+    return kernel_cache.cache_key("llvm-host-library", _LIBRARY_FORMAT, list(needed), digests,
+                                  kernel_cache.code_fingerprint())
 
 
 def _empty_object(config: MachineConfig) -> bytes:
@@ -278,7 +303,7 @@ def _ensure_runtime_library(store=None) -> None:
                                      machine_key(config)) if store is not None else None
         obj = _cached_object(store, key, make)
         _RUNTIME_LIBRARY = _load_library([obj], config, config.needed_libraries(True),
-                                         mode=ctypes.RTLD_GLOBAL)
+                                         mode=ctypes.RTLD_GLOBAL, store=store)
 
 
 _NAME = r'%(?:[-\w.$]+|"[^"]*")'
@@ -597,7 +622,7 @@ class LLVMModule(Module):
         # entries), so the module's library needs none of its own: one ld.lld run less a build
         _ensure_runtime_library(self._store)
         self._lib = _load_library([self._glue] + [k.object for k in self._kernels],
-                                  self._config, ())
+                                  self._config, (), store=self._store)
 
     def __del__(self):
         # unload the library with the module, as MCJIT freed its memory with the engine (every

@@ -4,12 +4,14 @@ library's code and constant pools lie together, within reach of the small code m
 (docs/known-issues.md had the MCJIT abort this replaces)."""
 import gc
 import mmap
+import shutil
 import sys
 
 import numpy as np
 import pytest
 
 from tilecraft import targets
+from tilecraft.targets import toolchain
 from tilecraft.targets.llvm import compiler
 from tilecraft.tensorir import Schedule, te
 
@@ -112,3 +114,46 @@ def test_host_build_without_lld_is_a_toolchain_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(targets.ToolchainError, match="ld.lld was not found on PATH.*Install lld"):
         targets.build(func, "llvm", cache=False)
+
+
+def test_host_library_with_either_linker(monkeypatch):
+    """GNU ld.bfd (preferred where installed: it starts faster) and ld.lld link host libraries
+    that give the same results."""
+    rng = np.random.default_rng(2)
+    func, coefs = _kernel(5)
+    a = rng.standard_normal((21, 64)).astype("float32")
+    outs = {}
+    linkers = [p for p in (shutil.which("ld.bfd"), toolchain.find_lld()) if p]
+    for linker in linkers:
+        monkeypatch.setattr(compiler, "find_host_linker", lambda linker=linker: linker)
+        mod = targets.build(func, "llvm", cache=False)
+        outs[linker] = np.empty_like(a)
+        mod["main"](a, outs[linker])
+        np.testing.assert_allclose(outs[linker], _oracle(a, coefs), rtol=1e-4, atol=1e-4)
+    for b in outs.values():
+        np.testing.assert_array_equal(b, outs[linkers[0]])
+
+
+def test_warm_build_loads_the_library_from_the_cache(tmp_path, monkeypatch):
+    """A build whose objects were linked before copies the library from the kernel cache (no
+    linker run); each module gets its own copy, so their globals (thread count, last error)
+    stay apart."""
+    func, coefs = _kernel(4)
+    first = targets.build(func, "llvm", cache=str(tmp_path))
+    runs = []
+
+    def no_link(cmd):
+        runs.append(cmd)
+        raise AssertionError(f"a warm build ran the linker: {cmd}")
+    monkeypatch.setattr(toolchain, "_run", no_link)
+    second = targets.build(func, "llvm", cache=str(tmp_path))
+    assert not runs
+    assert second._lib._name != first._lib._name
+    assert second._address("tilecraft_fn_main") != first._address("tilecraft_fn_main")
+    first.num_threads, second.num_threads = 1, 2
+    assert (first.num_threads, second.num_threads) == (1, 2)
+    a = np.random.default_rng(3).standard_normal((20, 64)).astype("float32")
+    for mod in (first, second):
+        b = np.empty_like(a)
+        mod["main"](a, b)
+        np.testing.assert_allclose(b, _oracle(a, coefs), rtol=1e-4, atol=1e-4)
