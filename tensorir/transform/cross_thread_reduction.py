@@ -85,7 +85,11 @@ class _Find(IRVisitor):
             if threads:
                 start = next(i for i, f in enumerate(self.stack) if f is used[0])
                 chain = self.stack[start:]
-                self.found.append((chain[0], list(chain), br))
+                # threads bound outside the reduction (a GEMV's columns on threadIdx.x, its
+                # reduction on threadIdx.y) each reduce their own outputs: a tree apiece
+                outer = [f for f in self.stack[:start] if f.kind == "thread_binding" and
+                         f.thread_tag and f.thread_tag.startswith("threadIdx")]
+                self.found.append((chain[0], list(chain), br, outer))
         self.visit(block.body)
         if block.init is not None:
             self.visit(block.init)
@@ -95,7 +99,10 @@ def _fail(br: BlockRealize, why: str):
     raise TIRError(f"cross-thread reduction of block {br.block.name}: {why}", br)
 
 
-def _lower_one(chain: list[For], br: BlockRealize) -> Stmt:
+def _lower_one(chain: list[For], br: BlockRealize,
+               outer_threads: list[For]) -> tuple[Stmt, Buffer]:
+    """The reduction rewritten (its partial result allocated) and the shared buffer of its
+    trees, which the caller allocates around the outermost of ``outer_threads`` (else here)."""
     block = br.block
     loop_vars = [f.loop_var for f in chain]
     for outer, inner in zip(chain, chain[1:]):
@@ -162,9 +169,21 @@ def _lower_one(chain: list[For], br: BlockRealize) -> Stmt:
         pos = f.loop_var if isinstance(f.min, IntImm) and f.min.value == 0 else f.loop_var - f.min
         lin = pos if total == 1 else lin * ext.value + pos
         total *= ext.value
+    # the slot of this thread's group of reducing threads: one tree per outer thread index
+    base: PrimExpr = IntImm(0, "int64")
+    groups = 1
+    for f in outer_threads:
+        ext = f.extent
+        if not isinstance(ext, IntImm):
+            _fail(br, f"thread loop {f.loop_var.name} has the non-constant extent {ext}")
+        pos = f.loop_var if isinstance(f.min, IntImm) and f.min.value == 0 else f.loop_var - f.min
+        base = pos if groups == 1 else base * ext.value + pos
+        groups *= ext.value
+    base = base * total
     partial = Buffer(f"{buf.name}_in_thread", [IntImm(1, "int64")], dtype, scope="local")
-    red = Buffer(f"{buf.name}_red", [IntImm(total, "int64")], dtype, scope="shared")
+    red = Buffer(f"{buf.name}_red", [IntImm(total * groups, "int64")], dtype, scope="shared")
     zero = [IntImm(0, "int64")]
+    slot = lin if groups == 1 else base + lin
     acc = BufferLoad(partial, zero)
     update: Stmt = BufferStore(partial, _combine(kind, acc, rhs), zero)
     for chk in reversed(checks):
@@ -174,7 +193,7 @@ def _lower_one(chain: list[For], br: BlockRealize) -> Stmt:
     for f in reversed(serial):
         update = For(f.loop_var, f.min, f.extent, f.kind if f.kind != "vectorized" else "serial",
                      update, None, f.annotation_dict)
-    steps = [BufferStore(partial, identity, zero), update, BufferStore(red, acc, [lin])]
+    steps = [BufferStore(partial, identity, zero), update, BufferStore(red, acc, [slot])]
     s = 1
     while s * 2 < total:
         s *= 2
@@ -183,9 +202,9 @@ def _lower_one(chain: list[For], br: BlockRealize) -> Stmt:
         if s * 2 > total:
             cond = And(cond, lin + s < total)
         steps.append(IfThenElse(cond, BufferStore(red, _combine(
-            kind, BufferLoad(red, [lin]), BufferLoad(red, [lin + s])), [lin])))
+            kind, BufferLoad(red, [slot]), BufferLoad(red, [slot + s])), [slot])))
         s //= 2
-    result = BufferLoad(red, zero)
+    result = BufferLoad(red, zero if groups == 1 else [base])
     if block.init is None:
         final = _combine(kind, BufferLoad(buf, idx), result)
     else:
@@ -203,18 +222,32 @@ def _lower_one(chain: list[For], br: BlockRealize) -> Stmt:
     for f in reversed(threads):
         inner = For(f.loop_var, f.min, f.extent, "thread_binding", inner, f.thread_tag,
                     f.annotation_dict)
-    return Allocate(red, Allocate(partial, inner))
+    return Allocate(partial, inner), red
 
 
 class _Rewrite(IRMutator):
     def __init__(self, found):
         super().__init__()
-        self.by_loop = {id(f): (chain, br) for f, chain, br in found}
+        self.by_loop = {id(f): (chain, br, outer) for f, chain, br, outer in found}
+        # the shared tree buffers of reductions under outer thread loops, allocated around the
+        # outermost of those loops: inside one, a buffer would be taken as that thread's own
+        # (CompactBufferAllocation shrinks it to one thread's slots)
+        self.hoisted: dict[int, list[Buffer]] = {id(outer[0]): [] for *_, outer in found if outer}
 
     def visit_For(self, f: For):
         hit = self.by_loop.get(id(f))
         if hit is not None:
-            return _lower_one(*hit)
+            stmt, red = _lower_one(*hit)
+            outer = hit[2]
+            if outer:
+                self.hoisted[id(outer[0])].append(red)
+                return stmt
+            return Allocate(red, stmt)
+        if id(f) in self.hoisted:
+            new = self.generic_visit(f)
+            for red in self.hoisted[id(f)]:
+                new = Allocate(red, new)
+            return new
         return self.generic_visit(f)
 
 
@@ -227,7 +260,7 @@ def LowerCrossThreadReduction(func: PrimFunc) -> PrimFunc:
     if not finder.found:
         return func
     seen = set()
-    for f, _, br in finder.found:
+    for f, _, br, _ in finder.found:
         if id(f) in seen:
             _fail(br, f"loop {f.loop_var.name} is the outer reduce loop of two blocks")
         seen.add(id(f))

@@ -149,6 +149,11 @@ def test_webgpu_f16_arithmetic_matches_numpy(rng):
     c = rng.standard_normal(n).astype("float32") * 8      # finite: WGSL may flush the rest
     got = run(mod, dev, a, b, c, n)
     want = reference(a, b, c)
-    np.testing.assert_array_equal(got[0], want[0])
-    np.testing.assert_array_equal(got[2], want[2])
-    np.testing.assert_allclose(got[1], want[1], rtol=2e-3, atol=2e-3)
+    # WGSL lets a GPU contract a * b + c into one fma and divide within 2.5 ULP (NVIDIA's
+    # Vulkan driver does both; lavapipe rounds each operation as numpy does): the arithmetic is
+    # checked to a few float16 ULPs, the conversion bit for bit
+    np.testing.assert_allclose(got[0], want[0], rtol=4 * 2.0 ** -10, atol=2.0 ** -14)
+    assert_same_halves(got[2], want[2])
+    # D reads F back from memory: one float16 subtraction of the kernel's own F, exact
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(got[1], (got[0] - c.astype("float16")).astype("float32"))

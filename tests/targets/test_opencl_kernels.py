@@ -69,6 +69,26 @@ def rowreduce_func():
     return sch.mod["main"]
 
 
+def gemv_func():
+    """y = x W with the columns on threadIdx.x and the reduction shared by threadIdx.y: one
+    tree per column (a shared buffer slot per (column, reducing thread))."""
+    m = te.var("m")
+    A = te.placeholder((m, 100), "float32", "A")
+    W = te.placeholder((100, 72), "float32", "W")
+    k = te.reduce_axis((0, 100), "k")
+    C = te.compute((m, 72), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
+    sch = Schedule(te.create_prim_func([A, W, C]))
+    i, j, kk = sch.get_loops(sch.get_block("C"))
+    jo, ji = sch.split(j, [None, 24])
+    ko, ki = sch.split(kk, [6, None])           # 6 reducing threads: not a power of two
+    sch.reorder(i, jo, ji, ko, ki)
+    sch.bind(i, "blockIdx.y")
+    sch.bind(jo, "blockIdx.x")
+    sch.bind(ji, "threadIdx.x")
+    sch.bind(ko, "threadIdx.y")
+    return sch.mod["main"]
+
+
 def gemm_func():
     n = te.var("n")
     A = te.placeholder((n, 64), "float32", "A")
@@ -125,6 +145,7 @@ def gather_func():
 
 
 FUNCS = {"math": math_func, "ints": int_func, "rowreduce": rowreduce_func, "gemm": gemm_func,
+         "gemv": gemv_func,
          "vector": vector_func, "two_kernels": two_kernels_func, "gather": gather_func}
 
 
@@ -179,6 +200,16 @@ def test_cross_thread_reductions(mod, dev, rows):
     m, s = _run(mod, dev, "rowreduce", [x], [((rows,), "float32")] * 2)
     np.testing.assert_allclose(m, x.max(1), rtol=1e-6)
     np.testing.assert_allclose(s, (x * x).sum(1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_cross_thread_reduction_under_thread_bound_columns(mod, dev, rows):
+    # each column's threads reduce into their own slots (it used to be one tree for all columns)
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 100)).astype("float32")
+    w = rng.standard_normal((100, 72)).astype("float32")
+    got, = _run(mod, dev, "gemv", [x, w], [((rows, 72), "float32")])
+    np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("rows", [1, 6, 33])

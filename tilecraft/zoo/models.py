@@ -324,7 +324,7 @@ def _torch_modules():
             self.layers = nn.ModuleList(BertLayer(d) for _ in range(layers))
 
         def forward(self, input_ids):
-            pos = torch.arange(input_ids.shape[1]).unsqueeze(0)
+            pos = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
             h = self.ln(self.word(input_ids) + self.pos(pos))
             for layer in self.layers:
                 h = layer(h)
@@ -363,7 +363,7 @@ def _torch_modules():
             self.ln_f = nn.LayerNorm(d)
 
         def forward(self, input_ids):
-            pos = torch.arange(input_ids.shape[1]).unsqueeze(0)
+            pos = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
             x = self.wte(input_ids) + self.wpe(pos)
             for blk in self.h:
                 x = blk(x)
