@@ -6,11 +6,14 @@ concrete shape.
 [--models gpt2,mobilenet-v2] [--sizes small,large]``). Each model of ``MODELS`` (random-weight
 ``transformers`` configs of realistic width, nothing downloaded) is exported to ONNX with
 ``torch.onnx.export`` (dynamic batch, and for text a dynamic sequence length) and imported with
-``relax.frontend.from_onnx``; it is built once with the symbolic dims (``symbolic``) and once
-per measured size with the dims fixed (``concrete``). Sizes: batch 1 with a short input (8
-tokens) and batch 8 with 128 tokens (images: batch 1 and 8).
+``relax.frontend.from_onnx`` (``path`` ``onnx``), and exported with ``torch.export.export`` (the
+same dynamic dims) and imported with ``relax.frontend.from_torch`` (``path`` ``torch.export``,
+``--paths``); each is built once with the symbolic dims (``symbolic``) and once per measured
+size with the dims fixed (``concrete``: the ONNX model's input dims set, or a ``torch.export``
+without dynamic dims). Sizes: batch 1 with a short input (8 tokens) and batch 8 with 128
+tokens (images: batch 1 and 8). onnxruntime runs the ONNX export on both paths' rows.
 
-Rows: ``model``, ``size``, ``symbolic_ms``, ``concrete_ms``, ``onnxruntime_ms``, ``torch_ms``,
+Rows: ``model``, ``path``, ``size``, ``symbolic_ms``, ``concrete_ms``, ``onnxruntime_ms``, ``torch_ms``,
 ``vs_ort`` (onnxruntime / symbolic: above 1 we are faster), ``vs_torch``, ``sym_cost``
 (symbolic / concrete: the price of one artifact for every shape), ``top_kernel`` and
 ``top_share`` (the kernel of the symbolic build that takes the largest share of its time, from
@@ -125,19 +128,42 @@ def export_onnx(model, kind: str):
     """The model as ONNX with a dynamic batch (and sequence length): ``torch.onnx.export`` with
     ``dynamo=True`` (the TorchScript exporter cannot export ``transformers``' mask code)."""
     import onnx
-    # an example batch of 2: torch.export specializes a dim that is 1 in the example
-    sample = inputs_of(kind, "small")
-    name = next(iter(sample))
-    sample = {name: np.concatenate([sample[name]] * 2)}
+    name = "input_ids" if kind == "text" else "pixel_values"
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(model, (torch.from_numpy(example_input(kind)),),
+                                 input_names=[name], output_names=["out"],
+                                 dynamic_shapes=(dynamic_dims(kind),), dynamo=True,
+                                 verbose=False)
+    return onnx.load_from_string(prog.model_proto.SerializeToString())
+
+
+def dynamic_dims(kind: str) -> dict[int, "torch.export.Dim"]:
+    """The exported dynamic dims: batch (at most 8), and for text the sequence (at most 128)."""
     dims = {0: torch.export.Dim("batch", max=8)}
     if kind == "text":
         dims[1] = torch.export.Dim("seq", max=128)
+    return dims
+
+
+def example_input(kind: str) -> np.ndarray:
+    """The export's example input: a batch of 2 (``torch.export`` specializes a dim that is 1
+    in the example)."""
+    sample = next(iter(inputs_of(kind, "small").values()))
+    return np.concatenate([sample] * 2)
+
+
+def import_torch_export(model, kind: str, feed: dict[str, np.ndarray] | None = None):
+    """The model through ``torch.export.export`` and ``relax.frontend.from_torch``: with the
+    dynamic dims of ``dynamic_dims`` (their ``max`` become the build's upper bounds), or, with
+    ``feed``, exported at ``feed``'s shape with no dynamic dim (the concrete build)."""
+    from tilecraft.relax.frontend import from_torch
+    x = torch.from_numpy(next(iter(feed.values())) if feed else example_input(kind))
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        prog = torch.onnx.export(model, (torch.from_numpy(sample[name]),), input_names=[name],
-                                 output_names=["out"], dynamic_shapes=({0: dims[0]} if
-                                 kind != "text" else dims,), dynamo=True, verbose=False)
-    return onnx.load_from_string(prog.model_proto.SerializeToString())
+        ep = torch.export.export(model, (x,), dynamic_shapes=None if feed else
+                                 ({k: v for k, v in dynamic_dims(kind).items()},))
+    return from_torch(ep)
 
 
 def fixed_shape(model, feed: dict[str, np.ndarray]):
@@ -195,65 +221,89 @@ def interleaved_clock(fns, number: int, rounds: int, clock=time.thread_time) -> 
     return [statistics.median(s) for s in samples]
 
 
+PATHS = ("onnx", "torch.export")
+
+
+def symbolic_module(path: str, model, kind: str, onnx_model):
+    """The model with its symbolic dims, imported by ``path``."""
+    return from_onnx(onnx_model) if path == "onnx" else import_torch_export(model, kind)
+
+
+def concrete_module(path: str, model, kind: str, onnx_model, feed: dict[str, np.ndarray]):
+    """The model with its dims fixed to ``feed``'s shape, imported by ``path``."""
+    if path == "onnx":
+        return from_onnx(fixed_shape(onnx_model, feed))
+    return import_torch_export(model, kind, feed)
+
+
+def _first(out) -> np.ndarray:
+    return (out[0] if isinstance(out, (tuple, list)) else out).numpy()
+
+
 def measure(name: str, sizes=("small", "large"), threads: int | None = None,
-            rounds: int = 5) -> list[dict]:
+            rounds: int = 5, paths=PATHS) -> list[dict]:
     threads = threads or int(os.environ.get("TILECRAFT_HF_THREADS", "1"))
     wall = os.environ.get("TILECRAFT_HF_CLOCK") == "wall"
     torch.set_num_threads(threads)
     model, kind = build_model(name)
     onnx_model = export_onnx(model, kind)
-    sym_exe = relax.build(from_onnx(onnx_model), "llvm", upper_bounds=upper_bounds(kind))
-    sym_exe.kernel_module.num_threads = threads
-    sym_vm = relax.VirtualMachine(sym_exe, targets.cpu(0))
     sess = ort_session(onnx_model, threads)
+    sym_vms = {}
+    for path in paths:
+        sym_exe = relax.build(symbolic_module(path, model, kind, onnx_model), "llvm",
+                              upper_bounds=upper_bounds(kind))
+        sym_exe.kernel_module.num_threads = threads
+        sym_vms[path] = relax.VirtualMachine(sym_exe, targets.cpu(0))
     rows = []
     for size in sizes:
         feed = {onnx_model.graph.input[0].name: v for v in inputs_of(kind, size).values()}
         args = [targets.array(v) for v in feed.values()]
-        con_mod = from_onnx(fixed_shape(onnx_model, feed))
-        con_exe = relax.build(con_mod, "llvm")
-        con_exe.kernel_module.num_threads = threads
-        con_vm = relax.VirtualMachine(con_exe, targets.cpu(0))
         ref = sess.run(None, feed)[0]
-        out = sym_vm["main"](*args)
-        out = (out[0] if isinstance(out, tuple) else out).numpy()
-        err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30))
         tin = [torch.from_numpy(v) for v in feed.values()]
 
         def eager():
             with torch.no_grad():
                 model(*tin)
-        fns = [lambda: sym_vm["main"](*args), lambda: con_vm["main"](*args),
-               lambda: sess.run(None, feed), eager]
-        number = calls_per_round(fns[0])
-        sym, con, ort_s, eager_s = interleaved_clock(
-            fns, number, rounds, time.perf_counter if wall else time.thread_time)
-        top, share = profile_top(sym_vm, args)
-        offenders = share_check(con_mod, con_vm, args)
-        for o in offenders:
-            print(f"  {name} {size}: {o['name']} takes {o['time_share']:.1%} of the kernel "
-                  f"time for {o['work_share']:.1%} of the multiply-adds "
-                  f"({o['gmacs']:.1f} GMAC/s)", flush=True)
-        rows.append({"model": name, "size": size, "shape": "x".join(
-            str(d) for d in next(iter(feed.values())).shape),
-            "symbolic_ms": sym * 1e3, "concrete_ms": con * 1e3, "onnxruntime_ms": ort_s * 1e3,
-            "torch_ms": eager_s * 1e3, "vs_ort": ort_s / sym, "vs_torch": eager_s / sym,
-            "sym_cost": sym / con, "top_kernel": top, "top_share": share,
-            "over_share": len(offenders), "offenders": [
-                {k: (round(v, 4) if isinstance(v, float) else v) for k, v in o.items()}
-                for o in offenders],
-            "max_rel_err": err, "threads": threads,
-            "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "load_avg": round(os.getloadavg()[0], 2),   # the machine's other work, 1 min
-            "clock": "wall" if wall else "thread CPU time"})
-        print(rows[-1], flush=True)
+        for path in paths:
+            sym_vm = sym_vms[path]
+            con_mod = concrete_module(path, model, kind, onnx_model, feed)
+            con_exe = relax.build(con_mod, "llvm")
+            con_exe.kernel_module.num_threads = threads
+            con_vm = relax.VirtualMachine(con_exe, targets.cpu(0))
+            out = _first(sym_vm["main"](*args))
+            err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30))
+            fns = [lambda: sym_vm["main"](*args), lambda: con_vm["main"](*args),
+                   lambda: sess.run(None, feed), eager]
+            number = calls_per_round(fns[0])
+            sym, con, ort_s, eager_s = interleaved_clock(
+                fns, number, rounds, time.perf_counter if wall else time.thread_time)
+            top, share = profile_top(sym_vm, args)
+            offenders = share_check(con_mod, con_vm, args)
+            for o in offenders:
+                print(f"  {name} {path} {size}: {o['name']} takes {o['time_share']:.1%} of the "
+                      f"kernel time for {o['work_share']:.1%} of the multiply-adds "
+                      f"({o['gmacs']:.1f} GMAC/s)", flush=True)
+            rows.append({"model": name, "path": path, "size": size, "shape": "x".join(
+                str(d) for d in next(iter(feed.values())).shape),
+                "symbolic_ms": sym * 1e3, "concrete_ms": con * 1e3,
+                "onnxruntime_ms": ort_s * 1e3, "torch_ms": eager_s * 1e3,
+                "vs_ort": ort_s / sym, "vs_torch": eager_s / sym,
+                "sym_cost": sym / con, "top_kernel": top, "top_share": share,
+                "over_share": len(offenders), "offenders": [
+                    {k: (round(v, 4) if isinstance(v, float) else v) for k, v in o.items()}
+                    for o in offenders],
+                "max_rel_err": err, "threads": threads,
+                "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "load_avg": round(os.getloadavg()[0], 2),   # the machine's other work, 1 min
+                "clock": "wall" if wall else "thread CPU time"})
+            print(rows[-1], flush=True)
     return rows
 
 
-def run(names=None, sizes=("small", "large")) -> list[dict]:
+def run(names=None, sizes=("small", "large"), paths=PATHS) -> list[dict]:
     rows = []
     for name in names or MODELS:
-        rows += measure(name, sizes)
+        rows += measure(name, sizes, paths=paths)
     return rows
 
 
@@ -266,24 +316,33 @@ def previous_rows() -> list[dict]:
         return []
 
 
+def _key(row: dict) -> tuple:
+    # rows written before the torch.export rows have no path: they are ONNX rows
+    return row.get("model"), row.get("path", "onnx"), row.get("size")
+
+
 def merged_rows(new: list[dict], old: list[dict]) -> list[dict]:
-    """``new`` in ``MODELS`` order with the rows of ``old`` whose (model, size) this run did
-    not measure (``--models mobilenet-v2`` keeps the text rows of an earlier run; each row
-    carries its ``measured`` time).
+    """``new`` in ``MODELS`` and ``PATHS`` order with the rows of ``old`` whose (model, path,
+    size) this run did not measure (``--models mobilenet-v2`` keeps the text rows of an
+    earlier run; each row carries its ``measured`` time; a row without ``path`` is an ONNX
+    row).
 
     Examples
     --------
-    >>> merged_rows([{"model": "bert", "size": "small", "v": 2}],
-    ...             [{"model": "gpt2", "size": "small", "v": 0},
-    ...              {"model": "bert", "size": "small", "v": 1}])
-    [{'model': 'gpt2', 'size': 'small', 'v': 0}, {'model': 'bert', 'size': 'small', 'v': 2}]
+    >>> merged_rows([{"model": "bert", "path": "onnx", "size": "small", "v": 2}],
+    ...             [{"model": "bert", "path": "torch.export", "size": "small", "v": 0},
+    ...              {"model": "bert", "size": "small", "v": 1}])    # doctest: +NORMALIZE_WHITESPACE
+    [{'model': 'bert', 'path': 'onnx', 'size': 'small', 'v': 2},
+     {'model': 'bert', 'path': 'torch.export', 'size': 'small', 'v': 0}]
     """
-    fresh = {(r["model"], r["size"]) for r in new}
-    rows = [r for r in old if (r.get("model"), r.get("size")) not in fresh] + new
+    fresh = {_key(r) for r in new}
+    rows = [r for r in old if _key(r) not in fresh] + new
     order = {m: k for k, m in enumerate(MODELS)}
+    paths = {p: k for k, p in enumerate(PATHS)}
     sizes = {"small": 0, "large": 1}
     return sorted(rows, key=lambda r: (order.get(r["model"], len(order)),
-                                       sizes.get(r["size"], 2)))
+                                       sizes.get(r["size"], 2),
+                                       paths.get(r.get("path", "onnx"), len(paths))))
 
 
 def main(argv=None) -> int:
@@ -292,14 +351,20 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.hf_models_cpu")
     p.add_argument("--models", help="comma-separated names (default: all)")
     p.add_argument("--sizes", default="small,large")
+    p.add_argument("--paths", default=",".join(PATHS),
+                   help="import paths: onnx, torch.export (default: both)")
     p.add_argument("--no-write", action="store_true")
     a = p.parse_args(argv)
+    paths = tuple(a.paths.split(","))
+    unknown = [x for x in paths if x not in PATHS]
+    if unknown:
+        p.error(f"unknown path(s) {unknown}: choose from {list(PATHS)}")
     rows = []
     for name in (a.models.split(",") if a.models else MODELS):
-        rows += measure(name, tuple(a.sizes.split(",")))
+        rows += measure(name, tuple(a.sizes.split(",")), paths=paths)
         if not a.no_write:       # after each model: a long run keeps what it measured
             write_results("hf_models_cpu", merged_rows(rows, previous_rows()))
-    print_table(rows, ["model", "size", "shape", "symbolic_ms", "concrete_ms", "onnxruntime_ms",
+    print_table(rows, ["model", "path", "size", "shape", "symbolic_ms", "concrete_ms", "onnxruntime_ms",
                        "torch_ms", "vs_ort", "vs_torch", "sym_cost", "top_kernel", "top_share",
                        "over_share"])
     return 0

@@ -28,6 +28,8 @@ from collections import defaultdict
 
 from tilecraft import targets
 from tilecraft.relax import VirtualMachine, build, extract_tasks
+from tilecraft.relax.backend.cpu.registry import block_rule
+from tilecraft.relax.backend.cpu.winograd import RULE_WINOGRAD_GEMM
 from tilecraft.relax.frontend import from_onnx
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import Block
@@ -70,14 +72,17 @@ def _conv_layer(in_channels: int, macs: int) -> str:
 
 def _reduction_length(func) -> int:
     """The multiply-adds per output of ``func``'s longest reduction block (a convolution's
-    input channels per group x kernel taps)."""
+    input channels per group x kernel taps). A Winograd convolution's products reduce over
+    the input channels alone: its length counts the 3 x 3 taps too, the direct
+    convolution's multiply-adds (the layer's work, whatever the algorithm)."""
     lengths = [1]
 
     def visit(node):
         if isinstance(node, Block):
             extents = [int(iv.dom.extent.value) for iv in node.iter_vars if iv.kind == "reduce"]
             if extents:
-                lengths.append(math.prod(extents))
+                taps = 9 if block_rule(node) == RULE_WINOGRAD_GEMM else 1
+                lengths.append(math.prod(extents) * taps)
 
     post_order_visit(func.body, visit)
     return max(lengths)

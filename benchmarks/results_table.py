@@ -178,17 +178,19 @@ def _build_time(doc):
 
 
 def _hf_models_cpu(doc):
-    """HF exports built once with symbolic dims: against onnxruntime, PyTorch eager, and the
-    same model built for the concrete shape (the price of the symbolic dims)."""
-    rows = doc["rows"]
+    """HF exports (ONNX and ``torch.export``) built once with symbolic dims: against
+    onnxruntime, PyTorch eager, and the same model built for the concrete shape (the price of
+    the symbolic dims). A row without ``path`` is an ONNX row."""
+    rows = [dict(r, path=r.get("path", "onnx")) for r in doc["rows"]]
     out = []
-    for key, what, peer in (("vs_ort", "rows of HF exports (ONNX, symbolic build)", "onnxruntime"),
-                            ("vs_torch", "rows of HF exports (ONNX, symbolic build)", "PyTorch eager")):
-        out += _suite({"rows": [dict(r, row=f"{r['model']} {r['size']}") for r in rows]},
-                      what, peer, key=key, label="row")
+    what = "rows of HF exports (ONNX and torch.export, symbolic build)"
+    for key, peer in (("vs_ort", "onnxruntime"), ("vs_torch", "PyTorch eager")):
+        out += _suite({"rows": [dict(r, row=f"{r['model']} {r['path']} {r['size']}")
+                                for r in rows]}, what, peer, key=key, label="row")
     worst = max(rows, key=lambda r: r["sym_cost"])
     out.append(Headline(f"symbolic over concrete build, worst row ({worst['model']} "
-                        f"{worst['size']}: {worst['sym_cost']:.2f}x the concrete time)",
+                        f"{worst['path']} {worst['size']}: {worst['sym_cost']:.2f}x the "
+                        f"concrete time)",
                         1.0 / worst["sym_cost"], "the same model built for the concrete shape"))
     return out
 
@@ -260,6 +262,18 @@ def _gpu_models(doc):
         label = _GPU_MODEL_LABELS.get(r["model"], r["model"])
         out.append(Headline(f"{label} batch {r['batch']}, {r['target']}, untuned",
                             r["vs_torch"], f"PyTorch eager ({r['torch_device']})"))
+    return out
+
+
+def _gpu_attention(doc):
+    """The fused kernel on BERT-base's attention (padding mask), each target at each batch."""
+    out = []
+    for r in doc["rows"]:
+        if r.get("case") == "padding" and r.get("variant") == "fused" and "vs_torch" in r:
+            out.append(Headline(f"fused attention, BERT-base shapes with a padding mask, batch "
+                                f"{r['batch']}, {r['target']} ({r['kernels']} kernel; unfused "
+                                f"{_row(doc, case='padding', variant='unfused', target=r['target'], batch=r['batch'])['tilecraft_ms']:.3f} ms)",
+                                r["vs_torch"], "PyTorch eager (matmul, softmax, matmul)"))
     return out
 
 
@@ -434,6 +448,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gpu_gemm_variants": _gpu_gemm_variants,
     "gpu_launch_overhead": _gpu_launch_overhead,
     "gpu_models": _gpu_models,
+    "gpu_attention": _gpu_attention,
     "gpu_webgpu": _gpu_webgpu,
     "layer_profile": _layer_profile,
     "onnx_conformance": _onnx_conformance,

@@ -550,7 +550,7 @@ class _FunctionCodegen:
                       si.dtype)
             out_regs.append(r)
         self.emit("call_kernel", self.prog.kernel_symbol(gvar.name_hint), arg_regs + out_regs,
-                  scalars)
+                  scalars, len(out_regs))
         return self._nest(out_si, iter(out_regs))
 
     def _nest(self, sinfo, regs) -> int:
@@ -570,7 +570,7 @@ class _FunctionCodegen:
                                               tir_vars)
         out_regs = [self.value(o) for o in outs]
         self.emit("call_kernel", self.prog.kernel_symbol(gvar.name_hint), arg_regs + out_regs,
-                  scalars)
+                  scalars, len(out_regs))
         return self.value(out) if isinstance(out, Tuple) else out_regs[0]
 
 

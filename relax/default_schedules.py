@@ -40,12 +40,13 @@ from __future__ import annotations
 import warnings
 
 from tilecraft.targets import Target
-from tilecraft.tensorir.expr import (LT, Add, And, BufferLoad, Call, FloorDiv, FloorMod, IntImm, Mul,
-                                     PrimExpr, Sub, Var, true)
+from tilecraft.tensorir.expr import (LT, Add, And, BufferLoad, Call, FloatImm, FloorDiv, FloorMod,
+                                     IntImm, Mul, PrimExpr, Sub, Var, true)
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRMutator, post_order_visit
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
 from tilecraft.tensorir.schedule import tree
+from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThenElse
 
 from .backend.cpu import KERNELS, block_rule
@@ -90,23 +91,31 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     <= GEMV_MAX_ROWS: <row-vector version> else: <register-tile version>``: a tile of ``MR``
     rows at ``n = 1`` would be all tail (masked rows and a row test per reduction step), so
     small ``n`` runs each row on its own predicate-free ``1 x width`` micro-kernel instead.
+    Where no block has that version, the tiles of row reductions (layer norm, softmax) and of
+    matmul-like blocks over symbolic columns (attention scores ``q @ k^T``) also run exactly
+    their rows (``split_row_tails(any_tile=True)``), their accumulators' column tests moved
+    off the tile first (``unmask_tile_lanes``).
     """
     if target.kind != "llvm" or is_scheduled(func):
         return func
     try:
         sch = Schedule(func)
         schedule_blocks(sch, target)
-        rows = _symbolic_rows(sch.func)
+        scheduled = unmask_tile_lanes(sch.func)
+        rows = _symbolic_rows(scheduled)
         if rows is None:
-            return sch.func
-        tiled = split_row_tails(sch.func)
-        if tiled is not sch.func:
+            return scheduled
+        tiled = split_row_tails(scheduled)
+        if tiled is not scheduled:
             # every row count runs on whole tiles of exactly its rows: no row-vector version
             return tiled
         small = Schedule(func)
         if not schedule_blocks(small, target, gemv_rows=rows):
-            return tiled  # no block took the row-vector schedule: one version
-        return _versioned(rows <= IntImm(GEMV_MAX_ROWS, rows.dtype), small.func, tiled)
+            # no block took the row-vector schedule: one version, on exact row tiles where
+            # the accumulators are tested on their rows only (row sums, attention scores)
+            return split_row_tails(scheduled, any_tile=True)
+        return _versioned(rows <= IntImm(GEMV_MAX_ROWS, rows.dtype),
+                          unmask_tile_lanes(small.func), tiled)
     except ScheduleError:
         return func
     except Exception as err:  # a bug in a rule must not break the build: keep the kernel as is
@@ -543,10 +552,11 @@ def _symbolic_rows(func: PrimFunc) -> PrimExpr | None:
     for loop in _loops_of(func):
         ext = loop.extent
         # (n + MR - 1) // MR: the outer row loop of a symbolic split
+        # n is a dim (batch) or a product of dims (batch * seq: a dense layer's rows)
         if isinstance(ext, FloorDiv) and isinstance(ext.b, IntImm) and \
                 ext.b.value in (MR, 4) and isinstance(ext.a, Add) and \
                 isinstance(ext.a.b, IntImm) and ext.a.b.value == ext.b.value - 1 and \
-                isinstance(ext.a.a, Var):
+                not isinstance(ext.a.a, IntImm):
             return ext.a.a
     return None
 
@@ -558,6 +568,10 @@ def _row_tiles(extent) -> tuple[int, PrimExpr] | None:
             extent.a.b.value == extent.b.value - 1 and not isinstance(extent.a.a, IntImm):
         return extent.b.value, extent.a.a
     return None
+
+
+def _is_true(p) -> bool:
+    return isinstance(p, IntImm) and p.dtype == "bool" and bool(p.value)
 
 
 def _conjuncts(p) -> list:
@@ -581,7 +595,7 @@ def _without_row_test(p, io: Var, c: int, n: PrimExpr):
 
 def _row_test(p, io: Var, c: int, n: PrimExpr) -> Var | None:
     """The row loop var ``r`` of a predicate ``io * c + r < n``, else None."""
-    if isinstance(p, LT) and p.b is n and isinstance(p.a, Add) and isinstance(p.a.a, Mul) and \
+    if isinstance(p, LT) and structural_equal(p.b, n) and isinstance(p.a, Add) and isinstance(p.a.a, Mul) and \
             p.a.a.a is io and isinstance(p.a.a.b, IntImm) and p.a.a.b.value == c and \
             isinstance(p.a.b, Var):
         return p.a.b
@@ -610,6 +624,10 @@ class _TileOfRows(IRMutator):
 
 
 class _SplitRowTails(IRMutator):
+    def __init__(self, any_tile: bool):
+        super().__init__()
+        self.any_tile = any_tile
+
     def visit_For(self, loop: For):
         loop = self.generic_visit(loop)
         tiles = _row_tiles(loop.extent)
@@ -620,32 +638,161 @@ class _SplitRowTails(IRMutator):
         row_vars: set[int] = set()
         row_loops: list[For] = []
         dense = []
+        column_tests = []
 
         def find(node):
             if isinstance(node, BlockRealize):
-                r, _ = _without_row_test(node.predicate, io, c, n)
+                r, rest = _without_row_test(node.predicate, io, c, n)
                 if r is not None:
                     row_vars.add(id(r))
                     dense.append(block_rule(node.block) == RULE_DENSE)
+                    # a test left on an accumulator tile (see unmask_tile_lanes)
+                    column_tests.append(not _is_true(rest) and
+                                        node.block.writes[0].buffer.scope == "local")
             elif isinstance(node, For):
                 row_loops.append(node)
         post_order_visit(loop.body, find)
         rows = [f for f in row_loops if id(f.loop_var) in row_vars]
-        # the dense family's tiles only: a generic matmul-like block's accumulators (attention
-        # scores, with their column versions) were no longer compacted to one tile
-        if not any(dense) or not rows or any(not (isinstance(f.extent, IntImm) and f.extent.value == c and
+        # the dense family's tiles, and tiles whose accumulators are tested on their rows only
+        # (a layer norm's or softmax's row sums; attention scores once unmask_tile_lanes took
+        # the column tests off the tile): with a column test on the accumulators (attention
+        # scores, with their column versions) they were no longer compacted to one tile
+        # (a tile loop whose "rows" are all vectorized loops is over a tile's columns: they
+        # keep their lane test)
+        if not (any(dense) or (self.any_tile and not any(column_tests))) or not rows or \
+                all(f.kind == "vectorized" for f in rows) or any(not (isinstance(f.extent, IntImm) and f.extent.value == c and
                                 isinstance(f.min, IntImm) and f.min.value == 0) for f in rows):
             return loop
         left = n - io * c           # rows from this tile on
-        whole = _TileOfRows(io, c, n, row_vars, c).visit(loop.body)
-        tails = _TileOfRows(io, c, n, row_vars, c - 1).visit(loop.body)
+        # the versions go inside the loops between the row tiles and the tile (a tile's
+        # column tiles): the innermost loop holding all of a tile's accesses stays the one of
+        # one tile, so its accumulators are still compacted to one register tile
+        chain, body = [], loop.body
+        while isinstance(body, For) and id(body.loop_var) not in row_vars:
+            chain.append(body)
+            body = body.body
+        whole = _TileOfRows(io, c, n, row_vars, c).visit(body)
+        tails = _TileOfRows(io, c, n, row_vars, c - 1).visit(body)
         for r in range(c - 2, 0, -1):
-            tails = IfThenElse(left == r, _TileOfRows(io, c, n, row_vars, r).visit(loop.body),
+            tails = IfThenElse(left == r, _TileOfRows(io, c, n, row_vars, r).visit(body),
                                tails)
-        return loop.replace(body=IfThenElse(left >= c, whole, tails))
+        body = IfThenElse(left >= c, whole, tails)
+        for outer in reversed(chain):
+            body = outer.replace(body=body)
+        return loop.replace(body=body)
 
 
-def split_row_tails(func: PrimFunc) -> PrimFunc:
+class _UnmaskTileLanes(IRMutator):
+    """See ``unmask_tile_lanes``."""
+
+    def __init__(self):
+        super().__init__()
+        self.vector_vars: list[For] = []
+        self.padded: dict[int, tuple] = {}   # id(tile buffer) -> (buffer, {dim: extent})
+
+    def visit_For(self, loop: For):
+        vector = loop.kind == "vectorized" and isinstance(loop.extent, IntImm)
+        if vector:
+            self.vector_vars.append(loop)
+        try:
+            return self.generic_visit(loop)
+        finally:
+            if vector:
+                self.vector_vars.pop()
+
+    def visit_BlockRealize(self, br: BlockRealize):
+        br = self.generic_visit(br)
+        blk = br.block
+        store = blk.body
+        if not self.vector_vars or not isinstance(store, BufferStore) or \
+                store.buffer.scope != "local" or len(blk.writes) != 1:
+            return br
+        lane, keep = [], []
+        for q in _conjuncts(br.predicate):
+            (lane if any(uses_var(q, f.loop_var) for f in self.vector_vars) else keep).append(q)
+        if not lane:
+            return br
+        # each lane test is ``o * w + v < n`` for the vectorized loop ``v`` of extent ``w``:
+        # the tile's lanes reach index ``ceil(n / w) * w - 1`` of the dim the test bounds, so
+        # the tile buffer is padded to that (the tile is compacted to its w lanes anyway)
+        on_iters, pads = [], {}
+        for q in lane:
+            # a symbolic bound only: a constant tail (45 columns) was measured as it is
+            if not (isinstance(q, LT) and isinstance(q.a, Add) and isinstance(q.a.a, Mul) and
+                    isinstance(q.a.a.b, IntImm)) or isinstance(q.b, IntImm):
+                return br
+            loop = next((f for f in self.vector_vars if f.loop_var is q.a.b), None)
+            width = q.a.a.b.value
+            if loop is None or loop.extent.value != width:
+                return br
+            iv = next((iv for iv, value in zip(blk.iter_vars, br.iter_values)
+                       if structural_equal(value, q.a)), None)
+            dim = next((d for d, x in enumerate(store.indices) if x is iv.var), None) \
+                if iv is not None else None
+            if dim is None:
+                return br
+            on_iters.append(LT(iv.var, q.b))
+            pads[dim] = FloorDiv(q.b + (width - 1), IntImm(width, q.b.dtype)) * \
+                IntImm(width, q.b.dtype)
+        value = store.value
+        loads = []
+        post_order_visit(value, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+        if not loads:
+            new_value = value         # an accumulator's init: every lane may hold it
+        elif isinstance(value, Add) and isinstance(value.a, BufferLoad) and \
+                value.a.buffer is store.buffer and \
+                all(structural_equal(x, y) for x, y in zip(value.a.indices, store.indices)):
+            cond = on_iters[0]
+            for q in on_iters[1:]:
+                cond = And(cond, q)
+            zero = IntImm(0, value.dtype) if "int" in str(value.dtype) else \
+                FloatImm(0.0, value.dtype)
+            new_value = Add(value.a, Call(value.dtype, "if_then_else", (cond, value.b, zero)))
+        else:
+            return br
+        known = self.padded.setdefault(id(store.buffer), (store.buffer, {}))[1]
+        for dim, extent in pads.items():
+            if dim in known and not structural_equal(known[dim], extent):
+                return br
+        known.update(pads)
+        pred = keep[0] if keep else true()
+        for q in keep[1:]:
+            pred = And(pred, q)
+        return br.replace(predicate=pred, block=blk.replace(body=store.replace(value=new_value)))
+
+
+class _ReplaceBuffers(IRMutator):
+    def __init__(self, mapping: dict):
+        super().__init__()
+        self.buffer_map.update(mapping)
+
+
+def unmask_tile_lanes(func: PrimFunc) -> PrimFunc:
+    """``func`` (scheduled) with the lane tests of its accumulator tiles (``local`` blocks
+    under a vectorized loop, ``j < n`` on a symbolic column extent ``n``) moved off the tile: the
+    init writes every lane, the update ``acc += if_then_else(j < n, a * b, 0)`` reads its
+    inputs under the lane mask (masked loads) and updates every lane; the tile buffer is
+    padded to whole vectors in that dim. A masked store to the tile kept LLVM from holding it
+    in registers: the attention scores ``q @ k^T`` of 8 tokens on a symbolic sequence ran at
+    2.3x the kernel built for 8 tokens. The tile's extra lanes are never written back (the
+    write-back keeps its test).
+
+    Examples
+    --------
+    >>> new_func = unmask_tile_lanes(scheduled_func)              # doctest: +SKIP
+    """
+    unmask = _UnmaskTileLanes()
+    body = unmask.visit(func.body)
+    if body is func.body:
+        return func
+    mapping = {}
+    for buf, pads in unmask.padded.values():
+        shape = tuple(pads.get(d, extent) for d, extent in enumerate(buf.shape))
+        mapping[buf] = buf.replace(shape=shape)
+    return func.replace(body=_ReplaceBuffers(mapping).visit(body))
+
+
+def split_row_tails(func: PrimFunc, any_tile: bool = False) -> PrimFunc:
     """``func`` (scheduled) with each loop over the row tiles of a dense layer's (the
     ``RULE_DENSE`` family's) symbolic split,
     ``for io in range((n + c - 1) // c)``, running a tile of exactly the rows it has: ``if n -
@@ -653,13 +800,20 @@ def split_row_tails(func: PrimFunc) -> PrimFunc:
     row loops of constant extent and no row tests. With a row test inside the reduction LLVM
     kept a partial tile's accumulators in memory: a dense layer of 4 x 256 x 1024 on a
     symbolic row count ran at 1.66x the time of the kernel built for 4 rows, one of 8 rows at
-    1.2x. Each tile's body is copied ``c`` times (the tails are short).
+    1.2x. Each tile's body is copied ``c`` times (the tails are short); the copies go inside
+    the loops between the row tiles and the tile (column tiles), so the accumulators are
+    still compacted to one tile. The rows may be one dim or a product (``batch * seq``).
+
+    ``any_tile``: also the tiles of other blocks whose accumulators (``local`` blocks) are
+    tested on their rows only: a layer norm's or softmax's row sums (1.2x to 1.0x at 8 rows
+    of a symbolic sequence) and attention scores once ``unmask_tile_lanes`` took their column
+    tests off the tile. ``apply`` asks for it where no block has the row-vector version.
 
     Examples
     --------
     >>> new_func = split_row_tails(scheduled_func)                # doctest: +SKIP
     """
-    body = _SplitRowTails().visit(func.body)
+    body = _SplitRowTails(any_tile).visit(func.body)
     return func if body is func.body else func.replace(body=body)
 
 

@@ -7,8 +7,9 @@ are loop nests of one block each):
 
 1. **Inline** cheap spatial producers into their consumers (``compute_inline``) and
    elementwise epilogues into their producers (``reverse_compute_inline``) — except a
-   convolution's padding, which stays its own kernel (its window tile then stays inside the
-   padded tensor and needs no halo test).
+   convolution's padding, which is inlined after the GEMM schedule into the shared-memory
+   fetch of the window tile (a plain box of the padded input, loaded from the unpadded one
+   with bounds checks): no padding kernel, no padded copy of the activation.
 2. **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch
    matmul, dense, convolution) as an (implicit) GEMM: the GPU GEMM family
    (``relax.backend.gpu.gemm``: a block tile of outputs per work-group accumulated in
@@ -61,8 +62,9 @@ from tilecraft.tensorir.stmt import For
 from tilecraft.tensorir.transform import lower_device
 
 from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
-from .backend.gpu.gemm import (GEMM_SMALL_BATCH, compact_read, is_gemm_like, reduce_inputs,
-                               schedule_gemm)
+from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
+                               compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
+                               symbolic_rows)
 from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, loop_extent,
                                          node_of, spatial_loops)
 
@@ -131,20 +133,24 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
     strategy the nominal one did not: WebGPU's 16 KiB, a strided convolution's window)."""
     if not getattr(tried[-1], "sizes_gemm", False):
         return out
-    batch = symbolic_batch(out)
+    batch, threshold, sizing = symbolic_batch(out), GEMM_SMALL_BATCH, {"nominal_batch": 1}
+    if batch is None:
+        # a symbolic row loop (a dense layer over the batch): the tile sized for a few rows
+        batch, threshold = _symbolic_rows(func), GEMM_SMALL_ROWS
+        sizing = {"nominal_rows": GEMM_NOMINAL_ROWS}
     if batch is None:
         return out
     try:
         small = None
         for strategy in tried:
             try:
-                small = _scheduled(func, strategy, target, nominal_batch=1)
+                small = _scheduled(func, strategy, target, **sizing)
                 break
             except (ScheduleError, ValueError, TIRError):
                 continue
         if small is None or _launch_shape(small) == _launch_shape(out):
             return out
-        both = by_batch(batch, GEMM_SMALL_BATCH, small, out)
+        both = by_batch(batch, threshold, small, out)
         lower_device(both, target)
         return both
     except (ScheduleError, ValueError, TIRError) as err:
@@ -152,6 +158,16 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
             warnings.warn(f"batch-1 variant of {func.attr_dict.get('global_symbol')}: "
                           f"{type(err).__name__}: {err}")
         return out
+
+
+def _symbolic_rows(func: PrimFunc):
+    """The symbolic row dim of ``func``'s one GEMM-like block (see ``gemm.symbolic_rows``), or
+    None (none, or several)."""
+    sch = Schedule(func)
+    _inline(sch)
+    gemms = [b for b in _blocks(sch) if is_reduction(node_of(sch, b)) and
+             is_gemm_like(node_of(sch, b))]
+    return symbolic_rows(sch, gemms[0]) if len(gemms) == 1 else None
 
 
 def _launch_shape(func: PrimFunc) -> list:
@@ -176,9 +192,9 @@ def _inline(sch: Schedule) -> None:
     """Inline spatial producers into consumers, then elementwise epilogues into producers.
 
     A padding (a producer with a conditional) read through a window by a GEMM-like block (a
-    convolution) stays its own kernel: the convolution's shared-memory tile of the padded
-    tensor then has a constant size inside its bounds (a halo past the unpadded input's edge
-    would not), and each element of the tile is one plain load."""
+    convolution) is kept here: the GEMM schedule stages a tile of the padded tensor (a
+    constant-size box) in shared memory, and ``_inline_paddings`` then inlines the padding
+    into that fetch."""
     keep = _paddings_of_convolutions(sch)
     changed = True
     while changed:
@@ -212,6 +228,20 @@ def _inline(sch: Schedule) -> None:
                     pass
 
 
+def _inline_paddings(sch: Schedule, names: set) -> None:
+    """Inline each convolution's padding into what now reads it — the GEMM's shared-memory
+    fetch of the window tile (or the convolution itself where its input is not staged): the
+    tile is loaded from the unpadded input with bounds checks (zeros outside), so the padding
+    costs no kernel of its own and no pass over the activation. A padding that cannot be
+    inlined stays its own kernel."""
+    for name in names:
+        try:
+            sch.compute_inline(sch.get_block(name))
+        except ScheduleError as err:
+            if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
+                warnings.warn(f"padding {name} stays a kernel of its own: {err}")
+
+
 def _paddings_of_convolutions(sch: Schedule) -> set:
     """Names of the spatial blocks with a conditional (``if_then_else``: a padding) whose
     output a GEMM-like block reads at computed indices (a sliding window)."""
@@ -238,12 +268,14 @@ def _paddings_of_convolutions(sch: Schedule) -> set:
 
 
 def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
-                   small: bool = False, nominal_batch: int | None = None) -> None:
+                   small: bool = False, nominal_batch: int | None = None,
+                   nominal_rows: int | None = None) -> None:
     """Rules 1-4. ``shared``: which GEMM inputs are staged in shared memory (``"all"``,
     ``"compact"``: those read at plain indices, e.g. a convolution's weights but not its
     sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile;
     ``nominal_batch``: what a symbolic batch counts as when the GEMM tile is sized (None:
     ``GEMM_NOMINAL_BATCH``)."""
+    paddings = _paddings_of_convolutions(sch)
     _inline(sch)
     blocks = _blocks(sch)
     reductions = [b for b in blocks if is_reduction(node_of(sch, b))]
@@ -251,7 +283,8 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
     if gemms:
         done = set()
         for g in gemms:
-            done |= schedule_gemm(sch, g, target, shared, small, nominal_batch)
+            done |= schedule_gemm(sch, g, target, shared, small, nominal_batch, nominal_rows)
+        _inline_paddings(sch, paddings)
         for b in _blocks(sch):
             name = node_of(sch, b).name
             if name not in done and not _bound(sch, b):

@@ -18,7 +18,7 @@ Instructions (``[opcode, operands...]``; ``%r`` a register, ``expr`` a shape exp
     alloc        %dst [expr..] dtype         a fresh tensor (function outputs)
     alloc_storage %dst expr static           raw storage: static (once per VM) or from the pool
     alloc_tensor %dst %storage expr [expr..] dtype    a view of a storage
-    call_kernel  name [%args..] [expr..]     a kernel: tensors (inputs then outputs), scalars
+    call_kernel  name [%args..] [expr..] n   a kernel: tensors (inputs then n outputs), scalars
     builtin      %dst name [%args..] attrs   a VM builtin (relax.vm_builtins)
     call_func    %dst name [%args..]         another Relax function
     tuple        %dst [%fields..]            get_item %dst %src index
@@ -51,6 +51,7 @@ Examples
 from __future__ import annotations
 
 import time
+from collections import Counter
 from operator import itemgetter
 from typing import Any, Callable
 
@@ -105,6 +106,17 @@ def _expr_regs(e, out: set) -> set:
             for x in e[1:]:
                 _expr_regs(x, out)
     return out
+
+
+def _per_shape_call(ins: list, per_shape: set, storage_of: dict, views_of: Counter) -> bool:
+    """Whether the ``call_kernel`` ``ins`` reads only registers of ``per_shape`` (constants and
+    what such calls wrote) and writes only views that are alone in their storage."""
+    if len(ins) < 5 or not ins[4]:
+        return False      # a program without output counts: every kernel runs per call
+    regs = ins[2]
+    inputs, outputs = regs[:len(regs) - ins[4]], regs[len(regs) - ins[4]:]
+    return set(inputs) <= per_shape and \
+        all(r in storage_of and views_of[storage_of[r]] == 1 for r in outputs)
 
 
 def _bound_regs(spec: dict, out: set) -> set:
@@ -177,6 +189,15 @@ class _Function:
         written = set(params) | key_regs | {0}
         known = set(key_regs)     # registers that are a function of the shape key
         prologue, shape, body, fixed_kernels = list(self.code[:i]), [], [], []
+        # values of the shape key and the constants alone (position ids, causal masks): a
+        # kernel that reads only such values and writes views of storages of their own is run
+        # once per plan switch, not per call (the memory plan gives such values their own
+        # storage: StaticPlanBlockMemory)
+        views_of = Counter(ins[2] for ins in code[i:] if ins[0] == "alloc_tensor")
+        storage_of = {ins[1]: ins[2] for ins in code[i:] if ins[0] == "alloc_tensor"}
+        per_shape: set[int] = set()
+        shape_kernels = []
+        host = isinstance(self.vm._tensor_ops, CPUTensorOps)
         for ins, closure in zip(code[i:], self.code[i:]):
             op = ins[0]
             dst = ins[1] if op not in ("match", "call_kernel") else None
@@ -199,6 +220,13 @@ class _Function:
             if pure:
                 known.add(dst)
                 shape.append(closure)
+                if op == "const":
+                    per_shape.add(dst)
+            elif op == "call_kernel" and host and \
+                    set(ins[2]) <= known and _expr_regs(ins[3], set()) <= known and \
+                    _per_shape_call(ins, per_shape, storage_of, views_of):
+                per_shape.update(ins[2][len(ins[2]) - ins[4]:])
+                shape_kernels.append(closure)
             elif op == "call_kernel" and hasattr(closure, "fixed") and \
                     set(ins[2]) <= known and _expr_regs(ins[3], set()) <= known:
                 # every argument is the plan's: its words are written when the plan changes;
@@ -214,6 +242,7 @@ class _Function:
                 for step in body]
         self._prologue, self._shape_code, self._body = tuple(prologue), tuple(shape), tuple(body)
         self._fixed_kernels = tuple(fixed_kernels)
+        self._shape_kernels = tuple(shape_kernels)
         self._current = None      # the plan whose words the fixed kernel calls hold
         order = sorted(key_regs)
         self._key = (lambda regs: None) if not order else itemgetter(*order)
@@ -256,6 +285,11 @@ class _Function:
             if plan is not self._current:
                 for k in self._fixed_kernels:
                     k.refresh(new)
+                self._current = None
+                # the values of this shape key alone, in their storage (which another key's
+                # plan may have written, when it is static)
+                for k in self._shape_kernels:
+                    k(new)
                 self._current = plan
             for step in self._body:
                 if type(step) is tuple:     # a run of kernel calls on the plan's arguments

@@ -168,7 +168,8 @@ class CPUTensorOps:
         self._records.append((records, failed))   # the runner reads and writes them
         return (native, ctypes.addressof(records), len(entries), ctypes.addressof(failed), fail)
 
-    def call_kernel(self, ctx, kname: str, tensor_regs: list, scalars: list):
+    def call_kernel(self, ctx, kname: str, tensor_regs: list, scalars: list,
+                    outputs: int | None = None):
         return make_kernel_call(self.vm._kernel(kname), ctx.name, kname, tensor_regs, scalars,
                                 ctx.timers, ctx.fixed)
 

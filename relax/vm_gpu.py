@@ -198,7 +198,8 @@ class GPUTensorOps:
             regs[dst] = t
         return alloc_tensor
 
-    def call_kernel(self, ctx, kname: str, tensor_regs: list, scalars: list) -> Callable:
+    def call_kernel(self, ctx, kname: str, tensor_regs: list, scalars: list,
+                    outputs: int | None = None) -> Callable:
         kfn = self.vm._kernel(kname)
         # launched without waiting for in-kernel checks: call() reads them once per call
         enqueue = kfn.enqueue

@@ -11,6 +11,8 @@
 - ``FoldScaleAxis()``: constant per-channel scales fold into conv2d / matmul / linear weights.
 - ``FoldPad()``: an explicit constant ``pad`` folds into the padding of the conv2d / pooling
   that reads it (where that keeps the result).
+- ``FuseAttention(target)``: ``softmax(Q Kᵀ * scale + mask) V`` -> one fused attention kernel
+  (GPU targets).
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
   elementwise operators between them) run in NHWC, with one permutation at each end.
 - ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
@@ -34,6 +36,7 @@ from .fuse_tir import FuseTIR
 from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
 from .fold_pad import FoldPad
+from .fuse_attention import FuseAttention
 from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout
 from .to_mixed_precision import FoldConstantCasts, ToMixedPrecision
@@ -45,6 +48,6 @@ from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "AlterLayout", "ConvertLayout",
+           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseAttention", "AlterLayout", "ConvertLayout",
            "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static",
            "QuantizeInt4Weight"]

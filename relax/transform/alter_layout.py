@@ -18,7 +18,8 @@ Runs on operator calls, before ``LegalizeOps``. For a CPU (``llvm``) target:
   convolution takes the NHWC tile's packed weight and ``depthwise_nhwc.depthwise_conv2d_nhwc_rows``
   (channels in lanes, each block of output rows from a local copy of its padded input
   rows); an NHWC 3x3 stride-1
-  convolution with 16 or more input and output channels becomes Winograd F(2x2, 3x3)
+  convolution with 16 or more input and output channels where it pays
+  (``winograd.winograd_pays``: on AVX-512 not on large planes) becomes Winograd F(2x2, 3x3)
   (``backend.cpu.winograd``: ``pack_winograd_weight`` and ``conv2d_nhwc``; float32 only: its
   transforms compute in the operands' dtype);
 - ``relax.matmul(x, W)`` and ``relax.linear(x, W, b)`` with a constant 2-D ``W`` (float32, or
@@ -229,7 +230,8 @@ class _Alter(ExprMutator):
                 conv2d_nchw.conv2d_nchw_packed
             return self.kernel(compute, data, packed, plan, out_dtype, name="conv2d_nchw",
                                pattern=OpPattern.OUT_EWISE_FUSABLE)
-        if self.winograd and winograd.winograd_applies(g) and data.struct_info.dtype == "float32":
+        if self.winograd and winograd.winograd_pays(g, self.lanes, self.registers) and \
+                data.struct_info.dtype == "float32":
             rows, width = winograd.gemm_tile(g, self.lanes, self.registers)
             packed = self.builder.emit(self.kernel(
                 winograd.pack_winograd_weight, weight, klayout, width,

@@ -44,7 +44,7 @@ from tilecraft.tensorir.function import IRModule
 from ..backend.cpu import ConvGeometry, conv2d_geometry, conv2d_strategy, cpu_tile_params
 from ..backend.cpu.conv2d_nchw_cvec import ChannelVectorPlan
 from ..backend.cpu.conv2d_nhwc import nhwc_tile_fills
-from ..backend.cpu.winograd import winograd_applies
+from ..backend.cpu.winograd import winograd_pays
 from ..expr import Call, Expr, Function, SeqExpr, Var, VarBinding
 from ..op import permute_dims, reshape
 from ..op.base import Op, OpPattern
@@ -75,9 +75,9 @@ class ConvertLayout(Pass):
         default is ``nhwc_pays`` on the call's geometry for ``target``.
     anchor : callable, optional
         ``anchor(call) -> bool``: whether this convertible call makes its chain worth
-        converting (default ``default_anchor``: a depthwise layer; with 16 vector registers
-        also a 1x1 kernel or a layer Winograd computes, the layers NHWC runs faster rather
-        than on par).
+        converting (default ``default_anchor``: a depthwise layer or one Winograd computes
+        faster than the direct kernels; with 16 vector registers also a 1x1 kernel: the
+        layers NHWC runs faster rather than on par).
         A chain of convolutions joined by elementwise operators and pooling converts when it
         holds two or more convertible ones and an anchor. ``convertible=lambda call: True,
         anchor=lambda call: True`` converts every chain the NHWC kernel runs.
@@ -103,14 +103,17 @@ class ConvertLayout(Pass):
         return g is not None and nhwc_pays(g, self.target)
 
     def default_anchor(self, call: Call) -> bool:
-        """A depthwise layer (``depthwise_anchors``); with 16 vector registers also a 1x1
-        layer or one Winograd computes. With 32 (AVX-512) the 1x1 layers only run on par in
-        NHWC: a ResNet's chain of them between NCHW 3x3 layers would pay permutations for
-        nothing."""
+        """A depthwise layer (``depthwise_anchors``) or one Winograd computes faster than the
+        direct kernels (``backend.cpu.winograd.winograd_pays``); with 16 vector registers
+        also a 1x1 layer. With 32 (AVX-512) the 1x1 and direct 3x3 layers only run on par
+        in NHWC: a chain of them alone would pay permutations for nothing."""
         if depthwise_anchors(call):
             return True
-        _, registers = cpu_tile_params(self.target)
-        return registers < 32 and _nhwc_faster(call)
+        lanes, registers = cpu_tile_params(self.target)
+        g = conv2d_geometry(call)
+        if g is not None and winograd_pays(g, lanes, registers):
+            return True
+        return registers < 32 and _one_by_one(call)
 
     def transform_module(self, mod: IRModule) -> IRModule:
         new = _Converter(mod, self.convertible, self.anchor).visit_module()
@@ -120,19 +123,25 @@ class ConvertLayout(Pass):
 def nhwc_pays(g: ConvGeometry, target: "Target | str") -> bool:
     """Whether the NCHW convolution ``g`` runs faster converted to NHWC on ``target``: at
     least 16 input channels (a stem on the image's 3 channels fills no vector of a pixel's
-    channels), and a depthwise layer (``depthwise_anchors``), or, on a 32-register target
-    (AVX-512), a 1x1 layer (on par in NHWC; it converts with the depthwise layers beside
-    it), or, with 16 registers, not grouped and either a 3x3 stride-1 layer that Winograd
-    F(2x2, 3x3) computes (``backend.cpu.winograd.winograd_applies``; NHWC only) or an NHWC kernel
+    channels), and a depthwise layer (``depthwise_anchors``), or, not grouped, a 3x3
+    stride-1 layer that Winograd F(2x2, 3x3) computes faster than the direct kernels
+    (``backend.cpu.winograd.winograd_pays``; NHWC only), or an NHWC kernel
     (``backend.cpu.conv2d_strategy.nhwc_kernel_plan``) that is a pixel tile filling the row
-    (or the plane) with 8 or more accumulators (``conv2d_nhwc.nhwc_tile_fills``) or the
-    channel-vector tiles across rows. Measured on Zen 3 (AVX2, 16 vector registers;
+    (or the plane) with 8 or more accumulators (``conv2d_nhwc.nhwc_tile_fills``) or, with 16
+    registers, the channel-vector tiles across rows. On NEON (32 registers, 4 lanes) only
+    the 1x1 layers.
+
+    Measured on Zen 3 (AVX2, 16 vector registers;
     ``benchmarks/results/convert_layout/zen3-avx2.json``), one layer in each layout:
     ResNet-50's 1x1 layers ran 1.0-1.3x faster in NHWC (their residual and output written a
     pixel's channels at a time), its 3x3 ones 0.87-1.15x; in the model, converting every
     layer after the stem ran 1-5% faster than keeping the 3x3 ones on the tiles NCHW with
-    permutations around them. With 32 registers (AVX-512, NEON) the dense 3x3 NHWC tiles
-    are unmeasured and stay NCHW.
+    permutations around them. On Zen 4 (AVX-512, 32 registers), one thread, ResNet-18's
+    layers at batch 1 and 8: the NHWC pixel tile ran its strided 3x3 and 1x1 layers and its
+    56 x 56 3x3 layers 1.0-1.1x as fast as the NCHW kernels (1x1 128 -> 256 stride 2 at
+    batch 8: 1.5x), and Winograd its other 3x3 layers 1.4-1.8x (``winograd_pays``); the
+    1x1 layers between depthwise ones (MobileNet-V2's expand / project) 50-56 GMAC/s against
+    44-55.
 
     Examples
     --------
@@ -152,13 +161,12 @@ def nhwc_pays(g: ConvGeometry, target: "Target | str") -> bool:
     if g.groups != 1:
         return False
     lanes, registers = cpu_tile_params(target)
-    if registers >= 32:
-        # the 1x1 layers between depthwise ones (MobileNet-V2's expand / project): the NHWC
-        # pixel tile ran them at 50-56 GMAC/s, the NCHW kernels at 44-55 (Zen 4, one
-        # thread); they convert only in a chain that a depthwise layer anchors
-        return g.kernel == (1, 1)
-    if winograd_applies(g):
-        return True     # Winograd F(2x2, 3x3), NHWC only: 1.1-1.9x the direct kernels
+    if registers >= 32 and lanes < 16:
+        return g.kernel == (1, 1)     # NEON: its NHWC 3x3 kernels are unmeasured
+    if winograd_pays(g, lanes, registers):
+        return True     # Winograd F(2x2, 3x3), NHWC only: 1.4-1.9x the direct kernels
+    if registers >= 32 and g.kernel == (1, 1):
+        return True
     plan = conv2d_strategy.nhwc_kernel_plan(g, lanes, registers)
     if isinstance(plan, ChannelVectorPlan):
         return True
@@ -174,16 +182,6 @@ def depthwise_anchors(call: Call) -> bool:
     every depthwise and 1x1 layer converted."""
     g = conv2d_geometry(call)
     return g is not None and g.is_depthwise
-
-
-def _nhwc_faster(call: Call) -> bool:
-    """Whether ``call`` is a convolution NHWC runs faster rather than on par: a 1x1 kernel, or
-    a layer Winograd F(2x2, 3x3) computes (``backend.cpu.winograd.winograd_applies``; NHWC
-    only)."""
-    if _one_by_one(call):
-        return True
-    g = conv2d_geometry(call)
-    return g is not None and winograd_applies(g)
 
 
 def _one_by_one(call: Call) -> bool:

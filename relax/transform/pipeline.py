@@ -20,6 +20,7 @@ from .decompose_ops import DecomposeOpsForInference
 from .fold_constant import FoldConstant
 from .fold_pad import FoldPad
 from .fold_scale_axis import FoldScaleAxis
+from .fuse_attention import FuseAttention
 from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
 from .legalize_ops import LegalizeOps
@@ -41,6 +42,9 @@ def _default(check: bool = False, target: "Target | str | None" = None,
         passes.append(ConvertLayout(target))
         # conv / dense -> kernels on packed weights
         passes.append(AlterLayout(target, conv_plans=conv_plans))
+    if target.kind in ("opencl", "webgpu"):
+        # softmax(Q K^T * scale + mask) V -> one fused attention kernel
+        passes.append(FuseAttention(target))
     passes += [
         LegalizeOps(),            # operators -> call_tir of TensorIR kernels (+ "op_pattern")
         FoldConstant(),           # kernels on constants run now (the weight packing too)
@@ -66,7 +70,8 @@ def get_pipeline(name: str = "default", check: bool = False,
     ----------
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
-        ConvertLayout and AlterLayout (CPU targets only), LegalizeOps, FoldConstant,
+        ConvertLayout and AlterLayout (CPU targets only), FuseAttention (GPU targets only),
+        LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).

@@ -20,6 +20,11 @@ int8 matmul the ``dense_u8i8`` kernel on CPUs, other targets run int32 math)::
 A convolution pads ``xq`` with ``zx`` itself (the quantized 0), so the correction
 ``zx * sum(Wq[o])`` holds at the borders too.
 
+When ``x`` is a clamp with constant bounds (``clip``, ``relu``, ``minimum(maximum(v, lo),
+hi)``: MobileNet's relu6), the static quantization reads ``v`` and moves the bounds past the
+rounding into its saturation (``_quantized_bound``): the same bytes, two min / max per
+element fewer in the producer's epilogue.
+
 Examples
 --------
 >>> qmod = QuantizeInt8Dynamic()(mod)                        # doctest: +SKIP
@@ -35,7 +40,7 @@ from tilecraft.tensorir.expr import IntImm
 from tilecraft.tensorir.function import IRModule
 
 from .. import op as _op
-from ..expr import Call, Constant, Expr, Function, RelaxError, SeqExpr, VarBinding, const
+from ..expr import Call, Constant, Expr, Function, RelaxError, SeqExpr, Var, VarBinding, const
 from ..op.base import Op
 from ..struct_info import TensorStructInfo
 from .base import ExprMutator, Pass
@@ -128,6 +133,23 @@ def quantizable_calls(func, convolutions: bool) -> list[Call]:
 # the rewrite
 
 
+def _scalar(e: Expr) -> float | None:
+    """The value of a one-element float32 constant, else None."""
+    if isinstance(e, Constant) and e.data.dtype == np.float32 and e.data.size == 1:
+        return float(e.data.reshape(()))
+    return None
+
+
+def _quantized_bound(bound: float | None, inv: np.float32, zp: int, default: float) -> float:
+    """Where a clamp of the float input at ``bound`` lands after quantization:
+    ``clamp(round(clamp(v, lo, hi) * inv) + zp, 0, 255)`` is ``clamp(round(v * inv) + zp, L,
+    H)`` with ``L = clamp(round(lo * inv) + zp, 0, 255)`` (``H`` likewise; ``lo <= hi``),
+    since the float32 product and the rounding are monotone; None: ``default``."""
+    if bound is None:
+        return default
+    return float(np.clip(np.rint(np.float32(bound) * inv) + np.float32(zp), 0, 255))
+
+
 def _f32(v) -> Constant:
     return const(np.asarray(v, np.float32))
 
@@ -165,12 +187,46 @@ class _Int8Rewriter(ExprMutator):
     # -- activations --------------------------------------------------------------------------
     def quantize_static(self, x: Expr, rng) -> tuple[Expr, float, int]:
         scale, zp = activation_qparams(*rng)
-        q = self.emit(_op.add(self.emit(_op.round(self.emit(_op.multiply(
-            x, _f32(1.0 / scale))))), _f32(zp)))
-        return self.saturate(q), scale, zp
+        inv = np.float32(1.0 / scale)
+        v, lo, hi = self.clamped(x)
+        q = self.emit(_op.add(self.emit(_op.round(self.emit(_op.multiply(v, _f32(inv))))),
+                              _f32(zp)))
+        return self.saturate(q, _quantized_bound(lo, inv, zp, 0),
+                             _quantized_bound(hi, inv, zp, 255)), scale, zp
 
-    def saturate(self, q: Expr) -> Expr:
-        q = self.emit(_op.minimum(self.emit(_op.maximum(q, _f32(0))), _f32(255)))
+    def clamped(self, x: Expr) -> tuple[Expr, float | None, float | None]:
+        """``x`` as ``clamp(v, lo, hi)`` with constant bounds (``clip``, ``relu``,
+        ``minimum(maximum(v, lo), hi)``, ``maximum(v, lo)``; None: that side open), or
+        ``(x, None, None)``. The quantization of ``x`` is then that of ``v`` with the bounds
+        moved past the rounding (``_quantized_bound``): exact, and the clamp's two min / max
+        per element go from the producer's epilogue (MobileNet-V2's relu6 before every
+        quantized layer)."""
+        val = self.builder.lookup_binding(x) if isinstance(x, Var) else None
+        if not isinstance(val, Call) or not isinstance(val.op, Op) or not val.args:
+            return x, None, None
+        name, v = val.op.name, val.args[0]
+        if name == "relax.clip":
+            lo, hi = val.attr_dict.get("min"), val.attr_dict.get("max")
+        elif name == "relax.nn.relu":
+            lo, hi = 0.0, None
+        elif name == "relax.maximum" and _scalar(val.args[1]) is not None:
+            lo, hi = _scalar(val.args[1]), None
+        elif name == "relax.minimum" and _scalar(val.args[1]) is not None:
+            inner, inner_lo, _ = self.clamped(v)
+            if inner is v or inner_lo is None:
+                return x, None, None
+            v, lo, hi = inner, inner_lo, _scalar(val.args[1])
+        else:
+            return x, None, None
+        vsi, xsi = _tensor(v), _tensor(x)
+        if vsi is None or xsi is None or vsi.dtype != "float32" or \
+                [str(d) for d in vsi.shape] != [str(d) for d in xsi.shape] or \
+                (lo is not None and hi is not None and not lo <= hi):
+            return x, None, None
+        return v, (None if lo is None else float(lo)), (None if hi is None else float(hi))
+
+    def saturate(self, q: Expr, lo: float = 0.0, hi: float = 255.0) -> Expr:
+        q = self.emit(_op.minimum(self.emit(_op.maximum(q, _f32(lo))), _f32(hi)))
         return self.emit(_op.astype(q, "uint8"))
 
     def quantize_rows(self, x: Expr) -> tuple[Expr, Expr, Expr]:

@@ -58,8 +58,8 @@ from tilecraft.tensorir.expr import IntImm, PrimExpr, Var as TirVar
 from tilecraft.tensorir.function import IRModule
 from tilecraft.tensorir.functor import children, post_order_visit
 
-from ..expr import (BindingBlock, Call, DataflowBlock, DataflowVar, Expr, Function, GlobalVar,
-                    MatchCast, PrimValue, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
+from ..expr import (BindingBlock, Call, Constant, DataflowBlock, DataflowVar, Expr, Function,
+                    GlobalVar, MatchCast, PrimValue, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
 from ..op.base import Op, OpPattern, register_op
 from ..struct_info import ObjectStructInfo, TensorStructInfo, TupleStructInfo
 
@@ -137,11 +137,13 @@ def _used_vars(e, out: list):
 
 
 class _Token:
-    __slots__ = ("index", "sinfo", "size", "static_size", "escapes", "last_use", "storage")
+    __slots__ = ("index", "sinfo", "size", "static_size", "escapes", "last_use", "storage",
+                 "shape_only")
 
     def __init__(self, index, sinfo, size, static_size):
         self.index, self.sinfo, self.size, self.static_size = index, sinfo, size, static_size
         self.escapes = False
+        self.shape_only = False
         self.last_use = -1
         self.storage = None
 
@@ -153,6 +155,15 @@ class _Storage:
         self.index, self.size, self.static = index, size, static
         self.var = None
         self.first_token = None
+
+
+def _shape_only_call(call: Call, shape_only: set) -> bool:
+    """Whether the ``call_tir`` ``call`` reads only constants and values of ``shape_only`` (ids
+    of vars computed from the shapes alone): position ids, causal masks."""
+    args = call.args[1]
+    fields = args.fields if isinstance(args, Tuple) else [args]
+    return all(isinstance(a, Constant) or (isinstance(a, Var) and id(a) in shape_only)
+               for a in fields)
 
 
 def _is_op(e, name: str) -> bool:
@@ -241,6 +252,7 @@ class _FunctionPlanner:
                 out |= tokens_of.get(id(v), set())
             return out
 
+        shape_only: set[int] = set()     # id(var) of values computed from shapes and constants
         for pos, b in enumerate(bindings):
             value = b.value
             if isinstance(b, VarBinding) and _is_op(value, "relax.call_tir"):
@@ -256,6 +268,10 @@ class _FunctionPlanner:
                     tokens.extend(toks)
                     token_of_binding[pos] = toks
                     tokens_of[id(b.var)] = {t.index for t in toks}
+                    if _shape_only_call(value, shape_only):
+                        shape_only.add(id(b.var))
+                        for t in toks:
+                            t.shape_only = True
                     continue
             # anything else may return (a view of) what it uses: conservative aliasing
             tokens_of[id(b.var)] = refs(value)
@@ -272,15 +288,17 @@ class _FunctionPlanner:
             for tok in token_of_binding.get(pos, []):
                 if tok.escapes:
                     continue
-                tok.storage = self._take(tok, free, storages)
+                # a value of the shapes alone has a storage of its own, never shared: the VM
+                # computes it once per shape key (relax.vm) and later kernels read it
+                tok.storage = self._take(tok, [] if tok.shape_only else free, storages)
             # storages whose last user is this binding are free for the next allocations;
             # a kernel's inputs and outputs never share (they are freed only after it)
             for tok in tokens:
-                if tok.storage is not None and tok.last_use == pos:
+                if tok.storage is not None and tok.last_use == pos and not tok.shape_only:
                     free.append(tok.storage)
             for tok in token_of_binding.get(pos, []):
-                if tok.storage is not None and tok.last_use < 0:   # never read: free at once
-                    free.append(tok.storage)
+                if tok.storage is not None and tok.last_use < 0 and not tok.shape_only:
+                    free.append(tok.storage)   # never read: free at once
         if not any(t.storage is not None for t in tokens):
             return self.func
         return self._rewrite(body, bindings, token_of_binding, storages)

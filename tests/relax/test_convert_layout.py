@@ -23,6 +23,7 @@ from test_alter_layout import conv_ref
 
 AVX2 = "llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma"
 AVX512 = "llvm -mtriple=x86_64-linux-gnu -mattr=+avx512f"
+NEON = "llvm -mtriple=aarch64-linux-gnu"
 RNG = np.random.default_rng(11)
 
 
@@ -107,8 +108,9 @@ def test_converted_model_matches_numpy(batch):
 
 
 def test_default_rule_keeps_the_stem_and_unmeasured_targets():
-    # 3 image channels: NCHW; grouped: NCHW; 32-register targets: the 1x1 and depthwise
-    # layers (which convert only in a chain a depthwise layer anchors), not the 3x3 ones
+    # 3 image channels: NCHW; grouped: NCHW; AVX-512: the 1x1, depthwise and dense 3x3 layers
+    # (measured on par or faster in NHWC; Winograd's 1.4-1.8x); NEON: only the 1x1 and
+    # depthwise layers (its NHWC 3x3 kernels are unmeasured)
     stem = ConvGeometry(3, 224, 224, 64, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1)
     big = ConvGeometry(64, 56, 56, 256, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     grouped = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2)
@@ -119,8 +121,23 @@ def test_default_rule_keeps_the_stem_and_unmeasured_targets():
     assert not nhwc_pays(grouped, AVX2)
     assert nhwc_pays(dw, AVX2) and nhwc_pays(dw, AVX512)
     assert nhwc_pays(big, AVX512)
-    assert not nhwc_pays(dense3, AVX512)
+    assert nhwc_pays(dense3, AVX512)
+    assert not nhwc_pays(dense3, NEON) and nhwc_pays(big, NEON) and nhwc_pays(dw, NEON)
     assert not nhwc_pays(big, "opencl")
+
+
+def test_avx512_anchors_chains_on_layers_winograd_pays_for():
+    # ResNet-18's 28 x 28 3x3 layer anchors a chain on AVX-512 (Winograd 1.4-1.6x); its
+    # 56 x 56 one (one image's transform 3.2 MB) and a 1x1 layer only run on par in NHWC
+    # and anchor nothing; with 16 registers both 3x3 layers anchor
+    def conv(c, hw, k=3):
+        x = Var("x", TensorStructInfo((1, c, hw, hw), "float32"))
+        return op.nn.conv2d(x, const(rand(c, c, k, k)), padding=k // 2)
+    pays, large, one = conv(128, 28), conv(64, 56), conv(64, 56, k=1)
+    cl512, cl2 = ConvertLayout(AVX512), ConvertLayout(AVX2)
+    assert cl512.default_anchor(pays)
+    assert not cl512.default_anchor(large) and not cl512.default_anchor(one)
+    assert cl2.default_anchor(pays) and cl2.default_anchor(large) and cl2.default_anchor(one)
 
 
 def _inverted_residual(n=2, c=16, hw=9, expand=48):
@@ -165,7 +182,7 @@ def test_depthwise_chain_converts_on_avx512_and_results_hold():
 def test_default_pipeline_converts_on_avx2_and_results_hold():
     # the pipeline's rule on an AVX2 target: the 8 x 8 layers keep 4-pixel tiles that
     # divide the row, so they convert (in NHWC end to end), and the model still computes
-    # the same; an AVX-512 target keeps NCHW
+    # the same; on AVX-512 too (its 3x3 layer takes Winograd); NEON keeps NCHW
     mod, ref = bottleneck(2, c=16, hw=8, mid=16, out=32)
     seq = get_pipeline(target=AVX2)
     names = [p.name for p in seq.passes]
@@ -173,7 +190,9 @@ def test_default_pipeline_converts_on_avx2_and_results_hold():
     converted = ConvertLayout(AVX2)(mod)
     assert all(c.attr_dict["data_layout"] == "NHWC"
                for c in calls(converted, "relax.nn.conv2d"))
-    kept = ConvertLayout(AVX512)(mod)
+    assert all(c.attr_dict["data_layout"] == "NHWC"
+               for c in calls(ConvertLayout(AVX512)(mod), "relax.nn.conv2d"))
+    kept = ConvertLayout(NEON)(mod)
     assert all(c.attr_dict["data_layout"] == "NCHW" for c in calls(kept, "relax.nn.conv2d"))
     xv = rand(2, 16, 8, 8)
     for m in (converted, mod):

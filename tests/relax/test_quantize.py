@@ -9,12 +9,15 @@ import pytest
 
 from tilecraft import relax, targets
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.expr import Call
 from tilecraft.relax.calibrate import (CalibrationError, EntropyObserver, MinMaxObserver,
                                        PercentileObserver, collect_ranges)
 from tilecraft.relax.quantize import MODES
 from tilecraft.relax.transform import (QuantizeInt4Weight, QuantizeInt8Dynamic,
                                        QuantizeInt8Static)
 from tilecraft.relax.transform.quantize_int4 import dequantize_int4, quantize_weight_int4
+from tilecraft.relax.transform.quantize_int8 import (_quantized_bound, activation_qparams,
+                                                   quantize_weight_int8)
 from tilecraft.relax.backend.cpu.dense_int8 import dot4_u8i8
 from tilecraft.tensorir import interpret, te
 from tilecraft.targets.llvm.dot4 import dot_isa
@@ -340,3 +343,72 @@ def test_observers(rng):
     assert 1.5 < hi < 20.0 and lo < 0           # the outlier is clipped
     with pytest.raises(CalibrationError):
         MinMaxObserver().range()
+
+
+# ---------------------------------------------------------------------------------------------
+# a clamp before a quantized layer, moved past the quantization's rounding
+
+
+def test_quantized_bound_moves_a_clamp_past_the_rounding(rng):
+    """``clamp(round(clamp(v, lo, hi) * inv) + zp, 0, 255)`` equals ``clamp(round(v * inv) +
+    zp, L, H)`` in float32, for random and extreme ``v`` (the bounds themselves, their
+    neighbours, ties of the rounding, infinities) and bounds inside and outside the range."""
+    for lo, hi, (a, b) in [(0.0, 6.0, (-1.0, 5.0)), (0.0, 6.0, (0.0, 6.0)),
+                           (0.0, None, (-3.0, 2.0)), (-1.0, 1.0, (-8.0, 8.0)),
+                           (0.5, 0.5, (0.0, 1.0)), (-50.0, 50.0, (-1.0, 1.0)),
+                           (2.0, 3.0, (-1.0, 1.0))]:
+        scale, zp = activation_qparams(a, b)
+        inv = np.float32(1.0 / scale)
+        v = rng.uniform(2 * min(a, -1), 2 * max(b, 1), 4000).astype(np.float32)
+        ends = [x for x in (lo, hi) if x is not None]
+        ties = (np.arange(-300, 300) + np.float32(0.5)) * np.float32(scale)
+        v = np.concatenate([v, ties.astype(np.float32), np.float32(ends),
+                            np.nextafter(np.float32(ends), np.float32(np.inf)),
+                            np.nextafter(np.float32(ends), np.float32(-np.inf)),
+                            np.float32([np.inf, -np.inf, 0.0, -0.0])])
+        lo_, hi_ = (np.float32(-np.inf) if lo is None else np.float32(lo),
+                    np.float32(np.inf) if hi is None else np.float32(hi))
+        want = np.clip(np.rint(np.minimum(np.maximum(v, lo_), hi_) * inv) + np.float32(zp),
+                       0, 255)
+        got = np.minimum(np.maximum(np.rint(v * inv) + np.float32(zp),
+                                    np.float32(_quantized_bound(lo, inv, zp, 0))),
+                         np.float32(_quantized_bound(hi, inv, zp, 255)))
+        np.testing.assert_array_equal(got, want, err_msg=f"{lo}, {hi}, ({a}, {b})")
+
+
+@pytest.mark.parametrize("clamp", ["clip", "maximum_minimum", "relu"])
+def test_static_int8_quantizes_a_clamped_input_exactly(rng, clamp):
+    """relu6 / relu before a quantized convolution (``clip``, ``minimum(maximum(x, 0), 6)``,
+    ``relu``): the quantization reads the unclamped value with the clamp moved into its
+    saturation, and the result is the unfolded arithmetic's in numpy."""
+    wf = rng.normal(0, 0.3, (8, 8, 1, 1)).astype(np.float32)
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((1, 8, 6, 10), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            if clamp == "clip":
+                h = bb.emit(op.clip(x, 0.0, 6.0))
+            elif clamp == "relu":
+                h = bb.emit(op.nn.relu(x))
+            else:
+                h = bb.emit(op.minimum(bb.emit(op.maximum(x, const(np.float32(0)))),
+                                       const(np.float32(6))))
+            gv = bb.emit_output(bb.emit(op.nn.conv2d(h, const(wf))))
+        bb.emit_func_output(gv)
+    lo, hi = -1.0, 5.0
+    qmod = QuantizeInt8Static([(lo, hi)])(bb.get())
+    muls = [b.value for blk in qmod["main"].body.blocks for b in blk.bindings
+            if isinstance(b.value, Call) and b.value.op.name == "relax.multiply"]
+    assert muls[0].args[0] is qmod["main"].params[0], "the quantization reads the clamp"
+    xv = rng.normal(size=(1, 8, 6, 10)).astype(np.float32) * 4
+    xv[0, 0, 0, :6] = [0.0, 6.0, 5.0, -1.0, np.nextafter(np.float32(6), np.float32(7)), 1e6]
+    got = run(qmod, xv)
+    s, zp = activation_qparams(lo, hi)
+    xc = np.maximum(xv, np.float32(0))
+    xc = xc if clamp == "relu" else np.minimum(xc, np.float32(6))
+    xq = np.clip(np.rint(xc * np.float32(1.0 / s)) + np.float32(zp), 0, 255).astype(np.int64)
+    wq, ws = quantize_weight_int8(wf, axis=0)
+    acc = np.einsum("nchw,oc->nohw", xq, wq[:, :, 0, 0].astype(np.int64))
+    acc -= zp * wq.astype(np.int64).sum(axis=(1, 2, 3)).reshape(1, -1, 1, 1)
+    mult = (np.float32(s) * ws).astype(np.float32).reshape(1, -1, 1, 1)
+    np.testing.assert_allclose(got, acc.astype(np.float32) * mult, rtol=1e-6, atol=1e-6)

@@ -213,3 +213,40 @@ def test_items_of_a_planned_tuple_are_planned():
         np.testing.assert_allclose(fn(xs).numpy(), np.tanh(h[:, :4]) + h[:, 4:], rtol=1e-5,
                                    atol=1e-6)
         np.testing.assert_array_equal(fn._run_each([targets.array(xs)]).numpy(), fn(xs).numpy())
+
+
+def causal_module():
+    """``(x + causal_mask(n)) * 2 + arange(n)`` for ``x`` of shape ``(n, n)``: the mask and the
+    positions depend on ``n`` alone (kernels with no tensor input), the rest on ``x``."""
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n", "n"), "float32"))
+    n = x.struct_info.shape[0]
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            mask = bb.emit_te(lambda: te.compute(
+                (n, n), lambda i, j: te.if_then_else(j <= i, te.const(0.0, "float32"),
+                                                     te.const(-1e4, "float32")), "causal"))
+            pos = bb.emit_te(lambda: te.compute((n,), lambda i: i.astype("float32"), "pos"))
+            rows = bb.emit_te(lambda p: te.compute((n, n), lambda i, j: p[j] * 0.5, "rows"), pos)
+            h = bb.emit_te(add, x, mask)
+            h = bb.emit_te(lambda a: te.compute(a.shape, lambda i, j: a[i, j] * 2.0, "twice"), h)
+            gv = bb.emit_output(bb.emit_te(add, h, rows))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+@pytest.mark.parametrize("bounds", [None, {"n": 8}], ids=["pool", "bound"])
+def test_values_of_the_shapes_alone_run_once_per_plan_switch(bounds):
+    exe = build(causal_module(), "llvm", pipeline=[], upper_bounds=bounds)
+    vm = VirtualMachine(exe, targets.cpu(0))
+    fn = vm["main"]
+    # the mask, the positions and the rows of positions: computed when the plan changes
+    assert len(fn._shape_kernels) == 3
+    for n in (3, 5, 3, 7, 7, 5, 1, 3):
+        x = rand(n, n)
+        want = (x + np.where(np.tril(np.ones((n, n))) > 0, 0, -1e4)) * 2 + \
+            np.arange(n, dtype="float32")[None, :] * 0.5
+        np.testing.assert_allclose(vm["main"](x).numpy(), want, rtol=1e-5, atol=1e-3)
+    # a profile's calls after the warm-up run do not run them either
+    names = {r["name"] for r in vm.profile(rand(4, 4), number=2).rows}
+    assert not names & {"causal", "pos", "rows"} and "twice" in names, names

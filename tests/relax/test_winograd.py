@@ -187,3 +187,25 @@ def test_a_chain_of_3x3_layers_converts_and_runs_as_winograd():
         targets.array(xv)).numpy()
     expect = conv_ref(np.maximum(conv_ref(xv, w1, padding=1), 0), w2, padding=1)
     np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_stages_run_image_by_image():
+    # a symbolic batch: the batch loop is the outermost, and the transformed input and the
+    # products are allocated inside it with one image's shape (16 positions x 49 tiles padded
+    # to 54 x 64 channels), so they stay in the caches from stage to stage
+    from tilecraft.tensorir.stmt import Allocate
+    from tilecraft.tensorir.transform import lower
+    mod, _, _ = conv_module(64, 14, 64, 1, "n", residual=True)
+    target = f"{AVX2} -num-cores=2"
+    tasks = [t for t in relax.extract_tasks(mod, target, baselines=False)
+             if "winograd_gemm" in t.func.script()]
+    func = lower(ds.apply(tasks[0].func, targets.Target(target)))
+    batch = []
+    post_order_visit(func.body, lambda s: batch.append(s) if isinstance(s, For) and
+                     not hasattr(s.extent, "value") else None)
+    assert len(batch) == 1, "one loop over the symbolic batch"
+    inside = {}
+    post_order_visit(batch[0].body, lambda s: inside.update({s.buffer.name: s.buffer.shape})
+                     if isinstance(s, Allocate) else None)
+    assert [d.value for d in inside["winograd_input"]] == [16 * 54 * 64]
+    assert [d.value for d in inside["winograd_gemm"]] == [16 * 54 * 64]

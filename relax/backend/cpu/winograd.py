@@ -8,23 +8,25 @@ transformed patch: ``M[ab] = V[ab] @ U[ab]``, ``V[ab]`` being (tiles x input cha
 ``U[ab]`` (input channels x output channels). These take 16 * C * O multiply-adds per tile,
 against 36 * C * O for the direct convolution of its four pixels.
 
-Stages (``conv2d_nhwc_winograd``):
+Stages (``conv2d_nhwc_winograd``), run image by image (the batch loop outermost, so one
+image's ``V`` and ``M`` stay in the caches from one stage to the next):
 
-1. ``data_pad`` (when there is padding): the zero-padded image, as for the direct NHWC kernel.
-2. ``winograd_input``: ``V[ab, n, t, c] = (B^T d B)[a, b]`` for tile ``t`` of image ``n`` (the
+1. ``winograd_input``: ``V[ab, n, t, c] = (B^T d B)[a, b]`` for tile ``t`` of image ``n`` (the
    tiles of an image padded up to a multiple of the GEMM's row tile; a padded tile repeats the
-   last one). The channels are contiguous, so each term is a vector over channels.
-3. ``winograd_gemm``: the 16 products on packed weight panels ``[16, O/NR, C, NR]``
+   last one). The padding is read as guarded zeros (no padded copy of the image). The channels
+   are contiguous, so each term is a vector over channels.
+2. ``winograd_gemm``: the 16 products on packed weight panels ``[16, O/NR, C, NR]``
    (``pack_winograd_weight``, computed once at build time by ``FoldConstant``); scheduled
    like the NHWC 1x1 kernel (a tile of ``rows`` tiles x ``NR`` channels in registers).
-4. ``conv2d_nhwc``: ``Y = A^T M A``, each output pixel a sum of 16 ``M`` vectors with
+3. ``conv2d_nhwc``: ``Y = A^T M A``, each output pixel a sum of 16 ``M`` vectors with
    coefficients of its position in the tile; the elementwise epilogue (bias, residual,
    activation) is inlined into it.
 
-The family (rule ``RULE_WINOGRAD_GEMM``, on the GEMM block): plan ``winograd_applies`` and
-``gemm_tile``; weight packing ``pack_winograd_weight``; compute ``conv2d_nhwc_winograd``;
-schedule ``schedule_winograd_gemm`` (the other stages take the padding stage's and the generic
-schedules).
+The family (rule ``RULE_WINOGRAD_GEMM``, on the GEMM block; the transforms carry
+``RULE_WINOGRAD_INPUT`` and ``RULE_WINOGRAD_OUTPUT`` and are placed by its schedule): plan
+``winograd_applies`` / ``winograd_pays`` and ``gemm_tile``; weight packing
+``pack_winograd_weight``; compute ``conv2d_nhwc_winograd``; schedule
+``schedule_winograd_gemm``.
 
 F(2x2, 3x3) is exact in real arithmetic and its transforms have coefficients 0, 1/2 and 1,
 so float32 results differ from the direct convolution by rounding only (about 1e-6 relative on
@@ -48,14 +50,18 @@ from tilecraft.tensorir.schedule import Schedule, ScheduleError
 
 from .dense import dense_panel_width
 from .geometry import ConvGeometry, as_int, ceil_div
-from .padding import RULE_PAD, pad_nhwc, schedule_pad
-from .registry import SCHEDULE_RULE, KernelFamily
-from .schedule_utils import ann_int, finish_tile_block
+from .registry import SCHEDULE_RULE, KernelFamily, block_rule
+from .schedule_utils import (MIN_PARALLEL_WORK, ann_int, block_lanes, finish_tile_block,
+                             fuse_epilogue, loop_extent, loop_nodes, loop_work,
+                             parallel_outer)
 
-__all__ = ["RULE_WINOGRAD_GEMM", "winograd_applies", "gemm_tile", "winograd_tiles",
+__all__ = ["RULE_WINOGRAD_GEMM", "RULE_WINOGRAD_INPUT", "RULE_WINOGRAD_OUTPUT",
+           "MAX_IMAGE_TRANSFORM_BYTES", "winograd_applies", "winograd_pays", "gemm_tile", "winograd_tiles",
            "pack_winograd_weight", "conv2d_nhwc_winograd", "schedule_winograd_gemm", "FAMILY"]
 
 RULE_WINOGRAD_GEMM = "tilecraft.winograd_gemm"
+RULE_WINOGRAD_INPUT = "tilecraft.winograd_input"     # V = B^T d B, placed by the GEMM's schedule
+RULE_WINOGRAD_OUTPUT = "tilecraft.winograd_output"   # Y = A^T M A, placed by the GEMM's schedule
 
 
 # F(2, 3): B^T (4 x 4), G (4 x 3), A^T (2 x 4)
@@ -71,6 +77,13 @@ TILE = 2       # output pixels per tile side
 # direct NHWC kernel: 16 -> 64 channels at 56 x 56 1.12x, 32 -> 32 1.24x, 128 -> 32 at 28 x 28
 # 1.39x, ResNet-50's 64 -> 64 at 56 x 56 1.57x ... 256 -> 256 at 14 x 14 1.93x
 MIN_CHANNELS = 16
+# With 32 vector registers, the largest transformed input of one image (bytes) for which
+# Winograd pays. Zen 4, one thread, ResNet-18's layers (3x3, bias, relu) against the direct
+# NCHW kernel, batch 1 / batch 8: 128 -> 128 at 28 x 28 (V 1.6 MB) 1.6x / 1.4x, 256 -> 256 at
+# 14 x 14 1.8x / 1.7x, 512 -> 512 at 7 x 7 1.5x / 1.5x; 64 -> 64 at 56 x 56 (V 3.2 MB) 0.45x /
+# 1.5x: a call allocates V and M afresh (posix_memalign), and at that size each call paid
+# ~1300 page faults, 2-3 ms (the direct NHWC kernel ran it on par with the NCHW one).
+MAX_IMAGE_TRANSFORM_BYTES = 2 << 20
 GEMM_ROWS = 6      # tiles per register tile of the GEMM: 6 x 16 channels on AVX2 (12 vectors)
 
 
@@ -86,6 +99,33 @@ def winograd_applies(g: ConvGeometry) -> bool:
     return (g.kernel == (3, 3) and g.strides == (1, 1) and g.dilation == (1, 1) and
             g.groups == 1 and g.in_channels >= MIN_CHANNELS and
             g.out_channels >= MIN_CHANNELS)
+
+
+def winograd_pays(g: ConvGeometry, lanes: int, registers: int) -> bool:
+    """Whether ``g`` runs faster as Winograd F(2x2, 3x3) than on the direct kernels of a
+    target with ``lanes`` float32 lanes and ``registers`` vector registers: any layer
+    ``winograd_applies`` to, except on AVX-512 (16 lanes, 32 registers), whose direct
+    kernels are faster, where it takes one whose image's transformed input ``V`` (16 x tiles
+    x channels floats, the larger of the input and output channels) is at most
+    ``MAX_IMAGE_TRANSFORM_BYTES``. (AVX2: 1.1-1.9x the direct kernels on every layer, see
+    ``MIN_CHANNELS``; NEON is unmeasured.)
+
+    Examples
+    --------
+    >>> g = ConvGeometry(128, 28, 28, 128, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    >>> winograd_pays(g, 16, 32)
+    True
+    >>> g = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    >>> winograd_pays(g, 16, 32), winograd_pays(g, 8, 16)
+    (False, True)
+    """
+    if not winograd_applies(g):
+        return False
+    if lanes < 16 or registers < 32:
+        return True
+    th, tw = winograd_tiles(g)
+    size = ALPHA * ALPHA * th * tw * max(g.in_channels, g.out_channels) * 4
+    return size <= MAX_IMAGE_TRANSFORM_BYTES
 
 
 def gemm_tile(g: ConvGeometry, lanes: int, registers: int) -> tuple[int, int]:
@@ -154,8 +194,8 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
     """The NHWC convolution ``g`` of ``data`` ``(N, H, W, C)`` by Winograd F(2x2, 3x3), with
     the weight transformed and packed by ``pack_winograd_weight`` (``[16, O/NR, C, NR]``).
     ``rows`` is the GEMM's row tile (tiles per register tile); an image's tiles are padded to
-    a multiple of it. Blocks: ``data_pad``, ``winograd_input``, ``winograd_gemm``,
-    ``conv2d_nhwc`` (see the module docstring).
+    a multiple of it. Blocks: ``winograd_input`` (the padding is read as guarded zeros),
+    ``winograd_gemm``, ``conv2d_nhwc`` (see the module docstring).
 
     Examples
     --------
@@ -169,8 +209,7 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
         raise ValueError(f"conv2d_nhwc_winograd: F(2x2, 3x3) does not compute {g}")
     n = data.shape[0]
     nr = as_int(weight.shape[3])
-    src = pad_nhwc(data, g)
-    hp, wp = g.padded
+    pt, pl = g.padding[0], g.padding[1]
     th, tw = winograd_tiles(g)
     tiles = th * tw
     tiles_pad = ceil_div(tiles, rows) * rows
@@ -180,24 +219,28 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
     taps = [[r[0] for r in nonzero], [r[1] for r in nonzero]]
     signs = [[float(B_T[a][taps[u][a]]) for a in range(ALPHA)] for u in range(2)]
     dtype = data.dtype
+    zero = te.const(0, dtype)
 
     def v_at(ab, b_, t, c):
         a, b = ab // ALPHA, ab % ALPHA
         t = te.min(t, tiles - 1)          # a padded tile repeats the last one
-        y0, x0 = (t // tw) * TILE, (t % tw) * TILE
-        total = te.const(0, dtype)
+        y0, x0 = (t // tw) * TILE - pt, (t % tw) * TILE - pl
+        total = zero
         for u in range(2):
             ia, sa = _pick(a, taps[u]), _pick(a, signs[u], dtype)
             for v in range(2):
                 ib, sb = _pick(b, taps[v]), _pick(b, signs[v], dtype)
-                # the last tile of an odd size reads past the padded image: clamped (the
-                # pixels it writes depend on those rows only through rounding)
-                yy = te.min(y0 + ia, hp - 1)
-                xx = te.min(x0 + ib, wp - 1)
-                total = total + sa * sb * src[b_, yy, xx, c].astype(dtype)
+                # the padding, and the part of the last tile of an odd size past it, read as
+                # zeros (the pixels that part writes are not stored); the read is guarded, so
+                # it never leaves the image, and no padded copy of the image is made
+                yy, xx = y0 + ia, x0 + ib
+                inside = te.all(yy >= 0, yy < g.height, xx >= 0, xx < g.width)
+                total = total + sa * sb * te.if_then_else(
+                    inside, data[b_, yy, xx, c], zero).astype(dtype)
         return total
 
-    v = te.compute((ALPHA * ALPHA, n, tiles_pad, g.in_channels), v_at, "winograd_input")
+    v = te.compute((ALPHA * ALPHA, n, tiles_pad, g.in_channels), v_at, "winograd_input",
+                   attrs={SCHEDULE_RULE: RULE_WINOGRAD_INPUT})
 
     # 2. M[ab] = V[ab] @ U[ab] on packed panels
     k = te.reduce_axis((0, g.in_channels), "rc")
@@ -223,29 +266,73 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
                 total = total + ca * cb * m[a * ALPHA + b, b_, t, o]
         return total
 
-    return te.compute((n, g.out_h, g.out_w, g.out_channels), y_at, "conv2d_nhwc")
+    return te.compute((n, g.out_h, g.out_w, g.out_channels), y_at, "conv2d_nhwc",
+                      attrs={SCHEDULE_RULE: RULE_WINOGRAD_OUTPUT})
+
+
+def _only(blocks: list, sch: Schedule, rule: str, what: str, blk):
+    found = [b for b in blocks if block_rule(sch.get(b)) == rule]
+    if len(found) != 1:
+        raise ScheduleError("winograd", f"block {blk.name}: expected one {what} block", blk)
+    return found[0]
+
+
+def _vectorize_channels(sch: Schedule, block, outer: int, target: Target) -> None:
+    """The loops of a transform ``block`` below its first ``outer``: the innermost (channels)
+    vectorized in whole vectors, the others parallel (``parallel_outer``) when the work
+    pays."""
+    loops = sch.get_loops(block)[outer:]
+    lanes = block_lanes(sch.get(block), target)
+    channels = loop_extent(sch.get(loops[-1]))
+    if channels is not None and channels % lanes == 0 and channels > lanes:
+        *_, inner = sch.split(loops[-1], [None, lanes])
+        loops = sch.get_loops(block)[outer:]
+    else:
+        inner = loops[-1]
+    sch.vectorize(inner)
+    if len(loops) > 1 and loop_work(loop_nodes(sch, loops)) >= MIN_PARALLEL_WORK:
+        sch.parallel(parallel_outer(sch, loops[:-1]))
 
 
 def schedule_winograd_gemm(sch: Schedule, name: str, target: Target,
                            gemv_rows: PrimExpr | None = None) -> None:
-    """The 16 products of a Winograd convolution (``conv2d_nhwc_winograd``), ``M[ab, n, t, o] =
-    sum_c V[ab, n, t, c] * U[ab, o // NR, c, o % NR]``: a tile of ``rows`` tiles x ``NR``
-    channels (one packed panel) accumulates in registers over the input channels, as in the
-    NHWC 1x1 kernel. The (position, panel) pairs are fused and run in parallel: a core's run
-    of them keeps one position's ``V`` in its L2 while the panels, each read once, stream by;
-    the image's tiles (a multiple of ``rows``: no ragged tile) are inside."""
+    """A Winograd convolution (``conv2d_nhwc_winograd``), from its GEMM block ``name``, image
+    by image: the batch loop (the output transform's) is the outermost, and the input
+    transform, the GEMM and the output transform run inside it on one image's ``V`` and
+    ``M`` (ResNet-18's 28 x 28 and 14 x 14 layers at batch 8 ran 1.1-1.2x faster than with
+    each stage over the batch, whose ``V`` and ``M`` left the caches between the stages; at
+    batch 1 the same, Zen 4). The 16 products ``M[ab, t, o] = sum_c V[ab, t, c] * U[ab, o //
+    NR, c, o % NR]`` run as a tile of ``rows`` tiles x ``NR`` channels (one packed panel)
+    that accumulates in registers over the input channels, as in the NHWC 1x1 kernel; the
+    (position, panel) pairs are fused and run in parallel (a core's run of them keeps one
+    position's ``V`` in its L2 while the panels, each read once, stream by). The transforms
+    are vectorized over the channels; the elementwise epilogue is inlined into the output
+    transform."""
     block = sch.get_block(name)
     blk = sch.get(block)
     rows, width = ann_int(blk, "rows"), ann_int(blk, "width")
+    transform = _only(sch.get_producers(block), sch, RULE_WINOGRAD_INPUT, "input transform",
+                      blk)
+    output = _only(sch.get_consumers(block), sch, RULE_WINOGRAD_OUTPUT, "output transform",
+                   blk)
+    fuse_epilogue(sch, output)
+    batch = sch.get_loops(output)[0]
+    # the image's tiles, not the multiple of ``rows`` the buffers have: the last register
+    # tile is ragged (LoopPartition gives it a loop of its own)
+    sch.compute_at(block, batch)
+    sch.compute_at(transform, batch)
+    # one image's V and M: local buffers, which lowering allocates inside the batch loop
+    # with one image's shape (CompactBufferAllocation leaves global ones whole)
+    sch.set_scope(transform, 0, "local")
+    sch.set_scope(block, 0, "local")
     loops = sch.get_loops(block)
     if len(loops) != 5:
         raise ScheduleError("winograd", f"block {name}: unexpected loop nest", blk)
-    ab, b, t, o, k = loops
+    _, ab, t, o, k = loops
     o0, o1 = sch.split(o, [None, width])
     t0, t1 = sch.split(t, [None, rows])
-    sch.reorder(ab, o0, b, t0, k, t1, o1)
-    par = sch.fuse(ab, o0)
-    sch.parallel(par)
+    sch.reorder(ab, o0, t0, k, t1, o1)
+    sch.parallel(sch.fuse(ab, o0))
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, t0)
     init = sch.decompose_reduction(block, k)
@@ -253,9 +340,11 @@ def schedule_winograd_gemm(sch: Schedule, name: str, target: Target,
     sch.vectorize(o1)
     finish_tile_block(sch, init, 3)
     finish_tile_block(sch, acc, 3)
+    _vectorize_channels(sch, transform, 1, target)
+    _vectorize_channels(sch, output, 1, target)
 
 
 FAMILY = KernelFamily(
     name="winograd", rule=RULE_WINOGRAD_GEMM, plan=gemm_tile, compute=conv2d_nhwc_winograd,
     pack=pack_winograd_weight, schedule=schedule_winograd_gemm, tile=True,
-    stages={RULE_PAD: schedule_pad})
+    stages={RULE_WINOGRAD_INPUT: None, RULE_WINOGRAD_OUTPUT: None})

@@ -70,6 +70,10 @@ CASES = [
     (16, 8, 8, 32, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, 1),       # 1x1: NCHW written in place
     (12, 9, 9, 24, 1, (2, 2), (0, 0, 0, 0), (1, 1), 1, 1),       # 1x1 stride 2: one phase
     (8, 12, 12, 8, 3, (1, 1), (2, 2, 2, 2), (2, 2), 2, 1),       # dilated, 2 groups of 4
+    # a stem whose phase-plane rows (36 words) are vectorized, with a ragged tail
+    (3, 41, 70, 8, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1, 2),
+    # 1x1 to 16 channels on 32-wide rows: the whole-row tile, not 16 x 1 vectors
+    (32, 5, 32, 16, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, 1),
 ]
 
 
@@ -184,4 +188,51 @@ def test_static_int8_conv_epilogue_matches_numpy():
     acc -= zp * wq.astype(np.int64).sum(axis=(1, 2, 3)).reshape(1, -1, 1, 1)
     mult = (np.float32(s) * ws).astype(np.float32).reshape(1, -1, 1, 1)
     want = np.maximum(acc.astype(np.float32) * mult + bias, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("lanes,registers", [(16, 32), (8, 16)])
+def test_no_tile_is_part_of_a_row(lanes, registers):
+    """A 1x1 layer writing NCHW in place takes a tile of whole rows, or (none in the register
+    budget) goes through the copy to NCHW: the write-back of a tile that is part of a row
+    would be inferred as the whole row (an accumulator buffer in memory and the epilogue
+    masked over the row for each tile); MobileNet-V2's 32 -> 16 at 112 x 112 alone would take
+    16 x 1 vectors of 16 positions."""
+    for c, hw, o in [(32, 112, 16), (16, 112, 96), (24, 56, 144), (32, 32, 16), (8, 224, 8)]:
+        g = ConvGeometry(c, hw, hw, o, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+        p = conv2d_int8.plan_conv2d_u8i8(g, lanes, registers)
+        tile = p.vectors * p.lanes
+        assert not p.direct_out or tile % hw == 0, (g, p)
+        if lanes == 16:
+            assert p.direct_out, (g, p)
+        assert o % p.oc_block == 0 and p.oc_block * p.vectors <= (24 if registers >= 32 else 12)
+
+
+def test_static_int8_stem_matches_numpy():
+    """A stem (3 float channels, 3x3 stride 2, pad 1, relu) statically quantized: the
+    quantization and the zero-point padding fused into the vectorized phase-plane words
+    stage, against the same arithmetic in numpy."""
+    rng = np.random.default_rng(5)
+    wf = rng.normal(0, 0.3, (16, 3, 3, 3)).astype(np.float32)
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((1, 3, 66, 90), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(op.nn.conv2d(x, const(wf), strides=(2, 2), padding=(1, 1, 1, 1)))
+            gv = bb.emit_output(bb.emit(op.nn.relu(y)))
+        bb.emit_func_output(gv)
+    lo, hi = -2.0, 2.5
+    exe = relax.build(QuantizeInt8Static([(lo, hi)])(bb.get()), HOST, strict=True)
+    assert any("conv2d_nchw_u8i8" in n for n in exe.kernel_names)
+    xv = rng.normal(size=(1, 3, 66, 90)).astype(np.float32) * 1.5
+    xv[0, 0, 0, :8] = [-1e3, 1e3, lo, hi, 0, -0.0, 7.0, -7.0]     # clamped both ways
+    got = relax.VirtualMachine(exe, CPU)["main"](xv).numpy()
+    s, zp = activation_qparams(lo, hi)
+    xq = np.clip(np.rint(xv * np.float32(1.0 / s)) + np.float32(zp), 0, 255).astype(np.uint8)
+    wq, ws = quantize_weight_int8(wf, axis=0)
+    xp = np.pad(xq, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=zp)
+    acc = conv_reference(xp, wq, (2, 2), (0, 0, 0, 0), (1, 1), 1)
+    acc -= zp * wq.astype(np.int64).sum(axis=(1, 2, 3)).reshape(1, -1, 1, 1)
+    mult = (np.float32(s) * ws).astype(np.float32).reshape(1, -1, 1, 1)
+    want = np.maximum(acc.astype(np.float32) * mult, 0)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

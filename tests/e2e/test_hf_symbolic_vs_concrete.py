@@ -1,0 +1,54 @@
+"""One artifact for every shape: a Hugging Face model of ``tilecraft.models.hf_zoo`` (GPT-2 and
+BERT, tiny random-weight configs) exported once with a dynamic batch and sequence length and
+built with its symbolic dims gives the results of the same model exported and built for each
+concrete shape, on random token ids, at shapes around the kernels' tile heights (rows
+``batch * seq`` of 1, 8, 10, 13) -- the kernels that specialize on the symbolic extents at run
+time (exact row tiles, unmasked accumulator tiles: ``relax.default_schedules``) compute what
+the concrete kernels compute."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install "
+                                            "'tilecraft[torch]'): the torch frontend needs it")
+pytest.importorskip("transformers", reason="transformers is not installed: the zoo builds its "
+                                           "models from transformers configs")
+
+from tilecraft import relax, targets                      # noqa: E402
+from tilecraft.models import hf_zoo                       # noqa: E402
+from tilecraft.relax.frontend import from_torch           # noqa: E402
+
+# the schedules decide what is compared; LLVM's optimizations change no result
+TARGET = "llvm -opt-level=0"
+SHAPES = [(1, 1), (1, 8), (2, 5), (1, 13)]
+
+
+def _export(model, ids, dynamic_shapes=None):
+    with torch.no_grad():
+        ep = torch.export.export(model, (ids,), dynamic_shapes=dynamic_shapes)
+    return from_torch(ep)
+
+
+def _outputs(vm, ids: np.ndarray) -> list[np.ndarray]:
+    out = vm["main"](ids)
+    return [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_symbolic_build_matches_concrete_builds(name):
+    entry = hf_zoo.ZOO[name]
+    model = entry.build()
+    sym_vm = relax.VirtualMachine(relax.build(_export(model, *entry.inputs(0),
+                                                      entry.dynamic_shapes), TARGET),
+                                  targets.cpu(0))
+    rng = np.random.default_rng(7)
+    for batch, seq in SHAPES:
+        ids = torch.from_numpy(rng.integers(0, hf_zoo.VOCAB, (batch, seq)).astype(np.int64))
+        con_vm = relax.VirtualMachine(relax.build(_export(model, ids), TARGET), targets.cpu(0))
+        sym, con = _outputs(sym_vm, ids.numpy()), _outputs(con_vm, ids.numpy())
+        assert len(sym) == len(con)
+        for s, c in zip(sym, con):
+            assert s.shape == c.shape, (name, batch, seq, s.shape, c.shape)
+            np.testing.assert_allclose(s, c, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{name} at {batch} x {seq}")
