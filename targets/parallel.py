@@ -18,6 +18,7 @@ The number of workers: ``jobs``, else ``$TILECRAFT_JOBS``, else one per core.
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import sys
@@ -131,7 +132,16 @@ def run_tasks(tasks: Sequence[Callable], jobs: int = 1, cost: Sequence[float] | 
                 pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
                                            initializer=_worker_init)
                 with pool:
-                    futures = {i: pool.submit(_run_one, i) for i in order}
+                    # the workers are forked at the first submit. Objects of this process
+                    # frozen for it are never collected in a worker: a destructor of a
+                    # library's object left in a reference cycle (a WebGPU buffer) would run
+                    # there, in a copy whose library threads did not survive the fork, and
+                    # hang the build (seen: wgpu-native's release under a worker's collection)
+                    gc.freeze()
+                    try:
+                        futures = {i: pool.submit(_run_one, i) for i in order}
+                    finally:
+                        gc.unfreeze()
                     for i in order:
                         try:
                             ok, value, issued[i] = futures[i].result()

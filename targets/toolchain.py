@@ -1,7 +1,9 @@
 """External tools the LLVM back end needs for shared libraries: the ``ld.lld`` linker.
 
-Only ``Module.export_library`` links; running kernels on this machine (the JIT) needs no
-external tool. Nothing here imports LLVM.
+``Module.export_library`` links, and so does building for this machine: a host module is
+linked into a shared library and loaded in-process (``targets.llvm.compiler``). Exports, for any
+triple, are linked with ``ld.lld``; a library for this process with the system's GNU linker
+(``ld.bfd``) where it is installed (``find_host_linker``). Nothing here imports LLVM.
 """
 from __future__ import annotations
 
@@ -35,14 +37,26 @@ def find_lld() -> str:
             if m and int(m.group(1)) > best_version and os.access(path, os.X_OK):
                 best, best_version = path, int(m.group(1))
     if best is None:
-        raise ToolchainError("ld.lld was not found on PATH; it links shared libraries for "
-                             "export_library. Install lld (Debian/Ubuntu: apt-get install lld; "
+        raise ToolchainError("ld.lld was not found on PATH; it links the shared libraries that "
+                             "building for this machine loads and export_library writes. Install lld (Debian/Ubuntu: apt-get install lld; "
                              "macOS: brew install lld) or put ld.lld-NN on PATH.")
     return best
 
 
+def find_host_linker() -> str:
+    """The linker for libraries this process loads: GNU ``ld.bfd`` when it is on PATH, else
+    ``ld.lld`` (``find_lld``); ToolchainError if neither.
+
+    Both link the same objects into an equivalent library; the GNU linker starts in about
+    2 ms where ``ld.lld`` (loading ``libLLVM``) takes about 20 ms, and a build for this
+    machine links every time it is not served by the cache. A plain ``ld.bfd`` is the native
+    linker (cross linkers carry a triple prefix), so it is only used for this machine.
+    """
+    return shutil.which("ld.bfd") or find_lld()
+
+
 def link_shared(objects: list[bytes], output: str, needed: tuple[str, ...] = (),
-                stub_object: bytes | None = None) -> None:
+                stub_object: bytes | None = None, linker: str | None = None) -> None:
     """Link object files (bytes) into the shared library ``output``, written atomically.
 
     Undefined symbols (``pthread_create``, ``snprintf``, ``expf``, ...) are left to the dynamic
@@ -50,9 +64,10 @@ def link_shared(objects: list[bytes], output: str, needed: tuple[str, ...] = (),
     loader brings them in; no copy of them is needed here: each is stood in for by an empty
     library with that soname, linked from ``stub_object`` (an empty object for the target).
     ``-Bsymbolic`` makes the library use its own globals even if another library exports the
-    same names.
+    same names. ``linker``: the linker's path (default: ``find_lld()``); GNU ``ld.bfd`` takes
+    the same options.
     """
-    lld = find_lld()
+    lld = linker or find_lld()
     output = os.path.abspath(os.fspath(output))
     directory = os.path.dirname(output)
     os.makedirs(directory, exist_ok=True)
@@ -108,4 +123,5 @@ def link_relocatable(objects: list[bytes]) -> bytes:
 def _run(cmd: list[str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise ToolchainError(f"ld.lld failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
+        raise ToolchainError(f"{os.path.basename(cmd[0])} failed ({' '.join(cmd)}):\n"
+                             f"{proc.stderr.strip()}")

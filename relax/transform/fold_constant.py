@@ -30,8 +30,8 @@ from tilecraft.tensorir.expr import FloatImm, IntImm, TIRError, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import substitute
 
-from ..analysis import is_call_tir
-from ..expr import (Call, Constant, Expr, PrimValue, ShapeExpr, StringImm, Tuple,
+from ..analysis import get_var2val, is_call_tir
+from ..expr import (Call, Constant, Expr, Function, PrimValue, ShapeExpr, StringImm, Tuple,
                     TupleGetItem, Var)
 from ..op.base import Op
 from ..struct_info import TensorStructInfo, TupleStructInfo
@@ -60,6 +60,7 @@ class FoldConstant(Pass):
     name = "FoldConstant"
 
     def transform_module(self, mod: IRModule) -> IRModule:
+        _compile_together(mod)
         return _Folder(mod).visit_module()
 
 
@@ -83,7 +84,55 @@ def _static_dims(dims, env) -> tuple[int, ...]:
     return tuple(out)
 
 
-_BUILD_CACHE: dict[int, tuple] = {}
+_BUILD_CACHE: dict[int, tuple] = {}   # id(PrimFunc) -> (PrimFunc, symbol, host module)
+_BUILD_CACHE_SIZE = 64
+
+
+def _compile_together(mod: IRModule) -> None:
+    """Compile, in one host module, the kernels of every call that will be folded on the
+    compiled path as the module stands: a ``call_tir`` of a PrimFunc whose arguments are all
+    constants and that touches more than ``_INTERPRET_ELEMENTS`` elements.
+
+    One module is one link and its kernels compile in parallel, where building them one by one
+    as the pass meets them links each (ResNet-50: 21 weight-packing kernels). Calls that only
+    become constant while folding (and legalized operators) are still built as they come.
+    """
+    funcs: dict[str, PrimFunc] = {}
+    for func in mod.functions.values():
+        if not isinstance(func, Function):
+            continue
+        for value in get_var2val(func).values():
+            if not is_call_tir(value) or len(value.args) != 2:
+                continue
+            gv, args = value.args
+            kernel = mod.functions.get(gv.name_hint)
+            if not isinstance(kernel, PrimFunc) or not isinstance(args, Tuple) or \
+                    not all(isinstance(a, Constant) for a in args.fields):
+                continue
+            cached = _BUILD_CACHE.get(id(kernel))
+            if cached is not None and cached[0] is kernel:
+                continue
+            out_si = value.sinfo_args[0]
+            outs = list(out_si.fields) if isinstance(out_si, TupleStructInfo) else [out_si]
+            shapes = [si.static_shape() if isinstance(si, TensorStructInfo) else None
+                      for si in outs]
+            if any(shape is None for shape in shapes):
+                continue
+            total = sum(a.data.size for a in args.fields) + sum(int(np.prod(s)) for s in shapes)
+            if total > _INTERPRET_ELEMENTS:
+                funcs[gv.name_hint] = kernel
+    if len(funcs) < 2:
+        return
+    try:
+        built = targets.build(IRModule(funcs), _FOLD_TARGET)
+    except (TIRError, RuntimeError, ValueError, TilecraftError):
+        # a kernel that does not compile: build them one by one as the pass meets them, so
+        # that only that call stays unfolded (the per-kernel build raises the same error)
+        return
+    for name, kernel in funcs.items():
+        _BUILD_CACHE[id(kernel)] = (kernel, name, built)
+    while len(_BUILD_CACHE) > max(_BUILD_CACHE_SIZE, len(funcs)):
+        _BUILD_CACHE.pop(next(iter(_BUILD_CACHE)))
 
 
 def run_call_tir(func: PrimFunc, call: Call, inputs, tir_values=()) -> list[np.ndarray]:
@@ -134,7 +183,7 @@ def run_call_tir(func: PrimFunc, call: Call, inputs, tir_values=()) -> list[np.n
             symbol = func.attr_dict.get("global_symbol", "main")
             cached = (func, symbol, targets.build(func, _FOLD_TARGET))
             _BUILD_CACHE[key] = cached
-            if len(_BUILD_CACHE) > 64:
+            if len(_BUILD_CACHE) > _BUILD_CACHE_SIZE:
                 _BUILD_CACHE.pop(next(iter(_BUILD_CACHE)))
         _, symbol, built = cached
         built[symbol](*arrays, *outs, *scalars)

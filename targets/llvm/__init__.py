@@ -1,5 +1,5 @@
-"""The LLVM back end: TensorIR -> LLVM IR (through ``llvmlite.ir``) -> host JIT, object files and
-shared libraries for any triple LLVM knows.
+"""The LLVM back end: TensorIR -> LLVM IR (through ``llvmlite.ir``) -> object files, linked into
+shared libraries (loaded in-process for the host) for any triple LLVM knows.
 
 Every module here needs llvmlite, so importing this package imports it, or raises
 ``tilecraft.optional.MissingDependencyError`` saying ``pip install tilecraft`` (a board profile
@@ -8,8 +8,8 @@ target (``targets.llvm.compiler``), so the runtime stays usable without llvmlite
 
 Modules: ``codegen`` (expressions, statements, vectorized and parallel loops), ``entry``
 (argument-checking entry points), ``fp16`` and ``intrinsics`` (math lowering), ``threadpool``
-(the multi-core runtime, written in LLVM IR), ``compiler`` (target machines, optimization, JIT,
-export).
+(the multi-core runtime, written in LLVM IR), ``compiler`` (target machines, optimization,
+loading on the host, export).
 """
 from tilecraft.optional import import_optional
 

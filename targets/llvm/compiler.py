@@ -5,16 +5,20 @@ generate LLVM IR, optimize, emit a relocatable object), so that kernels compile 
 processes and come from the persistent kernel cache (``targets.kernel_cache``) when they were
 compiled before. A small glue object (``glue_object``) defines what the kernels share: the
 error buffer and ``tilecraft_get_last_error``, the thread count, the ABI version and the
-metadata. For the host the objects are loaded into MCJIT (no linker needed); for another triple
-they are kept as they are. ``export_library`` links them (plus the thread-pool runtime, when
-parallel loops need it) into one shared library with ``ld.lld``.
+metadata. For the host the objects are linked with ``ld.lld`` into a shared library that is
+loaded with ``ctypes`` (see ``LLVMModule._load`` for why not MCJIT); for another triple they are
+kept as they are. ``export_library`` links them (plus the thread-pool runtime, when parallel
+loops need it) into one shared library with ``ld.lld``.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
+import hashlib
 import json
 import os
 import re
+import tempfile
 import threading
 import time
 import warnings
@@ -35,7 +39,7 @@ from ..build_stats import BuildStats
 from ..runtime import abi
 from ..runtime.module import Module
 from ..target import Target, TargetError, arch_of_triple, host_triple
-from ..toolchain import link_relocatable, link_shared
+from ..toolchain import find_host_linker, link_relocatable, link_shared
 from . import call_sequence, dot4, threadpool
 from .codegen import FMA_METADATA, CodeGenLLVM, CodegenOptions
 from .irutil import I8, I32, PTR, ModuleBuilder
@@ -43,7 +47,11 @@ from .softops import hardware_division
 
 _LOCK = threading.RLock()
 _INITIALIZED = False
-_RUNTIME_ENGINE = None   # the process-wide JIT copy of the thread pool (never freed)
+_RUNTIME_LIBRARY = None  # the process-wide thread pool, a shared library (never unloaded)
+# dlclose from the process's own symbols (libc), to unload a host module's library with it
+_dlclose = ctypes.CDLL(None).dlclose
+_dlclose.argtypes = [ctypes.c_void_p]
+_dlclose.restype = ctypes.c_int
 
 _X86_F16C_CPUS = {"ivybridge", "haswell", "broadwell", "skylake", "skylake-avx512", "cascadelake",
                   "cooperlake", "icelake-client", "icelake-server", "tigerlake", "alderlake",
@@ -227,22 +235,75 @@ def runtime_ir(config: MachineConfig, data_layout: str, visibility: str) -> str:
     return str(mb.module)
 
 
-def _ensure_runtime_engine():
-    """JIT the thread pool once per process and make its symbols visible to JIT modules."""
-    global _RUNTIME_ENGINE
+_LIBRARY_FORMAT = 1   # of the linked host libraries in the cache; bump when the link changes
+
+
+def _load_library(objects: list[bytes], config: MachineConfig, needed: tuple[str, ...],
+                  mode: int = ctypes.DEFAULT_MODE, store=None) -> ctypes.CDLL:
+    """Link ``objects`` into a shared library in a temporary directory and ``dlopen`` it.
+
+    With a kernel cache ``store``, the linked library is kept there under the hash of its
+    objects: a build whose objects were linked before (a warm build) copies it from the cache
+    instead of running ``ld.lld`` again (a linker run costs about 25 ms, mostly its start-up).
+    The file is deleted once loaded (the mapping stays); each library gets a directory of its
+    own, and a copy of its own, so the dynamic loader never mistakes one for another and two
+    modules never share their globals (error buffer, thread count).
+    """
+    key = _library_key(objects, needed) if store is not None else None
+    data = store.get(key) if key is not None else None
+    with tempfile.TemporaryDirectory(prefix="tilecraft-jit-") as tmp:
+        path = os.path.join(tmp, "kernels.so")
+        if data is not None:
+            with open(path, "wb") as f:
+                f.write(data)
+        else:
+            link_shared(objects, path, needed, _empty_object(config) if needed else None,
+                        linker=find_host_linker())
+            if key is not None:
+                with open(path, "rb") as f:
+                    store.put(key, f.read())
+        try:
+            return ctypes.CDLL(path, mode=mode)
+        except OSError as err:
+            raise RuntimeError(f"cannot load the kernels just linked ({path}): {err}") from None
+
+
+def _library_key(objects: list[bytes], needed: tuple[str, ...]) -> str:
+    """The cache key of the host library linked from ``objects``: their contents (the objects
+    name their triple), the libraries it needs, and tilecraft's code (the link's flags)."""
+    digests = [hashlib.sha256(o).hexdigest() for o in objects]
+    return kernel_cache.cache_key("llvm-host-library", _LIBRARY_FORMAT, list(needed), digests,
+                                  kernel_cache.code_fingerprint())
+
+
+def _empty_object(config: MachineConfig) -> bytes:
+    """An object with nothing in it (stands in for a ``DT_NEEDED`` library when linking)."""
+    tm = config.machine(jit=False, pic=True)
+    mod = llvm.parse_assembly(f'target triple = "{config.triple}"\n'
+                              f'target datalayout = "{tm.target_data}"\n')
+    return tm.emit_object(mod)
+
+
+def _ensure_runtime_library(store=None) -> None:
+    """Load the thread pool once per process as a shared library whose two functions are
+    global (``RTLD_GLOBAL``): the host modules' libraries leave them undefined and the dynamic
+    loader binds them here, so every module of the process shares one pool. The libraries it
+    names as needed (``libm.so.6``, ``libpthread.so.0`` on glibc) join the global scope with
+    it, and the modules' calls into them bind there too."""
+    global _RUNTIME_LIBRARY
     with _LOCK:
-        if _RUNTIME_ENGINE is not None:
+        if _RUNTIME_LIBRARY is not None:
             return
         config = MachineConfig(Target("llvm"))
-        tm = config.machine(jit=True, pic=False)
-        mod = llvm.parse_assembly(runtime_ir(config, str(tm.target_data), "default"))
-        mod.verify()
-        optimize(mod, tm, 2)
-        engine = llvm.create_mcjit_compiler(mod, tm)
-        engine.finalize_object()
-        for name in (threadpool.LAUNCH, threadpool.NUM_CORES):
-            llvm.add_symbol(name, engine.get_function_address(name))
-        _RUNTIME_ENGINE = (engine, mod, tm)
+
+        def make():
+            tm = config.machine(jit=False, pic=True)
+            return _object_from_ir(runtime_ir(config, str(tm.target_data), "default"), config)
+        key = kernel_cache.cache_key("llvm-runtime-shared", _KERNEL_FORMAT,
+                                     machine_key(config)) if store is not None else None
+        obj = _cached_object(store, key, make)
+        _RUNTIME_LIBRARY = _load_library([obj], config, config.needed_libraries(True),
+                                         mode=ctypes.RTLD_GLOBAL, store=store)
 
 
 _NAME = r'%(?:[-\w.$]+|"[^"]*")'
@@ -519,7 +580,8 @@ def runtime_object(config: MachineConfig, store=None) -> bytes:
 class LLVMModule(Module):
     """A module compiled by the LLVM back end, one object per kernel plus a glue object.
 
-    For the host target the objects are loaded into MCJIT and run here; for another triple
+    For the host target the objects are linked into a shared library and loaded (``_load``)
+    and run here; for another triple
     calling a function raises ``RuntimeError`` (export it and run it on its board).
     ``export_library`` links the objects (and the thread-pool runtime, when parallel loops
     need it) into one shared library with ``ld.lld``.
@@ -539,7 +601,7 @@ class LLVMModule(Module):
         self._source = source          # () -> [(name, lowered PrimFunc)], for get_source
         self._store = store
         self._texts: dict[str, str] = {}
-        self._engine = None
+        self._lib: ctypes.CDLL | None = None
         self.build_stats = None
         if config.is_host:
             self._load()
@@ -547,21 +609,28 @@ class LLVMModule(Module):
 
     # -- loading ----------------------------------------------------------------------------------
     def _load(self):
-        """Load the objects into an MCJIT engine (symbols resolve among them; the thread pool's
-        come from the process-wide runtime engine)."""
+        """Link the glue and kernel objects into a shared library with ``ld.lld`` and load it
+        with ``ctypes``; the thread pool's functions come from the process-wide runtime library.
+
+        Not MCJIT: its memory manager takes code and read-only data from separate pools, which
+        in a long-lived process can end up more than 2 GiB apart, out of reach of the small
+        code model's 32-bit PC-relative references (LLVM then aborts the process). The dynamic
+        loader maps one library's sections together. See ``docs/known-issues.md``.
+        """
         _init_llvm()
-        if self._uses_parallel:
-            _ensure_runtime_engine()
-        tm = self._config.machine(jit=True, pic=False)
-        empty = llvm.parse_assembly(f'target triple = "{self._config.triple}"\n'
-                                    f'target datalayout = "{tm.target_data}"\n')
-        with _LOCK:
-            engine = llvm.create_mcjit_compiler(empty, tm)
-            for obj in [self._glue] + [k.object for k in self._kernels]:
-                engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-            engine.finalize_object()
-        self._tm = tm
-        self._engine = engine
+        # the runtime library brings libm and libpthread into the global scope (its DT_NEEDED
+        # entries), so the module's library needs none of its own: one ld.lld run less a build
+        _ensure_runtime_library(self._store)
+        self._lib = _load_library([self._glue] + [k.object for k in self._kernels],
+                                  self._config, (), store=self._store)
+
+    def __del__(self):
+        # unload the library with the module, as MCJIT freed its memory with the engine (every
+        # Function holds its module, so no pointer into the library outlives it)
+        lib = getattr(self, "_lib", None)
+        if lib is not None:
+            self._lib = None
+            _dlclose(lib._handle)
 
     def objects(self) -> list[bytes]:
         """The relocatable objects a library links: glue, thread-pool runtime (when parallel
@@ -571,13 +640,10 @@ class LLVMModule(Module):
 
     # -- Module interface -------------------------------------------------------------------------
     def _address(self, symbol: str) -> int:
-        if symbol in (abi.NUM_THREADS_SYMBOL, abi.METADATA_SYMBOL, abi.ABI_VERSION_SYMBOL):
-            addr = self._engine.get_global_value_address(symbol)
-        else:
-            addr = self._engine.get_function_address(symbol)
-        if not addr:
-            raise KeyError(f"symbol {symbol} not found in the JIT module")
-        return addr
+        try:
+            return ctypes.cast(getattr(self._lib, symbol), ctypes.c_void_p).value
+        except AttributeError:
+            raise KeyError(f"symbol {symbol} not found in the module's library") from None
 
     def _unavailable_reason(self) -> str | None:
         if self._config.is_host:
@@ -643,15 +709,9 @@ class LLVMModule(Module):
         """
         path = os.fspath(path)
         needed = self._config.needed_libraries(self._uses_parallel)
-        stub = self._empty_object() if needed else None
+        stub = _empty_object(self._config) if needed else None
         link_shared(self.objects(), path, needed, stub)
         return path
-
-    def _empty_object(self) -> bytes:
-        tm = self._config.machine(jit=False, pic=True)
-        mod = llvm.parse_assembly(f'target triple = "{self._config.triple}"\n'
-                                  f'target datalayout = "{tm.target_data}"\n')
-        return tm.emit_object(mod)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -214,6 +214,40 @@ def test_fold_constant_call_tir_and_ops():
     np.testing.assert_allclose(run_module(mod2, a), a + c1 + c2, rtol=1e-6)
 
 
+def test_fold_constant_compiles_the_constant_calls_in_one_module(monkeypatch):
+    """The calls on constants that take the compiled path are built in one host module (one
+    link); a call whose arguments only become constant while folding is built as it comes."""
+    from tilecraft.relax.transform import fold_constant as fold
+    built = []
+    real_build = fold.targets.build
+
+    def counting_build(func_or_mod, target):
+        built.append(sorted(func_or_mod.functions) if hasattr(func_or_mod, "functions")
+                     else ["one"])
+        return real_build(func_or_mod, target)
+    monkeypatch.setattr(fold.targets, "build", counting_build)
+    monkeypatch.setattr(fold, "_BUILD_CACHE", {})
+    big1, big2, big3 = rand(64, 96), rand(80, 64), rand(64, 96)
+    bb = BlockBuilder()
+    x = Var("x", T((64, 96)))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            r = bb.emit(relu(const(big1)))
+            e = bb.emit(exp(const(big2)))
+            s = bb.emit(add(const(big3), const(big1)))
+            chained = bb.emit(sub(r, s))          # constant only once r and s are folded
+            gv = bb.emit_output(Tuple([add(x, chained), e]))
+        bb.emit_func_output(gv)
+    folded = FoldConstant()(LegalizeOps()(bb.get()))
+    check_well_formed(folded)
+    assert built == [["add", "exp", "relu"], ["one"]], built
+    a = rand(64, 96)
+    out, ex = run_module(DeadCodeElimination()(folded), a)
+    np.testing.assert_allclose(out, a + np.maximum(big1, 0) - (big3 + big1), rtol=1e-6,
+                               atol=1e-6)
+    np.testing.assert_allclose(ex, np.exp(big2), rtol=1e-6)
+
+
 def test_fold_constant_leaves_non_constant_and_builtins():
     bb = BlockBuilder()
     x = Var("x", T((4,)))

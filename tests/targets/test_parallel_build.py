@@ -150,3 +150,37 @@ def test_kernel_specs_schedule_where_they_compile(tmp_path):
     warm["s1"](a, b)
     np.testing.assert_allclose(b, a * 3.0, rtol=1e-6)
     assert "x float>" in warm.get_source("ll-raw")
+
+
+class _Finalized:
+    """In a reference cycle; its destructor records the process that ran it."""
+
+    def __init__(self, path):
+        self.path, self.me = path, self
+
+    def __del__(self):
+        with open(self.path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def _collect_and_pid():
+    import gc
+    gc.collect()
+    return os.getpid()
+
+
+@pytest.mark.skipif(not parallel.can_fork(), reason="needs fork (Linux)")
+def test_workers_never_collect_this_processs_garbage(tmp_path):
+    """A destructor of this process's garbage (a library object in a reference cycle: a WebGPU
+    buffer hung a worker so) never runs in a forked worker."""
+    import gc
+    log = tmp_path / "finalized"
+    gc.disable()
+    try:
+        _Finalized(str(log))          # garbage in a cycle, not collected yet
+        pids = parallel.run_tasks([_collect_and_pid] * 2, jobs=2)
+    finally:
+        gc.enable()
+    gc.collect()
+    ran = log.read_text().split() if log.exists() else []
+    assert ran == [str(os.getpid())], (ran, pids)
