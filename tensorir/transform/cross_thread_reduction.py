@@ -99,6 +99,21 @@ def _fail(br: BlockRealize, why: str):
     raise TIRError(f"cross-thread reduction of block {br.block.name}: {why}", br)
 
 
+def _thread_index(loops: list[For], br: BlockRealize) -> tuple[PrimExpr, int]:
+    """The row-major index of a thread among the constant-extent thread ``loops``, and their
+    number of threads."""
+    total = 1
+    index: PrimExpr = IntImm(0, "int64")
+    for f in loops:
+        ext = f.extent
+        if not isinstance(ext, IntImm):
+            _fail(br, f"thread loop {f.loop_var.name} has the non-constant extent {ext}")
+        pos = f.loop_var if isinstance(f.min, IntImm) and f.min.value == 0 else f.loop_var - f.min
+        index = pos if total == 1 else index * ext.value + pos
+        total *= ext.value
+    return index, total
+
+
 def _lower_one(chain: list[For], br: BlockRealize,
                outer_threads: list[For]) -> tuple[Stmt, Buffer]:
     """The reduction rewritten (its partial result allocated) and the shared buffer of its
@@ -160,25 +175,9 @@ def _lower_one(chain: list[For], br: BlockRealize,
     identity = _identity(kind, dtype)
     threads = [f for f in chain if f.kind == "thread_binding"]
     serial = [f for f in chain if f.kind != "thread_binding"]
-    total = 1
-    lin: PrimExpr = IntImm(0, "int64")
-    for f in threads:
-        ext = f.extent
-        if not isinstance(ext, IntImm):
-            _fail(br, f"thread loop {f.loop_var.name} has the non-constant extent {ext}")
-        pos = f.loop_var if isinstance(f.min, IntImm) and f.min.value == 0 else f.loop_var - f.min
-        lin = pos if total == 1 else lin * ext.value + pos
-        total *= ext.value
+    lin, total = _thread_index(threads, br)
     # the slot of this thread's group of reducing threads: one tree per outer thread index
-    base: PrimExpr = IntImm(0, "int64")
-    groups = 1
-    for f in outer_threads:
-        ext = f.extent
-        if not isinstance(ext, IntImm):
-            _fail(br, f"thread loop {f.loop_var.name} has the non-constant extent {ext}")
-        pos = f.loop_var if isinstance(f.min, IntImm) and f.min.value == 0 else f.loop_var - f.min
-        base = pos if groups == 1 else base * ext.value + pos
-        groups *= ext.value
+    base, groups = _thread_index(outer_threads, br)
     base = base * total
     partial = Buffer(f"{buf.name}_in_thread", [IntImm(1, "int64")], dtype, scope="local")
     red = Buffer(f"{buf.name}_red", [IntImm(total * groups, "int64")], dtype, scope="shared")
