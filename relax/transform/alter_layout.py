@@ -207,7 +207,7 @@ class _Alter(ExprMutator):
     def conv2d(self, call: Call) -> Expr | None:
         g = conv2d_geometry(call)
         if g is None:
-            return None
+            return self.conv2d_head(call)
         data, weight = call.args
         a = call.attr_dict
         layout, klayout = a["data_layout"], a["kernel_layout"]
@@ -253,6 +253,24 @@ class _Alter(ExprMutator):
         compute = depthwise_nhwc.depthwise_conv2d_nhwc_rows if \
             depthwise_nhwc.depthwise_nhwc_applies(plan) else conv2d_nhwc.conv2d_nhwc_packed
         return self.kernel(compute, data, packed, plan, out_dtype, name="conv2d_nhwc",
+                           pattern=OpPattern.OUT_EWISE_FUSABLE)
+
+    def conv2d_head(self, call: Call) -> Expr | None:
+        """NCHW data with an NHWC output (``ConvertLayout``'s head of an NHWC chain): the
+        channel-vector row tiles writing each position's channels straight into NHWC
+        (``conv2d_nchw_cvec(..., out_layout="NHWC")``), where ``head_conv_plan`` gives one."""
+        g = conv2d_geometry(call, mixed=True)
+        if g is None or call.attr_dict["data_layout"] != "NCHW":
+            return None
+        plan = conv2d_strategy.head_conv_plan(g, self.lanes, self.registers)
+        if plan is None:
+            return None
+        data, weight = call.args
+        packed = self.builder.emit(self.kernel(
+            conv2d_nchw.pack_conv2d_nchw_weight, weight, call.attr_dict["kernel_layout"],
+            plan.width, name="pack_conv2d_nchw_weight", pattern=OpPattern.INJECTIVE))
+        return self.kernel(conv2d_nchw_cvec.conv2d_nchw_cvec, data, packed, plan,
+                           call.struct_info.dtype, "NCHW", "NHWC", name="conv2d_nhwc",
                            pattern=OpPattern.OUT_EWISE_FUSABLE)
 
     # -- matmul / linear ----------------------------------------------------------------------

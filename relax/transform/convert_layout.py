@@ -15,6 +15,10 @@ The pass rewrites, on operator calls before ``LegalizeOps``:
   elementwise operators and pooling, into ``conv2d`` with ``data_layout="NHWC"``,
   ``out_layout="NHWC"`` and the kernel layout unchanged (a lone convolution would pay a
   permutation on each side for what its NHWC tile saves, and stays NCHW);
+- a convolution that feeds such a chain but does not pay in NHWC itself (a stem on the
+  image's 3 channels) and that ``backend.cpu.conv2d_strategy.head_conv_plan`` runs with an
+  NHWC output, into the chain's *head*: NCHW data, ``out_layout="NHWC"``, so neither the
+  image nor its output is permuted;
 - ``max_pool2d`` / ``avg_pool2d`` / ``adaptive_*_pool2d`` on NCHW into their NHWC form;
 - elementwise and broadcast operators (``relax.add``, ``multiply``, ``nn.relu``, ``clip``, ...)
   whose 4-D operand is already NHWC: the other operands that broadcast against it
@@ -81,6 +85,11 @@ class ConvertLayout(Pass):
         A chain of convolutions joined by elementwise operators and pooling converts when it
         holds two or more convertible ones and an anchor. ``convertible=lambda call: True,
         anchor=lambda call: True`` converts every chain the NHWC kernel runs.
+    head : callable, optional
+        ``head(call) -> bool``: whether this NCHW ``conv2d`` call that is not convertible may
+        head a converted chain it feeds, reading NCHW and writing NHWC (default
+        ``default_head``: ``head_conv_plan`` has a kernel for it). ``head=lambda call:
+        False`` keeps such convolutions NCHW with a permutation after them.
 
     Examples
     --------
@@ -89,14 +98,16 @@ class ConvertLayout(Pass):
 
     name = "ConvertLayout"
 
-    def __init__(self, target: "Target | str | None" = None, convertible=None, anchor=None):
+    def __init__(self, target: "Target | str | None" = None, convertible=None, anchor=None,
+                 head=None):
         self.target = target if isinstance(target, Target) else Target(target or "llvm")
-        for what, f in (("convertible", convertible), ("anchor", anchor)):
+        for what, f in (("convertible", convertible), ("anchor", anchor), ("head", head)):
             if f is not None and not callable(f):
                 raise TypeError(f"ConvertLayout: {what} must be callable (call) -> bool, got "
                                 f"{type(f).__name__}")
         self.convertible = convertible or self.default_convertible
         self.anchor = anchor or self.default_anchor
+        self.head = head or self.default_head
 
     def default_convertible(self, call: Call) -> bool:
         g = conv2d_geometry(call)
@@ -115,8 +126,16 @@ class ConvertLayout(Pass):
             return True
         return registers < 32 and _one_by_one(call)
 
+    def default_head(self, call: Call) -> bool:
+        """Whether ``head_conv_plan`` runs this NCHW convolution with an NHWC output."""
+        g = conv2d_geometry(call)
+        if g is None or self.target.kind != "llvm":
+            return False
+        lanes, registers = cpu_tile_params(self.target)
+        return conv2d_strategy.head_conv_plan(g, lanes, registers) is not None
+
     def transform_module(self, mod: IRModule) -> IRModule:
-        new = _Converter(mod, self.convertible, self.anchor).visit_module()
+        new = _Converter(mod, self.convertible, self.anchor, self.head).visit_module()
         return new if new is mod else DeadCodeElimination()(new)
 
 
@@ -214,12 +233,14 @@ def _carries_layout(value) -> bool:
                               value.op.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST))
 
 
-def _chained_convs(func: Function, convertible, anchor) -> set[int]:
-    """The ids of the binding vars of the convolutions in ``func`` to convert: the convertible
-    ones in chains (joined through elementwise operators, pooling and copies, both ways: a
-    residual add joins its branches) of two or more that hold an ``anchor``. A convolution
-    alone would pay a permutation on each side for a tile 10-20% faster, and a chain of layers
-    NHWC only runs on par (VGG-19's 3x3 layers: 0.96x in all) gains nothing for its two."""
+def _chained_convs(func: Function, convertible, anchor, head=None) -> tuple[set[int], set[int]]:
+    """The ids of the binding vars of the convolutions in ``func`` to convert, and of those
+    among them that head their chain: the convertible ones in chains (joined through
+    elementwise operators, pooling and copies, both ways: a residual add joins its branches)
+    of two or more that hold an ``anchor``, and the ``head`` ones whose output (not input)
+    joins such a chain. A convolution alone would pay a permutation on each side for a tile
+    10-20% faster, and a chain of layers NHWC only runs on par (VGG-19's 3x3 layers: 0.96x
+    in all) gains nothing for its two."""
     body = func.body
     if not isinstance(body, SeqExpr):
         return set()
@@ -228,18 +249,23 @@ def _chained_convs(func: Function, convertible, anchor) -> set[int]:
     convs: dict[int, Var] = {}          # id -> var of the convertible convolutions
     blocked: set[int] = set()           # the other convolutions
     anchors: set[int] = set()
+    heads: set[int] = set()             # convolutions that may head a chain (output side only)
     for blk in body.blocks:
         for b in blk.bindings:
             if not isinstance(b, VarBinding):
                 continue
             if _op_name(b.value) == "relax.nn.conv2d":
+                args = [b.value.args[0]]
                 if convertible(b.value):
                     convs[id(b.var)] = b.var
                     if anchor(b.value):
                         anchors.add(id(b.var))
+                elif head is not None and _nchw(b.value) and head(b.value):
+                    convs[id(b.var)] = b.var
+                    heads.add(id(b.var))
+                    args = []       # its input stays NCHW: it joins no chain that way
                 else:
                     blocked.add(id(b.var))
-                args = [b.value.args[0]]
             elif _carries_layout(b.value):
                 args = [b.value] if isinstance(b.value, Var) else list(b.value.args)
             else:
@@ -280,23 +306,32 @@ def _chained_convs(func: Function, convertible, anchor) -> set[int]:
         members.setdefault(root(k), []).append(k)
     out = set()
     for group in members.values():
-        if len(group) >= 2 and any(k in anchors for k in group):
+        body_convs = [k for k in group if k not in heads]
+        if len(body_convs) >= 2 and any(k in anchors for k in body_convs):
             out.update(group)
-    return out
+    return out, out & heads
+
+
+def _nchw(call: Call) -> bool:
+    a = call.attr_dict
+    return a["data_layout"] == "NCHW" and a["out_layout"] == "NCHW"
 
 
 class _Converter(ExprMutator):
-    def __init__(self, mod, convertible, anchor):
+    def __init__(self, mod, convertible, anchor, head=None):
         super().__init__(mod)
         self.convertible = convertible
         self.anchor = anchor
+        self.head = head
         self.nhwc: set[int] = set()     # ids of the vars this pass bound to NHWC tensors
         self.permuted: dict[int, Var] = {}   # id(NCHW var) -> its permutation to NHWC
         self.chained: set[int] = set()       # ids of the convolutions to convert
+        self.heads: set[int] = set()         # ... of those that keep their NCHW input
         self.binding: Var | None = None      # the var of the binding being rewritten
 
     def visit_function_root(self, name, func):
-        self.chained = _chained_convs(func, self.convertible, self.anchor)
+        self.chained, self.heads = _chained_convs(func, self.convertible, self.anchor,
+                                                  self.head)
         return super().visit_function_root(name, func)
 
     def visit_var_binding(self, b) -> None:
@@ -352,6 +387,9 @@ class _Converter(ExprMutator):
                 _tensor4(call) is None or self.binding is None or \
                 id(self.binding) not in self.chained:
             return None
+        if id(self.binding) in self.heads:
+            a.update(out_layout="NHWC")     # the image stays NCHW: no permutation of it
+            return self.converted(Call(call.op, list(call.args), a))
         a.update(data_layout="NHWC", out_layout="NHWC")
         return self.converted(Call(call.op, [self.to_nhwc(call.args[0]), call.args[1]], a))
 

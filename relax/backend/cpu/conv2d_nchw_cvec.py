@@ -218,7 +218,8 @@ def _cvec_tile(g: ConvGeometry, lanes: int, registers: int,
 
 
 def conv2d_nchw_cvec(data: te.Tensor, weight: te.Tensor, plan: ChannelVectorPlan,
-                     out_dtype: str, layout: str = "NCHW") -> te.Tensor:
+                     out_dtype: str, layout: str = "NCHW",
+                     out_layout: str | None = None) -> te.Tensor:
     """The NCHW convolution of ``data`` ``(N, C, H, W)`` with the packed weight
     ``[O/R, I, KH, KW, R]`` (``pack_conv2d_nchw_weight`` with ``R = plan.width``), the output
     channels in the vector lanes: a tile of ``plan.rows`` output positions x ``R`` channels
@@ -242,8 +243,13 @@ def conv2d_nchw_cvec(data: te.Tensor, weight: te.Tensor, plan: ChannelVectorPlan
     n = data.shape[0]
     hp, wp = g.padded
     nhwc = layout == "NHWC"
+    out_layout = out_layout or layout
     if nhwc and not plan.across_rows:
         raise ValueError("conv2d_nchw_cvec: NHWC data takes the tiles across rows only")
+    if out_layout not in ("NCHW", "NHWC") or \
+            (out_layout != layout and (nhwc or plan.across_rows)):
+        raise ValueError(f"conv2d_nchw_cvec: {layout} data with a {out_layout} output: only "
+                         f"NCHW data may write NHWC, and with the tiles of one row")
     src = pad_nhwc(data, g) if nhwc else \
         pad_image(data, g.padding, hp, wp, te.const(0, data.dtype))
     ipg, opg, nr = g.in_per_group, g.out_per_group, plan.width
@@ -263,6 +269,10 @@ def conv2d_nchw_cvec(data: te.Tensor, weight: te.Tensor, plan: ChannelVectorPlan
 
     attrs = {SCHEDULE_RULE: RULE_CONV_NCHW_CVEC, "rows": plan.rows, "width": nr,
              "lanes": plan.lanes, "across_rows": int(plan.across_rows), "k_chunk": plan.k_chunk}
+    if out_layout == "NHWC" and not nhwc:
+        return te.compute((n, g.out_h, g.out_w, g.out_channels),
+                          lambda b, y, x, o: f(b, o, y, x), "conv2d_nhwc",
+                          attrs={**attrs, "out_nhwc": 1})
     if not plan.across_rows:
         return te.compute((n, g.out_channels, g.out_h, g.out_w), f, "conv2d_nchw",
                           attrs=attrs)
@@ -302,7 +312,11 @@ def schedule_conv2d_nchw_cvec(sch: Schedule, name: str, target: Target,
         _schedule_conv_cvec_tiles(sch, name, target)
         return
     block, (rows, width, lanes), loops = conv_tile_block(sch, name, ("rows", "width", "lanes"))
-    b, o, y, x, rc, ry, rx = loops
+    out_nhwc = ann_int(sch.get(block), "out_nhwc", 0)
+    if out_nhwc:
+        b, y, x, o, rc, ry, rx = loops
+    else:
+        b, o, y, x, rc, ry, rx = loops
     o0, o1 = sch.split(o, [None, width])
     x0, x1 = sch.split(x, [None, rows])
     sch.reorder(b, o0, y, x0, rc, ry, rx, x1, o1)
@@ -312,13 +326,18 @@ def schedule_conv2d_nchw_cvec(sch: Schedule, name: str, target: Target,
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, x0)
     fuse_epilogue(sch, acc)
-    # the accumulators channel-minor, so a vector of channels is one contiguous run (one
-    # register); in the output's NCHW order its lanes would be a plane apart (a gather)
-    sch.transform_layout(block, 0, lambda b_, o_, y_, x_: (b_, y_, x_, o_))
+    if not out_nhwc:
+        # the accumulators channel-minor, so a vector of channels is one contiguous run (one
+        # register); in the output's NCHW order its lanes would be a plane apart (a gather)
+        sch.transform_layout(block, 0, lambda b_, o_, y_, x_: (b_, y_, x_, o_))
     init = sch.decompose_reduction(block, rc)
     _cvec_inner(sch, rc, ry, rx, x1, o1, rows, width, lanes)
     finish_tile_block(sch, init, outer)
-    _cvec_write_back(sch, acc, outer, rows)
+    if out_nhwc:
+        # NHWC output: each position's channel vectors go out as they are, no transpose
+        finish_tile_block(sch, acc, outer)
+    else:
+        _cvec_write_back(sch, acc, outer, rows)
 
 
 def _cvec_write_back(sch: Schedule, acc, outer: int, rows: int) -> None:

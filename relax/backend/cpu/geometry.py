@@ -118,14 +118,15 @@ def static_ints(dims) -> list[int] | None:
 CPU_KERNEL_DTYPES = {("float32", "float32"), ("float16", "float32"), ("float16", "float16")}
 
 
-def conv2d_geometry(call: Call, dtypes: tuple[str, str, str] | None = None
-                    ) -> ConvGeometry | None:
+def conv2d_geometry(call: Call, dtypes: tuple[str, str, str] | None = None,
+                    mixed: bool = False) -> ConvGeometry | None:
     """The ``ConvGeometry`` of a ``relax.nn.conv2d`` call the CPU convolution families can run:
     data, weight and output of ``dtypes`` (``("uint8", "int8", "int32")`` for the int8
     family), or by default float32 (or float16 operands with a float32 or float16 result,
     ``CPU_KERNEL_DTYPES``), NCHW or NHWC data with the output in the same layout, static
     channels, image size and weight; None otherwise (and for what the operator's own checks
-    report).
+    report). With ``mixed``, also NCHW data with an NHWC output (the head convolution of
+    ``ConvertLayout``'s NHWC chains).
 
     Examples
     --------
@@ -135,7 +136,8 @@ def conv2d_geometry(call: Call, dtypes: tuple[str, str, str] | None = None
     a = call.attr_dict
     data, weight = call.args
     layout, klayout = a["data_layout"], a["kernel_layout"]
-    if layout not in ("NCHW", "NHWC") or a["out_layout"] != layout:
+    head = mixed and (layout, a["out_layout"]) == ("NCHW", "NHWC")
+    if layout not in ("NCHW", "NHWC") or (a["out_layout"] != layout and not head):
         return None
     dsi, wsi = data.struct_info, weight.struct_info
     out_si = call.struct_info
