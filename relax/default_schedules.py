@@ -408,7 +408,10 @@ def _split_lanes(sch: Schedule, loop, extent: int | None, lanes: int):
     """(outer, inner) for the vectorized loop of a tile: two vectors wide when that divides
     the extent, a constant multiple of the lanes of up to four vectors whole, else vector-wide
     with a masked tail (LLVM handles odd-sized vectors badly, and masked lanes keep the
-    accumulators out of registers, so the tail is the last resort)."""
+    accumulators out of registers, so the tail is the last resort). A symbolic extent (the
+    attention scores' key positions): one vector wide, so that a short sequence fills more of
+    its lanes (BERT's scores, 4 heads of 64, at 8 tokens: 3.3 -> 2.2 us on a tile of 16 lanes
+    rather than 32; at 8 x 128 tokens 1.80 -> 1.65 ms, one thread, Zen 4)."""
     if extent is not None:
         if extent <= lanes or (extent % lanes == 0 and extent <= 4 * lanes and
                                extent % (2 * lanes) != 0) or extent == 2 * lanes:
@@ -416,7 +419,7 @@ def _split_lanes(sch: Schedule, loop, extent: int | None, lanes: int):
         if extent % (2 * lanes) == 0:
             return tuple(sch.split(loop, [None, 2 * lanes]))
         return tuple(sch.split(loop, [None, lanes]))
-    return tuple(sch.split(loop, [None, 2 * lanes]))
+    return tuple(sch.split(loop, [None, lanes]))
 
 
 def _vector_inner(sch: Schedule, loop, lanes: int):
