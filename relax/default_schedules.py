@@ -237,7 +237,33 @@ def _schedule_spatial(sch: Schedule, name: str, target: Target) -> None:
     elif _transpose_tiles(sch, block, loops, work):
         return
     if work >= MIN_PARALLEL_WORK:
-        sch.parallel(parallel_outer(sch, loops[:-1]))
+        last = loop_extent(nodes[-1])
+        sch.parallel(_outermost_parallel(sch, loops[:-1], 1 if last is None else last))
+
+
+def _outermost_parallel(sch: Schedule, outer: list, inner_work: int = 1):
+    """The loop to run in parallel over the ``outer`` loops of a spatial nest whose innermost
+    loops do ``inner_work`` iterations. ``parallel_outer`` runs the constant loops after the
+    last symbolic one in parallel inside the symbolic loops, one parallel launch per outer
+    iteration; that is the right place when those constant loops alone carry a launch's
+    worth of work (``MIN_PARALLEL_WORK``: a ReLU over ``(n, 64, 28, 28)`` runs ``n``
+    launches of 1792 rows). When they do not, the constant loops go outermost (a spatial
+    block's loops reorder freely) and are fused, so the nest makes one launch per call: a
+    softmax's ``exp`` over ``(batch, 4, seq, seq)`` made ``batch * 4`` launches of one row
+    of ``seq``, about 40 ns each on one thread (0.4 of the 0.9 us its symbolic kernel took
+    over the concrete one at 1 x 8 tokens); BERT's attention layout copies the same.
+    Without constant loops, ``parallel_outer``'s choice."""
+    const = [rv for rv in outer if loop_extent(sch.get(rv)) is not None]
+    symbolic = [rv for rv in outer if loop_extent(sch.get(rv)) is None]
+    if not const or not symbolic:
+        return parallel_outer(sch, outer)
+    const_work = inner_work
+    for rv in const:
+        const_work *= loop_extent(sch.get(rv))
+    if const_work >= MIN_PARALLEL_WORK:
+        return parallel_outer(sch, outer)
+    sch.reorder(*const, *symbolic)
+    return sch.fuse(*const) if len(const) > 1 else const[0]
 
 
 def _vector_runs(sch: Schedule, block_rv, loops: list, lanes: int) -> bool:
@@ -309,12 +335,14 @@ def _transpose_tiles(sch: Schedule, block_rv, loops: list, work: int) -> bool:
         return False
     k = inner[0]
     t, out_inner = loops[k], loops[-1]
-    t0, t1 = sch.split(t, [None, _tile_side(loop_extent(sch.get(t)))])
-    l0, l1 = sch.split(out_inner, [None, _tile_side(loop_extent(sch.get(out_inner)))])
+    side_t = _tile_side(loop_extent(sch.get(t)))
+    side_l = _tile_side(loop_extent(sch.get(out_inner)))
+    t0, t1 = sch.split(t, [None, side_t])
+    l0, l1 = sch.split(out_inner, [None, side_l])
     outer = [rv for j, rv in enumerate(loops[:-1]) if j != k]
     sch.reorder(*outer, t0, l0, t1, l1)
     if work >= MIN_PARALLEL_WORK:
-        sch.parallel(parallel_outer(sch, outer + [t0]))
+        sch.parallel(_outermost_parallel(sch, outer + [t0], side_t * side_l))
     return True
 
 
@@ -380,7 +408,10 @@ def _split_lanes(sch: Schedule, loop, extent: int | None, lanes: int):
     """(outer, inner) for the vectorized loop of a tile: two vectors wide when that divides
     the extent, a constant multiple of the lanes of up to four vectors whole, else vector-wide
     with a masked tail (LLVM handles odd-sized vectors badly, and masked lanes keep the
-    accumulators out of registers, so the tail is the last resort)."""
+    accumulators out of registers, so the tail is the last resort). A symbolic extent (the
+    attention scores' key positions): one vector wide, so that a short sequence fills more of
+    its lanes (BERT's scores, 4 heads of 64, at 8 tokens: 3.3 -> 2.2 us on a tile of 16 lanes
+    rather than 32; at 8 x 128 tokens 1.80 -> 1.65 ms, one thread, Zen 4)."""
     if extent is not None:
         if extent <= lanes or (extent % lanes == 0 and extent <= 4 * lanes and
                                extent % (2 * lanes) != 0) or extent == 2 * lanes:
@@ -388,7 +419,7 @@ def _split_lanes(sch: Schedule, loop, extent: int | None, lanes: int):
         if extent % (2 * lanes) == 0:
             return tuple(sch.split(loop, [None, 2 * lanes]))
         return tuple(sch.split(loop, [None, lanes]))
-    return tuple(sch.split(loop, [None, 2 * lanes]))
+    return tuple(sch.split(loop, [None, lanes]))
 
 
 def _vector_inner(sch: Schedule, loop, lanes: int):
