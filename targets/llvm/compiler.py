@@ -5,7 +5,8 @@ generate LLVM IR, optimize, emit a relocatable object), so that kernels compile 
 processes and come from the persistent kernel cache (``targets.kernel_cache``) when they were
 compiled before. A small glue object (``glue_object``) defines what the kernels share: the
 error buffer and ``tilecraft_get_last_error``, the thread count, the ABI version and the
-metadata. For the host the objects are linked with ``ld.lld`` into a shared library that is
+metadata. For the host the objects are linked with the host linker (``toolchain.find_host_linker``:
+GNU ``ld.bfd`` where installed, else ``ld.lld``) into a shared library that is
 loaded with ``ctypes`` (see ``LLVMModule._load`` for why not MCJIT); for another triple they are
 kept as they are. ``export_library`` links them (plus the thread-pool runtime, when parallel
 loops need it) into one shared library with ``ld.lld``.
@@ -244,7 +245,8 @@ def _load_library(objects: list[bytes], config: MachineConfig, needed: tuple[str
 
     With a kernel cache ``store``, the linked library is kept there under the hash of its
     objects: a build whose objects were linked before (a warm build) copies it from the cache
-    instead of running ``ld.lld`` again (a linker run costs about 25 ms, mostly its start-up).
+    instead of running the linker again (``ld.lld`` costs about 25 ms a run, mostly its start-up;
+    ``ld.bfd`` about 3 ms).
     The file is deleted once loaded (the mapping stays); each library gets a directory of its
     own, and a copy of its own, so the dynamic loader never mistakes one for another and two
     modules never share their globals (error buffer, thread count).
@@ -609,7 +611,7 @@ class LLVMModule(Module):
 
     # -- loading ----------------------------------------------------------------------------------
     def _load(self):
-        """Link the glue and kernel objects into a shared library with ``ld.lld`` and load it
+        """Link the glue and kernel objects into a shared library (``find_host_linker``) and load it
         with ``ctypes``; the thread pool's functions come from the process-wide runtime library.
 
         Not MCJIT: its memory manager takes code and read-only data from separate pools, which
