@@ -621,7 +621,7 @@ class LLVMModule(Module):
         """
         _init_llvm()
         # the runtime library brings libm and libpthread into the global scope (its DT_NEEDED
-        # entries), so the module's library needs none of its own: one ld.lld run less a build
+        # entries), so the module's library needs none of its own: one linker run less a build
         _ensure_runtime_library(self._store)
         self._lib = _load_library([self._glue] + [k.object for k in self._kernels],
                                   self._config, (), store=self._store)
