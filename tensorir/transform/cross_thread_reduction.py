@@ -192,6 +192,11 @@ def _lower_one(chain: list[For], br: BlockRealize,
     for f in reversed(serial):
         update = For(f.loop_var, f.min, f.extent, f.kind if f.kind != "vectorized" else "serial",
                      update, None, f.annotation_dict)
+    if spatial_guard:
+        # a thread past a split's tail (a column beyond the last) reads nothing: its loads
+        # would be out of bounds. It still writes the identity to its slot and takes part in
+        # the tree (every thread must reach the barriers); only the final store skips it.
+        update = IfThenElse(_all(spatial_guard), update)
     steps = [BufferStore(partial, identity, zero), update, BufferStore(red, acc, [slot])]
     s = 1
     while s * 2 < total:

@@ -69,14 +69,15 @@ def rowreduce_func():
     return sch.mod["main"]
 
 
-def gemv_func():
+def gemv_func(columns: int = 72):
     """y = x W with the columns on threadIdx.x and the reduction shared by threadIdx.y: one
-    tree per column (a shared buffer slot per (column, reducing thread))."""
+    tree per column (a shared buffer slot per (column, reducing thread)). ``columns`` not a
+    multiple of 24 leaves a tail of threads past the last column."""
     m = te.var("m")
     A = te.placeholder((m, 100), "float32", "A")
-    W = te.placeholder((100, 72), "float32", "W")
+    W = te.placeholder((100, columns), "float32", "W")
     k = te.reduce_axis((0, 100), "k")
-    C = te.compute((m, 72), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
+    C = te.compute((m, columns), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
     sch = Schedule(te.create_prim_func([A, W, C]))
     i, j, kk = sch.get_loops(sch.get_block("C"))
     jo, ji = sch.split(j, [None, 24])
@@ -145,7 +146,7 @@ def gather_func():
 
 
 FUNCS = {"math": math_func, "ints": int_func, "rowreduce": rowreduce_func, "gemm": gemm_func,
-         "gemv": gemv_func,
+         "gemv": gemv_func, "gemv_tail": lambda: gemv_func(70),
          "vector": vector_func, "two_kernels": two_kernels_func, "gather": gather_func}
 
 
@@ -209,6 +210,15 @@ def test_cross_thread_reduction_under_thread_bound_columns(mod, dev, rows):
     x = rng.standard_normal((rows, 100)).astype("float32")
     w = rng.standard_normal((100, 72)).astype("float32")
     got, = _run(mod, dev, "gemv", [x, w], [((rows, 72), "float32")])
+    np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_cross_thread_reduction_with_a_column_tail(mod, dev):
+    # 70 columns in blocks of 24: the last block's two spare threads must read nothing
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 100)).astype("float32")
+    w = rng.standard_normal((100, 70)).astype("float32")
+    got, = _run(mod, dev, "gemv_tail", [x, w], [((3, 70), "float32")])
     np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
 
 

@@ -224,3 +224,42 @@ def test_cross_thread_reduction_lowers_to_a_tree_with_barriers():
     while isinstance(top, Allocate):
         top = top.body
     assert sum(is_barrier(s) for s in top.seq) == 6
+
+
+def test_cross_thread_reduction_threads_past_a_tail_read_nothing():
+    # 70 columns in blocks of 24 on threadIdx.x: the last block's 2 spare threads must not
+    # load W (out of bounds); they still take part in the tree, and only the store skips them
+    A = te.placeholder((4, 100), "float32", "A")
+    W = te.placeholder((100, 70), "float32", "W")
+    k = te.reduce_axis((0, 100), "k")
+    C = te.compute((4, 70), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
+    sch = Schedule(te.create_prim_func([A, W, C]))
+    i, j, kk = sch.get_loops(sch.get_block("C"))
+    jo, ji = sch.split(j, [None, 24])
+    ko, ki = sch.split(kk, [4, None])
+    sch.reorder(i, jo, ji, ko, ki)
+    sch.bind(i, "blockIdx.y")
+    sch.bind(jo, "blockIdx.x")
+    sch.bind(ji, "threadIdx.x")
+    sch.bind(ko, "threadIdx.y")
+    k0, = lower_device(sch.mod["main"], LIMITS).kernels
+
+    class Guarded(IRVisitor):
+        """The stores to C_in_thread and how many IfThenElse enclose each."""
+        def __init__(self):
+            super().__init__()
+            self.depth, self.found = 0, []
+
+        def visit_IfThenElse(self, s):
+            self.depth += 1
+            self.generic_visit(s)
+            self.depth -= 1
+
+        def visit_BufferStore(self, s):
+            if s.buffer.name == "C_in_thread" and "W" in repr(s.value):
+                self.found.append(self.depth)
+            self.generic_visit(s)
+
+    v = Guarded()
+    v.visit(k0.func.body)
+    assert v.found and all(d >= 1 for d in v.found)
