@@ -65,8 +65,8 @@ from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
 from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
                                compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
                                symbolic_rows)
-from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, loop_extent,
-                                         node_of, spatial_loops)
+from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, keeps_stage,
+                                         loop_extent, node_of, spatial_loops)
 
 from .default_schedules import DefaultScheduleWarning
 
@@ -203,7 +203,7 @@ def _inline(sch: Schedule) -> None:
         if len(blocks) <= 1:
             return
         for b in blocks[:-1]:
-            if node_of(sch, b).name in keep:
+            if node_of(sch, b).name in keep or keeps_stage(node_of(sch, b)):
                 continue
             if is_spatial(node_of(sch, b)) and sch.get_consumers(b):
                 try:
