@@ -16,7 +16,9 @@ Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column need
 ``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu``), ``TILECRAFT_GPU_MODEL_BATCHES``
 batches (``1,16``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
 for from batch 4 on (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1: one tile
-sized for batch 1 at every batch, as before).
+sized for batch 1 at every batch, as before). ``TILECRAFT_GPU_WINOGRAD=0`` builds the 3x3
+stride-1 convolutions as direct implicit GEMMs instead of Winograd F(2x2, 3x3)
+(``relax.transform.GPUWinograd``), for an A/B of the whole model in one device call.
 Results: ``benchmarks/results/gpu_models/<machine>.json`` (the machine: the CUDA GPU PyTorch
 ran on, else this CPU's name).
 """
