@@ -62,6 +62,7 @@ from tilecraft.tensorir.stmt import For
 from tilecraft.tensorir.transform import lower_device
 
 from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
+from .backend.gpu.depthwise import is_depthwise, schedule_depthwise
 from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
                                compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
                                symbolic_rows)
@@ -249,7 +250,7 @@ def _paddings_of_convolutions(sch: Schedule) -> set:
     keep = set()
     for b in blocks:
         node = node_of(sch, b)
-        if not (is_reduction(node) and is_gemm_like(node)):
+        if not (is_reduction(node) and is_gemm_like(node) or is_depthwise(node)):
             continue
         for i in reduce_inputs(node):
             if compact_read(node, i):
@@ -284,6 +285,18 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
         done = set()
         for g in gemms:
             done |= schedule_gemm(sch, g, target, shared, small, nominal_batch, nominal_rows)
+        _inline_paddings(sch, paddings)
+        for b in _blocks(sch):
+            name = node_of(sch, b).name
+            if name not in done and not _bound(sch, b):
+                _schedule_block(sch, b)
+        return
+    depthwise = [b for b in reductions if is_depthwise(node_of(sch, b))]
+    if depthwise and shared == "all" and not small:
+        # (the fallback strategies run the thread-per-output rule instead)
+        done = set()
+        for d in depthwise:
+            done |= schedule_depthwise(sch, d)
         _inline_paddings(sch, paddings)
         for b in _blocks(sch):
             name = node_of(sch, b).name
