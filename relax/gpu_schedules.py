@@ -9,7 +9,8 @@ are loop nests of one block each):
    elementwise epilogues into their producers (``reverse_compute_inline``) — except a
    convolution's padding, which is inlined after the GEMM schedule into the shared-memory
    fetch of the window tile (a plain box of the padded input, loaded from the unpadded one
-   with bounds checks): no padding kernel, no padded copy of the activation.
+   with bounds checks): no padding kernel, no padded copy of the activation; and a block
+   annotated ``KEEP_STAGE`` (a Winograd input transform), which stays a kernel of its own.
 2. **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch
    matmul, dense, convolution) as an (implicit) GEMM: the GPU GEMM family
    (``relax.backend.gpu.gemm``: a block tile of outputs per work-group accumulated in
@@ -19,6 +20,9 @@ are loop nests of one block each):
    host (``relax.backend.gpu.batch_dispatch``). Where the tiles do not fit the target
    (WebGPU's 16 KiB of workgroup storage), a quarter-size tile, then only the inputs read at
    plain indices (a convolution's weights) in shared memory, then registers only.
+   **Depthwise convolutions** (``relax.backend.gpu.depthwise``): a tile of one channel's image
+   per work-group, its padded input window in shared memory, the epilogue in the register
+   write-back.
 3. **Row reductions** (softmax, layer / RMS norm, sums and maxima): one work-group per row,
    ``T`` threads sharing each reduction (a cross-thread reduction: partials per thread, a tree
    in shared memory), every reduction of the kernel ``compute_at`` the output's row loop with
