@@ -67,6 +67,7 @@ from tilecraft.tensorir.transform import lower_device
 
 from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
 from .backend.gpu.depthwise import is_depthwise, schedule_depthwise
+from .backend.gpu import gemm
 from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
                                compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
                                symbolic_rows)
@@ -146,13 +147,9 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
     if batch is None:
         return out
     try:
-        small = None
-        for strategy in tried:
-            try:
-                small = _scheduled(func, strategy, target, **sizing)
-                break
-            except (ScheduleError, ValueError, TIRError):
-                continue
+        if "nominal_batch" in sizing:
+            out = _with_large_batch_variant(func, out, batch, tried, target)
+        small = _first_that_fits(func, tried, target, sizing)
         if small is None or _launch_shape(small) == _launch_shape(out):
             return out
         both = by_batch(batch, threshold, small, out)
@@ -163,6 +160,34 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
             warnings.warn(f"batch-1 variant of {func.attr_dict.get('global_symbol')}: "
                           f"{type(err).__name__}: {err}")
         return out
+
+
+def _first_that_fits(func: PrimFunc, tried, target: Target, sizing: dict):
+    """``func`` scheduled with ``sizing`` by the first of the strategies ``tried`` that
+    applies and lowers, or None."""
+    for strategy in tried:
+        try:
+            return _scheduled(func, strategy, target, **sizing)
+        except (ScheduleError, ValueError, TIRError):
+            continue
+    return None
+
+
+def _with_large_batch_variant(func: PrimFunc, out: PrimFunc, batch, tried,
+                              target: Target) -> PrimFunc:
+    """``out`` (the tile sized for ``GEMM_NOMINAL_BATCH``), or, where the tile sized for
+    ``GEMM_LARGE_NOMINAL_BATCH`` differs, both: that one from ``GEMM_LARGE_BATCH`` on (a
+    kernel whose tile was shrunk to fill the GPU at the nominal batch gets the larger, more
+    efficient tile at batch 16)."""
+    if not gemm.GEMM_LARGE_BATCH or gemm.GEMM_LARGE_BATCH <= GEMM_SMALL_BATCH:
+        return out
+    large = _first_that_fits(func, tried, target,
+                             {"nominal_batch": gemm.GEMM_LARGE_NOMINAL_BATCH})
+    if large is None or _launch_shape(large) == _launch_shape(out):
+        return out
+    both = by_batch(batch, gemm.GEMM_LARGE_BATCH, out, large)
+    lower_device(both, target)
+    return both
 
 
 def _symbolic_rows(func: PrimFunc):
