@@ -126,3 +126,26 @@ def test_winograd_conv_matches_numpy(gpu_dev, shape):
               lambda n: [RNG.standard_normal((n, C, H, W)).astype("float32"),
                          RNG.standard_normal((n, O, oh, ow)).astype("float32")],
               ref, sizes=(1, 3), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["opencl", "webgpu"])
+def test_gpu_tile_winograd_at_each_batch_tile(kind):
+    """The GPU tile (``Target(kind)``, not PoCL's CPU variant: float4 fragments, the register
+    prefetch) on a 64 -> 64 layer at 14 x 14 with bias and ReLU, at batches on each side of the
+    batch dispatch's thresholds (1, 5, 12: the batch-1, nominal and large tiles), against
+    numpy."""
+    dev, _ = gpu_device(kind)
+    C = O = 64
+    H = 14
+    w = (RNG.standard_normal((O, C, 3, 3)) * 0.1).astype("float32")
+    b = RNG.standard_normal((1, O, 1, 1)).astype("float32")
+    mod = gpu.module([("x", ("n", C, H, H), "float32")],
+                     lambda x: [nn.relu(op.add(nn.conv2d(x, const(w), padding=(1, 1)),
+                                               const(b)))])
+    exe = relax.build(mod, kind)
+    vm = VirtualMachine(exe, dev)
+    for n in (1, 5, 12):
+        x = RNG.standard_normal((n, C, H, H)).astype("float32")
+        got = vm["main"](x)[0].numpy()
+        np.testing.assert_allclose(got, np.maximum(_conv_ref(x, w, 1) + b, 0), rtol=1e-4,
+                                   atol=1e-4, err_msg=f"n={n}")
