@@ -6,13 +6,13 @@ weight and output, NCHW data and output, static channels and image size, 3x3, st
 dilation, one group, at least 64 input and output channels, an output of at least 7 x 7)
 becomes two kernel calls:
 
-    u = call_tir(pack_winograd_weight, (weight,))        # [16, O, C]; folded at build time
+    u = call_tir(pack_winograd_weight, (weight,))        # [16, O, C]
     y = call_tir(conv2d_nchw_winograd, (data, u))        # input transform, 16 GEMMs, output
 
 The convolution kernel carries ``"op_pattern"`` ``OUT_EWISE_FUSABLE``, so ``FuseOps`` still
 fuses its bias, residual add and activation, which the default GPU schedule inlines into the
-output transform. With a constant weight (every imported model's), ``FoldConstant`` runs the
-weight transform once at build time.
+output transform. A constant weight (every imported model's) is transformed here, in numpy
+(``winograd.winograd_weight_numpy``): ``u`` is a constant and no kernel is built for it.
 
 ``TILECRAFT_GPU_WINOGRAD=0`` in the environment (read when the pass is made) or
 ``GPUWinograd(target, enabled=False)`` keeps the direct implicit-GEMM convolution (for
@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from tilecraft.targets import Target
 from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from ..backend.cpu.geometry import conv2d_geometry
 from ..backend.gpu import winograd
-from ..expr import Call, Expr
+from ..expr import Call, Constant, Expr
 from ..op.base import Op, OpPattern
 from .base import ExprMutator, Pass
 
@@ -117,8 +119,12 @@ class _Rewrite(ExprMutator):
                 min(g.out_h, g.out_w) >= winograd.MIN_IMAGE):
             return None
         data, weight = call.args
-        packed = self.builder.emit(self.kernel(
-            winograd.pack_winograd_weight, weight, a["kernel_layout"],
-            name="pack_winograd_weight", pattern=OpPattern.INJECTIVE))
+        if isinstance(weight, Constant):      # every imported model's: no kernel to build
+            packed = Constant(winograd.winograd_weight_numpy(np.asarray(weight.data),
+                                                             a["kernel_layout"]))
+        else:
+            packed = self.builder.emit(self.kernel(
+                winograd.pack_winograd_weight, weight, a["kernel_layout"],
+                name="pack_winograd_weight", pattern=OpPattern.INJECTIVE))
         return self.kernel(winograd.conv2d_nchw_winograd, data, packed, g, "float32",
                            name="conv2d_nchw_winograd", pattern=OpPattern.OUT_EWISE_FUSABLE)

@@ -149,3 +149,33 @@ def test_gpu_tile_winograd_at_each_batch_tile(kind):
         got = vm["main"](x)[0].numpy()
         np.testing.assert_allclose(got, np.maximum(_conv_ref(x, w, 1) + b, 0), rtol=1e-4,
                                    atol=1e-4, err_msg=f"n={n}")
+
+
+def test_weight_transform_numpy_matches_the_kernel():
+    """The numpy transform of a constant weight (what the pass folds) against the
+    ``pack_winograd_weight`` kernel run by the interpreter, for an HWIO-ordered weight too."""
+    from tilecraft.tensorir import te
+    from tilecraft.tensorir.interpret import interpret
+    w = RNG.standard_normal((3, 5, 3, 3)).astype("float32")
+    for layout, arr in (("OIHW", w), ("HWIO", np.transpose(w, (2, 3, 1, 0)).copy())):
+        ph = te.placeholder(arr.shape, "float32", "w")
+        func = te.create_prim_func([ph, winograd.pack_winograd_weight(ph, layout)])
+        out = np.zeros((16, 3, 5), "float32")
+        interpret(func, arr, out)
+        np.testing.assert_allclose(winograd.winograd_weight_numpy(arr, layout), out,
+                                   rtol=1e-6, atol=1e-6)
+
+
+def test_runtime_weight_runs_the_transform_kernel(gpu_dev):
+    """A weight passed at run time (not a constant) is transformed by the
+    ``pack_winograd_weight`` kernel on every call."""
+    dev, target = gpu_dev
+    C, O, H = 8, 8, 9
+    mod = gpu.module([("x", ("n", C, H, H), "float32"), ("w", (O, C, 3, 3), "float32")],
+                     lambda x, w: [nn.conv2d(x, w, padding=(1, 1))])
+    mod = GPUWinograd(target, min_channels=4)(mod)
+    assert "pack_winograd_weight" in _calls(mod)
+    gpu.check(dev, target, mod,
+              lambda n: [RNG.standard_normal((n, C, H, H)).astype("float32"),
+                         RNG.standard_normal((O, C, 3, 3)).astype("float32")],
+              lambda x, w: [_conv_ref(x, w, 1)], sizes=(2,), rtol=1e-4, atol=1e-4)

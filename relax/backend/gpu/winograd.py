@@ -21,9 +21,10 @@ schedules, ``relax.gpu_schedules``):
 2. ``winograd_gemm``: ``M[n, ab, o, t] = sum_c U[ab, o, c] * V[n, ab, c, t]``, a batch matmul
    (``(O x C) @ (C x T)`` per image and position) that the GEMM rule (``gemm.schedule_gemm``)
    tiles like any other: rows the output channels, columns the tiles, ``ab`` fused with the
-   row tiles on ``blockIdx.y``, the symbolic batch on ``blockIdx.z`` (two tiles, for batch 1
-   and from batch 4 on: ``batch_dispatch``). ``U = G g G^T`` (``pack_winograd_weight``,
-   ``[16, O, C]``) is computed once at build time by ``FoldConstant``.
+   row tiles on ``blockIdx.y``, the symbolic batch on ``blockIdx.z`` (up to three tiles by
+   batch: ``batch_dispatch``). ``U = G g G^T`` (``[16, O, C]``) is computed once at build
+   time: in numpy for a constant weight (``winograd_weight_numpy``), else by the kernel
+   ``pack_winograd_weight`` (which ``FoldConstant`` runs where it can).
 3. ``conv2d_nchw``: ``Y = A^T M A``: each output pixel is the sum of the 9 ``M`` values its
    position in the tile takes (coefficients +-1); the elementwise epilogue (bias, residual,
    activation) that ``FuseOps`` fused after the convolution is inlined into it.
@@ -47,13 +48,15 @@ Examples
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tilecraft.tensorir import te
 
 from ..cpu.geometry import ConvGeometry, ceil_div
 from .schedule_utils import KEEP_STAGE
 
 __all__ = ["MIN_CHANNELS", "MIN_IMAGE", "TILE_PAD", "winograd_applies", "winograd_tiles",
-           "pack_winograd_weight", "conv2d_nchw_winograd"]
+           "pack_winograd_weight", "winograd_weight_numpy", "conv2d_nchw_winograd"]
 
 # F(2, 3): B^T (4 x 4), G (4 x 3), A^T (2 x 4)
 B_T = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
@@ -134,6 +137,24 @@ def pack_winograd_weight(weight: te.Tensor, kernel_layout: str = "OIHW") -> te.T
         return total
 
     return te.compute((ALPHA * ALPHA, dims["O"], dims["I"]), f, "winograd_weight")
+
+
+def winograd_weight_numpy(weight: np.ndarray, kernel_layout: str = "OIHW") -> np.ndarray:
+    """``pack_winograd_weight`` of a constant weight, in numpy (``GPUWinograd`` uses it for
+    constant weights: no kernel to compile and run at build time). Computed in float64 and
+    rounded once to the weight's dtype.
+
+    Examples
+    --------
+    >>> w = np.ones((2, 3, 3, 3), "float32")
+    >>> u = winograd_weight_numpy(w)
+    >>> u.shape, float(u[5, 0, 0])          # (G 1 1^T)[1, 1] = 1.5 * 1.5
+    ((16, 2, 3), 2.25)
+    """
+    w = np.transpose(weight, [kernel_layout.index(c) for c in "OIHW"]).astype("float64")
+    g = np.array(G, dtype="float64")
+    u = np.einsum("ak,oikl,bl->aboi", g, w, g)     # (4, 4, O, I)
+    return u.reshape(ALPHA * ALPHA, *u.shape[2:]).astype(weight.dtype)
 
 
 def conv2d_nchw_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry,
