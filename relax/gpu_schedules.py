@@ -16,10 +16,11 @@ are loop nests of one block each):
    (``relax.backend.gpu.gemm``: a block tile of outputs per work-group accumulated in
    registers, both input tiles staged in shared memory and read through register fragments,
    the epilogues inlined into the register write-back). A symbolic batch on ``blockIdx.z``
-   gets two tiles, sized for batch 1 and for ``GEMM_NOMINAL_BATCH``, chosen per call on the
-   host (``relax.backend.gpu.batch_dispatch``). Where the tiles do not fit the target
-   (WebGPU's 16 KiB of workgroup storage), a quarter-size tile, then only the inputs read at
-   plain indices (a convolution's weights) in shared memory, then registers only.
+   gets up to three tiles, sized for batch 1, for ``GEMM_NOMINAL_BATCH`` and for
+   ``GEMM_LARGE_NOMINAL_BATCH``, chosen per call on the host
+   (``relax.backend.gpu.batch_dispatch``). Where the tiles do not fit the target (WebGPU's
+   16 KiB of workgroup storage), a quarter-size tile, then only the inputs read at plain
+   indices (a convolution's weights) in shared memory, then registers only.
    **Depthwise convolutions** (``relax.backend.gpu.depthwise``): a tile of one channel's image
    per work-group, its padded input window in shared memory, the epilogue in the register
    write-back.
@@ -136,7 +137,9 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
     with a symbolic batch on ``blockIdx.z`` whose tile sized for batch 1 differs, both schedules
     chosen per call by the batch (``backend.gpu.batch_dispatch``): below ``GEMM_SMALL_BATCH``
     the batch-1 tile, from the first of ``tried`` that fits with it (a smaller tile may fit a
-    strategy the nominal one did not: WebGPU's 16 KiB, a strided convolution's window)."""
+    strategy the nominal one did not: WebGPU's 16 KiB, a strided convolution's window); and
+    from ``GEMM_LARGE_BATCH`` on the tile sized for ``GEMM_LARGE_NOMINAL_BATCH`` where that
+    one differs (``_with_large_batch_variant``)."""
     if not getattr(tried[-1], "sizes_gemm", False):
         return out
     batch, threshold, sizing = symbolic_batch(out), GEMM_SMALL_BATCH, {"nominal_batch": 1}
