@@ -16,7 +16,11 @@ Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column need
 ``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu``), ``TILECRAFT_GPU_MODEL_BATCHES``
 batches (``1,16``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
 for from batch 4 on (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1: one tile
-sized for batch 1 at every batch, as before).
+sized for batch 1 at every batch, as before), ``TILECRAFT_GPU_MODEL_LARGE_BATCH`` the batch
+from which the third tile, sized for ``GEMM_LARGE_NOMINAL_BATCH`` (16), runs (default 12; 0:
+no third tile). ``TILECRAFT_GPU_WINOGRAD=0`` builds the 3x3
+stride-1 convolutions as direct implicit GEMMs instead of Winograd F(2x2, 3x3)
+(``relax.transform.GPUWinograd``), for an A/B of the whole model in one device call.
 Results: ``benchmarks/results/gpu_models/<machine>.json`` (the machine: the CUDA GPU PyTorch
 ran on, else this CPU's name).
 """
@@ -181,6 +185,9 @@ def run() -> list[dict]:
     nominal = os.environ.get("TILECRAFT_GPU_MODEL_NOMINAL_BATCH")
     if nominal:    # the GEMM tile's sizing batch (gemm.GEMM_NOMINAL_BATCH), for a sweep
         gemm.GEMM_NOMINAL_BATCH = int(nominal)
+    large = os.environ.get("TILECRAFT_GPU_MODEL_LARGE_BATCH")
+    if large:      # the batch from which the third tile runs (gemm.GEMM_LARGE_BATCH; 0: off)
+        gemm.GEMM_LARGE_BATCH = int(large)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     cuda = torch.cuda.is_available()
@@ -221,6 +228,7 @@ def run() -> list[dict]:
                     continue
                 rows.append({"model": name, "target": kind, "batch": b,
                              "nominal_batch": gemm.GEMM_NOMINAL_BATCH,
+                             "large_batch": gemm.GEMM_LARGE_BATCH,
                              "build_s": round(build_s, 1),
                              "tilecraft_ms": ours_s * 1e3,
                              "torch_ms": torch_s * 1e3,

@@ -27,10 +27,16 @@ if [ "${ATTN_LIMIT:-120}" != 0 ]; then
   timeout ${ATTN_LIMIT:-120} python3 -m benchmarks.gpu_attention > $OUT/attention.log 2>&1
   cp "$(latest benchmarks/results/gpu_attention)" $OUT/attention.json 2>/dev/null
 fi
+# ResNet-50's convolutions alone, direct and Winograd, beside F.conv2d (CONV_LIMIT=0 skips)
+if [ "${CONV_LIMIT:-70}" != 0 ]; then
+  timeout ${CONV_LIMIT:-70} python3 -m benchmarks.gpu_convs > $OUT/convs.log 2>&1
+  cp "$(latest benchmarks/results/gpu_convs)" $OUT/convs.json 2>/dev/null
+fi
 timeout 40 python3 -m benchmarks.gpu_launch_overhead > $OUT/launch.log 2>&1
 cp "$(latest benchmarks/results/gpu_launch_overhead)" $OUT/launch.json
 timeout ${TEST_LIMIT:-90} python3 -m pytest -q -p no:cacheprovider tests/targets/test_opencl_runtime.py \
   tests/targets/test_webgpu_runtime.py tests/targets/test_gpu_launch_path.py \
   tests/relax/test_default_schedules_gpu.py tests/targets/test_gpu_vector_codegen.py \
-  tests/relax/test_relax_gpu_kernel_errors.py tests/relax/test_fused_attention_gpu.py > $OUT/tests.log 2>&1
-grep -h "ratio\|Error" $OUT/base.log $OUT/models.log $OUT/attention.log 2>/dev/null; tail -22 $OUT/launch.log; tail -5 $OUT/tests.log
+  tests/relax/test_relax_gpu_kernel_errors.py tests/relax/test_fused_attention_gpu.py \
+  tests/relax/test_winograd_gpu.py > $OUT/tests.log 2>&1
+grep -h "ratio\|Error" $OUT/base.log $OUT/models.log $OUT/attention.log $OUT/convs.log 2>/dev/null; tail -22 $OUT/launch.log; tail -5 $OUT/tests.log

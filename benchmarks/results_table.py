@@ -277,6 +277,22 @@ def _gpu_attention(doc):
     return out
 
 
+def _gpu_convs(doc):
+    """ResNet-50's convolution layers alone: each (layer, variant, target) at the largest batch
+    measured, for the stride-1 3x3 layers (direct and Winograd), beside cuDNN."""
+    rows = [r for r in doc["rows"] if "vs_torch" in r]
+    if not rows:
+        return [Headline("ResNet-50 convolution layers: no row measured (see the file's "
+                         "errors)")]
+    top = max(r["batch"] for r in rows)
+    out = [Headline(f"ResNet-50 conv {r['layer']} ({r['variant']}) batch {r['batch']}, "
+                    f"{r['target']}, untuned", r["vs_torch"], "torch F.conv2d (cuDNN)")
+           for r in rows if r["batch"] == top and r["layer"].endswith("_3x3")]
+    return out or [Headline(f"ResNet-50 conv {r['layer']} ({r['variant']}) batch "
+                            f"{r['batch']}, {r['target']}, untuned", r["vs_torch"],
+                            "torch F.conv2d (cuDNN)") for r in rows[:1]]
+
+
 def _gpu_webgpu(doc):
     r = _row(doc, bench="gemm*", schedule="default schedule")
     return [Headline(f"{r['bench']} f32, WebGPU, default schedule", r["ratio"], r["peer"])]
@@ -449,6 +465,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gpu_launch_overhead": _gpu_launch_overhead,
     "gpu_models": _gpu_models,
     "gpu_attention": _gpu_attention,
+    "gpu_convs": _gpu_convs,
     "gpu_webgpu": _gpu_webgpu,
     "layer_profile": _layer_profile,
     "onnx_conformance": _onnx_conformance,

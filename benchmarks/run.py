@@ -30,6 +30,7 @@ REGISTRY = {
     "gpu_models": "benchmarks.gpu_models",
     "gpu_launch_overhead": "benchmarks.gpu_launch_overhead",
     "gpu_attention": "benchmarks.gpu_attention",
+    "gpu_convs": "benchmarks.gpu_convs",
     "tune_cpu": "benchmarks.tune_cpu",
     "tune_gpu": "benchmarks.tune_gpu",
     "space_gemm": "benchmarks.space_gemm",

@@ -9,16 +9,21 @@ are loop nests of one block each):
    elementwise epilogues into their producers (``reverse_compute_inline``) — except a
    convolution's padding, which is inlined after the GEMM schedule into the shared-memory
    fetch of the window tile (a plain box of the padded input, loaded from the unpadded one
-   with bounds checks): no padding kernel, no padded copy of the activation.
+   with bounds checks): no padding kernel, no padded copy of the activation; and a block
+   annotated ``KEEP_STAGE`` (a Winograd input transform), which stays a kernel of its own.
 2. **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch
    matmul, dense, convolution) as an (implicit) GEMM: the GPU GEMM family
    (``relax.backend.gpu.gemm``: a block tile of outputs per work-group accumulated in
    registers, both input tiles staged in shared memory and read through register fragments,
    the epilogues inlined into the register write-back). A symbolic batch on ``blockIdx.z``
-   gets two tiles, sized for batch 1 and for ``GEMM_NOMINAL_BATCH``, chosen per call on the
-   host (``relax.backend.gpu.batch_dispatch``). Where the tiles do not fit the target
-   (WebGPU's 16 KiB of workgroup storage), a quarter-size tile, then only the inputs read at
-   plain indices (a convolution's weights) in shared memory, then registers only.
+   gets up to three tiles, sized for batch 1, for ``GEMM_NOMINAL_BATCH`` and for
+   ``GEMM_LARGE_NOMINAL_BATCH``, chosen per call on the host
+   (``relax.backend.gpu.batch_dispatch``). Where the tiles do not fit the target (WebGPU's
+   16 KiB of workgroup storage), a quarter-size tile, then only the inputs read at plain
+   indices (a convolution's weights) in shared memory, then registers only.
+   **Depthwise convolutions** (``relax.backend.gpu.depthwise``): a tile of one channel's image
+   per work-group, its padded input window in shared memory, the epilogue in the register
+   write-back.
 3. **Row reductions** (softmax, layer / RMS norm, sums and maxima): one work-group per row,
    ``T`` threads sharing each reduction (a cross-thread reduction: partials per thread, a tree
    in shared memory), every reduction of the kernel ``compute_at`` the output's row loop with
@@ -62,11 +67,13 @@ from tilecraft.tensorir.stmt import For
 from tilecraft.tensorir.transform import lower_device
 
 from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
+from .backend.gpu.depthwise import is_depthwise, schedule_depthwise
+from .backend.gpu import gemm
 from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
                                compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
                                symbolic_rows)
-from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, loop_extent,
-                                         node_of, spatial_loops)
+from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, keeps_stage,
+                                         loop_extent, node_of, spatial_loops)
 
 from .default_schedules import DefaultScheduleWarning
 
@@ -130,7 +137,9 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
     with a symbolic batch on ``blockIdx.z`` whose tile sized for batch 1 differs, both schedules
     chosen per call by the batch (``backend.gpu.batch_dispatch``): below ``GEMM_SMALL_BATCH``
     the batch-1 tile, from the first of ``tried`` that fits with it (a smaller tile may fit a
-    strategy the nominal one did not: WebGPU's 16 KiB, a strided convolution's window)."""
+    strategy the nominal one did not: WebGPU's 16 KiB, a strided convolution's window); and
+    from ``GEMM_LARGE_BATCH`` on the tile sized for ``GEMM_LARGE_NOMINAL_BATCH`` where that
+    one differs (``_with_large_batch_variant``)."""
     if not getattr(tried[-1], "sizes_gemm", False):
         return out
     batch, threshold, sizing = symbolic_batch(out), GEMM_SMALL_BATCH, {"nominal_batch": 1}
@@ -141,13 +150,9 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
     if batch is None:
         return out
     try:
-        small = None
-        for strategy in tried:
-            try:
-                small = _scheduled(func, strategy, target, **sizing)
-                break
-            except (ScheduleError, ValueError, TIRError):
-                continue
+        if "nominal_batch" in sizing:
+            out = _with_large_batch_variant(func, out, batch, tried, target)
+        small = _first_that_fits(func, tried, target, sizing)
         if small is None or _launch_shape(small) == _launch_shape(out):
             return out
         both = by_batch(batch, threshold, small, out)
@@ -158,6 +163,34 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
             warnings.warn(f"batch-1 variant of {func.attr_dict.get('global_symbol')}: "
                           f"{type(err).__name__}: {err}")
         return out
+
+
+def _first_that_fits(func: PrimFunc, tried, target: Target, sizing: dict):
+    """``func`` scheduled with ``sizing`` by the first of the strategies ``tried`` that
+    applies and lowers, or None."""
+    for strategy in tried:
+        try:
+            return _scheduled(func, strategy, target, **sizing)
+        except (ScheduleError, ValueError, TIRError):
+            continue
+    return None
+
+
+def _with_large_batch_variant(func: PrimFunc, out: PrimFunc, batch, tried,
+                              target: Target) -> PrimFunc:
+    """``out`` (the tile sized for ``GEMM_NOMINAL_BATCH``), or, where the tile sized for
+    ``GEMM_LARGE_NOMINAL_BATCH`` differs, both: that one from ``GEMM_LARGE_BATCH`` on (a
+    kernel whose tile was shrunk to fill the GPU at the nominal batch gets the larger, more
+    efficient tile at batch 16)."""
+    if not gemm.GEMM_LARGE_BATCH or gemm.GEMM_LARGE_BATCH <= GEMM_SMALL_BATCH:
+        return out
+    large = _first_that_fits(func, tried, target,
+                             {"nominal_batch": gemm.GEMM_LARGE_NOMINAL_BATCH})
+    if large is None or _launch_shape(large) == _launch_shape(out):
+        return out
+    both = by_batch(batch, gemm.GEMM_LARGE_BATCH, out, large)
+    lower_device(both, target)
+    return both
 
 
 def _symbolic_rows(func: PrimFunc):
@@ -203,7 +236,7 @@ def _inline(sch: Schedule) -> None:
         if len(blocks) <= 1:
             return
         for b in blocks[:-1]:
-            if node_of(sch, b).name in keep:
+            if node_of(sch, b).name in keep or keeps_stage(node_of(sch, b)):
                 continue
             if is_spatial(node_of(sch, b)) and sch.get_consumers(b):
                 try:
@@ -249,7 +282,7 @@ def _paddings_of_convolutions(sch: Schedule) -> set:
     keep = set()
     for b in blocks:
         node = node_of(sch, b)
-        if not (is_reduction(node) and is_gemm_like(node)):
+        if not (is_reduction(node) and is_gemm_like(node) or is_depthwise(node)):
             continue
         for i in reduce_inputs(node):
             if compact_read(node, i):
@@ -284,6 +317,18 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
         done = set()
         for g in gemms:
             done |= schedule_gemm(sch, g, target, shared, small, nominal_batch, nominal_rows)
+        _inline_paddings(sch, paddings)
+        for b in _blocks(sch):
+            name = node_of(sch, b).name
+            if name not in done and not _bound(sch, b):
+                _schedule_block(sch, b)
+        return
+    depthwise = [b for b in reductions if is_depthwise(node_of(sch, b))]
+    if depthwise and shared == "all" and not small:
+        # (the fallback strategies run the thread-per-output rule instead)
+        done = set()
+        for d in depthwise:
+            done |= schedule_depthwise(sch, d)
         _inline_paddings(sch, paddings)
         for b in _blocks(sch):
             name = node_of(sch, b).name

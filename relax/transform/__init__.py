@@ -13,6 +13,8 @@
   that reads it (where that keeps the result).
 - ``FuseAttention(target)``: ``softmax(Q Kᵀ * scale + mask) V`` -> one fused attention kernel
   (GPU targets).
+- ``GPUWinograd(target)``: NCHW 3x3 stride-1 convolutions of 64+ channels -> Winograd F(2x2,
+  3x3) kernels (GPU targets).
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
   elementwise operators between them) run in NHWC, with one permutation at each end.
 - ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
@@ -37,6 +39,7 @@ from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
 from .fold_pad import FoldPad
 from .fuse_attention import FuseAttention
+from .gpu_winograd import GPUWinograd
 from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout
 from .to_mixed_precision import FoldConstantCasts, ToMixedPrecision
@@ -48,6 +51,6 @@ from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseAttention", "AlterLayout", "ConvertLayout",
+           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseAttention", "GPUWinograd", "AlterLayout", "ConvertLayout",
            "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static",
            "QuantizeInt4Weight"]

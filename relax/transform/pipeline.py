@@ -23,6 +23,7 @@ from .fold_scale_axis import FoldScaleAxis
 from .fuse_attention import FuseAttention
 from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
+from .gpu_winograd import GPUWinograd
 from .legalize_ops import LegalizeOps
 
 __all__ = ["get_pipeline", "PIPELINES"]
@@ -45,6 +46,8 @@ def _default(check: bool = False, target: "Target | str | None" = None,
     if target.kind in ("opencl", "webgpu"):
         # softmax(Q K^T * scale + mask) V -> one fused attention kernel
         passes.append(FuseAttention(target))
+        # 3x3 stride-1 convolutions with 64+ channels -> Winograd F(2x2, 3x3)
+        passes.append(GPUWinograd(target))
     passes += [
         LegalizeOps(),            # operators -> call_tir of TensorIR kernels (+ "op_pattern")
         FoldConstant(),           # kernels on constants run now (the weight packing too)
@@ -70,7 +73,8 @@ def get_pipeline(name: str = "default", check: bool = False,
     ----------
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
-        ConvertLayout and AlterLayout (CPU targets only), FuseAttention (GPU targets only),
+        ConvertLayout and AlterLayout (CPU targets only), FuseAttention and GPUWinograd (GPU
+        targets only),
         LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool

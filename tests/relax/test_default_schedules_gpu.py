@@ -374,3 +374,29 @@ def test_dense_over_symbolic_rows_runs_both_tiles(gpu_dev):
                                        const(b))])
     gpu.check(dev, target, mod, lambda n: [RNG.standard_normal((n, 96)).astype("float32")],
               lambda x: [x @ w.T + b], sizes=(1, 3, 70), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["opencl", "webgpu"])
+def test_large_batch_gets_a_third_tile(kind):
+    """A BERT-like dense over ``(n, 128, 64) x (64, 768)``: sized for ``GEMM_NOMINAL_BATCH`` its
+    tile shrinks to 64 x 64 to reach ``GEMM_MIN_GROUPS``; sized for
+    ``GEMM_LARGE_NOMINAL_BATCH`` it is 64 x 128, run from ``GEMM_LARGE_BATCH`` on. Three
+    schedules in one function; each against numpy with the GPU tile at batches on both sides
+    of both thresholds."""
+    dev, _ = gpu_device(kind)
+    n = te.var("n")
+    A = te.placeholder((n, 128, 64), "float32", "A")
+    W = te.placeholder((64, 768), "float32", "W")
+    k = te.reduce_axis((0, 64), "k")
+    C = te.compute((n, 128, 768), lambda b, s, j: te.sum(A[b, s, k] * W[k, j], axis=k), "C")
+    g = gs.apply(te.create_prim_func([A, W, C]), Target(kind))
+    text = g.script()
+    assert f"if n < {gemm.GEMM_SMALL_BATCH}" in text and f"if n < {gemm.GEMM_LARGE_BATCH}" in text
+    assert {6, 12} <= _bound(g, "blockIdx.x")       # 768 / 128 and 768 / 64 columns a group
+    mod = targets.build(g, Target(kind))
+    w = RNG.standard_normal((64, 768)).astype("float32")
+    for nb in (1, gemm.GEMM_LARGE_BATCH - 1, gemm.GEMM_LARGE_BATCH, 13):
+        a = RNG.standard_normal((nb, 128, 64)).astype("float32")
+        out = targets.empty((nb, 128, 768), "float32", dev)
+        mod[mod.entry_name](targets.array(a, dev), targets.array(w, dev), out)
+        np.testing.assert_allclose(out.numpy(), a @ w, rtol=1e-4, atol=1e-4, err_msg=f"n={nb}")

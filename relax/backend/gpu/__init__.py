@@ -1,19 +1,24 @@
 """The GPU kernel families of the default OpenCL / WebGPU schedules (``relax.gpu_schedules``).
 
-On GPU targets no pass rewrites operators into kernels of their own (``AlterLayout`` is
-CPU-only): the families are found by the structure of a block, not by a rule annotation.
-Today there is one:
+On GPU targets most families are found by the structure of a block, not by a rule annotation
+(``AlterLayout`` is CPU-only); two passes rewrite operators into kernels of their own first
+(``FuseAttention``, ``GPUWinograd``). The families:
 
 - ``gemm.py``: GEMM-like reductions (matmul, batch matmul, dense, convolution as an implicit
   GEMM): ``gemm.is_gemm_like`` picks the blocks, ``gemm.schedule_gemm`` tiles them for
   work-groups, threads, shared memory and registers; its ``GEMM_*`` constants are the tiles.
+- ``depthwise.py``: depthwise convolutions (``is_depthwise``, ``schedule_depthwise``): a tile
+  of one channel's image per work-group with its input window in shared memory.
+- ``attention.py``: the fused attention kernel (``relax.transform.FuseAttention``).
+- ``winograd.py``: Winograd F(2x2, 3x3) computes (``relax.transform.GPUWinograd`` rewrites 3x3
+  stride-1 convolutions into them; their GEMM stage is scheduled by ``gemm.py``).
 
 ``batch_dispatch.py`` puts two schedules of one kernel (its tile sized for batch 1 and for
 ``gemm.GEMM_NOMINAL_BATCH``) into one function chosen per call by the symbolic batch.
 
 ``schedule_utils.py`` holds the helpers the families share with ``relax.gpu_schedules``. A new
-GPU family (Winograd, attention) is a module beside ``gemm.py`` with its own block test and
-schedule, tried by ``gpu_schedules._schedule_best`` before the generic rules.
+GPU family is a module beside ``gemm.py`` with its own block test and schedule, tried by
+``gpu_schedules._schedule_best`` before the generic rules.
 
 Examples
 --------
@@ -21,6 +26,6 @@ Examples
 >>> gemm.GEMM_TILE, gemm.GEMM_BK
 ((16, 8), 16)
 """
-from . import batch_dispatch, gemm, schedule_utils
+from . import batch_dispatch, depthwise, gemm, schedule_utils, winograd
 
-__all__ = ["batch_dispatch", "gemm", "schedule_utils"]
+__all__ = ["batch_dispatch", "depthwise", "gemm", "schedule_utils", "winograd"]

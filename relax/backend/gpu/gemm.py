@@ -52,7 +52,7 @@ from .schedule_utils import (SYMBOLIC, is_reduction, is_under, iter_values, loop
 
 __all__ = ["GEMM_TILE", "GEMM_TILE_J", "GEMM_TILE_CPU", "GEMM_BK_CPU", "GEMM_BK",
            "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "GEMM_NOMINAL_BATCH",
-           "GEMM_SMALL_BATCH",
+           "GEMM_SMALL_BATCH", "GEMM_LARGE_BATCH", "GEMM_LARGE_NOMINAL_BATCH",
            "reduce_inputs",
            "is_gemm_like", "compact_read", "for_cpu", "schedule_gemm"]
 
@@ -105,6 +105,13 @@ GEMM_NOMINAL_BATCH = 8
 # Below this batch a kernel with a symbolic batch runs a second schedule, its tile sized for
 # batch 1 (``relax.backend.gpu.batch_dispatch``: the host picks one of the two per call).
 GEMM_SMALL_BATCH = 4
+# From this batch on, a third schedule: the tile sized for GEMM_LARGE_NOMINAL_BATCH. Sized for
+# 8, a layer whose tile is shrunk to reach GEMM_MIN_GROUPS keeps that small tile at batch 16,
+# with twice the work-groups it needs there: ResNet-50's 1024 -> 256 1x1 layers at 14 x 14 get
+# 2 x 7 outputs per thread (4 x 7 sized for 16), its 512 -> 512 3x3 stride-2 layer 1 x 7 (2 x
+# 7), BERT's 768-wide dense layers 4 x 4 (4 x 8). 0 turns the third schedule off.
+GEMM_LARGE_BATCH = 12
+GEMM_LARGE_NOMINAL_BATCH = 16
 # A GEMM-like kernel whose row loop is a symbolic dim (a classifier ``(n, 2048) x (2048, 1000)``
 # over the model's batch) gets a second schedule too, used while the rows are fewer than
 # GEMM_SMALL_ROWS: its tile sized for GEMM_NOMINAL_ROWS rows. The full 128-row tile gave

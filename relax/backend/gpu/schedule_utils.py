@@ -21,10 +21,20 @@ from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.stmt import Block, BlockRealize, For
 from tilecraft.tensorir.transform._common import uses_any
 
-__all__ = ["SYMBOLIC", "node_of", "loop_extent", "is_reduction", "is_spatial", "spatial_loops",
-           "iter_values", "is_under"]
+__all__ = ["SYMBOLIC", "KEEP_STAGE", "node_of", "loop_extent", "is_reduction", "is_spatial", "spatial_loops",
+           "iter_values", "is_under", "keeps_stage"]
 
 SYMBOLIC = 1 << 20     # what a symbolic extent counts as when sizing tiles
+# A block annotation: the spatial block stays a kernel of its own, not inlined into its
+# consumer (a Winograd input transform, which the GEMM's fetch would recompute for every tile
+# of output channels).
+KEEP_STAGE = "tilecraft.gpu_keep_stage"
+
+
+def keeps_stage(block: Block) -> bool:
+    """Whether ``block`` carries ``KEEP_STAGE`` (see there)."""
+    value = dict(block.annotations or {}).get(KEEP_STAGE)
+    return bool(getattr(value, "value", value))
 
 
 def node_of(sch: Schedule, rv) -> Block | For:
