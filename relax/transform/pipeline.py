@@ -24,6 +24,7 @@ from .fuse_attention import FuseAttention
 from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
 from .legalize_ops import LegalizeOps
+from .lower_dense_q4_gemv import LowerDenseQ4GEMV
 
 __all__ = ["get_pipeline", "PIPELINES"]
 
@@ -45,6 +46,8 @@ def _default(check: bool = False, target: "Target | str | None" = None,
     if target.kind in ("opencl", "webgpu"):
         # softmax(Q K^T * scale + mask) V -> one fused attention kernel
         passes.append(FuseAttention(target))
+        # int4 weight-only dense layers of few rows -> the GPU int4 GEMV kernel (bias fused)
+        passes.append(LowerDenseQ4GEMV(target))
     passes += [
         LegalizeOps(),            # operators -> call_tir of TensorIR kernels (+ "op_pattern")
         FoldConstant(),           # kernels on constants run now (the weight packing too)
@@ -70,8 +73,8 @@ def get_pipeline(name: str = "default", check: bool = False,
     ----------
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
-        ConvertLayout and AlterLayout (CPU targets only), FuseAttention (GPU targets only),
-        LegalizeOps, FoldConstant,
+        ConvertLayout and AlterLayout (CPU targets only), FuseAttention and LowerDenseQ4GEMV
+        (GPU targets only), LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).

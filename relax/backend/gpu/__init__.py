@@ -2,11 +2,15 @@
 
 On GPU targets no pass rewrites operators into kernels of their own (``AlterLayout`` is
 CPU-only): the families are found by the structure of a block, not by a rule annotation.
-Today there is one:
+The families:
 
 - ``gemm.py``: GEMM-like reductions (matmul, batch matmul, dense, convolution as an implicit
   GEMM): ``gemm.is_gemm_like`` picks the blocks, ``gemm.schedule_gemm`` tiles them for
   work-groups, threads, shared memory and registers; its ``GEMM_*`` constants are the tiles.
+
+- ``dense_int4.py``: the int4 weight-only GEMV (``relax.dense_q4`` of few rows, bias fused):
+  work-groups of output columns, the reduction over packed 32-bit words of codes shared by
+  threads; built directly as a scheduled kernel by ``relax.transform.LowerDenseQ4GEMV``.
 
 ``batch_dispatch.py`` puts two schedules of one kernel (its tile sized for batch 1 and for
 ``gemm.GEMM_NOMINAL_BATCH``) into one function chosen per call by the symbolic batch.
@@ -21,6 +25,6 @@ Examples
 >>> gemm.GEMM_TILE, gemm.GEMM_BK
 ((16, 8), 16)
 """
-from . import batch_dispatch, gemm, schedule_utils
+from . import batch_dispatch, dense_int4, gemm, schedule_utils
 
-__all__ = ["batch_dispatch", "gemm", "schedule_utils"]
+__all__ = ["batch_dispatch", "dense_int4", "gemm", "schedule_utils"]
