@@ -51,9 +51,12 @@ def test_pack_q4_words_puts_code_k_in_nibble_k_mod_8():
 
 
 def test_gemv_tile_shares_long_reductions_among_more_threads():
-    assert gemv_tile(Q4GemvSpec((1,), 768, 2304, 128)) == (8, 32)
-    assert gemv_tile(Q4GemvSpec((1,), 3072, 768, 128)) == (4, 64)
-    assert gemv_tile(Q4GemvSpec((1,), 40, 8, 32)) == (32, 8)
+    assert gemv_tile(Q4GemvSpec((1,), 768, 2304, 128)) == (1, 8, 32)
+    assert gemv_tile(Q4GemvSpec((1,), 3072, 768, 128)) == (1, 4, 64)
+    assert gemv_tile(Q4GemvSpec((1,), 40, 8, 32)) == (1, 32, 8)
+    assert gemv_tile(Q4GemvSpec((16,), 768, 768, 128)) == (4, 2, 32)
+    assert gemv_tile(Q4GemvSpec((3,), 768, 768, 128)) == (2, 4, 32)
+    assert gemv_tile(Q4GemvSpec((TVar("n"),), 768, 768, 128))[0] == 1
 
 
 def test_symmetric_offsets_are_dropped():
@@ -67,18 +70,21 @@ def test_symmetric_offsets_are_dropped():
 
 
 # odd K (a partial word and a partial group), N not a multiple of the column block, a group
-# that is not a whole number of words (34), rows symbolic and static, bias or not
+# that is not a whole number of words (34), rows symbolic and static (static: several rows a
+# work-group, 5 not a multiple of the 4 of the tile), bias or not
 CASES = [
-    (768, 40, 128, True, True, 3),
-    (770, 37, 32, False, True, 1),
-    (100, 9, 34, True, False, 2),
-    (37, 70, 32, False, False, 4),
-    (3072, 24, 128, True, True, 2),
+    (768, 40, 128, True, True, 3, False),
+    (770, 37, 32, False, True, 1, False),
+    (100, 9, 34, True, False, 2, True),
+    (37, 70, 32, False, False, 4, False),
+    (3072, 24, 128, True, True, 2, True),
+    (256, 33, 32, False, True, 5, True),
+    (768, 20, 128, True, True, 16, True),
 ]
 
 
-@pytest.mark.parametrize("k,n,group,sym,bias,rows", CASES)
-def test_gemv_kernel_matches_numpy(gpu, k, n, group, sym, bias, rows):
+@pytest.mark.parametrize("k,n,group,sym,bias,rows,static", CASES)
+def test_gemv_kernel_matches_numpy(gpu, k, n, group, sym, bias, rows, static):
     dev, target = gpu
     rng = np.random.default_rng(k + n)
     w = rng.standard_normal((k, n)).astype(np.float32)
@@ -88,7 +94,7 @@ def test_gemv_kernel_matches_numpy(gpu, k, n, group, sym, bias, rows):
     codes, s, o = quantize_weight_int4(w, group, symmetric=sym)
     words, srows, orows = gemv_operands(codes, s, o, k)
     assert (orows is None) == sym
-    m = TVar("m") if rows != 2 else 2
+    m = rows if static else TVar("m")
     spec = Q4GemvSpec(lead=(m,), k=k, n=n, group_size=group, symmetric=sym, bias=bias)
     mod = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(spec, Target(target))}),
                         target)

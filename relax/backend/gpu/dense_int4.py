@@ -7,7 +7,8 @@ The weight is repacked at build time (``pack_q4_words``) as 32-bit words along t
 ``[N, ceil(K/G)]`` float32 rows. The kernel:
 
 * one work-group per block of ``cols`` output columns (``blockIdx.x``) and row of the
-  activation (``blockIdx.y``: the lead dims fused, symbolic ones included);
+  activation (``blockIdx.y``: the lead dims fused, symbolic ones included; a static row count
+  of 2 to 16 puts up to 4 rows in a work-group, on ``threadIdx.z``, sharing the words read);
 * per column (``threadIdx.y``) ``split`` threads share the reduction (``threadIdx.x``): thread
   ``t`` reads words ``t, t + split, ...`` of its column (a warp reads consecutive words:
   coalesced), splits each into its 8 nibbles in registers (a shift and a mask each) and
@@ -46,7 +47,7 @@ from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.stmt import For
 
 __all__ = ["Q4GemvSpec", "dense_q4_gemv_kernel", "dense_q4_gemv_compute", "pack_q4_words",
-           "gemv_tile", "Q4_GEMV_THREADS", "Q4_GEMV_MAX_ROWS", "NIBBLES"]
+           "gemv_tile", "static_rows", "Q4_GEMV_THREADS", "Q4_GEMV_MAX_ROWS", "NIBBLES"]
 
 NIBBLES = 8             # codes per 32-bit word
 Q4_GEMV_THREADS = 256   # threads per work-group: cols * split
@@ -102,21 +103,40 @@ def pack_q4_words(codes: np.ndarray, k: int) -> np.ndarray:
     return np.ascontiguousarray(out.T)
 
 
-def gemv_tile(spec: Q4GemvSpec) -> tuple[int, int]:
-    """``(cols, split)``: output columns per work-group and threads per column (``cols * split
-    = Q4_GEMV_THREADS``). ``split`` gives each thread about four words of a column (a power of
-    two from 8 to 64): short reductions get more columns per work-group, long ones more
-    threads per column.
+def static_rows(spec: Q4GemvSpec) -> int | None:
+    """The number of rows (the product of the lead dims) when constant, else None."""
+    n = 1
+    for d in spec.lead:
+        if not isinstance(d, (int, IntImm)):
+            return None
+        n *= int(d.value if isinstance(d, IntImm) else d)
+    return n
+
+
+def gemv_tile(spec: Q4GemvSpec) -> tuple[int, int, int]:
+    """``(rows, cols, split)``: activation rows and output columns per work-group, threads per
+    column and row (``rows * cols * split = Q4_GEMV_THREADS``). ``split`` gives each thread
+    about four words of a column (a power of two from 8 to 64): short reductions get more
+    columns per work-group, long ones more threads per column. A static row count of 2 or more
+    puts up to 4 rows in a work-group (``threadIdx.z``): their threads read the same words, so
+    the weight comes from the cache the work-group shares rather than once per row; a symbolic
+    row count (decoding: mostly 1) takes one row per work-group.
 
     Examples
     --------
     >>> gemv_tile(Q4GemvSpec((1,), 768, 2304, 128)), gemv_tile(Q4GemvSpec((1,), 3072, 768, 128))
-    ((8, 32), (4, 64))
+    ((1, 8, 32), (1, 4, 64))
+    >>> gemv_tile(Q4GemvSpec((16,), 768, 768, 128))
+    (4, 2, 32)
     """
     split = 8
     while split < 64 and split * 4 < spec.words:
         split *= 2
-    return Q4_GEMV_THREADS // split, split
+    m = static_rows(spec)
+    rows = 1
+    while m is not None and rows < 4 and rows * 2 <= m:
+        rows *= 2
+    return rows, Q4_GEMV_THREADS // (split * rows), split
 
 
 def dense_q4_gemv_compute(spec: Q4GemvSpec):
@@ -195,7 +215,7 @@ def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
     """
     tensors = dense_q4_gemv_compute(spec)
     func = te.create_prim_func(tensors, name)
-    cols, split = gemv_tile(spec)
+    rows, cols, split = gemv_tile(spec)
     sch = Schedule(func)
     out = sch.get_block("dense_q4_out")
     gemv = sch.get_block("dense_q4_gemv")
@@ -204,8 +224,14 @@ def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
     jb, jc = sch.split(j, [None, cols])
     if lead:
         row = sch.fuse(*lead) if len(lead) > 1 else lead[0]
-        sch.reorder(jb, row, jc)
-        sch.bind(row, "blockIdx.y")
+        if rows > 1:
+            ro, ri = sch.split(row, [None, rows])
+            sch.reorder(jb, ro, ri, jc)
+            sch.bind(ro, "blockIdx.y")
+            sch.bind(ri, "threadIdx.z")
+        else:
+            sch.reorder(jb, row, jc)
+            sch.bind(row, "blockIdx.y")
     sch.bind(jb, "blockIdx.x")
     sch.bind(jc, "threadIdx.y")
     # the column's sum in a register of each of its threads (the tree leaves it in all)
