@@ -128,11 +128,11 @@ def _linear_module(k, n, n2, rows, bias=True):
     return bb.get(), (w, b if bias else np.zeros(n, np.float32), w2)
 
 
-def _reference(x, weights, group):
+def _reference(x, weights, group, symmetric=True, scale_dtype="float32"):
     w, b, w2 = weights
     k, n = w.shape[1], w.shape[0]
-    c1, s1, o1 = quantize_weight_int4(w.T, group)
-    c2, s2, o2 = quantize_weight_int4(w2, group)
+    c1, s1, o1 = quantize_weight_int4(w.T, group, symmetric, scale_dtype)
+    c2, s2, o2 = quantize_weight_int4(w2, group, symmetric, scale_dtype)
     y = x.astype(np.float64) @ dequantize_int4(c1, s1, o1, k, group) + b
     return y, y @ dequantize_int4(c2, s2, o2, n, group)
 
@@ -164,16 +164,19 @@ def test_pass_rewrites_dense_q4_and_fuses_the_bias():
         relax.quantize(big, "int4-g32")))
 
 
-@pytest.mark.parametrize("mode,group", [("int4-g128", 128), ("int4-g32", 32)])
-def test_quantized_linear_layers_build_and_match(gpu, mode, group):
+@pytest.mark.parametrize("mode,group,symmetric,scale_dtype",
+                         [("int4-g128", 128, True, "float32"), ("int4-g32", 32, True, "float32"),
+                          ("int4-g32", 32, False, "float16")])
+def test_quantized_linear_layers_build_and_match(gpu, mode, group, symmetric, scale_dtype):
     dev, target = gpu
     mod, weights = _linear_module(300, 50, 33, TVar("n"))
-    vm = VirtualMachine(relax.build(relax.quantize(mod, mode), target), dev)
+    q = relax.quantize(mod, mode, symmetric=symmetric, scale_dtype=scale_dtype)
+    vm = VirtualMachine(relax.build(q, target), dev)
     rng = np.random.default_rng(11)
     for rows in (1, 5, 17):
         x = rng.standard_normal((rows, 300)).astype(np.float32)
         got = vm["main"](x)
-        for g, r in zip(got, _reference(x, weights, group)):
+        for g, r in zip(got, _reference(x, weights, group, symmetric, scale_dtype)):
             _assert_close(g.numpy(), r)
 
 
