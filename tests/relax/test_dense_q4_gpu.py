@@ -187,3 +187,17 @@ def test_static_rows_above_the_gemv_limit_take_the_generic_path(gpu):
     x = np.random.default_rng(2).standard_normal((20, 64)).astype(np.float32)
     for g, r in zip(vm["main"](x), _reference(x, weights, 32)):
         _assert_close(g.numpy(), r)
+
+
+def test_threads_past_the_last_column_or_row_read_in_bounds():
+    """The cross-thread reduction guards only its store, so the tile's extra threads (columns
+    past N, static rows past M) read clamped indices: the kernel source clamps them."""
+    from tilecraft.targets.opencl_backend.codegen import opencl_source
+    from tilecraft.tensorir.transform import lower_device
+    spec = Q4GemvSpec(lead=(5,), k=64, n=11, group_size=32, symmetric=False, bias=True)
+    rows, cols, _ = gemv_tile(spec)
+    assert 5 % rows and 11 % cols
+    src = opencl_source(lower_device(dense_q4_gemv_kernel(spec, Target("opencl")),
+                                     Target("opencl")).kernels)[0]
+    assert "min(((((int)get_group_id(0)) * 8) + ((int)get_local_id(1))), 10)" in src
+    assert "min(((((int)get_group_id(1)) * 4) + ((int)get_local_id(2))), 4)" in src
