@@ -19,7 +19,8 @@ runs one work-group row per token (correct; the weight is read once per token fr
 Examples
 --------
 >>> qmod = relax.quantize(mod, "int4-g128")                          # doctest: +SKIP
->>> LowerDenseQ4GEMV(Target("opencl"))(qmod)   # dense_q4 + bias -> call_tir(dense_q4_gemv)  # doctest: +SKIP
+>>> gpu_mod = LowerDenseQ4GEMV(Target("opencl"))(qmod)                # doctest: +SKIP
+>>> # lv = R.dense_q4(x, ...); y = R.add(lv, b)  ->  y = R.call_tir(dense_q4_gemv, (x, ..., b))
 """
 from __future__ import annotations
 

@@ -11,16 +11,17 @@ The weight is repacked at build time (``pack_q4_words``) as 32-bit words along t
   of 2 to 16 puts up to 4 rows in a work-group, on ``threadIdx.z``, sharing the words read);
 * per column (``threadIdx.y``) ``split`` threads share the reduction (``threadIdx.x``): thread
   ``t`` reads words ``t, t + split, ...`` of its column (a warp reads consecutive words:
-  coalesced), splits each into its 8 nibbles in registers (a shift and a mask each) and
+  coalesced), splits each into its 8 nibbles in registers (unsigned division and remainder by
+  powers of two: a shift and a mask each) and
   accumulates in float32: symmetric codes as ``s * sum_e x[8w+e] (q_e - 8)``, codes with an
   offset as ``s * sum_e x q_e + o * sum_e x`` (one multiply-add of the group's scale and
   offset per word, not per code);
 * the ``split`` partial sums meet in a tree in shared memory (``LowerCrossThreadReduction``);
   the bias is added in the write-back.
 
-No dequantized weight is ever written: per row the kernel reads ``K N / 2`` bytes of codes
-(a quarter of the float32 weight's, an eighth with the float16 weight of ``q4f16``), the scales
-and the activation row.
+No dequantized weight is ever written: the kernel reads ``K N / 2`` bytes of codes (an eighth
+of the float32 weight's bytes, a quarter of a float16 weight's), the scales and the activation
+rows.
 
 Examples
 --------
@@ -40,7 +41,7 @@ import numpy as np
 
 from tilecraft.targets import Target
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import IntImm, PrimExpr
+from tilecraft.tensorir.expr import IntImm
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.schedule import Schedule
@@ -50,7 +51,7 @@ __all__ = ["Q4GemvSpec", "dense_q4_gemv_kernel", "dense_q4_gemv_compute", "pack_
            "gemv_tile", "static_rows", "Q4_GEMV_THREADS", "Q4_GEMV_MAX_ROWS", "NIBBLES"]
 
 NIBBLES = 8             # codes per 32-bit word
-Q4_GEMV_THREADS = 256   # threads per work-group: cols * split
+Q4_GEMV_THREADS = 256   # threads per work-group: rows * cols * split
 Q4_GEMV_MAX_ROWS = 16   # static rows up to which the GEMV kernel is used (decoding batches)
 
 
@@ -215,7 +216,8 @@ def dense_q4_gemv_compute(spec: Q4GemvSpec):
 def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
                          name: str = "dense_q4_gemv") -> PrimFunc:
     """The scheduled GEMV of ``spec`` (see the module docstring); its parameters are
-    ``(x, words, scale[, offset][, bias], y)``.
+    ``(x, words, scale[, offset][, bias], y)``. ``target`` is the GPU target it is built for
+    (OpenCL and WebGPU get the same tile today: 256 threads fit both).
 
     Examples
     --------
