@@ -201,3 +201,26 @@ def test_threads_past_the_last_column_or_row_read_in_bounds():
                                      Target("opencl")).kernels)[0]
     assert "min(((((int)get_group_id(0)) * 8) + ((int)get_local_id(1))), 10)" in src
     assert "min(((((int)get_group_id(1)) * 4) + ((int)get_local_id(2))), 4)" in src
+
+
+@pytest.mark.parametrize("shape", [(64,), (2, 3, 64)])
+def test_vector_and_several_lead_dims(gpu, shape):
+    """A 1-D activation (no row dim) and two static lead dims fused into 6 rows (a row tile of
+    4: the second tile's last two rows clamped, not stored)."""
+    dev, target = gpu
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((64, 10)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    x = Var("x", TensorStructInfo(shape, "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.emit_output(op.add(op.matmul(x, const(w)), const(b)))
+        bb.emit_func_output(gv)
+    q = relax.quantize(bb.get(), "int4-g32")
+    assert "relax.dense_q4" not in _ops(LowerDenseQ4GEMV(Target(target))(q))
+    vm = VirtualMachine(relax.build(q, target), dev)
+    xv = rng.standard_normal(shape).astype(np.float32)
+    c, s, o = quantize_weight_int4(w, 32)
+    _assert_close(vm["main"](xv).numpy(),
+                  xv.astype(np.float64) @ dequantize_int4(c, s, o, 64, 32) + b)
