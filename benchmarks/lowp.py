@@ -20,10 +20,22 @@ Rows:
   with ``com.microsoft.MatMulNBits`` (4 bits, blocks of 128; ``lowbit.matmul_nbits_model``
   writes its format).
 
+GPU rows (``--rows int4-gpu-layers,int4-gpu``; not in the default set, which is the CPU's), on
+each of ``TILECRAFT_LOWP_GPU_TARGETS`` (default ``opencl,webgpu``), timed with
+``vm.time_evaluator`` (which synchronizes the device), the two executables interleaved round
+by round, results filed under the GPU's name:
+
+- ``int4-g128 gpu layer``: each GPT-2 small linear shape at one token, 12 layers of it in a
+  call (GPT-2's blocks, each with its own weights), our int4 GEMV
+  (``relax.backend.gpu.dense_int4``) against our float32 dense on the same target;
+- ``int4-g128 gpu``: the whole GPT-2 small at one token, int4-g128 against our float32 build on
+  the same target (the errors: against onnxruntime's float32 model).
+
 ``ratio`` is the peer's time over ours (above 1: we are faster). Errors: ``max_abs``,
 ``rel`` (max abs over the float output's max abs), ``cosine`` (of the flattened outputs: the
 hidden states / logits), ``top1`` (classifiers). ``python -m benchmarks.lowp --rows
-int8-dynamic,int4-layers`` runs a subset.
+int8-dynamic,int4-layers`` runs a subset; on the GPU machine ``python -m benchmarks.lowp --rows
+int4-gpu-layers,int4-gpu`` (under 90 s).
 """
 from __future__ import annotations
 
@@ -48,9 +60,15 @@ GPT2_LINEAR = [(768, 2304), (768, 768), (768, 3072), (3072, 768)]   # (K, N) of 
 # float32 weight bytes the int4 layer rows stream per call: several times any L3 cache
 STREAM_BYTES = 128 << 20
 ROWS = ("int8-dynamic", "int8", "int8-mbv2", "int4-layers", "int4")
-# the "mode" of the result rows each row of ROWS writes
+GPU_ROWS = ("int4-gpu-layers", "int4-gpu")
+GPU_TARGETS = [t for t in os.environ.get("TILECRAFT_LOWP_GPU_TARGETS", "opencl,webgpu").split(",")
+               if t]
+GPU_LAYERS = 12             # GPT-2 small's blocks: layers of one shape per call
+GPU_ROUNDS = 5
+# the "mode" of the result rows each row of ROWS / GPU_ROWS writes
 ROW_MODES = {"int8-dynamic": "int8-dynamic", "int8": "int8", "int8-mbv2": "int8 mobilenet_v2",
-             "int4-layers": "int4-g128 layer", "int4": "int4-g128"}
+             "int4-layers": "int4-g128 layer", "int4": "int4-g128",
+             "int4-gpu-layers": "int4-g128 gpu layer", "int4-gpu": "int4-g128 gpu"}
 
 
 def _errors(ours: np.ndarray, peer: np.ndarray, ref: np.ndarray) -> dict:
@@ -236,6 +254,110 @@ def int4_model_rows() -> list[dict]:
     return [row]
 
 
+def _gpu_device(kind: str):
+    if kind == "opencl":
+        try:
+            return targets.opencl("NVIDIA")
+        except Exception:
+            return targets.opencl(0)
+    return targets.webgpu(0)
+
+
+def _gpu_device_name(dev) -> str:
+    if dev.kind == "opencl":
+        from tilecraft.targets.opencl_backend import list_devices
+        return list_devices()[dev.index]["name"]
+    from tilecraft.targets.webgpu_backend.runtime import list_adapters
+    return list_adapters()[dev.index]["name"]
+
+
+def _gpu_interleaved(vm_ours, vm_peer, dev, args, number: int) -> tuple[float, float]:
+    """Median seconds per call of two executables on ``dev``, timed round by round."""
+    e_ours = vm_ours.time_evaluator("main", dev, number=number, repeat=1)
+    e_peer = vm_peer.time_evaluator("main", dev, number=number, repeat=1)
+    t_ours, t_peer = [], []
+    for _ in range(GPU_ROUNDS):
+        t_ours.append(min(e_ours(*args).results))
+        t_peer.append(min(e_peer(*args).results))
+    return float(np.median(t_ours)), float(np.median(t_peer))
+
+
+def _gpu_rows(kind: str, mode: str, measure) -> list[dict]:
+    """``measure(kind, target, dev)``'s rows, or one error row naming why the target failed."""
+    try:
+        dev = _gpu_device(kind)
+        rows = measure(kind, kind, dev)
+    except Exception as err:       # a missing driver or adapter: a row, not a crash
+        row = {"mode": mode, "target": kind, "error": f"{type(err).__name__}: {str(err)[:300]}"}
+        print(row, file=sys.stderr, flush=True)
+        return [row]
+    name = _gpu_device_name(dev)
+    return [dict(r, device=name) for r in rows]
+
+
+def int4_gpu_layer_rows(targets_=None) -> list[dict]:
+    """Each GPT-2 small linear shape at one token on each GPU target: ``GPU_LAYERS`` layers of
+    the shape per call, our int4-g128 GEMV against our float32 build on the same target."""
+    rng = np.random.default_rng(3)
+    rows = []
+
+    def measure(kind, target, dev):
+        out = []
+        for k, n in GPT2_LINEAR:
+            ws = [rng.normal(0, 0.02, (k, n)).astype(np.float32) for _ in range(GPU_LAYERS)]
+            mod = _dense_stack(k, n, ws)
+            base = {"mode": ROW_MODES["int4-gpu-layers"], "target": target,
+                    "model": f"gpt2 linear {k}x{n}, 1 token"}
+            try:
+                f32 = relax.VirtualMachine(relax.build(mod, target), dev)
+                q4 = relax.VirtualMachine(relax.build(relax.quantize(mod, "int4-g128"), target),
+                                          dev)
+                x = rng.standard_normal((1, k)).astype(np.float32)
+                xd = targets.array(x, dev)
+                t_q4, t_f32 = _gpu_interleaved(q4, f32, dev, [xd], number=20)
+                row = dict(base, peer="ours float32 (same target)",
+                           ours_ms=t_q4 * 1e3 / GPU_LAYERS, peer_ms=t_f32 * 1e3 / GPU_LAYERS,
+                           ratio=t_f32 / t_q4, layers=GPU_LAYERS)
+                ref = x.astype(np.float64) @ ws[0]
+                row.update(_errors(_first(q4["main"](x)), _first(f32["main"](x)), ref))
+            except Exception as err:   # one failing shape does not hide the others
+                row = dict(base, error=f"{type(err).__name__}: {str(err)[:300]}")
+            print(row, file=sys.stderr, flush=True)
+            out.append(row)
+        return out
+
+    for kind in targets_ or GPU_TARGETS:
+        rows += _gpu_rows(kind, ROW_MODES["int4-gpu-layers"], measure)
+    return rows
+
+
+def int4_gpu_model_rows(targets_=None) -> list[dict]:
+    """The whole GPT-2 small at one token on each GPU target: int4-g128 against our float32
+    build on the same target; the errors against onnxruntime's float32 model."""
+    from tilecraft.zoo.models import ZOO
+    z = ZOO["gpt2_small"]()
+    ids = z.inputs["input_ids"][:, :1]
+    ref = _ort(z.onnx_model).run(None, {"input_ids": ids})[0].astype(np.float64)
+    mod = from_onnx(z.onnx_model)
+    qmod = relax.quantize(mod, "int4-g128")
+
+    def measure(kind, target, dev):
+        f32 = relax.VirtualMachine(relax.build(mod, target, upper_bounds=z.upper_bounds), dev)
+        q4 = relax.VirtualMachine(relax.build(qmod, target, upper_bounds=z.upper_bounds), dev)
+        t_q4, t_f32 = _gpu_interleaved(q4, f32, dev, [targets.array(ids, dev)], number=5)
+        row = {"mode": ROW_MODES["int4-gpu"], "target": target, "model": "gpt2_small, 1 token",
+               "peer": "ours float32 (same target)", "ours_ms": t_q4 * 1e3,
+               "peer_ms": t_f32 * 1e3, "ratio": t_f32 / t_q4}
+        row.update(_errors(_first(q4["main"](ids)), _first(f32["main"](ids)), ref))
+        print(row, file=sys.stderr, flush=True)
+        return [row]
+
+    rows = []
+    for kind in targets_ or GPU_TARGETS:
+        rows += _gpu_rows(kind, ROW_MODES["int4-gpu"], measure)
+    return rows
+
+
 def run(rows=ROWS, agreement_inputs: int = AGREEMENT_INPUTS) -> list[dict]:
     """The int8 / int4 rows (``benchmarks.run``'s interface)."""
     out: list[dict] = []
@@ -243,7 +365,8 @@ def run(rows=ROWS, agreement_inputs: int = AGREEMENT_INPUTS) -> list[dict]:
              "int8": lambda: int8_static_rows(agreement_inputs),
              "int8-mbv2": lambda: int8_static_rows(agreement_inputs, "mobilenet_v2",
                                                    ROW_MODES["int8-mbv2"]),
-             "int4-layers": int4_layer_rows, "int4": int4_model_rows}
+             "int4-layers": int4_layer_rows, "int4": int4_model_rows,
+             "int4-gpu-layers": int4_gpu_layer_rows, "int4-gpu": int4_gpu_model_rows}
     for r in rows:
         try:
             out += table[r]()
@@ -257,25 +380,32 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.lowp",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", default=",".join(ROWS),
-                   help=f"comma-separated subset of {', '.join(ROWS)}")
+                   help=f"comma-separated subset of {', '.join(ROWS)} (the default), or of "
+                        f"the GPU rows {', '.join(GPU_ROWS)}")
     p.add_argument("--inputs", type=int, default=AGREEMENT_INPUTS,
                    help="random inputs for ResNet-50's top-1 agreement")
     args = p.parse_args(argv)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-    unknown = [r for r in rows if r not in ROWS]
+    unknown = [r for r in rows if r not in ROWS + GPU_ROWS]
     if unknown:
-        p.error(f"unknown rows {unknown}; known: {', '.join(ROWS)}")
+        p.error(f"unknown rows {unknown}; known: {', '.join(ROWS + GPU_ROWS)}")
+    if any(r in GPU_ROWS for r in rows) and any(r in ROWS for r in rows):
+        p.error("the GPU rows are filed under the GPU's name: run them apart from the CPU rows")
     result = run(rows, args.inputs)
     print_table(result, list(dict.fromkeys(k for r in result for k in r)))
+    gpu = next((r["device"] for r in result if "device" in r), None)
     # a subset of the rows replaces those rows only: the machine's other rows are kept
-    path = results_path("lowp", machine_name())
+    path = results_path("lowp", machine_name(gpu))
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             ran = {ROW_MODES[r] for r in rows}
-            kept = [r for r in json.load(f).get("rows", []) if r.get("mode") not in ran]
+            done = {(r.get("mode"), r.get("target")) for r in result}
+            # a GPU row of a target not run this time is kept
+            kept = [r for r in json.load(f).get("rows", []) if r.get("mode") not in ran or
+                    ("target" in r and (r.get("mode"), r.get("target")) not in done)]
         order = {m: k for k, m in enumerate(ROW_MODES.values())}
         result = sorted(kept + result, key=lambda r: order.get(r.get("mode"), len(order)))
-    print(f"(written to {write_results('lowp', result)})")
+    print(f"(written to {write_results('lowp', result, gpu=gpu)})")
     return 0 if all("error" not in r for r in result) else 1
 
 

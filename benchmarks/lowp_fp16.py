@@ -34,7 +34,10 @@ Run: ``python -m benchmarks.lowp_fp16`` or ``python -m benchmarks.run lowp_fp16`
 this CPU's name when only ``llvm`` ran); ``TILECRAFT_LOWP_BATCHES`` (default ``1,16``),
 ``TILECRAFT_LOWP_MODELS`` (``resnet50``, ``bert_layer_s128``, ``mlp_4096x3``; default all).
 A run of some targets or models replaces only their rows in the file (the others are kept),
-so the targets can be measured one command at a time.
+so the targets can be measured one command at a time; the file is written after each (model,
+target) once a GPU row names it, so a run stopped part-way keeps what it measured.
+``opencl-half`` on a device without ``cl_khr_fp16`` (NVIDIA's driver, PoCL) gives its error row
+at once, without building the models.
 On the GPU machine: ``python -m benchmarks.lowp_fp16`` (all targets); here, the CPU row:
 ``TILECRAFT_LOWP_TARGETS=llvm python -m benchmarks.lowp_fp16``; the smoke check:
 ``TILECRAFT_LOWP_SMOKE=1 python -m benchmarks.lowp_fp16``.
@@ -175,18 +178,38 @@ def _output(out) -> np.ndarray:
 
 def run() -> list[dict]:
     """One row per model, target and batch (an ``error`` row where a target cannot run); the
-    rows are written to ``benchmarks/results/lowp_fp16/`` unless this is a smoke run."""
-    rows = measure()
+    rows are written to ``benchmarks/results/lowp_fp16/`` unless this is a smoke run: after
+    each (model, target), so a run stopped part-way leaves what it measured."""
+    rows = measure(on_rows=None if SMOKE else _save)
     if SMOKE:
         print("(smoke run: no results written)")
-        return rows
+    return rows
+
+
+def _save(rows: list[dict], final: bool = True) -> None:
+    """Write ``rows`` (so far) with the file's rows of the (model, target) pairs not measured.
+    Before the end, only once a GPU row names the file (not under the CPU's name)."""
     gpu = _gpu_name(rows)
+    if not final and gpu is None and any(k != "llvm" for k in TARGETS):
+        return
     kept = previous_rows(results_path("lowp_fp16", machine_name(gpu)), rows)
     path = write_results("lowp_fp16", kept + rows, {"settings": {"batches": BATCHES,
                                                                  "targets": TARGETS}},
                          gpu=gpu)
-    print(f"(written to {path}{f'; {len(kept)} rows kept from the previous run' if kept else ''})")
-    return rows
+    print(f"(written to {path}{f'; {len(kept)} rows kept from the previous run' if kept else ''})",
+          flush=True)
+
+
+def _half_refusal(kind: str, dev) -> str | None:
+    """Why ``kind`` cannot run half arithmetic on ``dev`` (known before building), or None."""
+    if kind != "opencl-half":
+        return None
+    from tilecraft.targets.opencl_backend import list_devices
+    info = list_devices()[dev.index]
+    if info.get("fp16"):
+        return None
+    return (f"{info['name']} does not report cl_khr_fp16: OpenCL half arithmetic cannot run "
+            f"there (the 'opencl' row is float16 storage with float arithmetic)")
 
 
 def previous_rows(path: str, rows: list[dict]) -> list[dict]:
@@ -207,8 +230,9 @@ def previous_rows(path: str, rows: list[dict]) -> list[dict]:
     return [r for r in old if (r.get("model"), r.get("target")) not in done]
 
 
-def measure() -> list[dict]:
-    """The rows of ``run()``, measured."""
+def measure(on_rows=None) -> list[dict]:
+    """The rows of ``run()``, measured; ``on_rows(rows)`` is called after each (model,
+    target) with the rows so far."""
     from tilecraft import relax, targets
 
     cases = _smoke_cases() if SMOKE else _full_cases()
@@ -216,14 +240,23 @@ def measure() -> list[dict]:
     rows = []
     for case in cases:
         mod16 = relax.quantize(case.mod, "fp16")
+        fp32_builds = {}      # the float32 executable of a target string, shared by its rows
         for kind in TARGETS:
+            if on_rows is not None and rows:
+                on_rows(rows, final=False)
             target = TARGET_STRINGS[kind]
             base = {"model": case.name, "target": target}
             try:
                 dev = _device(kind)
+                refusal = _half_refusal(kind, dev)
+                if refusal is not None:   # known now: no build of a module that cannot run
+                    raise RuntimeError(refusal)
                 t0 = time.perf_counter()
-                exe32 = relax.build(case.mod, target.replace(" -supports-float16=1", ""),
-                                    upper_bounds=case.bounds)
+                target32 = target.replace(" -supports-float16=1", "")
+                if target32 not in fp32_builds:
+                    fp32_builds[target32] = relax.build(case.mod, target32,
+                                                        upper_bounds=case.bounds)
+                exe32 = fp32_builds[target32]
                 exe16 = relax.build(mod16, target, upper_bounds=case.bounds)
                 build_s = time.perf_counter() - t0
                 vm32, vm16 = relax.VirtualMachine(exe32, dev), relax.VirtualMachine(exe16, dev)
@@ -257,6 +290,8 @@ def measure() -> list[dict]:
                 print(f"{case.name} {target} b{b}: fp32 {t32 * 1e3:.2f} ms, fp16 "
                       f"{t16 * 1e3:.2f} ms, speedup {t32 / t16:.2f}, rel err "
                       f"{row['max_rel_err']:.1e}", flush=True)
+    if on_rows is not None and rows:
+        on_rows(rows)
     return rows
 
 

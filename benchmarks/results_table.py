@@ -325,11 +325,16 @@ def _hf_import(doc):
 
 
 def _lowp(doc):
-    """One line per quantized model against its onnxruntime peer (the per-layer rows compare
-    with our own float32 and stay in the file)."""
-    return [Headline(f"{r['mode']} {r['model']}, error rel {r['ours_rel']:.3g} (peer "
-                     f"{r['peer_rel']:.3g})", r["ratio"], r["peer"])
-            for r in doc["rows"] if r["peer"].startswith("onnxruntime")]
+    """One line per quantized model against its onnxruntime peer, and per GPU target the whole
+    int4 model against our float32 build (the per-layer rows compare with our own float32 and
+    stay in the file; error rows are skipped)."""
+    out = [Headline(f"{r['mode']} {r['model']}, error rel {r['ours_rel']:.3g} (peer "
+                    f"{r['peer_rel']:.3g})", r["ratio"], r["peer"])
+           for r in doc["rows"] if r.get("peer", "").startswith("onnxruntime")]
+    out += [Headline(f"{r['mode']} {r['model']} on {r['target']}, error rel "
+                     f"{r['ours_rel']:.3g}", r["ratio"], r["peer"])
+            for r in doc["rows"] if r.get("mode") == "int4-g128 gpu" and "ratio" in r]
+    return out
 
 
 def _lowp_fp16(doc):

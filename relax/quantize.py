@@ -15,9 +15,11 @@ mode            what it does
 ==============  ==========================================================================
 
 The result is an ordinary Relax module: ``relax.build`` compiles it for any target (CPU
-targets get the int8 / int4 kernels of ``relax.backend.cpu``; other targets run the same
-integer arithmetic through the generic kernels; ``fp16`` on WebGPU needs
-``Target("webgpu -supports-float16=1")``). The passes are usable on their own.
+targets get the int8 / int4 kernels of ``relax.backend.cpu``; OpenCL and WebGPU get the int4
+GEMV of ``relax.backend.gpu.dense_int4`` for dense layers of up to 16 static or any symbolic
+rows (``LowerDenseQ4GEMV``); other cases run the same integer arithmetic through the generic
+kernels; ``fp16`` on WebGPU needs ``Target("webgpu -supports-float16=1")``). The passes are
+usable on their own.
 
 Examples
 --------

@@ -24,6 +24,8 @@
 - ``QuantizeInt8Dynamic()``, ``QuantizeInt8Static(ranges)``: dense layers (and, static,
   convolutions) on uint8 x int8 with int32 accumulation (``relax.quantize``'s int8 modes).
 - ``QuantizeInt4Weight(group_size)``: dense layers on 4-bit weight groups (``relax.dense_q4``).
+- ``LowerDenseQ4GEMV(target)``: ``relax.dense_q4`` of few rows (and its bias add) -> the GPU int4
+  GEMV kernel (``relax.backend.gpu.dense_int4``; GPU targets).
 - ``get_pipeline(name="default")``: the default sequence; ``Sequential(passes, check=False)``.
 
 ``ExprMutator`` is the base for writing more passes.
@@ -45,6 +47,7 @@ from .convert_layout import ConvertLayout
 from .to_mixed_precision import FoldConstantCasts, ToMixedPrecision
 from .pipeline import get_pipeline
 from .quantize_int4 import QuantizeInt4Weight
+from .lower_dense_q4_gemv import LowerDenseQ4GEMV
 from .quantize_int8 import QuantizeInt8Dynamic, QuantizeInt8Static
 from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 
@@ -53,4 +56,4 @@ __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
            "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseAttention", "GPUWinograd", "AlterLayout", "ConvertLayout",
            "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static",
-           "QuantizeInt4Weight"]
+           "QuantizeInt4Weight", "LowerDenseQ4GEMV"]

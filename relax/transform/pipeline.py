@@ -25,6 +25,7 @@ from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
 from .gpu_winograd import GPUWinograd
 from .legalize_ops import LegalizeOps
+from .lower_dense_q4_gemv import LowerDenseQ4GEMV
 
 __all__ = ["get_pipeline", "PIPELINES"]
 
@@ -48,6 +49,8 @@ def _default(check: bool = False, target: "Target | str | None" = None,
         passes.append(FuseAttention(target))
         # 3x3 stride-1 convolutions with 64+ channels -> Winograd F(2x2, 3x3)
         passes.append(GPUWinograd(target))
+        # int4 weight-only dense layers of few rows -> the GPU int4 GEMV kernel (bias fused)
+        passes.append(LowerDenseQ4GEMV(target))
     passes += [
         LegalizeOps(),            # operators -> call_tir of TensorIR kernels (+ "op_pattern")
         FoldConstant(),           # kernels on constants run now (the weight packing too)
@@ -73,9 +76,8 @@ def get_pipeline(name: str = "default", check: bool = False,
     ----------
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
-        ConvertLayout and AlterLayout (CPU targets only), FuseAttention and GPUWinograd (GPU
-        targets only),
-        LegalizeOps, FoldConstant,
+        ConvertLayout and AlterLayout (CPU targets only), FuseAttention, GPUWinograd and
+        LowerDenseQ4GEMV (GPU targets only), LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).

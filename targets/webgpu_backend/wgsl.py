@@ -16,10 +16,10 @@ What WGSL changes, and how the generator handles it:
   the uniform, floats through ``bitcast``); the runtime copies them in and out around the launch.
 * ``shared`` allocations are module-scope ``var<workgroup>`` arrays (their total is checked
   against the workgroup-storage limit), ``local`` ones function-scope arrays; a barrier is
-  ``workgroupBarrier()``. A float32 shared array that a vectorized loop of 4 reads at
-  ``base + v`` (a GEMM's register fragment) is an ``array<vec4<f32>>``: such a read, at a
-  provable multiple of 4, is one ``vec4`` load stored lane by lane; other accesses index a
-  component (``s[i >> 2u][i & 3i]``).
+  ``workgroupBarrier()``. A float32 (float16) shared array that a vectorized loop of 4 reads
+  at ``base + v`` (a GEMM's register fragment) is an ``array<vec4<f32>>``
+  (``array<vec4<f16>>``): such a read, at a provable multiple of 4, is one ``vec4`` load
+  stored lane by lane; other accesses index a component (``s[i >> 2u][i & 3i]``).
 * **Launch geometry**: ``@workgroup_size`` is the constant ``threadIdx`` extents (checked against
   the invocation and per-dimension limits); the workgroup counts are expressions of the shape
   variables evaluated at launch. A grid that may exceed 65535 workgroups in a dimension is
@@ -265,8 +265,9 @@ class WGSLCodegen(CodegenC):
                                          "value": {"offset": [b.binding, k]}})
         self.workgroup_size = tuple(int(x) for x in kernel.block)
         self.shared, self.body = kernel_body(kernel)
-        # float32 workgroup arrays read as vectors somewhere (a vectorized loop of 4 copying
-        # neighbouring elements: a GEMM's register fragment) are declared array<vec4<f32>>,
+        # float32 / float16 workgroup arrays read as vectors somewhere (a vectorized loop of 4
+        # copying neighbouring elements: a GEMM's register fragment) are declared
+        # array<vec4<f32>> / array<vec4<f16>>,
         # so that such a read is one 128-bit load; element accesses index a component
         self.vec4_shared = _vec4_shared(self.body, self.shared)
         self.has_blocks = any(t.startswith("blockIdx") for t in kernel.thread_vars)
@@ -361,7 +362,8 @@ class WGSLCodegen(CodegenC):
             self.uses_f16 |= buf.dtype == "float16"
             if id(buf) in self.vec4_shared:
                 out.append(f"var<workgroup> {self.name_of(buf)}: "
-                           f"array<vec4<f32>, {self.const_size(buf) // 4}>;")
+                           f"array<vec4<{storage.wgsl_scalar(buf.dtype)}>, "
+                           f"{self.const_size(buf) // 4}>;")
                 continue
             out.append(f"var<workgroup> {self.name_of(buf)}: "
                        f"array<{storage.wgsl_storage(buf.dtype)}, {self.const_size(buf)}>;")
@@ -528,13 +530,15 @@ class WGSLCodegen(CodegenC):
 
     def _try_vec4_copy(self, s) -> bool:
         """A vectorized loop of 4 storing ``src[base + v]`` (``src`` a vec4 workgroup array,
-        ``base`` a provable multiple of 4) into any float32 buffer: one vector load, four
-        component stores (a register fragment stays scalars: see ``_scalarize_locals``)."""
+        ``base`` a provable multiple of 4) into any buffer of its dtype (float32 or float16):
+        one vector load, four component stores (a register fragment stays scalars: see
+        ``_scalarize_locals``)."""
         v = s.loop_var
         st = s.body
         if E.as_int(s.extent) != 4 or not isinstance(st, S.BufferStore) or \
                 not isinstance(st.value, E.BufferLoad) or \
-                id(st.value.buffer) not in self.vec4_shared or st.buffer.dtype != "float32":
+                id(st.value.buffer) not in self.vec4_shared or \
+                st.buffer.dtype != st.value.buffer.dtype:
             return False
         base = arith.ramp_base(st.value.indices[0], v)
         if base is None:
@@ -549,7 +553,8 @@ class WGSLCodegen(CodegenC):
                                  st.value.buffer)
         self.vec4_temps += 1
         tmp = f"tc_v4_{self.vec4_temps}"
-        self.emit(self.let_decl(tmp, "vec4<f32>", f"{src}[{qidx}]"))
+        vec = f"vec4<{storage.wgsl_scalar(st.buffer.dtype)}>"
+        self.emit(self.let_decl(tmp, vec, f"{src}[{qidx}]"))
         for lane in range(4):
             at = arith.lane_index(st.indices[0], v, E.Add(s.min, E.IntImm(lane, v.dtype)),
                                   self.analyzer)
@@ -738,9 +743,9 @@ class WGSLCodegen(CodegenC):
 
 
 def _vec4_shared(body, shared) -> set:
-    """ids of the float32 shared buffers (size a multiple of 4) that some vectorized loop of 4
-    reads at ``base + v``."""
-    cands = {id(b) for b in shared if b.dtype == "float32"}
+    """ids of the float32 / float16 shared buffers (size a multiple of 4) that some vectorized
+    loop of 4 reads at ``base + v``."""
+    cands = {id(b) for b in shared if b.dtype in ("float32", "float16")}
     found = set()
 
     def visit(n):

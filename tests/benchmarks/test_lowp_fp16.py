@@ -31,3 +31,20 @@ def test_a_partial_run_keeps_the_other_rows(tmp_path):
     new = [{"model": "resnet50", "target": "opencl", "batch": 1, "speedup": 1.5}]
     assert previous_rows(str(path), new) == old[1:]
     assert previous_rows(str(tmp_path / "none.json"), new) == []
+
+
+def test_results_are_saved_as_the_run_goes_once_a_gpu_row_names_the_file(monkeypatch, tmp_path):
+    from benchmarks import lowp_fp16
+    written = []
+    monkeypatch.setattr(lowp_fp16, "write_results",
+                        lambda name, rows, extra, gpu: written.append((gpu, len(rows))) or "x")
+    monkeypatch.setattr(lowp_fp16, "results_path", lambda *a: str(tmp_path / "none.json"))
+    monkeypatch.setattr(lowp_fp16, "TARGETS", ["opencl", "webgpu"])
+    err = [{"model": "resnet50", "target": "opencl", "error": "OpenCLError: no device"}]
+    lowp_fp16._save(err, final=False)        # no GPU named yet: not under the CPU's name
+    assert written == []
+    ok = err + [{"model": "resnet50", "target": "webgpu -supports-float16=1", "batch": 1,
+                 "device": "NVIDIA H200", "speedup": 1.2}]
+    lowp_fp16._save(ok, final=False)
+    lowp_fp16._save(err, final=True)         # the end of a run writes whatever it has
+    assert written == [("NVIDIA H200", 2), (None, 1)]

@@ -116,3 +116,14 @@ def test_paths_in_the_docs_exist():
             if not os.path.exists(os.path.join(REPO, path)):
                 missing.append(f"{os.path.relpath(doc, REPO)}: {path}")
     assert not missing, missing
+
+
+def test_lowp_headline_has_the_gpu_model_rows_and_skips_error_rows():
+    rows = [{"mode": "int4-g128 gpu layer", "target": "opencl", "model": "gpt2 linear 768x768",
+             "peer": "ours float32 (same target)", "ratio": 4.0, "ours_rel": 0.1},
+            {"mode": "int4-g128 gpu", "target": "webgpu", "model": "gpt2_small, 1 token",
+             "peer": "ours float32 (same target)", "ratio": 3.0, "ours_rel": 0.07},
+            {"mode": "int4-g128 gpu", "target": "opencl", "error": "OpenCLError: no device"}]
+    heads = results_table.headlines("lowp", {"rows": rows})
+    assert [(h.ratio, h.peer) for h in heads] == [(3.0, "ours float32 (same target)")]
+    assert "on webgpu" in heads[0].figure

@@ -1,8 +1,8 @@
 """The GPU kernel families of the default OpenCL / WebGPU schedules (``relax.gpu_schedules``).
 
 On GPU targets most families are found by the structure of a block, not by a rule annotation
-(``AlterLayout`` is CPU-only); two passes rewrite operators into kernels of their own first
-(``FuseAttention``, ``GPUWinograd``). The families:
+(``AlterLayout`` is CPU-only); three passes rewrite operators into kernels of their own first
+(``FuseAttention``, ``GPUWinograd``, ``LowerDenseQ4GEMV``). The families:
 
 - ``gemm.py``: GEMM-like reductions (matmul, batch matmul, dense, convolution as an implicit
   GEMM): ``gemm.is_gemm_like`` picks the blocks, ``gemm.schedule_gemm`` tiles them for
@@ -12,6 +12,10 @@ On GPU targets most families are found by the structure of a block, not by a rul
 - ``attention.py``: the fused attention kernel (``relax.transform.FuseAttention``).
 - ``winograd.py``: Winograd F(2x2, 3x3) computes (``relax.transform.GPUWinograd`` rewrites 3x3
   stride-1 convolutions into them; their GEMM stage is scheduled by ``gemm.py``).
+
+- ``dense_int4.py``: the int4 weight-only GEMV (``relax.dense_q4`` of few rows, bias fused):
+  work-groups of output columns, the reduction over packed 32-bit words of codes shared by
+  threads; built directly as a scheduled kernel by ``relax.transform.LowerDenseQ4GEMV``.
 
 ``batch_dispatch.py`` puts two schedules of one kernel (its tile sized for batch 1 and for
 ``gemm.GEMM_NOMINAL_BATCH``) into one function chosen per call by the symbolic batch.
@@ -26,6 +30,6 @@ Examples
 >>> gemm.GEMM_TILE, gemm.GEMM_BK
 ((16, 8), 16)
 """
-from . import batch_dispatch, depthwise, gemm, schedule_utils, winograd
+from . import batch_dispatch, dense_int4, depthwise, gemm, schedule_utils, winograd
 
-__all__ = ["batch_dispatch", "depthwise", "gemm", "schedule_utils", "winograd"]
+__all__ = ["batch_dispatch", "dense_int4", "depthwise", "gemm", "schedule_utils", "winograd"]
