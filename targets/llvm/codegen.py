@@ -39,7 +39,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-import llvmlite.ir as ir
+from . import llvmir as ir
 import numpy as np
 
 from tilecraft.tensorir import arith
