@@ -1079,7 +1079,7 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         value = e.value
         if bits > 1 and value >= 1 << (bits - 1):
             value -= 1 << bits  # LLVM prints integer constants signed
-        return ir.Constant(self.rtype(e.dtype), value)
+        return self.rtype(e.dtype)(value)
 
     def visit_FloatImm(self, e: FloatImm):
         value = e.value

@@ -31,6 +31,7 @@ True
 """
 from __future__ import annotations
 
+import re
 import struct
 
 # ---------------------------------------------------------------------------------------------
@@ -90,7 +91,7 @@ class MetaDataType(Type):
 
 
 class IntType(Type):
-    __slots__ = ("width",)
+    __slots__ = ("width", "_constants")
     null = "0"
     _cache: dict = {}
 
@@ -100,11 +101,24 @@ class IntType(Type):
             t = object.__new__(cls)
             t.width = width
             t._s = f"i{width}"
+            t._constants = {}
             cls._cache[width] = t
         return t
 
     def __init__(self, width: int):
         pass
+
+    def __call__(self, value) -> "Constant":
+        # constants are immutable: one object per plain int value (not bool: True and 1 are
+        # equal keys but print differently)
+        if type(value) is not int:
+            return Constant(self, value)
+        c = self._constants.get(value)
+        if c is None:
+            if len(self._constants) >= 4096:
+                self._constants.clear()
+            c = self._constants[value] = Constant(self, value)
+        return c
 
     def __getnewargs__(self):
         return (self.width,)
@@ -116,7 +130,7 @@ class IntType(Type):
 
 
 def _hex_double(value: float) -> str:
-    return "0x%016x" % struct.unpack("<Q", struct.pack("<d", value))[0]
+    return "0x%016x" % struct.unpack("Q", struct.pack("d", value))[0]
 
 
 class HalfType(Type):
@@ -127,7 +141,7 @@ class HalfType(Type):
         self._s = "half"
 
     def format_constant(self, value) -> str:
-        return _hex_double(struct.unpack("<e", struct.pack("<e", float(value)))[0])
+        return _hex_double(struct.unpack("e", struct.pack("e", float(value)))[0])
 
 
 class FloatType(Type):
@@ -138,7 +152,7 @@ class FloatType(Type):
         self._s = "float"
 
     def format_constant(self, value) -> str:
-        return _hex_double(struct.unpack("<f", struct.pack("<f", float(value)))[0])
+        return _hex_double(struct.unpack("f", struct.pack("f", float(value)))[0])
 
 
 class DoubleType(Type):
@@ -238,6 +252,7 @@ class FunctionType(Type):
 
 
 _VOID = VoidType()
+_LABEL = LabelType()
 _I1 = IntType(1)
 _PTR = PointerType()
 
@@ -330,34 +345,38 @@ def _quote(prefix: str, name: str) -> str:
 
 
 class _Scope:
-    """The names used in one function (values and blocks share LLVM's local namespace)."""
+    """The names used in one function (values and blocks share LLVM's local namespace).
 
-    __slots__ = ("used", "counter")
+    Unnamed values are ``.1``, ``.2``, ...; a given name is used as it is the first time and
+    gets ``.1``, ``.2``, ... appended after (a name of the unnamed form gets a suffix too, so
+    it never clashes with one of those).
+    """
+
+    __slots__ = ("used", "counter", "suffix")
 
     def __init__(self):
         self.used: set[str] = set()
         self.counter = 0
+        self.suffix: dict[str, int] = {}   # name -> the last suffix given to it
 
     def unnamed(self) -> str:
-        # ".N" never clashes with a given name: those are made unique against "used", and
-        # every ".N" is added to it
         self.counter += 1
-        name = f".{self.counter}"
-        while name in self.used:
-            self.counter += 1
-            name = f".{self.counter}"
-        self.used.add(name)
-        return name
+        return f".{self.counter}"
 
     def register(self, name: str) -> str:
         if not name:
             return self.unnamed()
-        if name in self.used:
-            base, k = name, 1
-            while f"{base}.{k}" in self.used:
+        used = self.used
+        if name in used or (name[0] == "." and name[1:].isdigit()):
+            base = name
+            k = self.suffix.get(base, 0)
+            while True:
                 k += 1
-            name = f"{base}.{k}"
-        self.used.add(name)
+                name = f"{base}.{k}"
+                if name not in used:
+                    break
+            self.suffix[base] = k
+        used.add(name)
         return name
 
 
@@ -475,7 +494,7 @@ class Block(Value):
 
     def __init__(self, function: "Function", name: str):
         self.function = function
-        self.type = LabelType()
+        self.type = _LABEL
         self.name = function.scope.register(name)
         self.ref = _quote("%", self.name)
         self.instructions: list[Instruction] = []
@@ -491,15 +510,12 @@ class Block(Value):
 
     def lines(self, out: list) -> None:
         name = self.name
-        out.append(f"{name}:\n" if _SIMPLE_LABEL(name) else f'"{name}":\n')
+        out.append(f"{name}:\n" if _SIMPLE_LABEL(name) else f"{self.ref[1:]}:\n")
         out.extend(i.line() for i in self.instructions)
 
 
-def _simple_label(name: str) -> bool:
-    return all(c.isalnum() or c in "-$._" for c in name) and not name[:1].isdigit()
-
-
-_SIMPLE_LABEL = _simple_label
+# a label printed without quotes (LLVM's identifier syntax); others are quoted
+_SIMPLE_LABEL = re.compile(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*\Z").match
 
 
 class AttributeSet(list):
@@ -618,9 +634,14 @@ class MetaDataString(Value):
     __slots__ = ("string",)
 
     def __init__(self, module: "Module", string: str):
-        self.type = MetaDataType()
+        self.type = _METADATA
         self.string = string
-        self.ref = f'!"{_escape_bytes(string.encode("utf-8"))}"'
+        ref = _MD_STRINGS.get(string)
+        if ref is None:
+            if len(_MD_STRINGS) >= 4096:
+                _MD_STRINGS.clear()
+            ref = _MD_STRINGS[string] = f'!"{_escape_bytes(string.encode("utf-8"))}"'
+        self.ref = ref
 
     def __eq__(self, other) -> bool:
         return isinstance(other, MetaDataString) and other.string == self.string
@@ -629,13 +650,17 @@ class MetaDataString(Value):
         return hash(("mdstring", self.string))
 
 
+_METADATA = MetaDataType()
+_MD_STRINGS: dict[str, str] = {}   # string -> its escaped text (branch weights recur a lot)
+
+
 class MDValue(Value):
     """An unnamed metadata node ``!N = !{ ... }`` (``Module.add_metadata``)."""
 
     __slots__ = ("operands", "index")
 
     def __init__(self, operands, index: int):
-        self.type = MetaDataType()
+        self.type = _METADATA
         self.operands = tuple(operands)
         self.index = index
         self.ref = f"!{index}"
