@@ -1,4 +1,5 @@
-"""Lowered TensorIR -> LLVM IR, through ``llvmlite.ir``.
+"""Lowered TensorIR -> LLVM IR text, through ``llvmir`` (the text-emitting builder with
+llvmlite.ir's API).
 
 Input: PrimFuncs in the form ``tensorir.transform.lower`` produces (no blocks, flat 1-D buffers,
 attrs ``arg_buffers`` / ``shape_vars``). Each PrimFunc becomes

@@ -1,4 +1,5 @@
-"""Small helpers over ``llvmlite.ir`` shared by the LLVM code generator, entries and runtime."""
+"""Small helpers over ``llvmir`` (LLVM IR as text) shared by the LLVM code generator, entries and
+runtime."""
 from __future__ import annotations
 
 from . import llvmir as ir
