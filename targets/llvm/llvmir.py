@@ -511,7 +511,12 @@ class Block(Value):
     def lines(self, out: list) -> None:
         name = self.name
         out.append(f"{name}:\n" if _SIMPLE_LABEL(name) else f"{self.ref[1:]}:\n")
-        out.extend(i.line() for i in self.instructions)
+        for i in self.instructions:
+            # the common case inline: a plain instruction without metadata
+            if type(i) is Instruction and i.metadata is None:
+                out.append(f"  {i.ref} = {i.text}\n" if i.ref is not None else f"  {i.text}\n")
+            else:
+                out.append(i.line())
 
 
 # a label printed without quotes (LLVM's identifier syntax); others are quoted
@@ -771,7 +776,11 @@ class IRBuilder:
     # -- emission helpers -----------------------------------------------------------------------
     def _named(self, typ: Type, text: str, name: str) -> Instruction:
         scope = self._scope
-        ref = _quote("%", scope.register(name)) if name else f'%"{scope.unnamed()}"'
+        if name:
+            ref = _quote("%", scope.register(name))
+        else:                          # scope.unnamed(), inline: most values have no name
+            scope.counter += 1
+            ref = f'%".{scope.counter}"'
         ins = Instruction(typ, ref, text, self.block)
         self._insts.append(ins)
         return ins
