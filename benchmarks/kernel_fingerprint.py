@@ -26,7 +26,11 @@ Usage::
     diff -r /tmp/fp_before /tmp/fp_after && echo identical
 
 ``--models`` and ``--targets`` take comma-separated subsets (names as in ``MODELS`` /
-``TARGETS``); ``--no-lower`` skips the lowered forms.
+``TARGETS``); ``--no-lower`` skips the lowered forms. ``--asm`` also writes, for the CPU
+targets, ``<out>/<target>/<model>.s``: each distinct kernel compiled as ``relax.build``
+compiles it (LLVM IR generation, the LLVM pipeline at the target's level) and printed as
+assembly, so that a change of the code generator can be shown to change no machine code (the
+IR text may differ in its value names).
 """
 from __future__ import annotations
 
@@ -103,9 +107,26 @@ def load_model(name: str):
     return from_onnx(z.onnx_model)
 
 
-def kernel_texts(mod, target, lower: bool, cache: dict) -> list[tuple[str, str]]:
+def kernel_assembly(name: str, lowered, target) -> str:
+    """The assembly of lowered kernel ``lowered`` compiled for CPU ``target`` as
+    ``targets.llvm.compiler.compile_kernel`` compiles it."""
+    from tilecraft.targets.llvm import compiler
+    config = compiler.MachineConfig(target)
+    tm = config.machine(jit=False, pic=True)
+    cg = compiler._KernelCodeGen(config.codegen_options(str(tm.target_data)))
+    cg.add_function(name, lowered)
+    mod = compiler._parse(str(cg.module), config.has_fma)
+    compiler.optimize(mod, tm, config.opt_level)
+    return tm.emit_assembly(mod)
+
+
+def kernel_texts(mod, target, lower: bool, cache: dict, asm: dict | None = None,
+                 asm_cache: dict | None = None) -> list[tuple[str, str]]:
     """``(kernel name, text)`` for each kernel of ``mod`` after the default pipeline: the
-    scheduled ``script()`` and, with ``lower``, the lowered form."""
+    scheduled ``script()`` and, with ``lower``, the lowered form. With ``asm`` (a dict, CPU
+    targets), ``asm[name]`` is each kernel's assembly (``kernel_assembly``; ``asm_cache``
+    keeps it per distinct kernel, as ``cache`` keeps the texts)."""
+    asm_cache = {} if asm_cache is None else asm_cache
     from tilecraft import relax, targets
     from tilecraft.relax.build import legalize, schedule_kernels
     from tilecraft.tensorir.transform import lower as lower_func, lower_device
@@ -126,6 +147,11 @@ def kernel_texts(mod, target, lower: bool, cache: dict) -> list[tuple[str, str]]
                 else:
                     text += "\n# --- lowered ---\n" + lower_func(func, target).script()
             cache[key] = text
+        if asm is not None and not gpu:
+            if key not in asm_cache:
+                # the kernel's own name goes into its symbols: compile it as "kernel"
+                asm_cache[key] = kernel_assembly("kernel", lower_func(func, target), target)
+            asm[name] = asm_cache[key]
         out.append((name, cache[key]))
     return out
 
@@ -136,6 +162,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--targets", default=",".join(CPU_TARGETS))
     p.add_argument("--no-lower", action="store_true")
+    p.add_argument("--asm", action="store_true", help="also <target>/<model>.s (CPU targets)")
     args = p.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     names = [t for t in args.targets.split(",") if t]
@@ -150,14 +177,20 @@ def main(argv=None) -> int:
     for t in names:
         os.makedirs(os.path.join(args.out, t), exist_ok=True)
         cache: dict[str, str] = {}
+        asm_cache: dict[str, str] = {}
         for m in models:
             start = time.perf_counter()
             if m not in loaded:
                 loaded[m] = load_model(m)
-            texts = kernel_texts(loaded[m], TARGETS[t], not args.no_lower, cache)
+            asm = {} if args.asm else None
+            texts = kernel_texts(loaded[m], TARGETS[t], not args.no_lower, cache, asm, asm_cache)
             with open(os.path.join(args.out, t, f"{m}.txt"), "w") as f:
                 for name, text in texts:
                     f.write(f"### {name}\n{text}\n")
+            if asm:
+                with open(os.path.join(args.out, t, f"{m}.s"), "w") as f:
+                    for name, text in asm.items():
+                        f.write(f"### {name}\n{text}\n")
             total += len(texts)
             print(f"{t} {m}: {len(texts)} kernels ({len(cache)} distinct on {t} so far), "
                   f"{time.perf_counter() - start:.0f} s", flush=True)

@@ -13,7 +13,7 @@ object; a library without it (built before it existed) is called kernel by kerne
 """
 from __future__ import annotations
 
-import llvmlite.ir as ir
+from . import llvmir as ir
 
 from tilecraft.targets.runtime import abi
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import llvmlite
 import llvmlite.binding as llvm
-import llvmlite.ir as ir
+from . import llvmir as ir
 
 from tilecraft.tensorir.expr import TIRError
 from tilecraft.tensorir.function import PrimFunc

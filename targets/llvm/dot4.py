@@ -32,7 +32,7 @@ Examples
 """
 from __future__ import annotations
 
-import llvmlite.ir as ir
+from . import llvmir as ir
 
 from tilecraft.tensorir.expr import DOT4_U8I8
 from .irutil import I32, ModuleBuilder, is_vector, lanes_of, splat

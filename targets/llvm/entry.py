@@ -10,7 +10,7 @@ strides (NULL, or compact row-major). Any failure writes a message for
 """
 from __future__ import annotations
 
-import llvmlite.ir as ir
+from . import llvmir as ir
 
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir.expr import (Add, Cast, FloorDiv, FloorMod, IntImm, Max, Min, Mul, Sub, Var, Div,

@@ -7,7 +7,7 @@ manipulation emitted inline, so no compiler-rt helper (``__extendhfsf2``) is nee
 """
 from __future__ import annotations
 
-import llvmlite.ir as ir
+from . import llvmir as ir
 
 from .irutil import F16, F32, I16, I32, const, lanes_of, vec_type
 

@@ -29,7 +29,7 @@ Multiply-adds are ``llvm.fmuladd``: one fused instruction where the target has F
 """
 from __future__ import annotations
 
-import llvmlite.ir as ir
+from . import llvmir as ir
 
 from .irutil import F32, F64, I32, ModuleBuilder, const, element_type, is_vector, lanes_of, \
     vec_type

@@ -1,7 +1,8 @@
-"""Small helpers over ``llvmlite.ir`` shared by the LLVM code generator, entries and runtime."""
+"""Small helpers over ``llvmir`` (LLVM IR as text) shared by the LLVM code generator, entries and
+runtime."""
 from __future__ import annotations
 
-import llvmlite.ir as ir
+from . import llvmir as ir
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)

@@ -14,7 +14,7 @@ module (internal linkage) when a target needs them:
 """
 from __future__ import annotations
 
-import llvmlite.ir as ir
+from . import llvmir as ir
 
 from .irutil import F64, I32, I64, ModuleBuilder, const, is_vector, lanes_of, vec_type
 

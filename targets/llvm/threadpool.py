@@ -30,7 +30,7 @@ over cores.
 """
 from __future__ import annotations
 
-import llvmlite.ir as ir
+from . import llvmir as ir
 
 from .irutil import I32, PTR, VOID, ModuleBuilder, gep
 
