@@ -288,7 +288,7 @@ def measure(name: str, sizes=("small", "large"), threads: int | None = None,
             offenders = share_check(con_mod, con_vm, args)
             for o in offenders:
                 print(f"  {name} {path} {size}: {o['name']} takes {o['time_share']:.1%} of the "
-                      f"kernel time for {o['work_share']:.1%} of the multiply-adds "
+                      f"kernel time for {o['work_share']:.1%} of the work "
                       f"({o['gmacs']:.1f} GMAC/s)", flush=True)
             rows.append({"model": name, "path": path, "size": size, "shape": "x".join(
                 str(d) for d in next(iter(feed.values())).shape),
