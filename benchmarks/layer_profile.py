@@ -31,6 +31,7 @@ from tilecraft.relax import VirtualMachine, build, extract_tasks
 from tilecraft.relax.backend.cpu.registry import block_rule
 from tilecraft.relax.backend.cpu.winograd import RULE_WINOGRAD_GEMM
 from tilecraft.relax.frontend import from_onnx
+from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import Block
 from tilecraft.zoo.models import light
@@ -106,38 +107,50 @@ def _our_shapes(mod) -> dict[str, tuple]:
     return shapes
 
 
-def kernel_work(mod) -> dict[str, int]:
+def kernel_work(mod, byte_macs: float = 0.0) -> dict[str, int]:
     """Kernel name -> its multiply-adds per call (output elements x the longest reduction's
     length; an elementwise kernel or a copy: its output elements), for the kernels ``build``
-    schedules for ``mod`` (static shapes)."""
+    schedules for ``mod`` (static shapes).
+
+    With ``byte_macs`` > 0, a kernel is charged at least ``byte_macs`` multiply-adds per byte
+    of its parameters (every input and the output, once each): the roofline's memory side,
+    the multiply-adds the machine could do in the time those bytes take to stream. A
+    depthwise convolution does 9 multiply-adds per output, a 1x1 one hundreds: charged by
+    its multiply-adds alone, a depthwise layer that runs at the memory's speed still takes
+    several times its share (onnxruntime's as much as ours: docs/zoo.md)."""
     work = {}
     for task in extract_tasks(mod, "llvm", baselines=False):
-        out = task.func.buffer_map[-1][1]
-        work[task.name] = math.prod(int(d.value) for d in out.shape) * \
+        buffers = [b for _, b in task.func.buffer_map]
+        macs = math.prod(int(d.value) for d in buffers[-1].shape) * \
             _reduction_length(task.func)
+        moved = sum(math.prod(int(d.value) for d in b.shape) * dt.bits(b.dtype) // 8
+                    for b in buffers)
+        work[task.name] = max(macs, int(byte_macs * moved))
     return work
 
 
 def share_offenders(report, work: dict[str, int], slack: float = 2.0,
-                    floor: float = 0.02) -> list[dict]:
+                    floor: float = 0.02, macs: dict[str, int] | None = None) -> list[dict]:
     """The kernels of a ``VirtualMachine.profile`` ``report`` that take more than their share:
-    a share of the kernels' time above ``slack`` times their share of the multiply-adds
-    (``work``: ``kernel_work``) and at least ``floor`` of the time. Each: ``name``,
-    ``time_share``, ``work_share``, ``gmacs`` (its rate; the model's is the norm)."""
+    a share of the kernels' time above ``slack`` times their share of the work (``work``:
+    ``kernel_work``) and at least ``floor`` of the time. Each: ``name``, ``time_share``,
+    ``work_share``, ``gmacs`` (its rate of multiply-adds, ``macs`` where given, else of
+    ``work``; the model's is the norm)."""
     rows = [r for r in report.rows if r["name"] != "(vm)"]
     names = sorted(work, key=len, reverse=True)     # call sites are the kernel name + a suffix
+    macs = macs or work
     total_ms = sum(r["total_ms"] for r in rows) or 1.0
     per_row = []
     for r in rows:
         kernel = next((n for n in names if r["name"].startswith(n)), None)
-        per_row.append((r, work.get(kernel, 0) * r["calls"]))
-    total_work = sum(w for _, w in per_row) or 1
+        per_row.append((r, work.get(kernel, 0) * r["calls"], macs.get(kernel, 0) * r["calls"]))
+    total_work = sum(w for _, w, _ in per_row) or 1
     out = []
-    for r, w in per_row:
+    for r, w, m in per_row:
         t, f = r["total_ms"] / total_ms, w / total_work
         if t >= floor and t > slack * f:
             out.append({"name": r["name"], "time_share": t, "work_share": f,
-                        "gmacs": w / max(r["total_ms"], 1e-9) / 1e6})
+                        "gmacs": m / max(r["total_ms"], 1e-9) / 1e6})
     return sorted(out, key=lambda o: -o["time_share"])
 
 

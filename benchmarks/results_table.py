@@ -306,6 +306,11 @@ def _layer_profile(doc):
                      f"under the profilers{where}", r["ratio"], "onnxruntime")]
 
 
+def _nhwc_cold_input(doc):
+    return _suite(doc, "MobileNet-V2 1x1 projections, batch 1 with the input from memory "
+                  "(per image, one thread)", "onnxruntime", key="vs_ort_cold", label="layer")
+
+
 def _onnx_conformance(doc):
     s = doc["summary"]
     # the plain count (models and inputs as they come); results before it had no frozen count
@@ -473,6 +478,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gpu_convs": _gpu_convs,
     "gpu_webgpu": _gpu_webgpu,
     "layer_profile": _layer_profile,
+    "nhwc_cold_input": _nhwc_cold_input,
     "onnx_conformance": _onnx_conformance,
     "ops_cpu": _ops_cpu,
     "relax_cpu": _relax_cpu,

@@ -39,6 +39,7 @@ REGISTRY = {
     "hf_models_cpu": "benchmarks.hf_models_cpu",
     "lowp_fp16": "benchmarks.lowp_fp16",
     "build_time": "benchmarks.build_time",
+    "nhwc_cold_input": "benchmarks.nhwc_cold_input",
 }
 
 

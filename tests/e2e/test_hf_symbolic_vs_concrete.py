@@ -52,3 +52,40 @@ def test_symbolic_build_matches_concrete_builds(name):
             assert s.shape == c.shape, (name, batch, seq, s.shape, c.shape)
             np.testing.assert_allclose(s, c, rtol=1e-4, atol=1e-5,
                                        err_msg=f"{name} at {batch} x {seq}")
+
+
+def test_mobilenet_v2_symbolic_batch_through_torch_export():
+    """The image rows of ``benchmarks.hf_models_cpu`` through ``torch.export``: MobileNet-V2 at
+    width 1.0 (every channel count of the 224 model: the 24-channel projections on their
+    three-half-vector tile, the 144-channel depthwise layers, TF-style padding folded) on 64 x
+    64 images, exported with a dynamic batch and built once, against PyTorch eager at batches
+    1 and 3 and against the build for batch 3."""
+    from tilecraft.models.hf_zoo import randomize
+    import transformers
+    model = randomize(transformers.MobileNetV2Model(
+        transformers.MobileNetV2Config(image_size=64)).eval())
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(pixel_values=x)[0]
+
+    net = Hidden(model).eval()
+    rng = np.random.default_rng(8)
+    example = torch.from_numpy(rng.standard_normal((2, 3, 64, 64)).astype(np.float32))
+    sym_vm = relax.VirtualMachine(relax.build(_export(
+        net, example, ({0: torch.export.Dim("batch", max=8)},)), TARGET), targets.cpu(0))
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 3, 64, 64)).astype(np.float32)
+        with torch.no_grad():
+            want = net(torch.from_numpy(x)).numpy()
+        got = _outputs(sym_vm, x)[0]
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(got / scale, want / scale, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"mobilenet-v2 at batch {batch}")
+    con_vm = relax.VirtualMachine(relax.build(_export(net, torch.from_numpy(x)), TARGET),
+                                  targets.cpu(0))
+    np.testing.assert_allclose(got, _outputs(con_vm, x)[0], rtol=1e-4, atol=1e-5 * scale)
