@@ -163,14 +163,8 @@ def dense_q4_gemv_compute(spec: Q4GemvSpec):
 
     def f(*i):
         idx, j = tuple(i[:nl]), i[nl]
-        # the tiles' threads beyond the last column or row compute a clamped copy (their result
-        # is not stored: the cross-thread reduction guards only its store), never reading past
-        # a buffer
-        if n % cols:
-            j = te.min(j, n - 1)
-        if rows > 1 and static_rows(spec) % rows:
-            idx = tuple(te.min(d, int(e.value if isinstance(e, IntImm) else e) - 1)
-                        for d, e in zip(idx, lead))
+        # the tiles' threads beyond the last column or row read nothing: the cross-thread
+        # reduction puts the reads under the tile's bounds test
         word = words[j, w.var]
         # the word's group: one per word when the group is a whole number of words
         g = w.var // (gs // NIBBLES) if gs % NIBBLES == 0 else None
