@@ -17,6 +17,7 @@ PyTorch on the same GPU, in one process.
 """
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import time
@@ -28,7 +29,7 @@ from benchmarks.common import print_table, side_by_side, write_results
 from benchmarks.gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel
 from benchmarks.gpu_common import torch_cuda_seconds
 from benchmarks.schedules import webgpu as sched
-from tilecraft.targets.webgpu_backend import list_adapters, num_adapters
+from tilecraft.targets.webgpu_backend import WebGPUModule, list_adapters, num_adapters
 
 
 def _torch_cuda():
@@ -192,21 +193,24 @@ def run() -> list[dict]:
 # PyTorch on the same GPU (``python -m benchmarks.gpu_webgpu probe``; under a minute on a GPU)
 
 
-def _probe_workloads(gpu: bool) -> list[tuple]:
-    """(name, unscheduled PrimFunc, flops, numpy inputs, reference maker, torch maker): a BERT
-    FFN GEMM (16 x 128 tokens) and a ResNet-50 stage-3 3x3 convolution at batch 16 (NCHW, as
-    the ONNX import gives them); small on a CPU adapter (lavapipe)."""
+def _probe_workloads(gpu: bool, adapter_target) -> list[dict]:
+    """The probe's workloads: a BERT FFN GEMM (16 x 128 tokens) and a ResNet-50 stage-3 3x3
+    convolution at batch 16 (NCHW, as the ONNX import gives it) under the limit variants
+    (``_limit_variants``), and a ReLU over a ResNet-50 stage-1 activation with and without
+    16-byte storage accesses; small on a CPU adapter (lavapipe). Each: name, the unscheduled
+    PrimFunc, its work (``("tflops", flops)`` or ``("GBps", bytes)``), numpy inputs, the output
+    shape, a float64 reference maker, a torch maker and the WebGPU variants."""
     from tilecraft.relax import const
     from tilecraft.relax.op import nn
     m, k, n = (2048, 768, 3072) if gpu else (256, 128, 384)
     b, c, hw = (16, 256, 14) if gpu else (2, 32, 14)
+    rb, rc, rhw = (16, 256, 56) if gpu else (2, 32, 28)
     rng = np.random.default_rng(0)
     a_np = rng.standard_normal((m, k)).astype("float32")
     w_np = rng.standard_normal((k, n)).astype("float32")
     x_np = rng.standard_normal((b, c, hw, hw)).astype("float32")
     f_np = (rng.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c)).astype("float32")
-    gemm = _gemm_mkn(m, k, n)
-    conv = _relax_kernel(lambda v: nn.conv2d(v, const(f_np), padding=1), (b, c, hw, hw))
+    r_np = rng.standard_normal((rb, rc, rhw, rhw)).astype("float32")
 
     def conv_ref():
         import torch
@@ -221,12 +225,53 @@ def _probe_workloads(gpu: bool) -> list[tuple]:
     def torch_conv(torch):
         tx, tf = torch.from_numpy(x_np).cuda(), torch.from_numpy(f_np).cuda()
         return lambda: torch.nn.functional.conv2d(tx, tf, padding=1)
-    return [(f"gemm {m}x{k}x{n}", gemm, 2.0 * m * k * n, [a_np, w_np], (m, n),
-             lambda: a_np.astype("float64") @ w_np, torch_gemm),
-            # the legalized kernel takes the constant weight as its second parameter
-            (f"conv3x3 {b}x{c}x{hw}x{hw} -> {c}", conv, 2.0 * b * c * c * 9 * hw * hw,
-             [x_np, f_np],
-             (b, c, hw, hw), conv_ref, torch_conv)]
+
+    def torch_relu(torch):
+        tx = torch.from_numpy(r_np).cuda()
+        return lambda: torch.relu(tx)
+    portable = targets.Target("webgpu")
+    return [
+        {"name": f"gemm {m}x{k}x{n}", "func": _gemm_mkn(m, k, n),
+         "work": ("tflops", 2.0 * m * k * n), "inputs": [a_np, w_np], "out": (m, n),
+         "ref": lambda: a_np.astype("float64") @ w_np, "torch": torch_gemm,
+         "variants": _limit_variants(adapter_target)},
+        # the legalized kernel takes the constant weight as its second parameter
+        {"name": f"conv3x3 {b}x{c}x{hw}x{hw} -> {c}",
+         "func": _relax_kernel(lambda v: nn.conv2d(v, const(f_np), padding=1), (b, c, hw, hw)),
+         "work": ("tflops", 2.0 * b * c * c * 9 * hw * hw), "inputs": [x_np, f_np],
+         "out": (b, c, hw, hw), "ref": conv_ref, "torch": torch_conv,
+         "variants": _limit_variants(adapter_target)},
+        {"name": f"relu {rb}x{rc}x{rhw}x{rhw}", "func": _relax_kernel(nn.relu, r_np.shape),
+         "work": ("GBps", 2.0 * r_np.nbytes), "inputs": [r_np], "out": r_np.shape,
+         "ref": lambda: np.maximum(r_np, 0), "torch": torch_relu,
+         "variants": [("webgpu portable (4 scalar f32 accesses per thread)", portable, False,
+                       True, None),
+                      ("webgpu portable, the same kernel through array<vec4<f32>> bindings "
+                       "(hand-edited WGSL)", portable, False, True, _vec4_relu)]},
+    ]
+
+
+def _vec4_relu(meta: dict) -> dict:
+    """The default-schedule ReLU module's metadata with its kernel's WGSL rewritten to read
+    and write through ``array<vec4<f32>>`` bindings (one 16-byte load and store per thread,
+    as OpenCL's ``float4``): what WGSL generation could emit for storage buffers accessed only
+    in aligned runs of four (not done yet). Same bindings, grid and workgroup size."""
+    meta = copy.deepcopy(meta)
+    (kernel,) = meta["functions"][0]["kernels"]
+    threads = kernel["workgroup_size"][0]
+    shape = meta["functions"][0]["params"][0]["shape"]
+    if kernel["grid"][0] * threads * 4 != int(np.prod(shape)) or kernel["uniform"]:
+        raise ValueError("the ReLU kernel is not one vec4 per thread over an exact grid")
+    x, y = (f"b_{p['name']}" for p in meta["functions"][0]["params"])
+    kernel["wgsl"] = (
+        f"@group(0) @binding(0) var<storage, read> {x}: array<vec4<f32>>;\n"
+        f"@group(0) @binding(1) var<storage, read_write> {y}: array<vec4<f32>>;\n\n"
+        f"@compute @workgroup_size({threads}, 1, 1)\n"
+        f"fn main(@builtin(workgroup_id) tc_wid: vec3<u32>, "
+        f"@builtin(local_invocation_id) tc_lid: vec3<u32>) {{\n"
+        f"  let i = i32(tc_wid.x) * {threads}i + i32(tc_lid.x);\n"
+        f"  {y}[i] = max({x}[i], vec4<f32>(0.0f));\n}}\n")
+    return meta
 
 
 def _gemm_mkn(m: int, k: int, n: int):
@@ -238,16 +283,18 @@ def _gemm_mkn(m: int, k: int, n: int):
     return te.create_prim_func([A, B, C])
 
 
-def _probe_variants(adapter_target) -> list[tuple[str, object, bool, bool]]:
-    """(label, target, k-step 16, naga's checks) of the WebGPU rows; the rows without naga's
-    checks last, and left out with ``WEBGPU_PROBE_UNCHECKED=0``."""
-    out = [("webgpu portable (spec limits)", targets.Target("webgpu"), False, True),
-           ("webgpu adapter limits", adapter_target, False, True),
-           ("webgpu adapter limits, GEMM k-step 16", adapter_target, True, True)]
+def _limit_variants(adapter_target) -> list[tuple]:
+    """(label, target, k-step 16, naga's checks, WGSL rewrite) of the GEMM-like workloads'
+    WebGPU rows; the rows without naga's checks last, left out with
+    ``WEBGPU_PROBE_UNCHECKED=0``."""
+    out = [("webgpu portable (spec limits)", targets.Target("webgpu"), False, True, None),
+           ("webgpu adapter limits", adapter_target, False, True, None),
+           ("webgpu adapter limits, GEMM k-step 16", adapter_target, True, True, None)]
     if os.environ.get("WEBGPU_PROBE_UNCHECKED", "1") != "0":
         out += [("webgpu adapter limits, no naga checks (native only)", adapter_target, False,
-                 False),
-                ("webgpu adapter limits, k-step 16, no naga checks", adapter_target, True, False)]
+                 False, None),
+                ("webgpu adapter limits, k-step 16, no naga checks", adapter_target, True, False,
+                 None)]
     return out
 
 
@@ -308,15 +355,24 @@ def probe() -> list[dict]:
     ocl = _opencl_gpu() if gpu else None
     number = 10 if gpu else 2
     rows = []
-    for name, func, flops, inputs, out_shape, ref_fn, torch_fn in _probe_workloads(gpu):
-        ref = ref_fn()
+    for w in _probe_workloads(gpu, adapter_target):
+        name, func, inputs, out_shape = w["name"], w["func"], w["inputs"], w["out"]
+        unit, work = w["work"]
+        ref = w["ref"]()
         tol = 1e-3
         measured = []
-        for label, target, kstep16, checks in _probe_variants(adapter_target):
+
+        def row(variant, t, **more):
+            scale = 1e12 if unit == "tflops" else 1e9
+            return {"bench": name, "variant": variant, **more, "ms": t * 1e3,
+                    unit: work / t / scale}
+        for label, target, kstep16, checks, rewrite in w["variants"]:
             t0 = time.perf_counter()
             ctx.bounds_checks = checks
             try:
                 mod = targets.build(_scheduled_for(func, target, kstep16), target)
+                if rewrite is not None:
+                    mod = WebGPUModule(rewrite(mod.metadata))
                 build_s = time.perf_counter() - t0
                 args = [targets.array(x, dev) for x in inputs] + \
                     [targets.empty(out_shape, "float32", dev)]
@@ -330,10 +386,8 @@ def probe() -> list[dict]:
                 continue
             finally:
                 ctx.bounds_checks = True
-            measured.append({"bench": name, "variant": label, "device": info["name"],
-                             "target": str(target), "kernels": _kernel_shape(mod),
-                             "ms": t * 1e3, "tflops": flops / t / 1e12,
-                             "build_s": round(build_s, 2)})
+            measured.append(row(label, t, device=info["name"], target=str(target),
+                                kernels=_kernel_shape(mod), build_s=round(build_s, 2)))
             _progress(measured[-1])
         if ocl is not None:
             try:
@@ -344,18 +398,16 @@ def probe() -> list[dict]:
                 mod[mod.entry_name](*args)
                 _check(f"{name} opencl", args[-1].numpy(), ref, tol)
                 t = mod.time_evaluator(mod.entry_name, ocl, number=number, repeat=5)(*args).median
-                measured.append({"bench": name, "variant": "opencl (default schedule)",
-                                 "device": "OpenCL GPU", "target": "opencl", "ms": t * 1e3,
-                                 "tflops": flops / t / 1e12})
+                measured.append(row("opencl (default schedule)", t, device="OpenCL GPU",
+                                    target="opencl"))
             except Exception as err:
                 measured.append({"bench": name, "variant": "opencl (default schedule)",
                                  "error": f"{type(err).__name__}: {str(err)[:300]}"})
             _progress(measured[-1])
         if torch is not None:
-            t = _torch_time(torch_fn(torch))
-            measured.append({"bench": name, "variant": "torch cuda fp32 (TF32 off)",
-                             "device": torch.cuda.get_device_name(0), "ms": t * 1e3,
-                             "tflops": flops / t / 1e12})
+            t = _torch_time(w["torch"](torch))
+            measured.append(row("torch cuda fp32 (TF32 off)", t,
+                                device=torch.cuda.get_device_name(0)))
             _progress(measured[-1])
         base = measured[0].get("ms")
         peer = measured[-1]["ms"] if torch is not None else None
@@ -375,7 +427,8 @@ def probe() -> list[dict]:
 if __name__ == "__main__":
     if sys.argv[1:] == ["probe"]:
         result = probe()
-        print_table(result, ["bench", "variant", "ms", "tflops", "vs_portable", "vs_torch"])
+        print_table(result, ["bench", "variant", "ms", "tflops", "GBps", "vs_portable",
+                             "vs_torch"])
     else:
         result = run()
         print_table(result, list(dict.fromkeys(k for r in result for k in r)))

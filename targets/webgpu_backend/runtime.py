@@ -10,8 +10,9 @@ A ``GPUDevice`` is opened on an adapter on first use. It requests the WebGPU *sp
 limits (8 storage buffers per stage, 256 invocations per workgroup, 16 KiB of workgroup storage,
 65535 workgroups per dimension, 128 MiB per storage binding, 256 MiB per buffer) — not the
 adapter's, so code that runs here also runs in a browser — raised only where a WebGPU target
-built or loaded in this process declares more (``Target("webgpu -max-storage-buffers=16")``),
-as far as the adapter allows. Features: ``timestamp-query`` whenever the adapter has it (it only
+built or loaded in this process declares more (``Target("webgpu -max-storage-buffers=16")``,
+``adapter_target(i)``: all of the adapter's own; ``note_target`` asks without building), as
+far as the adapter allows. Features: ``timestamp-query`` whenever the adapter has it (it only
 serves ``time_evaluator``), ``shader-f16`` only when a target declares ``supports_float16``.
 A module that needs more than the device was opened with, or a feature it lacks, fails with a
 ``WebGPUError`` naming the limit or feature before anything is dispatched.
@@ -270,7 +271,14 @@ def target_features(target) -> set[str]:
 
 
 def note_target(target) -> None:
-    """Remember what a built or loaded module's target needs, for devices opened later."""
+    """Remember what ``target`` needs, for devices opened later (building or loading a module
+    calls it; call it first to open a device for a target built only later).
+
+    Examples
+    --------
+    >>> note_target(targets.webgpu(0).target())      # doctest: +SKIP
+    >>> a = targets.array(x, targets.webgpu(0))       # the device opens with those limits
+    """
     with _LOCK:
         for k, v in target_limits(target).items():
             if k in _ALIGNMENT_LIMITS:
