@@ -258,7 +258,8 @@ def adapter_target(index: int = 0):
         return min(value, _ADAPTER_TARGET_CAPS.get(name, value))
     threads = min(limit("max-compute-invocations-per-workgroup"),
                   limit("max-compute-workgroup-size-x"))
-    binding = limit("max-storage-buffer-binding-size") // 4 * 4
+    # buffers are allocated in multiples of 16 bytes (storage.buffer_bytes)
+    binding = limit("max-storage-buffer-binding-size") // 16 * 16
     return Target({"kind": "webgpu", "max_threads_per_block": threads,
                    "max_shared_memory_per_block": limit("max-compute-workgroup-storage-size"),
                    "max_storage_buffers": limit("max-storage-buffers-per-shader-stage"),
@@ -417,9 +418,9 @@ class DeviceContext:
 
     # -- buffers --------------------------------------------------------------------------------
     def create_buffer(self, nbytes: int, what: str = "array"):
-        size = max(16, (int(nbytes) + 3) // 4 * 4)  # bindings need a multiple of 4 bytes
+        size = storage.buffer_bytes(nbytes)   # a multiple of 16: vec4 bindings (storage.py)
         cap = min(self.limits.get("max-buffer-size", size),
-                  self.limits.get("max-storage-buffer-binding-size", size))
+                  self.limits.get("max-storage-buffer-binding-size", size)) // 16 * 16
         if size > cap:
             raise WebGPUError(f"{what} needs {nbytes} bytes on webgpu({self.index}), over the "
                               f"device's buffer limit of {cap} bytes (max-buffer-size / "
@@ -693,7 +694,7 @@ class WebGPURuntime:
         ctx = context(device.index)
         nbytes = int(np.prod(shape, dtype=np.int64)) * \
             np.dtype(storage.storage_dtype(dtype)).itemsize
-        size = max(16, (nbytes + 3) // 4 * 4)    # what create_buffer allocates
+        size = storage.buffer_bytes(nbytes)      # what create_buffer allocates
         buf = ctx.pool.take(size)                # a freed buffer of this size (buffer_pool)
         if buf is None:
             buf = ctx.create_buffer(nbytes, f"an array of shape {shape} {dtype}")
