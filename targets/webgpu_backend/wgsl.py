@@ -560,15 +560,15 @@ class WGSLCodegen(CodegenC):
         """Whether ``buf`` is declared an array of ``vec4<f32>`` (workgroup or storage)."""
         return id(buf) in self.vec4_shared or id(buf) in self.vec4_storage
 
-    def _vec4_base(self, index, v, lo):
-        """The element offset of lane 0 of an access at ``index`` in a vectorized loop of
-        ``v`` (from ``lo``) when it is ``base + v`` with ``base`` a provable multiple of 4
-        (the shared proof, ``CodegenC._aligned``); else None."""
+    def _vec4_base(self, buf, index, v, lo):
+        """The element offset of lane 0 of an access of ``buf`` at ``index`` in a vectorized
+        loop of ``v`` (from ``lo``) when it is ``base + v`` with ``base`` a provable multiple
+        of 4 (the proof of OpenCL's ``float4`` accesses, ``CodegenC._aligned``); else None."""
         base = arith.ramp_base(index, v)
         if base is None:
             return None
         base = self.analyzer.simplify(E.Add(base, lo)) if not E.is_const_int(lo, 0) else base
-        return base if arith.is_aligned(base, 4, self.analyzer) else None
+        return base if self._aligned(buf, base, 4) else None
 
     def _vec4_index(self, base, buf) -> str:
         four = E.IntImm(4, base.dtype)
@@ -624,14 +624,14 @@ class WGSLCodegen(CodegenC):
         for ld in loads:
             if id(ld) not in vec_loads and self._is_vec4(ld.buffer) and \
                     not self._packed(ld.buffer) and ld.buffer.dtype in _VEC4_DTYPES:
-                base = self._vec4_base(ld.indices[0], v, s.min)
+                base = self._vec4_base(ld.buffer, ld.indices[0], v, s.min)
                 if base is not None:
                     vec_loads[id(ld)] = (ld, base)
         vec_stores = {}
         for st in stores:
             if self._is_vec4(st.buffer) and not self._packed(st.buffer) and \
                     st.buffer.dtype in _VEC4_DTYPES and _uses_var(st.indices[0], v):
-                base = self._vec4_base(st.indices[0], v, s.min)
+                base = self._vec4_base(st.buffer, st.indices[0], v, s.min)
                 if base is not None:
                     vec_stores[id(st)] = base
         if not vec_loads and not vec_stores:
