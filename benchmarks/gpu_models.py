@@ -13,7 +13,11 @@ synchronizes the device; best of 3 repeats of 10 calls) and CUDA-synchronized Py
 
 Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column needs CUDA).
 ``TILECRAFT_GPU_MODELS`` picks models (comma-separated names of ``MODELS``),
-``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu``), ``TILECRAFT_GPU_MODEL_BATCHES``
+``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu,webgpu-adapter``: WebGPU built for the
+spec's default limits — what any browser grants — and for the adapter's own,
+``targets.webgpu(0).target()``; ``webgpu-adapter-k16`` too, not by default: the adapter's
+limits with the GEMM k-step of 16 they allow, patched in while building),
+``TILECRAFT_GPU_MODEL_BATCHES``
 batches (``1,16``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
 for from batch 4 on (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1: one tile
 sized for batch 1 at every batch, as before), ``TILECRAFT_GPU_MODEL_LARGE_BATCH`` the batch
@@ -26,6 +30,7 @@ ran on, else this CPU's name).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -170,6 +175,40 @@ def _device(target: str):
     return targets.webgpu(0)
 
 
+def _target(kind: str):
+    """What ``relax.build`` gets for a name of ``TILECRAFT_GPU_MODEL_TARGETS``:
+    ``webgpu-adapter`` (and ``webgpu-adapter-k16``) is WebGPU with the adapter's own limits,
+    the others are target strings."""
+    if kind.startswith("webgpu-adapter"):
+        return _device("webgpu").target()
+    return kind
+
+
+@contextlib.contextmanager
+def _gemm_kstep(kind: str, target):
+    """For ``webgpu-adapter-k16``: the GEMM family's WebGPU k-step raised to 16 within the
+    target's workgroup storage while the model builds (what the GEMM schedule would do if it
+    read the target's limit rather than the spec's 16 KiB; restored after)."""
+    from tilecraft.relax.backend.gpu import gemm
+    if kind != "webgpu-adapter-k16":
+        yield
+        return
+    saved = gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES
+    gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES = 16, target.max_shared_memory_per_block
+    try:
+        yield
+    finally:
+        gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES = saved
+
+
+def _open_webgpu_for(kinds) -> None:
+    """With ``webgpu-adapter`` among ``kinds``, open the WebGPU device with the adapter
+    target's limits before anything uses it: both WebGPU builds then run on one device."""
+    if any(k.startswith("webgpu-adapter") for k in kinds):
+        from tilecraft.targets.webgpu_backend import runtime
+        runtime.note_target(_target("webgpu-adapter"))
+
+
 # run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
 WRITES_RESULTS = True
 
@@ -191,7 +230,12 @@ def run() -> list[dict]:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     cuda = torch.cuda.is_available()
-    kinds = os.environ.get("TILECRAFT_GPU_MODEL_TARGETS", "opencl,webgpu").split(",")
+    kinds = os.environ.get("TILECRAFT_GPU_MODEL_TARGETS",
+                           "opencl,webgpu,webgpu-adapter").split(",")
+    try:
+        _open_webgpu_for(kinds)
+    except Exception as err:  # no adapter: the WebGPU rows say so below
+        print(f"webgpu-adapter: {type(err).__name__}: {err}", file=sys.stderr)
     gpu_name = torch.cuda.get_device_name(0) if cuda else "no-cuda"
     rows = []
     for name, module, onnx_model, make_input, bounds in _models():
@@ -200,7 +244,9 @@ def run() -> list[dict]:
             try:
                 dev = _device(kind)
                 t0 = time.perf_counter()
-                exe = relax.build(mod, kind, upper_bounds=bounds)
+                target = _target(kind)
+                with _gemm_kstep(kind, target):
+                    exe = relax.build(mod, target, upper_bounds=bounds)
                 build_s = time.perf_counter() - t0
                 vm = relax.VirtualMachine(exe, dev)
             except Exception as err:  # a missing driver or a build failure is a row, not a crash
@@ -227,6 +273,7 @@ def run() -> list[dict]:
                     print(f"{name} {kind} b{b}: {rows[-1]['error']}", file=sys.stderr)
                     continue
                 rows.append({"model": name, "target": kind, "batch": b,
+                             "target_string": str(target),
                              "nominal_batch": gemm.GEMM_NOMINAL_BATCH,
                              "large_batch": gemm.GEMM_LARGE_BATCH,
                              "build_s": round(build_s, 1),

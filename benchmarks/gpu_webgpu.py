@@ -8,9 +8,16 @@ here) the same kernels at smaller sizes beside numpy, which shows what the softw
 
 WebGPU times are the GPU's (timestamp queries; ``time_evaluator``), PyTorch's from CUDA events,
 numpy's wall clock. ``python -m benchmarks.run gpu_webgpu``.
+
+``python -m benchmarks.gpu_webgpu probe`` (``probe()``, under a minute on a GPU): a BERT FFN
+GEMM (2048 x 768 x 3072) and a ResNet-50 3x3 convolution (16 x 256 x 14 x 14) on WebGPU with
+the spec's limits, with the adapter's limits (``targets.webgpu(0).target()``), with the GEMM
+k-step of 16 those allow, and without naga's run-time checks (native only), beside OpenCL and
+PyTorch on the same GPU, in one process.
 """
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import time
@@ -22,7 +29,7 @@ from benchmarks.common import print_table, side_by_side, write_results
 from benchmarks.gpu_common import gemm_func as _gemm_func, relax_kernel as _relax_kernel
 from benchmarks.gpu_common import torch_cuda_seconds
 from benchmarks.schedules import webgpu as sched
-from tilecraft.targets.webgpu_backend import list_adapters, num_adapters
+from tilecraft.targets.webgpu_backend import WebGPUModule, list_adapters, num_adapters
 
 
 def _torch_cuda():
@@ -179,6 +186,250 @@ def run() -> list[dict]:
     return rows
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The limits probe: what the WebGPU target's limits and naga's checks cost, beside OpenCL and
+# PyTorch on the same GPU (``python -m benchmarks.gpu_webgpu probe``; under a minute on a GPU)
+
+
+def _probe_workloads(gpu: bool, adapter_target) -> list[dict]:
+    """The probe's workloads: a BERT FFN GEMM (16 x 128 tokens) and a ResNet-50 stage-3 3x3
+    convolution at batch 16 (NCHW, as the ONNX import gives it) under the limit variants
+    (``_limit_variants``), and a ReLU over a ResNet-50 stage-1 activation, generated and
+    written by hand (both 16-byte storage accesses); small on a CPU adapter (lavapipe). Each: name, the unscheduled
+    PrimFunc, its work (``("tflops", flops)`` or ``("GBps", bytes)``), numpy inputs, the output
+    shape, a float64 reference maker, a torch maker and the WebGPU variants."""
+    from tilecraft.relax import const
+    from tilecraft.relax.op import nn
+    m, k, n = (2048, 768, 3072) if gpu else (256, 128, 384)
+    b, c, hw = (16, 256, 14) if gpu else (2, 32, 14)
+    rb, rc, rhw = (16, 256, 56) if gpu else (2, 32, 28)
+    rng = np.random.default_rng(0)
+    a_np = rng.standard_normal((m, k)).astype("float32")
+    w_np = rng.standard_normal((k, n)).astype("float32")
+    x_np = rng.standard_normal((b, c, hw, hw)).astype("float32")
+    f_np = (rng.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c)).astype("float32")
+    r_np = rng.standard_normal((rb, rc, rhw, rhw)).astype("float32")
+
+    def conv_ref():
+        import torch
+        with torch.no_grad():
+            return torch.nn.functional.conv2d(torch.from_numpy(x_np).double(),
+                                              torch.from_numpy(f_np).double(), padding=1).numpy()
+
+    def torch_gemm(torch):
+        ta, tw = torch.from_numpy(a_np).cuda(), torch.from_numpy(w_np).cuda()
+        return lambda: ta @ tw
+
+    def torch_conv(torch):
+        tx, tf = torch.from_numpy(x_np).cuda(), torch.from_numpy(f_np).cuda()
+        return lambda: torch.nn.functional.conv2d(tx, tf, padding=1)
+
+    def torch_relu(torch):
+        tx = torch.from_numpy(r_np).cuda()
+        return lambda: torch.relu(tx)
+    portable = targets.Target("webgpu")
+    return [
+        {"name": f"gemm {m}x{k}x{n}", "func": _gemm_mkn(m, k, n),
+         "work": ("tflops", 2.0 * m * k * n), "inputs": [a_np, w_np], "out": (m, n),
+         "ref": lambda: a_np.astype("float64") @ w_np, "torch": torch_gemm,
+         "variants": _limit_variants(adapter_target)},
+        # the legalized kernel takes the constant weight as its second parameter
+        {"name": f"conv3x3 {b}x{c}x{hw}x{hw} -> {c}",
+         "func": _relax_kernel(lambda v: nn.conv2d(v, const(f_np), padding=1), (b, c, hw, hw)),
+         "work": ("tflops", 2.0 * b * c * c * 9 * hw * hw), "inputs": [x_np, f_np],
+         "out": (b, c, hw, hw), "ref": conv_ref, "torch": torch_conv,
+         "variants": _limit_variants(adapter_target)},
+        {"name": f"relu {rb}x{rc}x{rhw}x{rhw}", "func": _relax_kernel(nn.relu, r_np.shape),
+         "work": ("GBps", 2.0 * r_np.nbytes), "inputs": [r_np], "out": r_np.shape,
+         "ref": lambda: np.maximum(r_np, 0), "torch": torch_relu,
+         "variants": [("webgpu portable (generated: array<vec4<f32>> bindings)", portable,
+                       False, True, None),
+                      ("webgpu portable, the same kernel's WGSL written by hand "
+                       "(array<vec4<f32>>)", portable, False, True, _vec4_relu)]},
+    ]
+
+
+def _vec4_relu(meta: dict) -> dict:
+    """The default-schedule ReLU module's metadata with its kernel's WGSL rewritten by hand to
+    read and write through ``array<vec4<f32>>`` bindings (one 16-byte load and store per
+    thread, as OpenCL's ``float4``). WGSL generation emits the same shape since issue 32
+    (``tests/targets/test_webgpu_vec4.py`` checks it), so this row is the control: it should
+    measure the same as the generated one. Same bindings, grid and workgroup size."""
+    meta = copy.deepcopy(meta)
+    (kernel,) = meta["functions"][0]["kernels"]
+    threads = kernel["workgroup_size"][0]
+    shape = meta["functions"][0]["params"][0]["shape"]
+    if kernel["grid"][0] * threads * 4 != int(np.prod(shape)) or kernel["uniform"]:
+        raise ValueError("the ReLU kernel is not one vec4 per thread over an exact grid")
+    x, y = (f"b_{p['name']}" for p in meta["functions"][0]["params"])
+    kernel["wgsl"] = (
+        f"@group(0) @binding(0) var<storage, read> {x}: array<vec4<f32>>;\n"
+        f"@group(0) @binding(1) var<storage, read_write> {y}: array<vec4<f32>>;\n\n"
+        f"@compute @workgroup_size({threads}, 1, 1)\n"
+        f"fn main(@builtin(workgroup_id) tc_wid: vec3<u32>, "
+        f"@builtin(local_invocation_id) tc_lid: vec3<u32>) {{\n"
+        f"  let i = i32(tc_wid.x) * {threads}i + i32(tc_lid.x);\n"
+        f"  {y}[i] = max({x}[i], vec4<f32>(0.0f));\n}}\n")
+    return meta
+
+
+def _gemm_mkn(m: int, k: int, n: int):
+    from tilecraft.tensorir import te
+    A = te.placeholder((m, k), "float32", "A")
+    B = te.placeholder((k, n), "float32", "B")
+    r = te.reduce_axis((0, k), "k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), "C")
+    return te.create_prim_func([A, B, C])
+
+
+def _limit_variants(adapter_target) -> list[tuple]:
+    """(label, target, k-step 16, naga's checks, WGSL rewrite) of the GEMM-like workloads'
+    WebGPU rows; the rows without naga's checks last, left out with
+    ``WEBGPU_PROBE_UNCHECKED=0``."""
+    out = [("webgpu portable (spec limits)", targets.Target("webgpu"), False, True, None),
+           ("webgpu adapter limits", adapter_target, False, True, None),
+           ("webgpu adapter limits, GEMM k-step 16", adapter_target, True, True, None)]
+    if os.environ.get("WEBGPU_PROBE_UNCHECKED", "1") != "0":
+        out += [("webgpu adapter limits, no naga checks (native only)", adapter_target, False,
+                 False, None),
+                ("webgpu adapter limits, k-step 16, no naga checks", adapter_target, True, False,
+                 None)]
+    return out
+
+
+def _scheduled_for(func, target, kstep16: bool):
+    """``func`` with the default GPU schedule for ``target``; ``kstep16``: the GEMM family's
+    WebGPU k-step raised to OpenCL's 16 within the target's workgroup storage (what the
+    schedule would do if it read the target's limit instead of the spec's 16 KiB; patched here
+    for the measurement and restored)."""
+    from tilecraft.relax import gpu_schedules
+    from tilecraft.relax.backend.gpu import gemm
+    saved = gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES
+    if kstep16:
+        gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES = 16, target.max_shared_memory_per_block
+    try:
+        return gpu_schedules.apply(func, target)
+    finally:
+        gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES = saved
+
+
+def _kernel_shape(mod) -> str:
+    """Workgroup size and workgroup bytes of the module's kernels, for the row."""
+    return "; ".join(f"{k['workgroup_size'][0]}x{k['workgroup_size'][1]}x"
+                     f"{k['workgroup_size'][2]} {k['shared_bytes']} B"
+                     for k in mod.kernels)
+
+
+def _opencl_gpu():
+    """The NVIDIA OpenCL GPU when there is one, else None (a CPU driver is not a peer here)."""
+    try:
+        from tilecraft.targets.opencl_backend import list_devices
+        for d in list_devices():
+            if "GPU" in d["type"].upper():
+                return targets.opencl(d["index"])
+    except Exception:
+        return None
+    return None
+
+
+def probe() -> list[dict]:
+    """The probe's rows: each workload on WebGPU (spec limits; the adapter's limits; with the
+    GEMM k-step of 16 they allow; without naga's run-time checks), on OpenCL (NVIDIA) and in
+    PyTorch (CUDA, TF32 off), GPU times (timestamps / CUDA events), every result checked.
+    Written to ``benchmarks/results/gpu_webgpu_limits/<gpu>.json`` on a GPU adapter."""
+    from tilecraft.targets.webgpu_backend import runtime
+    if num_adapters() == 0:
+        return [{"bench": "webgpu", "note": "no WebGPU adapter (nothing measured or written)"}]
+    info = list_adapters()[0]
+    gpu = info["type"] != "CPU"
+    torch = _torch_cuda() if gpu else None
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    dev = targets.webgpu(0)
+    adapter_target = dev.target()
+    # the device is opened once, with the adapter target's limits: both kinds of module run on it
+    runtime.note_target(adapter_target)
+    ctx = runtime.context(dev.index)
+    ocl = _opencl_gpu() if gpu else None
+    number = 10 if gpu else 2
+    rows = []
+    for w in _probe_workloads(gpu, adapter_target):
+        name, func, inputs, out_shape = w["name"], w["func"], w["inputs"], w["out"]
+        unit, work = w["work"]
+        ref = w["ref"]()
+        tol = 1e-3
+        measured = []
+
+        def row(variant, t, **more):
+            scale = 1e12 if unit == "tflops" else 1e9
+            return {"bench": name, "variant": variant, **more, "ms": t * 1e3,
+                    unit: work / t / scale}
+        for label, target, kstep16, checks, rewrite in w["variants"]:
+            t0 = time.perf_counter()
+            ctx.bounds_checks = checks
+            try:
+                mod = targets.build(_scheduled_for(func, target, kstep16), target)
+                if rewrite is not None:
+                    mod = WebGPUModule(rewrite(mod.metadata))
+                build_s = time.perf_counter() - t0
+                args = [targets.array(x, dev) for x in inputs] + \
+                    [targets.empty(out_shape, "float32", dev)]
+                mod[mod.entry_name](*args)
+                _check(f"{name} {label}", args[-1].numpy(), ref, tol)
+                t = _wg_time(mod, dev, args, number)
+            except Exception as err:   # a row, not the end of the probe
+                measured.append({"bench": name, "variant": label,
+                                 "error": f"{type(err).__name__}: {str(err)[:300]}"})
+                _progress(measured[-1])
+                continue
+            finally:
+                ctx.bounds_checks = True
+            measured.append(row(label, t, device=info["name"], target=str(target),
+                                kernels=_kernel_shape(mod), build_s=round(build_s, 2)))
+            _progress(measured[-1])
+        if ocl is not None:
+            try:
+                mod = targets.build(_scheduled_for(func, targets.Target("opencl"), False),
+                                    "opencl")
+                args = [targets.array(x, ocl) for x in inputs] + \
+                    [targets.empty(out_shape, "float32", ocl)]
+                mod[mod.entry_name](*args)
+                _check(f"{name} opencl", args[-1].numpy(), ref, tol)
+                t = mod.time_evaluator(mod.entry_name, ocl, number=number, repeat=5)(*args).median
+                measured.append(row("opencl (default schedule)", t, device="OpenCL GPU",
+                                    target="opencl"))
+            except Exception as err:
+                measured.append({"bench": name, "variant": "opencl (default schedule)",
+                                 "error": f"{type(err).__name__}: {str(err)[:300]}"})
+            _progress(measured[-1])
+        if torch is not None:
+            t = _torch_time(w["torch"](torch))
+            measured.append(row("torch cuda fp32 (TF32 off)", t,
+                                device=torch.cuda.get_device_name(0)))
+            _progress(measured[-1])
+        base = measured[0].get("ms")
+        peer = measured[-1]["ms"] if torch is not None else None
+        for r in measured:
+            if "ms" not in r:
+                continue
+            if base:
+                r["vs_portable"] = base / r["ms"]
+            if peer is not None:
+                r["vs_torch"] = peer / r["ms"]
+        rows.extend(measured)
+    if gpu:
+        print(f"(written to {write_results('gpu_webgpu_limits', rows, gpu=info['name'])})")
+    return rows
+
+
 if __name__ == "__main__":
-    result = run()
-    print_table(result, list(dict.fromkeys(k for r in result for k in r)))
+    if sys.argv[1:] == ["probe"]:
+        result = probe()
+        print_table(result, ["bench", "variant", "ms", "tflops", "GBps", "vs_portable",
+                             "vs_torch"])
+    else:
+        result = run()
+        print_table(result, list(dict.fromkeys(k for r in result for k in r)))

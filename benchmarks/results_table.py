@@ -298,6 +298,22 @@ def _gpu_webgpu(doc):
     return [Headline(f"{r['bench']} f32, WebGPU, default schedule", r["ratio"], r["peer"])]
 
 
+def _gpu_webgpu_limits(doc):
+    """The probe of benchmarks/gpu_webgpu.py: each workload on WebGPU with the spec's limits and
+    with the adapter's (the best of its checked rows), against PyTorch."""
+    out = []
+    for bench in dict.fromkeys(r["bench"] for r in doc["rows"] if "bench" in r):
+        rows = [r for r in doc["rows"] if r.get("bench") == bench and "vs_torch" in r
+                and r["variant"].startswith("webgpu") and "no naga" not in r["variant"]]
+        for label, pick in (("spec limits", [r for r in rows if "portable" in r["variant"]]),
+                            ("adapter limits", [r for r in rows if "adapter" in r["variant"]])):
+            if pick:
+                best = max(pick, key=lambda r: r["vs_torch"])
+                out.append(Headline(f"{bench} f32, WebGPU, {label} ({best['variant']})",
+                                    best["vs_torch"], "torch cuda fp32 (TF32 off)"))
+    return out
+
+
 def _layer_profile(doc):
     r = _row(doc, kind="total")
     threads = r.get("threads")
@@ -477,6 +493,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gpu_attention": _gpu_attention,
     "gpu_convs": _gpu_convs,
     "gpu_webgpu": _gpu_webgpu,
+    "gpu_webgpu_limits": _gpu_webgpu_limits,
     "layer_profile": _layer_profile,
     "nhwc_cold_input": _nhwc_cold_input,
     "onnx_conformance": _onnx_conformance,

@@ -46,6 +46,8 @@ WEBGPU_SPEC_LIMITS = {
     "max_compute_workgroup_storage_size": 16384,
     "max_compute_workgroups_per_dimension": 65535,
     "max_uniform_buffers_per_shader_stage": 12,
+    "max_storage_buffer_binding_size": 134217728,
+    "max_buffer_size": 268435456,
 }
 
 TAGS: dict[str, dict[str, Any]] = {
@@ -72,17 +74,28 @@ TAGS: dict[str, dict[str, Any]] = {
         "description": "any x86-64 with AVX2 and FMA (x86-64-v3)"},
     "opencl-gpu": {"kind": "opencl", "description": "the first OpenCL GPU found"},
     "webgpu-browser": {"kind": "webgpu", "description": "WebGPU with the spec's default limits"},
+    # What Chrome grants on a desktop NVIDIA / AMD GPU when a page asks for the adapter's limits
+    # (``requestDevice({requiredLimits: adapter.limits})``); native wgpu on such a GPU grants at
+    # least this. ``targets.webgpu(0).target()`` reads the actual adapter instead.
+    "webgpu-desktop": {
+        "kind": "webgpu", "max_threads_per_block": 1024, "max_shared_memory_per_block": 32768,
+        "max_storage_buffers": 10, "max_storage_buffer_binding_size": 2147483644,
+        "max_buffer_size": 2147483648,
+        "description": "WebGPU on a desktop GPU with the adapter's limits requested (Chrome on "
+                       "NVIDIA: 1024 invocations, 32 KiB workgroup storage, 2 GiB bindings)"},
 }
 
 _OPTION_KEYS = {"mtriple", "mcpu", "mattr", "num-cores", "mabi", "opt-level", "device", "keys",
                 "max-threads-per-block", "max-shared-memory-per-block", "vector-width", "tag",
-                "max-storage-buffers", "supports-float16"}
+                "max-storage-buffers", "supports-float16", "max-storage-buffer-binding-size",
+                "max-buffer-size"}
 
 # The options of the string form in the order ``str(Target)`` writes them (every field of a
 # target but ``kind``, ``tag`` and ``description``).
 _STR_ORDER = ("mtriple", "mcpu", "mabi", "mattr", "device", "keys", "num_cores", "opt_level",
               "max_threads_per_block", "max_shared_memory_per_block", "vector_width",
-              "max_storage_buffers", "supports_float16")
+              "max_storage_buffers", "max_storage_buffer_binding_size", "max_buffer_size",
+              "supports_float16")
 
 
 def _canonical_options(config: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -218,7 +231,8 @@ class Target:
             if config.get(key) is not None and not isinstance(config[key], str):
                 raise TargetError(f"target option {key} must be a string, got {config[key]!r}")
         for key in ("num_cores", "opt_level", "max_threads_per_block",
-                    "max_shared_memory_per_block", "vector_width", "max_storage_buffers"):
+                    "max_shared_memory_per_block", "vector_width", "max_storage_buffers",
+                    "max_storage_buffer_binding_size", "max_buffer_size"):
             if config.get(key) is not None:
                 try:
                     config[key] = int(config[key])
@@ -354,6 +368,25 @@ class Target:
         return None
 
     @property
+    def max_storage_buffer_binding_size(self) -> int | None:
+        """The most bytes one storage binding may span (WebGPU; None for other kinds). Every
+        kernel binds each buffer whole, so this is also the largest array a kernel can take."""
+        if self._config.get("max_storage_buffer_binding_size"):
+            return self._config["max_storage_buffer_binding_size"]
+        if self.kind == "webgpu":
+            return WEBGPU_SPEC_LIMITS["max_storage_buffer_binding_size"]
+        return None
+
+    @property
+    def max_buffer_size(self) -> int | None:
+        """The most bytes one buffer may have (WebGPU; None for other kinds)."""
+        if self._config.get("max_buffer_size"):
+            return self._config["max_buffer_size"]
+        if self.kind == "webgpu":
+            return WEBGPU_SPEC_LIMITS["max_buffer_size"]
+        return None
+
+    @property
     def supports_float16(self) -> bool:
         return bool(self._config.get("supports_float16", self.kind == "llvm"))
 
@@ -366,8 +399,18 @@ class Target:
                "num_cores": self.num_cores or (os.cpu_count() if self.is_host else None)}
         if self.kind == "webgpu":
             out.update(WEBGPU_SPEC_LIMITS)
+            # a target that declares more threads or workgroup storage raises the WebGPU
+            # names of those limits too (what the device is then opened with)
+            threads = self.max_threads_per_block
+            out["max_compute_invocations_per_workgroup"] = threads
+            for axis in "xy":
+                key = f"max_compute_workgroup_size_{axis}"
+                out[key] = max(out[key], threads)
+            out["max_compute_workgroup_storage_size"] = self.max_shared_memory_per_block
             if self.max_storage_buffers:
                 out["max_storage_buffers_per_shader_stage"] = self.max_storage_buffers
+            out["max_storage_buffer_binding_size"] = self.max_storage_buffer_binding_size
+            out["max_buffer_size"] = self.max_buffer_size
         return out
 
     # -- forms --------------------------------------------------------------------------------

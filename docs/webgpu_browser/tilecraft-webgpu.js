@@ -95,7 +95,8 @@ class TilecraftModule {
   _buffer(nbytes) {
     const U = GPUBufferUsage;
     return this.device.createBuffer({
-      size: Math.max(16, Math.ceil(nbytes / 4) * 4),
+      // a multiple of 16: kernels may bind float32 buffers as array<vec4<f32>>
+      size: Math.max(16, Math.ceil(nbytes / 16) * 16),
       usage: U.STORAGE | U.COPY_SRC | U.COPY_DST,
     });
   }

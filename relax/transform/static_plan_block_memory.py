@@ -28,8 +28,9 @@ Device limits
 With a ``target`` (``relax.build`` passes its own), sizes are the bytes each dtype takes *on that
 device* — WebGPU keeps 8/16-bit integers and bool in 32-bit words and 64-bit integers narrowed
 to 32 (``targets.webgpu_backend.storage``) — and a storage never grows past the device's
-largest buffer: WebGPU's ``max-storage-buffer-binding-size`` (128 MiB by the spec; a kernel
-binds each storage whole) and ``max-buffer-size``, or ``max_storage_bytes`` when given. A
+largest buffer: WebGPU's ``max-storage-buffer-binding-size`` (128 MiB by the spec, the
+target's ``-max-storage-buffer-binding-size`` where it declares more; a kernel binds each
+storage whole) and ``max-buffer-size``, or ``max_storage_bytes`` when given. A
 tensor that would not fit such a storage shares with nothing larger than the limit allows; a
 tensor of constant size over the limit on its own is a build-time ``RelaxError`` naming the
 tensor, its size and the limit. A symbolic size whose upper bound is over the limit is not
@@ -50,7 +51,6 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from tilecraft.targets.webgpu_backend.runtime import SPEC_LIMITS
 from tilecraft.targets.webgpu_backend.storage import storage_dtype
 from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
@@ -186,9 +186,9 @@ def device_storage(target) -> tuple:
 
     def itemsize(dtype: str) -> int:
         return dt.itemsize(storage_dtype(dtype))
-    # the spec's defaults, what the runtime opens a device with (the wgpu package is not
-    # needed for these tables)
-    limit = min(SPEC_LIMITS["max-buffer-size"], SPEC_LIMITS["max-storage-buffer-binding-size"])
+    # the target's limits: the spec's defaults unless it declares more (an adapter's own,
+    # ``targets.webgpu(0).target()``), what the runtime then opens the device with
+    limit = min(target.max_buffer_size, target.max_storage_buffer_binding_size)
     return itemsize, limit
 
 

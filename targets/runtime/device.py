@@ -70,6 +70,24 @@ class Device:
         if self.kind != "cpu":
             device_runtime(self.kind).sync(self.index)
 
+    def target(self):
+        """The ``Target`` that builds for this device's own limits (a WebGPU adapter's, not the
+        spec's defaults: see ``targets.webgpu_backend.adapter_target``); ``ValueError`` for a
+        kind whose runtime cannot describe its device.
+
+        Examples
+        --------
+        >>> webgpu(0).target()                          # doctest: +SKIP
+        Target('webgpu -max-threads-per-block=1024 -max-shared-memory-per-block=32768 ...')
+        """
+        if self.kind == "cpu":
+            raise ValueError("cpu(0).target(): use Target('llvm') (the host's CPU)")
+        runtime = device_runtime(self.kind)
+        if not hasattr(runtime, "target"):
+            raise ValueError(f"{self!r}.target(): the {self.kind} runtime does not describe its "
+                             f"devices as a Target")
+        return runtime.target(self.index)
+
     def __eq__(self, other):
         return isinstance(other, Device) and (self.kind, self.index) == (other.kind, other.index)
 

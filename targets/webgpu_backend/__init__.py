@@ -5,14 +5,17 @@
 * ``WebGPUModule`` — call, time (``time_evaluator`` with timestamp queries), ``get_source()``
   (WGSL), ``export_library(path)`` (JSON; ``targets.load_module`` reads it back).
 * The runtime (``runtime``): adapters (``targets.webgpu(i)``, ``list_adapters()``), devices
-  opened with the WebGPU spec's default limits, arrays, a pipeline cache.
+  opened with the WebGPU spec's default limits (raised where a target built or noted with
+  ``note_target`` declares more), arrays, a pipeline cache; ``adapter_target(i)`` (also
+  ``targets.webgpu(i).target()``): a target of the adapter's own limits.
 
 Importing this package does not import ``wgpu``; the runtime loads it when an adapter is first
 needed. See ``docs/gpu.md`` (WebGPU) for adapters, limits and the WGSL it emits.
 """
 from . import storage
 from .runtime import (SPEC_LIMITS, DeviceContext, WebGPUError, WebGPUNDArray, WGSLCompileError,
-                      context, find_adapter, list_adapters, num_adapters)
+                      adapter_target, context, find_adapter, list_adapters, note_target,
+                      num_adapters)
 from .wgsl import WebGPUBuildError, WebGPULimitError
 from .build import build_module
 from .module import WebGPUFunction, WebGPUModule, load_webgpu_module
@@ -20,7 +23,7 @@ from .module import WebGPUFunction, WebGPUModule, load_webgpu_module
 __all__ = ["storage", "SPEC_LIMITS", "DeviceContext", "WebGPUError", "WebGPUNDArray",
            "WGSLCompileError", "WebGPUBuildError", "WebGPULimitError", "build_module",
            "WebGPUFunction", "WebGPUModule", "load_webgpu_module", "context", "find_adapter",
-           "list_adapters", "num_adapters"]
+           "list_adapters", "num_adapters", "adapter_target", "note_target"]
 
 from ..runtime.module import register_module_loader as _register_module_loader
 from .module import is_webgpu_module_file as _is_webgpu_module_file

@@ -70,16 +70,10 @@ def _to_json_named(e, names):
 def _kernel_limits(target) -> dict:
     """The limits split_host_device checks. The grid limit is left out: the WGSL generator
     linearizes any grid over 65535 workgroups per dimension."""
+    # Target.limits raises the WebGPU names of the thread and workgroup-storage limits where
+    # the target declares more (as the device request does, runtime.target_limits)
     lim = dict(target.limits)
     lim.pop("max_compute_workgroups_per_dimension", None)
-    # Target.limits lists the spec's per-dimension sizes; a target that declares more threads
-    # or shared memory raises them too (as the device request does, runtime.target_limits)
-    threads = lim["max_threads_per_block"]
-    lim["max_compute_invocations_per_workgroup"] = threads
-    for axis in "xy":
-        key = f"max_compute_workgroup_size_{axis}"
-        lim[key] = max(lim.get(key, 0), threads)
-    lim["max_compute_workgroup_storage_size"] = lim["max_shared_memory_per_block"]
     lim["kind"] = "webgpu"
     return lim
 

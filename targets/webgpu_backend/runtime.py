@@ -10,8 +10,9 @@ A ``GPUDevice`` is opened on an adapter on first use. It requests the WebGPU *sp
 limits (8 storage buffers per stage, 256 invocations per workgroup, 16 KiB of workgroup storage,
 65535 workgroups per dimension, 128 MiB per storage binding, 256 MiB per buffer) — not the
 adapter's, so code that runs here also runs in a browser — raised only where a WebGPU target
-built or loaded in this process declares more (``Target("webgpu -max-storage-buffers=16")``),
-as far as the adapter allows. Features: ``timestamp-query`` whenever the adapter has it (it only
+built or loaded in this process declares more (``Target("webgpu -max-storage-buffers=16")``,
+``adapter_target(i)``: all of the adapter's own; ``note_target`` asks without building), as
+far as the adapter allows. Features: ``timestamp-query`` whenever the adapter has it (it only
 serves ``time_evaluator``), ``shader-f16`` only when a target declares ``supports_float16``.
 A module that needs more than the device was opened with, or a feature it lacks, fails with a
 ``WebGPUError`` naming the limit or feature before anything is dispatched.
@@ -45,7 +46,9 @@ from ..runtime.buffer_pool import BufferPool
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
 from ..runtime.ndarray import NDArray, _dtype_name, array
+from ..target import Target
 from . import storage
+from .unchecked import create_unchecked_shader_module
 
 # The WebGPU specification's default limits, by wgpu's names: what a browser grants unasked.
 SPEC_LIMITS = {
@@ -215,7 +218,53 @@ def target_limits(target) -> dict[str, int]:
     buffers = int(lim.get("max_storage_buffers_per_shader_stage") or 0)
     limits["max-storage-buffers-per-shader-stage"] = max(
         limits["max-storage-buffers-per-shader-stage"], buffers)
+    for key in ("max_storage_buffer_binding_size", "max_buffer_size"):
+        name = key.replace("_", "-")
+        limits[name] = max(limits[name], int(lim.get(key) or 0))
     return limits
+
+
+# Above these the adapter's limit buys nothing: the default GPU schedules use at most 1024
+# threads, and kernels index with 32-bit integers (an array of 2**31 elements is refused).
+_ADAPTER_TARGET_CAPS = {"max-compute-invocations-per-workgroup": 1024,
+                        "max-storage-buffer-binding-size": 2 ** 31 - 4,
+                        "max-buffer-size": 2 ** 31}
+
+
+def adapter_target(index: int = 0):
+    """A ``Target("webgpu ...")`` carrying adapter ``index``'s own limits instead of the spec's
+    defaults: invocations per workgroup (at most 1024), workgroup storage, storage buffers per
+    stage, the largest storage binding and buffer (at most 2 GiB: indices are 32-bit).
+
+    Code built for it runs on this adapter (and on any whose limits are as large: a browser
+    page that requests them, ``requestDevice({requiredLimits})``), not necessarily in a browser
+    that asks for nothing: ``Target("webgpu")`` stays the portable default. Its string form
+    names every limit, so it can be written down, exported and rebuilt on a machine without
+    the GPU. ``targets.webgpu(i).target()`` is the same.
+
+    Examples
+    --------
+    >>> t = adapter_target(0)                                      # doctest: +SKIP
+    >>> str(t)                                                     # doctest: +SKIP
+    'webgpu -max-threads-per-block=1024 -max-shared-memory-per-block=32768 -max-storage-buffers=32 -max-storage-buffer-binding-size=134217728 -max-buffer-size=2147483647'
+    """
+    adapters = _adapter_list()
+    if not 0 <= index < len(adapters):
+        raise WebGPUError(f"webgpu({index}) does not exist: {len(adapters)} adapter(s)")
+    have = dict(adapters[index].limits)
+
+    def limit(name: str) -> int:
+        value = max(int(have.get(name, SPEC_LIMITS[name])), SPEC_LIMITS[name])
+        return min(value, _ADAPTER_TARGET_CAPS.get(name, value))
+    threads = min(limit("max-compute-invocations-per-workgroup"),
+                  limit("max-compute-workgroup-size-x"))
+    # buffers are allocated in multiples of 16 bytes (storage.buffer_bytes)
+    binding = limit("max-storage-buffer-binding-size") // 16 * 16
+    return Target({"kind": "webgpu", "max_threads_per_block": threads,
+                   "max_shared_memory_per_block": limit("max-compute-workgroup-storage-size"),
+                   "max_storage_buffers": limit("max-storage-buffers-per-shader-stage"),
+                   "max_storage_buffer_binding_size": binding,
+                   "max_buffer_size": limit("max-buffer-size")})
 
 
 def target_features(target) -> set[str]:
@@ -223,7 +272,14 @@ def target_features(target) -> set[str]:
 
 
 def note_target(target) -> None:
-    """Remember what a built or loaded module's target needs, for devices opened later."""
+    """Remember what ``target`` needs, for devices opened later (building or loading a module
+    calls it; call it first to open a device for a target built only later).
+
+    Examples
+    --------
+    >>> note_target(targets.webgpu(0).target())      # doctest: +SKIP
+    >>> a = targets.array(x, targets.webgpu(0))       # the device opens with those limits
+    """
     with _LOCK:
         for k, v in target_limits(target).items():
             if k in _ALIGNMENT_LIMITS:
@@ -280,6 +336,9 @@ class DeviceContext:
         self.limits = dict(self.device.limits)
         self.features = set(self.device.features)
         self.has_timestamps = "timestamp-query" in self.features
+        # False: pipelines created from now on skip naga's run-time checks (a native-only
+        # diagnostic for benchmarks; see ``unchecked``). A browser always keeps them.
+        self.bounds_checks = True
         self._pipelines: OrderedDict = OrderedDict()
         self._wgpu = wgpu_module()
         self._sync_buffer = None
@@ -324,9 +383,11 @@ class DeviceContext:
     def pipeline(self, wgsl: str, layout: Sequence[tuple[int, str]] = (), label: str = ""):
         """A compute pipeline (entry ``main``) for ``wgsl`` with bind group 0 laid out as
         ``layout`` — ``(binding, "storage" | "read-only-storage" | "uniform")`` pairs — and its
-        bind group layout; cached by source. WGSLCompileError on WGSL the implementation rejects.
+        bind group layout; cached by source (and by ``bounds_checks``: with it False, the
+        shader module is created without naga's run-time checks, ``unchecked``).
+        WGSLCompileError on WGSL the implementation rejects.
         """
-        key = (hashlib.sha256(wgsl.encode()).hexdigest(), tuple(layout))
+        key = (hashlib.sha256(wgsl.encode()).hexdigest(), tuple(layout), self.bounds_checks)
         with _LOCK:
             hit = self._pipelines.get(key)
             if hit is not None:
@@ -334,7 +395,10 @@ class DeviceContext:
                 return hit
         wgpu = self._wgpu
         try:
-            module = self.device.create_shader_module(label=label, code=wgsl)
+            if self.bounds_checks:
+                module = self.device.create_shader_module(label=label, code=wgsl)
+            else:
+                module = create_unchecked_shader_module(self.device, wgsl, label)
         except Exception as err:
             raise WGSLCompileError(explain_wgsl_error(str(err), wgsl, label)) from None
         try:
@@ -354,9 +418,9 @@ class DeviceContext:
 
     # -- buffers --------------------------------------------------------------------------------
     def create_buffer(self, nbytes: int, what: str = "array"):
-        size = max(16, (int(nbytes) + 3) // 4 * 4)  # bindings need a multiple of 4 bytes
+        size = storage.buffer_bytes(nbytes)   # a multiple of 16: vec4 bindings (storage.py)
         cap = min(self.limits.get("max-buffer-size", size),
-                  self.limits.get("max-storage-buffer-binding-size", size))
+                  self.limits.get("max-storage-buffer-binding-size", size)) // 16 * 16
         if size > cap:
             raise WebGPUError(f"{what} needs {nbytes} bytes on webgpu({self.index}), over the "
                               f"device's buffer limit of {cap} bytes (max-buffer-size / "
@@ -630,7 +694,7 @@ class WebGPURuntime:
         ctx = context(device.index)
         nbytes = int(np.prod(shape, dtype=np.int64)) * \
             np.dtype(storage.storage_dtype(dtype)).itemsize
-        size = max(16, (nbytes + 3) // 4 * 4)    # what create_buffer allocates
+        size = storage.buffer_bytes(nbytes)      # what create_buffer allocates
         buf = ctx.pool.take(size)                # a freed buffer of this size (buffer_pool)
         if buf is None:
             buf = ctx.create_buffer(nbytes, f"an array of shape {shape} {dtype}")
@@ -653,6 +717,9 @@ class WebGPURuntime:
 
     def find(self, name: str) -> int:
         return find_adapter(name)
+
+    def target(self, index: int):
+        return adapter_target(index)
 
 
 register_device_runtime("webgpu", WebGPURuntime())

@@ -21,6 +21,11 @@ float64       —                 refused: WebGPU has no 64-bit floats
 Widening 8/16-bit data costs memory and bandwidth (4x for int8) but keeps every element in its
 own word, so neighbouring threads never race on a shared word; the runtime converts on upload and
 download, so ``.numpy()`` gives the original dtype.
+
+Every storage buffer is allocated with a size that is a multiple of 16 bytes (``buffer_bytes``):
+a kernel may bind a float32 buffer as ``array<vec4<f32>>`` (``wgsl``: 16-byte loads and stores),
+whose length is the binding's size / 16 rounded down, so a size of 4 (mod 16) would cut off the
+last elements. The padding is at most 12 bytes per buffer.
 """
 from __future__ import annotations
 
@@ -71,6 +76,19 @@ def wgsl_scalar(dtype: str) -> str:
 def wgsl_storage(dtype: str) -> str:
     """The WGSL element type of a buffer of ``dtype``."""
     return wgsl_scalar(storage_dtype(dtype))
+
+
+def buffer_bytes(nbytes: int) -> int:
+    """The size of the storage buffer allocated for ``nbytes`` bytes of elements: at least 16,
+    rounded up to a multiple of 16 (so that an ``array<vec4<f32>>`` binding covers every
+    element).
+
+    Examples
+    --------
+    >>> buffer_bytes(20), buffer_bytes(0), buffer_bytes(64)
+    (32, 16, 64)
+    """
+    return max(16, (int(nbytes) + 15) // 16 * 16)
 
 
 def to_device_bytes(array: np.ndarray) -> np.ndarray:

@@ -14,6 +14,17 @@ What WGSL changes, and how the generator handles it:
   in the order of ``KernelSource.bindings``; when a kernel needs more storage buffers than the
   target allows, several are *packed* into one ``array<u32>`` binding (their element offsets in
   the uniform, floats through ``bitcast``); the runtime copies them in and out around the launch.
+* **16-byte storage accesses.** A float32 (or float16) buffer with a binding of its own that a
+  vectorized loop of 4 loads or stores at ``base + v``, ``base`` a provable multiple of 4 (the
+  proof the OpenCL back end uses for ``float4``: ``CodegenC._aligned``, ``arith.is_aligned``),
+  is bound as ``array<vec4<f32>>`` (``array<vec4<f16>>``). Such a load is one ``vec4`` read
+  before the lanes, such a store one ``vec4`` write — one vector expression where WGSL has it
+  (``max(x, vec4<f32>(0.0f))``), else the four lanes' values; every other access of the buffer
+  indexes a component (``b[i >> 2u][i & 3i]``). A buffer the generation proves no aligned access
+  for stays ``array<f32>`` (``emit_kernel`` generates once more). A tail test the four lanes
+  share (``4 t + v < 4 n`` reads ``t < n`` for each) stays outside the vector. Storage buffers
+  are allocated in multiples of 16 bytes (``storage.buffer_bytes``), so the ``vec4`` array
+  covers every element, symbolic sizes included.
 * ``shared`` allocations are module-scope ``var<workgroup>`` arrays (their total is checked
   against the workgroup-storage limit), ``local`` ones function-scope arrays; a barrier is
   ``workgroupBarrier()``. A float32 (float16) shared array that a vectorized loop of 4 reads
@@ -47,8 +58,10 @@ from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import expr as E
 from tilecraft.tensorir import stmt as S
 from tilecraft.tensorir.expr import TIRError
-from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.functor import post_order_visit, substitute
+from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.stmt import Range
+from tilecraft.tensorir.transform._common import uses_any
 
 from ..gpu_codegen import BARRIER_OPS, CodegenC, kernel_body
 from . import exprjson, storage
@@ -212,17 +225,22 @@ class WGSLCodegen(CodegenC):
     ``for (var i: i32 = ...; ...; i = i + 1i)``), casts (``f32(x)``), ``select(f, t, c)``,
     integer division by zero (0), the builtins (``workgroupBarrier()``, the thread indices,
     the math functions, f16 math computed in f32), storage bindings (packed buffers, bool as
-    ``u32``), workgroup memory (``vec4`` arrays) and the launch (limits, linearized grids);
+    ``u32``, ``vec4`` arrays for aligned runs of 4), workgroup memory (``vec4`` arrays) and the
+    launch (limits, linearized grids);
     it unrolls short loops and guards the checks the device form leaves in the kernel.
     """
 
     TYPES = {}                 # type_name is overridden (``storage.wgsl_scalar``)
-    VECTOR_LANES = ()          # no vector types: vectorized loops are unrolled
+    VECTOR_LANES = ()          # the base's vector emission is not used (``_try_vec4_loop``)
+    # a vec4<f32> of an array<vec4<f32>> is 16-byte aligned: ``_aligned`` (the proof the OpenCL
+    # back end uses for float4) decides which accesses are whole vectors
+    VECTOR_ALIGN = 16
     FLOAT_MIN_MAX = ("min", "max")
     ERROR = WebGPUBuildError
 
     def __init__(self, kernel, bindings: list[Binding], limits: dict, *,
-                 supports_float16: bool, nonneg_scalars: Sequence = ()):
+                 supports_float16: bool, nonneg_scalars: Sequence = (),
+                 vec4_storage: Sequence | None = None):
         super().__init__()
         self.kernel = kernel
         self.kernel_name = kernel.name
@@ -270,6 +288,15 @@ class WGSLCodegen(CodegenC):
         # array<vec4<f32>> / array<vec4<f16>>,
         # so that such a read is one 128-bit load; element accesses index a component
         self.vec4_shared = _vec4_shared(self.body, self.shared)
+        # float32 storage buffers bound as array<vec4<f32>> (ids): by default the candidates,
+        # those some vectorized loop of 4 accesses at ``base + v`` (``emit_kernel`` keeps those
+        # for which the generation proved at least one such access aligned)
+        if vec4_storage is None:
+            vec4_storage = _vec4_storage_candidates(self.body, bindings)
+        self.vec4_storage = set(vec4_storage)
+        self.vec4_proven: set = set()        # ids of buffers with an aligned vec4 access
+        self.vec4_loads: dict = {}           # id(BufferLoad) -> its vec4 temporary's name
+        self.vec4_lane: int | None = None
         self.has_blocks = any(t.startswith("blockIdx") for t in kernel.thread_vars)
         self.begin_kernel(kernel, nonneg_scalars)
 
@@ -348,6 +375,8 @@ class WGSLCodegen(CodegenC):
                 name = self.name_of(b.buffers[0])
                 elem = storage.wgsl_storage(b.buffers[0].dtype)
             self.uses_f16 |= elem == "f16"
+            if not b.packed and id(b.buffers[0]) in self.vec4_storage:
+                elem = f"vec4<{elem}>"
             out.append(f"@group(0) @binding({b.binding}) var<storage, {b.access}> {name}: "
                        f"array<{elem}>;")
         uniform_binding = None
@@ -492,7 +521,8 @@ class WGSLCodegen(CodegenC):
 
     def visit_For(self, s):
         v = s.loop_var
-        if s.kind == "vectorized" and self.vec4_shared and self._try_vec4_copy(s):
+        if s.kind == "vectorized" and (self.vec4_shared or self.vec4_storage) and \
+                self._try_vec4_loop(s):
             return
         if s.kind == "thread_binding":
             raise self.error(f"loop {v.name} is still bound to {s.thread_tag}; kernels come "
@@ -528,39 +558,179 @@ class WGSLCodegen(CodegenC):
         finally:
             self.index_depth -= 1
 
-    def _try_vec4_copy(self, s) -> bool:
-        """A vectorized loop of 4 storing ``src[base + v]`` (``src`` a vec4 workgroup array,
-        ``base`` a provable multiple of 4) into any buffer of its dtype (float32 or float16):
-        one vector load, four component stores (a register fragment stays scalars: see
-        ``_scalarize_locals``)."""
-        v = s.loop_var
-        st = s.body
-        if E.as_int(s.extent) != 4 or not isinstance(st, S.BufferStore) or \
-                not isinstance(st.value, E.BufferLoad) or \
-                id(st.value.buffer) not in self.vec4_shared or \
-                st.buffer.dtype != st.value.buffer.dtype:
-            return False
-        base = arith.ramp_base(st.value.indices[0], v)
+    def _is_vec4(self, buf) -> bool:
+        """Whether ``buf`` is declared an array of ``vec4<f32>`` (workgroup or storage)."""
+        return id(buf) in self.vec4_shared or id(buf) in self.vec4_storage
+
+    def _vec4_base(self, buf, index, v, lo):
+        """The element offset of lane 0 of an access of ``buf`` at ``index`` in a vectorized
+        loop of ``v`` (from ``lo``) when it is ``base + v`` with ``base`` a provable multiple
+        of 4 (the proof of OpenCL's ``float4`` accesses, ``CodegenC._aligned``); else None."""
+        base = arith.ramp_base(index, v)
         if base is None:
-            return False
-        base = self.analyzer.simplify(E.Add(base, s.min))
-        if not arith.is_aligned(base, 4, self.analyzer) or self._packed(st.buffer):
-            return False
-        self.element_ref(st.buffer, "0i", st)    # (names the target before the source)
-        src = self.name_of(st.value.buffer)
+            return None
+        base = self.analyzer.simplify(E.Add(base, lo)) if not E.is_const_int(lo, 0) else base
+        return base if self._aligned(buf, base, 4) else None
+
+    def _vec4_index(self, base, buf) -> str:
         four = E.IntImm(4, base.dtype)
-        qidx = self.buffer_index(self.analyzer.simplify(E.FloorDiv(base, four)),
-                                 st.value.buffer)
-        self.vec4_temps += 1
-        tmp = f"tc_v4_{self.vec4_temps}"
-        vec = f"vec4<{storage.wgsl_scalar(st.buffer.dtype)}>"
-        self.emit(self.let_decl(tmp, vec, f"{src}[{qidx}]"))
+        return self.buffer_index(self.analyzer.simplify(E.FloorDiv(base, four)), buf)
+
+    def _lane_invariant(self, cond, v, lo: int):
+        """``cond`` when it has one value for the four lanes ``v = lo .. lo+3``: the same
+        expression once simplified for each (a split's tail test ``4 * t + v < 4 * n``, whose
+        lanes all read ``t < n``); else None."""
+        if not _uses_var(cond, v):
+            return cond
+        lanes = []
         for lane in range(4):
-            at = arith.lane_index(st.indices[0], v, E.Add(s.min, E.IntImm(lane, v.dtype)),
-                                  self.analyzer)
-            target = self.element_ref(st.buffer, self.buffer_index(at, st.buffer), st)
-            self.emit(f"{target} = {tmp}[{lane}];")
+            try:
+                lanes.append(self.analyzer.simplify(
+                    substitute(cond, {v: E.IntImm(lo + lane, v.dtype)})))
+            except TIRError:
+                return None
+        if _uses_var(lanes[0], v) or \
+                not all(structural_equal(lanes[0], c) for c in lanes[1:]):
+            return None
+        return lanes[0]
+
+    def _try_vec4_loop(self, s) -> bool:
+        """A vectorized loop of 4 whose body (maybe under a guard that does not depend on the
+        lane) is stores of expressions: every load of a vec4 array (``_is_vec4``) at an aligned
+        ``base + v`` becomes one ``vec4`` load before the lanes, every such store one ``vec4``
+        store of the four lanes' values; the rest is computed lane by lane, other accesses
+        index a component. False (nothing emitted) when no access is a whole vector, or when
+        a store could feed a load of the loop (the lanes' order would change)."""
+        v = s.loop_var
+        if E.as_int(s.extent) != 4 or E.as_int(s.min) is None:
+            return False
+        body, guard = s.body, None
+        if isinstance(body, S.IfThenElse) and body.else_case is None:
+            guard = self._lane_invariant(body.condition, v, E.as_int(s.min))
+            if guard is None:
+                return False
+            body = body.then_case
+        stores = body.seq if isinstance(body, S.SeqStmt) else (body,)
+        if not all(isinstance(st, S.BufferStore) for st in stores):
+            return False
+        stored = [id(st.buffer) for st in stores]
+        if len(set(stored)) != len(stored):
+            return False
+        loads = []
+        for st in stores:
+            post_order_visit(st.value, lambda n: loads.append(n)
+                             if isinstance(n, E.BufferLoad) else None)
+        if any(id(ld.buffer) in stored for ld in loads):
+            return False
+        vec_loads = {}
+        for ld in loads:
+            if id(ld) not in vec_loads and self._is_vec4(ld.buffer) and \
+                    not self._packed(ld.buffer) and ld.buffer.dtype in _VEC4_DTYPES:
+                base = self._vec4_base(ld.buffer, ld.indices[0], v, s.min)
+                if base is not None:
+                    vec_loads[id(ld)] = (ld, base)
+        vec_stores = {}
+        for st in stores:
+            if self._is_vec4(st.buffer) and not self._packed(st.buffer) and \
+                    st.buffer.dtype in _VEC4_DTYPES and _uses_var(st.indices[0], v):
+                base = self._vec4_base(st.buffer, st.indices[0], v, s.min)
+                if base is not None:
+                    vec_stores[id(st)] = base
+        if not vec_loads and not vec_stores:
+            return False
+        if guard is not None:
+            self.emit(f"if ({self.visit(guard)}) {{")
+            self.depth += 1
+        temps = {}                  # (buffer id, vector index code) -> temporary
+        for key, (ld, base) in vec_loads.items():
+            q = self._vec4_index(base, ld.buffer)
+            tkey = (id(ld.buffer), q)
+            if tkey not in temps:
+                self.vec4_temps += 1
+                temps[tkey] = f"tc_v4_{self.vec4_temps}"
+                self.emit(self.let_decl(temps[tkey], _vec4_type(ld.buffer.dtype),
+                                        f"{self.name_of(ld.buffer)}[{q}]"))
+                self._note_f16(ld.buffer.dtype)
+            self.vec4_loads[key] = temps[tkey]
+            self.vec4_proven.add(id(ld.buffer))
+        lo = E.as_int(s.min)
+        self.unrolling += 1
+        for st in stores:
+            if id(st) in vec_stores:
+                # the value as one vector expression where WGSL has it (a ReLU: max(x, 0))
+                code = self._vec4_expr(st.value, v, st.buffer.dtype)
+                if code is not None:
+                    q = self._vec4_index(vec_stores[id(st)], st.buffer)
+                    self.vec4_proven.add(id(st.buffer))
+                    self.emit(f"{self.name_of(st.buffer)}[{q}] = {code};")
+                    continue
+            values, indices = [], []
+            for lane in range(4):
+                self.var_code[v] = _int_literal(lo + lane, v.dtype, v)
+                self.analyzer.bind(v, E.IntImm(lo + lane, v.dtype))
+                self.vec4_lane = lane
+                values.append(self.store_value(st.buffer, self.visit(st.value)))
+                if id(st) not in vec_stores:
+                    indices.append(self.buffer_index(st.indices[0], st.buffer))
+            if id(st) in vec_stores:
+                q = self._vec4_index(vec_stores[id(st)], st.buffer)
+                self.vec4_proven.add(id(st.buffer))
+                self.emit(f"{self.name_of(st.buffer)}[{q}] = "
+                          f"{_vec4_type(st.buffer.dtype)}({', '.join(values)});")
+            else:
+                for idx, val in zip(indices, values):
+                    self.emit(f"{self.element_ref(st.buffer, idx, st)} = {val};")
+        self.unrolling -= 1
+        self.vec4_lane = None
+        for key in vec_loads:
+            del self.vec4_loads[key]
+        self.analyzer.bind(v, Range(s.min, s.extent))
+        if guard is not None:
+            self.depth -= 1
+            self.emit("}")
         return True
+
+    _VEC4_MATH = ("exp", "log", "sqrt", "rsqrt", "fabs", "floor", "ceil", "round", "trunc",
+                  "sin", "cos", "exp2", "log2", "tanh", "sigmoid")
+
+    def _vec4_expr(self, e, v, dtype: str) -> str | None:
+        """``e`` (the value of a vectorized float32 store) as one ``vec4<f32>`` expression: the
+        vec4 loads, lane-invariant values broadcast, arithmetic, min / max and the builtins
+        that take vectors; None when some part has no vector form (it is then computed lane
+        by lane)."""
+        if e.dtype != dtype or dtype != "float32":
+            return None
+        tmp = self.vec4_loads.get(id(e))
+        if tmp is not None:
+            return tmp
+        if not _uses_var(e, v) and not any(
+                id(n) in self.vec4_loads for n in _loads_of(e)):
+            return f"vec4<f32>({self.visit(e)})"
+        sub = (lambda x: self._vec4_expr(x, v, dtype))
+        if isinstance(e, (E.Add, E.Sub, E.Mul, E.Div, E.Min, E.Max)):
+            a, b = sub(e.a), sub(e.b)
+            if a is None or b is None:
+                return None
+            if isinstance(e, (E.Min, E.Max)):
+                return f"{'max' if isinstance(e, E.Max) else 'min'}({a}, {b})"
+            op = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/"}[type(e)]
+            return f"({a} {op} {b})"
+        if isinstance(e, E.Call) and e.op in self._VEC4_MATH and len(e.args) == 1:
+            a = sub(e.args[0])
+            if a is None:
+                return None
+            if e.op == "tanh":
+                return f"tanh(clamp({a}, vec4<f32>(-15.0f), vec4<f32>(15.0f)))"
+            if e.op == "sigmoid":
+                return f"(vec4<f32>(1.0f) / (vec4<f32>(1.0f) + exp(-{a})))"
+            return f"{self._DIRECT[e.op]}({a})"
+        return None
+
+    def visit_BufferLoad(self, e):
+        tmp = self.vec4_loads.get(id(e))
+        if tmp is not None:          # lane of a vec4 loaded before the lanes
+            return f"{tmp}[{self.vec4_lane}]"
+        return super().visit_BufferLoad(e)
 
     # =========================================================================================
     # buffers
@@ -586,9 +756,9 @@ class WGSLCodegen(CodegenC):
         return hit is not None and hit[0].packed
 
     def element_ref(self, buf, index: str, node) -> str:
+        if self._is_vec4(buf):
+            return self._vec4_element(buf, index)
         if buf.scope == "shared":
-            if id(buf) in self.vec4_shared:
-                return self._vec4_element(buf, index)
             return f"{self.name_of(buf)}[{index}]"
         if buf.scope == "local":
             return f"{self.name_of(buf)}[{index}]"
@@ -602,7 +772,8 @@ class WGSLCodegen(CodegenC):
         return f"{self.name_of(buf)}[{index}]"
 
     def _vec4_element(self, buf, idx: str) -> str:
-        """Element ``idx`` of a vec4 workgroup array: a component of vector ``idx / 4``."""
+        """Element ``idx`` of a vec4 array (workgroup or storage): a component of vector
+        ``idx / 4``."""
         name = self.name_of(buf)
         m = re.fullmatch(r"(\d+)i", idx)
         if m:
@@ -769,6 +940,47 @@ def _vec4_shared(body, shared) -> set:
     return out
 
 
+# element types of storage buffers that may be bound as arrays of vec4 (a vec4<f16> is 8 bytes:
+# allocations are multiples of 16)
+_VEC4_DTYPES = ("float32", "float16")
+
+
+def _vec4_storage_candidates(body, bindings: list[Binding]) -> set:
+    """ids of the float storage buffers with a binding of their own that some vectorized
+    loop of 4 loads or stores at ``base + v`` (whether ``base`` is a provable multiple of 4 is
+    decided during generation, where the loop and thread ranges are known)."""
+    own = {id(b.buffers[0]) for b in bindings if not b.packed and
+           b.buffers[0].dtype in _VEC4_DTYPES}
+    found = set()
+
+    def visit(n):
+        if not (isinstance(n, S.For) and n.kind == "vectorized" and E.as_int(n.extent) == 4):
+            return
+        v = n.loop_var
+
+        def access(m):
+            if isinstance(m, (E.BufferLoad, S.BufferStore)) and id(m.buffer) in own and \
+                    arith.ramp_base(m.indices[0], v) is not None and _uses_var(m.indices[0], v):
+                found.add(id(m.buffer))
+        post_order_visit(n.body, access)
+    post_order_visit(body, visit)
+    return found
+
+
+def _vec4_type(dtype: str) -> str:
+    return f"vec4<{storage.wgsl_storage(dtype)}>"
+
+
+def _loads_of(e) -> list:
+    out = []
+    post_order_visit(e, lambda n: out.append(n) if isinstance(n, E.BufferLoad) else None)
+    return out
+
+
+def _uses_var(e, v) -> bool:
+    return uses_any(e, [v])
+
+
 def _touches_local(s) -> bool:
     found = False
 
@@ -832,5 +1044,13 @@ def emit_kernel(kernel, bindings: list[Binding], limits: dict, *, supports_float
     nonneg_scalars : list[Var]
         Scalar parameters known to be >= 0 (shape dims), for cheaper integer division.
     """
-    return WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
-                       nonneg_scalars=nonneg_scalars).generate()
+    gen = WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
+                      nonneg_scalars=nonneg_scalars)
+    src = gen.generate()
+    if gen.vec4_storage - gen.vec4_proven:
+        # a candidate with no provably aligned vector access gains nothing from vec4
+        # (its accesses would only index components): generate again with array<f32>
+        src = WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
+                          nonneg_scalars=nonneg_scalars,
+                          vec4_storage=gen.vec4_storage & gen.vec4_proven).generate()
+    return src

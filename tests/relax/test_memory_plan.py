@@ -261,3 +261,18 @@ def test_webgpu_tensor_over_the_binding_limit_is_a_build_error():
                                         r"over the device's buffer limit of 134217728"):
         StaticPlanBlockMemory(target=targets.Target("webgpu"))(big)
     StaticPlanBlockMemory(target=targets.Target("opencl"))(big)    # no build-time limit there
+
+
+def test_webgpu_binding_limit_is_the_targets():
+    """A target that declares the adapter's larger bindings plans a tensor over the spec's
+    128 MiB (GPT-2's 154 MB embedding); one that declares less refuses a smaller one."""
+    big = _chain(524289)                 # (524289, 64) float32: 134217984 bytes
+    wide = targets.Target("webgpu -max-storage-buffer-binding-size=2147483644 "
+                          "-max-buffer-size=2147483648")
+    from tilecraft.relax.transform.static_plan_block_memory import device_storage
+    assert device_storage(wide)[1] == 2147483644
+    StaticPlanBlockMemory(target=wide)(big)
+    narrow = targets.Target("webgpu -max-storage-buffer-binding-size=1048576")
+    with pytest.raises(Exception, match=r"shape \(4097, 64\) float32 needs 1048832 bytes, "
+                                        r"over the device's buffer limit of 1048576"):
+        StaticPlanBlockMemory(target=narrow)(_chain(4097))
