@@ -271,8 +271,9 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         inner = [lp for lp in sch.get_loops(sh) if node_of(sch, lp).kind == "serial" and
                  is_under(sch, lp, k0)]
         last = loop_extent(node_of(sch, inner[-1]))
-        # (WGSL has no vector loads of storage buffers of scalars: WebGPU fetches by element)
-        vec = GEMM_FETCH_VECTOR_FRAGMENTS if fragments and not webgpu else GEMM_FETCH_VECTOR
+        # (WGSL binds a buffer read in aligned runs of 4 as array<vec4<f32>>: WebGPU's fetch is
+        # one 16-byte load as OpenCL's float4)
+        vec = GEMM_FETCH_VECTOR_FRAGMENTS if fragments else GEMM_FETCH_VECTOR
         fv = None
         if vec > 1 and last % vec == 0 and last != SYMBOLIC:
             # each thread copies `vec` consecutive elements of a row: one vector load / store
