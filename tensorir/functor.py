@@ -237,9 +237,21 @@ def post_order_visit(node, fn: Callable[[Node], None]) -> None:
             if id(n) in seen:
                 return
             seen.add(id(n))
-        for c in children(n):
-            rec(c)
+        # the children in field order, as ``children`` lists them, without building the list
+        for f in n._fields:
+            value = getattr(n, f)
+            if isinstance(value, Node):
+                rec(value)
+            elif isinstance(value, (tuple, list)):
+                seq(value)
         fn(n)
+
+    def seq(values):
+        for v in values:
+            if isinstance(v, Node):
+                rec(v)
+            elif isinstance(v, (tuple, list)):
+                seq(v)
 
     rec(node)
 
