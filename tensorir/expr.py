@@ -55,6 +55,9 @@ def register_structural(equal: Callable[[Any, Any], bool], hash_: Callable[[Any]
     _structural_equal, _structural_hash = equal, hash_
 
 
+_set_field = object.__setattr__   # how a node's constructor sets its (immutable) fields
+
+
 class Node:
     """Base of every IR node: fields are fixed at construction (immutable)."""
 
@@ -244,12 +247,16 @@ class BinaryOp(PrimExpr):
     symbol = "?"
 
     def __init__(self, a: PrimExpr, b: PrimExpr):
-        a = convert(a, b if isinstance(b, PrimExpr) else None)
-        b = convert(b, a)
+        if not (isinstance(a, PrimExpr) and isinstance(b, PrimExpr)):
+            a = convert(a, b if isinstance(b, PrimExpr) else None)
+            b = convert(b, a)
         if a.dtype != b.dtype:
             raise TIRError(f"{type(self).__name__}: operand dtypes differ: {a!r} is {a.dtype}, "
                            f"{b!r} is {b.dtype}; cast one side with .astype()", a)
-        self._init(a=a, b=b, dtype=self._result_dtype(a.dtype))
+        # the fields set directly (the passes build these by the hundred thousand)
+        _set_field(self, "a", a)
+        _set_field(self, "b", b)
+        _set_field(self, "dtype", self._result_dtype(a.dtype))
 
     def _result_dtype(self, operand_dtype: str) -> str:
         return operand_dtype

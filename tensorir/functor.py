@@ -21,18 +21,25 @@ from .function import PrimFunc
 from .stmt import Block, Buffer, For, LetStmt
 
 
-def children(node: Node):
-    """Yield the Node children of ``node`` (through tuples and buffer maps)."""
+def children(node: Node) -> list[Node]:
+    """The Node children of ``node`` in field order (through tuples and buffer maps)."""
+    out: list[Node] = []
     for f in node._fields:
-        yield from _nodes_in(getattr(node, f))
+        value = getattr(node, f)
+        if isinstance(value, Node):
+            out.append(value)
+        elif isinstance(value, (tuple, list)):
+            _nodes_in(value, out)
+    return out
 
 
-def _nodes_in(value):
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _nodes_in(v)
+def _nodes_in(values, out: list) -> None:
+    # a list built in place, not nested generators: every walk of the IR goes through here
+    for v in values:
+        if isinstance(v, Node):
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            _nodes_in(v, out)
 
 
 class IRFunctor:
@@ -57,11 +64,28 @@ class IRFunctor:
     ``Printer().visit(i * j)`` raises ``TIRError("Printer has no visit_Mul for i * j")``.
     """
 
+    # node class -> the function ``visit`` calls, per walker class (filled on first use):
+    # the name lookup once per class and node class, not once per node
+    _dispatch: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._dispatch = {}
+
     def visit(self, node, *args):
-        fn = getattr(self, "visit_" + type(node).__name__, None)
+        try:
+            fn = self._dispatch[type(node)]
+        except KeyError:
+            fn = self._resolve(type(node))
+        return fn(self, node, *args)
+
+    @classmethod
+    def _resolve(cls, node_type: type):
+        fn = getattr(cls, "visit_" + node_type.__name__, None)
         if fn is None:
-            return self.visit_default(node, *args)
-        return fn(node, *args)
+            fn = cls.visit_default
+        cls._dispatch[node_type] = fn
+        return fn
 
     def visit_default(self, node, *args):
         """What ``visit`` does for a node class without a ``visit_<ClassName>`` method."""
@@ -115,20 +139,40 @@ class IRMutator(IRFunctor):
         if isinstance(value, Node):
             return self.visit(value)
         if isinstance(value, tuple):
-            new = tuple(self._mutate_value(v) for v in value)
-            if all(a is b for a, b in zip(new, value)):
-                return value
-            return new
+            return self._mutate_tuple(value)
         return value
 
+    def _mutate_tuple(self, value: tuple) -> tuple:
+        """``value`` with its nodes mutated; the same tuple when none changed."""
+        new = None
+        for k, v in enumerate(value):
+            if isinstance(v, Node):
+                w = self.visit(v)
+            elif isinstance(v, tuple):
+                w = self._mutate_tuple(v)
+            else:
+                continue
+            if w is not v:
+                if new is None:
+                    new = list(value)
+                new[k] = w
+        return value if new is None else tuple(new)
+
     def generic_visit(self, node):
-        changed = {}
+        changed = None
         for f in node._fields:
             old = getattr(node, f)
-            new = self._mutate_value(old)
+            if isinstance(old, Node):
+                new = self.visit(old)
+            elif isinstance(old, tuple):
+                new = self._mutate_tuple(old)
+            else:
+                continue
             if new is not old:
+                if changed is None:
+                    changed = {}
                 changed[f] = new
-        if not changed:
+        if changed is None:
             return node
         return _rebuild(node, changed)
 
@@ -193,9 +237,21 @@ def post_order_visit(node, fn: Callable[[Node], None]) -> None:
             if id(n) in seen:
                 return
             seen.add(id(n))
-        for c in children(n):
-            rec(c)
+        # the children in field order, as ``children`` lists them, without building the list
+        for f in n._fields:
+            value = getattr(n, f)
+            if isinstance(value, Node):
+                rec(value)
+            elif isinstance(value, (tuple, list)):
+                seq(value)
         fn(n)
+
+    def seq(values):
+        for v in values:
+            if isinstance(v, Node):
+                rec(v)
+            elif isinstance(v, (tuple, list)):
+                seq(v)
 
     rec(node)
 

@@ -165,6 +165,7 @@ class Analyzer:
         self._bound_memo: dict[tuple, tuple[int, int]] = {}
         self._prove_memo: dict[tuple, tuple[bool, int]] = {}
         self._vars_memo: dict[tuple, tuple] = {}
+        self._generation = 0   # counts the changes of what is known (``_changed``)
         # Re-entrancy guards of the proof search (see _canon and _prove_nonneg): the ids of
         # expressions being canonicalized, the proofs in progress, how deeply proof searches
         # nest, and a count of the searches cut short (their failures are not memoized).
@@ -271,12 +272,26 @@ class Analyzer:
             raise TIRError(f"with_constraint needs a bool condition, got {cond!r} of {cond.dtype}",
                            cond)
         saved = (dict(self._extra_bound), list(self._facts), dict(self._known))
+        outer = (self._generation, self._canon_memo, self._simpl_memo, self._bound_memo,
+                 self._prove_memo)
+        # new tables before assuming: what assuming computes part-way (the facts of one side
+        # of an ``and`` known, the other's not yet) must not land in the entry state's tables
+        self._changed()
         self._assume_all([cond])
+        inner = self._generation
         try:
             yield self
         finally:
             self._extra_bound, self._facts, self._known = saved
-            self._changed()
+            if self._generation == inner:
+                # nothing else changed inside (no bind, no bound, no constraint left in
+                # place): what is known is again exactly what it was on entry, and so are the
+                # memo tables of that state (``_changed`` made new ones for the inner state)
+                (self._generation, self._canon_memo, self._simpl_memo, self._bound_memo,
+                 self._prove_memo) = outer
+                self._all_facts = None
+            else:
+                self._changed()
 
     def _assume_all(self, conds) -> None:
         with _deep_recursion():
@@ -307,11 +322,14 @@ class Analyzer:
         self._range_facts.pop(var, None)
 
     def _changed(self) -> None:
-        self._canon_memo.clear()
-        self._simpl_memo.clear()
-        self._bound_memo.clear()
-        self._prove_memo.clear()
+        # new tables rather than cleared ones: ``with_constraint`` keeps its entry state's
+        # tables and takes them back on exit when nothing else changed inside
+        self._canon_memo = {}
+        self._simpl_memo = {}
+        self._bound_memo = {}
+        self._prove_memo = {}
         self._all_facts = None
+        self._generation += 1
 
     def _assume(self, cond: PrimExpr) -> None:
         t = type(cond)

@@ -140,8 +140,12 @@ class Sum:
     def sorted_terms(self) -> list:
         """``[(key, atom, coeff)]`` in key order."""
         if self._sorted is None:
-            self._sorted = sorted(((k, a, c) for k, (a, c) in self.terms.items()),
-                                  key=lambda t: t[0])
+            # the keys are distinct, so the triples compare by their keys alone (no key
+            # function to call); most sums have one term, nothing to sort
+            items = [(k, a, c) for k, (a, c) in self.terms.items()]
+            if len(items) > 1:
+                items.sort()
+            self._sorted = items
         return self._sorted
 
     @property
