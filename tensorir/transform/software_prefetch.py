@@ -35,7 +35,7 @@ Examples
 from __future__ import annotations
 
 from .. import dtype as dt
-from ..expr import Add, BufferLoad, EQ, FloorDiv, FloorMod, IntImm, Min, Mul, Sub, TIRError
+from ..expr import Add, BufferLoad, Cast, EQ, FloorDiv, FloorMod, IntImm, Min, Mul, Sub, TIRError
 from ..function import PrimFunc
 from ..functor import IRMutator, free_vars, post_order_visit
 from ..stmt import For, IfThenElse, LetStmt, SeqStmt, prefetch
@@ -81,15 +81,13 @@ def _inject(loop: For, spec) -> For:
     dtype = index.dtype
     base = subst(index, {**loops, k: loop.min})
     step = Sub(k, loop.min) if not (isinstance(loop.min, IntImm) and loop.min.value == 0) else k
-    if step.dtype != dtype or base.dtype != dtype:
-        return loop
+    step = step if step.dtype == dtype else Cast(dtype, step)
     buf = load.buffer
     line = max(1, CACHE_LINE_BYTES // dt.itemsize(buf.dtype))
     c = lambda v: IntImm(int(v), dtype)  # noqa: E731
     at = Add(Add(base, c(ahead)), Mul(FloorDiv(step, c(every)), c(line)))
-    last = Sub(buf.shape[0], c(1)) if buf.shape[0].dtype == dtype else None
-    if last is None:
-        return loop
+    size = buf.shape[0] if buf.shape[0].dtype == dtype else Cast(dtype, buf.shape[0])
+    last = Sub(size, c(1))
     hint = prefetch(buf, [Min(at, last)])
     if every > 1:
         hint = IfThenElse(EQ(FloorMod(step, c(every)), c(0)), hint, None)
