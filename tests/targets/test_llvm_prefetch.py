@@ -1,5 +1,6 @@
 """The software prefetch intrinsic (``tensorir.prefetch``): ``llvm.prefetch`` from the LLVM back
-end with unchanged results; nothing from the interpreter and the GPU back ends; the
+end with unchanged results; nothing from the interpreter and the OpenCL and WebGPU back ends
+(built and run against numpy); the
 ``software_prefetch`` loop annotation (``tensorir.transform.InjectSoftwarePrefetch``)."""
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from tilecraft import targets
 from tilecraft.tensorir import (Call, Evaluate, For, IRMutator, SeqStmt, TIRError, is_prefetch,
                                 prefetch, te, transform)
-from tilecraft.tensorir.expr import PREFETCH, BufferLoad, Min, floormod
+from tilecraft.tensorir.expr import PREFETCH, BufferLoad, Min
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.interpret import interpret
 from tilecraft.tensorir.schedule import Schedule
@@ -130,34 +131,42 @@ def test_bad_annotation_names_the_loop():
         transform.lower(sch.mod)
 
 
-def test_gpu_back_ends_emit_nothing_for_prefetch():
-    from tilecraft.targets.gpu_codegen import CodegenC
-    from tilecraft.tensorir import stmt as S
-    a = decl_buffer((16,), "float32", "a")
-    gen = CodegenC.__new__(CodegenC)
-    lines = []
-    gen.emit = lines.append
-    gen.visit_Evaluate(prefetch(a, [3]))
-    assert lines == []
-    assert isinstance(prefetch(a, [3]), S.Evaluate)
+def _elementwise_with_prefetch(n=200):
+    """``B = A * 2`` bound to GPU threads, each element's store after a prefetch of
+    ``A[min(i + 16, n - 1)]`` (an explicit use of the intrinsic inside the block)."""
+    A = te.placeholder((n,), "float32", "A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, "B")
+    sch = Schedule(te.create_prim_func([A, B]))
+    bx, tx = sch.split(sch.get_loops(sch.get_block("B"))[0], [None, 64])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    func = sch.mod["main"]
+    buf = func.buffer_of(func.params[0])
+
+    class _Hint(IRMutator):
+        def visit_BufferStore(self, s):
+            i = s.indices[0]
+            return SeqStmt([prefetch(buf, [Min(i + 16, n - 1)]), s])
+    return func.replace(body=_Hint().visit(func.body))
 
 
-def test_opencl_kernel_with_prefetch_ignores_it():
-    pytest.importorskip("pyopencl")
-    from tilecraft.targets.opencl_backend.codegen import OpenCLCodegen
-    a = decl_buffer((16,), "float32", "a")
-    gen = OpenCLCodegen.__new__(OpenCLCodegen)
-    lines = []
-    gen.emit = lines.append
-    gen.visit_Evaluate(prefetch(a, [3]))
-    assert lines == []
+def test_opencl_build_with_prefetch_ignores_it():
+    from opencl_testutil import opencl_device
+    dev = opencl_device()
+    mod = targets.build(_elementwise_with_prefetch(), "opencl")
+    assert "prefetch" not in mod.get_source()
+    a = np.random.default_rng(3).standard_normal(200).astype("float32")
+    b = targets.empty((200,), "float32", dev)
+    mod["main"](targets.array(a, dev), b)
+    np.testing.assert_allclose(b.numpy(), a * 2, rtol=1e-6)
 
 
-def test_wgsl_ignores_prefetch():
-    from tilecraft.targets.webgpu_backend.wgsl import WGSLCodegen
-    a = decl_buffer((16,), "float32", "a")
-    gen = WGSLCodegen.__new__(WGSLCodegen)
-    lines = []
-    gen.emit = lines.append
-    gen.visit_Evaluate(prefetch(a, [3]))
-    assert lines == []
+def test_webgpu_build_with_prefetch_ignores_it():
+    from webgpu_testutil import webgpu_device
+    dev = webgpu_device()
+    mod = targets.build(_elementwise_with_prefetch(), "webgpu")
+    assert "prefetch" not in mod.get_source()
+    a = np.random.default_rng(4).standard_normal(200).astype("float32")
+    b = targets.empty((200,), "float32", dev)
+    mod["main"](targets.array(a, dev), b)
+    np.testing.assert_allclose(b.numpy(), a * 2, rtol=1e-6)
