@@ -13,6 +13,9 @@ Rows: ``layer`` (``in -> out @ plane``), ``hot_ms`` (batch 1, one input), ``cold
 rotating inputs), ``batch8_ms`` (symbolic build at batch 8, per image), ``concrete8_ms`` (the
 batch-8 build, per image), the same three for onnxruntime (``ort_hot_ms``, ``ort_cold_ms``,
 ``ort_batch8_ms``; its NCHW graph, which it runs NCHWc with a layout reorder before and after),
+``noprefetch_cold_ms`` and ``noprefetch8_ms`` (the symbolic build without the NHWC tile's
+software prefetch, ``conv2d_nhwc.PREFETCH_TILES_AHEAD = 0``), ``prefetch_gain`` (batch 8
+without over with the prefetch: above 1 it pays),
 ``cold_over_hot`` (ours), ``ort_cold_over_hot``, ``vs_ort_cold`` and ``vs_ort_batch8``
 (onnxruntime's time over ours: above 1 we are faster), ``max_abs_err`` (against numpy in
 float64).
@@ -29,6 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tilecraft import relax, targets
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.backend.cpu import conv2d_nhwc
 from tilecraft.zoo.run import ort_session
 
 # MobileNet-V2's 1x1 projections on 56 x 56 and 28 x 28 planes: (in channels, plane side, out
@@ -40,9 +44,10 @@ ROUNDS = 7
 
 
 def layer_function(c: int, hw: int, o: int, batch, w: np.ndarray, b: np.ndarray,
-                   upper_bounds: dict | None = None):
+                   upper_bounds: dict | None = None, prefetch: bool = True):
     """The layer ``NHWC conv2d 1x1 + bias`` built for ``batch`` (an int, or a name with
-    ``upper_bounds``), one thread: the VM's ``main``."""
+    ``upper_bounds``), one thread: the VM's ``main``. ``prefetch=False`` builds the NHWC tile
+    without its software prefetch."""
     bb = BlockBuilder()
     x = Var("x", TensorStructInfo((batch, hw, hw, c), "float32"))
     with bb.function("main", [x]):
@@ -50,7 +55,12 @@ def layer_function(c: int, hw: int, o: int, batch, w: np.ndarray, b: np.ndarray,
             y = bb.emit(op.nn.conv2d(x, const(w), data_layout="NHWC"))
             gv = bb.emit_output(bb.emit(op.add(y, const(b.reshape(1, 1, 1, o)))))
         bb.emit_func_output(gv)
-    exe = relax.build(bb.get(), "llvm", upper_bounds=upper_bounds)
+    ahead = conv2d_nhwc.PREFETCH_TILES_AHEAD
+    conv2d_nhwc.PREFETCH_TILES_AHEAD = ahead if prefetch else 0
+    try:
+        exe = relax.build(bb.get(), "llvm", upper_bounds=upper_bounds)
+    finally:
+        conv2d_nhwc.PREFETCH_TILES_AHEAD = ahead
     exe.kernel_module.num_threads = 1
     return relax.VirtualMachine(exe, targets.cpu(0))["main"]
 
@@ -82,6 +92,7 @@ def measure(c: int, hw: int, o: int, seed: int = 0, cold_bytes: int = COLD_BYTES
     b = rng.uniform(-1, 1, (o,)).astype("float32")
     symbolic = layer_function(c, hw, o, "n", w, b, {"n": 8})
     concrete = layer_function(c, hw, o, 8, w, b)
+    plain = layer_function(c, hw, o, "n", w, b, {"n": 8}, prefetch=False)
     sess = _ort_layer(c, hw, o, w, b)
 
     count = max(2, -(-cold_bytes // (hw * hw * c * 4)))
@@ -93,7 +104,7 @@ def measure(c: int, hw: int, o: int, seed: int = 0, cold_bytes: int = COLD_BYTES
     ort8 = x8.transpose(0, 3, 1, 2).copy()
 
     want = np.einsum("nhwc,oc->nhwo", x8.astype(np.float64), w[:, :, 0, 0]) + b
-    err = max(float(np.abs(f(ours8).numpy() - want).max()) for f in (symbolic, concrete))
+    err = max(float(np.abs(f(ours8).numpy() - want).max()) for f in (symbolic, concrete, plain))
     if err > 1e-3:
         raise AssertionError(f"{c} -> {o} @ {hw}: off numpy by {err}")
 
@@ -108,6 +119,8 @@ def measure(c: int, hw: int, o: int, seed: int = 0, cold_bytes: int = COLD_BYTES
         "batch8_ms": (lambda: symbolic(ours8), 2, 8),
         "concrete8_ms": (lambda: concrete(ours8), 2, 8),
         "ort_batch8_ms": (lambda: sess.run(None, {"x": ort8}), 2, 8),
+        "noprefetch_cold_ms": (cold(plain, ours1), 1, count),
+        "noprefetch8_ms": (lambda: plain(ours8), 2, 8),
     }
     samples = {k: [] for k in columns}
     for _ in range(ROUNDS):
@@ -126,6 +139,7 @@ def measure(c: int, hw: int, o: int, seed: int = 0, cold_bytes: int = COLD_BYTES
     row["ort_cold_over_hot"] = row["ort_cold_ms"] / row["ort_hot_ms"]
     row["vs_ort_cold"] = row["ort_cold_ms"] / row["cold_ms"]
     row["vs_ort_batch8"] = row["ort_batch8_ms"] / row["batch8_ms"]
+    row["prefetch_gain"] = row["noprefetch8_ms"] / row["batch8_ms"]
     row["max_abs_err"] = err
     return row
 

@@ -345,6 +345,8 @@ class CodegenC(IRFunctor):
         if isinstance(v, E.Call) and v.op in BARRIER_OPS:
             self.emit(self.barrier_stmt())
             return
+        if isinstance(v, E.Call) and v.op == E.PREFETCH:
+            return      # a CPU cache hint: device code has no use for it
         self.emit(self.visit(v) + ";")
 
     def visit_IfThenElse(self, s: S.IfThenElse):

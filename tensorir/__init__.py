@@ -14,7 +14,7 @@ from .expr import (Add, And, BinaryOp, BufferLoad, Call, Cast, CmpOp, Div, EQ, F
                    floordiv, floormod, max_value, min_value, truncdiv, truncmod, var)
 from .stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferRegion, BufferStore,
                    Evaluate, For, IfThenElse, IterVar, LetStmt, Range, SeqStmt, Stmt, decl_buffer,
-                   seq)
+                   is_prefetch, prefetch, seq)
 from .function import IRModule, PrimFunc
 # structural and script register hashing / equality and printing with the nodes (see expr.py)
 from .structural import assert_structural_equal, structural_equal, structural_hash

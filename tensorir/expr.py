@@ -427,6 +427,13 @@ FLOAT_INTRINSICS = {k for k in INTRINSICS if k != "if_then_else"}
 # LLVM back end, which needs llvmlite (a board has none).
 DOT4_U8I8 = "dot4_u8i8"
 
+# A software prefetch, ``Evaluate(Call("int32", PREFETCH, [buffer[indices]]))``: a hint that the
+# cache line holding ``buffer[indices]`` is read soon (read, high locality, data cache). Its
+# one argument is a BufferLoad naming the element, never loaded: the LLVM back end emits
+# ``llvm.prefetch`` of its address; ``tensorir.interpret`` and the GPU back ends emit nothing.
+# Build it with ``tensorir.stmt.prefetch``.
+PREFETCH = "prefetch"
+
 
 class Call(PrimExpr):
     """A call to an intrinsic such as ``exp`` or ``if_then_else`` (which evaluates lazily)."""
@@ -439,6 +446,9 @@ class Call(PrimExpr):
         dt.check(dtype)
         if op in INTRINSICS and len(args) != INTRINSICS[op]:
             raise TIRError(f"intrinsic {op} takes {INTRINSICS[op]} argument(s), got {len(args)}")
+        if op == PREFETCH and (len(args) != 1 or not isinstance(args[0], BufferLoad)):
+            raise TIRError(f"intrinsic {PREFETCH} takes one buffer element (a BufferLoad), got "
+                           f"{list(args)!r}", args[0] if args else None)
         if op in FLOAT_INTRINSICS:
             for a in args:
                 if not dt.is_float(a.dtype):

@@ -61,7 +61,7 @@ from .expr import (Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv
 from .function import IRModule, PrimFunc
 from .functor import IRFunctor, IRMutator, free_vars, post_order_visit
 from .stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer, BufferStore, Evaluate, For,
-                   IfThenElse, LetStmt, SeqStmt, Stmt, is_true)
+                   IfThenElse, LetStmt, SeqStmt, Stmt, is_prefetch, is_true)
 from .structural import structural_equal, structural_hash
 
 __all__ = ["interpret"]
@@ -1088,7 +1088,8 @@ def _collect(stmt, defs, consts) -> _BodyInfo:
             loads(s.condition, defs)
             visit(s.body, defs)
         elif isinstance(s, Evaluate):
-            loads(s.value, defs)
+            if not is_prefetch(s):      # a hint: it reads nothing
+                loads(s.value, defs)
         elif isinstance(s, Allocate):
             alloc(s.buffer, defs)
             visit(s.body, defs)
@@ -1378,6 +1379,9 @@ class _Compiler(IRFunctor):
             self.visit(x, m)
 
     def visit_Evaluate(self, s, m):
+        if is_prefetch(s):
+            self.emit("pass")       # a cache hint: nothing to compute
+            return
         self.emit(self.expr(s.value, m))
 
     def in_bounds(self, buf: Buffer, indices) -> bool:

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from . import dtype as dt
-from .expr import (BufferLoad, IntImm, Node, PrimExpr, TIRError, Var, convert, true)
+from .expr import (PREFETCH, BufferLoad, Call, IntImm, Node, PrimExpr, TIRError, Var, convert,
+                   true)
 
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
 SCOPES = ("global", "shared", "local")
@@ -170,6 +171,29 @@ class Evaluate(Stmt):
 
     def __init__(self, value):
         self._init(value=convert(value))
+
+
+def prefetch(buffer: "Buffer", indices: Sequence) -> Evaluate:
+    """A software prefetch of the cache line holding ``buffer[indices]`` (read, high
+    locality, data cache): a hint with no effect on the results. The LLVM back end emits
+    ``llvm.prefetch``; ``tensorir.interpret`` and the GPU back ends emit nothing.
+
+    The indices must stay inside the buffer, as for a load (``VerifyMemoryAccess`` checks
+    them): clamp them, or guard the prefetch, where the element may not exist.
+
+    Examples
+    --------
+    >>> a = decl_buffer((1024,), "float32", "a")
+    >>> s = prefetch(a, [64])
+    >>> s.value.op
+    'prefetch'
+    """
+    return Evaluate(Call("int32", PREFETCH, [BufferLoad(buffer, indices)]))
+
+
+def is_prefetch(s) -> bool:
+    """Whether ``s`` is a software prefetch statement (``prefetch``)."""
+    return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == PREFETCH
 
 
 class SeqStmt(Stmt):

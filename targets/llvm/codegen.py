@@ -52,7 +52,7 @@ from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRFunctor, free_vars, post_order_visit
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer,
                                      BufferStore, Evaluate, For, IfThenElse, LetStmt, Range,
-                                     SeqStmt, Stmt)
+                                     SeqStmt, Stmt, is_prefetch)
 from tilecraft.tensorir.structural import structural_equal
 
 from ..runtime import abi
@@ -460,7 +460,21 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
     def visit_Evaluate(self, s: Evaluate):
         if isinstance(s.value, (IntImm, FloatImm)):
             return
+        if is_prefetch(s):
+            self._prefetch(s.value.args[0])
+            return
         self.visit(s.value)
+
+    def _prefetch(self, at: BufferLoad):
+        """``llvm.prefetch(ptr, rw=0 read, locality=3 keep in all levels, cache=1 data)`` of
+        the element ``at`` names (in a vectorized loop, its first lane's: one line a step)."""
+        ptr = self._buffer_ptr(at.buffer, at)
+        index = self._to_i64(self.visit(at.indices[0]), at.indices[0].dtype)
+        if is_vector(index):
+            index = self.b.extract_element(index, I32(0))
+        addr = self.b.gep(ptr, [index], source_etype=self.mtype(at.buffer.dtype))
+        fn = self.mb.intrinsic("prefetch", ir.VoidType(), [PTR, I32, I32, I32], [PTR])
+        self.b.call(fn, [addr, I32(0), I32(3), I32(1)])
 
     def visit_LetStmt(self, s: LetStmt):
         v = self.visit(s.value)

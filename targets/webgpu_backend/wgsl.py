@@ -491,6 +491,8 @@ class WGSLCodegen(CodegenC):
 
     def visit_Evaluate(self, s):
         v = s.value
+        if isinstance(v, E.Call) and v.op == E.PREFETCH:
+            return      # a CPU cache hint: emitted as nothing
         if not isinstance(v, E.IntImm) and not (isinstance(v, E.Call) and v.op in BARRIER_OPS):
             raise self.error(f"cannot emit the statement evaluate({v!r}) in WGSL", s)
         super().visit_Evaluate(s)

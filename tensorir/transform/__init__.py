@@ -74,10 +74,11 @@ from .flatten import FlattenBuffers, flat_buffer, linear_index
 from .loop_partition import LoopPartition
 from .pipeline import DEFAULT_PASSES, GPU_PASSES, lower, lower_device
 from .simplify import Simplify
+from .software_prefetch import ANN_SOFTWARE_PREFETCH, InjectSoftwarePrefetch
 from .verify import OutOfBoundsError, VerifyMemoryAccess
 
-__all__ = ["CompactBufferAllocation", "CompactLocalAllocations", "ConvertBlocksToLoops", "DEFAULT_PASSES", "DeviceKernel",
+__all__ = ["ANN_SOFTWARE_PREFETCH", "CompactBufferAllocation", "CompactLocalAllocations", "ConvertBlocksToLoops", "DEFAULT_PASSES", "DeviceKernel",
            "DeviceLimitError", "FlattenBuffers", "GPU_PASSES", "HostDeviceSplit", "LaunchKernel",
-           "LoopPartition", "LowerCrossThreadReduction", "LowerInitBlock", "lower_device", "split_host_device",
+           "InjectSoftwarePrefetch", "LoopPartition", "LowerCrossThreadReduction", "LowerInitBlock", "lower_device", "split_host_device",
            "OutOfBoundsError", "Simplify", "VerifyMemoryAccess", "flat_buffer", "linear_index",
            "lower"]

@@ -11,6 +11,7 @@ from .device import GPU_KINDS, HostDeviceSplit, split_host_device
 from .flatten import FlattenBuffers
 from .loop_partition import LoopPartition
 from .register_prefetch import InjectRegisterPrefetch
+from .software_prefetch import InjectSoftwarePrefetch
 from .simplify import Simplify
 from .verify import VerifyMemoryAccess
 
@@ -19,8 +20,11 @@ from .verify import VerifyMemoryAccess
 # constant shape while each of its accesses still sits in one loop nest; the partition then
 # copies the tile's allocation into the main part and the tail. CompactLocalAllocations, on the
 # flat code, places each local buffer in its loop and shrinks tiles clipped by their buffer.
+# InjectSoftwarePrefetch: loops annotated ``software_prefetch`` issue prefetches of a region
+# ahead (tensorir.transform.software_prefetch), on the flat form.
 DEFAULT_PASSES = (VerifyMemoryAccess, ConvertBlocksToLoops, CompactBufferAllocation, LoopPartition,
-                  Simplify, FlattenBuffers, CompactLocalAllocations, Simplify)
+                  Simplify, FlattenBuffers, CompactLocalAllocations, InjectSoftwarePrefetch,
+                  Simplify)
 # For GPU targets (``opencl``, ``webgpu``): reductions over threadIdx-bound loops lowered to
 # a tree over the threads, shared / local tiles compacted to constant sizes,
 # no loop partitioning (a partitioned thread-bound nest would become two kernels).

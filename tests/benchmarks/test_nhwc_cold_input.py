@@ -23,7 +23,8 @@ def test_measure_row(monkeypatch):
     row = bench.measure(32, 8, 24, cold_bytes=64 << 10)
     assert row["layer"] == "32 -> 24 @ 8x8"
     for key in ("hot_ms", "cold_ms", "batch8_ms", "concrete8_ms", "ort_hot_ms", "ort_cold_ms",
-                "ort_batch8_ms", "cold_over_hot", "vs_ort_cold", "vs_ort_batch8"):
+                "ort_batch8_ms", "cold_over_hot", "vs_ort_cold", "vs_ort_batch8",
+                "noprefetch_cold_ms", "noprefetch8_ms", "prefetch_gain"):
         assert row[key] > 0, key
     assert row["max_abs_err"] < 1e-3
 
