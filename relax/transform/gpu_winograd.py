@@ -3,7 +3,7 @@
 Runs on operator calls, before ``LegalizeOps``, for ``opencl`` and ``webgpu`` targets. A
 ``relax.nn.conv2d`` that ``relax.backend.gpu.winograd.winograd_applies`` takes (float32 data,
 weight and output, NCHW data and output, static channels and image size, 3x3, stride 1, no
-dilation, one group, at least 64 input and output channels, an output of at least 7 x 7)
+dilation, one group, at least 64 input and output channels, an output of 7 x 7 to 14 x 14)
 becomes two kernel calls:
 
     u = call_tir(pack_winograd_weight, (weight,))        # [16, O, C]
@@ -116,7 +116,8 @@ class _Rewrite(ExprMutator):
             return None
         if not (g.kernel == (3, 3) and g.strides == (1, 1) and g.dilation == (1, 1) and
                 g.groups == 1 and min(g.in_channels, g.out_channels) >= self.min_channels and
-                min(g.out_h, g.out_w) >= winograd.MIN_IMAGE):
+                min(g.out_h, g.out_w) >= winograd.MIN_IMAGE and
+                max(g.out_h, g.out_w) <= winograd.MAX_IMAGE):
             return None
         data, weight = call.args
         if isinstance(weight, Constant):      # every imported model's: no kernel to build

@@ -35,7 +35,7 @@ multiply-adds) loses about three decimal digits and is not used.
 
 Where it is used (``winograd_applies``, the rule ``GPUWinograd`` checks): float32, 3x3, stride
 1, no dilation, one group, at least ``MIN_CHANNELS`` (64) input and output channels, and an
-output image of at least ``MIN_IMAGE`` (7) pixels a side. Fewer channels leave the GEMMs too
+output image of ``MIN_IMAGE`` (7) to ``MAX_IMAGE`` (14) pixels a side. Fewer channels leave the GEMMs too
 small for the tile and the transforms' memory traffic (which scales with ``C + O``) too large
 next to the saved multiply-adds (which scale with ``C * O``).
 
@@ -55,7 +55,7 @@ from tilecraft.tensorir import te
 from ..cpu.geometry import ConvGeometry, ceil_div
 from .schedule_utils import KEEP_STAGE
 
-__all__ = ["MIN_CHANNELS", "MIN_IMAGE", "TILE_PAD", "winograd_applies", "winograd_tiles",
+__all__ = ["MIN_CHANNELS", "MIN_IMAGE", "MAX_IMAGE", "TILE_PAD", "winograd_applies", "winograd_tiles",
            "pack_winograd_weight", "winograd_weight_numpy", "conv2d_nchw_winograd"]
 
 # F(2, 3): B^T (4 x 4), G (4 x 3), A^T (2 x 4)
@@ -73,6 +73,13 @@ MIN_CHANNELS = 64
 # The smallest output image side: below 7 x 7 an image has at most 9 tiles, too few columns
 # for the GEMM tile.
 MIN_IMAGE = 7
+# The largest output image side. Measured on the H100 (OpenCL, `benchmarks/gpu_convs.py`,
+# ResNet-50's stride-1 3x3 layers, ms direct / Winograd): 56 x 56 (64 ch) b1 0.058 / 0.152,
+# b16 0.153 / 0.693; 28 x 28 (128 ch) b1 0.085 / 0.125, b16 0.141 / 0.940; 14 x 14 (256 ch)
+# b1 0.320 / 0.096, b16 0.397 / 0.144; 7 x 7 (512 ch) b1 0.145 / 0.114, b16 0.182 / 0.177.
+# On the large images the direct implicit GEMM already has enough work-groups and its window
+# reuse, while the transforms' traffic over V and M (16/4 x the activation) dominates.
+MAX_IMAGE = 14
 # An image's tiles are padded to a multiple of this (the GEMM's columns): 49 tiles of a 14 x 14
 # image become 64 = 16 threads x 4 registers, whose column tile reads its fragments as float4
 # and has no bounds checks.
@@ -81,8 +88,8 @@ TILE_PAD = 16
 
 def winograd_applies(g: ConvGeometry) -> bool:
     """Whether the convolution ``g`` runs as Winograd F(2x2, 3x3) on a GPU: 3x3, stride 1, no
-    dilation, one group, ``MIN_CHANNELS`` or more input and output channels, an output of at
-    least ``MIN_IMAGE`` pixels a side.
+    dilation, one group, ``MIN_CHANNELS`` or more input and output channels, an output of
+    ``MIN_IMAGE`` to ``MAX_IMAGE`` pixels a side.
 
     Examples
     --------
@@ -92,7 +99,8 @@ def winograd_applies(g: ConvGeometry) -> bool:
     """
     return (g.kernel == (3, 3) and g.strides == (1, 1) and g.dilation == (1, 1) and
             g.groups == 1 and g.in_channels >= MIN_CHANNELS and
-            g.out_channels >= MIN_CHANNELS and min(g.out_h, g.out_w) >= MIN_IMAGE)
+            g.out_channels >= MIN_CHANNELS and min(g.out_h, g.out_w) >= MIN_IMAGE and
+            max(g.out_h, g.out_w) <= MAX_IMAGE)
 
 
 def winograd_tiles(g: ConvGeometry) -> tuple[int, int, int]:
