@@ -355,6 +355,17 @@ def _lowp(doc):
     out += [Headline(f"{r['mode']} {r['model']} on {r['target']}, error rel "
                      f"{r['ours_rel']:.3g}", r["ratio"], r["peer"])
             for r in doc["rows"] if r.get("mode") == "int4-g128 gpu" and "ratio" in r]
+    # a GPU file with the layer rows only: per target, their geometric mean against our fp32
+    layers = [r for r in doc["rows"] if r.get("mode") == "int4-g128 gpu layer" and "ratio" in r]
+    for target in dict.fromkeys(r["target"] for r in layers):
+        rows = [r for r in layers if r["target"] == target]
+        if not any(r.get("mode") == "int4-g128 gpu" and r.get("target") == target
+                   for r in doc["rows"]):
+            out.append(Headline(
+                f"int4-g128 GPT-2 linear layers at 1 token on {target}, geometric mean of "
+                f"{len(rows)} shapes (lowest {min(r['ratio'] for r in rows):.2f}x); error rel <= "
+                f"{max(r['ours_rel'] for r in rows):.2g}",
+                _geomean([r["ratio"] for r in rows]), rows[0]["peer"]))
     return out
 
 
