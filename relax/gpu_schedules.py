@@ -317,11 +317,7 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
         done = set()
         for g in gemms:
             done |= schedule_gemm(sch, g, target, shared, small, nominal_batch, nominal_rows)
-        _inline_paddings(sch, paddings)
-        for b in _blocks(sch):
-            name = node_of(sch, b).name
-            if name not in done and not _bound(sch, b):
-                _schedule_block(sch, b)
+        _schedule_the_rest(sch, done, paddings)
         return
     depthwise = [b for b in reductions if is_depthwise(node_of(sch, b))]
     if depthwise and shared == "all" and not small:
@@ -329,16 +325,21 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
         done = set()
         for d in depthwise:
             done |= schedule_depthwise(sch, d)
-        _inline_paddings(sch, paddings)
-        for b in _blocks(sch):
-            name = node_of(sch, b).name
-            if name not in done and not _bound(sch, b):
-                _schedule_block(sch, b)
+        _schedule_the_rest(sch, done, paddings)
         return
     if reductions and _schedule_rows(sch, reductions):
         return
     for b in _blocks(sch):
         _schedule_block(sch, b)
+
+
+def _schedule_the_rest(sch: Schedule, done: set, paddings: set) -> None:
+    """After a kernel family scheduled its blocks (``done``, by name): the convolutions'
+    paddings inlined into their fetch, every other block not yet bound by the simple rules."""
+    _inline_paddings(sch, paddings)
+    for b in _blocks(sch):
+        if node_of(sch, b).name not in done and not _bound(sch, b):
+            _schedule_block(sch, b)
 
 
 def _schedule_simple(sch: Schedule, target: Target, inline: bool = True) -> None:

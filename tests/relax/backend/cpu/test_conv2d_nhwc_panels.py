@@ -5,8 +5,8 @@ convolutions with such channel counts against numpy, bias fused, batches 1 and 2
 import numpy as np
 import pytest
 
+from nhwc_testutil import nhwc_conv_layer, nhwc_conv_reference
 from tilecraft import relax
-from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax.backend.cpu import ConvGeometry
 from tilecraft.relax.backend.cpu.conv2d_nhwc import plan_conv2d_nhwc
 
@@ -42,20 +42,9 @@ def test_panels_divide_the_channels():
                                             (16, 11, 7, 40, 3), (16, 9, 10, 24, 3),
                                             (33, 7, 13, 72, 1)])
 def test_half_vector_panels_match_numpy(cin, h, w, cout, k):
-    wt = (RNG.standard_normal((k, k, cin, cout)) * 0.2).astype("float32")
-    b = RNG.standard_normal(cout).astype("float32")
-    x = Var("x", TensorStructInfo(("n", h, w, cin), "float32"))
-    bb = BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit(op.nn.conv2d(x, const(wt), padding=k // 2, data_layout="NHWC",
-                                     kernel_layout="HWIO"))
-            gv = bb.emit_output(bb.emit(op.add(y, const(b))))
-        bb.emit_func_output(gv)
-    vm = relax.VirtualMachine(relax.build(bb.get(), "llvm"))
+    exe, wt, b = nhwc_conv_layer(cin, h, w, cout, k, RNG)
+    vm = relax.VirtualMachine(exe)
     for n in (1, 2):
         xv = RNG.standard_normal((n, h, w, cin)).astype("float32")
-        xp = np.pad(xv.astype(np.float64), ((0, 0), (k // 2,) * 2, (k // 2,) * 2, (0, 0)))
-        want = sum(np.einsum("nhwc,co->nhwo", xp[:, a:a + h, c:c + w], wt[a, c])
-                   for a in range(k) for c in range(k)) + b
-        np.testing.assert_allclose(vm["main"](xv).numpy(), want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(vm["main"](xv).numpy(), nhwc_conv_reference(xv, wt, b),
+                                   rtol=1e-4, atol=1e-4)

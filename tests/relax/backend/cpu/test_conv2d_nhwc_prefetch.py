@@ -5,8 +5,8 @@ tiles' prefetches clamped to the input's end."""
 import numpy as np
 import pytest
 
+from nhwc_testutil import nhwc_conv_layer, nhwc_conv_reference
 from tilecraft import relax
-from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax.backend.cpu import ConvGeometry
 from tilecraft.relax.backend.cpu.conv2d_nhwc import PREFETCH_TILES_AHEAD, prefetch_spec
 
@@ -27,32 +27,15 @@ def test_spec_only_for_one_panel_pixel_aligned_layers():
     assert prefetch_spec(_geometry(144, 56, 24), 8, 24, "x", ahead=0) is None
 
 
-def _layer(cin, h, w, cout, k):
-    wt = (RNG.standard_normal((k, k, cin, cout)) * 0.2).astype("float32")
-    b = RNG.standard_normal(cout).astype("float32")
-    x = Var("x", TensorStructInfo(("n", h, w, cin), "float32"))
-    bb = BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit(op.nn.conv2d(x, const(wt), padding=k // 2, data_layout="NHWC",
-                                     kernel_layout="HWIO"))
-            gv = bb.emit_output(bb.emit(op.add(y, const(b))))
-        bb.emit_func_output(gv)
-    return relax.build(bb.get(), "llvm"), wt, b
-
-
 @pytest.mark.parametrize("cin,h,w,cout,k,prefetches", [
     (144, 14, 14, 24, 1, True), (40, 13, 11, 24, 1, True), (96, 9, 8, 32, 1, True),
     (24, 9, 15, 48, 1, False), (16, 9, 10, 24, 3, False)])
 def test_prefetching_layers_match_numpy(cin, h, w, cout, k, prefetches):
-    exe, wt, b = _layer(cin, h, w, cout, k)
+    exe, wt, b = nhwc_conv_layer(cin, h, w, cout, k, RNG)
     src = exe.kernel_module.get_source("ll-raw")
     assert ("call void @llvm.prefetch.p0" in src) == prefetches
     vm = relax.VirtualMachine(exe)
     for n in (1, 2, 3):
         xv = RNG.standard_normal((n, h, w, cin)).astype("float32")
-        xp = np.pad(xv.astype(np.float64), ((0, 0), (k // 2,) * 2, (k // 2,) * 2, (0, 0)))
-        want = sum(np.einsum("nhwc,co->nhwo", xp[:, a:a + h, c:c + w], wt[a, c])
-                   for a in range(k) for c in range(k)) + b
-        got = vm["main"](xv).numpy()
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(vm["main"](xv).numpy(), nhwc_conv_reference(xv, wt, b),
+                                   rtol=1e-4, atol=1e-4)

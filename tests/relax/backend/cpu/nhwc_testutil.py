@@ -1,0 +1,33 @@
+"""Helpers for the NHWC convolution tests: one NHWC convolution with a bias as a Relax model
+(symbolic batch) and its float64 numpy reference."""
+from __future__ import annotations
+
+import numpy as np
+
+from tilecraft import relax
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+
+
+def nhwc_conv_layer(cin: int, h: int, w: int, cout: int, k: int, rng):
+    """``(executable, weight HWIO, bias)`` of ``conv2d(x, w, padding=k // 2) + b`` in NHWC with
+    a symbolic batch, built for ``llvm``."""
+    wt = (rng.standard_normal((k, k, cin, cout)) * 0.2).astype("float32")
+    b = rng.standard_normal(cout).astype("float32")
+    x = Var("x", TensorStructInfo(("n", h, w, cin), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(op.nn.conv2d(x, const(wt), padding=k // 2, data_layout="NHWC",
+                                     kernel_layout="HWIO"))
+            gv = bb.emit_output(bb.emit(op.add(y, const(b))))
+        bb.emit_func_output(gv)
+    return relax.build(bb.get(), "llvm"), wt, b
+
+
+def nhwc_conv_reference(x: np.ndarray, wt: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The layer of ``nhwc_conv_layer`` in float64 numpy."""
+    k = wt.shape[0]
+    _, h, w, _ = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (k // 2,) * 2, (k // 2,) * 2, (0, 0)))
+    return sum(np.einsum("nhwc,co->nhwo", xp[:, a:a + h, c:c + w], wt[a, c])
+               for a in range(k) for c in range(k)) + b
