@@ -114,10 +114,7 @@ class _Rewrite(ExprMutator):
         if g is None or call.struct_info.dtype != "float32" or \
                 call.args[0].struct_info.dtype != "float32":
             return None
-        if not (g.kernel == (3, 3) and g.strides == (1, 1) and g.dilation == (1, 1) and
-                g.groups == 1 and min(g.in_channels, g.out_channels) >= self.min_channels and
-                min(g.out_h, g.out_w) >= winograd.MIN_IMAGE and
-                max(g.out_h, g.out_w) <= winograd.MAX_IMAGE):
+        if not winograd.winograd_applies(g, self.min_channels):
             return None
         data, weight = call.args
         if isinstance(weight, Constant):      # every imported model's: no kernel to build

@@ -86,10 +86,10 @@ MAX_IMAGE = 14
 TILE_PAD = 16
 
 
-def winograd_applies(g: ConvGeometry) -> bool:
+def winograd_applies(g: ConvGeometry, min_channels: int = MIN_CHANNELS) -> bool:
     """Whether the convolution ``g`` runs as Winograd F(2x2, 3x3) on a GPU: 3x3, stride 1, no
-    dilation, one group, ``MIN_CHANNELS`` or more input and output channels, an output of
-    ``MIN_IMAGE`` to ``MAX_IMAGE`` pixels a side.
+    dilation, one group, ``min_channels`` (default ``MIN_CHANNELS``) or more input and output
+    channels, an output of ``MIN_IMAGE`` to ``MAX_IMAGE`` pixels a side.
 
     Examples
     --------
@@ -98,9 +98,8 @@ def winograd_applies(g: ConvGeometry) -> bool:
     False
     """
     return (g.kernel == (3, 3) and g.strides == (1, 1) and g.dilation == (1, 1) and
-            g.groups == 1 and g.in_channels >= MIN_CHANNELS and
-            g.out_channels >= MIN_CHANNELS and min(g.out_h, g.out_w) >= MIN_IMAGE and
-            max(g.out_h, g.out_w) <= MAX_IMAGE)
+            g.groups == 1 and min(g.in_channels, g.out_channels) >= min_channels and
+            min(g.out_h, g.out_w) >= MIN_IMAGE and max(g.out_h, g.out_w) <= MAX_IMAGE)
 
 
 def winograd_tiles(g: ConvGeometry) -> tuple[int, int, int]:
