@@ -150,23 +150,22 @@ def _elementwise_with_prefetch(n=200):
     return func.replace(body=_Hint().visit(func.body))
 
 
-def test_opencl_build_with_prefetch_ignores_it():
+def _opencl_device():
     from opencl_testutil import opencl_device
-    dev = opencl_device()
-    mod = targets.build(_elementwise_with_prefetch(), "opencl")
+    return opencl_device()
+
+
+def _webgpu_device():
+    from webgpu_testutil import webgpu_device
+    return webgpu_device()
+
+
+@pytest.mark.parametrize("kind,device", [("opencl", _opencl_device), ("webgpu", _webgpu_device)])
+def test_gpu_build_with_prefetch_ignores_it(kind, device):
+    dev = device()
+    mod = targets.build(_elementwise_with_prefetch(), kind)
     assert "prefetch" not in mod.get_source()
     a = np.random.default_rng(3).standard_normal(200).astype("float32")
-    b = targets.empty((200,), "float32", dev)
-    mod["main"](targets.array(a, dev), b)
-    np.testing.assert_allclose(b.numpy(), a * 2, rtol=1e-6)
-
-
-def test_webgpu_build_with_prefetch_ignores_it():
-    from webgpu_testutil import webgpu_device
-    dev = webgpu_device()
-    mod = targets.build(_elementwise_with_prefetch(), "webgpu")
-    assert "prefetch" not in mod.get_source()
-    a = np.random.default_rng(4).standard_normal(200).astype("float32")
     b = targets.empty((200,), "float32", dev)
     mod["main"](targets.array(a, dev), b)
     np.testing.assert_allclose(b.numpy(), a * 2, rtol=1e-6)
