@@ -284,6 +284,9 @@ def run() -> list[dict]:
                              "max_rel_err_vs_torch": err, "match": err < 1e-3})
                 print(f"{name} {kind} b{b}: ours {ours_s * 1e3:.2f} ms, torch {torch_s * 1e3:.2f}"
                       f" ms, ratio {torch_s / ours_s:.2f}, rel err {err:.1e}", flush=True)
+            # written after every model and target, so a run cut short keeps its rows
+            path = write_results("gpu_models", rows, {"gpu": gpu_name},
+                                 gpu=gpu_name if cuda else None)
     path = write_results("gpu_models", rows, {"gpu": gpu_name}, gpu=gpu_name if cuda else None)
     print(f"(written to {path})")
     return rows
