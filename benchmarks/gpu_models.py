@@ -101,14 +101,15 @@ def _ids(vocab):
     return lambda b: np.random.default_rng(b).integers(0, vocab, (b, SEQ)).astype("int64")
 
 
-def _models():
+def _models(names=None):
     """(name, torch module, ONNX model, input maker, upper bounds) of the models named by
-    ``TILECRAFT_GPU_MODELS`` (default: all of ``MODELS``), each exported with a symbolic
-    batch (the text models at a fixed sequence of 128)."""
+    ``names`` (default: ``TILECRAFT_GPU_MODELS``, else all of ``MODELS``), each exported with
+    a symbolic batch (the text models at a fixed sequence of 128)."""
     import torch
     from tilecraft.zoo.models import _export, _randomize_bn, _torch_modules
 
-    wanted = os.environ.get("TILECRAFT_GPU_MODELS", ",".join(MODELS)).split(",")
+    wanted = (list(names) if names is not None
+              else os.environ.get("TILECRAFT_GPU_MODELS", ",".join(MODELS)).split(","))
     unknown = set(wanted) - set(MODELS)
     if unknown:
         raise ValueError(f"TILECRAFT_GPU_MODELS: unknown models {sorted(unknown)}; "
