@@ -219,14 +219,19 @@ def _analyse(sch: Schedule, block, max_rows: int | None):
 
 def gemv_rows(sch: Schedule, block):
     """The row count of the GEMV ``block`` as an expression (the product of its output loops
-    but the last; symbolic where they are), or None where ``block`` is no GEMV."""
+    but the last; symbolic where they are), or None where ``block`` is no GEMV or its rows are
+    never as few as ``GEMV_MAX_ROWS`` (a constant factor above it: ``(n, 128, 768)``)."""
     if _analyse(sch, block, max_rows=None) is None:
         return None
     spatial, _ = spatial_loops(sch, block)
-    rows = None
+    rows, const = None, 1
     for lp in spatial[:-1]:
         e = node_of(sch, lp).extent
+        if isinstance(e, IntImm):
+            const *= e.value
         rows = e if rows is None else rows * e
+    if const > GEMV_MAX_ROWS:
+        return None
     return rows if rows is not None else IntImm(1, "int64")
 
 
