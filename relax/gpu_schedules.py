@@ -11,7 +11,12 @@ are loop nests of one block each):
    fetch of the window tile (a plain box of the padded input, loaded from the unpadded one
    with bounds checks): no padding kernel, no padded copy of the activation; and a block
    annotated ``KEEP_STAGE`` (a Winograd input transform), which stays a kernel of its own.
-2. **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch
+2. **Dense layers of a few rows** (one token of a decoder; a static row count up to
+   ``GEMV_MAX_ROWS``, or a symbolic one, which gets the GEMV while it is that small and the
+   GEMM tiles from there on, chosen per call): the GEMV (``relax.backend.gpu.gemv``: many
+   work-groups of a few columns, the reduction split among threads with float4 weight loads
+   and met in shared memory, the epilogue in the write-back).
+   **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch
    matmul, dense, convolution) as an (implicit) GEMM: the GPU GEMM family
    (``relax.backend.gpu.gemm``: a block tile of outputs per work-group accumulated in
    registers, both input tiles staged in shared memory and read through register fragments,

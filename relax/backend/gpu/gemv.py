@@ -40,7 +40,7 @@ Examples
 >>> gemv_layout(sch, sch.get_block("C"))
 GemvLayout(rows=1, k=768, n=2304, weight='KN')
 >>> gemv_tile(gemv_layout(sch, sch.get_block("C")))
-GemvTile(cols=32, vector=4, split=32, col_threads=8)
+GemvTile(cols=8, vector=4, split=64, col_threads=2)
 """
 from __future__ import annotations
 
