@@ -29,13 +29,19 @@ by round, results filed under the GPU's name:
   call (GPT-2's blocks, each with its own weights), our int4 GEMV
   (``relax.backend.gpu.dense_int4``) against our float32 dense on the same target;
 - ``int4-g128 gpu``: the whole GPT-2 small at one token, int4-g128 against our float32 build on
-  the same target (the errors: against onnxruntime's float32 model).
+  the same target (the errors: against onnxruntime's float32 model);
+- ``gemv gpu layer`` (``--rows gemv-gpu-layers``): each of ``GEMV_SHAPES`` (GPT-2 small's four
+  and 4096 x 11008) at one row, the kernel alone (device time, each call with its own copy of
+  the weight, ``GEMV_STREAM_BYTES`` in all): our float32 GEMV (``relax.backend.gpu.gemv``,
+  weight ``(K, N)``; ``ours_nk_us``: ``(N, K)``), the GEMM rule it replaced
+  (``gemm_rule_us``), the int4-g128 GEMV (``int4_us``) and PyTorch's ``x @ W`` on CUDA
+  (cuBLAS, float32, TF32 off, in a CUDA graph) as the peer.
 
 ``ratio`` is the peer's time over ours (above 1: we are faster). Errors: ``max_abs``,
 ``rel`` (max abs over the float output's max abs), ``cosine`` (of the flattened outputs: the
 hidden states / logits), ``top1`` (classifiers). ``python -m benchmarks.lowp --rows
 int8-dynamic,int4-layers`` runs a subset; on the GPU machine ``python -m benchmarks.lowp --rows
-int4-gpu-layers,int4-gpu`` (under 90 s).
+int4-gpu-layers,int4-gpu`` (under 90 s), ``--rows gemv-gpu-layers`` (about a minute).
 """
 from __future__ import annotations
 

@@ -56,7 +56,8 @@ from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.stmt import For
 
-from .gemv import GEMV_MIN_GROUPS, GEMV_UNROLL_STEPS, _divisor_near, _pow2_at_most, _serial_loop_of
+from .gemv import (GEMV_MIN_GROUPS, GEMV_UNROLL_STEPS, GEMV_WARP, _divisor_near, _pow2_at_most,
+                   _serial_loop_of)
 
 __all__ = ["Q4GemvSpec", "dense_q4_gemv_kernel", "dense_q4_gemv_compute", "pack_q4_words",
            "gemv_tile", "vector_tile", "static_rows", "Q4_GEMV_THREADS", "Q4_GEMV_MAX_ROWS",
@@ -178,7 +179,7 @@ def vector_tile(spec: Q4GemvSpec) -> tuple[int, int] | None:
     if split < 2:
         return None
     cols = _pow2_at_most(Q4_GEMV_THREADS // split)
-    while cols > 1 and -(-spec.n // cols) < GEMV_MIN_GROUPS:
+    while cols > 1 and -(-spec.n // cols) < GEMV_MIN_GROUPS and split * cols // 2 >= GEMV_WARP:
         cols //= 2
     return cols, split
 

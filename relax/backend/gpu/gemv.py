@@ -54,7 +54,7 @@ from tilecraft.tensorir.transform._common import uses_any
 from .gemm import _gemm_groups, reduce_inputs
 from .schedule_utils import SYMBOLIC, iter_values, loop_extent, node_of, spatial_loops
 
-__all__ = ["GEMV_MAX_ROWS", "GEMV_MIN_GROUPS", "GEMV_THREADS", "GEMV_VECTOR", "GemvLayout",
+__all__ = ["GEMV_MAX_ROWS", "GEMV_MIN_GROUPS", "GEMV_THREADS", "GEMV_VECTOR", "GEMV_WARP", "GemvLayout",
            "GEMV_UNROLL_STEPS", "GemvTile", "gemv_layout", "gemv_rows", "gemv_tile",
            "schedule_gemv"]
 
@@ -68,6 +68,7 @@ GEMV_MAX_ROWS = 4
 # memory-bound: each multiprocessor needs loads in flight).
 GEMV_MIN_GROUPS = 264
 GEMV_THREADS = 256      # threads per work-group at most (WebGPU's limit too)
+GEMV_WARP = 32          # threads per work-group at least, where the columns allow
 GEMV_VECTOR = 4         # floats per weight load (one float4 / vec4<f32>)
 GEMV_UNROLL_STEPS = 16  # k-steps per thread up to which its loop is unrolled
 
@@ -131,15 +132,18 @@ def gemv_tile(layout: GemvLayout, min_groups: int = GEMV_MIN_GROUPS) -> GemvTile
         want = max(8, min(64, _pow2_at_most(max(1, layout.k // (vec * 4)))))
         split = _divisor_near(layout.k // vec, want, 64)
         cols = _pow2_at_most(max(1, GEMV_THREADS // split))
-        while cols > 1 and rows * -(-layout.n // cols) < min_groups:
+        # (a work-group of a warp at least: a smaller one leaves lanes of its warp idle)
+        while cols > 1 and rows * -(-layout.n // cols) < min_groups and \
+                split * cols // 2 >= GEMV_WARP:
             cols //= 2
         return GemvTile(cols, vec, split, cols)
     vec = GEMV_VECTOR if layout.n % GEMV_VECTOR == 0 else 1
     col_threads = 32 // vec       # 128 contiguous bytes of a weight row per work-group
     while col_threads > 1 and rows * -(-layout.n // (col_threads * vec)) < min_groups:
         col_threads //= 2
-    # threads along K: each at least four steps, at most GEMV_THREADS in all
-    want = max(1, min(GEMV_THREADS // col_threads, 64, _pow2_at_most(max(1, layout.k // 4))))
+    # threads along K: each about 8 steps or more (a few work-groups of few columns need many
+    # threads for their loads in flight: 3072 x 768 gets 192 of 1 x 256), GEMV_THREADS in all
+    want = max(1, min(GEMV_THREADS // col_threads, _pow2_at_most(max(1, layout.k // 8))))
     split = _divisor_near(layout.k, want, GEMV_THREADS // col_threads)
     return GemvTile(col_threads * vec, vec, split, col_threads)
 
