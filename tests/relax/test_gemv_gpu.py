@@ -181,3 +181,20 @@ def test_gpt2_block_at_one_token_matches_onnxruntime(gpu):
         got = vm["main"](x)
         got = (got[0] if isinstance(got, tuple) else got).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"batch {b}")
+
+
+def test_vector_activation_has_no_row_loop(gpu):
+    """``x (K,) @ W (K, N)``: no row loop at all (no ``blockIdx.y``)."""
+    dev, target = gpu
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((96, 40)).astype(np.float32)
+    x = Var("x", TensorStructInfo((96,), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.emit_output(Tuple([bb.emit(op.matmul(x, const(w)))]))
+        bb.emit_func_output(gv)
+    vm = VirtualMachine(relax.build(bb.get(), target), dev)
+    xv = rng.standard_normal(96).astype(np.float32)
+    np.testing.assert_allclose(vm["main"](xv)[0].numpy(), xv.astype(np.float64) @ w,
+                               rtol=1e-4, atol=1e-4)
