@@ -448,7 +448,18 @@ def gemv_gpu_layer_rows(targets_=None, shapes=None) -> list[dict]:
         return te.create_prim_func([A, W, C])
 
     rng = np.random.default_rng(5)
-    peers = {}
+    peers, data = {}, {}
+
+    def shape_data(k, n):
+        """(x, w, reference, int4 words, int4 scale rows) of a shape, made once for all
+        targets (quantizing 4096 x 11008 takes seconds)."""
+        if (k, n) not in data:
+            x = rng.standard_normal((1, k), dtype=np.float32)
+            w = rng.standard_normal((k, n), dtype=np.float32) * np.float32(1 / np.sqrt(k))
+            codes, s, o = quantize_weight_int4(w, 128, symmetric=True)
+            words, srows, _ = gemv_operands(codes, s, o, k)
+            data[(k, n)] = (x, w, x.astype(np.float64) @ w, words, srows)
+        return data[(k, n)]
 
     def measure(kind, target, dev):
         out = []
@@ -456,9 +467,7 @@ def gemv_gpu_layer_rows(targets_=None, shapes=None) -> list[dict]:
             row = {"mode": ROW_MODES["gemv-gpu-layers"], "target": target,
                    "model": f"dense {k}x{n}, 1 row"}
             try:
-                x = rng.standard_normal((1, k)).astype(np.float32)
-                w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
-                ref = x.astype(np.float64) @ w
+                x, w, ref, words, srows = shape_data(k, n)
                 copies = _copies(4 * k * n)
                 xd = targets.array(x, dev)
                 y = targets.empty((1, n), "float32", dev)
@@ -482,8 +491,6 @@ def gemv_gpu_layer_rows(targets_=None, shapes=None) -> list[dict]:
                 t_nk, _ = f32("NK", gemv.GEMV_MAX_ROWS)
                 t_rule, _ = f32("KN", 0)
                 row.update(ours_nk_us=t_nk * 1e6, gemm_rule_us=t_rule * 1e6)
-                codes, s, o = quantize_weight_int4(w, 128, symmetric=True)
-                words, srows, _ = gemv_operands(codes, s, o, k)
                 spec = Q4GemvSpec(lead=(1,), k=k, n=n, group_size=128, symmetric=True)
                 q4 = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(
                     spec, Target(target))}), target)
