@@ -280,21 +280,29 @@ def schedule_gemv(sch: Schedule, block, target: Target) -> set:
         anchor = jt
     else:
         jb, jt, jv = sch.split(wj, [None, tile.col_threads, tile.vector])
-        anchor = jt
+        anchor = jv
     if wrows:
         r = sch.fuse(*wrows) if len(wrows) > 1 else wrows[0]
         sch.reorder(jb, r)
         sch.bind(r, "blockIdx.y")
     sch.bind(jb, "blockIdx.x")
     sch.bind(jt, "threadIdx.y" if layout.weight == "NK" else "threadIdx.x")
-    # the final sum of the partials (a tree over the threads) at the thread's columns
+    # the final sum of the partials at the thread's column: (N, K) a tree over the column's
+    # threads; (K, N) a thread per column (of the 4 of a run: threadIdx.y < 4) adding the
+    # column's partials in turn -- the 4 columns of a thread's run would otherwise need 4
+    # trees one after another (4 x log2(split) barriers; lavapipe ran the layer 10x slower)
     sch.set_scope(block, 0, "local")
+    if layout.weight == "KN":
+        sch.bind(jv, "threadIdx.y")
     sch.compute_at(block, anchor)
     fin = sch.get_loops(block)
-    sch.bind(fin[-1], "threadIdx.x" if layout.weight == "NK" else "threadIdx.y")
+    if layout.weight == "NK":
+        sch.bind(fin[-1], "threadIdx.x")
     # the partial sums: per thread in registers, then in shared memory for the tree
     sch.set_scope(rf, 0, "shared")
-    sch.compute_at(rf, anchor, preserve_unit_loops=True)
+    # (at the column-block's thread loop of full extent: the (K, N) final sum's loop over the
+    # run's 4 columns is guarded, and a shared stage may not be)
+    sch.compute_at(rf, jt, preserve_unit_loops=True)
     # rf's iter vars: (thread's share of K, rows.., column, k-step[, vector])
     nvars = len(node_of(sch, rf).iter_vars)
     rt, ro = _serial_loop_of(sch, rf, 0), _serial_loop_of(sch, rf, nvars - (2 if layout.weight
