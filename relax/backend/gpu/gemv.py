@@ -12,7 +12,9 @@ float. What counts is how many bytes are in flight, not the arithmetic. The kern
   accumulates a partial sum of its share of ``K`` in registers, the weight read through a
   register fragment (``cache_read`` local at the k-step) as one 16-byte vector load
   (``float4``; scalar where the layout does not allow it);
-* the partial sums meet in shared memory: a tree over the threads (``LowerCrossThreadReduction``);
+* the partial sums meet in shared memory: for an ``(N, K)`` weight a tree over the column's
+  threads (``LowerCrossThreadReduction``), for ``(K, N)`` a thread per column adding them in
+  turn (its threads hold 4 columns each: 4 trees would run one after another);
 * the epilogue (bias, activation, residual) computed in the write-back.
 
 The weight's layout picks the thread arrangement:
