@@ -29,13 +29,19 @@ by round, results filed under the GPU's name:
   call (GPT-2's blocks, each with its own weights), our int4 GEMV
   (``relax.backend.gpu.dense_int4``) against our float32 dense on the same target;
 - ``int4-g128 gpu``: the whole GPT-2 small at one token, int4-g128 against our float32 build on
-  the same target (the errors: against onnxruntime's float32 model).
+  the same target (the errors: against onnxruntime's float32 model);
+- ``gemv gpu layer`` (``--rows gemv-gpu-layers``): each of ``GEMV_SHAPES`` (GPT-2 small's four
+  and 4096 x 11008) at one row, the kernel alone (device time, each call with its own copy of
+  the weight, ``GEMV_STREAM_BYTES`` in all): our float32 GEMV (``relax.backend.gpu.gemv``,
+  weight ``(K, N)``; ``ours_nk_us``: ``(N, K)``), the GEMM rule it replaced
+  (``gemm_rule_us``), the int4-g128 GEMV (``int4_us``) and PyTorch's ``x @ W`` on CUDA
+  (cuBLAS, float32, TF32 off, in a CUDA graph) as the peer.
 
 ``ratio`` is the peer's time over ours (above 1: we are faster). Errors: ``max_abs``,
 ``rel`` (max abs over the float output's max abs), ``cosine`` (of the flattened outputs: the
 hidden states / logits), ``top1`` (classifiers). ``python -m benchmarks.lowp --rows
 int8-dynamic,int4-layers`` runs a subset; on the GPU machine ``python -m benchmarks.lowp --rows
-int4-gpu-layers,int4-gpu`` (under 90 s).
+int4-gpu-layers,int4-gpu`` (under 90 s), ``--rows gemv-gpu-layers`` (about a minute).
 """
 from __future__ import annotations
 
@@ -60,7 +66,7 @@ GPT2_LINEAR = [(768, 2304), (768, 768), (768, 3072), (3072, 768)]   # (K, N) of 
 # float32 weight bytes the int4 layer rows stream per call: several times any L3 cache
 STREAM_BYTES = 128 << 20
 ROWS = ("int8-dynamic", "int8", "int8-mbv2", "int4-layers", "int4")
-GPU_ROWS = ("int4-gpu-layers", "int4-gpu")
+GPU_ROWS = ("int4-gpu-layers", "int4-gpu", "gemv-gpu-layers")
 GPU_TARGETS = [t for t in os.environ.get("TILECRAFT_LOWP_GPU_TARGETS", "opencl,webgpu").split(",")
                if t]
 GPU_LAYERS = 12             # GPT-2 small's blocks: layers of one shape per call
@@ -68,7 +74,14 @@ GPU_ROUNDS = 5
 # the "mode" of the result rows each row of ROWS / GPU_ROWS writes
 ROW_MODES = {"int8-dynamic": "int8-dynamic", "int8": "int8", "int8-mbv2": "int8 mobilenet_v2",
              "int4-layers": "int4-g128 layer", "int4": "int4-g128",
-             "int4-gpu-layers": "int4-g128 gpu layer", "int4-gpu": "int4-g128 gpu"}
+             "int4-gpu-layers": "int4-g128 gpu layer", "int4-gpu": "int4-g128 gpu",
+             "gemv-gpu-layers": "gemv gpu layer"}
+# the GEMV kernel rows: GPT-2 small's four linear shapes and a 7B model's MLP up-projection
+GEMV_SHAPES = GPT2_LINEAR + [(4096, 11008)]
+# weight bytes each GEMV kernel row cycles through (distinct copies of the weight, one per
+# call), several times the H100's 50 MB / the H200's 60 MB of L2: every call reads from memory
+GEMV_STREAM_BYTES = 256 << 20
+GEMV_MAX_COPIES = 1024
 
 
 def _errors(ours: np.ndarray, peer: np.ndarray, ref: np.ndarray) -> dict:
@@ -331,6 +344,183 @@ def int4_gpu_layer_rows(targets_=None) -> list[dict]:
     return rows
 
 
+def _opencl_kernel_seconds(mod, argsets, dev, rounds: int) -> float:
+    """Median over ``rounds`` of the mean device time of one call of ``mod``'s kernel, a call
+    per argument set (the OpenCL profiling events' start to end of each kernel, summed: the
+    host's enqueue time between calls is not counted)."""
+    fn = mod[mod.entry_name]
+    bound = [fn.bind(a) for a in argsets]
+    d, bufs, env = bound[0]
+    fn.run(d, bufs, dict(env), None)          # warm-up: compiles, checks
+    dev.sync()
+    per = []
+    for _ in range(rounds):
+        events: list = []
+        for d, bufs, env in bound:
+            fn.run(d, bufs, dict(env), events)
+        dev.sync()
+        per.append(sum((e.profile.end - e.profile.start) * 1e-9 for e in events) / len(bound))
+    return float(np.median(per))
+
+
+def _webgpu_kernel_seconds(mod, argsets, dev, rounds: int) -> float:
+    """The same on WebGPU: the calls recorded into one command buffer, timed by the adapter's
+    timestamps (else the wall time of its submission), over the number of calls."""
+    from tilecraft.targets.webgpu_backend.module import _time_once
+    fn = mod[mod.entry_name]
+    commands: list = []
+    ctx = None
+    for a in argsets:
+        ctx, cmds = fn._prepare(a)
+        commands += cmds
+    ctx.enqueue(commands[:len(commands) // len(argsets)])
+    ctx.sync()
+    return float(np.median([_time_once(ctx, commands, 1) / len(argsets)
+                            for _ in range(rounds)]))
+
+
+def _kernel_seconds(mod, argsets, dev, rounds: int = GPU_ROUNDS) -> float:
+    if dev.kind == "opencl":
+        return _opencl_kernel_seconds(mod, argsets, dev, rounds)
+    return _webgpu_kernel_seconds(mod, argsets, dev, rounds)
+
+
+def _copies(nbytes: int) -> int:
+    return int(min(GEMV_MAX_COPIES, max(2, -(-GEMV_STREAM_BYTES // nbytes))))
+
+
+def _torch_gemv_seconds(x: np.ndarray, w: np.ndarray, copies: int, rounds: int = GPU_ROUNDS):
+    """PyTorch's ``x @ W`` on CUDA (float32, TF32 off), ``copies`` weights in turn, captured
+    in a CUDA graph (no launch gaps), per call; None without a CUDA device."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    xt = torch.from_numpy(x).cuda()
+    ws = [torch.from_numpy(w).cuda() for _ in range(copies)]
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for wt in ws[:3]:                     # warm-up: cuBLAS picks its kernel
+            xt @ wt
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [xt @ wt for wt in ws]
+    graph.replay()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        per.append(start.elapsed_time(end) * 1e-3 / copies)
+    del outs, ws
+    return float(np.median(per))
+
+
+def gemv_gpu_layer_rows(targets_=None, shapes=None) -> list[dict]:
+    """Each dense shape of ``GEMV_SHAPES`` at one row, its kernel alone on each GPU target
+    (device time, each call with its own copy of the weight, ``GEMV_STREAM_BYTES`` in all):
+    the float32 GEMV (``relax.backend.gpu.gemv``; weight ``(K, N)`` as ONNX MatMul, and
+    ``(N, K)`` as torch Linear), the GEMM rule it replaces (``gemv.GEMV_MAX_ROWS = 0``), the
+    int4-g128 GEMV (``dense_int4``) and PyTorch's ``x @ W`` on CUDA (cuBLAS, float32, TF32
+    off) beside. ``ratio``: PyTorch's time over our float32 GEMV's."""
+    from tilecraft.relax import gpu_schedules
+    from tilecraft.relax.backend.gpu import gemv
+    from tilecraft.relax.backend.gpu.dense_int4 import Q4GemvSpec, dense_q4_gemv_kernel
+    from tilecraft.relax.transform.lower_dense_q4_gemv import gemv_operands
+    from tilecraft.relax.transform.quantize_int4 import quantize_weight_int4
+    from tilecraft.targets import Target
+    from tilecraft.tensorir import IRModule, te
+
+    def dense(k, n, layout):
+        A = te.placeholder((1, k), "float32", "A")
+        W = te.placeholder((k, n) if layout == "KN" else (n, k), "float32", "W")
+        r = te.reduce_axis((0, k), "r")
+        C = te.compute((1, n), lambda i, j: te.sum(
+            A[i, r] * (W[r, j] if layout == "KN" else W[j, r]), axis=r), "C")
+        return te.create_prim_func([A, W, C])
+
+    rng = np.random.default_rng(5)
+    peers, data = {}, {}
+
+    def shape_data(k, n):
+        """(x, w, reference, int4 words, int4 scale rows) of a shape, made once for all
+        targets (quantizing 4096 x 11008 takes seconds)."""
+        if (k, n) not in data:
+            x = rng.standard_normal((1, k), dtype=np.float32)
+            w = rng.standard_normal((k, n), dtype=np.float32) * np.float32(1 / np.sqrt(k))
+            codes, s, o = quantize_weight_int4(w, 128, symmetric=True)
+            words, srows, _ = gemv_operands(codes, s, o, k)
+            data[(k, n)] = (x, w, x.astype(np.float64) @ w, words, srows)
+        return data[(k, n)]
+
+    def measure(kind, target, dev):
+        out = []
+        for k, n in shapes or GEMV_SHAPES:
+            row = {"mode": ROW_MODES["gemv-gpu-layers"], "target": target,
+                   "model": f"dense {k}x{n}, 1 row"}
+            try:
+                x, w, ref, words, srows = shape_data(k, n)
+                copies = _copies(4 * k * n)
+                xd = targets.array(x, dev)
+                y = targets.empty((1, n), "float32", dev)
+
+                def f32(layout, rule_rows):
+                    saved = gemv.GEMV_MAX_ROWS
+                    gemv.GEMV_MAX_ROWS = rule_rows
+                    try:
+                        func = gpu_schedules.apply(dense(k, n, layout), Target(target))
+                    finally:
+                        gemv.GEMV_MAX_ROWS = saved
+                    mod = targets.build(func, target)
+                    wl = w if layout == "KN" else np.ascontiguousarray(w.T)
+                    args = [(xd, targets.array(wl, dev), y) for _ in range(copies)]
+                    t = _kernel_seconds(mod, args, dev)
+                    mod[mod.entry_name](*args[0])
+                    return t, float(np.abs(y.numpy() - ref).max() / np.abs(ref).max())
+
+                row["ours_us"], row["ours_rel"] = (v * s for v, s in
+                                                   zip(f32("KN", gemv.GEMV_MAX_ROWS), (1e6, 1)))
+                t_nk, _ = f32("NK", gemv.GEMV_MAX_ROWS)
+                t_rule, _ = f32("KN", 0)
+                row.update(ours_nk_us=t_nk * 1e6, gemm_rule_us=t_rule * 1e6)
+                spec = Q4GemvSpec(lead=(1,), k=k, n=n, group_size=128, symmetric=True)
+                q4 = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(
+                    spec, Target(target))}), target)
+                q4_copies = _copies(words.nbytes + srows.nbytes)
+                args = [(xd, targets.array(words, dev), targets.array(srows, dev), y)
+                        for _ in range(q4_copies)]
+                row["int4_us"] = _kernel_seconds(q4, args, dev) * 1e6
+                if (k, n) not in peers:
+                    peers[(k, n)] = _torch_gemv_seconds(x, w, copies)
+                t_peer = peers[(k, n)]
+                row.update(peer="PyTorch x @ W (CUDA graph, fp32, TF32 off)" if t_peer else
+                           "none (no CUDA device for PyTorch)", copies=copies)
+                row["ours_GBps"] = 4 * k * n / (row["ours_us"] * 1e-6) / 1e9
+                row["ratio_vs_gemm_rule"] = row["gemm_rule_us"] / row["ours_us"]
+                row["int4_vs_ours"] = row["ours_us"] / row["int4_us"]
+                if t_peer:
+                    row.update(peer_us=t_peer * 1e6, ratio=t_peer * 1e6 / row["ours_us"],
+                               peer_GBps=4 * k * n / t_peer / 1e9)
+            except Exception as err:   # one failing shape does not hide the others
+                row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+            print(row, file=sys.stderr, flush=True)
+            out.append(row)
+        return out
+
+    rows = []
+    for kind in targets_ or GPU_TARGETS:
+        rows += _gpu_rows(kind, ROW_MODES["gemv-gpu-layers"], measure)
+    return rows
+
+
 def int4_gpu_model_rows(targets_=None) -> list[dict]:
     """The whole GPT-2 small at one token on each GPU target: int4-g128 against our float32
     build on the same target; the errors against onnxruntime's float32 model."""
@@ -366,7 +556,8 @@ def run(rows=ROWS, agreement_inputs: int = AGREEMENT_INPUTS) -> list[dict]:
              "int8-mbv2": lambda: int8_static_rows(agreement_inputs, "mobilenet_v2",
                                                    ROW_MODES["int8-mbv2"]),
              "int4-layers": int4_layer_rows, "int4": int4_model_rows,
-             "int4-gpu-layers": int4_gpu_layer_rows, "int4-gpu": int4_gpu_model_rows}
+             "int4-gpu-layers": int4_gpu_layer_rows, "int4-gpu": int4_gpu_model_rows,
+             "gemv-gpu-layers": gemv_gpu_layer_rows}
     for r in rows:
         try:
             out += table[r]()

@@ -11,7 +11,12 @@ are loop nests of one block each):
    fetch of the window tile (a plain box of the padded input, loaded from the unpadded one
    with bounds checks): no padding kernel, no padded copy of the activation; and a block
    annotated ``KEEP_STAGE`` (a Winograd input transform), which stays a kernel of its own.
-2. **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch
+2. **Dense layers of a few rows** (one token of a decoder; a static row count up to
+   ``GEMV_MAX_ROWS``, or a symbolic one, which gets the GEMV while it is that small and the
+   GEMM tiles from there on, chosen per call): the GEMV (``relax.backend.gpu.gemv``: many
+   work-groups of a few columns, the reduction split among threads with float4 weight loads
+   and met in shared memory, the epilogue in the write-back).
+   **GEMM-like reductions** (two inputs read with the reduction variable: matmul, batch
    matmul, dense, convolution) as an (implicit) GEMM: the GPU GEMM family
    (``relax.backend.gpu.gemm``: a block tile of outputs per work-group accumulated in
    registers, both input tiles staged in shared memory and read through register fragments,
@@ -68,7 +73,7 @@ from tilecraft.tensorir.transform import lower_device
 
 from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
 from .backend.gpu.depthwise import is_depthwise, schedule_depthwise
-from .backend.gpu import gemm
+from .backend.gpu import gemm, gemv
 from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
                                compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
                                symbolic_rows)
@@ -109,7 +114,8 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     for i, strategy in enumerate(_STRATEGIES):
         try:
             out = _scheduled(func, strategy, target)
-            return _with_small_batch_variant(func, out, _STRATEGIES[:i + 1], target)
+            out = _with_small_batch_variant(func, out, _STRATEGIES[:i + 1], target)
+            return _with_gemv_variant(func, out, target)
         except (ScheduleError, ValueError, TIRError) as err:   # does not apply / over a limit
             if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
                 warnings.warn(f"{_name_of(strategy)} of {name}: {type(err).__name__}: {err}")
@@ -161,6 +167,32 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
     except (ScheduleError, ValueError, TIRError) as err:
         if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
             warnings.warn(f"batch-1 variant of {func.attr_dict.get('global_symbol')}: "
+                          f"{type(err).__name__}: {err}")
+        return out
+
+
+def _with_gemv_variant(func: PrimFunc, out: PrimFunc, target: Target) -> PrimFunc:
+    """``out``, or, for a dense layer whose row count is symbolic (a decoder's tokens), the
+    GEMV (``backend.gpu.gemv``) while the rows are at most ``GEMV_MAX_ROWS`` and ``out`` from
+    there on, chosen per call on the host (``backend.gpu.batch_dispatch``)."""
+    if not gemv.GEMV_MAX_ROWS:
+        return out
+    sch = Schedule(func)
+    _inline(sch)
+    reductions = [b for b in _blocks(sch) if is_reduction(node_of(sch, b))]
+    if len(reductions) != 1:
+        return out
+    rows = gemv.gemv_rows(sch, reductions[0])
+    if rows is None or isinstance(rows, IntImm):
+        return out
+    try:
+        small = _scheduled(func, _strategy(_schedule_best, "GEMV", gemv_rows=True), target)
+        both = by_batch(rows, gemv.GEMV_MAX_ROWS + 1, small, out)
+        lower_device(both, target)
+        return both
+    except (ScheduleError, ValueError, TIRError) as err:
+        if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
+            warnings.warn(f"GEMV variant of {func.attr_dict.get('global_symbol')}: "
                           f"{type(err).__name__}: {err}")
         return out
 
@@ -302,16 +334,24 @@ def _paddings_of_convolutions(sch: Schedule) -> set:
 
 def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
                    small: bool = False, nominal_batch: int | None = None,
-                   nominal_rows: int | None = None) -> None:
+                   nominal_rows: int | None = None, gemv_rows: bool = False) -> None:
     """Rules 1-4. ``shared``: which GEMM inputs are staged in shared memory (``"all"``,
     ``"compact"``: those read at plain indices, e.g. a convolution's weights but not its
     sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile;
     ``nominal_batch``: what a symbolic batch counts as when the GEMM tile is sized (None:
-    ``GEMM_NOMINAL_BATCH``)."""
+    ``GEMM_NOMINAL_BATCH``); ``gemv_rows``: a dense layer of symbolic rows as the GEMV (the
+    few-rows variant); static rows up to ``GEMV_MAX_ROWS`` always are (full-size strategy)."""
     paddings = _paddings_of_convolutions(sch)
     _inline(sch)
     blocks = _blocks(sch)
     reductions = [b for b in blocks if is_reduction(node_of(sch, b))]
+    if len(reductions) == 1 and shared == "all" and not small and gemv.GEMV_MAX_ROWS and \
+            gemv.gemv_layout(sch, reductions[0], max_rows=gemv.GEMV_MAX_ROWS) is not None and \
+            (gemv_rows or gemv.gemv_layout(sch, reductions[0]).rows is not None):
+        # a dense layer of a few rows: the GEMV (a GEMM tile of one row idles the GPU)
+        done = gemv.schedule_gemv(sch, reductions[0], target)
+        _schedule_the_rest(sch, done, paddings)
+        return
     gemms = [b for b in reductions if is_gemm_like(node_of(sch, b)) and _big_output(sch, b)]
     if gemms:
         done = set()

@@ -8,7 +8,8 @@ from capabilities import gpu_device
 from tilecraft import relax, targets
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Tuple, Var, const, op
 from tilecraft.relax.backend.gpu.dense_int4 import (NIBBLES, Q4GemvSpec, dense_q4_gemv_kernel,
-                                                    gemv_tile, pack_q4_words)
+                                                    gemv_tile, pack_q4_words, vector_tile)
+from tilecraft.relax.backend.gpu.gemv import GEMV_MIN_GROUPS
 from tilecraft.relax.transform import LowerDenseQ4GEMV
 from tilecraft.relax.transform.lower_dense_q4_gemv import gemv_operands
 from tilecraft.relax.transform.quantize_int4 import dequantize_int4, quantize_weight_int4
@@ -52,11 +53,29 @@ def test_pack_q4_words_puts_code_k_in_nibble_k_mod_8():
 
 def test_gemv_tile_shares_long_reductions_among_more_threads():
     assert gemv_tile(Q4GemvSpec((1,), 768, 2304, 128)) == (1, 8, 32)
-    assert gemv_tile(Q4GemvSpec((1,), 3072, 768, 128)) == (1, 4, 64)
-    assert gemv_tile(Q4GemvSpec((1,), 40, 8, 32)) == (1, 32, 8)
+    # fewer columns a work-group until there are GEMV_MIN_GROUPS work-groups
+    assert gemv_tile(Q4GemvSpec((1,), 3072, 768, 128)) == (1, 2, 64)
+    assert gemv_tile(Q4GemvSpec((1,), 40, 8, 32)) == (1, 1, 8)
     assert gemv_tile(Q4GemvSpec((16,), 768, 768, 128)) == (4, 2, 32)
     assert gemv_tile(Q4GemvSpec((3,), 768, 768, 128)) == (2, 4, 32)
     assert gemv_tile(Q4GemvSpec((TVar("n"),), 768, 768, 128))[0] == 1
+
+
+@pytest.mark.parametrize("k,n", [(768, 2304), (768, 768), (768, 3072), (3072, 768)])
+def test_one_row_kernel_fills_the_gpu_and_loads_16_bytes(k, n):
+    """GPT-2's shapes at one row (static or symbolic): GEMV_MIN_GROUPS work-groups (of a warp
+    at least), 4 words (a uint4) and 32 activations (8 float4) per load step."""
+    for lead in ((1,), (TVar("m"),)):
+        spec = Q4GemvSpec(lead, k, n, 128)
+        cols, split = vector_tile(spec)
+        # (or work-groups of one warp: 768 x 768 gets 192 of 32 threads)
+        assert -(-n // cols) >= GEMV_MIN_GROUPS or cols * split == 32
+        assert -(-n // cols) >= 132 and (k // 32) % split == 0
+        src = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(
+            spec, Target("opencl"))}), "opencl").source
+        assert "uint4 vec" in src and "float4 vec" in src
+    assert vector_tile(Q4GemvSpec((2,), 768, 768, 128)) is None     # rows share the words
+    assert vector_tile(Q4GemvSpec((1,), 776, 768, 128)) is None     # K not a multiple of 32
 
 
 def test_symmetric_offsets_are_dropped():
@@ -80,6 +99,11 @@ CASES = [
     (3072, 24, 128, True, True, 2, True),
     (256, 33, 32, False, True, 5, True),
     (768, 20, 128, True, True, 16, True),
+    # the one-row kernel (uint4 words, float4 activations): static 1 and symbolic; groups of
+    # 32 (4 words) and 128; offsets; a runs count (1024 / 32 = 32) and 96 (3 x 32)
+    (1024, 45, 32, False, True, 1, True),
+    (3072, 19, 128, True, False, 3, False),
+    (256, 8, 32, True, True, 1, False),
 ]
 
 
@@ -195,15 +219,15 @@ def test_threads_past_the_last_column_or_row_read_in_bounds():
     identity to their slot of the tree), so the kernel's clamps are no longer needed."""
     from tilecraft.targets.opencl_backend.codegen import opencl_source
     from tilecraft.tensorir.transform import lower_device
-    spec = Q4GemvSpec(lead=(5,), k=64, n=11, group_size=32, symmetric=False, bias=True)
+    spec = Q4GemvSpec(lead=(5,), k=64, n=1100, group_size=32, symmetric=False, bias=True)
     rows, cols, _ = gemv_tile(spec)
-    assert 5 % rows and 11 % cols
+    assert 5 % rows and 1100 % cols
     src = opencl_source(lower_device(dense_q4_gemv_kernel(spec, Target("opencl")),
                                      Target("opencl")).kernels)[0]
     update = src.index("dense_q4_gemv_in_thread[0] = (dense_q4_gemv_in_thread[0] +")
     guard = src.rindex("if (", 0, update)
     assert src.index("dense_q4_gemv_in_thread[0] = 0.0f;") < guard
-    assert "< 5)" in src[guard:update] and "< 11)" in src[guard:update]
+    assert "< 5)" in src[guard:update] and "< 1100)" in src[guard:update]
 
 
 @pytest.mark.parametrize("shape", [(64,), (2, 3, 64)])

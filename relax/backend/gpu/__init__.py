@@ -13,6 +13,10 @@ On GPU targets most families are found by the structure of a block, not by a rul
 - ``winograd.py``: Winograd F(2x2, 3x3) computes (``relax.transform.GPUWinograd`` rewrites 3x3
   stride-1 convolutions into them; their GEMM stage is scheduled by ``gemm.py``).
 
+- ``gemv.py``: the float32 GEMV of dense layers / matmuls of 1 to ``GEMV_MAX_ROWS`` rows
+  (``gemv.gemv_layout`` picks the blocks, ``gemv.schedule_gemv`` schedules them): many
+  work-groups of few columns, the reduction split among threads (``rfactor``) with float4
+  weight loads, the partials met in a shared-memory tree, the epilogue in the write-back.
 - ``dense_int4.py``: the int4 weight-only GEMV (``relax.dense_q4`` of few rows, bias fused):
   work-groups of output columns, the reduction over packed 32-bit words of codes shared by
   threads; built directly as a scheduled kernel by ``relax.transform.LowerDenseQ4GEMV``.
@@ -30,6 +34,7 @@ Examples
 >>> gemm.GEMM_TILE, gemm.GEMM_BK
 ((16, 8), 16)
 """
-from . import batch_dispatch, dense_int4, depthwise, gemm, schedule_utils, winograd
+from . import batch_dispatch, dense_int4, depthwise, gemm, gemv, schedule_utils, winograd
 
-__all__ = ["batch_dispatch", "dense_int4", "depthwise", "gemm", "schedule_utils", "winograd"]
+__all__ = ["batch_dispatch", "dense_int4", "depthwise", "gemm", "gemv", "schedule_utils",
+           "winograd"]

@@ -7,15 +7,24 @@ The weight is repacked at build time (``pack_q4_words``) as 32-bit words along t
 ``[N, ceil(K/G)]`` float32 rows. The kernel:
 
 * one work-group per block of ``cols`` output columns (``blockIdx.x``) and row of the
-  activation (``blockIdx.y``: the lead dims fused, symbolic ones included; a static row count
-  of 2 to 16 puts up to 4 rows in a work-group, on ``threadIdx.z``, sharing the words read);
-* per column (``threadIdx.y``) ``split`` threads share the reduction (``threadIdx.x``): thread
-  ``t`` reads words ``t, t + split, ...`` of its column (a warp reads consecutive words:
-  coalesced), splits each into its 8 nibbles in registers (unsigned division and remainder by
-  powers of two: a shift and a mask each) and
-  accumulates in float32: symmetric codes as ``s * sum_e x[8w+e] (q_e - 8)``, codes with an
-  offset as ``s * sum_e x q_e + o * sum_e x`` (one multiply-add of the group's scale and
-  offset per word, not per code);
+  activation (``blockIdx.y``: the lead dims fused, symbolic ones included); the columns per
+  work-group halved until the kernel has ``GEMV_MIN_GROUPS`` work-groups (twice an H100's
+  multiprocessors: GPT-2's 768 x 768 layer had 96 of 256 threads before);
+* per column (``threadIdx.y``) ``split`` threads share the reduction (``threadIdx.x``), each
+  splitting a word into its 8 nibbles in registers (unsigned division and remainder by
+  powers of two: a shift and a mask each) and accumulating in float32: symmetric codes as
+  ``s * sum_e x[8w+e] (q_e - 8)``, codes with an offset as ``s * sum_e x q_e + o * sum_e x``
+  (one multiply-add of the group's scale and offset per word, not per code);
+* one row (static 1, or symbolic: decoding) with a whole number of 4-word runs per column
+  (``K`` a multiple of 32) and a split dividing them: the reduction factored into per-thread
+  partial sums (``rfactor``) so that each k-step loads 4 words as one 16-byte ``uint4`` (32
+  codes) and the 32 activations beside them as 8 ``float4`` through register fragments (a
+  thread read one 32-bit word and 8 scalar activations per step before); the partials meet
+  in a tree in shared memory;
+* otherwise (a static row count of 2 to 16, ragged ``K``): a word per step, thread ``t``
+  reading words ``t, t + split, ...`` of its column (a warp reads consecutive words:
+  coalesced), the reduction a cross-thread reduction directly; a static row count of 2 or more
+  puts up to 4 rows in a work-group (``threadIdx.z``) sharing the words read;
 * the ``split`` partial sums meet in a tree in shared memory (``LowerCrossThreadReduction``);
   the bias is added in the write-back.
 
@@ -47,12 +56,17 @@ from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.stmt import For
 
+from .gemv import (GEMV_MIN_GROUPS, GEMV_UNROLL_STEPS, GEMV_WARP, _divisor_near, _pow2_at_most,
+                   _serial_loop_of)
+
 __all__ = ["Q4GemvSpec", "dense_q4_gemv_kernel", "dense_q4_gemv_compute", "pack_q4_words",
-           "gemv_tile", "static_rows", "Q4_GEMV_THREADS", "Q4_GEMV_MAX_ROWS", "NIBBLES"]
+           "gemv_tile", "vector_tile", "static_rows", "Q4_GEMV_THREADS", "Q4_GEMV_MAX_ROWS",
+           "Q4_WORD_VECTOR", "NIBBLES"]
 
 NIBBLES = 8             # codes per 32-bit word
 Q4_GEMV_THREADS = 256   # threads per work-group: rows * cols * split
 Q4_GEMV_MAX_ROWS = 16   # static rows up to which the GEMV kernel is used (decoding batches)
+Q4_WORD_VECTOR = 4      # words per load of the one-row kernel (a uint4: 32 codes)
 
 
 @dataclass(frozen=True)
@@ -126,7 +140,7 @@ def gemv_tile(spec: Q4GemvSpec) -> tuple[int, int, int]:
     Examples
     --------
     >>> gemv_tile(Q4GemvSpec((1,), 768, 2304, 128)), gemv_tile(Q4GemvSpec((1,), 3072, 768, 128))
-    ((1, 8, 32), (1, 4, 64))
+    ((1, 8, 32), (1, 2, 64))
     >>> gemv_tile(Q4GemvSpec((16,), 768, 768, 128))
     (4, 2, 32)
     """
@@ -137,7 +151,37 @@ def gemv_tile(spec: Q4GemvSpec) -> tuple[int, int, int]:
     rows = 1
     while m is not None and rows < 4 and rows * 2 <= m:
         rows *= 2
-    return rows, Q4_GEMV_THREADS // (split * rows), split
+    cols = Q4_GEMV_THREADS // (split * rows)
+    while cols > 1 and -(-spec.n // cols) * -(-(m or 1) // rows) < GEMV_MIN_GROUPS:
+        cols //= 2
+    return rows, cols, split
+
+
+def vector_tile(spec: Q4GemvSpec) -> tuple[int, int] | None:
+    """``(cols, split)`` of the one-row kernel that loads ``Q4_WORD_VECTOR`` words at a time
+    (see the module docstring), or None where it does not apply: a static row count above 1,
+    ``K`` not a multiple of 32, no split of the 4-word runs of a column among 2 threads or
+    more. ``split`` (a divisor of the runs, about 4 per thread, at most 64) threads per column,
+    ``cols`` columns per work-group, halved until the kernel has ``GEMV_MIN_GROUPS``.
+
+    Examples
+    --------
+    >>> vector_tile(Q4GemvSpec((1,), 768, 2304, 128)), vector_tile(Q4GemvSpec((1,), 3072, 768, 128))
+    ((8, 8), (2, 16))
+    >>> vector_tile(Q4GemvSpec((2,), 768, 768, 128)) is None
+    True
+    """
+    m = static_rows(spec)
+    if (m is not None and m != 1) or spec.k % (NIBBLES * Q4_WORD_VECTOR):
+        return None
+    runs = spec.words // Q4_WORD_VECTOR
+    split = _divisor_near(runs, max(8, min(64, _pow2_at_most(max(1, runs // 4)))), 64)
+    if split < 2:
+        return None
+    cols = _pow2_at_most(Q4_GEMV_THREADS // split)
+    while cols > 1 and -(-spec.n // cols) < GEMV_MIN_GROUPS and split * cols // 2 >= GEMV_WARP:
+        cols //= 2
+    return cols, split
 
 
 def dense_q4_gemv_compute(spec: Q4GemvSpec):
@@ -221,8 +265,11 @@ def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
     """
     tensors = dense_q4_gemv_compute(spec)
     func = te.create_prim_func(tensors, name)
-    rows, cols, split = gemv_tile(spec)
     sch = Schedule(func)
+    if vector_tile(spec) is not None:
+        _schedule_vector(sch, spec, *vector_tile(spec))
+        return sch.mod[sch._func_name] if hasattr(sch, "_func_name") else sch.func
+    rows, cols, split = gemv_tile(spec)
     out = sch.get_block("dense_q4_out")
     gemv = sch.get_block("dense_q4_gemv")
     loops = sch.get_loops(out)
@@ -249,6 +296,58 @@ def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
     sch.reorder(wt, wo)
     sch.bind(wt, "threadIdx.x")
     return sch.mod[sch._func_name] if hasattr(sch, "_func_name") else sch.func
+
+
+def _schedule_vector(sch: Schedule, spec: Q4GemvSpec, cols: int, split: int) -> None:
+    """The one-row kernel (see the module docstring): ``cols`` columns a work-group, ``split``
+    threads per column each summing its 4-word runs in registers (``rfactor``), the words
+    loaded as one ``uint4`` and the activations as ``float4`` per run."""
+    out = sch.get_block("dense_q4_out")
+    gemv = sch.get_block("dense_q4_gemv")
+    # the partial sums factored out first (rfactor needs the loop nest to itself)
+    w = sch.get_loops(gemv)[-1]
+    wo, wt, wv = sch.split(w, [None, split, Q4_WORD_VECTOR])
+    sch.reorder(wt, wo, wv)
+    rf = sch.rfactor(wt, 0)
+    *lead, j = sch.get_loops(out)
+    jb, jc = sch.split(j, [None, cols])
+    if lead:
+        row = sch.fuse(*lead) if len(lead) > 1 else lead[0]
+        sch.reorder(jb, row, jc)
+        sch.bind(row, "blockIdx.y")
+    sch.bind(jb, "blockIdx.x")
+    sch.bind(jc, "threadIdx.y")
+    # the column's sum: a tree over its threads, left in a register of each
+    sch.set_scope(gemv, 0, "local")
+    sch.compute_at(gemv, jc)
+    sch.bind(sch.get_loops(gemv)[-1], "threadIdx.x")
+    # the partials: the work-group's in shared memory, each thread's in a register
+    sch.set_scope(rf, 0, "shared")
+    sch.compute_at(rf, jc, preserve_unit_loops=True)
+    n = len(sch.get(rf).iter_vars)      # (thread's share, lead.., column, run, word)
+    rt, rj = _serial_loop_of(sch, rf, 0), _serial_loop_of(sch, rf, n - 3)
+    ro, rv = _serial_loop_of(sch, rf, n - 2), _serial_loop_of(sch, rf, n - 1)
+    sch.reorder(rj, rt, ro, rv)
+    sch.bind(rj, "threadIdx.y")
+    sch.bind(rt, "threadIdx.x")
+    acc = sch.cache_write(rf, 0, "local")
+    sch.reverse_compute_at(acc, rt)
+    # the run's 4 words (one uint4) and its 32 activations (8 float4) in registers
+    reads = sch.get(rf).reads
+    for name in ("words", "x"):
+        idx = next(i for i, r in enumerate(reads) if r.buffer.name == name)
+        frag = sch.cache_read(rf, idx, "local")
+        sch.compute_at(frag, ro)
+        inner = sch.get_loops(frag)[-1]
+        ext = sch.get(inner).extent
+        if isinstance(ext, IntImm) and ext.value % 4 == 0:
+            if ext.value > 4:
+                _, inner = sch.split(inner, [None, 4])
+            sch.vectorize(inner)
+    sch.decompose_reduction(rf, ro)
+    sch.unroll(rv)
+    if isinstance(sch.get(ro).extent, IntImm) and sch.get(ro).extent.value <= GEMV_UNROLL_STEPS:
+        sch.unroll(ro)
 
 
 def _thread_loops(func: PrimFunc) -> list[For]:
