@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -255,6 +256,7 @@ class WGSLCodegen(CodegenC):
         self.binding_of: dict[int, tuple[Binding, int]] = {}
         self.unroll_budget = UNROLL_BODY_LIMIT
         self.unrolling = 0
+        self.over_budget: list[str] = []   # loops left rolled for the budget (the warning)
         self.index_depth = 0       # > 0 while emitting an index or a loop bound
         self.local_arrays: list[tuple[str, str]] = []   # (name, element type)
         self.vec4_temps = 0
@@ -550,6 +552,7 @@ class WGSLCodegen(CodegenC):
                 self.unrolling -= 1
                 self.analyzer.bind(v, Range(s.min, s.extent))
                 return
+            self.over_budget.append(f"{v.name} ({ext} x {size // ext} statements)")
         super().visit_For(s)
 
     def loop_bound(self, e) -> str:
@@ -1071,7 +1074,31 @@ def emit_kernel(kernel, bindings: list[Binding], limits: dict, *, supports_float
     if gen.vec4_storage - gen.vec4_proven:
         # a candidate with no provably aligned vector access gains nothing from vec4
         # (its accesses would only index components): generate again with array<f32>
-        src = WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
+        gen = WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
                           nonneg_scalars=nonneg_scalars,
-                          vec4_storage=gen.vec4_storage & gen.vec4_proven).generate()
+                          vec4_storage=gen.vec4_storage & gen.vec4_proven)
+        src = gen.generate()
+    _warn_register_arrays(gen, src)
     return src
+
+
+class UnrollBudgetWarning(UserWarning):
+    """A kernel's register tile stays a dynamically indexed array because the loops indexing
+    it did not fit the WGSL generator's unroll budget (``UNROLL_BODY_LIMIT``)."""
+
+
+def _warn_register_arrays(gen: WGSLCodegen, src: KernelSource) -> None:
+    """Warn when a loop was left rolled for the budget and a register array stayed an array:
+    the kernel runs, but its tile lives in function-scope memory (local memory on a GPU;
+    ResNet-50's convolutions ran 7-10x slower that way, issue 32)."""
+    if not gen.over_budget:
+        return
+    kept = sorted({name for name, _ in gen.local_arrays
+                   if re.search(r"var " + re.escape(name) + r": array<", src.wgsl)})
+    if kept:
+        warnings.warn(UnrollBudgetWarning(
+            f"kernel {gen.kernel_name}: loops {', '.join(gen.over_budget[:3])} do not fit the "
+            f"WGSL unroll budget of {UNROLL_BODY_LIMIT} statements, so the register arrays "
+            f"{', '.join(kept)} stay dynamically indexed (function-scope memory: slow on a "
+            f"GPU); a schedule with a smaller register tile or fewer unrolled loops keeps them "
+            f"in registers"), stacklevel=3)

@@ -11,6 +11,7 @@ OpenCL C. Built (no GPU needed) for the H100's adapter limits, with a symbolic b
 numpy.
 """
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from tilecraft import relax
 from tilecraft import targets, tensorir
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax.vm import VirtualMachine
+from tilecraft.targets.webgpu_backend import UnrollBudgetWarning, wgsl
 from capabilities import webgpu_device
 
 # what targets.webgpu(0).target() reads from the H100 through NVIDIA's Vulkan driver (48 KiB of
@@ -66,6 +68,13 @@ def _conv_ref(x, w, b, stride, padding, r=None):
     return np.maximum(out, 0).astype("float32")
 
 
+def _build(mod, target):
+    """``relax.build`` for a symbolic batch bounded by 16; an ``UnrollBudgetWarning`` fails."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnrollBudgetWarning)
+        return relax.build(mod, targets.Target(target), upper_bounds={"n": 16})
+
+
 def _kernels(exe) -> dict:
     return {k["name"]: k["wgsl"] for k in exe.kernel_module.kernels}
 
@@ -89,8 +98,7 @@ def test_resnet50_1x1_conv_with_residual_keeps_registers_scalar(target):
     """ResNet-50's ``fused_conv2d3_add2_add3_relu2``: 64 -> 256 channels at 56 x 56."""
     w = RNG.standard_normal((256, 64, 1, 1)).astype("float32")
     b = RNG.standard_normal(256).astype("float32")
-    exe = relax.build(_conv_block(w, b, 56, residual=True), targets.Target(target),
-                      upper_bounds={"n": 16})
+    exe = _build(_conv_block(w, b, 56, residual=True), target)
     _assert_registers_scalar(exe, "conv2d")
 
 
@@ -99,9 +107,21 @@ def test_resnet50_stem_keeps_registers_scalar(target):
     """ResNet-50's stem ``fused_conv2d_add_relu``: 7x7 stride 2, 3 -> 64 channels at 224."""
     w = RNG.standard_normal((64, 3, 7, 7)).astype("float32")
     b = RNG.standard_normal(64).astype("float32")
-    exe = relax.build(_conv_block(w, b, 224, stride=2, padding=3), targets.Target(target),
-                      upper_bounds={"n": 16})
+    exe = _build(_conv_block(w, b, 224, stride=2, padding=3), target)
     _assert_registers_scalar(exe, "conv2d")
+
+
+def test_a_register_tile_over_the_unroll_budget_warns(monkeypatch):
+    """Where the loops over a register tile do not fit the unroll budget, the kernel still
+    builds (its tile an array) and says so: an ``UnrollBudgetWarning`` naming the kernel, the
+    loops and the arrays."""
+    monkeypatch.setattr(wgsl, "UNROLL_BODY_LIMIT", 256)
+    w = RNG.standard_normal((64, 32, 1, 1)).astype("float32")
+    b = RNG.standard_normal(64).astype("float32")
+    with pytest.warns(UnrollBudgetWarning, match=r"kernel \w*conv2d\w*: loops .* register "
+                      r"arrays .*l_\w+_local"):
+        exe = relax.build(_conv_block(w, b, 28), "webgpu", upper_bounds={"n": 16})
+    assert any(REGISTER_ARRAY.search(s) for s in _kernels(exe).values())
 
 
 @pytest.mark.slow   # lavapipe compiles the unrolled register tiles
@@ -110,7 +130,7 @@ def test_1x1_conv_with_residual_matches_numpy_on_webgpu():
     dev = webgpu_device()
     w = RNG.standard_normal((64, 32, 1, 1)).astype("float32")
     b = RNG.standard_normal(64).astype("float32")
-    exe = relax.build(_conv_block(w, b, 28, residual=True), "webgpu", upper_bounds={"n": 16})
+    exe = _build(_conv_block(w, b, 28, residual=True), "webgpu")
     _assert_registers_scalar(exe, "conv2d")
     vm = VirtualMachine(exe, dev)
     for n in (1, 13):        # the batch-1 and the large-batch tile of the batch dispatch
