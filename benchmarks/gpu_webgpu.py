@@ -14,11 +14,20 @@ GEMM (2048 x 768 x 3072) and a ResNet-50 3x3 convolution (16 x 256 x 14 x 14) on
 the spec's limits, with the adapter's limits (``targets.webgpu(0).target()``), with the GEMM
 k-step of 16 those allow, and without naga's run-time checks (native only), beside OpenCL and
 PyTorch on the same GPU, in one process.
+
+``python -m benchmarks.gpu_webgpu probe resnet`` (under two minutes on a GPU): the ResNet-50
+convolutions of issue 32's profile at batch 16 — the 56 x 56 1x1 64 -> 256 layer, the 7x7
+stem, a 14 x 14 1x1 1024 -> 256 layer — on WebGPU with the adapter's limits as the WGSL
+generator emits them now and with its unroll rule from before the fix (the k-step loop
+unrolled, the register tile left a dynamically indexed array), beside OpenCL and PyTorch; its
+rows replace those workloads' rows in the same results file.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import re
 import sys
 import time
 
@@ -251,6 +260,121 @@ def _probe_workloads(gpu: bool, adapter_target) -> list[dict]:
     ]
 
 
+def _resnet_workloads(gpu: bool, adapter_target) -> list[dict]:
+    """ResNet-50 convolutions at batch 16 (NCHW, weights as the second parameter, as the ONNX
+    import gives them; the fused bias / residual / ReLU epilogue left out): the 56 x 56 1x1
+    64 -> 256 layer (``fused_conv2d3_*``: 10x slower than OpenCL in issue 32's profile), the
+    7x7 stride-2 stem (7x) and a 14 x 14 1x1 1024 -> 256 layer (``fused_conv2d15_*``: 2.5x).
+    Small on a CPU adapter. Variants: the adapter's limits as generated now, with the WGSL
+    unroll rule from before issue 32's fix (``_unroll_rule_before_fix``), and with OpenCL's
+    k-step of 16 (16 input channels per step of a 1x1 layer instead of 8)."""
+    from tilecraft.relax import const
+    from tilecraft.relax.op import nn
+    rng = np.random.default_rng(1)
+    b = 16 if gpu else 2
+    shapes = [  # (ResNet-50's kernel, cin, cout, image, kernel, stride, padding)
+        ("fused_conv2d3", 64, 256, 56 if gpu else 28, 1, 1, 0),
+        ("stem", 3, 64, 224 if gpu else 56, 7, 2, 3),
+        ("fused_conv2d15", 1024 if gpu else 128, 256 if gpu else 64, 14, 1, 1, 0)]
+    out = []
+    for layer, cin, cout, hw, k, stride, pad in shapes:
+        name = f"conv{k}x{k}/{stride} {b}x{cin}x{hw}x{hw} -> {cout} ({layer})"
+        x_np = rng.standard_normal((b, cin, hw, hw)).astype("float32")
+        f_np = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(k * k * cin)).astype("float32")
+        oh = (hw + 2 * pad - k) // stride + 1
+
+        def ref(x_np=x_np, f_np=f_np, stride=stride, pad=pad):
+            import torch
+            with torch.no_grad():
+                return torch.nn.functional.conv2d(torch.from_numpy(x_np).double(),
+                                                  torch.from_numpy(f_np).double(),
+                                                  stride=stride, padding=pad).numpy()
+
+        def torch_conv(torch, x_np=x_np, f_np=f_np, stride=stride, pad=pad):
+            tx, tf = torch.from_numpy(x_np).cuda(), torch.from_numpy(f_np).cuda()
+            return lambda: torch.nn.functional.conv2d(tx, tf, stride=stride, padding=pad)
+
+        def make(v, f_np=f_np, stride=stride, pad=pad):
+            return nn.conv2d(v, const(f_np), strides=stride, padding=pad)
+        out.append({
+            "name": name, "func": _relax_kernel(make, x_np.shape),
+            "work": ("tflops", 2.0 * b * cout * cin * k * k * oh * oh),
+            "inputs": [x_np, f_np], "out": (b, cout, oh, oh), "ref": ref, "torch": torch_conv,
+            "variants": [
+                ("webgpu adapter limits", adapter_target, False, True, None),
+                ("webgpu, the WGSL unroll rule before issue 32's fix", adapter_target, False,
+                 True, "unroll-before-fix"),
+                ("webgpu adapter limits, GEMM k-step 16", adapter_target, True, True, None)]})
+    return out
+
+
+@contextlib.contextmanager
+def _unroll_rule_before_fix():
+    """The WGSL generator's loop unrolling as it was before issue 32's fix, for the
+    before/after rows: a serial loop of at most 16 iterations was unrolled when its body
+    touched a register array at all (a GEMM's k-step loop around its barriers), and the budget
+    counted only ``unrolled`` loops as multiplied — the k-step loop was unrolled, spent the
+    budget, and the register loops after it stayed loops over a dynamically indexed array.
+    Patched for the measurement and restored."""
+    from tilecraft.targets.webgpu_backend import wgsl
+    from tilecraft.tensorir import expr as E, stmt as S
+    from tilecraft.tensorir.functor import post_order_visit
+
+    def touches_local(body):
+        found = []
+        post_order_visit(body, lambda n: found.append(n) if isinstance(
+            n, (E.BufferLoad, S.BufferStore)) and n.buffer.scope == "local" else None)
+        return bool(found)
+
+    def unroll_wanted(loop, ext):
+        unroll = loop.kind in ("unrolled", "vectorized") or (
+            loop.kind == "serial" and ext is not None and ext <= 16 and touches_local(loop.body))
+        return unroll and ext is not None and 0 < ext <= wgsl.UNROLL_LIMIT
+
+    def stmt_size(st):
+        if isinstance(st, S.SeqStmt):
+            return sum(stmt_size(x) for x in st.seq)
+        if isinstance(st, S.For):
+            ext, inner = E.as_int(st.extent), stmt_size(st.body)
+            return inner * ext if (st.kind == "unrolled" and ext is not None) else inner + 1
+        if isinstance(st, S.IfThenElse):
+            return 1 + stmt_size(st.then_case) + (stmt_size(st.else_case) if st.else_case
+                                                  else 0)
+        if isinstance(st, (S.LetStmt, S.AssertStmt, S.Allocate)):
+            return 1 + stmt_size(st.body)
+        return 1
+    saved = wgsl._unroll_wanted, wgsl._stmt_size
+    wgsl._unroll_wanted, wgsl._stmt_size = unroll_wanted, stmt_size
+    try:
+        yield
+    finally:
+        wgsl._unroll_wanted, wgsl._stmt_size = saved
+
+
+_REGISTER_ARRAY = re.compile(r"var l_\w+: array<")
+
+
+def _wall_sync_ms(call, dev, number: int) -> float:
+    """Median wall-clock ms of one call followed by ``dev.sync()`` — what ``vm.profile``
+    counts per kernel (it synchronizes after each): the GPU time plus the submission and the
+    wait, which on WebGPU (a command buffer, a queue submit and a buffer read-back per sync)
+    cost far more than on OpenCL."""
+    times = []
+    for _ in range(number):
+        start = time.perf_counter()
+        call()
+        dev.sync()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def _wgsl_shape(mod) -> dict:
+    """What the WGSL says about the register tiles: register arrays left dynamically indexed
+    (function-scope ``array``s: local memory on a GPU) and the source size."""
+    return {"register_arrays": sum(len(_REGISTER_ARRAY.findall(k["wgsl"])) for k in mod.kernels),
+            "wgsl_kb": round(sum(len(k["wgsl"]) for k in mod.kernels) / 1024, 1)}
+
+
 def _vec4_relu(meta: dict) -> dict:
     """The default-schedule ReLU module's metadata with its kernel's WGSL rewritten by hand to
     read and write through ``array<vec4<f32>>`` bindings (one 16-byte load and store per
@@ -334,11 +458,15 @@ def _opencl_gpu():
     return None
 
 
-def probe() -> list[dict]:
+def probe(workloads: str = "limits") -> list[dict]:
     """The probe's rows: each workload on WebGPU (spec limits; the adapter's limits; with the
     GEMM k-step of 16 they allow; without naga's run-time checks), on OpenCL (NVIDIA) and in
     PyTorch (CUDA, TF32 off), GPU times (timestamps / CUDA events), every result checked.
-    Written to ``benchmarks/results/gpu_webgpu_limits/<gpu>.json`` on a GPU adapter."""
+    Written to ``benchmarks/results/gpu_webgpu_limits/<gpu>.json`` on a GPU adapter.
+    ``workloads="resnet"``: ResNet-50's convolutions before and after issue 32's unroll fix
+    (``_resnet_workloads``) instead, their rows replacing theirs in that file."""
+    if workloads not in ("limits", "resnet"):
+        raise ValueError(f"probe workloads {workloads!r}: 'limits' or 'resnet'")
     from tilecraft.targets.webgpu_backend import runtime
     if num_adapters() == 0:
         return [{"bench": "webgpu", "note": "no WebGPU adapter (nothing measured or written)"}]
@@ -356,7 +484,8 @@ def probe() -> list[dict]:
     ocl = _opencl_gpu() if gpu else None
     number = 10 if gpu else 2
     rows = []
-    for w in _probe_workloads(gpu, adapter_target):
+    make = _resnet_workloads if workloads == "resnet" else _probe_workloads
+    for w in make(gpu, adapter_target):
         name, func, inputs, out_shape = w["name"], w["func"], w["inputs"], w["out"]
         unit, work = w["work"]
         ref = w["ref"]()
@@ -371,8 +500,10 @@ def probe() -> list[dict]:
             t0 = time.perf_counter()
             ctx.bounds_checks = checks
             try:
-                mod = targets.build(_scheduled_for(func, target, kstep16), target)
-                if rewrite is not None:
+                before = rewrite == "unroll-before-fix"
+                with _unroll_rule_before_fix() if before else contextlib.nullcontext():
+                    mod = targets.build(_scheduled_for(func, target, kstep16), target)
+                if rewrite is not None and not before:
                     mod = WebGPUModule(rewrite(mod.metadata))
                 build_s = time.perf_counter() - t0
                 args = [targets.array(x, dev) for x in inputs] + \
@@ -387,8 +518,11 @@ def probe() -> list[dict]:
                 continue
             finally:
                 ctx.bounds_checks = True
+            fn = mod[mod.entry_name]
             measured.append(row(label, t, device=info["name"], target=str(target),
-                                kernels=_kernel_shape(mod), build_s=round(build_s, 2)))
+                                kernels=_kernel_shape(mod), build_s=round(build_s, 2),
+                                wall_sync_ms=_wall_sync_ms(lambda: fn(*args), dev, number),
+                                **_wgsl_shape(mod)))
             _progress(measured[-1])
         if ocl is not None:
             try:
@@ -399,8 +533,10 @@ def probe() -> list[dict]:
                 mod[mod.entry_name](*args)
                 _check(f"{name} opencl", args[-1].numpy(), ref, tol)
                 t = mod.time_evaluator(mod.entry_name, ocl, number=number, repeat=5)(*args).median
+                fn = mod[mod.entry_name]
                 measured.append(row("opencl (default schedule)", t, device="OpenCL GPU",
-                                    target="opencl"))
+                                    target="opencl", wall_sync_ms=_wall_sync_ms(
+                                        lambda: fn(*args), ocl, number)))
             except Exception as err:
                 measured.append({"bench": name, "variant": "opencl (default schedule)",
                                  "error": f"{type(err).__name__}: {str(err)[:300]}"})
@@ -410,26 +546,46 @@ def probe() -> list[dict]:
             measured.append(row("torch cuda fp32 (TF32 off)", t,
                                 device=torch.cuda.get_device_name(0)))
             _progress(measured[-1])
-        base = measured[0].get("ms")
+        base = measured[0].get("ms") if workloads == "limits" else None
         peer = measured[-1]["ms"] if torch is not None else None
+        opencl = [r["ms"] for r in measured if r["variant"].startswith("opencl") and "ms" in r]
         for r in measured:
             if "ms" not in r:
                 continue
             if base:
                 r["vs_portable"] = base / r["ms"]
+            if opencl:
+                r["vs_opencl"] = opencl[0] / r["ms"]
             if peer is not None:
                 r["vs_torch"] = peer / r["ms"]
         rows.extend(measured)
     if gpu:
-        print(f"(written to {write_results('gpu_webgpu_limits', rows, gpu=info['name'])})")
+        kept = []
+        if workloads == "resnet":     # the other workloads' rows of the last full probe stay
+            kept = [r for r in _previous_rows("gpu_webgpu_limits", info["name"])
+                    if r.get("bench") not in {r2.get("bench") for r2 in rows}]
+        path = write_results("gpu_webgpu_limits", kept + rows, gpu=info["name"])
+        print(f"(written to {path})")
     return rows
 
 
+def _previous_rows(name: str, gpu: str) -> list[dict]:
+    """The rows of this GPU's results file of ``name``, or none."""
+    import json
+    from benchmarks.common import machine_name, results_path
+    try:
+        with open(results_path(name, machine_name(gpu))) as f:
+            return json.load(f).get("rows", [])
+    except (OSError, ValueError):
+        return []
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] == ["probe"]:
-        result = probe()
+    if sys.argv[1:2] == ["probe"]:
+        result = probe(*sys.argv[2:3])
         print_table(result, ["bench", "variant", "ms", "tflops", "GBps", "vs_portable",
-                             "vs_torch"])
+                             "vs_opencl", "vs_torch", "wall_sync_ms", "register_arrays",
+                             "wgsl_kb"])
     else:
         result = run()
         print_table(result, list(dict.fromkeys(k for r in result for k in r)))

@@ -16,12 +16,13 @@ from . import storage
 from .runtime import (SPEC_LIMITS, DeviceContext, WebGPUError, WebGPUNDArray, WGSLCompileError,
                       adapter_target, context, find_adapter, list_adapters, note_target,
                       num_adapters)
-from .wgsl import WebGPUBuildError, WebGPULimitError
+from .wgsl import UnrollBudgetWarning, WebGPUBuildError, WebGPULimitError
 from .build import build_module
 from .module import WebGPUFunction, WebGPUModule, load_webgpu_module
 
 __all__ = ["storage", "SPEC_LIMITS", "DeviceContext", "WebGPUError", "WebGPUNDArray",
-           "WGSLCompileError", "WebGPUBuildError", "WebGPULimitError", "build_module",
+           "WGSLCompileError", "WebGPUBuildError", "WebGPULimitError", "UnrollBudgetWarning",
+           "build_module",
            "WebGPUFunction", "WebGPUModule", "load_webgpu_module", "context", "find_adapter",
            "list_adapters", "num_adapters", "adapter_target", "note_target"]
 

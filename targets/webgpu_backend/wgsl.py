@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -255,6 +256,7 @@ class WGSLCodegen(CodegenC):
         self.binding_of: dict[int, tuple[Binding, int]] = {}
         self.unroll_budget = UNROLL_BODY_LIMIT
         self.unrolling = 0
+        self.over_budget: list[str] = []   # loops left rolled for the budget (the warning)
         self.index_depth = 0       # > 0 while emitting an index or a loop bound
         self.local_arrays: list[tuple[str, str]] = []   # (name, element type)
         self.vec4_temps = 0
@@ -531,11 +533,10 @@ class WGSLCodegen(CodegenC):
                              f"from tensorir.transform.split_host_device", s)
         ext = E.as_int(self.analyzer.simplify(s.extent))
         lo = E.as_int(self.analyzer.simplify(s.min))
-        # unrolled / vectorized loops, and short serial loops over a register tile (a local
-        # array), are unrolled so that the tile's indices become constants (scalarized below)
-        unroll = s.kind in ("unrolled", "vectorized") or (
-            s.kind == "serial" and ext is not None and ext <= 16 and _touches_local(s.body))
-        if unroll and ext is not None and lo is not None and 0 < ext <= UNROLL_LIMIT:
+        # unrolled / vectorized loops, and short serial loops indexing a register tile (a
+        # local array), are unrolled so that the tile's indices become constants (scalarized
+        # below); the size counts what the loops inside will unroll to
+        if _unroll_wanted(s, ext) and lo is not None:
             size = _stmt_size(s.body) * ext
             if size <= self.unroll_budget:
                 self.unroll_budget -= size
@@ -551,6 +552,7 @@ class WGSLCodegen(CodegenC):
                 self.unrolling -= 1
                 self.analyzer.bind(v, Range(s.min, s.extent))
                 return
+            self.over_budget.append(f"{v.name} ({ext} x {size // ext} statements)")
         super().visit_For(s)
 
     def loop_bound(self, e) -> str:
@@ -983,16 +985,35 @@ def _uses_var(e, v) -> bool:
     return uses_any(e, [v])
 
 
-def _touches_local(s) -> bool:
+def _indexes_local(s, v) -> bool:
+    """Whether ``s`` indexes a local (register) array with the loop variable ``v``."""
     found = False
 
     def visit(n):
         nonlocal found
-        if isinstance(n, (E.BufferLoad, S.BufferStore)) and n.buffer.scope == "local":
+        if isinstance(n, (E.BufferLoad, S.BufferStore)) and n.buffer.scope == "local" and \
+                any(_uses_var(i, v) for i in n.indices):
             found = True
 
     post_order_visit(s, visit)
     return found
+
+
+def _unroll_wanted(s: S.For, ext: int | None) -> bool:
+    """Whether the loop ``s`` of constant extent ``ext`` is to be unrolled (within the budget):
+    ``unrolled`` and ``vectorized`` loops up to ``UNROLL_LIMIT``, and serial loops of at most
+    16 iterations whose variable indexes a register tile — unrolled, its indices are constants
+    and the tile becomes scalars (``_scalarize_locals``). A serial loop that merely contains
+    register accesses (a GEMM's k-step loop around its barriers, indexing only shared tiles and
+    global buffers) stays a loop, as in the OpenCL C: unrolled, it multiplied the kernel by its
+    trip count and spent the budget before the register loops inside it, whose accumulator tile
+    then stayed a dynamically indexed array (local memory on a GPU: ResNet-50's 56 x 56 1x1
+    convolutions and its stem ran 7-10x slower than OpenCL's on the H100)."""
+    if ext is None or not 0 < ext <= UNROLL_LIMIT:
+        return False
+    if s.kind in ("unrolled", "vectorized"):
+        return True
+    return s.kind == "serial" and ext <= 16 and _indexes_local(s.body, s.loop_var)
 
 
 def _scalarize_locals(body: list[str], arrays: list[tuple[str, str]]) -> list[str]:
@@ -1019,9 +1040,10 @@ def _stmt_size(s) -> int:
     if isinstance(s, S.SeqStmt):
         return sum(_stmt_size(x) for x in s.seq)
     if isinstance(s, S.For):
+        # as visit_For emits it: the loops it unrolls count their body once per iteration
         ext = E.as_int(s.extent)
         inner = _stmt_size(s.body)
-        return inner * ext if (s.kind == "unrolled" and ext is not None) else inner + 1
+        return inner * ext if _unroll_wanted(s, ext) else inner + 1
     if isinstance(s, S.IfThenElse):
         return 1 + _stmt_size(s.then_case) + (_stmt_size(s.else_case) if s.else_case else 0)
     if isinstance(s, (S.LetStmt, S.AssertStmt, S.Allocate)):
@@ -1052,7 +1074,31 @@ def emit_kernel(kernel, bindings: list[Binding], limits: dict, *, supports_float
     if gen.vec4_storage - gen.vec4_proven:
         # a candidate with no provably aligned vector access gains nothing from vec4
         # (its accesses would only index components): generate again with array<f32>
-        src = WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
+        gen = WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
                           nonneg_scalars=nonneg_scalars,
-                          vec4_storage=gen.vec4_storage & gen.vec4_proven).generate()
+                          vec4_storage=gen.vec4_storage & gen.vec4_proven)
+        src = gen.generate()
+    _warn_register_arrays(gen, src)
     return src
+
+
+class UnrollBudgetWarning(UserWarning):
+    """A kernel's register tile stays a dynamically indexed array because the loops indexing
+    it did not fit the WGSL generator's unroll budget (``UNROLL_BODY_LIMIT``)."""
+
+
+def _warn_register_arrays(gen: WGSLCodegen, src: KernelSource) -> None:
+    """Warn when a loop was left rolled for the budget and a register array stayed an array:
+    the kernel runs, but its tile lives in function-scope memory (local memory on a GPU;
+    ResNet-50's convolutions ran 7-10x slower that way, issue 32)."""
+    if not gen.over_budget:
+        return
+    kept = sorted({name for name, _ in gen.local_arrays
+                   if re.search(r"var " + re.escape(name) + r": array<", src.wgsl)})
+    if kept:
+        warnings.warn(UnrollBudgetWarning(
+            f"kernel {gen.kernel_name}: loops {', '.join(gen.over_budget[:3])} do not fit the "
+            f"WGSL unroll budget of {UNROLL_BODY_LIMIT} statements, so the register arrays "
+            f"{', '.join(kept)} stay dynamically indexed (function-scope memory: slow on a "
+            f"GPU); a schedule with a smaller register tile or fewer unrolled loops keeps them "
+            f"in registers"), stacklevel=3)
