@@ -30,16 +30,18 @@ from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
 
 from tilecraft import metaschedule
-from tilecraft.metaschedule import Database, Task
+from tilecraft.metaschedule import Database, KnobSpace, Task
 from tilecraft.metaschedule.database import workload_hash
 from tilecraft.metaschedule.space_generator import DEFAULT_SHAPE_HINT, shape_vars
 
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.structural import structural_hash
 
-from . import default_schedules
+from . import default_schedules, gpu_schedules
 from .build import _called_kernels, _layout_pipeline, _run_pipeline, legalize
 from .tune_layouts import tune_layouts
 from .default_schedules import is_scheduled
+from .gpu_space import gpu_space
 from .expr import Call, Function, RelaxError
 from .op.base import Op
 from .transform.static_plan_block_memory import StaticPlanBlockMemory
@@ -60,15 +62,19 @@ def _prepare(mod: IRModule, target: Target, upper_bounds, pipeline, database=Non
 
 
 def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
-    """The default CPU schedule of ``func`` (what ``relax.build`` applies without a record)
-    as a ``Schedule`` whose trace replays to it; None where there is no such single schedule
-    (non-CPU targets, a kernel versioned on its symbolic row count, a rule that failed).
+    """The default schedule of ``func`` (what ``relax.build`` applies without a record) as a
+    ``Schedule`` whose trace replays to it; None where there is no such single schedule (a
+    kernel versioned on its symbolic row count or batch, a rule that failed, a target kind
+    without default schedules). CPU: ``relax.default_schedules``; GPU (``opencl``,
+    ``webgpu``): ``relax.gpu_schedules.default_schedule``.
 
     Examples
     --------
     >>> sch = default_schedule(func, Target("llvm"))          # doctest: +SKIP
     >>> sch.trace.apply(func).func                            # doctest: +SKIP
     """
+    if target.kind in gpu_schedules.GPU_KINDS:
+        return gpu_schedules.default_schedule(func, target)
     if target.kind != "llvm" or is_scheduled(func):
         return None
     built = default_schedules.apply(func, target)
@@ -81,6 +87,18 @@ def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
     # apply may do more than one trace can say (two versions of the body on a symbolic row
     # count): only an identical program is a baseline
     return sch if workload_hash(sch.func) == workload_hash(built) else None
+
+
+def _knob_baselines(tasks: list[Task], space: KnobSpace, target: Target) -> None:
+    """Each task the knob space has knobs for gets the space's point at the defaults as its
+    baseline (the same program as its default schedule, but a trace of the space, so the
+    search moves its knobs from it)."""
+    for task in tasks:
+        if task.baseline is None or space.knobs_of(task.func, target, task.shape_hints) is None:
+            continue
+        seeds = space.seeds(task.func, target, task.shape_hints)
+        if seeds and structural_hash(seeds[0].func) == structural_hash(task.baseline.func):
+            task.baseline = seeds[0]
 
 
 def _call_counts(mod: IRModule) -> dict[str, int]:
@@ -214,6 +232,10 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     if not tasks:
         raise metaschedule.TuneError("relax.tune: the module calls no kernel that can be tuned "
                                      "(no call_tir of an unscheduled PrimFunc)")
+    if space is None and target.kind in gpu_schedules.GPU_KINDS:
+        space = gpu_space(target)
+    if isinstance(space, KnobSpace):
+        _knob_baselines(tasks, space, target)
     own_runner = runner is None and target.kind == "llvm"
     if own_runner:
         # kernels of a model run on activations their producer just wrote, not on cold caches:
