@@ -10,7 +10,7 @@ at chosen values; ``KnobSpace`` makes every point's trace
 
     one ``sample_categorical`` per knob (its decision: the index of the chosen value),
     the recipe's primitives at those values,
-    ``enter_postproc`` and the postprocessors (``VerifyGPUCode`` by default)
+    ``enter_postproc`` and the postprocessors (``VerifyGPUCode`` on a GPU by default)
 
 and re-applies the recipe whenever a decision changes (``sample`` draws every knob again,
 ``mutate`` moves one knob to another candidate, ``finish`` replays a stored trace's knob
@@ -46,7 +46,7 @@ from tilecraft.tensorir.structural import structural_hash
 
 from .errors import TuneError
 from .postproc import Postproc, VerifyGPUCode
-from .schedule_rule.base import SpaceContext
+from .schedule_rule.base import GPU_KINDS, SpaceContext
 from .space_generator import (DEFAULT_SHAPE_HINT, SpaceGenerator, _func, _target,
                               default_space, resolve_shape_hints, shape_vars)
 
@@ -142,7 +142,8 @@ class KnobSpace(SpaceGenerator):
     fallback : SpaceGenerator, optional
         For functions ``rule`` has no knobs for (default: ``default_space`` of the target).
     postprocs : list of Postproc, optional
-        Run on every point (default: ``[VerifyGPUCode()]``).
+        Run on every point (default: ``[VerifyGPUCode()]`` for a GPU target, none for a
+        CPU).
     probs : callable, optional
         ``probs(knob) -> list of float``: the prior ``sample`` draws a knob's value with
         (default: uniform).
@@ -160,8 +161,8 @@ class KnobSpace(SpaceGenerator):
             raise TuneError(f"KnobSpace takes a KnobRule, got {type(rule).__name__}")
         self.rule = rule
         self.fallback = fallback
-        self._knob_postprocs = list(postprocs) if postprocs is not None else [VerifyGPUCode()]
-        for p in self._knob_postprocs:
+        self._knob_postprocs = list(postprocs) if postprocs is not None else None
+        for p in self._knob_postprocs or []:
             if not isinstance(p, Postproc):
                 raise TuneError(f"KnobSpace postprocs must be Postprocs, got {p!r}")
         self._probs = probs
@@ -252,7 +253,10 @@ class KnobSpace(SpaceGenerator):
             {v.name: DEFAULT_SHAPE_HINT for v in shape_vars(func)}
         ctx = SpaceContext(target, dict(hints), func)
         sch.enter_postproc()
-        for p in self._knob_postprocs:
+        postprocs = self._knob_postprocs
+        if postprocs is None:
+            postprocs = [VerifyGPUCode()] if target.kind in GPU_KINDS else []
+        for p in postprocs:
             p.initialize(ctx)
             try:
                 ok = p.apply(sch)

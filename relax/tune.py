@@ -8,9 +8,12 @@ dims get shape hints from ``shape_hints``, else ``upper_bounds``, else
 ``metaschedule.DEFAULT_SHAPE_HINT``. Kernels that already carry a schedule (hand-written ones)
 are left out. On a CPU target each task's ``baseline`` is the default schedule ``relax.build``
 gives the kernel without a record (``relax.default_schedules``, the packed kernels of
-``AlterLayout`` included): ``tune`` measures it first, so a tuned record is used only where it
-beats it, and a tuned build is never slower, kernel by kernel, than the untuned one (as
-measured by the tuner's runner). ``tune(mod, target, max_trials, work_dir)`` tunes those tasks with
+``AlterLayout`` included), on a GPU target the default GPU schedule (``relax.gpu_schedules``;
+none for a GEMM whose default is several schedules chosen per call by a symbolic batch):
+``tune`` measures it first, so a tuned record is used only where it beats it, and a tuned build
+is never slower, kernel by kernel, than the untuned one (as measured by the tuner's runner). On
+a GPU target the GEMM-like kernels are searched in the knob space of the default GEMM recipe
+(``relax.gpu_space``), their baseline the space's point at the defaults. ``tune(mod, target, max_trials, work_dir)`` tunes those tasks with
 ``metaschedule.tune_tasks`` and returns the database, which ``relax.build(mod, target,
 database=db)`` then uses for every kernel it covers (the rest get the default schedules).
 
@@ -195,6 +198,11 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     each): the database's best record of a kernel is then its default schedule unless the
     search found a faster one, so ``relax.build(mod, target, database=db)`` never uses a
     record slower than what it would build without one.
+
+    ``space``: the design space (default: ``default_space(target)``; on ``opencl`` and
+    ``webgpu``, ``relax.gpu_space.gpu_space(target)``: the default GEMM recipe's knobs for the
+    GEMM-like kernels, the generic GPU space for the others). With a ``KnobSpace``, each task
+    it has knobs for gets the space's point at the defaults as its baseline.
 
     With ``layouts`` (the default) on a CPU target of this machine measured here (no remote
     runner), each convolution's packed kernel is chosen by measurement first
