@@ -262,6 +262,13 @@ def gemm_defaults(func: PrimFunc, target: Target) -> dict | None:
     >>> gemm_defaults(matmul_func, Target("opencl"))["k_step"]        # doctest: +SKIP
     16
     """
+    found = gemm_default_schedule(func, target)
+    return found[0] if found is not None else None
+
+
+def gemm_default_schedule(func: PrimFunc, target: Target):
+    """``(gemm_defaults(func, target), default_schedule(func, target))`` in one pass, or
+    None as for ``gemm_defaults``."""
     found = default_strategy(func, target)
     if found is None or found[0] is None:
         return None
@@ -273,7 +280,7 @@ def gemm_defaults(func: PrimFunc, target: Target) -> dict | None:
         config["tile_rows"] = tuple(max(1, x // 2) for x in config["tile_rows"])
         config["tile_cols"] = tuple(max(1, x // 2) for x in config["tile_cols"])
     config["shared"] = options.get("shared", "all")
-    return config
+    return config, sch
 
 
 def schedule_gemm_kernel(sch: Schedule, target: Target, shared: str = "all",
@@ -619,4 +626,4 @@ def _schedule_rows(sch: Schedule, reductions) -> bool:
 
 
 __all__ = ["apply", "is_scheduled", "GPU_KINDS", "default_schedule", "default_strategy",
-           "gemm_defaults", "schedule_gemm_kernel"]
+           "gemm_defaults", "gemm_default_schedule", "schedule_gemm_kernel"]

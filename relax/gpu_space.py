@@ -67,7 +67,7 @@ def _with(cands: tuple, default: int) -> tuple:
 class GemmKnobs(KnobRule):
     """The default GPU GEMM recipe's decisions as knobs (see the module docstring), for every
     kernel whose default GPU schedule is one GEMM-family schedule (``gpu_schedules.
-    gemm_defaults``); the defaults make exactly that schedule.
+    gemm_default_schedule``); the defaults make exactly that schedule.
 
     Examples
     --------
@@ -77,9 +77,10 @@ class GemmKnobs(KnobRule):
     """
 
     def knobs(self, func: PrimFunc, target: Target, hints: dict) -> list[Knob] | None:
-        defaults = gpu_schedules.gemm_defaults(func, target)
-        if defaults is None:
+        found = gpu_schedules.gemm_default_schedule(func, target)
+        if found is None:
             return None
+        defaults, default = found
         c = _CPU_CANDIDATES if for_cpu(target) else _GPU_CANDIDATES
         (rt, rr), (ct, cr) = defaults["tile_rows"], defaults["tile_cols"]
         shared = SHARED_MODES.index(defaults["shared"])
@@ -106,8 +107,7 @@ class GemmKnobs(KnobRule):
             self.apply(sch, target, {k.name: k.default for k in knobs})
         except Exception:  # noqa: BLE001 - no GEMM space for this kernel; the generic one
             return None
-        default = gpu_schedules.default_schedule(func, target)
-        if default is None or structural_hash(default.func) != structural_hash(sch.func):
+        if structural_hash(default.func) != structural_hash(sch.func):
             return None
         return knobs
 
