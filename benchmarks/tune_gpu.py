@@ -398,8 +398,12 @@ def tune_model(name: str, kind: str, work_dir: str, seed: int = 0):
     for t in tasks:
         rem = db.get_remeasurements(t.func, target)
         if not rem:
+            top = db.get_top_k(t.func, target, 1)
             rows.append({"model": name, "target": kind, "task": t.name, "weight": t.weight,
-                         "note": "not re-measured (no successful record)"})
+                         "default_ms": top[0].mean_secs * 1e3 if top else None,
+                         "note": "no trials beyond the default: kept"})
+            print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                   for k, v in rows[-1].items()), file=sys.stderr, flush=True)
             continue
         last = rem[-1]
         base = last.median_secs(last.baseline) if last.baseline is not None else math.nan
