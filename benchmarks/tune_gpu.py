@@ -30,9 +30,10 @@ static batch ``TUNE_GPU_MODEL_BATCH``, default 1) with ``relax.tune``: the GEMM-
 the knob space of the default GEMM recipe (``relax.gpu_space``), the others in the generic GPU
 space, every kernel's default schedule measured first and re-measured against the best
 records at the end (a record replaces the default only where it beats it by 3%).
-``TUNE_GPU_MODEL_TRIALS`` is the trial budget per model (default ``TUNE_GPU_MODEL_TRIALS_PER_TASK``
-(4) per task beyond the defaults' one each: 25 for the BERT layer's 5 tasks; meant to fit about
-4 minutes per model on the GPU machine, not yet measured there). It prints per task the default's and the selected schedule's re-measured times and the
+``TUNE_GPU_MODEL_TRIALS`` is the trial budget per model (default
+``TUNE_GPU_MODEL_TRIALS_PER_TASK`` (4) per task beyond the defaults' one each: 25 for the BERT
+layer's 5 tasks; meant to fit about 4 minutes per model on the GPU machine, not yet measured
+there). It prints per task the default's and the selected schedule's re-measured times and the
 knobs that changed, and per model the untuned and the tuned build (each checked against
 PyTorch, then timed in interleaved rounds) beside PyTorch eager (CUDA, TF32 off; on a machine
 without CUDA, PyTorch on the CPU). Results: ``benchmarks/results/tune_gpu_models/<machine>.json``;

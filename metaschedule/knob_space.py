@@ -151,7 +151,7 @@ class KnobSpace(SpaceGenerator):
     Examples
     --------
     >>> space = KnobSpace(MyRule())                                   # doctest: +SKIP
-    >>> db = metaschedule.tune_tasks(tasks, "opencl", 64, work_dir="t/", space=space)  # doctest: +SKIP
+    >>> db = tune_tasks(tasks, "opencl", 64, work_dir="t/", space=space)   # doctest: +SKIP
     """
 
     def __init__(self, rule: KnobRule, fallback: SpaceGenerator | None = None,
