@@ -447,6 +447,18 @@ def _tune_gpu(doc):
     return out
 
 
+def _tune_gpu_models(doc):
+    out = []
+    for r in doc["rows"]:
+        if str(r.get("schedule", "")).startswith("tuned") and "ratio" in r:
+            default = next((d for d in doc["rows"] if d.get("schedule") == "default" and
+                            d["model"] == r["model"] and d["target"] == r["target"]), None)
+            note = f" (untuned {default['ratio']:.2f}x)" if default else ""
+            out.append(Headline(f"{r['model']} batch {r['batch']}, {r['target']}, "
+                                f"{r['schedule']}{note}", r["ratio"], r["peer"]))
+    return out
+
+
 def _tune_resnet50(doc):
     r = doc["rows"][0]
     return [Headline(f"ResNet-50 batch 1 tuned ({r['tune_trials']} trials; untuned "
@@ -516,6 +528,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "tune_cpu_gemm": _tune_cpu_gemm,
     "tune_cpu_suite": _tune_cpu_suite,
     "tune_gpu": _tune_gpu,
+    "tune_gpu_models": _tune_gpu_models,
     "tune_resnet50": _tune_resnet50,
     "vm_overhead": _vm_overhead,
     "winograd": _winograd,

@@ -18,7 +18,26 @@ is numpy (OpenBLAS).
 Results: ``benchmarks/results/tune_gpu/<machine>.json`` (rows, per target the best-so-far
 curve over trials, trials per minute); the database in ``TUNE_GPU_WORK_DIR`` (default
 ``.tune_gpu/``; a second run resumes it). ``python -m benchmarks.run tune_gpu`` or
-``python -m benchmarks.tune_gpu [opencl] [webgpu]``.
+``python -m benchmarks.tune_gpu [opencl] [webgpu]``. ``TUNE_GPU_SPACE``: ``knobs`` (default; the
+default GEMM recipe's decisions, ``relax.gpu_space``, seeded with the default schedule) or
+``generic`` (the generic GPU space, seeded with its points of the default and the hand tilings;
+its database in ``<work dir>/<target>-generic``).
+
+**Whole models** (issue 32): ``python -m benchmarks.tune_gpu models [opencl] [webgpu]`` tunes
+each model of ``TUNE_GPU_MODELS`` (default ``bert_layer_s128,resnet50``: one BERT-base encoder
+layer at sequence 128, ResNet-50; PyTorch modules with random weights exported to ONNX at the
+static batch ``TUNE_GPU_MODEL_BATCH``, default 1) with ``relax.tune``: the GEMM-like kernels in
+the knob space of the default GEMM recipe (``relax.gpu_space``), the others in the generic GPU
+space, every kernel's default schedule measured first and re-measured against the best
+records at the end (a record replaces the default only where it beats it by 3%).
+``TUNE_GPU_MODEL_TRIALS`` is the trial budget per model (default
+``TUNE_GPU_MODEL_TRIALS_PER_TASK`` (4) per task beyond the defaults' one each: 25 for the BERT
+layer's 5 tasks; meant to fit about 4 minutes per model on the GPU machine, not yet measured
+there). It prints per task the default's and the selected schedule's re-measured times and the
+knobs that changed, and per model the untuned and the tuned build (each checked against
+PyTorch, then timed in interleaved rounds) beside PyTorch eager (CUDA, TF32 off; on a machine
+without CUDA, PyTorch on the CPU). Results: ``benchmarks/results/tune_gpu_models/<machine>.json``;
+the databases in ``TUNE_GPU_WORK_DIR/models/<model>-<target>``.
 """
 from __future__ import annotations
 
@@ -38,6 +57,7 @@ from tilecraft.metaschedule.database import workload_hash
 from tilecraft.metaschedule.plot import tuning_curve
 from tilecraft.metaschedule.schedule_rule.base import ANN_SHARED_LAYOUT, SHARED_LAYOUTS
 from tilecraft.relax import gpu_schedules
+from tilecraft.relax.gpu_space import gpu_space
 from tilecraft.relax.backend.gpu import gemm
 from tilecraft.tensorir import Schedule
 from tilecraft.tensorir.expr import TIRError
@@ -49,6 +69,7 @@ BATCH = int(os.environ.get("TUNE_GPU_BATCH", "32"))
 POPULATION = int(os.environ.get("TUNE_GPU_POPULATION", "64"))
 SECONDS = float(os.environ.get("TUNE_GPU_SECONDS", "0"))    # per target; 0: no budget
 WORK_DIR = os.environ.get("TUNE_GPU_WORK_DIR", ".tune_gpu")
+SPACE = os.environ.get("TUNE_GPU_SPACE", "knobs")
 
 
 # -- devices and targets --------------------------------------------------------------------
@@ -189,7 +210,7 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
     flops = 2.0 * n ** 3
     ref = lambda a, b, c: [a @ b]                                 # noqa: E731
     name_t = f"gemm{n}"
-    wd = os.path.join(work_dir, kind)
+    wd = os.path.join(work_dir, kind if SPACE == "knobs" else f"{kind}-{SPACE}")
     cores = os.cpu_count() or 1
     builder = LocalBuilder(max_workers=cores)
     # one timed run is a few ms at 4096^3 (a poor candidate: a quarter second): 2 x 2 calls
@@ -198,6 +219,10 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
                          enable_cpu_cache_flush=False)
     before = len(Database(wd).get_all_tuning_records()) if os.path.isdir(wd) else 0
     search = {"population_size": POPULATION, "genetic_num_iters": 2}
+    # TUNE_GPU_SPACE=knobs (default): the default GEMM recipe's knobs (relax.gpu_space);
+    # generic: the generic GPU space (multi-level tiling), seeded with its points of the
+    # default and the hand tilings
+    space = gpu_space(target) if SPACE == "knobs" else None
     t0 = time.time()
     try:
         # the untuned default schedule (relax.build's) is measured first: a record, so the
@@ -205,9 +230,13 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
         # tilings (each measured once, as a task baseline) seed the search
         # (B's tile permuted as the WebGPU default and hand schedules do)
         b_layout = "permuted" if target.kind == "webgpu" else "row"
-        seeds = [default_schedule(func, target),
-                 space_point(func, target, default_tiling(target), b_layout=b_layout),
-                 space_point(func, target, HAND_TILING, b_layout="permuted")]
+        if space is not None:
+            # the knob space: its point at the defaults is the default schedule
+            seeds = space.seeds(func, target)
+        else:
+            seeds = [default_schedule(func, target),
+                     space_point(func, target, default_tiling(target), b_layout=b_layout),
+                     space_point(func, target, HAND_TILING, b_layout="permuted")]
         for sch in seeds:
             if sch is None:
                 continue
@@ -218,7 +247,7 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
             # H200; the last batch re-measures the best records against the baseline)
             db = tune_tasks([seed_task], target, max_trials=1, work_dir=wd, builder=builder,
                             runner=runner, seed=seed, progress=False, search=search,
-                            remeasure=0)
+                            remeasure=0, space=space)
         # then batches while the trials and the time budget last (each call resumes the
         # database and the cost model)
         done, batch = 0, min(BATCH, trials)
@@ -236,7 +265,7 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
             db = tune_tasks([Task(name_t, func, reference=ref)], target, max_trials=m,
                             work_dir=wd, num_trials_per_iter=m, builder=builder,
                             runner=runner, seed=seed + done, progress=False, search=search,
-                            **kw)
+                            space=space, **kw)
             done += m
     finally:
         builder.close()
@@ -296,6 +325,147 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
     return rows, extra
 
 
+# -- whole models (relax.tune) ------------------------------------------------------------------
+MODELS = ("bert_layer_s128", "resnet50")
+MODEL_BATCH = int(os.environ.get("TUNE_GPU_MODEL_BATCH", "1"))
+TRIALS_PER_TASK = int(os.environ.get("TUNE_GPU_MODEL_TRIALS_PER_TASK", "4"))
+
+
+def _model(name: str, batch: int):
+    """(torch module, ONNX model, input) of a model at a static batch."""
+    import torch
+    from tilecraft.zoo.models import _export, _randomize_bn, _torch_modules
+    from benchmarks.gpu_models import SEQ, _resnet50
+    torch.manual_seed(0)
+    rng = np.random.default_rng(batch)
+    if name == "resnet50":
+        module = _resnet50()
+        _randomize_bn(module, 0)
+        x = rng.standard_normal((batch, 3, 224, 224)).astype("float32")
+    elif name == "bert_layer_s128":
+        module = _torch_modules()["BertBase"](layers=1).layers[0]
+        x = rng.standard_normal((batch, SEQ, 768)).astype("float32")
+    else:
+        raise ValueError(f"TUNE_GPU_MODELS: unknown model {name!r}; known: {', '.join(MODELS)}")
+    module.eval()
+    return module, _export(module, [torch.from_numpy(x)], ["input"]), x
+
+
+def _knob_change(space, task, target, trace) -> str:
+    """The knobs of the selected record that differ from the defaults ('' for none)."""
+    from tilecraft.metaschedule import knob_values
+    knobs = space.knobs_of(task.func, target, task.shape_hints)
+    if knobs is None:
+        return "(generic space)"
+    values = knob_values(trace, knobs) or {}
+    return ", ".join(f"{k.name}={values[k.name]}" for k in knobs
+                     if k.name in values and values[k.name] != k.default)
+
+
+def tune_model(name: str, kind: str, work_dir: str, seed: int = 0):
+    """Tune model ``name`` on ``kind`` with ``relax.tune``; (rows, extra)."""
+    from tilecraft import relax
+    from tilecraft.relax.frontend import from_onnx
+    from benchmarks.gpu_models import _torch_time
+    found = _opencl() if kind == "opencl" else _webgpu()
+    if found is None:
+        return [{"model": name, "target": kind, "note": f"no {kind} device"}], {}
+    dev, target, dev_name, gpu = found
+    module, onnx_model, x = _model(name, MODEL_BATCH)
+    mod = from_onnx(onnx_model)
+    tasks = relax.extract_tasks(mod, target)
+    space = gpu_space(target)
+    n_knob = sum(space.knobs_of(t.func, target, t.shape_hints) is not None for t in tasks)
+    trials = int(os.environ.get("TUNE_GPU_MODEL_TRIALS", "0")) or \
+        len(tasks) * (1 + TRIALS_PER_TASK)
+    wd = os.path.join(work_dir, "models", f"{name}-{kind}")
+    cores = os.cpu_count() or 1
+    builder = LocalBuilder(max_workers=cores)
+    runner = LocalRunner(timeout_sec=20 if gpu else 60, number=3, repeat=2, min_repeat_ms=0,
+                         enable_cpu_cache_flush=False)
+    print(f"{name} {kind}: {len(tasks)} tasks ({n_knob} in the GEMM knob space), {trials} "
+          f"trials", file=sys.stderr, flush=True)
+    t0 = time.time()
+    try:
+        db = relax.tune(mod, target, max_trials=trials, work_dir=wd, builder=builder,
+                        runner=runner, num_trials_per_iter=BATCH, seed=seed, progress=False,
+                        search={"population_size": POPULATION, "genetic_num_iters": 2},
+                        space=space)
+    finally:
+        builder.close()
+        runner.close()
+    tune_s = time.time() - t0
+    rows = []
+    for t in tasks:
+        rem = db.get_remeasurements(t.func, target)
+        if not rem:
+            top = db.get_top_k(t.func, target, 1)
+            rows.append({"model": name, "target": kind, "task": t.name, "weight": t.weight,
+                         "default_ms": top[0].mean_secs * 1e3 if top else None,
+                         "note": "no trials beyond the default: kept"})
+            print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                   for k, v in rows[-1].items()), file=sys.stderr, flush=True)
+            continue
+        last = rem[-1]
+        base = last.median_secs(last.baseline) if last.baseline is not None else math.nan
+        sel = last.median_secs(last.selected)
+        rows.append({"model": name, "target": kind, "task": t.name, "weight": t.weight,
+                     "default_ms": base * 1e3, "tuned_ms": sel * 1e3,
+                     "speedup": base / sel if math.isfinite(base) else None,
+                     "knobs": _knob_change(space, t, target, last.traces[last.selected])})
+        print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in rows[-1].items()), file=sys.stderr, flush=True)
+    # the models: untuned and tuned builds, checked against PyTorch, timed in interleaved rounds
+    cuda = _torch_cuda() if gpu else None
+    ref, torch_s = _torch_time(module, x, "cuda" if cuda is not None else "cpu")
+    x_dev = targets.array(x, dev)
+    built = {}
+    for label, kw in (("default", {}), ("tuned", {"database": db})):
+        vm = relax.VirtualMachine(relax.build(mod, target, **kw), dev)
+        out = vm["main"](x_dev)
+        out = (out[0] if isinstance(out, tuple) else out).numpy()
+        err = float(np.max(np.abs(out - ref)) / (np.max(np.abs(ref)) + 1e-30))
+        if err > 1e-3:
+            raise AssertionError(f"{name} {kind} {label}: differs from PyTorch (rel {err:.1e})")
+        built[label] = (vm, err)
+    secs = {label: math.inf for label in built}
+    for _ in range(3):
+        for label, (vm, _) in built.items():
+            res = vm.time_evaluator("main", dev, number=10, repeat=3)(x_dev)
+            secs[label] = min(secs[label], min(res.results))
+    peer = "torch eager fp32 " + ("CUDA (TF32 off)" if cuda is not None else "CPU")
+    for label in built:
+        rows.append({"model": name, "target": kind, "device": dev_name, "batch": MODEL_BATCH,
+                     "schedule": label if label == "default" else f"tuned ({trials} trials)",
+                     "ms": secs[label] * 1e3, "peer": peer, "peer_ms": torch_s * 1e3,
+                     "ratio": torch_s / secs[label], "rel_err": built[label][1]})
+        print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in rows[-1].items()), file=sys.stderr, flush=True)
+    extra = {"target": str(target), "device": dev_name, "tasks": len(tasks),
+             "knob_tasks": n_knob, "trials": trials, "tune_seconds": tune_s,
+             "tuned_vs_default": secs["default"] / secs["tuned"]}
+    return rows, extra
+
+
+def run_models(kinds=None) -> list[dict]:
+    kinds = kinds or [k for k in os.environ.get("TUNE_GPU_TARGETS", "opencl,webgpu").split(",")
+                      if k]
+    names = [m for m in os.environ.get("TUNE_GPU_MODELS", ",".join(MODELS)).split(",") if m]
+    rows, extras, gpu_name = [], {}, None
+    for kind in kinds:
+        found = _opencl() if kind == "opencl" else _webgpu()
+        if found is not None and found[3] and gpu_name is None:
+            gpu_name = found[2]
+        for name in names:
+            r, extra = tune_model(name, kind, WORK_DIR)
+            rows += r
+            extras[f"{name} {kind}"] = extra
+            # written after every model, so a run cut short keeps its rows
+            path = write_results("tune_gpu_models", rows, {"tuning": extras}, gpu=gpu_name)
+    print(f"(written to {path})")
+    return rows
+
+
 # run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
 WRITES_RESULTS = True
 
@@ -322,5 +492,9 @@ def run(kinds=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    result = run(sys.argv[1:] or None)
+    args = sys.argv[1:]
+    if args[:1] == ["models"]:
+        result = run_models(args[1:] or None)
+    else:
+        result = run(args or None)
     print_table(result, list(dict.fromkeys(k for r in result for k in r)))

@@ -20,6 +20,7 @@ from .postproc import (DisallowDynamicLoop, Postproc, RewriteCooperativeFetch,
 from .mutator import (MutateComputeLocation, MutateParallel, MutateThreadBinding,
                       MutateTileSize, MutateUnroll, Mutator)
 from .space_generator import SpaceGenerator, default_space
+from .knob_space import Knob, KnobRule, KnobSpace, knob_values
 
 __all__ += ["ScheduleRule", "SpaceContext", "AutoInline", "MultiLevelTiling",
             "MultiLevelTilingWithIntrin", "MultiLevelTilingDot4", "ReuseConfig",
@@ -29,7 +30,7 @@ __all__ += ["ScheduleRule", "SpaceContext", "AutoInline", "MultiLevelTiling",
             "RewriteParallelVectorizeUnroll", "RewriteReductionBlock", "RewriteTensorize",
             "RewriteUnboundBlock", "VerifyGPUCode", "Mutator", "MutateTileSize", "MutateUnroll",
             "MutateParallel", "MutateComputeLocation", "MutateThreadBinding", "SpaceGenerator",
-            "default_space"]
+            "default_space", "Knob", "KnobRule", "KnobSpace", "knob_values"]
 
 # --- MEASURE: database, builder, runners ------------------------------------------------------
 from .arg_info import ArgInfo, args_info, output_indices, random_inputs, reference_outputs

@@ -69,6 +69,7 @@ from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
 from tilecraft.tensorir.stmt import For
+from tilecraft.tensorir.structural import structural_hash
 from tilecraft.tensorir.transform import lower_device
 
 from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
@@ -241,6 +242,103 @@ def _launch_shape(func: PrimFunc) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
+# the default schedule as one trace (tuning baselines and the tuner's GEMM space)
+
+
+def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
+    """The default GPU schedule of ``func`` (what ``apply`` gives it) as a ``Schedule`` whose
+    trace replays to it; None where ``apply`` gives more than one trace can say (a kernel with
+    a symbolic batch runs two or three schedules chosen per call), leaves ``func`` alone, or
+    the target is no GPU.
+
+    Examples
+    --------
+    >>> sch = default_schedule(func, Target("opencl"))          # doctest: +SKIP
+    >>> sch.trace.apply(func).func                               # doctest: +SKIP
+    """
+    found = default_strategy(func, target)
+    return found[1] if found is not None else None
+
+
+def default_strategy(func: PrimFunc, target: Target):
+    """``(options, schedule)`` of the strategy ``apply`` uses on ``func``: its options
+    (``{"shared": ..., "small": ...}`` for the GEMM rule's, ``None`` for the others) and the
+    ``Schedule`` it makes; None as for ``default_schedule``."""
+    if target.kind not in GPU_KINDS or is_scheduled(func):
+        return None
+    built = apply(func, target)
+    for strategy in _STRATEGIES:
+        sch = Schedule(func)
+        try:
+            strategy(sch, target)
+            lower_device(sch.func, target)
+        except (ScheduleError, ValueError, TIRError):
+            continue
+        except Exception:   # noqa: BLE001 - apply skipped this strategy as well (a bug in it)
+            continue
+        if structural_hash(sch.func) != structural_hash(built):
+            return None
+        return (strategy.options if strategy.sizes_gemm else None), sch
+    return None
+
+
+def gemm_defaults(func: PrimFunc, target: Target) -> dict | None:
+    """The GEMM tile decisions of ``func``'s default schedule: ``gemm.default_config`` with the
+    quarter-size tile where the default took it, and ``shared`` (which inputs are staged in
+    shared memory); None where the default is no single GEMM-family schedule (not GEMM-like,
+    a symbolic batch's several schedules). ``schedule_gemm_kernel(sch, target, **defaults)``
+    makes the default schedule again.
+
+    Examples
+    --------
+    >>> gemm_defaults(matmul_func, Target("opencl"))["k_step"]        # doctest: +SKIP
+    16
+    """
+    found = gemm_default_schedule(func, target)
+    return found[0] if found is not None else None
+
+
+def gemm_default_schedule(func: PrimFunc, target: Target):
+    """``(gemm_defaults(func, target), default_schedule(func, target))`` in one pass, or
+    None as for ``gemm_defaults``."""
+    found = default_strategy(func, target)
+    if found is None or found[0] is None:
+        return None
+    options, sch = found
+    if not _has_gemm(func):
+        return None
+    config = gemm.default_config(target)
+    if options.get("small"):
+        config["tile_rows"] = tuple(max(1, x // 2) for x in config["tile_rows"])
+        config["tile_cols"] = tuple(max(1, x // 2) for x in config["tile_cols"])
+    config["shared"] = options.get("shared", "all")
+    return config, sch
+
+
+def schedule_gemm_kernel(sch: Schedule, target: Target, shared: str = "all",
+                         **config) -> None:
+    """Rules 1-4 on a kernel with GEMM-like blocks, the GEMM tile decisions given
+    (``schedule_gemm``'s keyword arguments: ``tile_rows``, ``tile_cols``, ``k_step``,
+    ``fragments``, ``fragment_vector``, ``fetch_vector``, ``register_prefetch``,
+    ``min_groups``) and ``shared`` (``"all"``, ``"compact"``, ``"none"``). ``ScheduleError``
+    where it does not apply.
+
+    Examples
+    --------
+    >>> sch = Schedule(func)                                          # doctest: +SKIP
+    >>> schedule_gemm_kernel(sch, Target("opencl"), k_step=8, tile_rows=(8, 4))  # doctest: +SKIP
+    """
+    _schedule_best(sch, target, shared=shared, gemm_config=config)
+
+
+def _has_gemm(func: PrimFunc) -> bool:
+    sch = Schedule(func)
+    _inline(sch)
+    return any(is_reduction(node_of(sch, b)) and is_gemm_like(node_of(sch, b)) and
+               _big_output(sch, b) for b in _blocks(sch))
+
+
+# ---------------------------------------------------------------------------------------------
 # analysis
 
 
@@ -334,13 +432,16 @@ def _paddings_of_convolutions(sch: Schedule) -> set:
 
 def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
                    small: bool = False, nominal_batch: int | None = None,
-                   nominal_rows: int | None = None, gemv_rows: bool = False) -> None:
+                   nominal_rows: int | None = None, gemv_rows: bool = False,
+                   gemm_config: dict | None = None) -> None:
     """Rules 1-4. ``shared``: which GEMM inputs are staged in shared memory (``"all"``,
     ``"compact"``: those read at plain indices, e.g. a convolution's weights but not its
     sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile;
     ``nominal_batch``: what a symbolic batch counts as when the GEMM tile is sized (None:
     ``GEMM_NOMINAL_BATCH``); ``gemv_rows``: a dense layer of symbolic rows as the GEMV (the
-    few-rows variant); static rows up to ``GEMV_MAX_ROWS`` always are (full-size strategy)."""
+    few-rows variant); static rows up to ``GEMV_MAX_ROWS`` always are (full-size strategy);
+    ``gemm_config``: tile decisions for ``schedule_gemm`` (its keyword arguments; None:
+    ``gemm.default_config``)."""
     paddings = _paddings_of_convolutions(sch)
     _inline(sch)
     blocks = _blocks(sch)
@@ -356,7 +457,8 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
     if gemms:
         done = set()
         for g in gemms:
-            done |= schedule_gemm(sch, g, target, shared, small, nominal_batch, nominal_rows)
+            done |= schedule_gemm(sch, g, target, shared, small, nominal_batch, nominal_rows,
+                                  **(gemm_config or {}))
         _schedule_the_rest(sch, done, paddings)
         return
     depthwise = [b for b in reductions if is_depthwise(node_of(sch, b))]
@@ -395,6 +497,7 @@ def _strategy(fn, label: str, **kw):
         fn(sch, target, **kw, **more)
     run.label = label
     run.sizes_gemm = fn is _schedule_best     # takes nominal_batch (the GEMM tile's sizing)
+    run.options = dict(kw)                    # (shared, small: the GEMM tile decisions)
     return run
 
 
@@ -564,4 +667,5 @@ def _schedule_rows(sch: Schedule, reductions) -> bool:
     return True
 
 
-__all__ = ["apply", "is_scheduled", "GPU_KINDS"]
+__all__ = ["apply", "is_scheduled", "GPU_KINDS", "default_schedule", "default_strategy",
+           "gemm_defaults", "gemm_default_schedule", "schedule_gemm_kernel"]

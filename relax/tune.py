@@ -8,9 +8,12 @@ dims get shape hints from ``shape_hints``, else ``upper_bounds``, else
 ``metaschedule.DEFAULT_SHAPE_HINT``. Kernels that already carry a schedule (hand-written ones)
 are left out. On a CPU target each task's ``baseline`` is the default schedule ``relax.build``
 gives the kernel without a record (``relax.default_schedules``, the packed kernels of
-``AlterLayout`` included): ``tune`` measures it first, so a tuned record is used only where it
-beats it, and a tuned build is never slower, kernel by kernel, than the untuned one (as
-measured by the tuner's runner). ``tune(mod, target, max_trials, work_dir)`` tunes those tasks with
+``AlterLayout`` included), on a GPU target the default GPU schedule (``relax.gpu_schedules``;
+none for a GEMM whose default is several schedules chosen per call by a symbolic batch):
+``tune`` measures it first, so a tuned record is used only where it beats it, and a tuned build
+is never slower, kernel by kernel, than the untuned one (as measured by the tuner's runner). On
+a GPU target the GEMM-like kernels are searched in the knob space of the default GEMM recipe
+(``relax.gpu_space``), their baseline the space's point at the defaults. ``tune(mod, target, max_trials, work_dir)`` tunes those tasks with
 ``metaschedule.tune_tasks`` and returns the database, which ``relax.build(mod, target,
 database=db)`` then uses for every kernel it covers (the rest get the default schedules).
 
@@ -30,16 +33,18 @@ from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
 
 from tilecraft import metaschedule
-from tilecraft.metaschedule import Database, Task
+from tilecraft.metaschedule import Database, KnobSpace, Task
 from tilecraft.metaschedule.database import workload_hash
 from tilecraft.metaschedule.space_generator import DEFAULT_SHAPE_HINT, shape_vars
 
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.structural import structural_hash
 
-from . import default_schedules
+from . import default_schedules, gpu_schedules
 from .build import _called_kernels, _layout_pipeline, _run_pipeline, legalize
 from .tune_layouts import tune_layouts
 from .default_schedules import is_scheduled
+from .gpu_space import gpu_space
 from .expr import Call, Function, RelaxError
 from .op.base import Op
 from .transform.static_plan_block_memory import StaticPlanBlockMemory
@@ -60,15 +65,19 @@ def _prepare(mod: IRModule, target: Target, upper_bounds, pipeline, database=Non
 
 
 def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
-    """The default CPU schedule of ``func`` (what ``relax.build`` applies without a record)
-    as a ``Schedule`` whose trace replays to it; None where there is no such single schedule
-    (non-CPU targets, a kernel versioned on its symbolic row count, a rule that failed).
+    """The default schedule of ``func`` (what ``relax.build`` applies without a record) as a
+    ``Schedule`` whose trace replays to it; None where there is no such single schedule (a
+    kernel versioned on its symbolic row count or batch, a rule that failed, a target kind
+    without default schedules). CPU: ``relax.default_schedules``; GPU (``opencl``,
+    ``webgpu``): ``relax.gpu_schedules.default_schedule``.
 
     Examples
     --------
     >>> sch = default_schedule(func, Target("llvm"))          # doctest: +SKIP
     >>> sch.trace.apply(func).func                            # doctest: +SKIP
     """
+    if target.kind in gpu_schedules.GPU_KINDS:
+        return gpu_schedules.default_schedule(func, target)
     if target.kind != "llvm" or is_scheduled(func):
         return None
     built = default_schedules.apply(func, target)
@@ -81,6 +90,18 @@ def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
     # apply may do more than one trace can say (two versions of the body on a symbolic row
     # count): only an identical program is a baseline
     return sch if workload_hash(sch.func) == workload_hash(built) else None
+
+
+def _knob_baselines(tasks: list[Task], space: KnobSpace, target: Target) -> None:
+    """Each task the knob space has knobs for gets the space's point at the defaults as its
+    baseline (the same program as its default schedule, but a trace of the space, so the
+    search moves its knobs from it)."""
+    for task in tasks:
+        if task.baseline is None or space.knobs_of(task.func, target, task.shape_hints) is None:
+            continue
+        seeds = space.seeds(task.func, target, task.shape_hints)
+        if seeds and structural_hash(seeds[0].func) == structural_hash(task.baseline.func):
+            task.baseline = seeds[0]
 
 
 def _call_counts(mod: IRModule) -> dict[str, int]:
@@ -178,6 +199,11 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     search found a faster one, so ``relax.build(mod, target, database=db)`` never uses a
     record slower than what it would build without one.
 
+    ``space``: the design space (default: ``default_space(target)``; on ``opencl`` and
+    ``webgpu``, ``relax.gpu_space.gpu_space(target)``: the default GEMM recipe's knobs for the
+    GEMM-like kernels, the generic GPU space for the others). With a ``KnobSpace``, each task
+    it has knobs for gets the space's point at the defaults as its baseline.
+
     With ``layouts`` (the default) on a CPU target of this machine measured here (no remote
     runner), each convolution's packed kernel is chosen by measurement first
     (``relax.tune_layouts``; its decisions go to the same database, and the tasks are the
@@ -214,6 +240,10 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     if not tasks:
         raise metaschedule.TuneError("relax.tune: the module calls no kernel that can be tuned "
                                      "(no call_tir of an unscheduled PrimFunc)")
+    if space is None and target.kind in gpu_schedules.GPU_KINDS:
+        space = gpu_space(target)
+    if isinstance(space, KnobSpace):
+        _knob_baselines(tasks, space, target)
     own_runner = runner is None and target.kind == "llvm"
     if own_runner:
         # kernels of a model run on activations their producer just wrote, not on cold caches:

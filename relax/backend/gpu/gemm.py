@@ -23,7 +23,9 @@ tile unrolled; epilogues (bias, activation, residual add) inlined into the regis
   staged in shared memory (``"all"``, ``"compact"``: those read at plain indices, a
   convolution's weights; ``"none"``) and ``small`` a quarter-size tile: the fallbacks where a
   tile does not fit the target (WebGPU's 16 KiB of workgroup storage);
-- tiles: the ``GEMM_*`` constants below (``benchmarks/gpu_gemm_variants.py`` sweeps them).
+- tiles: the ``GEMM_*`` constants below (``benchmarks/gpu_gemm_variants.py`` sweeps them), the
+  defaults of ``schedule_gemm``'s tile decisions (``default_config``), which the tuner's GPU
+  space searches (``relax.gpu_space``).
 
 Examples
 --------
@@ -54,7 +56,7 @@ __all__ = ["GEMM_TILE", "GEMM_TILE_J", "GEMM_TILE_CPU", "GEMM_BK_CPU", "GEMM_BK"
            "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "GEMM_NOMINAL_BATCH",
            "GEMM_SMALL_BATCH", "GEMM_LARGE_BATCH", "GEMM_LARGE_NOMINAL_BATCH",
            "reduce_inputs",
-           "is_gemm_like", "compact_read", "for_cpu", "schedule_gemm"]
+           "is_gemm_like", "compact_read", "for_cpu", "default_config", "schedule_gemm"]
 
 
 # threads x register elements per GEMM output dimension: a 128 x 128 block tile of 16 x 16
@@ -168,15 +170,57 @@ def symbolic_rows(sch: Schedule, block):
     return ext if isinstance(ext, Var) else None
 
 
+def default_config(target: Target) -> dict:
+    """The tile decisions ``schedule_gemm`` takes for ``target`` when not given: the ``GEMM_*``
+    constants above, as its keyword arguments (``tile_rows`` / ``tile_cols``: (threads,
+    registers) per output dimension; ``k_step``; ``fragments`` and ``fragment_vector``;
+    ``fetch_vector``: elements per thread of the shared-memory fetch; ``register_prefetch``;
+    ``min_groups``). The tuner's GPU space searches these (``relax.gpu_space``).
+
+    Examples
+    --------
+    >>> default_config(Target("opencl"))["tile_rows"]
+    (16, 8)
+    """
+    cpu = for_cpu(target)
+    webgpu = target.kind == "webgpu" and not cpu
+    fragments = GEMM_FRAGMENTS and not cpu and (target.kind == "opencl" or
+                                                (webgpu and GEMM_FRAGMENTS_WEBGPU))
+    return {
+        "tile_rows": GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE,
+        "tile_cols": GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE_J,
+        "k_step": GEMM_BK_CPU if cpu else GEMM_BK_WEBGPU if webgpu else GEMM_BK,
+        "fragments": fragments,
+        "fragment_vector": GEMM_FRAGMENT_VECTOR,
+        "fetch_vector": GEMM_FETCH_VECTOR_FRAGMENTS if fragments else GEMM_FETCH_VECTOR,
+        "register_prefetch": GEMM_REGISTER_PREFETCH,
+        "min_groups": GEMM_MIN_GROUPS,
+    }
+
+
 def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
                   small: bool = False, nominal_batch: int | None = None,
-                  nominal_rows: int | None = None) -> set:
+                  nominal_rows: int | None = None, *, tile_rows: tuple | None = None,
+                  tile_cols: tuple | None = None, k_step: int | None = None,
+                  fragments: bool | None = None, fragment_vector: int | None = None,
+                  fetch_vector: int | None = None, register_prefetch: bool | None = None,
+                  min_groups: int | None = None) -> set:
     """The GEMM tile on the GEMM-like block ``block`` (see the module docstring); the names of
     the blocks it scheduled (the block, its caches, init and write-back). ``shared``: which
     inputs are staged in shared memory (``"all"``, ``"compact"``, ``"none"``); ``small``: a
     quarter-size block tile; ``nominal_batch``: what a symbolic batch counts as when the tile
     is sized (None: ``GEMM_NOMINAL_BATCH``); ``nominal_rows``: what a symbolic row loop counts
-    as (None: as large as any: the full tile). ``ScheduleError`` where it does not apply."""
+    as (None: as large as any: the full tile). The keyword-only tile decisions default to
+    ``default_config(target)``. ``ScheduleError`` where it does not apply."""
+    config = default_config(target)
+    given = {"tile_rows": tile_rows, "tile_cols": tile_cols, "k_step": k_step,
+             "fragments": fragments, "fragment_vector": fragment_vector,
+             "fetch_vector": fetch_vector, "register_prefetch": register_prefetch,
+             "min_groups": min_groups}
+    if fragments is not None and fetch_vector is None:
+        # the fetch vector follows the fragments unless given (as in the defaults)
+        config["fetch_vector"] = GEMM_FETCH_VECTOR_FRAGMENTS if fragments else GEMM_FETCH_VECTOR
+    config.update({k: v for k, v in given.items() if v is not None})
     node = node_of(sch, block)
     spatial, reduce = spatial_loops(sch, block)
     if len(spatial) < 2 or not reduce:
@@ -199,10 +243,10 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
     cpu = for_cpu(target)
     webgpu = target.kind == "webgpu" and not cpu
     # register fragments read as float4 from shared tiles laid out for it (OpenCL on a GPU)
-    fragments = GEMM_FRAGMENTS and not cpu and (target.kind == "opencl" or
-                                                (webgpu and GEMM_FRAGMENTS_WEBGPU))
-    cfg_i = GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE
-    cfg_j = GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE_J
+    fragments = bool(config["fragments"])
+    frag_vec = int(config["fragment_vector"])
+    cfg_i = tuple(config["tile_rows"])
+    cfg_j = tuple(config["tile_cols"])
     if small:      # half the threads and half the registers per dimension
         cfg_i = (max(1, cfg_i[0] // 2), max(1, cfg_i[1] // 2))
         cfg_j = (max(1, cfg_j[0] // 2), max(1, cfg_j[1] // 2))
@@ -225,13 +269,13 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
     ti, ri = _tile(I, (ti_cfg, cfg_i[1]))
     if not cpu:
         ri, rj = _fill(I, ti, ri, jgroups, rj, batch_groups=_const_groups(sch, batch, nominal_batch),
-                       shrink_cols=len(cols) == 1)
+                       shrink_cols=len(cols) == 1, min_groups=int(config["min_groups"]))
     i0, i1, i2 = sch.split(il, [None, ti, ri])
     if len(cols) == 2:
         j0, j1, j2 = _split_image(sch, cols, th, tw, rj)
     else:
         j0, j1, j2 = sch.split(cols[0], [None, tj, rj])
-    step = GEMM_BK_CPU if cpu else GEMM_BK_WEBGPU if webgpu else GEMM_BK
+    step = int(config["k_step"])
     k0, k1 = _split_reduction(sch, reduce, step)
     # a symbolic batch alone on blockIdx.z; constant batch loops (attention heads) fused
     # with the row tiles on blockIdx.y: fused with a symbolic loop, their index (b // 12)
@@ -273,7 +317,7 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         last = loop_extent(node_of(sch, inner[-1]))
         # (WGSL binds a buffer read in aligned runs of 4 as array<vec4<f32>>: WebGPU's fetch is
         # one 16-byte load as OpenCL's float4)
-        vec = GEMM_FETCH_VECTOR_FRAGMENTS if fragments else GEMM_FETCH_VECTOR
+        vec = int(config["fetch_vector"])
         fv = None
         if vec > 1 and last % vec == 0 and last != SYMBOLIC:
             # each thread copies `vec` consecutive elements of a row: one vector load / store
@@ -288,16 +332,15 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         if webgpu and loop_extent(node_of(sch, f0)) <= 16:
             sch.unroll(f0)
         if idx == col_input and col_var is not None and (fragments or webgpu and rj > 1):
-            _permute_columns(sch, sh, node, idx, col_var, rj,
-                             GEMM_FRAGMENT_VECTOR if fragments else 1)
+            _permute_columns(sch, sh, node, idx, col_var, rj, frag_vec if fragments else 1)
         if fragments and idx == row_input and row_var is not None:
             # padded rows where the tiles still fit (WebGPU's 16 KiB of workgroup storage
             # hold two 128 x 16 tiles exactly)
             pad = not webgpu or 4 * step * (ti * ri + 4 + tj * rj) <= WEBGPU_SHARED_BYTES
             _transpose_rows(sch, sh, node, idx, row_var, pad=pad)
     if fragments and cached:
-        _register_fragments(sch, block, cached, k1, GEMM_FRAGMENT_VECTOR)
-    if fragments and GEMM_REGISTER_PREFETCH and cached:
+        _register_fragments(sch, block, cached, k1, frag_vec)
+    if fragments and config["register_prefetch"] and cached:
         # the next step's tiles loaded into registers during this step's multiply-adds
         sch.annotate(k0, ANN_REGISTER_PREFETCH, 1)
     init = sch.decompose_reduction(block, k0)
@@ -421,14 +464,14 @@ def _const_groups(sch: Schedule, batch, nominal: int | None = None) -> int:
 
 
 def _fill(I: int, ti: int, ri: int, jgroups, rj: int, batch_groups: int,
-          shrink_cols: bool) -> tuple[int, int]:
+          shrink_cols: bool, min_groups: int = GEMM_MIN_GROUPS) -> tuple[int, int]:
     """Register counts ``(ri, rj)``, halved (the larger first) until the kernel has at least
     ``GEMM_MIN_GROUPS`` work-groups: a BERT dense layer at batch 1 (128 x 768) or a 7 x 7
     convolution with 512 channels has only 4-6 full-size tiles, which leaves most of a GPU's
     multiprocessors idle; a smaller tile per thread is slower per work-group but fills them."""
     def groups(a, b):
         return -(-I // (ti * a)) * jgroups(b) * batch_groups
-    while groups(ri, rj) < GEMM_MIN_GROUPS:
+    while groups(ri, rj) < min_groups:
         if ri >= rj and ri > 1 or (ri > 1 and not shrink_cols):
             ri //= 2
         elif shrink_cols and rj > 1:
