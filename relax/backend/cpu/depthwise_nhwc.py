@@ -24,6 +24,7 @@ True
 from __future__ import annotations
 
 from tilecraft.targets import Target
+from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import PrimExpr
 from tilecraft.tensorir.schedule import Schedule
@@ -34,12 +35,16 @@ from .registry import SCHEDULE_RULE, KernelFamily, block_rule
 from .schedule_utils import (MIN_PARALLEL_WORK, ann_int, finish_tile_block, fuse_epilogue,
                              loop_nodes, loop_work, parallel_outer)
 
-__all__ = ["RULE_DW_NHWC", "RULE_DW_NHWC_ROWS", "NHWC_ROW_BLOCK", "depthwise_nhwc_applies",
+__all__ = ["RULE_DW_NHWC", "RULE_DW_NHWC_ROWS", "NHWC_ROW_BLOCK", "WHOLE_PIXELS_MIN_BYTES",
+           "depthwise_nhwc_applies", "whole_pixels",
            "depthwise_conv2d_nhwc_rows", "schedule_depthwise_nhwc_rows", "FAMILY"]
 
 RULE_DW_NHWC = "tilecraft.depthwise_nhwc_rows"             # the convolution, channels in lanes
 RULE_DW_NHWC_ROWS = "tilecraft.depthwise_nhwc_pad_rows"    # its padded rows, placed by it
 NHWC_ROW_BLOCK = 8     # output rows per block (at most)
+# a strided layer one of whose input images is larger than this (the 1 MB L2 of a Zen 4 core)
+# fills a row block's padded rows for every channel panel at once (``whole_pixels``)
+WHOLE_PIXELS_MIN_BYTES = 1 << 20
 
 
 def depthwise_nhwc_applies(plan: NhwcPlan) -> bool:
@@ -54,6 +59,36 @@ def depthwise_nhwc_applies(plan: NhwcPlan) -> bool:
     True
     """
     return plan.geometry.is_depthwise and any(plan.geometry.padding)
+
+
+def whole_pixels(plan: NhwcPlan, itemsize: int = 4) -> bool:
+    """Whether ``depthwise_conv2d_nhwc_rows`` fills a row block's padded rows for all its
+    channel panels at once (whole pixels: each input row one contiguous run) rather than
+    panel by panel (``width`` channels of each pixel, a strided run): for a strided layer
+    with more than one panel one of whose input images is over ``WHOLE_PIXELS_MIN_BYTES``.
+
+    Such a layer's input comes from memory at batch 8, and panel by panel each pass over the
+    block's rows reads one or two lines of every pixel's channels. MobileNet-V2's 96 x 112 x
+    112 stride-2 layer at batch 8 (Zen 4, one thread, nine interleaved rounds, the caches
+    flushed before each call): 5.1 ms panel by panel, 4.1 ms in whole pixels; with its input
+    in the caches 4.3-5.5 against 3.4-3.9 ms; its 144 x 56 x 56 stride-2 layer 1.84 against
+    1.67 ms. Not taken on unit stride (its 144 x 56 x 56 layer: 3.05 against 3.41 ms, the
+    tiles then read the block from L2, not L1) nor on small planes (in the caches at batch 1
+    MobileNet-V2's 14 x 14 layers ran 10-38% slower in whole pixels).
+
+    Examples
+    --------
+    >>> g = ConvGeometry(96, 112, 112, 96, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1), 96)
+    >>> whole_pixels(NhwcPlan(g, 8, 32, 16))
+    True
+    >>> g = ConvGeometry(144, 56, 56, 144, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 144)
+    >>> whole_pixels(NhwcPlan(g, 14, 16, 16))
+    False
+    """
+    g = plan.geometry
+    image = g.height * g.width * g.in_channels * itemsize
+    return max(g.strides) > 1 and g.in_channels > plan.width and \
+        image > WHOLE_PIXELS_MIN_BYTES
 
 
 def _row_block(out_h: int) -> int:
@@ -113,7 +148,8 @@ def depthwise_conv2d_nhwc_rows(data: te.Tensor, weight: te.Tensor, plan: NhwcPla
         return te.sum(v.astype(out_dtype) * wt.astype(out_dtype), axis=[ry, rx])
     return te.compute((n, g.out_h, g.out_w, g.out_channels), out, "conv2d_nhwc",
                       attrs={SCHEDULE_RULE: RULE_DW_NHWC, "rows": plan.rows, "width": nr,
-                             "row_block": _row_block(g.out_h)})
+                             "row_block": _row_block(g.out_h),
+                             "whole_pixels": int(whole_pixels(plan, dt.itemsize(data.dtype)))})
 
 
 def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
@@ -135,12 +171,14 @@ def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
     sch.reorder(b, y0, o0, y1, x0, ry, rx, x1, o1)
     producer = next(p for p in sch.get_producers(block)
                     if block_rule(sch.get(p)) == RULE_DW_NHWC_ROWS)
-    par = parallel_outer(sch, [b, y0, o0])
+    # the padded rows are filled per row block and panel, or with ``whole_pixels`` per row
+    # block for all the panels (the panels' loop then runs inside the fill's)
+    par = parallel_outer(sch, [b, y0] if ann_int(blk, "whole_pixels", 0) else [b, y0, o0])
     if loop_work(loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
         sch.parallel(par)
     sch.compute_at(producer, par)
     # local: compacted to the block's rows of one panel ((8 + 2) x 58 x 32 floats, 74 KiB,
-    # at 56 x 56 stride 1) instead of a padded copy of the image
+    # at 56 x 56 stride 1), or of every panel, instead of a padded copy of the image
     sch.set_scope(producer, 0, "local")
     sch.vectorize(sch.get_loops(producer)[-1])
     acc = sch.cache_write(block, 0, "local")
