@@ -4,7 +4,9 @@ block reads are copied into a small local buffer (``RULE_DW_NHWC_ROWS``, placed 
 schedule), then tiles of ``rows`` pixels x ``width`` channels accumulate ``KH x KW`` vector
 FMAs each (one weight vector per tap, shared by the tile's pixels). No padded copy of the whole
 image goes to memory, and no lane is wasted on a small plane (the NCHW kernels keep positions
-in the lanes: a 7-wide row fills 7 of 16).
+in the lanes: a 7-wide row fills 7 of 16). A large strided layer (``whole_pixels``) fills a
+block's rows for all its panels at once, so that each input row is read as one contiguous
+run.
 
 - plan: ``conv2d_nhwc.plan_conv2d_nhwc`` (the tile) and ``depthwise_nhwc_applies``;
 - weight packing: ``conv2d_nhwc.pack_conv2d_nhwc_weight`` (``[ceil(C/NR), KH, KW, 1, NR]``);
@@ -72,7 +74,10 @@ def whole_pixels(plan: NhwcPlan, itemsize: int = 4) -> bool:
     112 stride-2 layer at batch 8 (Zen 4, one thread, nine interleaved rounds, the caches
     flushed before each call): 5.1 ms panel by panel, 4.1 ms in whole pixels; with its input
     in the caches 4.3-5.5 against 3.4-3.9 ms; its 144 x 56 x 56 stride-2 layer 1.84 against
-    1.67 ms. Not taken on unit stride (its 144 x 56 x 56 layer: 3.05 against 3.41 ms, the
+    1.67 ms. In the model (the HF export at batch 8, concrete builds without and with it and
+    onnxruntime interleaved in one process, one thread, 15 rounds, thread CPU time, load
+    7.8-7.9, twice): 77.8 -> 73.6 and 74.0 -> 71.2 ms, onnxruntime 70.1 and 71.1 ms; at batch
+    1 8.08 / 8.20 and 7.81 / 7.65 ms (within the noise). Not taken on unit stride (its 144 x 56 x 56 layer: 3.05 against 3.41 ms, the
     tiles then read the block from L2, not L1) nor on small planes (in the caches at batch 1
     MobileNet-V2's 14 x 14 layers ran 10-38% slower in whole pixels).
 
