@@ -115,7 +115,7 @@ def test_whole_pixels_on_large_strided_layers_only():
     (96, 29, 29, 15 * 29 * 32),     # an image under WHOLE_PIXELS_MIN_BYTES: one 32-wide panel
 ])
 def test_whole_pixels_fill_holds_every_panel(c, h, w_, fill):
-    target = Target("llvm")
+    target = Target("llvm -num-cores=2")      # 4 blocks of 7 rows split evenly: 7 rows
     mod, _, _ = _module(c, h, w_, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1))
     kernels = schedule_kernels(default_pipeline(target)(mod), target)
     (conv,) = [f for name, f in kernels.items() if "conv" in name]
