@@ -78,7 +78,9 @@ def whole_pixels(plan: NhwcPlan, itemsize: int = 4) -> bool:
     1.67 ms. In the model (the HF export at batch 8, concrete builds without and with it and
     onnxruntime interleaved in one process, one thread, 15 rounds, thread CPU time, load
     7.8-7.9, twice): 77.8 -> 73.6 and 74.0 -> 71.2 ms, onnxruntime 70.1 and 71.1 ms; at batch
-    1 8.08 / 8.20 and 7.81 / 7.65 ms (within the noise). Not taken on unit stride (its 144 x 56 x 56 layer: 3.05 against 3.41 ms, the
+    1 8.08 / 8.20 and 7.81 / 7.65 ms; symbolic builds at load 3.5: batch 8 67.1 -> 64.3 ms
+    (onnxruntime 66.0), batch 1 7.30 -> 7.40 ms (about 1% on the ONNX export, none on
+    ``torch.export``: see docs/zoo.md). Not taken on unit stride (its 144 x 56 x 56 layer: 3.05 against 3.41 ms, the
     tiles then read the block from L2, not L1) nor on small planes (in the caches at batch 1
     MobileNet-V2's 14 x 14 layers ran 10-38% slower in whole pixels).
 
