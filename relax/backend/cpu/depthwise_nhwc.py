@@ -4,7 +4,9 @@ block reads are copied into a small local buffer (``RULE_DW_NHWC_ROWS``, placed 
 schedule), then tiles of ``rows`` pixels x ``width`` channels accumulate ``KH x KW`` vector
 FMAs each (one weight vector per tap, shared by the tile's pixels). No padded copy of the whole
 image goes to memory, and no lane is wasted on a small plane (the NCHW kernels keep positions
-in the lanes: a 7-wide row fills 7 of 16).
+in the lanes: a 7-wide row fills 7 of 16). A large strided layer (``whole_pixels``) fills a
+block's rows for all its panels at once, so that each input row is read as one contiguous
+run.
 
 - plan: ``conv2d_nhwc.plan_conv2d_nhwc`` (the tile) and ``depthwise_nhwc_applies``;
 - weight packing: ``conv2d_nhwc.pack_conv2d_nhwc_weight`` (``[ceil(C/NR), KH, KW, 1, NR]``);
@@ -24,6 +26,7 @@ True
 from __future__ import annotations
 
 from tilecraft.targets import Target
+from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import PrimExpr
 from tilecraft.tensorir.schedule import Schedule
@@ -31,15 +34,20 @@ from tilecraft.tensorir.schedule import Schedule
 from .conv2d_nhwc import NhwcPlan, pack_conv2d_nhwc_weight
 from .geometry import ConvGeometry
 from .registry import SCHEDULE_RULE, KernelFamily, block_rule
-from .schedule_utils import (MIN_PARALLEL_WORK, ann_int, finish_tile_block, fuse_epilogue,
-                             loop_nodes, loop_work, parallel_outer)
+from .params import num_cores
+from .schedule_utils import (MIN_PARALLEL_WORK, ann_int, core_balance, finish_tile_block,
+                             fuse_epilogue, loop_extent, loop_nodes, loop_work, parallel_outer)
 
-__all__ = ["RULE_DW_NHWC", "RULE_DW_NHWC_ROWS", "NHWC_ROW_BLOCK", "depthwise_nhwc_applies",
+__all__ = ["RULE_DW_NHWC", "RULE_DW_NHWC_ROWS", "NHWC_ROW_BLOCK", "WHOLE_PIXELS_MIN_BYTES",
+           "depthwise_nhwc_applies", "whole_pixels", "whole_pixels_row_block",
            "depthwise_conv2d_nhwc_rows", "schedule_depthwise_nhwc_rows", "FAMILY"]
 
 RULE_DW_NHWC = "tilecraft.depthwise_nhwc_rows"             # the convolution, channels in lanes
 RULE_DW_NHWC_ROWS = "tilecraft.depthwise_nhwc_pad_rows"    # its padded rows, placed by it
 NHWC_ROW_BLOCK = 8     # output rows per block (at most)
+# a strided layer one of whose input images is larger than this (the 1 MB L2 of a Zen 4 core)
+# fills a row block's padded rows for every channel panel at once (``whole_pixels``)
+WHOLE_PIXELS_MIN_BYTES = 1 << 20
 
 
 def depthwise_nhwc_applies(plan: NhwcPlan) -> bool:
@@ -56,12 +64,67 @@ def depthwise_nhwc_applies(plan: NhwcPlan) -> bool:
     return plan.geometry.is_depthwise and any(plan.geometry.padding)
 
 
+def whole_pixels(plan: NhwcPlan, itemsize: int = 4) -> bool:
+    """Whether ``depthwise_conv2d_nhwc_rows`` fills a row block's padded rows for all its
+    channel panels at once (whole pixels: each input row one contiguous run) rather than
+    panel by panel (``width`` channels of each pixel, a strided run): for a strided layer
+    with more than one panel one of whose input images is over ``WHOLE_PIXELS_MIN_BYTES``.
+
+    Such a layer's input comes from memory at batch 8, and panel by panel each pass over the
+    block's rows reads one or two lines of every pixel's channels. MobileNet-V2's 96 x 112 x
+    112 stride-2 layer at batch 8 (Zen 4, one thread, nine interleaved rounds, the caches
+    flushed before each call): 5.1 ms panel by panel, 4.1 ms in whole pixels; with its input
+    in the caches 4.3-5.5 against 3.4-3.9 ms; its 144 x 56 x 56 stride-2 layer 1.84 against
+    1.67 ms. In the model (the HF export at batch 8, concrete builds without and with it and
+    onnxruntime interleaved in one process, one thread, 15 rounds, thread CPU time, load
+    7.8-7.9, twice): 77.8 -> 73.6 and 74.0 -> 71.2 ms, onnxruntime 70.1 and 71.1 ms; at batch
+    1 8.08 / 8.20 and 7.81 / 7.65 ms; symbolic builds at load 3.5: batch 8 67.1 -> 64.3 ms
+    (onnxruntime 66.0), batch 1 7.30 -> 7.40 ms (about 1% on the ONNX export, none on
+    ``torch.export``: see docs/zoo.md). Not taken on unit stride (its 144 x 56 x 56 layer: 3.05 against 3.41 ms, the
+    tiles then read the block from L2, not L1) nor on small planes (in the caches at batch 1
+    MobileNet-V2's 14 x 14 layers ran 10-38% slower in whole pixels).
+
+    Examples
+    --------
+    >>> g = ConvGeometry(96, 112, 112, 96, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1), 96)
+    >>> whole_pixels(NhwcPlan(g, 8, 32, 16))
+    True
+    >>> g = ConvGeometry(144, 56, 56, 144, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 144)
+    >>> whole_pixels(NhwcPlan(g, 14, 16, 16))
+    False
+    """
+    g = plan.geometry
+    image = g.height * g.width * g.in_channels * itemsize
+    return max(g.strides) > 1 and g.in_channels > plan.width and \
+        image > WHOLE_PIXELS_MIN_BYTES
+
+
 def _row_block(out_h: int) -> int:
     """The output rows a block of ``depthwise_conv2d_nhwc_rows`` takes: the largest divisor
     of ``out_h`` up to ``NHWC_ROW_BLOCK``, so that the block's padded input rows are copied
     ``(R - 1) * s + KH`` for ``R`` rows (a block of one row would copy each input row ``KH /
     s`` times)."""
     return max(r for r in range(1, min(out_h, NHWC_ROW_BLOCK) + 1) if out_h % r == 0)
+
+
+def whole_pixels_row_block(out_h: int, images: int | None, cores: int) -> int:
+    """The output rows a block of a ``whole_pixels`` layer takes: the largest divisor of
+    ``out_h`` up to ``NHWC_ROW_BLOCK`` whose blocks (times the ``images`` when the batch is
+    constant) split evenly over ``cores`` (``core_balance`` at least 0.95), else the largest.
+    Its parallel loop runs over the blocks alone (the panels run inside them): MobileNet-V2's
+    56 output rows as 7 blocks of 8 would keep one of two cores idle an eighth of the time,
+    8 blocks of 7 do not.
+
+    Examples
+    --------
+    >>> whole_pixels_row_block(56, None, 2), whole_pixels_row_block(56, 8, 2)
+    (7, 8)
+    >>> whole_pixels_row_block(56, None, 1)
+    8
+    """
+    fits = [r for r in range(min(out_h, NHWC_ROW_BLOCK), 0, -1) if out_h % r == 0]
+    return next((r for r in fits if core_balance((images or 1) * out_h // r, cores) >= 0.95),
+                fits[0])
 
 
 def depthwise_conv2d_nhwc_rows(data: te.Tensor, weight: te.Tensor, plan: NhwcPlan,
@@ -113,7 +176,8 @@ def depthwise_conv2d_nhwc_rows(data: te.Tensor, weight: te.Tensor, plan: NhwcPla
         return te.sum(v.astype(out_dtype) * wt.astype(out_dtype), axis=[ry, rx])
     return te.compute((n, g.out_h, g.out_w, g.out_channels), out, "conv2d_nhwc",
                       attrs={SCHEDULE_RULE: RULE_DW_NHWC, "rows": plan.rows, "width": nr,
-                             "row_block": _row_block(g.out_h)})
+                             "row_block": _row_block(g.out_h),
+                             "whole_pixels": int(whole_pixels(plan, dt.itemsize(data.dtype)))})
 
 
 def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
@@ -129,18 +193,23 @@ def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
     rows, width = ann_int(blk, "rows"), ann_int(blk, "width")
     row_block = ann_int(blk, "row_block")
     b, y, x, o, ry, rx = sch.get_loops(block)
+    if ann_int(blk, "whole_pixels", 0):
+        row_block = whole_pixels_row_block(loop_extent(sch.get(y)), loop_extent(sch.get(b)),
+                                           num_cores(target))
     o0, o1 = sch.split(o, [None, width])
     y0, y1 = sch.split(y, [None, row_block])
     x0, x1 = sch.split(x, [None, rows])
     sch.reorder(b, y0, o0, y1, x0, ry, rx, x1, o1)
     producer = next(p for p in sch.get_producers(block)
                     if block_rule(sch.get(p)) == RULE_DW_NHWC_ROWS)
-    par = parallel_outer(sch, [b, y0, o0])
+    # the padded rows are filled per row block and panel, or with ``whole_pixels`` per row
+    # block for all the panels (the panels' loop then runs inside the fill's)
+    par = parallel_outer(sch, [b, y0] if ann_int(blk, "whole_pixels", 0) else [b, y0, o0])
     if loop_work(loop_nodes(sch, sch.get_loops(block))) >= MIN_PARALLEL_WORK:
         sch.parallel(par)
     sch.compute_at(producer, par)
     # local: compacted to the block's rows of one panel ((8 + 2) x 58 x 32 floats, 74 KiB,
-    # at 56 x 56 stride 1) instead of a padded copy of the image
+    # at 56 x 56 stride 1), or of every panel, instead of a padded copy of the image
     sch.set_scope(producer, 0, "local")
     sch.vectorize(sch.get_loops(producer)[-1])
     acc = sch.cache_write(block, 0, "local")
