@@ -16,11 +16,13 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import re
 from typing import Any, Callable, Sequence
 
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import PrimExpr, Var as TirVar
+from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import children, post_order_visit
 from tilecraft.tensorir.structural import structural_equal, structural_hash
@@ -57,6 +59,71 @@ def _sanitize(name: str) -> str:
     return name if not name[0].isdigit() else "v" + name
 
 
+class _Unkeyable(Exception):
+    """An argument of ``call_te`` that ``_call_te_key`` cannot stand for by value."""
+
+
+def _value_key(x, names: dict[str, int]):
+    """``x`` as a hashable value that is equal only for arguments a te function cannot tell
+    apart: a tensor by its static shape, dtype and placeholder name, plain values by type and
+    value, frozen-or-not dataclasses field by field. Raise ``_Unkeyable`` for anything else."""
+    if isinstance(x, Expr):
+        si = x.struct_info
+        shape = si.static_shape() if isinstance(si, TensorStructInfo) else None
+        if shape is None:
+            raise _Unkeyable(x)
+        # the placeholder's name (made unique as call_te does): kernels may use it (a block
+        # annotation names the buffer it prefetches from)
+        name = _sanitize(getattr(x, "name_hint", "") or f"p{sum(names.values())}")
+        n = names.get(name, 0)
+        names[name] = n + 1
+        return ("tensor", shape, si.dtype, name, n)
+    if x is None or isinstance(x, (bool, int, str)):
+        return (type(x).__name__, x)
+    if isinstance(x, float):
+        return ("float", x.hex())      # -0.0 and 0.0 differ, a NaN equals itself
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__,) + tuple(_value_key(v, names) for v in x)
+    if isinstance(x, (IntImm, FloatImm)):
+        return (type(x).__name__, x.dtype, _value_key(x.value, names))
+    if isinstance(x, enum.Enum):
+        return (type(x), x.value)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return (type(x),) + tuple(_value_key(getattr(x, f.name), names)
+                                  for f in dataclasses.fields(x))
+    raise _Unkeyable(x)
+
+
+def _call_te_key(te_func, args, kwargs) -> tuple | None:
+    """What ``call_te(te_func, *args, **kwargs)``'s kernel is made from, or None where an
+    argument is not a plain value (a symbolic shape, a PrimExpr, an object of its own)."""
+    names: dict[str, int] = {}
+    try:
+        key = (te_func, tuple(_value_key(a, names) for a in args),
+               tuple((k, _value_key(v, names)) for k, v in kwargs.items()))
+        hash(key)           # a bound method of an unhashable object, an unhashable enum value
+    except (_Unkeyable, TypeError):
+        return None
+    return key
+
+
+def _tensor_args(args, kwargs) -> list:
+    """The Relax tensors among ``call_te``'s arguments, in the order it makes placeholders."""
+    found: list = []
+
+    def walk(a):
+        if isinstance(a, Expr):
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                walk(x)
+    for a in args:
+        walk(a)
+    for v in kwargs.values():
+        walk(v)
+    return found
+
+
 class _FunctionScope:
     def __init__(self, name, params, attrs):
         self.name, self.params, self.attrs = name, list(params), dict(attrs or {})
@@ -85,6 +152,8 @@ class BlockBuilder:
         # one, hashes nothing; structural hashing was a fifth of a warm ResNet-50 build)
         self._unhashed: list[tuple[str, PrimFunc]] = [
             (name, f) for name, f in self._funcs.items() if isinstance(f, PrimFunc)]
+        # call_te's kernels by what made them (``_call_te_key``) -> (name, output struct info)
+        self._te_kernels: dict[tuple, tuple[str, list]] = {}
         self._scope: _FunctionScope | None = None
         self._bound: dict[int, Expr] = {}   # id(var) -> value it was bound to
         self._names: dict[str, int] = {}
@@ -299,6 +368,13 @@ class BlockBuilder:
         Tensor-valued Relax arguments (also inside lists) become placeholders of their symbolic
         shapes; other arguments (ints, floats, strings, PrimExprs) pass through unchanged.
         """
+        key = _call_te_key(te_func, args, kwargs)
+        made = self._te_kernels.get(key) if key is not None else None
+        if made is not None and made[0] in self._funcs:
+            # the same te function on tensors of the same shapes, dtypes and names, with the
+            # same other arguments: the same kernel (AlterLayout packs the weights of ResNet-50's
+            # 53 convolutions with a few distinct kernels), which add_func would find again
+            return call_tir(GlobalVar(made[0]), _tensor_args(args, kwargs), made[1])
         placeholders: list[te.Tensor] = []
         relax_args: list[Expr] = []
 
@@ -349,6 +425,8 @@ class BlockBuilder:
         name = primfunc_name_hint or getattr(te_func, "__name__", None) or out_list[0].name
         gvar = self.add_func(func, name if name != "<lambda>" else out_list[0].name)
         out_sinfo = [TensorStructInfo(o.shape, o.dtype) for o in out_list]
+        if key is not None and not extra:
+            self._te_kernels[key] = (gvar.name_hint, out_sinfo)
         return call_tir(gvar, relax_args, out_sinfo, tir_vars=extra or None)
 
     @staticmethod

@@ -42,6 +42,10 @@ def _default(check: bool = False, target: "Target | str | None" = None,
     if target.kind == "llvm":
         # NCHW convolutions whose NHWC tiles run faster -> NHWC (with what lies between them)
         passes.append(ConvertLayout(target))
+        # ... whose reshapes and transposes of constants (the biases: ResNet-50 has 107)
+        # are folded with numpy now, not legalized into kernels to be run by the FoldConstant
+        # after LegalizeOps
+        passes.append(FoldConstant())
         # conv / dense -> kernels on packed weights
         passes.append(AlterLayout(target, conv_plans=conv_plans))
     if target.kind in ("opencl", "webgpu"):
