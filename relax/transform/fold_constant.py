@@ -2,7 +2,9 @@
 
 - ``R.call_tir(f, (c0, c1, ...))`` with constant arguments (and constant ``tir_vars``) runs the
   kernel once: small ones, and data movement or elementwise IEEE arithmetic of any size, with
-  ``tensorir.interpret`` (the compiled kernel's bits), others compiled with ``targets.build``
+  numpy on strided views of the inputs (``fold_numpy_kernel``: one loop nest of elementwise
+  arithmetic on affine reads, such as the weight packing) or ``tensorir.interpret`` (both the
+  compiled kernel's bits), others compiled with ``targets.build``
   for the host; the call becomes a ``Constant`` (a ``Tuple`` of them for several outputs).
 - An operator call with constant arguments is evaluated with numpy where that gives the
   kernel's bits (``fold_constant_numpy``: batch normalization's arithmetic, reshapes,
@@ -41,6 +43,7 @@ from ..op.base import Op
 from ..struct_info import TensorStructInfo, TupleStructInfo
 from .base import ExprMutator, Pass, RewriteBuilder
 from .fold_constant_numpy import evaluate_op
+from .fold_numpy_kernel import run_numpy_kernel
 
 __all__ = ["FoldConstant", "run_call_tir"]
 
@@ -252,6 +255,8 @@ def run_call_tir(func: PrimFunc, call: Call, inputs, tir_values=()) -> list[np.n
     arrays = [x if x.flags.c_contiguous else np.array(x, order="C") for x in map(np.asarray,
                                                                                  inputs)]
     scalars = [int(v) for v in tir_values]
+    if len(outs) == 1 and not scalars and run_numpy_kernel(func, arrays, outs[0]):
+        return outs    # the weight packing: numpy on strided views of the inputs
     total = sum(a.size for a in arrays) + sum(o.size for o in outs)
     if total <= _INTERPRET_ELEMENTS or _exact_in_interpreter(func):
         interpret(func, *arrays, *outs, *scalars)

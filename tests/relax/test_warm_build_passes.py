@@ -28,10 +28,10 @@ from tilecraft.zoo import models
 RNG = np.random.default_rng(3406)
 
 
-def _pipeline_result(mod, monkeypatch, patch=None):
-    """The default pipeline's module and its constants, with ``patch`` (module, attribute,
+def _pipeline_result(mod, monkeypatch, *patches):
+    """The default pipeline's module and its constants, with ``patches`` (module, attribute,
     value) applied while it runs."""
-    if patch is not None:
+    for patch in patches:
         monkeypatch.setattr(*patch)
     try:
         with kernel_cache.use(False):
@@ -59,12 +59,17 @@ def resnet50():
     return from_onnx(models.ZOO["resnet50"]().onnx_model)
 
 
-def test_interpreted_weight_packing_has_the_compiled_bits(resnet50, monkeypatch):
+def test_weight_packing_without_compiling_has_the_compiled_bits(resnet50, monkeypatch):
     """ResNet-50's weight packing (NCHW, NHWC, Winograd with its arithmetic, dense with its
-    zero rows) interpreted and compiled at -O0: the same module, the same constants."""
-    interpreted = _pipeline_result(resnet50, monkeypatch)
+    zero rows) run with numpy on strided views, interpreted, and compiled at -O0: the same
+    module, the same constants."""
+    strided = _pipeline_result(resnet50, monkeypatch)
+    interpreted = _pipeline_result(resnet50, monkeypatch,
+                                   (fold, "run_numpy_kernel", lambda *a: False))
     compiled = _pipeline_result(resnet50, monkeypatch,
+                                (fold, "run_numpy_kernel", lambda *a: False),
                                 (fold, "_exact_in_interpreter", lambda func: False))
+    _assert_same(strided, compiled)
     _assert_same(interpreted, compiled)
 
 
@@ -176,3 +181,69 @@ def test_folding_after_convert_layout_changes_no_kernel_or_output(tmp_path):
                                 providers=["CPUExecutionProvider"])
     ref = sess.run(None, z.inputs)
     np.testing.assert_allclose(got[-1], ref[-1], rtol=1e-3, atol=1e-4 * np.abs(ref[-1]).max())
+
+
+def _compiled(f, ins):
+    shape = [int(d.value) for d in f.buffers[-1].shape]
+    want = np.empty(shape, f.buffers[-1].dtype)
+    targets.build(f, fold._FOLD_TARGET)[f.attr_dict.get("global_symbol", "main")](*ins, want)
+    return want
+
+
+def _packing_kernels():
+    from tilecraft.relax.backend.cpu import conv2d_nchw, conv2d_nhwc, dense, winograd
+    w = te.placeholder((40, 24, 3, 3), "float32", "w")
+    w_hwio = te.placeholder((3, 3, 24, 40), "float32", "w")
+    w64 = te.placeholder((64, 24, 3, 3), "float32", "w")
+    d = te.placeholder((100, 48), "float32", "d")
+    made = [
+        (w, conv2d_nchw.pack_conv2d_nchw_weight(w, "OIHW", 8)),
+        (w, conv2d_nhwc.pack_conv2d_nhwc_weight(w, "OIHW", 32)),
+        (w_hwio, conv2d_nhwc.pack_conv2d_nhwc_weight(w_hwio, "HWIO", 16)),
+        (w64, winograd.pack_winograd_weight(w64, "OIHW", 32)),
+        (d, dense.pack_dense_weight(d, 64)),                           # zero rows 100..127
+        (d, dense.pack_dense_weight(d, 16, transpose=True)),
+    ]
+    return [te.create_prim_func([src, out]) for src, out in made]
+
+
+@pytest.mark.parametrize("k", range(6))
+def test_numpy_kernels_have_the_compiled_bits(k):
+    """The packing kernels of every family, on random weights with zeros, negative zeros, inf
+    and nan: numpy on strided views gives the compiled kernel's bytes."""
+    f = _packing_kernels()[k]
+    x = RNG.standard_normal([int(d.value) for d in f.buffers[0].shape]).astype("float32")
+    x.flat[:4] = (0.0, -0.0, np.inf, np.nan)
+    got = np.empty([int(d.value) for d in f.buffers[-1].shape], "float32")
+    assert fold.run_numpy_kernel(f, [x], got)
+    assert got.tobytes() == _compiled(f, [x]).tobytes()
+
+
+def test_numpy_kernels_refuse_what_they_cannot_run_exactly():
+    a = te.placeholder((8, 16), "float32", "a")
+    h = te.placeholder((8, 16), "float16", "h")
+    k = te.reduce_axis((0, 16), "k")
+    refused = [
+        _kernel(lambda x: te.compute((8,), lambda i: te.sum(x[i, k], axis=k), "sum"), a),
+        _kernel(lambda x: te.compute((8, 16), lambda i, j: te.exp(x[i, j]), "exp"), a),
+        _kernel(lambda x: te.compute((8, 16), lambda i, j: x[i, j] + x[i, j], "half"), h),
+        _kernel(lambda x: te.compute((8, 16), lambda i, j: x[i, j * j % 16], "square"), a),
+        _kernel(lambda x: te.compute((8, 16), lambda i, j: te.maximum(x[i, j], 0.0),
+                                     "relu"), a),
+    ]
+    for f in refused:
+        ins = [np.ones([int(d.value) for d in b.shape], b.dtype) for b in f.buffers[:-1]]
+        out = np.full([int(d.value) for d in f.buffers[-1].shape], 7, f.buffers[-1].dtype)
+        assert not fold.run_numpy_kernel(f, ins, out)
+        assert (out == 7).all()                 # left alone
+    # an index clamped in the box (the Winograd weight of 40 channels in blocks of 32: the
+    # interpreter runs it)
+    from tilecraft.relax.backend.cpu import winograd
+    w = te.placeholder((40, 24, 3, 3), "float32", "w")
+    f = te.create_prim_func([w, winograd.pack_winograd_weight(w, "OIHW", 32)])
+    assert not fold.run_numpy_kernel(f, [np.ones((40, 24, 3, 3), "float32")],
+                                     np.empty((16, 2, 24, 32), "float32"))
+    # a read out of its input where the value is used is an error, as in the interpreter
+    oob = _kernel(lambda x: te.compute((8, 16), lambda i, j: x[i + 1, j], "shift"), a)
+    with pytest.raises(IndexError, match="out of bounds"):
+        fold.run_numpy_kernel(oob, [np.ones((8, 16), "float32")], np.empty((8, 16), "float32"))
