@@ -30,8 +30,8 @@ from tilecraft import targets
 from tilecraft.tensorir import arith
 from tilecraft.tensorir.interpret import interpret
 from tilecraft.tensorir import dtype as dt
-from tilecraft.tensorir.expr import (BufferLoad, Call as TirCall, Cast, FloatImm, IntImm,
-                                     PrimExpr, Reduce, TIRError, Var as TirVar)
+from tilecraft.tensorir.expr import (BufferLoad, Call as TirCall, Cast, FloatImm, IntImm, Max,
+                                     Min, PrimExpr, Reduce, TIRError, Var as TirVar)
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import post_order_visit, substitute
 from tilecraft.tensorir.stmt import Block, BlockRealize, BufferStore, For, SeqStmt
@@ -62,7 +62,8 @@ _FOLD_TARGET = "llvm -opt-level=0"
 # evaluates every node in its own dtype, element by element as the kernel does; what it would
 # compute differently stays on the compiled path: reductions (numpy sums pairwise),
 # transcendental intrinsics (numpy's exp is not LLVM's), float16 (x86 widens it), casts of
-# floats to integers (out of range, numpy and the kernel need not agree).
+# floats to integers (out of range, numpy and the kernel need not agree), min / max of floats
+# (which NaN wins).
 _EXACT_INTRINSICS = frozenset({"if_then_else", "sqrt", "rsqrt", "fabs", "floor", "ceil",
                                "trunc", "round"})
 _INEXACT_DTYPES = frozenset({"float16", "bfloat16"})
@@ -205,7 +206,8 @@ def _exact_in_interpreter(func: PrimFunc) -> bool:
                     (isinstance(n, PrimExpr) and n.dtype in _INEXACT_DTYPES) or \
                     (isinstance(n, BufferLoad) and n.buffer.dtype in _INEXACT_DTYPES) or \
                     (isinstance(n, Cast) and dt.is_float(n.value.dtype) and
-                     not dt.is_float(n.dtype)):
+                     not dt.is_float(n.dtype)) or \
+                    (isinstance(n, (Min, Max)) and dt.is_float(n.dtype)):
                 exact = False
         post_order_visit(body, check)
     _EXACT_CACHE[id(func)] = (func, exact)

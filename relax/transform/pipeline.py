@@ -80,8 +80,8 @@ def get_pipeline(name: str = "default", check: bool = False,
     ----------
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
-        ConvertLayout and AlterLayout (CPU targets only), FuseAttention, GPUWinograd and
-        LowerDenseQ4GEMV (GPU targets only), LegalizeOps, FoldConstant,
+        ConvertLayout, FoldConstant and AlterLayout (CPU targets only), FuseAttention,
+        GPUWinograd and LowerDenseQ4GEMV (GPU targets only), LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).
