@@ -396,6 +396,11 @@ class BlockBuilder:
         self._funcs[name] = func
         return GlobalVar(name, getattr(func, "struct_info", None))
 
+    def _forget_kernel(self, name: str) -> None:
+        """``name`` is no kernel to reuse any more (the function was removed)."""
+        self._prims.remove(name)
+        self._te_kernels = {k: v for k, v in self._te_kernels.items() if v[0] != name}
+
     def update_func(self, gvar: GlobalVar | str, func) -> None:
         name = gvar.name_hint if isinstance(gvar, GlobalVar) else gvar
         self._funcs[name] = func

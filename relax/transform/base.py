@@ -203,7 +203,7 @@ class RewriteBuilder(BlockBuilder):
 
     def remove_func(self, name: str) -> None:
         self._funcs.pop(name, None)
-        self._prims.remove(name)
+        self._forget_kernel(name)
 
     def note_binding(self, var: Var, value: Expr) -> None:
         """Record what ``var`` is bound to (for ``lookup_binding``) without emitting it."""
