@@ -199,9 +199,17 @@ def _exact_in_interpreter(func: PrimFunc) -> bool:
         _one_store_per_element(body.block.body) and \
         all(b.dtype not in _INEXACT_DTYPES for b in func.buffers)
     if exact:
+        # a read of a buffer the kernel writes (a scan such as out[i] = out[i - 1] + x[i], an
+        # intermediate) may keep the interpreter from vectorizing: millions of elements in
+        # Python loops. Only the inputs are read.
+        written = set()
+        post_order_visit(body, lambda n: written.add(id(n.buffer))
+                         if isinstance(n, BufferStore) else None)
+
         def check(n):
             nonlocal exact
             if isinstance(n, Reduce) or \
+                    (isinstance(n, BufferLoad) and id(n.buffer) in written) or \
                     (isinstance(n, TirCall) and n.op not in _EXACT_INTRINSICS) or \
                     (isinstance(n, PrimExpr) and n.dtype in _INEXACT_DTYPES) or \
                     (isinstance(n, BufferLoad) and n.buffer.dtype in _INEXACT_DTYPES) or \
