@@ -16,11 +16,13 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import re
 from typing import Any, Callable, Sequence
 
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import PrimExpr, Var as TirVar
+from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import children, post_order_visit
 from tilecraft.tensorir.structural import structural_equal, structural_hash
@@ -57,6 +59,128 @@ def _sanitize(name: str) -> str:
     return name if not name[0].isdigit() else "v" + name
 
 
+def _shape_key(func: PrimFunc) -> tuple:
+    """What structurally equal PrimFuncs share and is cheap to see: their parameters' dtypes
+    and their buffers' dtypes and constant dims (a symbolic dim as its dtype only)."""
+    bufs = dict(func.buffer_map)
+    out = []
+    for p in func.params:
+        b = bufs.get(p)
+        if b is None:
+            out.append(p.dtype)
+        else:
+            out.append((b.dtype, tuple(d.value if isinstance(d, IntImm) else d.dtype
+                                       for d in b.shape)))
+    return tuple(out)
+
+
+class PrimFuncIndex:
+    """PrimFuncs by structure, to find one structurally equal to another (``global_symbol``
+    left out). A PrimFunc is structurally hashed only once another one of the same parameter
+    shapes is looked up, and at most once: most kernels of a network differ in their shapes,
+    and hashing every kernel every pass was a fifth of a warm ResNet-50 build.
+
+    Examples
+    --------
+    >>> index = PrimFuncIndex()                      # doctest: +SKIP
+    >>> index.add("add", add_func)                   # doctest: +SKIP
+    >>> index.find(add_func_copy)                    # doctest: +SKIP
+    'add'
+    """
+
+    def __init__(self):
+        # shape key -> [[name, PrimFunc without global_symbol, its hash or None]], in order
+        self._by_shape: dict[tuple, list[list]] = {}
+
+    def add(self, name: str, func: PrimFunc) -> None:
+        """Index ``func`` under ``name`` (after the ones added before)."""
+        self._by_shape.setdefault(_shape_key(func), []).append([name, func, None])
+
+    def find(self, func: PrimFunc) -> str | None:
+        """The name of the first PrimFunc added that is structurally equal to ``func``."""
+        entries = self._by_shape.get(_shape_key(func))
+        if not entries:
+            return None
+        key = _without_symbol(func)
+        h = structural_hash(key)
+        for entry in entries:
+            if entry[2] is None:
+                entry[1] = _without_symbol(entry[1])
+                entry[2] = structural_hash(entry[1])
+            if entry[2] == h and structural_equal(entry[1], key):
+                return entry[0]
+        return None
+
+    def remove(self, name: str) -> None:
+        for key, entries in list(self._by_shape.items()):
+            self._by_shape[key] = [e for e in entries if e[0] != name]
+
+
+class _Unkeyable(Exception):
+    """An argument of ``call_te`` that ``_call_te_key`` cannot stand for by value."""
+
+
+def _value_key(x, names: dict[str, int]):
+    """``x`` as a hashable value that is equal only for arguments a te function cannot tell
+    apart: a tensor by its static shape, dtype and placeholder name, plain values by type and
+    value, frozen-or-not dataclasses field by field. Raise ``_Unkeyable`` for anything else."""
+    if isinstance(x, Expr):
+        si = x.struct_info
+        shape = si.static_shape() if isinstance(si, TensorStructInfo) else None
+        if shape is None:
+            raise _Unkeyable(x)
+        # the placeholder's name (made unique as call_te does): kernels may use it (a block
+        # annotation names the buffer it prefetches from)
+        name = _sanitize(getattr(x, "name_hint", "") or f"p{sum(names.values())}")
+        n = names.get(name, 0)
+        names[name] = n + 1
+        return ("tensor", shape, si.dtype, name, n)
+    if x is None or isinstance(x, (bool, int, str)):
+        return (type(x).__name__, x)
+    if isinstance(x, float):
+        return ("float", x.hex())      # -0.0 and 0.0 differ, a NaN equals itself
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__,) + tuple(_value_key(v, names) for v in x)
+    if isinstance(x, (IntImm, FloatImm)):
+        return (type(x).__name__, x.dtype, _value_key(x.value, names))
+    if isinstance(x, enum.Enum):
+        return (type(x), x.value)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return (type(x),) + tuple(_value_key(getattr(x, f.name), names)
+                                  for f in dataclasses.fields(x))
+    raise _Unkeyable(x)
+
+
+def _call_te_key(te_func, args, kwargs) -> tuple | None:
+    """What ``call_te(te_func, *args, **kwargs)``'s kernel is made from, or None where an
+    argument is not a plain value (a symbolic shape, a PrimExpr, an object of its own)."""
+    names: dict[str, int] = {}
+    try:
+        key = (te_func, tuple(_value_key(a, names) for a in args),
+               tuple((k, _value_key(v, names)) for k, v in kwargs.items()))
+        hash(key)           # a bound method of an unhashable object, an unhashable enum value
+    except (_Unkeyable, TypeError):
+        return None
+    return key
+
+
+def _tensor_args(args, kwargs) -> list:
+    """The Relax tensors among ``call_te``'s arguments, in the order it makes placeholders."""
+    found: list = []
+
+    def walk(a):
+        if isinstance(a, Expr):
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                walk(x)
+    for a in args:
+        walk(a)
+    for v in kwargs.values():
+        walk(v)
+    return found
+
+
 class _FunctionScope:
     def __init__(self, name, params, attrs):
         self.name, self.params, self.attrs = name, list(params), dict(attrs or {})
@@ -78,13 +202,13 @@ class BlockBuilder:
 
     def __init__(self, mod: IRModule | None = None):
         self._funcs: dict[str, Any] = dict(mod.functions) if mod is not None else {}
-        # structural hash (global_symbol left out) -> [(name, func)] for reusing identical kernels
-        self._prim_by_hash: dict[int, list[tuple[str, PrimFunc]]] = {}
-        # PrimFuncs not hashed yet, in order: hashing waits until a PrimFunc is added that has
-        # another to be compared with (a pass that adds none, or a scratch builder that adds
-        # one, hashes nothing; structural hashing was a fifth of a warm ResNet-50 build)
-        self._unhashed: list[tuple[str, PrimFunc]] = [
-            (name, f) for name, f in self._funcs.items() if isinstance(f, PrimFunc)]
+        # the PrimFuncs, to reuse an identical one (global_symbol left out)
+        self._prims = PrimFuncIndex()
+        for name, f in self._funcs.items():
+            if isinstance(f, PrimFunc):
+                self._prims.add(name, f)
+        # call_te's kernels by what made them (``_call_te_key``) -> (name, output struct info)
+        self._te_kernels: dict[tuple, tuple[str, list]] = {}
         self._scope: _FunctionScope | None = None
         self._bound: dict[int, Expr] = {}   # id(var) -> value it was bound to
         self._names: dict[str, int] = {}
@@ -261,31 +385,21 @@ class BlockBuilder:
     def add_func(self, func, name_hint: str) -> GlobalVar:
         """Add a function to the module (an identical PrimFunc already there is reused)."""
         if isinstance(func, PrimFunc):
-            key = _without_symbol(func)
-            if not self._prim_by_hash and not self._unhashed:
-                name = self._fresh_global(name_hint)      # nothing to compare with yet
-                func = func.with_attr("global_symbol", name)
-                self._unhashed.append((name, key))
-            else:
-                self._hash_pending()
-                h = structural_hash(key)
-                for name, other in self._prim_by_hash.get(h, []):
-                    if structural_equal(other, key):
-                        return GlobalVar(name)
-                name = self._fresh_global(name_hint)
-                func = func.with_attr("global_symbol", name)
-                self._prim_by_hash.setdefault(h, []).append((name, key))
+            same = self._prims.find(func)
+            if same is not None:
+                return GlobalVar(same)
+            name = self._fresh_global(name_hint)
+            self._prims.add(name, func)
+            func = func.with_attr("global_symbol", name)
         else:
             name = self._fresh_global(name_hint)
         self._funcs[name] = func
         return GlobalVar(name, getattr(func, "struct_info", None))
 
-    def _hash_pending(self) -> None:
-        """Index the PrimFuncs not hashed yet, in the order they came."""
-        for name, f in self._unhashed:
-            key = _without_symbol(f)
-            self._prim_by_hash.setdefault(structural_hash(key), []).append((name, key))
-        self._unhashed = []
+    def _forget_kernel(self, name: str) -> None:
+        """``name`` is no kernel to reuse any more (the function was removed)."""
+        self._prims.remove(name)
+        self._te_kernels = {k: v for k, v in self._te_kernels.items() if v[0] != name}
 
     def update_func(self, gvar: GlobalVar | str, func) -> None:
         name = gvar.name_hint if isinstance(gvar, GlobalVar) else gvar
@@ -299,6 +413,13 @@ class BlockBuilder:
         Tensor-valued Relax arguments (also inside lists) become placeholders of their symbolic
         shapes; other arguments (ints, floats, strings, PrimExprs) pass through unchanged.
         """
+        key = _call_te_key(te_func, args, kwargs)
+        made = self._te_kernels.get(key) if key is not None else None
+        if made is not None and made[0] in self._funcs:
+            # the same te function on tensors of the same shapes, dtypes and names, with the
+            # same other arguments: the same kernel (AlterLayout packs the weights of ResNet-50's
+            # 53 convolutions with a few distinct kernels), which add_func would find again
+            return call_tir(GlobalVar(made[0]), _tensor_args(args, kwargs), made[1])
         placeholders: list[te.Tensor] = []
         relax_args: list[Expr] = []
 
@@ -349,6 +470,8 @@ class BlockBuilder:
         name = primfunc_name_hint or getattr(te_func, "__name__", None) or out_list[0].name
         gvar = self.add_func(func, name if name != "<lambda>" else out_list[0].name)
         out_sinfo = [TensorStructInfo(o.shape, o.dtype) for o in out_list]
+        if key is not None and not extra:
+            self._te_kernels[key] = (gvar.name_hint, out_sinfo)
         return call_tir(gvar, relax_args, out_sinfo, tir_vars=extra or None)
 
     @staticmethod

@@ -34,8 +34,8 @@ from tilecraft.tensorir.expr import (Add, And, Cast, Div, EQ, FloatImm, FloorDiv
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.schedule import Schedule
-from tilecraft.tensorir.structural import structural_equal, structural_hash
 
+from .block_builder import PrimFuncIndex
 from .executable import PROGRAM_VERSION, Executable
 from .expr import (Call, Constant, Expr, ExternFunc, Function, GlobalVar, If, MatchCast,
                    PrimValue, RelaxError, SeqExpr, ShapeExpr, Tuple, TupleGetItem, Var, VarBinding)
@@ -161,20 +161,15 @@ def dedupe_kernels(mod: IRModule, kernels: Sequence[str]) -> dict[str, str]:
     {'fused_conv1': 'fused_conv1', 'fused_conv2': 'fused_conv1'}
     """
     rep: dict[str, str] = {}
-    buckets: dict[int, list[tuple[str, PrimFunc]]] = {}
+    index = PrimFuncIndex()     # hashes only kernels of the same parameter shapes
     for name in kernels:
         func = mod[name]
         if not isinstance(func, PrimFunc):
             raise RelaxError(f"relax.build: call_tir of {name}, which is not a PrimFunc")
-        anonymous = func.with_attr("global_symbol", "")
-        bucket = buckets.setdefault(structural_hash(anonymous), [])
-        for other_name, other in bucket:
-            if structural_equal(anonymous, other):
-                rep[name] = other_name
-                break
-        else:
-            bucket.append((name, anonymous))
-            rep[name] = name
+        same = index.find(func)
+        if same is None:
+            index.add(name, func)
+        rep[name] = same or name
     return rep
 
 

@@ -203,9 +203,7 @@ class RewriteBuilder(BlockBuilder):
 
     def remove_func(self, name: str) -> None:
         self._funcs.pop(name, None)
-        for key, entries in list(self._prim_by_hash.items()):
-            self._prim_by_hash[key] = [(n, f) for n, f in entries if n != name]
-        self._unhashed = [(n, f) for n, f in self._unhashed if n != name]
+        self._forget_kernel(name)
 
     def note_binding(self, var: Var, value: Expr) -> None:
         """Record what ``var`` is bound to (for ``lookup_binding``) without emitting it."""

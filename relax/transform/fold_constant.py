@@ -1,7 +1,10 @@
 """``FoldConstant``: evaluate at compile time what only depends on constants.
 
 - ``R.call_tir(f, (c0, c1, ...))`` with constant arguments (and constant ``tir_vars``) runs the
-  kernel once: small ones with ``tensorir.interpret``, others compiled with ``targets.build``
+  kernel once: small ones, and data movement or elementwise IEEE arithmetic of any size, with
+  numpy on strided views of the inputs (``fold_numpy_kernel``: one loop nest of elementwise
+  arithmetic on affine reads, such as the weight packing) or ``tensorir.interpret`` (both the
+  compiled kernel's bits), others compiled with ``targets.build``
   for the host; the call becomes a ``Constant`` (a ``Tuple`` of them for several outputs).
 - An operator call with constant arguments is evaluated with numpy where that gives the
   kernel's bits (``fold_constant_numpy``: batch normalization's arithmetic, reshapes,
@@ -26,9 +29,12 @@ from tilecraft.errors import TilecraftError
 from tilecraft import targets
 from tilecraft.tensorir import arith
 from tilecraft.tensorir.interpret import interpret
-from tilecraft.tensorir.expr import FloatImm, IntImm, TIRError, Var as TirVar
+from tilecraft.tensorir import dtype as dt
+from tilecraft.tensorir.expr import (BufferLoad, Call as TirCall, Cast, FloatImm, IntImm, Max,
+                                     Min, PrimExpr, Reduce, TIRError, Var as TirVar)
 from tilecraft.tensorir.function import IRModule, PrimFunc
-from tilecraft.tensorir.functor import substitute
+from tilecraft.tensorir.functor import post_order_visit, substitute
+from tilecraft.tensorir.stmt import Block, BlockRealize, BufferStore, For, SeqStmt
 
 from ..analysis import get_var2val, is_call_tir
 from ..expr import (Call, Constant, Expr, Function, PrimValue, ShapeExpr, StringImm, Tuple,
@@ -37,6 +43,7 @@ from ..op.base import Op
 from ..struct_info import TensorStructInfo, TupleStructInfo
 from .base import ExprMutator, Pass, RewriteBuilder
 from .fold_constant_numpy import evaluate_op
+from .fold_numpy_kernel import run_numpy_kernel
 
 __all__ = ["FoldConstant", "run_call_tir"]
 
@@ -47,6 +54,19 @@ _INTERPRET_ELEMENTS = 4096   # kernels touching at most this many elements run i
 # same bits: the code generator decides every instruction, and LLVM does not reassociate or
 # contract floating-point arithmetic at any level.
 _FOLD_TARGET = "llvm -opt-level=0"
+
+# Kernels ``tensorir.interpret`` runs with the compiled kernel's bits, whatever their size: data
+# movement (the weight packing of ``AlterLayout``: 54 kernels, 0.6 CPU s compiled and run in a
+# warm ResNet-50 build; the interpreter runs them as whole-array numpy indexing in a third of
+# that, with nothing to compile or link) and elementwise IEEE arithmetic. The interpreter
+# evaluates every node in its own dtype, element by element as the kernel does; what it would
+# compute differently stays on the compiled path: reductions (numpy sums pairwise),
+# transcendental intrinsics (numpy's exp is not LLVM's), float16 (x86 widens it), casts of
+# floats to integers (out of range, numpy and the kernel need not agree), min / max of floats
+# (which NaN wins).
+_EXACT_INTRINSICS = frozenset({"if_then_else", "sqrt", "rsqrt", "fabs", "floor", "ceil",
+                               "trunc", "round"})
+_INEXACT_DTYPES = frozenset({"float16", "bfloat16"})
 
 
 class FoldConstant(Pass):
@@ -119,7 +139,7 @@ def _compile_together(mod: IRModule) -> None:
             if any(shape is None for shape in shapes):
                 continue
             total = sum(a.data.size for a in args.fields) + sum(int(np.prod(s)) for s in shapes)
-            if total > _INTERPRET_ELEMENTS:
+            if total > _INTERPRET_ELEMENTS and not _exact_in_interpreter(kernel):
                 funcs[gv.name_hint] = kernel
     if len(funcs) < 2:
         return
@@ -133,6 +153,78 @@ def _compile_together(mod: IRModule) -> None:
         _BUILD_CACHE[id(kernel)] = (kernel, name, built)
     while len(_BUILD_CACHE) > max(_BUILD_CACHE_SIZE, len(funcs)):
         _BUILD_CACHE.pop(next(iter(_BUILD_CACHE)))
+
+
+def _one_store_per_element(stmt) -> bool:
+    """Whether ``stmt`` is loop nests (static extents), each around one block that stores one
+    element per iteration: no reduction, no init, the store's indices distinct iteration
+    variables of the block bound to distinct loop variables, so the interpreter vectorizes
+    every loop (the iterations write distinct elements)."""
+    if isinstance(stmt, SeqStmt):
+        return all(_one_store_per_element(s) for s in stmt.seq)
+    loops = []
+    while isinstance(stmt, For):
+        if not isinstance(stmt.extent, IntImm) or not isinstance(stmt.min, IntImm):
+            return False
+        loops.append(stmt.loop_var)
+        stmt = stmt.body
+    if not isinstance(stmt, BlockRealize):
+        return False
+    block = stmt.block
+    if block.init is not None or block.alloc_buffers or \
+            any(iv.kind != "spatial" for iv in block.iter_vars):
+        return False
+    values = stmt.iter_values
+    if not all(isinstance(v, TirVar) for v in values) or \
+            len({id(v) for v in values}) != len(values) or \
+            not {id(v) for v in values} <= {id(v) for v in loops}:
+        return False
+    store = block.body
+    if not isinstance(store, BufferStore):
+        return False
+    own = {id(iv.var) for iv in block.iter_vars}
+    return all(isinstance(i, TirVar) and id(i) in own for i in store.indices) and \
+        len({id(i) for i in store.indices}) == len(store.indices)
+
+
+def _exact_in_interpreter(func: PrimFunc) -> bool:
+    """Whether ``tensorir.interpret`` computes ``func``'s outputs bit for bit as its compiled
+    kernel, vectorized over every loop (see ``_EXACT_INTRINSICS``)."""
+    cached = _EXACT_CACHE.get(id(func))
+    if cached is not None and cached[0] is func:
+        return cached[1]
+    body = func.body
+    exact = isinstance(body, BlockRealize) and not body.iter_values and \
+        not body.block.iter_vars and body.block.init is None and \
+        _one_store_per_element(body.block.body) and \
+        all(b.dtype not in _INEXACT_DTYPES for b in func.buffers)
+    if exact:
+        # a read of a buffer the kernel writes (a scan such as out[i] = out[i - 1] + x[i], an
+        # intermediate) may keep the interpreter from vectorizing: millions of elements in
+        # Python loops. Only the inputs are read.
+        written = set()
+        post_order_visit(body, lambda n: written.add(id(n.buffer))
+                         if isinstance(n, BufferStore) else None)
+
+        def check(n):
+            nonlocal exact
+            if isinstance(n, Reduce) or \
+                    (isinstance(n, BufferLoad) and id(n.buffer) in written) or \
+                    (isinstance(n, TirCall) and n.op not in _EXACT_INTRINSICS) or \
+                    (isinstance(n, PrimExpr) and n.dtype in _INEXACT_DTYPES) or \
+                    (isinstance(n, BufferLoad) and n.buffer.dtype in _INEXACT_DTYPES) or \
+                    (isinstance(n, Cast) and dt.is_float(n.value.dtype) and
+                     not dt.is_float(n.dtype)) or \
+                    (isinstance(n, (Min, Max)) and dt.is_float(n.dtype)):
+                exact = False
+        post_order_visit(body, check)
+    _EXACT_CACHE[id(func)] = (func, exact)
+    while len(_EXACT_CACHE) > 4 * _BUILD_CACHE_SIZE:
+        _EXACT_CACHE.pop(next(iter(_EXACT_CACHE)))
+    return exact
+
+
+_EXACT_CACHE: dict[int, tuple] = {}   # id(PrimFunc) -> (PrimFunc, _exact_in_interpreter)
 
 
 def run_call_tir(func: PrimFunc, call: Call, inputs, tir_values=()) -> list[np.ndarray]:
@@ -173,8 +265,10 @@ def run_call_tir(func: PrimFunc, call: Call, inputs, tir_values=()) -> list[np.n
     arrays = [x if x.flags.c_contiguous else np.array(x, order="C") for x in map(np.asarray,
                                                                                  inputs)]
     scalars = [int(v) for v in tir_values]
+    if len(outs) == 1 and not scalars and run_numpy_kernel(func, arrays, outs[0]):
+        return outs    # the weight packing: numpy on strided views of the inputs
     total = sum(a.size for a in arrays) + sum(o.size for o in outs)
-    if total <= _INTERPRET_ELEMENTS:
+    if total <= _INTERPRET_ELEMENTS or _exact_in_interpreter(func):
         interpret(func, *arrays, *outs, *scalars)
     else:
         key = id(func)

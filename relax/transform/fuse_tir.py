@@ -307,7 +307,9 @@ class _FusedBuilder:
             for d, target in zip(cb.shape, ours.shape):
                 if isinstance(d, TirVar) and d not in vmap:
                     vmap[d] = target
-        pattern = int(callee.attr_dict.get("op_pattern", infer_op_pattern(callee)))
+        attrs = callee.attr_dict
+        # (the analysis only where the kernel does not say: as get's default it ran every time)
+        pattern = int(attrs["op_pattern"]) if "op_pattern" in attrs else infer_op_pattern(callee)
         self.pattern = _combine_fused(self.pattern, pattern)
         body = callee.body
         inliner = _Inliner(vmap, bmap, self)

@@ -42,6 +42,10 @@ def _default(check: bool = False, target: "Target | str | None" = None,
     if target.kind == "llvm":
         # NCHW convolutions whose NHWC tiles run faster -> NHWC (with what lies between them)
         passes.append(ConvertLayout(target))
+        # ... whose reshapes and transposes of constants (the biases: ResNet-50 has 107)
+        # are folded with numpy now, not legalized into kernels to be run by the FoldConstant
+        # after LegalizeOps
+        passes.append(FoldConstant())
         # conv / dense -> kernels on packed weights
         passes.append(AlterLayout(target, conv_plans=conv_plans))
     if target.kind in ("opencl", "webgpu"):
@@ -76,8 +80,8 @@ def get_pipeline(name: str = "default", check: bool = False,
     ----------
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
-        ConvertLayout and AlterLayout (CPU targets only), FuseAttention, GPUWinograd and
-        LowerDenseQ4GEMV (GPU targets only), LegalizeOps, FoldConstant,
+        ConvertLayout, FoldConstant and AlterLayout (CPU targets only), FuseAttention,
+        GPUWinograd and LowerDenseQ4GEMV (GPU targets only), LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).

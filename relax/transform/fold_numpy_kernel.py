@@ -1,0 +1,303 @@
+"""``FoldConstant``'s fast path for the weight packing: a kernel that is one loop nest around
+one block storing ``out[i, j, ...] = value`` (every element once), where ``value`` is
+float32 / float64 arithmetic (``+ - * /``, ``if_then_else`` on integer conditions) of reads
+at affine indices, run as numpy on strided views of the inputs.
+
+``AlterLayout``'s packing kernels are such kernels (ResNet-50: 54 of them on 25 M weights, 10
+of them the Winograd transform ``G g G^T``, nine products summed per element). The
+interpreter reads each input through index arrays, about 12 ns an element; a strided view
+(``numpy.lib.stride_tricks.as_strided``) reads at memory speed. The arithmetic is the
+kernel's, node by node in its dtype (IEEE operations, correctly rounded in numpy as in the
+compiled kernel, which neither contracts nor reassociates), so the result has its bits.
+Anything else -- integer or float16 arithmetic, intrinsics, ``min`` / ``max`` of floats, an
+index that is not affine -- returns False: the caller runs the kernel another way.
+
+Examples
+--------
+>>> import numpy as np
+>>> from tilecraft.tensorir import te
+>>> a = te.placeholder((4, 6), "float32", "a")
+>>> t = te.compute((6, 4), lambda i, j: a[j, i] * 2.0, "t")
+>>> f = te.create_prim_func([a, t])
+>>> x = np.arange(24, dtype="float32").reshape(4, 6)
+>>> out = np.empty((6, 4), "float32")
+>>> run_numpy_kernel(f, [x], out)
+True
+>>> bool((out == 2 * x.T).all())
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tilecraft.tensorir.expr import (EQ, GE, GT, LE, LT, NE, Add, And, BufferLoad, Call, Cast,
+                                     Div, FloatImm, FloorDiv, FloorMod, IntImm, Max, Min, Mul,
+                                     Not, Or, Sub, Var)
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.stmt import BlockRealize, BufferStore, For
+
+__all__ = ["run_numpy_kernel"]
+
+_FLOATS = ("float32", "float64")
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def run_numpy_kernel(func: PrimFunc, inputs, out: np.ndarray) -> bool:
+    """Run ``func`` on the numpy ``inputs`` into ``out`` if it is a kernel of the form of the
+    module docstring, and say whether it was; False leaves ``out`` alone. A read that would
+    leave its input raises ``IndexError``.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        One loop nest around one block storing each element of its one output once.
+    inputs : sequence of numpy.ndarray
+        The arrays of its input buffers, in order.
+    out : numpy.ndarray
+        The array of its output buffer.
+
+    Returns
+    -------
+    bool
+        Whether ``out`` holds the kernel's result.
+    """
+    try:
+        box = _box_of(func, inputs, out)
+        with np.errstate(all="ignore"):     # inf / nan as the kernel computes them
+            value = box.value(box.store.value)
+    except _Unsupported:
+        return False
+    if str(value.dtype) != str(out.dtype):
+        return False
+    out[...] = np.transpose(np.broadcast_to(value, box.extents), box.perm)
+    return True
+
+
+def _affine(e, axes: dict[int, int]) -> tuple[dict[int, int], int]:
+    """``e`` as (variable id -> coefficient, constant), over the variables in ``axes``."""
+    if isinstance(e, IntImm):
+        return {}, int(e.value)
+    if isinstance(e, Var):
+        if id(e) not in axes:
+            raise _Unsupported(f"free variable {e.name}")
+        return {id(e): 1}, 0
+    if isinstance(e, (Add, Sub)):
+        (ca, ka), (cb, kb) = _affine(e.a, axes), _affine(e.b, axes)
+        sign = 1 if isinstance(e, Add) else -1
+        out = dict(ca)
+        for v, c in cb.items():
+            out[v] = out.get(v, 0) + sign * c
+        return out, ka + sign * kb
+    if isinstance(e, Mul):
+        (ca, ka), (cb, kb) = _affine(e.a, axes), _affine(e.b, axes)
+        if ca and cb:
+            raise _Unsupported("a product of variables")
+        coefs, k, scale = (cb, kb, ka) if not ca else (ca, ka, kb)
+        return {v: c * scale for v, c in coefs.items()}, k * scale
+    raise _Unsupported(f"{type(e).__name__} in an index")
+
+
+_CMP = {LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal, EQ: np.equal,
+        NE: np.not_equal}
+_INTEGER = {Add: np.add, Sub: np.subtract, Mul: np.multiply, FloorDiv: np.floor_divide,
+            FloorMod: np.mod, Min: np.minimum, Max: np.maximum}
+_ARITH = {Add: np.add, Sub: np.subtract, Mul: np.multiply, Div: np.divide}
+
+
+def _contiguous(x: np.ndarray) -> np.ndarray:
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+def _unsupported(e):
+    raise _Unsupported(f"{e!r}")
+
+
+class _Box:
+    """The iteration box of the kernel's one block: its loops (axes, in loop order), their
+    extents, and the block variables' axes."""
+
+    def __init__(self, func, store, extents, axes, perm, inputs_of):
+        self.func, self.store, self.extents, self.axes, self.perm = (func, store, extents,
+                                                                     axes, perm)
+        self.inputs_of = inputs_of
+        self.made: set[int] = set()    # ids of the arrays evaluation made (not views)
+
+    # -- index expressions --------------------------------------------------------------
+    def grid(self, coefs: dict[int, int], k: int) -> np.ndarray:
+        """An affine value over the box, as a broadcastable int64 array."""
+        n = len(self.extents)
+        value = np.full([1] * n, k, dtype=np.int64)
+        for v, c in coefs.items():
+            a = self.axes[v]
+            shape = [1] * n
+            shape[a] = self.extents[a]
+            value = value + c * np.arange(self.extents[a], dtype=np.int64).reshape(shape)
+        return value
+
+    def bounds(self, coefs: dict[int, int], k: int) -> tuple[int, int]:
+        lo = k + sum(min(0, c) * (self.extents[self.axes[v]] - 1) for v, c in coefs.items())
+        hi = k + sum(max(0, c) * (self.extents[self.axes[v]] - 1) for v, c in coefs.items())
+        return lo, hi
+
+    def index(self, e) -> tuple[dict[int, int], int]:
+        """An index: affine, or the min / max of an affine one and a constant that never
+        binds in the box (``min(o, 127)`` of a padded channel block that has no padding)."""
+        if isinstance(e, (Min, Max)):
+            for x, c in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(c, IntImm):
+                    coefs, k = self.index(x)
+                    lo, hi = self.bounds(coefs, k)
+                    if (isinstance(e, Min) and hi <= c.value) or \
+                            (isinstance(e, Max) and lo >= c.value):
+                        return coefs, k
+            raise _Unsupported("a min / max that binds")
+        return _affine(e, self.axes)
+
+    def condition(self, e) -> np.ndarray:
+        if isinstance(e, And):
+            return self.condition(e.a) & self.condition(e.b)
+        if isinstance(e, Or):
+            return self.condition(e.a) | self.condition(e.b)
+        if isinstance(e, Not):
+            return ~self.condition(e.a)
+        cmp = _CMP.get(type(e))
+        if cmp is None:
+            raise _Unsupported(f"{type(e).__name__} in a condition")
+        return cmp(self.integer(e.a), self.integer(e.b))
+
+    def integer(self, e) -> np.ndarray:
+        """An integer expression of the block's variables over the box (int64, broadcastable;
+        ``//`` and ``%`` floor as ``FloorDiv`` / ``FloorMod``)."""
+        if isinstance(e, IntImm):
+            return np.asarray(int(e.value), dtype=np.int64)
+        if isinstance(e, Var):
+            return self.grid({id(e): 1}, 0) if id(e) in self.axes else _unsupported(e)
+        fn = _INTEGER.get(type(e))
+        if fn is None:
+            raise _Unsupported(f"{type(e).__name__} in an integer expression")
+        b = self.integer(e.b)
+        if isinstance(e, (FloorDiv, FloorMod)) and np.any(b == 0):
+            raise _Unsupported("a division by zero")
+        value = fn(self.integer(e.a), b)
+        if value.size and np.abs(value).max() >= 2 ** 31:
+            raise _Unsupported("an integer that may wrap around in the kernel")
+        return value
+
+    # -- values -------------------------------------------------------------------------
+    def value(self, e, guard: np.ndarray | None = None) -> np.ndarray:
+        """``e`` over the box, in its dtype; ``guard``: where the value is used (a read may
+        leave its input elsewhere)."""
+        if isinstance(e, (FloatImm, IntImm)):
+            if e.dtype not in _FLOATS:
+                raise _Unsupported(f"{e.dtype} value")
+            return np.asarray(e.value, dtype=e.dtype)
+        if e.dtype not in _FLOATS:
+            raise _Unsupported(f"{e.dtype} arithmetic")
+        fn = _ARITH.get(type(e))
+        if fn is not None:
+            # a strided read gathered once, not again for each value it is combined with
+            # (the Winograd transform multiplies each read by 16 coefficients)
+            a = _contiguous(self.value(e.a, guard))
+            b = _contiguous(self.value(e.b, guard))
+            # the result into an operand this evaluation made (each is used once): fresh
+            # arrays of millions of elements cost more in page faults than the arithmetic
+            shape = np.broadcast_shapes(a.shape, b.shape)
+            into = next((x for x in (a, b) if id(x) in self.made and x.shape == shape and
+                         x.dtype == e.dtype), None)
+            result = fn(a, b, out=into) if into is not None else fn(a, b)
+            self.made.add(id(result))
+            return result
+        if isinstance(e, Cast):
+            if e.value.dtype not in _FLOATS:
+                raise _Unsupported("a cast from a non-float")
+            return self.value(e.value, guard).astype(e.dtype)
+        if isinstance(e, Call) and e.op == "if_then_else":
+            cond = self.condition(e.args[0])
+            t = self.value(e.args[1], cond if guard is None else cond & guard)
+            f = self.value(e.args[2], ~cond if guard is None else ~cond & guard)
+            return np.where(cond, t, f)
+        if isinstance(e, BufferLoad):
+            return self.load(e, guard)
+        raise _Unsupported(f"{type(e).__name__} in a value")
+
+    def load(self, e: BufferLoad, guard) -> np.ndarray:
+        src = self.inputs_of(e.buffer)
+        if str(src.dtype) != e.dtype or src.ndim != len(e.indices):
+            raise _Unsupported("the input")
+        reads = [self.index(i) for i in e.indices]
+        low = [0] * src.ndim
+        for dim, ((coefs, k), n) in enumerate(zip(reads, src.shape)):
+            lo, hi = self.bounds(coefs, k)
+            if lo >= 0 and hi < n:
+                continue
+            # out of the input somewhere in the box: fine only where the value is not used
+            # (the zero rows of a packed weight); pad the input so that the view stays in it
+            idx = self.grid(coefs, k)
+            if guard is None or np.any(guard & ((idx < 0) | (idx >= n))):
+                raise IndexError(f"{self.func.attr_dict.get('global_symbol', 'kernel')} reads "
+                                 f"{e.buffer.name} out of bounds in dimension {dim}")
+            low[dim] = max(0, -lo)
+            pad = [(0, 0)] * src.ndim
+            pad[dim] = (low[dim], max(0, hi - n + 1))
+            src = np.pad(src, pad)
+        item = src.itemsize
+        offset, strides = 0, [0] * len(self.extents)
+        for dim, (coefs, k) in enumerate(reads):
+            step = src.strides[dim] // item
+            offset += (k + low[dim]) * step
+            for v, c in coefs.items():
+                strides[self.axes[v]] += c * step
+        # an axis the read does not depend on stays 1 wide (numpy broadcasts it)
+        shape = [n if s else 1 for n, s in zip(self.extents, strides)]
+        return np.lib.stride_tricks.as_strided(src.reshape(-1)[offset:], shape=shape,
+                                               strides=[s * item for s in strides],
+                                               writeable=False)
+
+
+def _box_of(func: PrimFunc, inputs, out: np.ndarray) -> _Box:
+    bufs = func.buffers
+    if len(bufs) != len(inputs) + 1 or func.scalar_params or \
+            not isinstance(func.body, BlockRealize) or func.body.block.alloc_buffers:
+        raise _Unsupported("not one output")
+    stmt = func.body.block.body
+    loops = []
+    while isinstance(stmt, For):
+        loops.append(stmt)
+        stmt = stmt.body
+    if not isinstance(stmt, BlockRealize):
+        raise _Unsupported("not one loop nest around one block")
+    block, store = stmt.block, stmt.block.body
+    if block.init is not None or block.alloc_buffers or not isinstance(store, BufferStore) or \
+            store.buffer is not bufs[-1] or len(stmt.iter_values) != len(loops) or \
+            not (isinstance(stmt.predicate, IntImm) and stmt.predicate.value) or \
+            any(iv.kind != "spatial" for iv in block.iter_vars):
+        raise _Unsupported("not one store per iteration")
+    if not all(isinstance(lp.min, IntImm) and lp.min.value == 0 and
+               isinstance(lp.extent, IntImm) for lp in loops):
+        raise _Unsupported("loop bounds")
+    # the block's variables are the loops' (in some order), each over its whole loop
+    loop_axis = {id(lp.loop_var): a for a, lp in enumerate(loops)}
+    extents = [int(lp.extent.value) for lp in loops]
+    axes: dict[int, int] = {}
+    for iv, value in zip(block.iter_vars, stmt.iter_values):
+        a = loop_axis.get(id(value)) if isinstance(value, Var) else None
+        if a is None or a in axes.values() or not isinstance(iv.dom.min, IntImm) or \
+                iv.dom.min.value != 0 or not isinstance(iv.dom.extent, IntImm) or \
+                int(iv.dom.extent.value) != extents[a]:
+            raise _Unsupported("iteration variables")
+        axes[id(iv.var)] = a
+    # the output: every element once, its dimensions the axes in some order
+    perm = [axes.get(id(i)) if isinstance(i, Var) else None for i in store.indices]
+    if None in perm or sorted(perm) != list(range(len(loops))) or \
+            tuple(extents[a] for a in perm) != tuple(out.shape):
+        raise _Unsupported("the store")
+    arrays = {id(b): np.ascontiguousarray(x) for b, x in zip(bufs, inputs)}
+
+    def inputs_of(buffer):
+        if id(buffer) not in arrays:
+            raise _Unsupported(f"a read of {buffer.name}, not an input")
+        return arrays[id(buffer)]
+    return _Box(func, store, extents, axes, perm, inputs_of)
