@@ -35,7 +35,7 @@ from .expr import Cast, IntImm, PrimExpr, Var
 from .function import PrimFunc
 from .functor import IRMutator, children
 from .stmt import Block, Buffer, For
-from .structural import structural_equal, structural_hash
+from .structural import _Hasher, structural_equal
 
 __all__ = ["SharedKernel", "share_kernels", "kernel_positions", "loop_structure"]
 
@@ -112,6 +112,16 @@ def kernel_positions(func: PrimFunc) -> tuple[PrimFunc, list[int], list[str], li
     return skeleton, walker.values, walker.dtypes, walker.param_dims
 
 
+class _BlankHasher(_Hasher):
+    """``structural_hash`` with every integer immediate the same: kernels of one skeleton hash
+    alike (a cheap first sort; ``kernel_positions`` and ``structural_equal`` decide)."""
+
+    def h(self, x) -> int:
+        if type(x) is IntImm and not dt.is_bool(x.dtype):
+            return hash(("int", x.dtype))
+        return super().h(x)
+
+
 def _direction(a: list[int], b: list[int]) -> tuple[int, ...] | None:
     """The primitive integer direction from ``a`` to ``b``, its first nonzero entry positive."""
     d = [y - x for x, y in zip(a, b)]
@@ -182,44 +192,50 @@ def share_kernels(funcs: Sequence[PrimFunc], min_members: int = 3,
     >>> [s.members for s in share_kernels([f_a288, f_b, f_a320, f_a352])]  # doctest: +SKIP
     [(0, 2, 3)]
     """
-    skeletons: dict[int, list[tuple[PrimFunc, list[int]]]] = {}
-    vectors: dict[int, list[int]] = {}
-    info: dict[int, tuple[list[str], list[int]]] = {}
+    by_hash: dict[int, list[int]] = {}
     for i, f in enumerate(funcs):
         if any(not isinstance(dim, IntImm) for b in f.buffers for dim in b.shape):
             continue
-        skeleton, values, dtypes, param_dims = kernel_positions(f)
-        vectors[i], info[i] = values, (dtypes, param_dims)
-        bucket = skeletons.setdefault(structural_hash(skeleton), [])
-        for group in bucket:
-            if structural_equal(group[0], skeleton):
-                group[1].append(i)
-                break
-        else:
-            bucket.append((skeleton, [i]))
+        by_hash.setdefault(_BlankHasher().h(f.with_attr("global_symbol", "")), []).append(i)
+    vectors: dict[int, list[int]] = {}
+    info: dict[int, tuple[list[str], list[int]]] = {}
+    skeletons: list[tuple[PrimFunc, list[int]]] = []
+    for candidates in by_hash.values():
+        if len(candidates) < min_members:
+            continue
+        groups: list[tuple[PrimFunc, list[int]]] = []
+        for i in candidates:
+            skeleton, values, dtypes, param_dims = kernel_positions(funcs[i])
+            vectors[i], info[i] = values, (dtypes, param_dims)
+            for group in groups:
+                if structural_equal(group[0], skeleton):
+                    group[1].append(i)
+                    break
+            else:
+                groups.append((skeleton, [i]))
+        skeletons.extend(groups)
     found = []
-    for bucket in skeletons.values():
-        for _, members in bucket:
-            rest = list(members)
-            while len(rest) >= min_members:
-                first, others = rest[0], rest[1:]
-                lines: dict[tuple, list[int]] = {}
-                for j in others:
-                    d = _direction(vectors[first], vectors[j])
-                    if d is not None:
-                        lines.setdefault(d, []).append(j)
-                best = max(lines.items(), key=lambda kv: len(kv[1]), default=None)
-                family = None
-                if best is not None and len(best[1]) + 1 >= min_members:
-                    dtypes, param_dims = info[first]
-                    family = _family(funcs, [first] + best[1], vectors, best[0], param_dims,
-                                     dtypes, param_name)
-                if family is None:
-                    rest = others
-                    continue
-                found.append(family)
-                taken = set(family.members)
-                rest = [j for j in rest if j not in taken]
+    for _, members in skeletons:
+        rest = list(members)
+        while len(rest) >= min_members:
+            first, others = rest[0], rest[1:]
+            lines: dict[tuple, list[int]] = {}
+            for j in others:
+                d = _direction(vectors[first], vectors[j])
+                if d is not None:
+                    lines.setdefault(d, []).append(j)
+            best = max(lines.items(), key=lambda kv: len(kv[1]), default=None)
+            family = None
+            if best is not None and len(best[1]) + 1 >= min_members:
+                dtypes, param_dims = info[first]
+                family = _family(funcs, [first] + best[1], vectors, best[0], param_dims,
+                                 dtypes, param_name)
+            if family is None:
+                rest = others
+                continue
+            found.append(family)
+            taken = set(family.members)
+            rest = [j for j in rest if j not in taken]
     found.sort(key=lambda s: s.members[0])
     return found
 
