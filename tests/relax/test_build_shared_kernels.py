@@ -84,20 +84,19 @@ def test_wrong_shapes_are_refused_by_the_shared_kernel():
     from tilecraft.tensorir.function import IRModule
     from tilecraft.tensorir.generalize import share_kernels
 
-    def concat(c):
+    def shifted_dot(c):
         a = te.placeholder((c, 16), "float32", name="A")
-        b = te.placeholder((4, 16), "float32", name="B")
-        out = te.compute((c + 4, 16), lambda i, j: te.if_then_else(i < c, a[i, j], b[i - c, j]),
-                         name="out")
-        return te.create_prim_func([a, b, out]).with_attr("global_symbol", f"concat{c}")
+        b = te.placeholder((c + 4, 16), "float32", name="B")
+        r = te.reduce_axis((0, c), name="r")
+        y = te.compute((16,), lambda j: te.sum(a[r, j] * b[r + 4, j], axis=[r]), name="y")
+        return te.create_prim_func([a, b, y]).with_attr("global_symbol", f"dot{c}")
 
-    shared = share_kernels([concat(c) for c in (8, 16, 24)])[0].func
-    module = targets.build(IRModule({"concat8": shared}), "llvm", cache=False)
+    shared = share_kernels([shifted_dot(c) for c in (8, 16, 24)])[0].func
+    module = targets.build(IRModule({"dot8": shared}), "llvm", cache=False)
     rng = np.random.default_rng(3)
-    a, b = (rng.standard_normal(s).astype("float32") for s in ((40, 16), (4, 16)))
-    out = targets.array(np.zeros((44, 16), "float32"))     # 40 channels: not a member's size
-    module["concat8"](targets.array(a), targets.array(b), out)
-    np.testing.assert_array_equal(out.numpy(), np.concatenate([a, b]))
+    a, b = (rng.standard_normal(s).astype("float32") for s in ((40, 16), (44, 16)))
+    out = targets.array(np.zeros(16, "float32"))            # 40 rows: not a member's size
+    module["dot8"](targets.array(a), targets.array(b), out)
+    np.testing.assert_allclose(out.numpy(), (a * b[4:]).sum(axis=0), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="expected"):
-        module["concat8"](targets.array(a), targets.array(b),
-                          targets.array(np.zeros((43, 16), "float32")))
+        module["dot8"](targets.array(a), targets.array(b[:43]), out)
