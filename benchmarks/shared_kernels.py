@@ -2,7 +2,7 @@
 cost at run time, side by side.
 
 ``python -m benchmarks.shared_kernels [--models densenet121,inception_v1,resnet50]
-[--rounds 7] [--threads 2]``
+[--rounds 7] [--threads 1] [--layers]``
 
 For each zoo model, in one process: ``relax.build`` with ``share=False`` (every distinct
 kernel at its own shapes) and with ``share=True`` (families of kernels that differ in one
@@ -12,6 +12,9 @@ cache off, alternating; the distinct kernels each compiles and the CPU seconds o
 on ``--threads`` threads (CPU-time clock, the median per run) and ``vm.profile``'s per-kernel
 times, summed per shared kernel in each round (the median over the rounds): a shared kernel's time
 against the time of the kernels it replaces (ratio above 1: the shared kernel is faster).
+
+With ``--layers``, each shared kernel alone against its smallest and its largest member
+instead (one thread, the same random inputs, interleaved rounds, medians).
 
 The machine may be shared: the load average is recorded; only the side-by-side ratio means
 anything.
@@ -44,6 +47,54 @@ def _call_sequence(program) -> list[str]:
                 walk(v)
     walk(program["functions"])
     return out
+
+
+def layer_times(name: str, rounds: int = 9) -> list[dict]:
+    """Each shared kernel of ``name`` (cache off, one thread) against its smallest and its
+    largest member alone, on the member's shapes and the same random inputs, interleaved
+    ``rounds`` times (10 calls a round): the medians per call and their ratio (above 1: the
+    shared kernel is faster)."""
+    from tilecraft import targets
+    from tilecraft.relax import default_schedules
+    from tilecraft.relax.build import (_called_kernels, _layout_pipeline, _run_pipeline,
+                                       dedupe_kernels, legalize)
+    from tilecraft.relax.frontend import from_onnx
+    from tilecraft.targets import Target, kernel_cache
+    from tilecraft.tensorir.function import IRModule
+    from tilecraft.tensorir.generalize import share_kernels
+    from tilecraft.zoo import models
+    target = Target("llvm")
+    with kernel_cache.use(False):
+        mod = legalize(_run_pipeline(from_onnx(models.ZOO[name]().onnx_model),
+                                     _layout_pipeline(None, None, target), target))
+    distinct = list(dict.fromkeys(dedupe_kernels(mod, _called_kernels(mod)).values()))
+    rows = []
+    for family in share_kernels([mod[n] for n in distinct]):
+        for which, index in (("smallest", 0), ("largest", -1)):
+            member = mod[distinct[family.members[index]]]
+            rng = np.random.default_rng(0)
+            args = [targets.array(rng.standard_normal([d.value for d in b.shape]).astype(b.dtype))
+                    for b in member.buffers]
+            fns = {}
+            for label, f in (("own", member), ("shared", family.func)):
+                sym = f.attr_dict["global_symbol"]
+                m = targets.build(IRModule({sym: default_schedules.apply(f, target)}), target,
+                                  cache=False)
+                m.num_threads = 1
+                fns[label] = m[sym]
+            times = {label: [] for label in fns}
+            for _ in range(rounds):
+                for label, fn in fns.items():
+                    fn(*args)
+                    t0 = time.perf_counter()
+                    for _ in range(10):
+                        fn(*args)
+                    times[label].append((time.perf_counter() - t0) / 10)
+            own, shared = (statistics.median(times[k]) * 1e6 for k in ("own", "shared"))
+            rows.append({"kernel": distinct[family.members[0]], "member": which,
+                         "value": family.values[index], "own_us": round(own, 1),
+                         "shared_us": round(shared, 1), "ratio": round(own / shared, 3)})
+    return rows
 
 
 def measure(name: str, rounds: int, threads: int) -> dict:
@@ -123,11 +174,21 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=1,
                    help="threads of the kernels' parallel loops (0: all cores)")
+    p.add_argument("--layers", action="store_true",
+                   help="each shared kernel alone against its smallest and largest member")
     p.add_argument("--write", action="store_true",
                    help="write benchmarks/results/shared_kernels/<machine>.json")
     a = p.parse_args(argv)
     rows = []
     load_before = [round(x, 2) for x in os.getloadavg()]
+    if a.layers:
+        for name in a.models.split(","):
+            for r in layer_times(name, a.rounds):
+                print(f"{name} {r['kernel'][:50]:<50} {r['member']:<8} ({r['value']:>4}): "
+                      f"{r['own_us']:9.1f} us own, {r['shared_us']:9.1f} us shared, "
+                      f"{r['ratio']:.3f}x", flush=True)
+        print(f"load average {load_before} -> {[round(x, 2) for x in os.getloadavg()]}")
+        return 0
     for name in a.models.split(","):
         r = measure(name, a.rounds, a.threads)
         rows.append(r)
