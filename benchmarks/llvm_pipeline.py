@@ -53,10 +53,11 @@ def load_model(name: str):
 
 def kernel_ir(mod, target) -> list[tuple[str, str]]:
     """``(name, LLVM IR text)`` of each distinct kernel ``relax.build`` would compile for
-    ``target``, as given to the optimizer (the tagged multiply-adds fused)."""
+    ``target`` (shared kernels included), as given to the optimizer (the tagged multiply-adds
+    fused)."""
     from tilecraft.relax.build import (StaticPlanBlockMemory, _called_kernels, _layout_pipeline,
                                        _run_pipeline, dedupe_kernels, kernel_specs, legalize,
-                                       vm_codegen)
+                                       share_shaped_kernels, vm_codegen)
     from tilecraft.targets import kernel_cache
     from tilecraft.targets.build_module import is_lowered
     from tilecraft.targets.llvm import compiler
@@ -64,7 +65,8 @@ def kernel_ir(mod, target) -> list[tuple[str, str]]:
     with kernel_cache.use(False):
         mod = legalize(_run_pipeline(mod, _layout_pipeline(None, None, target), target))
     mod = StaticPlanBlockMemory(None, target=target)(mod)
-    program, _ = vm_codegen(mod, dedupe_kernels(mod, _called_kernels(mod)))
+    mod, aliases = share_shaped_kernels(mod, dedupe_kernels(mod, _called_kernels(mod)), target)
+    program, _ = vm_codegen(mod, aliases)
     config = compiler.MachineConfig(target)
     data_layout = str(config.machine().target_data)
     out = []

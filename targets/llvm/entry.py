@@ -7,6 +7,10 @@ is a plain variable from the first tensor where it appears (after scalar paramet
 first) and checks every other dimension (``n * 2``, constants) against the bound values; then
 strides (NULL, or compact row-major). Any failure writes a message for
 ``tilecraft_get_last_error()`` and returns -1; the kernel itself never sees a bad argument.
+
+The entry is ``optnone`` (compiled as at ``-O0``) and calls the kernel's body, which is
+optimized at the target's level: a few compares a call cost less than optimizing them in
+every kernel.
 """
 from __future__ import annotations
 
@@ -57,6 +61,11 @@ class EntryEmitter:
     def emit_entry(self, name, symbol, func, bparams, sparams, bound, compute):
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR, I32]), symbol)
         fn.attributes.add("nounwind")
+        # not optimized: the checks are a chain of compares run once a call, and LLVM's -O3 over
+        # them (with their error paths) was a third of the optimization and code generation of
+        # ResNet-50's kernels; the kernel itself (``compute``) is optimized as before
+        fn.attributes.add("noinline")
+        fn.attributes.add("optnone")
         args, codes, nargs = fn.args
         args.name, codes.name, nargs.name = "args", "type_codes", "num_args"
         self.ctx = self._make_ctx(fn, name)
