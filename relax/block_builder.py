@@ -19,11 +19,13 @@ import contextlib
 import dataclasses
 import enum
 import re
+import types
 from typing import Any, Callable, Sequence
 
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.stmt import Block
 from tilecraft.tensorir.functor import children, post_order_visit
 from tilecraft.tensorir.structural import structural_equal, structural_hash
 
@@ -120,27 +122,34 @@ class _Unkeyable(Exception):
     """An argument of ``call_te`` that ``_call_te_key`` cannot stand for by value."""
 
 
-def _value_key(x, names: dict[str, int]):
+def _value_key(x, names: list[str] | None):
     """``x`` as a hashable value that is equal only for arguments a te function cannot tell
-    apart: a tensor by its static shape, dtype and placeholder name, plain values by type and
-    value, frozen-or-not dataclasses field by field. Raise ``_Unkeyable`` for anything else."""
+    apart but by their tensors' names: a tensor by its static shape and dtype (its placeholder's
+    name, made unique as ``call_te`` does, goes to ``names``; ``names`` None: no tensor may
+    appear, as in what a closure holds), plain values by type and value, lists, tuples and
+    dicts item by item, frozen-or-not dataclasses field by field, functions by ``_func_key``.
+    Raise ``_Unkeyable`` for anything else."""
     if isinstance(x, Expr):
+        if names is None:
+            raise _Unkeyable(x)
         si = x.struct_info
         shape = si.static_shape() if isinstance(si, TensorStructInfo) else None
         if shape is None:
             raise _Unkeyable(x)
-        # the placeholder's name (made unique as call_te does): kernels may use it (a block
-        # annotation names the buffer it prefetches from)
-        name = _sanitize(getattr(x, "name_hint", "") or f"p{sum(names.values())}")
-        n = names.get(name, 0)
-        names[name] = n + 1
-        return ("tensor", shape, si.dtype, name, n)
+        name = _sanitize(getattr(x, "name_hint", "") or f"p{len(names)}")
+        names.append(_unique_name(name, names))
+        return ("tensor", shape, si.dtype)
     if x is None or isinstance(x, (bool, int, str)):
         return (type(x).__name__, x)
     if isinstance(x, float):
         return ("float", x.hex())      # -0.0 and 0.0 differ, a NaN equals itself
     if isinstance(x, (tuple, list)):
         return (type(x).__name__,) + tuple(_value_key(v, names) for v in x)
+    if isinstance(x, dict):
+        return ("dict",) + tuple((_value_key(k, names), _value_key(v, names))
+                                 for k, v in x.items())
+    if isinstance(x, types.FunctionType):
+        return _func_key(x)
     if isinstance(x, (IntImm, FloatImm)):
         return (type(x).__name__, x.dtype, _value_key(x.value, names))
     if isinstance(x, enum.Enum):
@@ -151,17 +160,82 @@ def _value_key(x, names: dict[str, int]):
     raise _Unkeyable(x)
 
 
-def _call_te_key(te_func, args, kwargs) -> tuple | None:
-    """What ``call_te(te_func, *args, **kwargs)``'s kernel is made from, or None where an
-    argument is not a plain value (a symbolic shape, a PrimExpr, an object of its own)."""
-    names: dict[str, int] = {}
+def _func_key(f: types.FunctionType):
+    """A function by what it computes with: itself where it holds nothing of its own, else
+    (a closure a legalization makes per call: ``lambda *i: a[perm]``) its code and the values
+    of its closure's cells and its defaults, which may not hold Relax expressions."""
+    if not f.__closure__ and not f.__defaults__ and not f.__kwdefaults__:
+        return f
     try:
-        key = (te_func, tuple(_value_key(a, names) for a in args),
+        cells = tuple(c.cell_contents for c in f.__closure__ or ())
+    except ValueError:          # a cell not yet filled
+        raise _Unkeyable(f) from None
+    return ("closure", f.__code__, _value_key(cells, None), _value_key(f.__defaults__, None),
+            _value_key(f.__kwdefaults__, None))
+
+
+def _unique_name(name: str, taken) -> str:
+    """``name``, or ``name_k`` with the least k not in ``taken`` (placeholder names)."""
+    if name not in taken:
+        return name
+    k = 1
+    while f"{name}_{k}" in taken:
+        k += 1
+    return f"{name}_{k}"
+
+
+def _call_te_key(te_func, args, kwargs) -> tuple[tuple, list[str]] | None:
+    """What ``call_te(te_func, *args, **kwargs)``'s kernel is made from, but the tensors'
+    names, and those names (its placeholders'); None where an argument is not a plain value
+    (a symbolic shape, a PrimExpr, an object of its own)."""
+    names: list[str] = []
+    try:
+        func = _func_key(te_func) if isinstance(te_func, types.FunctionType) else te_func
+        key = (func, tuple(_value_key(a, names) for a in args),
                tuple((k, _value_key(v, names)) for k, v in kwargs.items()))
         hash(key)           # a bound method of an unhashable object, an unhashable enum value
     except (_Unkeyable, TypeError):
         return None
-    return key
+    return key, names
+
+
+def _inner_names(func: PrimFunc, n_inputs: int) -> frozenset[str]:
+    """The names in ``func`` that a te function may have made from its inputs' names: its
+    blocks', its intermediate and output buffers' (``helpers.out_name`` names an output
+    ``T_add_1`` when an input is named ``T_add``)."""
+    found = set()
+    bufs = dict(func.buffer_map)
+    for p in func.params[n_inputs:]:
+        if p in bufs:
+            found.add(bufs[p].name)
+
+    def visit(n):
+        if isinstance(n, Block):
+            found.add(n.name)
+            found.update(b.name for b in n.alloc_buffers)
+    post_order_visit(func.body, visit)
+    return frozenset(found)
+
+
+def _names_clash(names: Sequence[str], inner: frozenset[str]) -> bool:
+    """Whether a placeholder name is (or is the stem ``x`` of ``x_3`` of) an inner name: then
+    the kernel may depend on the name, and is not reused by shapes alone."""
+    for name in names:
+        if name in inner:
+            return True
+        stem = name + "_"
+        if any(s.startswith(stem) and s[len(stem):].isdigit() for s in inner):
+            return True
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class _TeKernel:
+    """A kernel ``call_te`` made: its name in the module, its outputs' struct info, the names
+    it may have made from its inputs' (``_inner_names``)."""
+    name: str
+    out_sinfo: list
+    inner: frozenset
 
 
 def _tensor_args(args, kwargs) -> list:
@@ -207,8 +281,8 @@ class BlockBuilder:
         for name, f in self._funcs.items():
             if isinstance(f, PrimFunc):
                 self._prims.add(name, f)
-        # call_te's kernels by what made them (``_call_te_key``) -> (name, output struct info)
-        self._te_kernels: dict[tuple, tuple[str, list]] = {}
+        # call_te's kernels by what made them, but the tensors' names (``_call_te_key``)
+        self._te_kernels: dict[tuple, _TeKernel] = {}
         self._scope: _FunctionScope | None = None
         self._bound: dict[int, Expr] = {}   # id(var) -> value it was bound to
         self._names: dict[str, int] = {}
@@ -399,7 +473,39 @@ class BlockBuilder:
     def _forget_kernel(self, name: str) -> None:
         """``name`` is no kernel to reuse any more (the function was removed)."""
         self._prims.remove(name)
-        self._te_kernels = {k: v for k, v in self._te_kernels.items() if v[0] != name}
+        self._te_kernels = {k: v for k, v in self._te_kernels.items() if v.name != name}
+
+    def reuse_te_kernel(self, te_func: Callable, args: Sequence, kwargs: dict
+                        ) -> tuple[tuple | None, Call | None]:
+        """Look up the kernel ``call_te(te_func, *args, **kwargs)`` made before: the same te
+        function on tensors of the same static shapes and dtypes, with the same other arguments
+        (plain values and dataclasses of them). Return the lookup key (None where an argument
+        is not a plain value) and the ``call_tir`` of that kernel on these arguments, or None
+        where there is none, it was removed, or a placeholder name of either call is one its
+        te function may have made a name from (``_names_clash``).
+
+        Examples
+        --------
+        >>> keyed, call = bb.reuse_te_kernel(te_add, (x, y), {})       # doctest: +SKIP
+        """
+        keyed = _call_te_key(te_func, args, kwargs)
+        if keyed is None:
+            return None, None
+        made = self._te_kernels.get(keyed[0])
+        if made is None or made.name not in self._funcs or _names_clash(keyed[1], made.inner):
+            return keyed, None
+        return keyed, call_tir(GlobalVar(made.name), _tensor_args(args, kwargs), made.out_sinfo)
+
+    def remember_te_kernel(self, keyed: tuple | None, name: str, out_sinfo: list,
+                           func: PrimFunc) -> None:
+        """Keep the kernel ``name`` (``func``: static shapes, no scalar parameters) as the one
+        made for ``keyed`` (``reuse_te_kernel``'s key), unless its placeholders' names may have
+        shaped it."""
+        if keyed is None:
+            return
+        inner = _inner_names(func, len(keyed[1]))
+        if not _names_clash(keyed[1], inner):
+            self._te_kernels[keyed[0]] = _TeKernel(name, out_sinfo, inner)
 
     def update_func(self, gvar: GlobalVar | str, func) -> None:
         name = gvar.name_hint if isinstance(gvar, GlobalVar) else gvar
@@ -413,13 +519,12 @@ class BlockBuilder:
         Tensor-valued Relax arguments (also inside lists) become placeholders of their symbolic
         shapes; other arguments (ints, floats, strings, PrimExprs) pass through unchanged.
         """
-        key = _call_te_key(te_func, args, kwargs)
-        made = self._te_kernels.get(key) if key is not None else None
-        if made is not None and made[0] in self._funcs:
-            # the same te function on tensors of the same shapes, dtypes and names, with the
-            # same other arguments: the same kernel (AlterLayout packs the weights of ResNet-50's
-            # 53 convolutions with a few distinct kernels), which add_func would find again
-            return call_tir(GlobalVar(made[0]), _tensor_args(args, kwargs), made[1])
+        keyed, reused = self.reuse_te_kernel(te_func, args, kwargs)
+        if reused is not None:
+            # the same te function on tensors of the same shapes and dtypes, with the same other
+            # arguments: the same kernel (AlterLayout packs the weights of ResNet-50's 53
+            # convolutions with a few distinct kernels), which add_func would find again
+            return reused
         placeholders: list[te.Tensor] = []
         relax_args: list[Expr] = []
 
@@ -470,8 +575,8 @@ class BlockBuilder:
         name = primfunc_name_hint or getattr(te_func, "__name__", None) or out_list[0].name
         gvar = self.add_func(func, name if name != "<lambda>" else out_list[0].name)
         out_sinfo = [TensorStructInfo(o.shape, o.dtype) for o in out_list]
-        if key is not None and not extra:
-            self._te_kernels[key] = (gvar.name_hint, out_sinfo)
+        if not extra:
+            self.remember_te_kernel(keyed, gvar.name_hint, out_sinfo, func)
         return call_tir(gvar, relax_args, out_sinfo, tir_vars=extra or None)
 
     @staticmethod

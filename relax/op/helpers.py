@@ -38,7 +38,7 @@ from tilecraft.tensorir.structural import structural_equal
 
 from ..block_builder import BlockBuilder, call_tir
 from ..expr import Call, Expr, RelaxError, ShapeExpr
-from ..struct_info import ShapeStructInfo, TensorStructInfo
+from ..struct_info import ShapeStructInfo, TensorStructInfo, TupleStructInfo
 
 __all__ = [
     # arguments
@@ -487,7 +487,9 @@ def call_te(bb, te_func: Callable, *args, checks: Sequence = (), scalars: Sequen
         The kernel's name (made unique in ``bb``).
 
     The kernel is built by ``call_te`` in a scratch BlockBuilder, amended, and added to ``bb``
-    (identical kernels are still shared).
+    (identical kernels are still shared). Without checks or scalars, a kernel ``bb`` made before
+    for the same te function on tensors of the same static shapes and dtypes, with the same
+    other arguments, is called again without being made (``BlockBuilder.reuse_te_kernel``).
 
     Examples
     --------
@@ -498,6 +500,13 @@ def call_te(bb, te_func: Callable, *args, checks: Sequence = (), scalars: Sequen
     for check in checks:
         if check is not None and not any(structural_equal(check[0], c) for c, _ in unique):
             unique.append((check[0], check[1]))
+    # without checks or scalars the kernel is bb.call_te's: one made before for the same te
+    # function on tensors of the same static shapes and dtypes, with the same other arguments
+    keyed = None
+    if not unique and not scalars:
+        keyed, reused = bb.reuse_te_kernel(te_func, args, kwargs)
+        if reused is not None:
+            return reused
     scratch = BlockBuilder()
     call = scratch.call_te(te_func, *args, primfunc_name_hint=primfunc_name_hint, **kwargs)
     gvar = call.args[0]
@@ -509,6 +518,10 @@ def call_te(bb, te_func: Callable, *args, checks: Sequence = (), scalars: Sequen
     if unique:
         func = with_checks(func, unique)
     new_gvar = bb.add_func(func, gvar.name_hint)
+    if not tir_vars and not extra:
+        bb.remember_te_kernel(keyed, new_gvar.name_hint, list(call.sinfo_args[0].fields)
+                              if isinstance(call.sinfo_args[0], TupleStructInfo)
+                              else [call.sinfo_args[0]], func)
     return call_tir(new_gvar, call.args[1], call.sinfo_args[0],
                     tir_vars=(tir_vars + extra) or None)
 

@@ -80,6 +80,106 @@ def test_call_te_reuse_makes_the_same_module(resnet50, monkeypatch):
     _assert_same(reused, remade)
 
 
+@pytest.mark.parametrize("name", ["squeezenet", "densenet121"])
+def test_call_te_reuse_makes_the_same_module_on_more_models(name, monkeypatch):
+    """SqueezeNet's 1x1 NHWC convolutions carry the prefetch annotation; DenseNet-121 makes
+    the most kernels in LegalizeOps (its concatenations, BN multiplies and adds)."""
+    mod = from_onnx(models.ZOO[name]().onnx_model)
+    reused = _pipeline_result(mod, monkeypatch)
+    remade = _pipeline_result(mod, monkeypatch, (block_builder, "_call_te_key", lambda *a: None))
+    _assert_same(reused, remade)
+
+
+def _count_made(monkeypatch):
+    made = []
+    create = te.create_prim_func
+    monkeypatch.setattr(te, "create_prim_func", lambda *a, **k: made.append(1) or create(*a, **k))
+    return made
+
+
+def test_legalize_ops_reuses_kernels_of_equal_shapes(monkeypatch):
+    """Operators on differently named tensors of the same shape and dtype get one kernel,
+    made once: relu (a closure per call holding the call's attributes), permute_dims (a
+    closure holding the permutation), add through ``helpers.call_te``; another permutation
+    or dtype is another kernel."""
+    from tilecraft.relax.transform import LegalizeOps
+    xs = [Var(f"x{i}", TensorStructInfo((4, 6, 8), "float32")) for i in range(3)]
+    h = Var("h", TensorStructInfo((4, 6, 8), "float16"))
+    bb = BlockBuilder()
+    with bb.function("main", xs + [h]):
+        with bb.dataflow():
+            r = [bb.emit(op.nn.relu(x)) for x in xs]
+            t = [bb.emit(op.permute_dims(v, [2, 0, 1])) for v in r]
+            t.append(bb.emit(op.permute_dims(r[0], [1, 0, 2])))
+            s = [bb.emit(op.add(a, b)) for a, b in ((xs[0], xs[1]), (r[1], r[2]))]
+            hr = bb.emit(op.nn.relu(h))
+            out = bb.emit_output(relax.Tuple(t + s + [hr]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    made = _count_made(monkeypatch)
+    legal = LegalizeOps()(mod)
+    prims = {n for n, f in legal.functions.items() if isinstance(f, PrimFunc)}
+    assert len(prims) == 5 == len(made)     # relu, 2 permutations, add, float16 relu
+    monkeypatch.undo()
+    monkeypatch.setattr(block_builder, "_call_te_key", lambda *a: None)
+    remade_mod = LegalizeOps()(mod)
+    monkeypatch.undo()
+    assert legal.script() == remade_mod.script()
+    ins = [RNG.standard_normal((4, 6, 8)).astype("float32") for _ in xs]
+    ins.append(RNG.standard_normal((4, 6, 8)).astype("float16"))
+    exe = relax.build(legal, "llvm")
+    got = _outputs(exe, ins)
+    rel = [np.maximum(x, 0) for x in ins[:3]]
+    want = [v.transpose(2, 0, 1) for v in rel] + [rel[0].transpose(1, 0, 2)]
+    want += [ins[0] + ins[1], rel[1] + rel[2], np.maximum(ins[3], 0)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_call_te_does_not_reuse_a_kernel_named_after_its_input():
+    """A te function that names its output after its input's name (``helpers.out_name``
+    makes ``T_double_1`` for an input named ``T_double``) is not reused by shapes alone."""
+    from tilecraft.relax.op.helpers import out_name
+
+    def double(x):
+        return te.compute(x.shape, lambda *i: x[i] * 2.0, out_name("T_double", x))
+
+    a = Var("a", TensorStructInfo((4, 8), "float32"))
+    b = Var("T_double", TensorStructInfo((4, 8), "float32"))
+    c = Var("c", TensorStructInfo((4, 8), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [a, b, c]):
+        with bb.dataflow():
+            calls = [bb.call_te(double, v) for v in (a, b, c)]
+            out = bb.emit_output(bb.emit(calls[0]))
+        bb.emit_func_output(out)
+    names = [call.args[0].name_hint for call in calls]
+    assert names[0] == names[2] != names[1]
+    body = bb.get()[names[1]].script()
+    assert "T_double_1" in body
+
+
+def test_closures_are_keyed_by_what_they_hold():
+    def make(scale, held=None):
+        def f(x):
+            return te.compute(x.shape, lambda *i: x[i] * (scale + len(held or ())), "scaled")
+        return f
+
+    c = relax.const(np.ones((4, 8), "float32"))
+    key = block_builder._call_te_key
+    assert key(make(2.0), (c,), {}) == key(make(2.0), (c,), {})
+    assert key(make(2.0), (c,), {}) != key(make(3.0), (c,), {})
+    assert key(make(2.0, held=[1, 2]), (c,), {}) == key(make(2.0, held=[1, 2]), (c,), {})
+    assert key(make(2.0, held=[1, 2]), (c,), {}) != key(make(2.0, held=[1, 3]), (c,), {})
+
+    def holding(v):
+        def f(x):
+            return te.compute(x.shape, lambda *i: x[i] + v.data.numpy().item(0), "plus")
+        return f
+    # a closure holding a Relax expression is not keyed by value (it may read anything of it)
+    assert key(holding(c), (c,), {}) is None
+
+
 def _kernel(fn, *tensors):
     return te.create_prim_func(list(tensors) + [fn(*tensors)])
 

@@ -140,7 +140,7 @@ def nhwc_tile_fills(plan: NhwcPlan) -> bool:
     return spread and plan.rows * (plan.width // plan.lanes) >= 8
 
 
-def prefetch_spec(g: ConvGeometry, rows: int, width: int, data: str,
+def prefetch_spec(g: ConvGeometry, rows: int, width: int, data: str | int,
                   ahead: int | None = None) -> list | None:
     """The ``software_prefetch`` annotation of the NHWC tile's reduction loop, or None.
 
@@ -151,6 +151,9 @@ def prefetch_spec(g: ConvGeometry, rows: int, width: int, data: str,
     reduction steps (C steps). Without it, every 16 steps all ``rows`` pixels need a new line
     at once and wait a memory latency, which the hardware prefetchers do not cover at
     batch 8.
+
+    ``data`` stands for the input in the annotation (``conv2d_nhwc_packed`` gives its position
+    among the block's reads, which the schedule turns into the buffer's name).
 
     Examples
     --------
@@ -227,9 +230,12 @@ def conv2d_nhwc_packed(data: te.Tensor, weight: te.Tensor, plan: NhwcPlan,
 
     attrs = {SCHEDULE_RULE: RULE_CONV_NHWC, "rows": plan.rows, "width": nr,
              "flat": int(plan.flat), "lanes": plan.lanes}
-    spec = prefetch_spec(g, plan.rows, nr, data.name)
+    # the input as the block's first read, not by its name: convolutions of equal shapes on
+    # inputs of other names are then equal kernels (``BlockBuilder.call_te`` reuses them)
+    spec = prefetch_spec(g, plan.rows, nr, 0)
     if spec is not None:
         # read by the schedule, which sets it on the reduction loop (``schedule_conv2d_nhwc``)
+        # with the buffer's name
         attrs.update(prefetch_from=spec[0], prefetch_ahead=spec[1], prefetch_every=spec[2])
     if not plan.flat:
         return te.compute((n, g.out_h, g.out_w, g.out_channels), f, "conv2d_nhwc", attrs=attrs)
@@ -254,6 +260,11 @@ def schedule_conv2d_nhwc(sch: Schedule, name: str, target: Target,
     # reads input pixel p), so a 14 x 14 plane takes 32 tiles of 6 and one of 4 where each
     # row would split 6 + 6 + 2
     flat = ann_int(sch.get(sch.get_block(name)), "flat", 0)
+    # the buffer the tile prefetches from (``prefetch_spec``), named while the block's reads
+    # are still the computation's (the annotation holds its position among them)
+    fresh = sch.get(sch.get_block(name))
+    prefetch_src = (fresh.reads[ann_int(fresh, "prefetch_from")].buffer.name
+                    if "prefetch_from" in dict(fresh.annotations) else None)
     block, (rows, width), loops = conv_tile_block(sch, name, ("rows", "width"),
                                                    6 if flat else 7)
     if flat:
@@ -307,10 +318,9 @@ def schedule_conv2d_nhwc(sch: Schedule, name: str, target: Target,
         sch.vectorize(o1)
     finish_tile_block(sch, init, outer)
     finish_tile_block(sch, acc, outer)
-    annotations = dict(sch.get(block).annotations)
-    if "prefetch_from" in annotations:
+    if prefetch_src is not None:
         # the next tiles' input lines, prefetched along the reduction (``prefetch_spec``)
-        sch.annotate(rc, ANN_SOFTWARE_PREFETCH, [annotations["prefetch_from"],
+        sch.annotate(rc, ANN_SOFTWARE_PREFETCH, [prefetch_src,
                                                  ann_int(sch.get(block), "prefetch_ahead"),
                                                  ann_int(sch.get(block), "prefetch_every")])
 

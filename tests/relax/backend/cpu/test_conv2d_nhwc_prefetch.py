@@ -39,3 +39,35 @@ def test_prefetching_layers_match_numpy(cin, h, w, cout, k, prefetches):
         xv = RNG.standard_normal((n, h, w, cin)).astype("float32")
         np.testing.assert_allclose(vm["main"](xv).numpy(), nhwc_conv_reference(xv, wt, b),
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_equal_layers_on_differently_named_inputs_share_one_kernel():
+    """The prefetch annotation names the input by its position among the convolution's reads,
+    not by its Relax variable's name: two equal 1x1 layers on inputs named apart are one
+    kernel, made once by AlterLayout, which still prefetches from its input."""
+    from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+    from tilecraft.relax.transform import AlterLayout, DecomposeOpsForInference
+    from tilecraft.tensorir.function import PrimFunc
+
+    cin, h, w, cout = 144, 14, 14, 24
+    wt = (RNG.standard_normal((1, 1, cin, cout)) * 0.2).astype("float32")
+    xs = [Var(name, TensorStructInfo((2, h, w, cin), "float32")) for name in ("x", "skip")]
+    bb = BlockBuilder()
+    with bb.function("main", xs):
+        with bb.dataflow():
+            ys = [bb.emit(op.nn.conv2d(x, const(wt), data_layout="NHWC", kernel_layout="HWIO"))
+                  for x in xs]
+            gv = bb.emit_output(relax.Tuple(ys))
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    altered = AlterLayout("llvm")(DecomposeOpsForInference()(mod))
+    convs = [f for f in altered.functions.values()
+             if isinstance(f, PrimFunc) and "prefetch_from" in f.script()]
+    assert len(convs) == 1
+    exe = relax.build(mod, "llvm")
+    assert "call void @llvm.prefetch.p0" in exe.kernel_module.get_source("ll-raw")
+    ins = [RNG.standard_normal((2, h, w, cin)).astype("float32") for _ in xs]
+    out = relax.VirtualMachine(exe)["main"](*ins)
+    for got, x in zip(out, ins):
+        np.testing.assert_allclose(got.numpy(), nhwc_conv_reference(x, wt, np.zeros(cout)),
+                                   rtol=1e-4, atol=1e-4)
