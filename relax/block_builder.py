@@ -23,11 +23,12 @@ import types
 from typing import Any, Callable, Sequence
 
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import FloatImm, IntImm, PrimExpr, Var as TirVar
+from tilecraft.tensorir.expr import FloatImm, IntImm, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.stmt import Block
 from tilecraft.tensorir.functor import children, post_order_visit
 from tilecraft.tensorir.structural import structural_equal, structural_hash
+from tilecraft.errors import TilecraftError
 
 from .expr import (BindingBlock, Call, DataflowBlock, DataflowVar, Expr, Function, GlobalVar,
                    MatchCast, Op, RelaxError, SeqExpr, ShapeExpr, Tuple, Var, VarBinding)
@@ -118,7 +119,7 @@ class PrimFuncIndex:
             self._by_shape[key] = [e for e in entries if e[0] != name]
 
 
-class _Unkeyable(Exception):
+class _Unkeyable(TilecraftError):
     """An argument of ``call_te`` that ``_call_te_key`` cannot stand for by value."""
 
 

@@ -35,14 +35,15 @@ from tilecraft.tensorir.expr import (EQ, GE, GT, LE, LT, NE, Add, And, BufferLoa
                                      Not, Or, Sub, Var)
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.stmt import BlockRealize, BufferStore, For
+from tilecraft.errors import TilecraftError
 
 __all__ = ["run_numpy_kernel"]
 
 _FLOATS = ("float32", "float64")
 
 
-class _Unsupported(Exception):
-    pass
+class _Unsupported(TilecraftError):
+    """A kernel the numpy folder does not run (the caller compiles or interprets it instead)."""
 
 
 def run_numpy_kernel(func: PrimFunc, inputs, out: np.ndarray) -> bool:
