@@ -53,16 +53,12 @@ from benchmarks.common import print_table, write_results
 from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
 from tilecraft.metaschedule import (Database, LocalBuilder, LocalRunner, Task, apply_best,
                           baseline_record, tune_tasks)
-from tilecraft.metaschedule.database import workload_hash
 from tilecraft.metaschedule.plot import tuning_curve
 from tilecraft.metaschedule.schedule_rule.base import ANN_SHARED_LAYOUT, SHARED_LAYOUTS
 from tilecraft.relax import gpu_schedules
 from tilecraft.relax.gpu_space import gpu_space
 from tilecraft.relax.backend.gpu import gemm
 from tilecraft.tensorir import Schedule
-from tilecraft.tensorir.expr import TIRError
-from tilecraft.tensorir.schedule import ScheduleError
-from tilecraft.tensorir.transform import lower_device
 
 TRIALS = int(os.environ.get("TUNE_GPU_TRIALS", "64"))
 BATCH = int(os.environ.get("TUNE_GPU_BATCH", "32"))
@@ -109,21 +105,6 @@ def _torch_cuda():
 
 
 # -- the default schedule as a baseline -----------------------------------------------------
-def default_schedule(func, target) -> Schedule | None:
-    """The default GPU schedule of ``func`` (``relax.gpu_schedules.apply``) as a ``Schedule``
-    whose trace replays to it; None where no single strategy gives the same program."""
-    built = gpu_schedules.apply(func, target)
-    strategies = getattr(gpu_schedules, "_STRATEGIES", None) or (
-        gpu_schedules._schedule_best, gpu_schedules._schedule_simple)
-    for strategy in strategies:
-        sch = Schedule(func)
-        try:
-            strategy(sch, target)
-            lower_device(sch.func, target)
-        except (ScheduleError, ValueError, TIRError):
-            continue
-        return sch if workload_hash(sch.func) == workload_hash(built) else None
-    return None
 
 
 def default_tiling(target=None) -> tuple:
@@ -234,7 +215,7 @@ def tune_one(kind: str, n: int, trials: int, work_dir: str, seed: int = 0):
             # the knob space: its point at the defaults is the default schedule
             seeds = space.seeds(func, target)
         else:
-            seeds = [default_schedule(func, target),
+            seeds = [gpu_schedules.default_schedule(func, target),
                      space_point(func, target, default_tiling(target), b_layout=b_layout),
                      space_point(func, target, HAND_TILING, b_layout="permuted")]
         for sch in seeds:

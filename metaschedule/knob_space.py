@@ -48,7 +48,7 @@ from .errors import TuneError
 from .postproc import Postproc, VerifyGPUCode
 from .schedule_rule.base import GPU_KINDS, SpaceContext
 from .space_generator import (DEFAULT_SHAPE_HINT, SpaceGenerator, _func, _target,
-                              default_space, resolve_shape_hints, shape_vars)
+                              default_space, first_rejection, resolve_shape_hints, shape_vars)
 
 __all__ = ["Knob", "KnobRule", "KnobSpace", "knob_values"]
 
@@ -258,15 +258,10 @@ class KnobSpace(SpaceGenerator):
             postprocs = [VerifyGPUCode()] if target.kind in GPU_KINDS else []
         for p in postprocs:
             p.initialize(ctx)
-            try:
-                ok = p.apply(sch)
-            except (ScheduleError, TIRError, ValueError) as err:
-                ok, why = False, str(err)
-            else:
-                why = getattr(p, "reason", None)
-            if not ok:
-                self._own_rejection = f"{type(p).__name__} at {values}: {why or 'rejected'}"
-                return None
+        rejected = first_rejection(sch, postprocs)
+        if rejected is not None:
+            self._own_rejection = f"{type(rejected[0]).__name__} at {values}: {rejected[1]}"
+            return None
         return sch
 
     # -- the SpaceGenerator interface -------------------------------------------------------------

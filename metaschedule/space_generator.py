@@ -25,7 +25,7 @@ Examples
 from __future__ import annotations
 
 import warnings
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -185,6 +185,22 @@ def default_mutator_probs(target: Target) -> dict[Mutator, float]:
         return {MutateTileSize(): 0.9, MutateUnroll(): 0.08, MutateThreadBinding(): 0.02}
     return {MutateTileSize(): 0.9, MutateComputeLocation(): 0.05, MutateUnroll(): 0.03,
             MutateParallel(max_jobs_per_core=16): 0.02}
+
+
+def first_rejection(sch: Schedule, postprocs: Sequence[Postproc]
+                    ) -> tuple[Postproc, str] | None:
+    """Apply ``postprocs`` to ``sch`` in order; the first that rejects it and why (its
+    ``reason``, its error's message, or ``"rejected"``), or None where all accept it."""
+    for p in postprocs:
+        try:
+            ok = p.apply(sch)
+        except (ScheduleError, TIRError, ValueError) as err:
+            ok, why = False, str(err)
+        else:
+            why = getattr(p, "reason", None)
+        if not ok:
+            return p, why or "rejected"
+    return None
 
 
 class SpaceGenerator:
@@ -361,16 +377,10 @@ class SpaceGenerator:
             self.last_rejection = f"replay: {err}"
             return None
         sch.enter_postproc()
-        for p in postprocs:
-            try:
-                ok = p.apply(sch)
-            except (ScheduleError, TIRError, ValueError) as err:
-                ok, why = False, str(err)
-            else:
-                why = getattr(p, "reason", None)
-            if not ok:
-                self.last_rejection = f"{type(p).__name__}: {why or 'rejected'}"
-                return None
+        rejected = first_rejection(sch, postprocs)
+        if rejected is not None:
+            self.last_rejection = f"{type(rejected[0]).__name__}: {rejected[1]}"
+            return None
         return sch
 
     def _hints(self, func: PrimFunc, trace: Trace, shape_hints) -> dict:

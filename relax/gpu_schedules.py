@@ -134,7 +134,7 @@ def _scheduled(func: PrimFunc, strategy, target: Target, **kw) -> PrimFunc:
     """``func`` scheduled by ``strategy``, checked by lowering it for ``target``."""
     sch = Schedule(func)
     strategy(sch, target, **kw)
-    out = sch.mod[sch._func_name] if hasattr(sch, "_func_name") else sch.func
+    out = sch.func
     lower_device(out, target)      # over a limit -> the caller tries the next strategy
     return out
 

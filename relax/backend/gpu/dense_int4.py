@@ -268,7 +268,7 @@ def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
     sch = Schedule(func)
     if vector_tile(spec) is not None:
         _schedule_vector(sch, spec, *vector_tile(spec))
-        return sch.mod[sch._func_name] if hasattr(sch, "_func_name") else sch.func
+        return sch.func
     rows, cols, split = gemv_tile(spec)
     out = sch.get_block("dense_q4_out")
     gemv = sch.get_block("dense_q4_gemv")
@@ -295,7 +295,7 @@ def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
     # consecutive threads read consecutive words of the column: word = wo * split + wt
     sch.reorder(wt, wo)
     sch.bind(wt, "threadIdx.x")
-    return sch.mod[sch._func_name] if hasattr(sch, "_func_name") else sch.func
+    return sch.func
 
 
 def _schedule_vector(sch: Schedule, spec: Q4GemvSpec, cols: int, split: int) -> None:
