@@ -4,8 +4,12 @@ int4 GEMV kernel of ``relax.backend.gpu.dense_int4``, with a following bias add 
 A ``dense_q4(x, codes, scale, offset, G)`` with constant codes, scales and offsets, a float32
 ``x`` ``(*lead, K)`` whose rows are few (a static row count up to ``Q4_GEMV_MAX_ROWS``) or
 symbolic (a decoder's tokens), becomes a ``call_tir`` of the GEMV kernel on the codes repacked
-now as 32-bit words along ``K`` (``pack_q4_words``) and the scales (and offsets, unless they
-are the symmetric ``-8 * scale``) as float32 rows ``[N, groups]``. An ``add`` of a float32 bias
+now (``kernel_operands``): for the run kernel (``K`` and the group a multiple of 32, at most 4
+static rows) as 16-byte runs of 32 codes, ``[K/32, N, 4]`` uint32 words, and the scales (and
+offsets, unless they are the symmetric ``-8 * scale``) as float32 rows ``[groups, N]``; for the
+word kernel as words ``[N, K/8]`` and rows ``[N, groups]``. Both importers' weights take
+this path: ``relax.quantize``'s and ``com.microsoft.MatMulNBits``' (zero points as offsets,
+float16 scales converted exactly). An ``add`` of a float32 bias
 of ``N`` values (a constant, or any ``(N,)`` tensor) to its result is computed in the kernel's
 write-back. The kernel is already scheduled (work-groups of output columns, the reduction
 shared by threads), so the default GPU schedules leave it as it is.
@@ -31,7 +35,7 @@ from tilecraft.tensorir.expr import IntImm
 from tilecraft.tensorir.function import IRModule
 
 from ..backend.gpu.dense_int4 import (Q4_GEMV_MAX_ROWS, Q4GemvSpec, dense_q4_gemv_kernel,
-                                      pack_q4_words)
+                                      is_symmetric, kernel_operands)
 from ..block_builder import call_tir
 from ..expr import Call, Constant, Expr, Var, const
 from ..op.base import Op
@@ -39,32 +43,13 @@ from ..struct_info import TensorStructInfo
 from .base import ExprMutator, Pass
 from .dead_code_elimination import DeadCodeElimination
 
-__all__ = ["LowerDenseQ4GEMV", "gemv_operands"]
+__all__ = ["LowerDenseQ4GEMV"]
 
 _OPAQUE = 8     # relax OpPattern.OPAQUE: the scheduled kernel never fuses with its neighbours
 
 
 def _op_name(e) -> str | None:
     return e.op.name if isinstance(e, Call) and isinstance(e.op, Op) else None
-
-
-def gemv_operands(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, k: int):
-    """``(words, scale_rows, offset_rows or None)``: the GEMV kernel's constants from those of
-    ``relax.dense_q4`` (offsets dropped when they are the symmetric ``-8 * scale``).
-
-    Examples
-    --------
-    >>> s = np.full((1, 2), 0.5, np.float32)
-    >>> words, sr, orows = gemv_operands(np.zeros((4, 2), np.uint8), s, -8 * s, 8)
-    >>> words.shape, sr.shape, orows is None
-    ((2, 1), (2, 1), True)
-    """
-    s32 = np.asarray(scale).astype(np.float32)
-    o32 = np.asarray(offset).astype(np.float32)
-    symmetric = bool(np.array_equal(o32, np.float32(-8.0) * s32))
-    words = pack_q4_words(codes, k)
-    return (words, np.ascontiguousarray(s32.T),
-            None if symmetric else np.ascontiguousarray(o32.T))
 
 
 class _GemvRewriter(ExprMutator):
@@ -91,10 +76,9 @@ class _GemvRewriter(ExprMutator):
                 int(np.prod([d.value for d in lead])) > Q4_GEMV_MAX_ROWS:
             return None
         n = codes.data.shape[1]
-        words, srows, orows = gemv_operands(codes.data, scale.data, offset.data, k.value)
         spec = Q4GemvSpec(lead=lead, k=k.value, n=n, group_size=group_size,
-                          symmetric=orows is None)
-        consts = [const(words), const(srows)] + ([] if orows is None else [const(orows)])
+                          symmetric=is_symmetric(scale.data, offset.data))
+        consts = [const(a) for a in kernel_operands(spec, codes.data, scale.data, offset.data)]
         return spec, x, consts
 
     def _call(self, spec: Q4GemvSpec, args, sinfo) -> Call:

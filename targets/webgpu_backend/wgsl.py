@@ -14,10 +14,11 @@ What WGSL changes, and how the generator handles it:
   in the order of ``KernelSource.bindings``; when a kernel needs more storage buffers than the
   target allows, several are *packed* into one ``array<u32>`` binding (their element offsets in
   the uniform, floats through ``bitcast``); the runtime copies them in and out around the launch.
-* **16-byte storage accesses.** A float32 (or float16) buffer with a binding of its own that a
-  vectorized loop of 4 loads or stores at ``base + v``, ``base`` a provable multiple of 4 (the
-  proof the OpenCL back end uses for ``float4``: ``CodegenC._aligned``, ``arith.is_aligned``),
-  is bound as ``array<vec4<f32>>`` (``array<vec4<f16>>``). Such a load is one ``vec4`` read
+* **16-byte storage accesses.** A float32 (float16, uint32) buffer with a binding of its own
+  that a vectorized loop of 4 loads or stores at ``base + v``, ``base`` a provable multiple of
+  4 (the proof the OpenCL back end uses for ``float4``: ``CodegenC._aligned``,
+  ``arith.is_aligned``), is bound as ``array<vec4<f32>>`` (``array<vec4<f16>>``,
+  ``array<vec4<u32>>``: the int4 GEMV's packed codes). Such a load is one ``vec4`` read
   before the lanes, such a store one ``vec4`` write — one vector expression where WGSL has it
   (``max(x, vec4<f32>(0.0f))``), else the four lanes' values; every other access of the buffer
   indexes a component (``b[i >> 2u][i & 3i]``). A buffer the generation proves no aligned access
@@ -945,8 +946,8 @@ def _vec4_shared(body, shared) -> set:
 
 
 # element types of storage buffers that may be bound as arrays of vec4 (a vec4<f16> is 8 bytes:
-# allocations are multiples of 16)
-_VEC4_DTYPES = ("float32", "float16")
+# allocations are multiples of 16); uint32: the int4 GEMV's packed codes, 16 bytes a load
+_VEC4_DTYPES = ("float32", "float16", "uint32")
 
 
 def _vec4_storage_candidates(body, bindings: list[Binding]) -> set:

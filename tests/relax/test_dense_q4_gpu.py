@@ -1,17 +1,21 @@
 """The GPU int4 GEMV (relax.backend.gpu.dense_int4) and the pass that uses it
 (relax.transform.LowerDenseQ4GEMV), on both GPU back ends (PoCL and lavapipe in CI), against
-numpy: the dequantized weight in float64, so the only difference is float32 accumulation."""
+numpy: bit-exactly where every product and partial sum is exact in float32 (integer
+activations, power-of-two scales, integer zero points: any order of the float32 sums gives the
+integer reference), else the dequantized weight in float64 (float32 accumulation the only
+difference)."""
 import numpy as np
 import pytest
 
 from capabilities import gpu_device
 from tilecraft import relax, targets
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Tuple, Var, const, op
-from tilecraft.relax.backend.gpu.dense_int4 import (NIBBLES, Q4GemvSpec, dense_q4_gemv_kernel,
-                                                    gemv_tile, pack_q4_words, vector_tile)
-from tilecraft.relax.backend.gpu.gemv import GEMV_MIN_GROUPS
+from tilecraft.relax.backend.gpu.dense_int4 import (NIBBLES, Q4_RUN_MIN_GROUPS, Q4GemvSpec,
+                                                    RunTile, dense_q4_gemv_kernel, gemv_tile,
+                                                    is_symmetric, kernel_operands, pack_q4_runs,
+                                                    pack_q4_words, run_tile)
+from tilecraft.relax.frontend.onnx.ops.quant import nbits_weight
 from tilecraft.relax.transform import LowerDenseQ4GEMV
-from tilecraft.relax.transform.lower_dense_q4_gemv import gemv_operands
 from tilecraft.relax.transform.quantize_int4 import dequantize_int4, quantize_weight_int4
 from tilecraft.relax.vm import VirtualMachine
 from tilecraft.targets import Target
@@ -61,21 +65,49 @@ def test_gemv_tile_shares_long_reductions_among_more_threads():
     assert gemv_tile(Q4GemvSpec((TVar("n"),), 768, 768, 128))[0] == 1
 
 
-@pytest.mark.parametrize("k,n", [(768, 2304), (768, 768), (768, 3072), (3072, 768)])
-def test_one_row_kernel_fills_the_gpu_and_loads_16_bytes(k, n):
-    """GPT-2's shapes at one row (static or symbolic): GEMV_MIN_GROUPS work-groups (of a warp
-    at least), 4 words (a uint4) and 32 activations (8 float4) per load step."""
+def test_pack_q4_runs_puts_code_k_in_word_k_mod_32_div_8():
+    rng = np.random.default_rng(3)
+    k, n = 96, 5
+    q = rng.integers(0, 16, (k, n))
+    codes = (q[0::2] | (q[1::2] << 4)).astype(np.uint8)
+    runs = pack_q4_runs(codes, k)
+    assert runs.shape == (3, 5, 4) and runs.dtype == np.uint32 and runs.flags.c_contiguous
+    back = np.array([[(int(runs[kk // 32, j, (kk % 32) // 8]) >> (4 * (kk % 8))) & 15
+                      for j in range(n)] for kk in range(k)])
+    np.testing.assert_array_equal(back, q)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        pack_q4_runs(codes[:40], 80)
+
+
+@pytest.mark.parametrize("k,n", [(768, 2304), (768, 768), (768, 3072), (3072, 768),
+                                 (4096, 11008)])
+def test_run_kernel_fills_the_gpu_and_loads_16_bytes(k, n):
+    """GPT-2's shapes and 4096 x 11008 at one row (static or symbolic): Q4_RUN_MIN_GROUPS
+    work-groups where 4 columns a work-group allow it, a warp a work-group at least, the split
+    dividing the runs; a uint4 of codes and 8 float4 of activations per step (OpenCL), a
+    vec4<u32> and vec4<f32> (WGSL)."""
     for lead in ((1,), (TVar("m"),)):
         spec = Q4GemvSpec(lead, k, n, 128)
-        cols, split = vector_tile(spec)
-        # (or work-groups of one warp: 768 x 768 gets 192 of 32 threads)
-        assert -(-n // cols) >= GEMV_MIN_GROUPS or cols * split == 32
-        assert -(-n // cols) >= 132 and (k // 32) % split == 0
-        src = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(
-            spec, Target("opencl"))}), "opencl").source
+        tile = run_tile(spec)
+        assert tile.split * tile.steps == k // 32 and tile.threads >= 32
+        assert -(-n // tile.cols) >= Q4_RUN_MIN_GROUPS or tile.cols == 4
+        assert -(-n // tile.cols) >= 132
+        mod = IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(spec, Target("opencl"))})
+        src = targets.build(mod, "opencl").source
         assert "uint4 vec" in src and "float4 vec" in src
-    assert vector_tile(Q4GemvSpec((2,), 768, 768, 128)) is None     # rows share the words
-    assert vector_tile(Q4GemvSpec((1,), 776, 768, 128)) is None     # K not a multiple of 32
+        wgsl = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(
+            spec, Target("webgpu"))}), "webgpu").get_source()
+        assert "array<vec4<u32>>" in wgsl and "vec4<u32> = b_words[" in wgsl
+        assert "vec4<f32> = b_x[" in wgsl
+    assert run_tile(Q4GemvSpec((1,), 4096, 11008, 128)) == RunTile(16, 16, 8)
+
+
+def test_word_kernel_takes_what_runs_cannot():
+    assert run_tile(Q4GemvSpec((5,), 768, 768, 128)) is None      # rows share the words
+    assert run_tile(Q4GemvSpec((1,), 776, 768, 128)) is None      # K not a multiple of 32
+    assert run_tile(Q4GemvSpec((1,), 768, 768, 16)) is None       # a run spans two groups
+    assert run_tile(Q4GemvSpec((4,), 768, 768, 32)) is not None
+    assert run_tile(Q4GemvSpec((TVar("m"),), 768, 768, 64)) is not None
 
 
 def test_symmetric_offsets_are_dropped():
@@ -83,9 +115,110 @@ def test_symmetric_offsets_are_dropped():
     w = rng.standard_normal((64, 6)).astype(np.float32)
     for sym, scale_dtype in ((True, "float32"), (True, "float16"), (False, "float32")):
         codes, s, o = quantize_weight_int4(w, 32, symmetric=sym, scale_dtype=scale_dtype)
-        words, srows, orows = gemv_operands(codes, s, o, 64)
-        assert (orows is None) == sym
-        assert srows.shape == (6, 2) and srows.dtype == np.float32
+        assert is_symmetric(s, o) == sym
+        for lead, layout in (((1,), (2, 6)), ((7,), (6, 2))):     # run kernel, word kernel
+            spec = Q4GemvSpec(lead, 64, 6, 32, symmetric=sym)
+            ops = kernel_operands(spec, codes, s, o)
+            assert len(ops) == (2 if sym else 3)
+            assert ops[1].shape == layout and ops[1].dtype == np.float32
+
+
+def _exact_weight(rng, k, n, group, symmetric, scale_dtype="float32"):
+    """``relax.dense_q4``'s operands whose arithmetic is exact in float32: random codes with
+    the extremes 0 and 15 in every case, power-of-two scales, integer zero points (offsets
+    ``-z * s``; ``-8 * s`` where ``symmetric``), and the integer codes and zero points."""
+    q = rng.integers(0, 16, (k, n))
+    q[0, :] = 0
+    q[-1, :] = 15
+    q[:, 0] = 15
+    codes = (q[0::2] | (q[1::2] << 4)).astype(np.uint8)
+    groups = -(-k // group)
+    s = (2.0 ** rng.integers(-2, 2, (groups, n))).astype(scale_dtype)
+    z = np.full((groups, n), 8) if symmetric else rng.integers(0, 16, (groups, n))
+    if not symmetric:
+        z[0, :2] = [0, 15]
+    o = (-z * s.astype(np.float64)).astype(scale_dtype)
+    return codes, s, o, q, z
+
+
+def _exact_reference(x, q, z, s, group, bias=None):
+    """``x @ W (+ bias)`` with ``W[k, n] = (q - z) * s``, in float64 (exact here)."""
+    k = q.shape[0]
+    g = np.arange(k) // group
+    w = (q - z[g]) * s.astype(np.float64)[g]
+    y = x.astype(np.float64) @ w
+    return y if bias is None else y + bias
+
+
+def _run(dev, target, spec, operands, x, bias=None):
+    mod = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(spec, Target(target))}),
+                        target)
+    y = targets.empty(x.shape[:-1] + (spec.n,), "float32", dev)
+    args = [x] + list(operands) + ([bias] if bias is not None else [])
+    mod["dense_q4_gemv"](*[targets.array(a, dev) for a in args], y)
+    return y.numpy()
+
+
+# (K, N, group, symmetric, bias, rows, static, scale dtype): K a multiple of the group only
+# (96 = 3 groups of 32, 384 = 3 of 128, 3072), odd N (tails of the column block: 37, 45, 1,
+# 23), rows 1 and 3 (static: a work-group row each; symbolic), g32 / g64 / g128, zero points or
+# not, float16 scales; the last rows take the word kernel (ragged K, a group of 16, 5 rows)
+EXACT = [
+    (96, 37, 32, True, True, 1, True, "float32"),
+    (96, 45, 32, False, False, 3, True, "float32"),
+    (384, 37, 128, True, False, 1, False, "float16"),
+    (384, 23, 128, False, True, 3, False, "float32"),
+    (3072, 45, 128, False, True, 1, False, "float16"),
+    (768, 1, 64, True, True, 3, True, "float32"),
+    (1024, 70, 32, True, False, 4, False, "float32"),
+    (100, 9, 34, True, True, 2, True, "float32"),
+    (256, 33, 16, False, True, 1, False, "float16"),
+    (768, 20, 128, False, False, 5, True, "float32"),
+]
+
+
+@pytest.mark.parametrize("k,n,group,sym,bias,rows,static,sdtype", EXACT)
+def test_gemv_kernel_is_bit_exact(gpu, k, n, group, sym, bias, rows, static, sdtype):
+    dev, target = gpu
+    rng = np.random.default_rng(k * 7 + n)
+    codes, s, o, q, z = _exact_weight(rng, k, n, group, sym, sdtype)
+    x = rng.integers(-4, 5, (rows, k)).astype(np.float32)
+    x[0, :2] = [4, -4]
+    b = rng.integers(-50, 50, n).astype(np.float32) if bias else None
+    spec = Q4GemvSpec((rows if static else TVar("m"),), k, n, group, symmetric=is_symmetric(s, o),
+                      bias=bias)
+    assert spec.symmetric == sym
+    got = _run(dev, target, spec, kernel_operands(spec, codes, s, o), x, b)
+    np.testing.assert_array_equal(got, _exact_reference(x, q, z, s, group, b).astype(np.float32))
+
+
+@pytest.mark.parametrize("k,n,block,zero_points,rows", [(128, 37, 32, True, 1),
+                                                        (256, 45, 128, False, 3),
+                                                        (256, 9, 16, True, 1)])
+def test_matmul_nbits_layout_is_bit_exact(gpu, k, n, block, zero_points, rows):
+    """onnxruntime's MatMulNBits weight (codes [N, blocks, block/2], float16 scales, packed
+    uint8 zero points or the default 8) through the importer's ``nbits_weight`` into the
+    kernel, against MatMulNBits' own definition ``(q - zp) * scale``."""
+    dev, target = gpu
+    rng = np.random.default_rng(k + block)
+    blocks = k // block
+    q = rng.integers(0, 16, (n, k))
+    q[:, 0], q[:, -1] = 0, 15
+    b = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8).reshape(n, blocks, block // 2)
+    scales = (2.0 ** rng.integers(-2, 2, n * blocks)).astype(np.float16)
+    zp = rng.integers(0, 16, (n, blocks)) if zero_points else np.full((n, blocks), 8)
+    packed = None
+    if zero_points:
+        zpad = np.zeros((n, 2 * -(-blocks // 2)), np.int64)
+        zpad[:, :blocks] = zp
+        packed = (zpad[:, 0::2] | (zpad[:, 1::2] << 4)).astype(np.uint8)
+    codes, s, o = nbits_weight(b, scales, packed, k, n, block)
+    spec = Q4GemvSpec((TVar("m"),), k, n, block, symmetric=is_symmetric(s, o))
+    assert spec.symmetric == (not zero_points)
+    x = rng.integers(-4, 5, (rows, k)).astype(np.float32)
+    got = _run(dev, target, spec, kernel_operands(spec, codes, s, o), x)
+    ref = _exact_reference(x, q.T, zp.T, scales.reshape(n, blocks).T, block)
+    np.testing.assert_array_equal(got, ref.astype(np.float32))
 
 
 # odd K (a partial word and a partial group), N not a multiple of the column block, a group
@@ -99,8 +232,8 @@ CASES = [
     (3072, 24, 128, True, True, 2, True),
     (256, 33, 32, False, True, 5, True),
     (768, 20, 128, True, True, 16, True),
-    # the one-row kernel (uint4 words, float4 activations): static 1 and symbolic; groups of
-    # 32 (4 words) and 128; offsets; a runs count (1024 / 32 = 32) and 96 (3 x 32)
+    # the run kernel (uint4 words, float4 activations): static 1 and 3 and symbolic; groups
+    # of 32 (a run) and 128; offsets; 32 runs (1024 / 32) and 96 (3072 / 32)
     (1024, 45, 32, False, True, 1, True),
     (3072, 19, 128, True, False, 3, False),
     (256, 8, 32, True, True, 1, False),
@@ -116,22 +249,17 @@ def test_gemv_kernel_matches_numpy(gpu, k, n, group, sym, bias, rows, static):
     w[:min(group, k), 0] = 0.0
     w[min(group, k) - 1, 1] = 1e4
     codes, s, o = quantize_weight_int4(w, group, symmetric=sym)
-    words, srows, orows = gemv_operands(codes, s, o, k)
-    assert (orows is None) == sym
+    assert is_symmetric(s, o) == sym
     m = rows if static else TVar("m")
     spec = Q4GemvSpec(lead=(m,), k=k, n=n, group_size=group, symmetric=sym, bias=bias)
-    mod = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(spec, Target(target))}),
-                        target)
     x = rng.standard_normal((rows, k)).astype(np.float32)
     x[0, :3] = [1e3, -1e3, 0.0]
-    b = rng.standard_normal(n).astype(np.float32)
-    args = [x, words, srows] + ([] if sym else [orows]) + ([b] if bias else [])
-    y = targets.empty((rows, n), "float32", dev)
-    mod["dense_q4_gemv"](*[targets.array(a, dev) for a in args], y)
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    got = _run(dev, target, spec, kernel_operands(spec, codes, s, o), x, b)
     ref = x.astype(np.float64) @ dequantize_int4(codes, s, o, k, group).astype(np.float64)
     if bias:
         ref = ref + b
-    _assert_close(y.numpy(), ref)
+    _assert_close(got, ref)
 
 
 def _linear_module(k, n, n2, rows, bias=True):

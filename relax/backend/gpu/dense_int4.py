@@ -59,14 +59,28 @@ from tilecraft.tensorir.stmt import For
 from .gemv import (GEMV_MIN_GROUPS, GEMV_UNROLL_STEPS, GEMV_WARP, _divisor_near, _pow2_at_most,
                    _serial_loop_of)
 
-__all__ = ["Q4GemvSpec", "dense_q4_gemv_kernel", "dense_q4_gemv_compute", "pack_q4_words",
-           "gemv_tile", "vector_tile", "static_rows", "Q4_GEMV_THREADS", "Q4_GEMV_MAX_ROWS",
-           "Q4_WORD_VECTOR", "NIBBLES"]
+__all__ = ["Q4GemvSpec", "RunTile", "dense_q4_gemv_kernel", "dense_q4_gemv_compute",
+           "pack_q4_words", "pack_q4_runs", "kernel_operands", "is_symmetric", "run_tile",
+           "gemv_tile", "static_rows", "Q4_GEMV_THREADS", "Q4_GEMV_MAX_ROWS",
+           "Q4_RUN_MAX_ROWS", "Q4_RUN_MIN_GROUPS", "Q4_PREFETCH_RUNS", "prefetch_runs", "Q4_WORD_VECTOR", "RUN_CODES", "NIBBLES"]
 
 NIBBLES = 8             # codes per 32-bit word
 Q4_GEMV_THREADS = 256   # threads per work-group: rows * cols * split
 Q4_GEMV_MAX_ROWS = 16   # static rows up to which the GEMV kernel is used (decoding batches)
-Q4_WORD_VECTOR = 4      # words per load of the one-row kernel (a uint4: 32 codes)
+Q4_WORD_VECTOR = 4      # words per load of the run kernel (a uint4 / vec4<u32>)
+RUN_CODES = NIBBLES * Q4_WORD_VECTOR    # codes per run: 32, one 16-byte load
+# static rows up to which the run kernel takes a GEMV (each row its own work-groups, reading
+# the codes again: from L2 after the first row); 5..16 go to the word kernel, whose
+# work-groups hold up to 4 rows sharing each word
+Q4_RUN_MAX_ROWS = 4
+# work-groups the run kernel aims for: 4 per H100 multiprocessor (132). Little's law: 3.35
+# TB/s x ~0.8 us of memory latency = ~2.7 MB in flight, ~20 KB per multiprocessor; 4
+# work-groups of up to 256 threads with a 16-byte load or more each in flight give 16 KB and
+# up (the loads of a thread's unrolled steps are independent: 2-8 of them in flight)
+Q4_RUN_MIN_GROUPS = 4 * 132
+Q4_RUN_COLS = 32        # columns per work-group at most: a warp's 32 lanes on 32 columns
+Q4_RUN_MIN_COLS = 4     # and at least: 4 x 16 = 64 contiguous bytes of codes (2 sectors)
+Q4_PREFETCH_RUNS = 8    # runs of codes a thread loads ahead of their arithmetic (prefetch_runs)
 
 
 @dataclass(frozen=True)
@@ -118,6 +132,59 @@ def pack_q4_words(codes: np.ndarray, k: int) -> np.ndarray:
     return np.ascontiguousarray(out.T)
 
 
+def pack_q4_runs(codes: np.ndarray, k: int) -> np.ndarray:
+    """The codes of ``relax.dense_q4`` (``(ceil(K/2), N)`` bytes) as the run kernel's words
+    ``(K/32, N, 4)`` uint32: ``runs[r, j]`` is the 16 bytes (one ``uint4``) of column ``j``'s
+    codes ``k = 32 r .. 32 r + 31``, nibble ``e`` of word ``v`` holding ``k = 32 r + 8 v + e``.
+    Consecutive columns' runs are adjacent, so a warp's lanes on consecutive columns load 512
+    contiguous bytes. ``K`` must be a multiple of 32.
+
+    Examples
+    --------
+    >>> codes = np.arange(16 * 2, dtype=np.uint8).reshape(16, 2)
+    >>> runs = pack_q4_runs(codes, 32)
+    >>> runs.shape, hex(runs[0, 1, 0])
+    ((1, 2, 4), '0x70503010')
+    """
+    if k % RUN_CODES:
+        raise ValueError(f"the int4 run layout needs K a multiple of {RUN_CODES}, got {k}")
+    words = pack_q4_words(codes, k)                  # (N, K/8)
+    n = words.shape[0]
+    return np.ascontiguousarray(words.reshape(n, k // RUN_CODES, Q4_WORD_VECTOR)
+                                .transpose(1, 0, 2))
+
+
+def is_symmetric(scale: np.ndarray, offset: np.ndarray) -> bool:
+    """Whether ``relax.dense_q4``'s offsets are the symmetric ``-8 * scale`` (in float32)."""
+    s32 = np.asarray(scale).astype(np.float32)
+    return bool(np.array_equal(np.asarray(offset).astype(np.float32), np.float32(-8.0) * s32))
+
+
+def kernel_operands(spec: "Q4GemvSpec", codes: np.ndarray, scale: np.ndarray,
+                    offset: np.ndarray) -> list[np.ndarray]:
+    """The constants ``[words, scale(, offset)]`` of the kernel of ``spec`` from those of
+    ``relax.dense_q4`` (codes ``(ceil(K/2), N)``, scale and offset ``(groups, N)``, float32 or
+    float16: converted to float32, exactly). The run kernel (``run_tile``) takes
+    ``pack_q4_runs`` and ``(groups, N)`` rows (consecutive columns adjacent: one coalesced
+    load per warp); the word kernel ``pack_q4_words`` and ``(N, groups)``. Offsets only where
+    ``spec`` is not symmetric.
+
+    Examples
+    --------
+    >>> s = np.full((1, 2), 0.5, np.float32)
+    >>> spec = Q4GemvSpec((1,), 32, 2, 32, symmetric=is_symmetric(s, -8 * s))
+    >>> [a.shape for a in kernel_operands(spec, np.zeros((16, 2), np.uint8), s, -8 * s)]
+    [(1, 2, 4), (1, 2)]
+    """
+    s32 = np.asarray(scale).astype(np.float32)
+    o32 = np.asarray(offset).astype(np.float32)
+    if run_tile(spec) is not None:
+        out = [pack_q4_runs(codes, spec.k), np.ascontiguousarray(s32)]
+        return out + ([] if spec.symmetric else [np.ascontiguousarray(o32)])
+    out = [pack_q4_words(codes, spec.k), np.ascontiguousarray(s32.T)]
+    return out + ([] if spec.symmetric else [np.ascontiguousarray(o32.T)])
+
+
 def static_rows(spec: Q4GemvSpec) -> int | None:
     """The number of rows (the product of the lead dims) when constant, else None."""
     n = 1
@@ -126,6 +193,56 @@ def static_rows(spec: Q4GemvSpec) -> int | None:
             return None
         n *= int(d.value if isinstance(d, IntImm) else d)
     return n
+
+
+@dataclass(frozen=True)
+class RunTile:
+    """The run kernel's launch shape: ``cols`` output columns per work-group (``threadIdx.x``),
+    ``split`` threads sharing each column's runs (``threadIdx.y``), ``steps`` runs a thread."""
+    cols: int
+    split: int
+    steps: int
+
+    @property
+    def threads(self) -> int:
+        return self.cols * self.split
+
+
+def run_tile(spec: Q4GemvSpec) -> RunTile | None:
+    """The launch shape of the run kernel (see the module docstring), or None where the word
+    kernel takes ``spec``: ``K`` or the group size not a multiple of 32 (a run would straddle
+    a group or the end), a static row count above ``Q4_RUN_MAX_ROWS``.
+
+    ``cols`` starts at 32 (a warp on 32 columns: its 32 ``uint4`` loads are 512 contiguous
+    bytes, its activation loads one address, a broadcast) and is halved, down to
+    ``Q4_RUN_MIN_COLS``, until the kernel has ``Q4_RUN_MIN_GROUPS`` work-groups (rows times
+    column blocks). ``split`` divides the runs (the partial sums are factored out of the
+    reduction, which a tail would leave behind a guard) near a quarter of them (about 4 runs, 4
+    loads in flight, a thread), at most ``Q4_GEMV_THREADS / cols``, and enough for a warp a
+    work-group.
+
+    Examples
+    --------
+    >>> run_tile(Q4GemvSpec((1,), 4096, 11008, 128))
+    RunTile(cols=16, split=16, steps=8)
+    >>> run_tile(Q4GemvSpec((1,), 768, 2304, 128)), run_tile(Q4GemvSpec((1,), 3072, 768, 32))
+    (RunTile(cols=4, split=8, steps=3), RunTile(cols=4, split=16, steps=6))
+    >>> run_tile(Q4GemvSpec((1,), 776, 768, 128)) is None     # K not a multiple of 32
+    True
+    """
+    m = static_rows(spec)
+    if spec.k % RUN_CODES or spec.group_size % RUN_CODES or \
+            (m is not None and m > Q4_RUN_MAX_ROWS):
+        return None
+    runs = spec.k // RUN_CODES
+    rows = m or 1
+    cols = Q4_RUN_COLS
+    while cols > Q4_RUN_MIN_COLS and rows * -(-spec.n // cols) < Q4_RUN_MIN_GROUPS:
+        cols //= 2
+    cap = Q4_GEMV_THREADS // cols
+    want = max(GEMV_WARP // cols, min(cap, _pow2_at_most(max(1, runs // 4))))
+    split = _divisor_near(runs, want, cap)
+    return RunTile(cols, split, runs // split)
 
 
 def gemv_tile(spec: Q4GemvSpec) -> tuple[int, int, int]:
@@ -157,36 +274,75 @@ def gemv_tile(spec: Q4GemvSpec) -> tuple[int, int, int]:
     return rows, cols, split
 
 
-def vector_tile(spec: Q4GemvSpec) -> tuple[int, int] | None:
-    """``(cols, split)`` of the one-row kernel that loads ``Q4_WORD_VECTOR`` words at a time
-    (see the module docstring), or None where it does not apply: a static row count above 1,
-    ``K`` not a multiple of 32, no split of the 4-word runs of a column among 2 threads or
-    more. ``split`` (a divisor of the runs, about 4 per thread, at most 64) threads per column,
-    ``cols`` columns per work-group, halved until the kernel has ``GEMV_MIN_GROUPS``.
-
-    Examples
-    --------
-    >>> vector_tile(Q4GemvSpec((1,), 768, 2304, 128)), vector_tile(Q4GemvSpec((1,), 3072, 768, 128))
-    ((8, 8), (2, 16))
-    >>> vector_tile(Q4GemvSpec((2,), 768, 768, 128)) is None
-    True
-    """
-    m = static_rows(spec)
-    if (m is not None and m != 1) or spec.k % (NIBBLES * Q4_WORD_VECTOR):
-        return None
-    runs = spec.words // Q4_WORD_VECTOR
-    split = _divisor_near(runs, max(8, min(64, _pow2_at_most(max(1, runs // 4)))), 64)
-    if split < 2:
-        return None
-    cols = _pow2_at_most(Q4_GEMV_THREADS // split)
-    while cols > 1 and -(-spec.n // cols) < GEMV_MIN_GROUPS and split * cols // 2 >= GEMV_WARP:
-        cols //= 2
-    return cols, split
-
-
 def dense_q4_gemv_compute(spec: Q4GemvSpec):
     """The tensors ``(x, words, scale[, offset][, bias], y)`` of the GEMV (``y`` float32
-    ``(*lead, n)``; the reduction block is ``dense_q4_gemv``, the output ``dense_q4_out``)."""
+    ``(*lead, n)``; the reduction block is ``dense_q4_gemv``, the output ``dense_q4_out``),
+    ``words`` and the scale rows in the layout of the kernel ``spec`` gets
+    (``kernel_operands``)."""
+    if run_tile(spec) is not None:
+        return _run_compute(spec)
+    return _word_compute(spec)
+
+
+def _with_output(spec: Q4GemvSpec, acc, ins: list) -> list:
+    """``ins + [y]``: ``y`` the GEMV's sum ``acc`` plus the bias (the fused epilogue)."""
+    lead = tuple(spec.lead)
+    if not spec.bias:
+        return ins + [te.compute(lead + (spec.n,), lambda *i: acc[i], "dense_q4_out")]
+    bias = ins[-1]
+    return ins + [te.compute(lead + (spec.n,), lambda *i: acc[i] + bias[i[len(lead)]],
+                             "dense_q4_out")]
+
+
+def _run_compute(spec: Q4GemvSpec):
+    """The run kernel's compute: a reduction over the runs of 32 codes, each term a run's
+    dot product with its 32 activations times the group's scale (plus the offset times the
+    activations' sum): the scale is multiplied once per 32 codes, the codes' sum per run kept
+    as 4 sums of a word's 8 (a tree of 4, not a chain of 32 dependent adds)."""
+    lead = tuple(spec.lead)
+    nl = len(lead)
+    k, n = spec.k, spec.n
+    runs = k // RUN_CODES
+    per_group = spec.group_size // RUN_CODES
+    x = te.placeholder(lead + (k,), "float32", "x")
+    words = te.placeholder((runs, n, Q4_WORD_VECTOR), "uint32", "words")
+    scale = te.placeholder((spec.groups, n), "float32", "scale")
+    offset = None if spec.symmetric else te.placeholder((spec.groups, n), "float32", "offset")
+    bias = te.placeholder((n,), "float32", "bias") if spec.bias else None
+    r = te.reduce_axis((0, runs), "r")
+
+    def f(*i):
+        idx, j = tuple(i[:nl]), i[nl]
+        g = r.var // per_group if per_group > 1 else r.var
+        dots, sums = [], []
+        for v in range(Q4_WORD_VECTOR):
+            word = words[r.var, j, v]
+            dot = xsum = None
+            for e in range(NIBBLES):
+                # unsigned division and remainder by powers of two: a shift and a mask
+                nib = word if e == 0 else word // IntImm(1 << (4 * e), "uint32")
+                q = (nib % IntImm(16, "uint32")).astype("int32")
+                xv = x[idx + (r.var * RUN_CODES + NIBBLES * v + e,)]
+                term = (q - 8).astype("float32") * xv if spec.symmetric else \
+                    q.astype("float32") * xv
+                dot = term if dot is None else dot + term
+                if not spec.symmetric:
+                    xsum = xv if xsum is None else xsum + xv
+            dots.append(dot)
+            sums.append(xsum)
+        value = scale[g, j] * ((dots[0] + dots[1]) + (dots[2] + dots[3]))
+        if not spec.symmetric:
+            value = value + offset[g, j] * ((sums[0] + sums[1]) + (sums[2] + sums[3]))
+        return te.sum(value, axis=r)
+
+    acc = te.compute(lead + (n,), f, "dense_q4_gemv")
+    ins = [x, words, scale] + ([offset] if offset is not None else []) + \
+        ([bias] if bias is not None else [])
+    return _with_output(spec, acc, ins)
+
+
+def _word_compute(spec: Q4GemvSpec):
+    """The word kernel's compute: a reduction over 32-bit words ``(N, K/8)``."""
     lead = tuple(spec.lead)
     nl = len(lead)
     k, n, gs = spec.k, spec.n, spec.group_size
@@ -202,8 +358,6 @@ def dense_q4_gemv_compute(spec: Q4GemvSpec):
         if k % NIBBLES == 0:
             return x[idx + (kk,)]
         return te.if_then_else(kk < k, x[idx + (te.min(kk, k - 1),)], zero)
-
-    rows, cols, _ = gemv_tile(spec)
 
     def f(*i):
         idx, j = tuple(i[:nl]), i[nl]
@@ -242,13 +396,9 @@ def dense_q4_gemv_compute(spec: Q4GemvSpec):
         return te.sum(value, axis=w)
 
     acc = te.compute(lead + (n,), f, "dense_q4_gemv")
-    if bias is None:
-        y = te.compute(lead + (n,), lambda *i: acc[i], "dense_q4_out")
-    else:
-        y = te.compute(lead + (n,), lambda *i: acc[i] + bias[i[nl]], "dense_q4_out")
     ins = [x, words, scale] + ([offset] if offset is not None else []) + \
         ([bias] if bias is not None else [])
-    return ins + [y]
+    return _with_output(spec, acc, ins)
 
 
 def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
@@ -266,8 +416,9 @@ def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
     tensors = dense_q4_gemv_compute(spec)
     func = te.create_prim_func(tensors, name)
     sch = Schedule(func)
-    if vector_tile(spec) is not None:
-        _schedule_vector(sch, spec, *vector_tile(spec))
+    tile = run_tile(spec)
+    if tile is not None:
+        _schedule_runs(sch, tile)
         return sch.func
     rows, cols, split = gemv_tile(spec)
     out = sch.get_block("dense_q4_out")
@@ -298,56 +449,91 @@ def dense_q4_gemv_kernel(spec: Q4GemvSpec, target: Target,
     return sch.func
 
 
-def _schedule_vector(sch: Schedule, spec: Q4GemvSpec, cols: int, split: int) -> None:
-    """The one-row kernel (see the module docstring): ``cols`` columns a work-group, ``split``
-    threads per column each summing its 4-word runs in registers (``rfactor``), the words
-    loaded as one ``uint4`` and the activations as ``float4`` per run."""
+def _schedule_runs(sch: Schedule, tile: RunTile) -> None:
+    """The run kernel (see the module docstring): ``tile.cols`` columns a work-group on
+    ``threadIdx.x``, ``tile.split`` threads a column on ``threadIdx.y`` each summing
+    ``tile.steps`` consecutive runs in a register (``rfactor``), a run's 4 words loaded as one
+    ``uint4`` and its 32 activations as 8 ``float4`` per step; the partials in shared memory,
+    added up by a thread per column."""
     out = sch.get_block("dense_q4_out")
     gemv = sch.get_block("dense_q4_gemv")
-    # the partial sums factored out first (rfactor needs the loop nest to itself)
-    w = sch.get_loops(gemv)[-1]
-    wo, wt, wv = sch.split(w, [None, split, Q4_WORD_VECTOR])
-    sch.reorder(wt, wo, wv)
-    rf = sch.rfactor(wt, 0)
+    # the partial sums factored out first (rfactor needs the loop nest to itself); thread t
+    # takes runs t * steps .. (t + 1) * steps - 1: a g128 group's 4 runs mostly in one thread
+    r = sch.get_loops(gemv)[-1]
+    rt, _ = sch.split(r, [tile.split, None])
+    rf = sch.rfactor(rt, 0)
     *lead, j = sch.get_loops(out)
-    jb, jc = sch.split(j, [None, cols])
+    jb, jc = sch.split(j, [None, tile.cols])
     if lead:
         row = sch.fuse(*lead) if len(lead) > 1 else lead[0]
         sch.reorder(jb, row, jc)
         sch.bind(row, "blockIdx.y")
     sch.bind(jb, "blockIdx.x")
-    sch.bind(jc, "threadIdx.y")
-    # the column's sum: a tree over its threads, left in a register of each
+    sch.bind(jc, "threadIdx.x")
+    # the column's sum: its thread adds the split partials in turn (split shared loads, one
+    # barrier; a tree over threadIdx.y would take log2(split) barriers)
     sch.set_scope(gemv, 0, "local")
     sch.compute_at(gemv, jc)
-    sch.bind(sch.get_loops(gemv)[-1], "threadIdx.x")
+    sch.unroll(sch.get_loops(gemv)[-1])
     # the partials: the work-group's in shared memory, each thread's in a register
     sch.set_scope(rf, 0, "shared")
     sch.compute_at(rf, jc, preserve_unit_loops=True)
-    n = len(sch.get(rf).iter_vars)      # (thread's share, lead.., column, run, word)
-    rt, rj = _serial_loop_of(sch, rf, 0), _serial_loop_of(sch, rf, n - 3)
-    ro, rv = _serial_loop_of(sch, rf, n - 2), _serial_loop_of(sch, rf, n - 1)
-    sch.reorder(rj, rt, ro, rv)
-    sch.bind(rj, "threadIdx.y")
-    sch.bind(rt, "threadIdx.x")
+    n = len(sch.get(rf).iter_vars)      # (thread's share, lead.., column, step)
+    rt, rj, ro = (_serial_loop_of(sch, rf, 0), _serial_loop_of(sch, rf, n - 2),
+                  _serial_loop_of(sch, rf, n - 1))
+    sch.reorder(rt, rj, ro)
+    sch.bind(rt, "threadIdx.y")
+    sch.bind(rj, "threadIdx.x")
     acc = sch.cache_write(rf, 0, "local")
-    sch.reverse_compute_at(acc, rt)
-    # the run's 4 words (one uint4) and its 32 activations (8 float4) in registers
-    reads = sch.get(rf).reads
-    for name in ("words", "x"):
-        idx = next(i for i, r in enumerate(reads) if r.buffer.name == name)
+    sch.reverse_compute_at(acc, rj)
+    # the codes of ``chunk`` runs loaded ahead of their arithmetic (``chunk`` uint4 loads in
+    # flight a thread: 16 bytes x chunk x the threads, from memory), then each run's 32
+    # activations (8 float4, from L1: every work-group of the multiprocessor reads the same)
+    chunk = prefetch_runs(tile.steps)
+    ro_o, ro_i = sch.split(ro, [None, chunk])
+    for name, at in (("words", ro_o), ("x", ro_i)):
+        reads = sch.get(rf).reads
+        idx = next(i for i, rd in enumerate(reads) if rd.buffer.name == name)
         frag = sch.cache_read(rf, idx, "local")
-        sch.compute_at(frag, ro)
-        inner = sch.get_loops(frag)[-1]
+        sch.compute_at(frag, at)
+        loops = sch.get_loops(frag)
+        inner = loops[-1]
         ext = sch.get(inner).extent
         if isinstance(ext, IntImm) and ext.value % 4 == 0:
             if ext.value > 4:
-                _, inner = sch.split(inner, [None, 4])
+                outer, inner = sch.split(inner, [None, 4])
+                sch.unroll(outer)
             sch.vectorize(inner)
-    sch.decompose_reduction(rf, ro)
-    sch.unroll(rv)
-    if isinstance(sch.get(ro).extent, IntImm) and sch.get(ro).extent.value <= GEMV_UNROLL_STEPS:
-        sch.unroll(ro)
+        # (unrolled: the register arrays are indexed by constants, never spilled)
+        for lp in loops[:-1]:
+            if sch.get(lp).kind == "serial" and isinstance(sch.get(lp).extent, IntImm) and \
+                    sch.get(lp).extent.value > 1 and _under(sch, lp, at):
+                sch.unroll(lp)
+    sch.decompose_reduction(rf, ro_o)
+    sch.unroll(ro_i)
+    if tile.steps // chunk <= GEMV_UNROLL_STEPS // chunk:
+        sch.unroll(ro_o)
+
+
+def prefetch_runs(steps: int) -> int:
+    """Runs whose codes a thread of the run kernel loads before their arithmetic: the largest
+    divisor of ``steps`` up to ``Q4_PREFETCH_RUNS`` (8 runs: 32 registers of codes, 128 bytes
+    in flight a thread).
+
+    Examples
+    --------
+    >>> prefetch_runs(8), prefetch_runs(6), prefetch_runs(24), prefetch_runs(7)
+    (8, 6, 8, 7)
+    """
+    return max(d for d in range(1, min(steps, Q4_PREFETCH_RUNS) + 1) if steps % d == 0)
+
+
+def _under(sch: Schedule, loop, anchor) -> bool:
+    """Whether ``loop`` is nested inside ``anchor`` (a loop of the same nest)."""
+    node = sch.get(anchor)
+    found = []
+    post_order_visit(node.body, lambda n: found.append(n) if n is sch.get(loop) else None)
+    return bool(found)
 
 
 def _thread_loops(func: PrimFunc) -> list[For]:
