@@ -34,8 +34,13 @@ by round, results filed under the GPU's name:
   and 4096 x 11008) at one row, the kernel alone (device time, each call with its own copy of
   the weight, ``GEMV_STREAM_BYTES`` in all): our float32 GEMV (``relax.backend.gpu.gemv``,
   weight ``(K, N)``; ``ours_nk_us``: ``(N, K)``), the GEMM rule it replaced
-  (``gemm_rule_us``), the int4-g128 GEMV (``int4_us``) and PyTorch's ``x @ W`` on CUDA
-  (cuBLAS, float32, TF32 off, in a CUDA graph) as the peer.
+  (``gemm_rule_us``), the int4-g128 GEMV (``int4_us``; ``int4_codes_GBps``: its codes' bytes,
+  ``K N / 2``, over its time; ``int4_GBps``: with the scale rows; ``int4_tile``: its launch
+  shape; ``int4_vs_ours``: our float32 GEMV's time over it, the issue's 3x;
+  ``int4_vs_peer``: PyTorch's float32 over it) and PyTorch's ``x @ W`` on CUDA (cuBLAS,
+  float32, TF32 off, in a CUDA graph) as the peer. The int4 kernel is timed first, on its own:
+  where the float32 weight does not fit the device (WebGPU at 4096 x 11008) its row still
+  has the int4 time.
 
 ``ratio`` is the peer's time over ours (above 1: we are faster). Errors: ``max_abs``,
 ``rel`` (max abs over the float output's max abs), ``cosine`` (of the flattened outputs: the
@@ -433,9 +438,9 @@ def gemv_gpu_layer_rows(targets_=None, shapes=None) -> list[dict]:
     off) beside. ``ratio``: PyTorch's time over our float32 GEMV's."""
     from tilecraft.relax import gpu_schedules
     from tilecraft.relax.backend.gpu import gemv
-    from tilecraft.relax.backend.gpu.dense_int4 import Q4GemvSpec, dense_q4_gemv_kernel
-    from tilecraft.relax.transform.lower_dense_q4_gemv import gemv_operands
-    from tilecraft.relax.transform.quantize_int4 import quantize_weight_int4
+    from tilecraft.relax.backend.gpu.dense_int4 import (Q4GemvSpec, dense_q4_gemv_kernel,
+                                                        kernel_operands, run_tile)
+    from tilecraft.relax.transform.quantize_int4 import dequantize_int4, quantize_weight_int4
     from tilecraft.targets import Target
     from tilecraft.tensorir import IRModule, te
 
@@ -451,26 +456,51 @@ def gemv_gpu_layer_rows(targets_=None, shapes=None) -> list[dict]:
     peers, data = {}, {}
 
     def shape_data(k, n):
-        """(x, w, reference, int4 words, int4 scale rows) of a shape, made once for all
-        targets (quantizing 4096 x 11008 takes seconds)."""
+        """(x, w, reference, int4 spec, int4 operands, int4 reference) of a shape, made once
+        for all targets (quantizing 4096 x 11008 takes seconds)."""
         if (k, n) not in data:
             x = rng.standard_normal((1, k), dtype=np.float32)
             w = rng.standard_normal((k, n), dtype=np.float32) * np.float32(1 / np.sqrt(k))
             codes, s, o = quantize_weight_int4(w, 128, symmetric=True)
-            words, srows, _ = gemv_operands(codes, s, o, k)
-            data[(k, n)] = (x, w, x.astype(np.float64) @ w, words, srows)
+            spec = Q4GemvSpec(lead=(1,), k=k, n=n, group_size=128, symmetric=True)
+            q4_ref = x.astype(np.float64) @ dequantize_int4(codes, s, o, k, 128)
+            data[(k, n)] = (x, w, x.astype(np.float64) @ w, spec,
+                            kernel_operands(spec, codes, s, o), q4_ref)
         return data[(k, n)]
+
+    def int4(row, target, dev, xd, y, spec, q4_ops, q4_ref):
+        """The int4-g128 GEMV's time, error, launch shape and streams into ``row``."""
+        k, n = spec.k, spec.n
+        q4 = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(
+            spec, Target(target))}), target)
+        q4_copies = _copies(sum(a.nbytes for a in q4_ops))
+        args = [(xd, *[targets.array(a, dev) for a in q4_ops], y) for _ in range(q4_copies)]
+        row["int4_us"] = _kernel_seconds(q4, args, dev) * 1e6
+        q4[q4.entry_name](*args[0])
+        row["int4_rel"] = float(np.abs(y.numpy() - q4_ref).max() / np.abs(q4_ref).max())
+        tile = run_tile(spec)
+        row["int4_tile"] = (f"{tile.cols} cols x {tile.split} threads, {tile.steps} runs a "
+                            f"thread" if tile else "word kernel")
+        # the codes' stream (K N / 2 bytes) and all the int4 operands' (the scales too)
+        row["int4_codes_GBps"] = k * n / 2 / (row["int4_us"] * 1e-6) / 1e9
+        row["int4_GBps"] = sum(a.nbytes for a in q4_ops) / (row["int4_us"] * 1e-6) / 1e9
 
     def measure(kind, target, dev):
         out = []
         for k, n in shapes or GEMV_SHAPES:
             row = {"mode": ROW_MODES["gemv-gpu-layers"], "target": target,
                    "model": f"dense {k}x{n}, 1 row"}
+            x, w, ref, spec, q4_ops, q4_ref = shape_data(k, n)
+            xd = targets.array(x, dev)
+            y = targets.empty((1, n), "float32", dev)
+            # the int4 GEMV first, on its own: a float32 weight over the device's buffer limit
+            # (WebGPU's 128 MiB at 4096 x 11008) does not hide it
             try:
-                x, w, ref, words, srows = shape_data(k, n)
+                int4(row, target, dev, xd, y, spec, q4_ops, q4_ref)
+            except Exception as err:
+                row["int4_error"] = f"{type(err).__name__}: {str(err)[:300]}"
+            try:
                 copies = _copies(4 * k * n)
-                xd = targets.array(x, dev)
-                y = targets.empty((1, n), "float32", dev)
 
                 def f32(layout, rule_rows):
                     saved = gemv.GEMV_MAX_ROWS
@@ -491,13 +521,6 @@ def gemv_gpu_layer_rows(targets_=None, shapes=None) -> list[dict]:
                 t_nk, _ = f32("NK", gemv.GEMV_MAX_ROWS)
                 t_rule, _ = f32("KN", 0)
                 row.update(ours_nk_us=t_nk * 1e6, gemm_rule_us=t_rule * 1e6)
-                spec = Q4GemvSpec(lead=(1,), k=k, n=n, group_size=128, symmetric=True)
-                q4 = targets.build(IRModule({"dense_q4_gemv": dense_q4_gemv_kernel(
-                    spec, Target(target))}), target)
-                q4_copies = _copies(words.nbytes + srows.nbytes)
-                args = [(xd, targets.array(words, dev), targets.array(srows, dev), y)
-                        for _ in range(q4_copies)]
-                row["int4_us"] = _kernel_seconds(q4, args, dev) * 1e6
                 if (k, n) not in peers:
                     peers[(k, n)] = _torch_gemv_seconds(x, w, copies)
                 t_peer = peers[(k, n)]
@@ -505,10 +528,13 @@ def gemv_gpu_layer_rows(targets_=None, shapes=None) -> list[dict]:
                            "none (no CUDA device for PyTorch)", copies=copies)
                 row["ours_GBps"] = 4 * k * n / (row["ours_us"] * 1e-6) / 1e9
                 row["ratio_vs_gemm_rule"] = row["gemm_rule_us"] / row["ours_us"]
-                row["int4_vs_ours"] = row["ours_us"] / row["int4_us"]
+                if "int4_us" in row:
+                    row["int4_vs_ours"] = row["ours_us"] / row["int4_us"]
                 if t_peer:
                     row.update(peer_us=t_peer * 1e6, ratio=t_peer * 1e6 / row["ours_us"],
                                peer_GBps=4 * k * n / t_peer / 1e9)
+                    if "int4_us" in row:
+                        row["int4_vs_peer"] = t_peer * 1e6 / row["int4_us"]
             except Exception as err:   # one failing shape does not hide the others
                 row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
             print(row, file=sys.stderr, flush=True)
