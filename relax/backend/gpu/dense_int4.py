@@ -56,13 +56,12 @@ from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.stmt import For
 
-from .gemv import (GEMV_MIN_GROUPS, GEMV_UNROLL_STEPS, GEMV_WARP, _divisor_near, _pow2_at_most,
-                   _serial_loop_of)
+from .gemv import GEMV_MIN_GROUPS, GEMV_UNROLL_STEPS, _divisor_near, _serial_loop_of
 
 __all__ = ["Q4GemvSpec", "RunTile", "dense_q4_gemv_kernel", "dense_q4_gemv_compute",
            "pack_q4_words", "pack_q4_runs", "kernel_operands", "is_symmetric", "run_tile",
            "gemv_tile", "static_rows", "Q4_GEMV_THREADS", "Q4_GEMV_MAX_ROWS",
-           "Q4_RUN_MAX_ROWS", "Q4_RUN_MIN_GROUPS", "Q4_PREFETCH_RUNS", "prefetch_runs", "Q4_WORD_VECTOR", "RUN_CODES", "NIBBLES"]
+           "Q4_RUN_MAX_ROWS", "Q4_RUN_MIN_GROUPS", "Q4_PREFETCH_RUNS", "Q4_RUN_SPLIT", "prefetch_runs", "Q4_WORD_VECTOR", "RUN_CODES", "NIBBLES"]
 
 NIBBLES = 8             # codes per 32-bit word
 Q4_GEMV_THREADS = 256   # threads per work-group: rows * cols * split
@@ -81,6 +80,7 @@ Q4_RUN_MIN_GROUPS = 4 * 132
 Q4_RUN_COLS = 32        # columns per work-group at most: a warp's 32 lanes on 32 columns
 Q4_RUN_MIN_COLS = 4     # and at least: 4 x 16 = 64 contiguous bytes of codes (2 sectors)
 Q4_PREFETCH_RUNS = 8    # runs of codes a thread loads ahead of their arithmetic (prefetch_runs)
+Q4_RUN_SPLIT = 32       # threads a column shares its runs among, about (run_tile)
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def pack_q4_runs(codes: np.ndarray, k: int) -> np.ndarray:
     >>> codes = np.arange(16 * 2, dtype=np.uint8).reshape(16, 2)
     >>> runs = pack_q4_runs(codes, 32)
     >>> runs.shape, hex(runs[0, 1, 0])
-    ((1, 2, 4), '0x70503010')
+    ((1, 2, 4), '0x7050301')
     """
     if k % RUN_CODES:
         raise ValueError(f"the int4 run layout needs K a multiple of {RUN_CODES}, got {k}")
@@ -217,16 +217,19 @@ def run_tile(spec: Q4GemvSpec) -> RunTile | None:
     bytes, its activation loads one address, a broadcast) and is halved, down to
     ``Q4_RUN_MIN_COLS``, until the kernel has ``Q4_RUN_MIN_GROUPS`` work-groups (rows times
     column blocks). ``split`` divides the runs (the partial sums are factored out of the
-    reduction, which a tail would leave behind a guard) near a quarter of them (about 4 runs, 4
-    loads in flight, a thread), at most ``Q4_GEMV_THREADS / cols``, and enough for a warp a
-    work-group.
+    reduction, which a tail would leave behind a guard) near ``Q4_RUN_SPLIT``, at most
+    ``Q4_GEMV_THREADS / cols``: each thread's codes are loaded at once (``prefetch_runs``), so
+    more threads a column means less arithmetic a thread after its loads land (GPT-2's
+    layers: 1-3 runs a thread), and its column's final sum ``split`` shared loads.
 
     Examples
     --------
     >>> run_tile(Q4GemvSpec((1,), 4096, 11008, 128))
     RunTile(cols=16, split=16, steps=8)
     >>> run_tile(Q4GemvSpec((1,), 768, 2304, 128)), run_tile(Q4GemvSpec((1,), 3072, 768, 32))
-    (RunTile(cols=4, split=8, steps=3), RunTile(cols=4, split=16, steps=6))
+    (RunTile(cols=4, split=24, steps=1), RunTile(cols=4, split=32, steps=3))
+    >>> run_tile(Q4GemvSpec((1,), 11008, 4096, 128))      # 344 runs: 43 x 8
+    RunTile(cols=4, split=43, steps=8)
     >>> run_tile(Q4GemvSpec((1,), 776, 768, 128)) is None     # K not a multiple of 32
     True
     """
@@ -239,9 +242,7 @@ def run_tile(spec: Q4GemvSpec) -> RunTile | None:
     cols = Q4_RUN_COLS
     while cols > Q4_RUN_MIN_COLS and rows * -(-spec.n // cols) < Q4_RUN_MIN_GROUPS:
         cols //= 2
-    cap = Q4_GEMV_THREADS // cols
-    want = max(GEMV_WARP // cols, min(cap, _pow2_at_most(max(1, runs // 4))))
-    split = _divisor_near(runs, want, cap)
+    split = _divisor_near(runs, Q4_RUN_SPLIT, Q4_GEMV_THREADS // cols)
     return RunTile(cols, split, runs // split)
 
 
