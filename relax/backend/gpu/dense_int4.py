@@ -1,36 +1,52 @@
 """The int4 weight-only GEMV of the GPU targets: ``relax.dense_q4`` (plus a fused bias) for the
-few rows of token-by-token decoding, as a scheduled TensorIR function.
+few rows of token-by-token decoding, as a scheduled TensorIR function. Two kernels; the
+weight is repacked at build time for the one a layer gets (``kernel_operands``). No
+dequantized weight is ever written: a kernel reads ``K N / 2`` bytes of codes (an eighth of
+the float32 weight's, a quarter of a float16 weight's), the scales and the activation rows.
 
-The weight is repacked at build time (``pack_q4_words``) as 32-bit words along the reduction:
-``words[j, w]`` holds the codes of column ``j`` at ``k = 8 w .. 8 w + 7``, nibble ``e`` (bits
-``4e .. 4e + 3``) for ``k = 8 w + e``; the group scales (and offsets, unless symmetric) as
-``[N, ceil(K/G)]`` float32 rows. The kernel:
+**The run kernel** (``run_tile``; ``K`` and the group size multiples of 32, a static row
+count up to ``Q4_RUN_MAX_ROWS`` or a symbolic one). Figures for an H100 (132 multiprocessors,
+2048 threads and 64 K registers each, 3.35 TB/s):
 
-* one work-group per block of ``cols`` output columns (``blockIdx.x``) and row of the
-  activation (``blockIdx.y``: the lead dims fused, symbolic ones included); the columns per
-  work-group halved until the kernel has ``GEMV_MIN_GROUPS`` work-groups (twice an H100's
-  multiprocessors: GPT-2's 768 x 768 layer had 96 of 256 threads before);
-* per column (``threadIdx.y``) ``split`` threads share the reduction (``threadIdx.x``), each
-  splitting a word into its 8 nibbles in registers (unsigned division and remainder by
-  powers of two: a shift and a mask each) and accumulating in float32: symmetric codes as
-  ``s * sum_e x[8w+e] (q_e - 8)``, codes with an offset as ``s * sum_e x q_e + o * sum_e x``
-  (one multiply-add of the group's scale and offset per word, not per code);
-* one row (static 1, or symbolic: decoding) with a whole number of 4-word runs per column
-  (``K`` a multiple of 32) and a split dividing them: the reduction factored into per-thread
-  partial sums (``rfactor``) so that each k-step loads 4 words as one 16-byte ``uint4`` (32
-  codes) and the 32 activations beside them as 8 ``float4`` through register fragments (a
-  thread read one 32-bit word and 8 scalar activations per step before); the partials meet
-  in a tree in shared memory;
-* otherwise (a static row count of 2 to 16, ragged ``K``): a word per step, thread ``t``
-  reading words ``t, t + split, ...`` of its column (a warp reads consecutive words:
-  coalesced), the reduction a cross-thread reduction directly; a static row count of 2 or more
-  puts up to 4 rows in a work-group (``threadIdx.z``) sharing the words read;
-* the ``split`` partial sums meet in a tree in shared memory (``LowerCrossThreadReduction``);
-  the bias is added in the write-back.
+* the codes in *runs* ``[K/32, N, 4]`` uint32 (``pack_q4_runs``): ``runs[r, j]`` is column
+  ``j``'s 32 codes ``k = 32 r .. 32 r + 31``, 16 bytes, nibble ``e`` of word ``v`` holding
+  ``k = 32 r + 8 v + e``; the scales (and offsets, unless symmetric) as float32 rows
+  ``[groups, N]``;
+* ``threadIdx.x`` over ``cols`` output columns, ``threadIdx.y`` over ``split`` threads
+  sharing each column's runs (``rfactor``), thread ``t`` taking ``steps`` consecutive runs;
+  ``blockIdx.x`` over the column blocks, ``blockIdx.y`` over the rows (each row reads the
+  codes again, from L2 after the first). A warp's lanes are on consecutive columns: a step's
+  code loads are one ``uint4`` (``vec4<u32>``) a lane, 16 x ``cols`` contiguous bytes a
+  ``threadIdx.y`` (whole 32-byte sectors), and its 32 activations 8 ``float4`` that the
+  lanes of a ``threadIdx.y`` share (a broadcast; ``32 / cols`` addresses a warp load). The
+  kernel this replaced put a warp's lanes on one column's consecutive runs: each activation
+  ``float4`` a warp loaded then touched 32 lines 128 bytes apart, ~260 L1 wavefronts per 512
+  bytes of codes, which capped it near 460 GB/s of codes (417 measured at 4096 x 11008);
+* a thread loads the codes of up to ``Q4_PREFETCH_RUNS`` = 8 runs first (8 ``uint4``, 128
+  bytes, in flight; 32 registers), then per run its 32 activations (L1 hits: every
+  work-group of a multiprocessor reads the same ``x``) and unpacks the codes in registers
+  (unsigned division and remainder by powers of two: a shift and a mask), accumulating
+  ``sum (q - 8) x`` (``sum q x`` and ``sum x`` with offsets) as 4 sums of a word's 8 codes,
+  times the group's scale once per run (``s * dot + o * xsum``: one multiply-add per 32
+  codes);
+* the thread's partial to shared memory once; after one barrier each column's thread adds
+  its ``split`` partials in turn, adds the bias (the fused epilogue) and writes the column.
 
-No dequantized weight is ever written: the kernel reads ``K N / 2`` bytes of codes (an eighth
-of the float32 weight's bytes, a quarter of a float16 weight's), the scales and the activation
-rows.
+Per code: a shift, a mask, a subtract, an int-to-float conversion and a multiply-add. The
+conversion's 16 a clock per multiprocessor is the arithmetic's limit: 132 x 16 x 1.755 GHz =
+3.7 G codes/s = 1.85 TB/s of codes (the issue slots, ~5 instructions a code, allow ~2.7
+TB/s). Memory: at 4096 x 11008 (``RunTile(16, 16, 8)``, 688 work-groups of 256 threads,
+5.2 a multiprocessor) each work-group has 32 KB of codes in flight against the ~20 KB a
+multiprocessor that 3.35 TB/s at ~0.8 us of latency needs (Little's law), so the codes
+should stream at 1.5-1.85 TB/s (12-15 us; the float32 GEMV's 2.7 TB/s is 65.7 us).
+
+**The word kernel** (``gemv_tile``; ``K`` or the group not a multiple of 32, static rows 5
+to 16): words ``[N, K/8]`` (``pack_q4_words``: ``words[j, w]`` holds column ``j``'s codes
+``k = 8 w .. 8 w + 7``, nibble ``e`` for ``k = 8 w + e``) and scale rows ``[N, groups]``;
+one work-group per block of ``cols`` columns (``threadIdx.y``) and up to 4 rows
+(``threadIdx.z``, sharing each word read), ``split`` threads a column (``threadIdx.x``)
+reading words ``t, t + split, ...`` (a warp reads consecutive words), the partials meeting in
+a tree in shared memory (``LowerCrossThreadReduction``); the bias added in the write-back.
 
 Examples
 --------
