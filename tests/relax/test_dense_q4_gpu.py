@@ -171,6 +171,12 @@ EXACT = [
     (3072, 45, 128, False, True, 1, False, "float16"),
     (768, 1, 64, True, True, 3, True, "float32"),
     (1024, 70, 32, True, False, 4, False, "float32"),
+    # launch shapes: 32 and 16 columns a work-group (a warp on one threadIdx.y), 11 runs a
+    # thread loaded one at a time (11 is prime), 8 runs a thread prefetched together
+    (64, 16896, 32, False, True, 1, True, "float32"),
+    (256, 8449, 128, True, False, 1, False, "float32"),
+    (4576, 9, 32, True, True, 1, True, "float32"),
+    (8192, 5, 128, False, False, 2, False, "float16"),
     (100, 9, 34, True, True, 2, True, "float32"),
     (256, 33, 16, False, True, 1, False, "float16"),
     (768, 20, 128, False, False, 5, True, "float32"),
