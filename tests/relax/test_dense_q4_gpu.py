@@ -385,3 +385,38 @@ def test_vector_and_several_lead_dims(gpu, shape):
     c, s, o = quantize_weight_int4(w, 32)
     _assert_close(vm["main"](xv).numpy(),
                   xv.astype(np.float64) @ dequantize_int4(c, s, o, 64, 32) + b)
+
+
+@pytest.mark.parametrize("k,n,block,symmetric", [(96, 40, 32, True), (256, 33, 16, False),
+                                                 (512, 45, 128, False)])
+def test_matmul_nbits_onnx_model_runs_the_gemv(gpu, k, n, block, symmetric):
+    """An ONNX model with onnxruntime's com.microsoft.MatMulNBits (and a bias Add) imported,
+    built for the GPU target: its layer is the int4 GEMV (bias fused), and it matches
+    onnxruntime running the same model at 1 and 3 rows (symbolic)."""
+    pytest.importorskip("onnx", reason="onnx is not installed")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    from onnx import TensorProto, helper, numpy_helper
+    from tilecraft.relax.frontend.onnx import from_onnx
+    from tilecraft.relax.frontend.onnx.lowbit import matmul_nbits_model
+    dev, target = gpu
+    rng = np.random.default_rng(k + n)
+    w = rng.normal(size=(k, n)).astype(np.float32)
+    b = rng.normal(size=n).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    q = matmul_nbits_model(model, block, symmetric)
+    assert [nd.op_type for nd in q.graph.node] == ["MatMulNBits", "Add"]
+    exe = relax.build(from_onnx(q), target)
+    assert any("dense_q4_gemv" in name for name in exe.kernel_names), exe.kernel_names
+    vm = VirtualMachine(exe, dev)
+    sess = ort.InferenceSession(q.SerializeToString())
+    for rows in (1, 3):
+        x = rng.normal(size=(rows, k)).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        got = vm["main"](x).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
