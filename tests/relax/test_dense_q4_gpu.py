@@ -131,7 +131,8 @@ def _exact_weight(rng, k, n, group, symmetric, scale_dtype="float32"):
     q[0, :] = 0
     q[-1, :] = 15
     q[:, 0] = 15
-    codes = (q[0::2] | (q[1::2] << 4)).astype(np.uint8)
+    qp = np.concatenate([q, np.zeros((k % 2, n), q.dtype)])      # odd K: a zero high nibble
+    codes = (qp[0::2] | (qp[1::2] << 4)).astype(np.uint8)
     groups = -(-k // group)
     s = (2.0 ** rng.integers(-2, 2, (groups, n))).astype(scale_dtype)
     z = np.full((groups, n), 8) if symmetric else rng.integers(0, 16, (groups, n))
@@ -174,6 +175,7 @@ EXACT = [
     # launch shapes: 32 and 16 columns a work-group (a warp on one threadIdx.y), 11 runs a
     # thread loaded one at a time (11 is prime), 8 runs a thread prefetched together
     (64, 16896, 32, False, True, 1, True, "float32"),
+    (32, 7, 32, False, True, 3, False, "float32"),          # one run: no split
     (256, 8449, 128, True, False, 1, False, "float32"),
     (4576, 9, 32, True, True, 1, True, "float32"),
     (8192, 5, 128, False, False, 2, False, "float16"),
@@ -364,10 +366,11 @@ def test_threads_past_the_last_column_or_row_read_in_bounds():
     assert "< 5)" in src[guard:update] and "< 1100)" in src[guard:update]
 
 
-@pytest.mark.parametrize("shape", [(64,), (2, 3, 64)])
+@pytest.mark.parametrize("shape", [(64,), (2, 2, 64), (2, 3, 64)])
 def test_vector_and_several_lead_dims(gpu, shape):
-    """A 1-D activation (no row dim) and two static lead dims fused into 6 rows (a row tile of
-    4: the second tile's last two rows clamped, not stored)."""
+    """A 1-D activation (no row dim), two static lead dims fused into 4 rows (the run kernel: a
+    row of work-groups each) and into 6 rows (the word kernel: a row tile of 4, the second
+    tile's last two rows clamped, not stored)."""
     dev, target = gpu
     rng = np.random.default_rng(4)
     w = rng.standard_normal((64, 10)).astype(np.float32)

@@ -491,7 +491,9 @@ def _schedule_runs(sch: Schedule, tile: RunTile) -> None:
     # barrier; a tree over threadIdx.y would take log2(split) barriers)
     sch.set_scope(gemv, 0, "local")
     sch.compute_at(gemv, jc)
-    sch.unroll(sch.get_loops(gemv)[-1])
+    for lp in sch.get_loops(gemv):
+        if sch.get(lp).kind == "serial" and _under(sch, lp, jc):      # (none where split = 1)
+            sch.unroll(lp)
     # the partials: the work-group's in shared memory, each thread's in a register
     sch.set_scope(rf, 0, "shared")
     sch.compute_at(rf, jc, preserve_unit_loops=True)
