@@ -122,6 +122,15 @@ def test_symmetric_offsets_are_dropped():
             assert ops[1].shape == layout and ops[1].dtype == np.float32
 
 
+def test_operands_of_the_wrong_shape_are_named():
+    spec = Q4GemvSpec((1,), 64, 6, 32)
+    s = np.ones((2, 6), np.float32)
+    with pytest.raises(ValueError, match=r"codes has shape \(32, 5\), expected \(32, 6\)"):
+        kernel_operands(spec, np.zeros((32, 5), np.uint8), s, -8 * s)
+    with pytest.raises(ValueError, match=r"scale has shape \(1, 6\), expected \(2, 6\)"):
+        kernel_operands(spec, np.zeros((32, 6), np.uint8), s[:1], -8 * s[:1])
+
+
 def _exact_weight(rng, k, n, group, symmetric, scale_dtype="float32"):
     """``relax.dense_q4``'s operands whose arithmetic is exact in float32: random codes with
     the extremes 0 and 15 in every case, power-of-two scales, integer zero points (offsets

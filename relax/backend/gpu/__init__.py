@@ -18,8 +18,9 @@ On GPU targets most families are found by the structure of a block, not by a rul
   work-groups of few columns, the reduction split among threads (``rfactor``) with float4
   weight loads, the partials met in a shared-memory tree, the epilogue in the write-back.
 - ``dense_int4.py``: the int4 weight-only GEMV (``relax.dense_q4`` of few rows, bias fused):
-  work-groups of output columns, the reduction over packed 32-bit words of codes shared by
-  threads; built directly as a scheduled kernel by ``relax.transform.LowerDenseQ4GEMV``.
+  the codes in 16-byte runs of 32 a column, a warp's lanes on consecutive columns (one
+  ``uint4`` each), the reduction split among threads and met in shared memory; built directly
+  as a scheduled kernel by ``relax.transform.LowerDenseQ4GEMV``.
 
 ``batch_dispatch.py`` puts two schedules of one kernel (its tile sized for batch 1 and for
 ``gemm.GEMM_NOMINAL_BATCH``) into one function chosen per call by the symbolic batch.

@@ -194,6 +194,13 @@ def kernel_operands(spec: "Q4GemvSpec", codes: np.ndarray, scale: np.ndarray,
     """
     s32 = np.asarray(scale).astype(np.float32)
     o32 = np.asarray(offset).astype(np.float32)
+    want = {"codes": ((spec.k + 1) // 2, spec.n), "scale": (spec.groups, spec.n),
+            "offset": (spec.groups, spec.n)}
+    for name, a in (("codes", np.asarray(codes)), ("scale", s32), ("offset", o32)):
+        if a.shape != want[name]:
+            raise ValueError(f"int4 GEMV of K={spec.k}, N={spec.n}, groups of "
+                             f"{spec.group_size}: {name} has shape {a.shape}, expected "
+                             f"{want[name]}")
     if run_tile(spec) is not None:
         out = [pack_q4_runs(codes, spec.k), np.ascontiguousarray(s32)]
         return out + ([] if spec.symmetric else [np.ascontiguousarray(o32)])
