@@ -23,8 +23,9 @@ symbolic was compacted without its padding); ``pad`` — the padding kept, no ba
 ``new`` — the defaults (balanced over 132 multiprocessors: one work-group each a wave);
 ``new264`` — balanced over 264 slots (two resident work-groups a multiprocessor a wave: the
 other reading of the same occupancy; it keeps 64 x 128 for the 768-wide layers at batch 16 and
-halves the FFN's 128 x 128 there instead). Every result is checked against float64 numpy at each batch before it
-is timed (``vm.time_evaluator``: best of 3 repeats of 20 calls, the input on the device).
+halves the FFN's 128 x 128 there instead). Every result is checked against float64 numpy at
+each batch before it is timed (``vm.time_evaluator``: best of 3 repeats of 20 calls, the input
+on the device).
 PyTorch: CUDA events around 20 calls of ``addmm`` (bias) plus the epilogue in eager ops (the
 residual add, the GELU), best of 3; ``addmm_ms`` is ``addmm`` alone. ``vs_torch`` = PyTorch's
 time / ours (above 1: we are faster); ``tflops`` counts 2 per multiply-add.

@@ -25,7 +25,9 @@ tile unrolled; epilogues (bias, activation, residual add) inlined into the regis
   tile does not fit the target (WebGPU's 16 KiB of workgroup storage);
 - tiles: the ``GEMM_*`` constants below (``benchmarks/gpu_gemm_variants.py`` sweeps them), the
   defaults of ``schedule_gemm``'s tile decisions (``default_config``), which the tuner's GPU
-  space searches (``relax.gpu_space``).
+  space searches (``relax.gpu_space``); the register tile halved for small outputs
+  (``GEMM_MIN_GROUPS``) and, for a dense layer, balanced over the multiprocessors
+  (``GEMM_BALANCE_MPS``; ``benchmarks/gpu_dense.py`` measures it at BERT's and GPT-2's shapes).
 
 Examples
 --------
@@ -280,7 +282,8 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         ti_cfg *= 2
     ti, ri = _tile(I, (ti_cfg, cfg_i[1]))
     if not cpu:
-        ri, rj = _fill(I, ti, ri, jgroups, rj, batch_groups=_const_groups(sch, batch, nominal_batch),
+        ri, rj = _fill(I, ti, ri, jgroups, rj,
+                       batch_groups=_const_groups(sch, batch, nominal_batch),
                        shrink_cols=len(cols) == 1, min_groups=int(config["min_groups"]),
                        multiprocessors=GEMM_BALANCE_MPS)
     i0, i1, i2 = sch.split(il, [None, ti, ri])
