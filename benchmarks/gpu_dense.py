@@ -28,7 +28,9 @@ each batch before it is timed (``vm.time_evaluator``: best of 3 repeats of 20 ca
 on the device).
 PyTorch: CUDA events around 20 calls of ``addmm`` (bias) plus the epilogue in eager ops (the
 residual add, the GELU), best of 3; ``addmm_ms`` is ``addmm`` alone. ``vs_torch`` = PyTorch's
-time / ours (above 1: we are faster); ``tflops`` counts 2 per multiply-add.
+time / ours (above 1: we are faster); ``tflops`` counts 2 per multiply-add; ``accumulators``
+lists each kernel's register tile a thread (OpenCL; the kernels in the order batch 1, from
+``GEMM_SMALL_BATCH``, from ``GEMM_LARGE_BATCH``: ``[2, 16, 32]`` is 1 x 2, 4 x 4, 4 x 8).
 
 Run: ``python -m benchmarks.gpu_dense`` on the GPU machine (about a minute on OpenCL).
 ``TILECRAFT_GPU_DENSE_LAYERS`` (comma-separated names of ``LAYERS``, default all),
@@ -43,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import sys
 import time
 
@@ -190,6 +193,20 @@ def rule(variant: str):
         gemm.GEMM_BALANCE_MPS, compact._compact_strides = saved
 
 
+def accumulators(exe) -> list[int]:
+    """Per kernel of an OpenCL build (in the order batch 1, nominal, large), the register tile
+    a thread accumulates (the first private array a kernel declares); [] for other targets."""
+    try:
+        src = exe.kernel_module.get_source()
+    except Exception:   # a module without one OpenCL source text
+        return []
+    out = []
+    for kernel in src.split("__kernel ")[1:]:
+        found = re.search(r"\n  float \w+_local\[(\d+)\];", kernel)
+        out.append(int(found.group(1)) if found else 0)
+    return out
+
+
 def build(mod, kind: str, variant: str):
     """``relax.build`` of ``mod`` for ``kind`` under the rule of ``variant``."""
     from tilecraft import relax
@@ -233,8 +250,9 @@ def run() -> list[dict]:
                 try:
                     dev = _device(kind)
                     t0 = time.perf_counter()
-                    vm = relax.VirtualMachine(build(mod, kind, variant), dev)
+                    exe = build(mod, kind, variant)
                     build_s = time.perf_counter() - t0
+                    vm = relax.VirtualMachine(exe, dev)
                 except Exception as err:  # a missing driver or a build failure is a row
                     rows.append({"layer": name, "target": kind, "variant": variant,
                                  "error": f"{type(err).__name__}: {str(err)[:300]}"})
@@ -262,6 +280,7 @@ def run() -> list[dict]:
                     row = {"layer": name, "models": models, "count": count, "target": kind,
                            "variant": variant, "batch": bsz, "M": bsz * SEQ, "K": K, "N": N,
                            "epilogue": epilogue, "build_s": round(build_s, 2),
+                           "accumulators": accumulators(exe),
                            "tilecraft_ms": ours * 1e3, "tflops": flops / ours * 1e-12,
                            "max_rel_err": err}
                     if peer is not None:

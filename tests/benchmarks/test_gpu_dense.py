@@ -56,3 +56,9 @@ def test_headline_sums_each_variant_at_the_largest_batch():
     old, new = _gpu_dense(doc)
     assert old.ratio == pytest.approx(4.0 / 7.0) and "'old'" in old.figure
     assert new.ratio == pytest.approx(1.0) and "batch 16" in new.figure
+
+
+def test_accumulators_name_each_kernels_register_tile():
+    mod, _, _ = bench._module(768, 768, "bias", np.random.default_rng(0))
+    assert bench.accumulators(bench.build(mod, "opencl", "old")) == [2, 16, 32]
+    assert bench.accumulators(bench.build(mod, "opencl", "new")) == [2, 16]
