@@ -238,6 +238,27 @@ def _gpu_gemm_variants(doc):
     return out
 
 
+def _gpu_dense(doc):
+    """BERT / GPT-2 dense layers alone: per variant, the time-weighted ratio to torch at the
+    largest batch measured (sum of torch's times over the sum of ours, each layer times its
+    count in a model), on the first target measured."""
+    rows = [r for r in doc["rows"] if "vs_torch" in r]
+    if not rows:
+        return [Headline("BERT / GPT-2 dense layers: no row measured (see the file's errors)")]
+    top = max(r["batch"] for r in rows)
+    target = rows[0]["target"]
+    out = []
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        sel = [r for r in rows if r["batch"] == top and r["target"] == target and
+               r["variant"] == variant]
+        ours = sum(r["tilecraft_ms"] * r["count"] for r in sel)
+        peer = sum(r["torch_ms"] * r["count"] for r in sel)
+        out.append(Headline(f"{len(sel)} BERT / GPT-2 dense layers (seq 128) at batch {top}, "
+                            f"{target}, GEMM rule '{variant}', summed", peer / ours,
+                            "torch addmm + epilogue (cuBLAS)"))
+    return out
+
+
 def _gpu_launch_overhead(doc):
     def us(backend, case):
         r = _row(doc, backend=backend, case=case)
@@ -515,6 +536,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gpu_models": _gpu_models,
     "gpu_attention": _gpu_attention,
     "gpu_convs": _gpu_convs,
+    "gpu_dense": _gpu_dense,
     "gpu_webgpu": _gpu_webgpu,
     "gpu_webgpu_limits": _gpu_webgpu_limits,
     "layer_profile": _layer_profile,

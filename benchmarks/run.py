@@ -31,6 +31,7 @@ REGISTRY = {
     "gpu_launch_overhead": "benchmarks.gpu_launch_overhead",
     "gpu_attention": "benchmarks.gpu_attention",
     "gpu_convs": "benchmarks.gpu_convs",
+    "gpu_dense": "benchmarks.gpu_dense",
     "tune_cpu": "benchmarks.tune_cpu",
     "tune_gpu": "benchmarks.tune_gpu",
     "space_gemm": "benchmarks.space_gemm",

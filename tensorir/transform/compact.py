@@ -339,6 +339,8 @@ def _compact_strides(buf: Buffer, shape: list[int]):
             r = old[k] % ALIGN_MODULUS
             nxt += (r - nxt) % ALIGN_MODULUS
         out[k] = nxt
+        if k == 0:
+            break          # the outermost extent sizes no stride (it may be symbolic)
         if old_shape[k] is None:
             return None
         dense_old = old[k] * old_shape[k]

@@ -228,9 +228,11 @@ def test_bert_kernels_symbolic_batch(gpu_dev):
 
 def test_dense_with_symbolic_batch_gets_a_full_tile_and_its_gelu_epilogue():
     """A transformer's FFN dense over ``(n, 128, 768)`` with bias and GELU (``x * erf(x)``:
-    its result read twice): the epilogue in the register write-back (no kernel of its own), and
-    from ``GEMM_SMALL_BATCH`` on a tile sized for ``GEMM_NOMINAL_BATCH`` sequences: 128 x 128
-    (24 work-groups a sequence) beside the batch-1 tile of 32 rows."""
+    its result read twice): the epilogue in the register write-back (no kernel of its own);
+    beside the batch-1 tile of 32 rows, from ``GEMM_SMALL_BATCH`` on a tile sized for
+    ``GEMM_NOMINAL_BATCH`` sequences, 64 x 128 (192 work-groups of 128 x 128 at batch 8 would
+    leave 72 of 132 multiprocessors idle in their second wave: ``GEMM_BALANCE_MPS``), and from
+    ``GEMM_LARGE_BATCH`` on 128 x 128 (24 work-groups a sequence)."""
     n = te.var("n")
     A = te.placeholder((n, 128, 768), "float32", "A")
     W = te.placeholder((768, 3072), "float32", "W")
@@ -245,10 +247,10 @@ def test_dense_with_symbolic_batch_gets_a_full_tile_and_its_gelu_epilogue():
         bx = [lp for lp in gs._loops_of(g) if lp.kind == "thread_binding" and
               lp.thread_tag == "blockIdx.x"]
         # one kernel per batch variant: the GELU is not a kernel of its own
-        assert len(bx) == 2, kind
+        assert len(bx) == 3, kind
         assert f"if n < {gemm.GEMM_SMALL_BATCH}" in g.script()
         assert 24 in {lp.extent.value for lp in bx}, kind    # 3072 / 128 columns a group
-        assert _bound(g, "blockIdx.y") == {1, 4}, kind      # 128 rows / 32 rows
+        assert _bound(g, "blockIdx.y") == {1, 2, 4}, kind   # 128, 64 and 32 rows
         assert "T.erf" in g.script()
 
 
@@ -378,25 +380,26 @@ def test_dense_over_symbolic_rows_runs_both_tiles(gpu_dev):
 
 @pytest.mark.parametrize("kind", ["opencl", "webgpu"])
 def test_large_batch_gets_a_third_tile(kind):
-    """A BERT-like dense over ``(n, 128, 64) x (64, 768)``: sized for ``GEMM_NOMINAL_BATCH`` its
-    tile shrinks to 64 x 64 to reach ``GEMM_MIN_GROUPS``; sized for
-    ``GEMM_LARGE_NOMINAL_BATCH`` it is 64 x 128, run from ``GEMM_LARGE_BATCH`` on. Three
-    schedules in one function; each against numpy with the GPU tile at batches on both sides
-    of both thresholds."""
+    """A BERT-like FFN dense over ``(n, 128, 64) x (64, 3072)``: sized for
+    ``GEMM_NOMINAL_BATCH`` its 128 x 128 tile (192 work-groups) is halved to 64 x 128 to keep
+    the multiprocessors busy to the end (``GEMM_BALANCE_MPS``); sized for
+    ``GEMM_LARGE_NOMINAL_BATCH`` it stays 128 x 128 (384), run from ``GEMM_LARGE_BATCH`` on.
+    Three schedules in one function; each against numpy with the GPU tile at batches on both
+    sides of both thresholds."""
     dev, _ = gpu_device(kind)
     n = te.var("n")
     A = te.placeholder((n, 128, 64), "float32", "A")
-    W = te.placeholder((64, 768), "float32", "W")
+    W = te.placeholder((64, 3072), "float32", "W")
     k = te.reduce_axis((0, 64), "k")
-    C = te.compute((n, 128, 768), lambda b, s, j: te.sum(A[b, s, k] * W[k, j], axis=k), "C")
+    C = te.compute((n, 128, 3072), lambda b, s, j: te.sum(A[b, s, k] * W[k, j], axis=k), "C")
     g = gs.apply(te.create_prim_func([A, W, C]), Target(kind))
     text = g.script()
     assert f"if n < {gemm.GEMM_SMALL_BATCH}" in text and f"if n < {gemm.GEMM_LARGE_BATCH}" in text
-    assert {6, 12} <= _bound(g, "blockIdx.x")       # 768 / 128 and 768 / 64 columns a group
+    assert {1, 2} <= _bound(g, "blockIdx.y")        # 128 / 128 and 128 / 64 rows a group
     mod = targets.build(g, Target(kind))
-    w = RNG.standard_normal((64, 768)).astype("float32")
+    w = RNG.standard_normal((64, 3072)).astype("float32")
     for nb in (1, gemm.GEMM_LARGE_BATCH - 1, gemm.GEMM_LARGE_BATCH, 13):
         a = RNG.standard_normal((nb, 128, 64)).astype("float32")
-        out = targets.empty((nb, 128, 768), "float32", dev)
+        out = targets.empty((nb, 128, 3072), "float32", dev)
         mod[mod.entry_name](targets.array(a, dev), targets.array(w, dev), out)
         np.testing.assert_allclose(out.numpy(), a @ w, rtol=1e-4, atol=1e-4, err_msg=f"n={nb}")

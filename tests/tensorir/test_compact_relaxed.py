@@ -165,3 +165,38 @@ def test_random_clamped_stencils_mostly_get_constant_tiles():
         (buf,) = _allocs(transform.lower(_random_stencil(seed)[0])).values()
         constant += all(isinstance(s, T.IntImm) for s in buf.shape)
     assert constant >= 8, constant
+
+
+def batched_transposed_tile():
+    """C[b] = A[b] @ W over a symbolic batch ``n``; per ``b`` the (8, 16) tile of A staged in
+    shared memory transposed to (16, 8) with its rows padded (``storage_align(.., 32, 4)``), as
+    the GPU GEMM rule stages a dense layer's row tile."""
+    from tilecraft.tensorir.schedule.index_map import IndexMap
+    n = te.var("n")
+    A = te.placeholder((n, 8, 16), "float32", "A")
+    W = te.placeholder((16, 8), "float32", "W")
+    r = te.reduce_axis((0, 16), "k")
+    C = te.compute((n, 8, 8), lambda b, i, j: te.sum(A[b, i, r] * W[r, j], axis=r), "C")
+    sch = Schedule(te.create_prim_func([A, W, C]))
+    blk = sch.get_block("C")
+    sh = sch.cache_read(blk, 0, "shared")
+    sch.compute_at(sh, sch.get_loops(blk)[0])
+    sch.transform_layout(sh, 0, IndexMap.from_func(lambda b, i, k: (b, k, i), ndim=3), "write")
+    sch.storage_align(sh, 0, 1, 32, 4)
+    return sch.func
+
+
+def test_padded_tile_under_a_symbolic_outer_dim_keeps_its_padding():
+    # the outermost dim sizes no stride: a symbolic one used to drop the tile's padding (every
+    # dense layer over a symbolic batch lost its bank-conflict-free row tile on the GPU)
+    low = transform.lower(batched_transposed_tile())
+    buf = _allocs(low)["A_shared"]
+    # flat: 16 rows of 8 words at a stride of 36 (the compact tile would be 128 words)
+    assert _shape(buf) == (15 * 36 + 8,), low.script()
+    assert "k * 36" in low.script()
+    w = np.random.default_rng(1).standard_normal((16, 8)).astype("float32")
+    for n in (1, 3):
+        a = np.random.default_rng(n).standard_normal((n, 8, 16)).astype("float32")
+        c = np.full((n, 8, 8), np.nan, "float32")
+        T.interpret(low, a, w, c)
+        np.testing.assert_allclose(c, a @ w, rtol=1e-4, atol=1e-5)

@@ -25,7 +25,9 @@ tile unrolled; epilogues (bias, activation, residual add) inlined into the regis
   tile does not fit the target (WebGPU's 16 KiB of workgroup storage);
 - tiles: the ``GEMM_*`` constants below (``benchmarks/gpu_gemm_variants.py`` sweeps them), the
   defaults of ``schedule_gemm``'s tile decisions (``default_config``), which the tuner's GPU
-  space searches (``relax.gpu_space``).
+  space searches (``relax.gpu_space``); the register tile halved for small outputs
+  (``GEMM_MIN_GROUPS``) and, for a dense layer, balanced over the multiprocessors
+  (``GEMM_BALANCE_MPS``; ``benchmarks/gpu_dense.py`` measures it at BERT's and GPT-2's shapes).
 
 Examples
 --------
@@ -53,7 +55,8 @@ from .schedule_utils import (SYMBOLIC, is_reduction, is_under, iter_values, loop
                              node_of, spatial_loops)
 
 __all__ = ["GEMM_TILE", "GEMM_TILE_J", "GEMM_TILE_CPU", "GEMM_BK_CPU", "GEMM_BK",
-           "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "GEMM_NOMINAL_BATCH",
+           "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "GEMM_BALANCE_MPS",
+           "GEMM_BALANCE_MIN_REGS", "GEMM_BALANCE_GAIN", "GEMM_NOMINAL_BATCH",
            "GEMM_SMALL_BATCH", "GEMM_LARGE_BATCH", "GEMM_LARGE_NOMINAL_BATCH",
            "reduce_inputs",
            "is_gemm_like", "compact_read", "for_cpu", "default_config", "schedule_gemm"]
@@ -98,6 +101,17 @@ WEBGPU_SHARED_BYTES = 16384       # the WebGPU spec's default maxComputeWorkgrou
 # Work-groups a GEMM-like kernel should have at least: smaller register tiles until it does
 # (the H200 has 132 multiprocessors).
 GEMM_MIN_GROUPS = 128
+# Multiprocessors a dense layer's work-groups are balanced over (the H100's 132), 0: not
+# balanced (the rule before). Past GEMM_MIN_GROUPS, a dense layer's register tile is halved
+# once more (down to GEMM_BALANCE_MIN_REGS accumulators a thread) where that raises the share
+# of multiprocessors busy to the end by GEMM_BALANCE_GAIN: busy share = groups / (waves *
+# multiprocessors), a wave being one work-group on every multiprocessor. A BERT dense layer
+# 768 -> 768 at batch 16 (2048 x 768) got 64 x 128 tiles: 192 work-groups, 1.45 a
+# multiprocessor, so 60 of them ran two and 72 one (busy share 0.73); 64 x 64 tiles make 384,
+# 2.9 a multiprocessor (0.97). The 4096^3 GEMM (1024 work-groups, 0.97) keeps its tile.
+GEMM_BALANCE_MPS = 132
+GEMM_BALANCE_MIN_REGS = 16
+GEMM_BALANCE_GAIN = 1.15
 # What a symbolic batch (blockIdx.z: the ``batch`` of an ONNX export) counts as when the tile is
 # sized for GEMM_MIN_GROUPS. One build serves every batch, so the tile is a compromise: sized
 # for batch 1, a BERT dense layer (128 x 768 per sequence) got 16 x 32 tiles of two
@@ -268,8 +282,10 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         ti_cfg *= 2
     ti, ri = _tile(I, (ti_cfg, cfg_i[1]))
     if not cpu:
-        ri, rj = _fill(I, ti, ri, jgroups, rj, batch_groups=_const_groups(sch, batch, nominal_batch),
-                       shrink_cols=len(cols) == 1, min_groups=int(config["min_groups"]))
+        ri, rj = _fill(I, ti, ri, jgroups, rj,
+                       batch_groups=_const_groups(sch, batch, nominal_batch),
+                       shrink_cols=len(cols) == 1, min_groups=int(config["min_groups"]),
+                       multiprocessors=GEMM_BALANCE_MPS)
     i0, i1, i2 = sch.split(il, [None, ti, ri])
     if len(cols) == 2:
         j0, j1, j2 = _split_image(sch, cols, th, tw, rj)
@@ -464,21 +480,49 @@ def _const_groups(sch: Schedule, batch, nominal: int | None = None) -> int:
 
 
 def _fill(I: int, ti: int, ri: int, jgroups, rj: int, batch_groups: int,
-          shrink_cols: bool, min_groups: int = GEMM_MIN_GROUPS) -> tuple[int, int]:
+          shrink_cols: bool, min_groups: int = GEMM_MIN_GROUPS,
+          multiprocessors: int = 0) -> tuple[int, int]:
     """Register counts ``(ri, rj)``, halved (the larger first) until the kernel has at least
     ``GEMM_MIN_GROUPS`` work-groups: a BERT dense layer at batch 1 (128 x 768) or a 7 x 7
     convolution with 512 channels has only 4-6 full-size tiles, which leaves most of a GPU's
-    multiprocessors idle; a smaller tile per thread is slower per work-group but fills them."""
+    multiprocessors idle; a smaller tile per thread is slower per work-group but fills them.
+
+    ``multiprocessors`` > 0 and ``shrink_cols`` (a dense layer, not a convolution's image
+    tile): then halved further while that raises the share of the multiprocessors busy to the
+    end (``_busy_share``) by ``GEMM_BALANCE_GAIN``, down to ``GEMM_BALANCE_MIN_REGS``
+    accumulators a thread."""
     def groups(a, b):
         return -(-I // (ti * a)) * jgroups(b) * batch_groups
+
+    def halved(a, b):
+        if a >= b and a > 1 or (a > 1 and not shrink_cols):
+            return a // 2, b
+        if shrink_cols and b > 1:
+            return a, b // 2
+        return None
     while groups(ri, rj) < min_groups:
-        if ri >= rj and ri > 1 or (ri > 1 and not shrink_cols):
-            ri //= 2
-        elif shrink_cols and rj > 1:
-            rj //= 2
-        else:
+        smaller = halved(ri, rj)
+        if smaller is None:
             break
+        ri, rj = smaller
+    if multiprocessors > 0 and shrink_cols:
+        while True:
+            smaller = halved(ri, rj)
+            if smaller is None or smaller[0] * smaller[1] < GEMM_BALANCE_MIN_REGS:
+                break
+            if _busy_share(groups(*smaller), multiprocessors) < \
+                    GEMM_BALANCE_GAIN * _busy_share(groups(ri, rj), multiprocessors):
+                break
+            ri, rj = smaller
     return ri, rj
+
+
+def _busy_share(groups: int, multiprocessors: int) -> float:
+    """The share of ``multiprocessors`` x waves work-group slots that ``groups`` work-groups
+    fill, a wave being one work-group on each multiprocessor: 1.0 where they divide evenly;
+    192 groups on 132 multiprocessors 0.73 (two waves, the second 60 of 132 busy)."""
+    waves = -(-groups // multiprocessors)
+    return groups / (waves * multiprocessors)
 
 
 def _permute_columns(sch: Schedule, shared_block, node: Block, idx: int, col_var,
