@@ -79,9 +79,13 @@ def _shape_key(func: PrimFunc) -> tuple:
 
 class PrimFuncIndex:
     """PrimFuncs by structure, to find one structurally equal to another (``global_symbol``
-    left out). A PrimFunc is structurally hashed only once another one of the same parameter
-    shapes is looked up, and at most once: most kernels of a network differ in their shapes,
-    and hashing every kernel every pass was a fifth of a warm ResNet-50 build.
+    left out). PrimFuncs are grouped by their parameters' shapes and dtypes; a lookup in a
+    group of at most ``COMPARE_DIRECTLY`` compares with each member (a comparison stops at the
+    first difference, and one of equal kernels costs what hashing one does), a larger group
+    is structurally hashed, each member at most once. Most kernels of a network differ in
+    their shapes, and a network's repeated blocks make small groups of equal kernels: hashing
+    every kernel every pass was a fifth of a warm ResNet-50 build, hashing each kernel of a
+    group a tenth.
 
     Examples
     --------
@@ -91,13 +95,16 @@ class PrimFuncIndex:
     'add'
     """
 
+    COMPARE_DIRECTLY = 4
+
     def __init__(self):
-        # shape key -> [[name, PrimFunc without global_symbol, its hash or None]], in order
+        # shape key -> [[name, PrimFunc, the same without global_symbol or None, its hash or
+        # None]], in order
         self._by_shape: dict[tuple, list[list]] = {}
 
     def add(self, name: str, func: PrimFunc) -> None:
         """Index ``func`` under ``name`` (after the ones added before)."""
-        self._by_shape.setdefault(_shape_key(func), []).append([name, func, None])
+        self._by_shape.setdefault(_shape_key(func), []).append([name, func, None, None])
 
     def find(self, func: PrimFunc) -> str | None:
         """The name of the first PrimFunc added that is structurally equal to ``func``."""
@@ -105,12 +112,20 @@ class PrimFuncIndex:
         if not entries:
             return None
         key = _without_symbol(func)
+        if len(entries) <= self.COMPARE_DIRECTLY:
+            for entry in entries:
+                if entry[2] is None:
+                    entry[2] = _without_symbol(entry[1])
+                if structural_equal(entry[2], key):
+                    return entry[0]
+            return None
         h = structural_hash(key)
         for entry in entries:
             if entry[2] is None:
-                entry[1] = _without_symbol(entry[1])
-                entry[2] = structural_hash(entry[1])
-            if entry[2] == h and structural_equal(entry[1], key):
+                entry[2] = _without_symbol(entry[1])
+            if entry[3] is None:
+                entry[3] = structural_hash(entry[2])
+            if entry[3] == h and structural_equal(entry[2], key):
                 return entry[0]
         return None
 

@@ -20,7 +20,6 @@ Examples
 from __future__ import annotations
 
 import functools
-import hashlib
 import warnings
 from typing import Callable, Mapping, Sequence
 
@@ -641,26 +640,45 @@ def _json_attr(v, builtin: str, key: str):
                      f"VM program (plain numbers, strings and lists only)")
 
 
+_CONST_SAMPLE = 64
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays of one dtype and shape hold the same bytes (NaNs, signed zeros)."""
+    a = np.require(a, requirements="C").reshape(-1).view(np.uint8)
+    return bool(np.array_equal(a, b.reshape(-1).view(np.uint8)))
+
+
 class _ProgramCodegen:
     def __init__(self, mod: IRModule, aliases: Mapping[str, str] | None = None):
         self.mod = mod
         self.aliases = dict(aliases or {})
         self.constants: list[np.ndarray] = []
         self._const_index: dict[int, int] = {}
-        self._const_by_value: dict[tuple, int] = {}
+        self._const_by_value: dict[tuple, list[int]] = {}
         self._keep: list = []
         self.kernels: list[str] = []
 
     def constant(self, c: Constant) -> int:
-        """The index of ``c`` in the constant pool (equal constants are stored once)."""
+        """The index of ``c`` in the constant pool (constants of the same dtype, shape and
+        bytes are stored once)."""
         data = c.data
         index = self._const_index.get(id(data))
         if index is None:
-            key = (data.dtype.str, data.shape,
-                   hashlib.sha1(np.require(data, requirements="C").tobytes()).hexdigest())
-            index = self._const_by_value.get(key)
-            if index is None:
-                index = self._const_by_value[key] = len(self.constants)
+            data_c = np.require(data, requirements="C")
+            # a sample of the elements sorts the constants; equal samples compare all bytes
+            # (hashing every weight's bytes was most of the VM code generation)
+            flat = data_c.reshape(-1)
+            step = max(1, flat.size // _CONST_SAMPLE)
+            key = (data.dtype.str, data.shape, flat[::step][:_CONST_SAMPLE].tobytes())
+            same = self._const_by_value.setdefault(key, [])
+            for j in same:
+                if _same_bytes(self.constants[j], data_c):
+                    index = j
+                    break
+            else:
+                index = len(self.constants)
+                same.append(index)
                 self.constants.append(data)
             self._const_index[id(data)] = index
             self._keep.append(data)  # ids stay unique while the pool is being built

@@ -1,0 +1,148 @@
+"""The deduplications of a warm build made cheaper without changing what they decide:
+
+- the VM code generator's constant pool sorts constants by a sample of their elements and
+  compares bytes (it hashed every weight's bytes): equal bytes are one constant, any
+  difference (one element outside the sample, a signed zero, a NaN's payload) two;
+- ``PrimFuncIndex`` compares a kernel with each one of a small group of the same parameter
+  shapes instead of hashing them all: the same representatives as the hashed lookup;
+- ``structural_hash`` / ``structural_equal`` dispatch on a value's type once: equal kernels
+  hash alike, and kernels that differ in one constant, dtype or reused variable differ.
+"""
+import hashlib
+
+import numpy as np
+import pytest
+
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const
+from tilecraft.relax import block_builder
+from tilecraft.relax.build import dedupe_kernels, vm_codegen
+from tilecraft.tensorir import IRModule, te
+from tilecraft.tensorir.structural import structural_equal, structural_hash
+
+RNG = np.random.default_rng(3411)
+
+
+def _add(x, y):
+    return te.compute(x.shape, lambda *i: x[i] + y[i], "add")
+
+
+def _chain(weights):
+    """x + w0 + w1 + ... as one kernel call per weight."""
+    shape = weights[0].shape
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(shape, str(weights[0].dtype)))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = x
+            for w in weights:
+                h = bb.emit_te(_add, h, const(w))
+            gv = bb.emit_output(h)
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def _pool_by_sha1(weights):
+    """The pool the code generator made before: one constant per (dtype, shape, SHA-1)."""
+    seen, order = {}, []
+    for w in weights:
+        key = (w.dtype.str, w.shape, hashlib.sha1(np.ascontiguousarray(w).tobytes()).hexdigest())
+        if key not in seen:
+            seen[key] = len(order)
+            order.append(w)
+    return order, [seen[(w.dtype.str, w.shape,
+                         hashlib.sha1(np.ascontiguousarray(w).tobytes()).hexdigest())]
+                   for w in weights]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_constant_pool_stores_equal_bytes_once_and_every_difference_apart(dtype):
+    base = (RNG.standard_normal((64, 130)) * 100).astype(dtype)
+    off_sample = base.copy()
+    off_sample.reshape(-1)[1] += 1          # the sample takes every 130th element: not this one
+    weights = [base, base.copy(), off_sample, off_sample.copy(),
+               np.asfortranarray(base),    # the same values in another memory order
+               RNG.standard_normal((64, 130)).astype(dtype), base]
+    if dtype != "int32":
+        zero = np.zeros((64, 130), dtype)
+        neg = zero.copy()
+        neg[5, 7] = -0.0                    # equal as numbers, different bytes
+        nan = np.full((64, 130), np.nan, dtype)
+        other_nan = nan.copy()
+        other_nan.view(np.uint32 if dtype == "float32" else np.uint64)[0, 0] ^= 1  # payload
+        weights += [zero, neg, zero.copy(), nan, nan.copy(), other_nan]
+    _, constants = vm_codegen(_chain(weights))
+    expected, _ = _pool_by_sha1(weights)
+    assert len(constants) == len(expected)
+    for got, want in zip(constants, expected):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def test_constant_pool_of_empty_and_scalar_constants():
+    weights = [np.zeros((0, 3), "float32"), np.zeros((0, 3), "float32")]
+    _, constants = vm_codegen(_chain(weights))
+    assert len(constants) == 1
+    weights = [np.array(1.5, "float32"), np.array(1.5, "float32"), np.array(2.5, "float32")]
+    _, constants = vm_codegen(_chain(weights))
+    assert [float(c) for c in constants] == [1.5, 2.5]
+
+
+def _kernel_module():
+    """Kernels of a few parameter shapes, several of each equal (other objects, other buffer
+    names) and some differing only deep inside (a constant, an operation)."""
+    funcs = {}
+    for r in range(40):
+        n = (16, 32, 48)[r % 3]
+        c = float((r // 3) % 4)
+        funcs[f"k{r}"] = _func(n=n, c=c, input_name=f"x{r}", reuse=(r % 11 == 5)).with_attr(
+            "global_symbol", f"k{r}")
+    return IRModule(funcs)
+
+
+@pytest.mark.parametrize("direct", [0, 2, 4, 100])
+def test_prim_func_index_finds_what_hashing_finds(monkeypatch, direct):
+    mod = _kernel_module()
+    called = list(mod.functions)
+    monkeypatch.setattr(block_builder.PrimFuncIndex, "COMPARE_DIRECTLY", -1)   # hash always
+    hashed = dedupe_kernels(mod, called)
+    monkeypatch.setattr(block_builder.PrimFuncIndex, "COMPARE_DIRECTLY", direct)
+    assert dedupe_kernels(mod, called) == hashed
+    # and what comparing every pair finds: the first equal kernel
+    expected = {}
+    for i, name in enumerate(called):
+        expected[name] = next(other for other in called[:i + 1]
+                              if structural_equal(
+                                  mod[other].with_attr("global_symbol", ""),
+                                  mod[name].with_attr("global_symbol", "")))
+    assert hashed == expected
+    assert 3 < len(set(hashed.values())) < len(called)
+
+
+def _func(n=16, c=1.0, dtype="float32", name="y", reuse=False, input_name="a"):
+    a = te.placeholder((n, 4), dtype, input_name)
+    k = te.reduce_axis((0, 4), "k")
+    b = te.compute((n,), lambda i: te.sum(a[i, k] * te.const(c, dtype), axis=k), name)
+    if reuse:   # the same variable read in both places changes the structure
+        b = te.compute((n,), lambda i: te.sum(a[i, k] * a[i, k], axis=k), name)
+    return te.create_prim_func([a, b])
+
+
+def test_structural_hash_and_equality_of_kernels():
+    f = _func()
+    same = [_func(), _func(input_name="b")]    # other objects, other buffer names: equal
+    for g in same:
+        assert structural_equal(f, g) and structural_hash(f) == structural_hash(g)
+    for g in [_func(n=17), _func(c=2.0), _func(dtype="float64"), _func(reuse=True),
+              _func(name="z")]:
+        assert not structural_equal(f, g)
+    nan = [_func(c=float("nan")), _func(c=float("nan"))]
+    assert structural_equal(*nan) and structural_hash(nan[0]) == structural_hash(nan[1])
+    # arrays: by value, the hash by their first bytes
+    a = RNG.standard_normal(5000).astype("float32")
+    assert structural_equal(a, a.copy()) and structural_hash(a) == structural_hash(a.copy())
+    assert structural_hash(a) == structural_hash(np.asfortranarray(a))
+    b = a.copy()
+    b[-1] += 1
+    assert not structural_equal(a, b)
+    assert structural_hash(np.zeros((0, 2), "float32")) == \
+        structural_hash(np.zeros((0, 2), "float32"))
