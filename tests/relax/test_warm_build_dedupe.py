@@ -5,6 +5,10 @@
   difference (one element outside the sample, a signed zero, a NaN's payload) two;
 - ``PrimFuncIndex`` compares a kernel with each one of a small group of the same parameter
   shapes instead of hashing them all: the same representatives as the hashed lookup;
+- ``RewriteBuilder.fresh_name`` starts from the last suffix of a hint (it counted from 0):
+  the same names;
+- ``relax.build`` leaves the objects older than it out of the garbage collector's passes
+  (``gc.freeze``) while it runs, and gives the collector back as it found it;
 - ``structural_hash`` / ``structural_equal`` dispatch on a value's type once: equal kernels
   hash alike, and kernels that differ in one constant, dtype or reused variable differ.
 """
@@ -13,7 +17,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const
+from tilecraft import targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, VirtualMachine, const
 from tilecraft.relax import block_builder
 from tilecraft.relax.build import dedupe_kernels, vm_codegen
 from tilecraft.tensorir import IRModule, te
@@ -146,3 +151,60 @@ def test_structural_hash_and_equality_of_kernels():
     assert not structural_equal(a, b)
     assert structural_hash(np.zeros((0, 2), "float32")) == \
         structural_hash(np.zeros((0, 2), "float32"))
+
+
+def _fresh_name_reference(taken: set, hint: str) -> str:
+    """What ``RewriteBuilder.fresh_name`` did before: the least free suffix, counted from 0."""
+    hint = hint or "lv"
+    name, k = hint, 0
+    while name in taken:
+        k += 1
+        name = f"{hint}{k}"
+    taken.add(name)
+    return name
+
+
+def test_fresh_names_are_the_least_free_ones():
+    from tilecraft.relax.transform.base import RewriteBuilder
+    rng = np.random.default_rng(7)
+    bb, taken = RewriteBuilder(), set()
+    for _ in range(3000):
+        hint = str(rng.choice(["lv", "gv", "", "lv1", "x"]))
+        if rng.random() < 0.2:          # a binding kept as it is takes its name too
+            name = f"{hint or 'lv'}{int(rng.integers(0, 40))}"
+            bb._taken.add(name)
+            taken.add(name)
+            continue
+        assert bb.fresh_name(hint) == _fresh_name_reference(taken, hint)
+
+
+def test_build_gives_the_garbage_collector_back_as_it_found_it(monkeypatch):
+    """Objects older than the build are frozen while it runs, and only then."""
+    import gc
+    import importlib
+    rb = importlib.import_module("tilecraft.relax.build")
+    seen = []
+    real = rb._build
+    monkeypatch.setattr(rb, "_build", lambda *a, **k: seen.append(gc.get_freeze_count()) or
+                        real(*a, **k))
+    mod = _chain([np.ones((4, 4), "float32")])
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    exe = rb.build(mod, "llvm", cache=False, jobs=1)
+    assert seen[-1] > 0 and gc.get_freeze_count() == 0 and gc.isenabled()
+    vm = VirtualMachine(exe, targets.cpu(0))
+    np.testing.assert_array_equal(vm["main"](np.zeros((4, 4), "float32")).numpy(),
+                                  np.ones((4, 4), "float32"))
+    gc.freeze()                  # the caller's frozen objects stay frozen
+    try:
+        frozen = gc.get_freeze_count()
+        rb.build(mod, "llvm", cache=False, jobs=1)
+        # (not unfrozen: a few frozen objects are freed during the build, the rest stay)
+        assert seen[-1] == frozen and frozen * 0.9 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()
+    gc.disable()                 # and a collector turned off stays off
+    try:
+        rb.build(mod, "llvm", cache=False, jobs=1)
+        assert seen[-1] == 0 and not gc.isenabled()
+    finally:
+        gc.enable()
