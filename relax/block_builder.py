@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import FloatImm, IntImm, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
-from tilecraft.tensorir.stmt import Block
+from tilecraft.tensorir.stmt import Block, Stmt
 from tilecraft.tensorir.functor import children, post_order_visit
 from tilecraft.tensorir.structural import structural_equal, structural_hash
 from tilecraft.errors import TilecraftError
@@ -225,12 +225,30 @@ def _inner_names(func: PrimFunc, n_inputs: int) -> frozenset[str]:
         if p in bufs:
             found.add(bufs[p].name)
 
-    def visit(n):
-        if isinstance(n, Block):
-            found.add(n.name)
-            found.update(b.name for b in n.alloc_buffers)
-    post_order_visit(func.body, visit)
+    for block in _blocks(func.body):
+        found.add(block.name)
+        found.update(b.name for b in block.alloc_buffers)
     return frozenset(found)
+
+
+def _blocks(stmt: Stmt) -> list[Block]:
+    """The blocks in ``stmt``, through statements only (a block is never inside an
+    expression): walking every expression was most of ``_inner_names``."""
+    out: list[Block] = []
+
+    def rec(s):
+        if isinstance(s, Block):
+            out.append(s)
+        for f in s._fields:
+            value = getattr(s, f)
+            if isinstance(value, Stmt):
+                rec(value)
+            elif isinstance(value, (tuple, list)):
+                for x in value:
+                    if isinstance(x, Stmt):
+                        rec(x)
+    rec(stmt)
+    return out
 
 
 def _names_clash(names: Sequence[str], inner: frozenset[str]) -> bool:
