@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import FloatImm, IntImm, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
-from tilecraft.tensorir.stmt import Block
+from tilecraft.tensorir.stmt import Block, Stmt
 from tilecraft.tensorir.functor import children, post_order_visit
 from tilecraft.tensorir.structural import structural_equal, structural_hash
 from tilecraft.errors import TilecraftError
@@ -79,9 +79,13 @@ def _shape_key(func: PrimFunc) -> tuple:
 
 class PrimFuncIndex:
     """PrimFuncs by structure, to find one structurally equal to another (``global_symbol``
-    left out). A PrimFunc is structurally hashed only once another one of the same parameter
-    shapes is looked up, and at most once: most kernels of a network differ in their shapes,
-    and hashing every kernel every pass was a fifth of a warm ResNet-50 build.
+    left out). PrimFuncs are grouped by their parameters' shapes and dtypes; a lookup in a
+    group of at most ``COMPARE_DIRECTLY`` compares with each member (a comparison stops at the
+    first difference, and one of equal kernels costs what hashing one does), a larger group
+    is structurally hashed, each member at most once. Most kernels of a network differ in
+    their shapes, and a network's repeated blocks make small groups of equal kernels: hashing
+    every kernel every pass was a fifth of a warm ResNet-50 build, hashing each kernel of a
+    group a tenth.
 
     Examples
     --------
@@ -91,13 +95,16 @@ class PrimFuncIndex:
     'add'
     """
 
+    COMPARE_DIRECTLY = 4
+
     def __init__(self):
-        # shape key -> [[name, PrimFunc without global_symbol, its hash or None]], in order
+        # shape key -> [[name, PrimFunc, the same without global_symbol or None, its hash or
+        # None]], in order
         self._by_shape: dict[tuple, list[list]] = {}
 
     def add(self, name: str, func: PrimFunc) -> None:
         """Index ``func`` under ``name`` (after the ones added before)."""
-        self._by_shape.setdefault(_shape_key(func), []).append([name, func, None])
+        self._by_shape.setdefault(_shape_key(func), []).append([name, func, None, None])
 
     def find(self, func: PrimFunc) -> str | None:
         """The name of the first PrimFunc added that is structurally equal to ``func``."""
@@ -105,12 +112,20 @@ class PrimFuncIndex:
         if not entries:
             return None
         key = _without_symbol(func)
+        if len(entries) <= self.COMPARE_DIRECTLY:
+            for entry in entries:
+                if entry[2] is None:
+                    entry[2] = _without_symbol(entry[1])
+                if structural_equal(entry[2], key):
+                    return entry[0]
+            return None
         h = structural_hash(key)
         for entry in entries:
             if entry[2] is None:
-                entry[1] = _without_symbol(entry[1])
-                entry[2] = structural_hash(entry[1])
-            if entry[2] == h and structural_equal(entry[1], key):
+                entry[2] = _without_symbol(entry[1])
+            if entry[3] is None:
+                entry[3] = structural_hash(entry[2])
+            if entry[3] == h and structural_equal(entry[2], key):
                 return entry[0]
         return None
 
@@ -210,12 +225,30 @@ def _inner_names(func: PrimFunc, n_inputs: int) -> frozenset[str]:
         if p in bufs:
             found.add(bufs[p].name)
 
-    def visit(n):
-        if isinstance(n, Block):
-            found.add(n.name)
-            found.update(b.name for b in n.alloc_buffers)
-    post_order_visit(func.body, visit)
+    for block in _blocks(func.body):
+        found.add(block.name)
+        found.update(b.name for b in block.alloc_buffers)
     return frozenset(found)
+
+
+def _blocks(stmt: Stmt) -> list[Block]:
+    """The blocks in ``stmt``, through statements only (a block is never inside an
+    expression): walking every expression was most of ``_inner_names``."""
+    out: list[Block] = []
+
+    def rec(s):
+        if isinstance(s, Block):
+            out.append(s)
+        for f in s._fields:
+            value = getattr(s, f)
+            if isinstance(value, Stmt):
+                rec(value)
+            elif isinstance(value, (tuple, list)):
+                for x in value:
+                    if isinstance(x, Stmt):
+                        rec(x)
+    rec(stmt)
+    return out
 
 
 def _names_clash(names: Sequence[str], inner: frozenset[str]) -> bool:

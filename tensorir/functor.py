@@ -261,21 +261,40 @@ def free_vars(node) -> list[Var]:
     defined), in first-use order."""
     defined: set[Var] = set()
     out: dict[Var, None] = {}
+    # a buffer's shape and strides are walked once, however many loads and stores name it:
+    # what a later walk could add is in ``out`` or ``defined`` already (both only grow)
+    seen_buffers: set[int] = set()
 
     def rec(n):
-        if isinstance(n, For):
+        if isinstance(n, Var):
+            if n not in defined:
+                out.setdefault(n, None)
+            return
+        if isinstance(n, Buffer):
+            if id(n) in seen_buffers:
+                return
+            seen_buffers.add(id(n))
+        elif isinstance(n, For):
             defined.add(n.loop_var)
         elif isinstance(n, Block):
             for iv in n.iter_vars:
                 defined.add(iv.var)
         elif isinstance(n, (LetStmt, Let)):
             defined.add(n.var)
-        if isinstance(n, Var):
-            if n not in defined:
-                out.setdefault(n, None)
-            return
-        for c in children(n):
-            rec(c)
+        # the children in field order, as ``children`` lists them, without building the list
+        for f in n._fields:
+            value = getattr(n, f)
+            if isinstance(value, Node):
+                rec(value)
+            elif isinstance(value, (tuple, list)):
+                seq(value)
+
+    def seq(values):
+        for v in values:
+            if isinstance(v, Node):
+                rec(v)
+            elif isinstance(v, (tuple, list)):
+                seq(v)
 
     rec(node)
     return [v for v in out if v not in defined]

@@ -37,7 +37,7 @@ from . import dtype as dt
 from .expr import Cast, IntImm, PrimExpr, Var
 from .function import PrimFunc
 from .functor import IRMutator, children, post_order_visit
-from .stmt import Block, Buffer, BufferStore, For
+from .stmt import Block, Buffer, BufferStore, For, Stmt
 from .structural import _Hasher, structural_equal
 
 __all__ = ["SharedKernel", "share_kernels", "kernel_positions", "loop_structure"]
@@ -79,17 +79,20 @@ class _Positions(IRMutator):
         self.values: list[int] = []
         self.dtypes: list[str] = []
         self.param_dims: list[int] = []   # positions that are a parameter buffer's dimension
+        self.dim_owner: dict[int, int] = {}   # such a position -> id of its buffer
         self.exprs = exprs
         self._params = {id(b) for b in func.buffers}
         self._dims: set[int] = set()
+        self._owner = 0
 
     def visit_Buffer(self, buf: Buffer):
         if id(buf) in self._params and buf not in self.buffer_map:
-            saved, self._dims = self._dims, {id(d) for d in buf.shape}
+            saved = self._dims, self._owner
+            self._dims, self._owner = {id(d) for d in buf.shape}, id(buf)
             try:
                 return super().visit_Buffer(buf)
             finally:
-                self._dims = saved
+                self._dims, self._owner = saved
         return super().visit_Buffer(buf)
 
     def visit_IntImm(self, e: IntImm):
@@ -100,6 +103,7 @@ class _Positions(IRMutator):
         self.dtypes.append(e.dtype)
         if id(e) in self._dims:
             self.param_dims.append(k)
+            self.dim_owner[k] = self._owner
         if self.exprs is None:
             return IntImm(_BLANK, e.dtype)
         new = self.exprs[k]
@@ -110,9 +114,22 @@ def kernel_positions(func: PrimFunc) -> tuple[PrimFunc, list[int], list[str], li
     """The skeleton of ``func`` (every integer immediate blanked, ``global_symbol`` dropped),
     the immediates' values and dtypes in walk order, and the positions that are dimensions of
     parameter buffers."""
+    skeleton, values, dtypes, param_dims, _ = _kernel_positions(func)
+    return skeleton, values, dtypes, param_dims
+
+
+def _kernel_positions(func: PrimFunc):
+    """``kernel_positions`` and, for each position that is a parameter buffer's dimension,
+    the id of that buffer."""
     walker = _Positions(func)
     skeleton = walker.visit(func.with_attr("global_symbol", ""))
-    return skeleton, walker.values, walker.dtypes, walker.param_dims
+    return skeleton, walker.values, walker.dtypes, walker.param_dims, walker.dim_owner
+
+
+def _written_dims(func: PrimFunc, param_dims: list[int], dim_owner: dict[int, int]) -> list[int]:
+    """The positions that are dimensions of the parameter buffers ``func`` stores into."""
+    written = _written_buffers(func)
+    return [k for k in param_dims if dim_owner[k] in written]
 
 
 class _BlankHasher(_Hasher):
@@ -151,11 +168,18 @@ def _expr(x: Var, scale: int, offset: int, dtype: str) -> PrimExpr:
     return e
 
 
-def _family(funcs, indices, vectors, direction, param_dims, dtypes, name) -> SharedKernel | None:
+def _family(funcs, indices, vectors, direction, param_dims, dtypes, name,
+            written_dims=()) -> SharedKernel | None:
     """The shared kernel of the members ``indices`` (their vectors on the line through the
-    first along ``direction``), or None when no parameter dimension moves by exactly one step."""
+    first along ``direction``), or None when no parameter dimension moves by exactly one step
+    or a dimension of a buffer the kernel writes (``written_dims``, positions) moves."""
     p = next((k for k in param_dims if abs(direction[k]) == 1), None)
     if p is None:
+        return None
+    if any(direction[k] for k in written_dims):
+        # refused below too, once the shared kernel is made: making it only to refuse it was
+        # most of the sharing phase where every candidate's output moves (DenseNet-121's
+        # batch normalizations and concatenations, a hundred tries)
         return None
     d = direction if direction[p] == 1 else tuple(-v for v in direction)
     v0 = vectors[indices[0]]
@@ -174,11 +198,33 @@ def _family(funcs, indices, vectors, direction, param_dims, dtypes, name) -> Sha
 
 
 def _written_buffers(func: PrimFunc) -> set[int]:
-    """The ids of the buffers ``func`` stores into."""
+    """The ids of the buffers ``func`` stores into (a store is a statement: the walk goes
+    through statements only, not every expression)."""
     out: set[int] = set()
-    post_order_visit(func.body, lambda n: out.add(id(n.buffer))
-                     if isinstance(n, BufferStore) else None)
+
+    def rec(s):
+        if isinstance(s, BufferStore):
+            out.add(id(s.buffer))
+            return
+        for f in s._fields:
+            value = getattr(s, f)
+            if isinstance(value, Stmt):
+                rec(value)
+            elif isinstance(value, (tuple, list)):
+                for x in value:
+                    if isinstance(x, Stmt):
+                        rec(x)
+    rec(func.body)
     return out
+
+
+def _family_key(func: PrimFunc) -> tuple:
+    """What every member of a family shares and is cheap to see: its parameters' dtypes and
+    ranks, and the shapes of those it writes (a family's written dimensions never move)."""
+    written = _written_buffers(func)
+    return (tuple((b.dtype, len(b.shape)) for b in func.buffers),
+            tuple((k, tuple(int(d.value) for d in b.shape))
+                  for k, b in enumerate(func.buffers) if id(b) in written))
 
 
 def uses_var(e, x: Var) -> bool:
@@ -213,21 +259,29 @@ def share_kernels(funcs: Sequence[PrimFunc], min_members: int = 3,
     >>> [s.members for s in share_kernels([f_a288, f_b, f_a320, f_a352])]  # doctest: +SKIP
     [(0, 2, 3)]
     """
-    by_hash: dict[int, list[int]] = {}
+    # kernels sorted by what a family shares, the cheap part first: most kernels of a network
+    # have no possible partner, and the skeleton's hash walks the whole kernel
+    by_key: dict[tuple, list[int]] = {}
     for i, f in enumerate(funcs):
         if any(not isinstance(dim, IntImm) for b in f.buffers for dim in b.shape):
             continue
-        by_hash.setdefault(_BlankHasher().h(f.with_attr("global_symbol", "")), []).append(i)
+        by_key.setdefault(_family_key(f), []).append(i)
+    by_hash: dict[int, list[int]] = {}
+    for i in sorted(i for indices in by_key.values() if len(indices) >= min_members
+                    for i in indices):
+        by_hash.setdefault(_BlankHasher().h(funcs[i].with_attr("global_symbol", "")),
+                           []).append(i)
     vectors: dict[int, list[int]] = {}
-    info: dict[int, tuple[list[str], list[int]]] = {}
+    info: dict[int, tuple[list[str], list[int], dict[int, int]]] = {}
+    written: dict[int, list[int]] = {}     # of the kernels tried as a family's first
     skeletons: list[tuple[PrimFunc, list[int]]] = []
     for candidates in by_hash.values():
         if len(candidates) < min_members:
             continue
         groups: list[tuple[PrimFunc, list[int]]] = []
         for i in candidates:
-            skeleton, values, dtypes, param_dims = kernel_positions(funcs[i])
-            vectors[i], info[i] = values, (dtypes, param_dims)
+            skeleton, values, dtypes, param_dims, owner = _kernel_positions(funcs[i])
+            vectors[i], info[i] = values, (dtypes, param_dims, owner)
             for group in groups:
                 if structural_equal(group[0], skeleton):
                     group[1].append(i)
@@ -248,9 +302,11 @@ def share_kernels(funcs: Sequence[PrimFunc], min_members: int = 3,
             best = max(lines.items(), key=lambda kv: len(kv[1]), default=None)
             family = None
             if best is not None and len(best[1]) + 1 >= min_members:
-                dtypes, param_dims = info[first]
+                dtypes, param_dims, owner = info[first]
+                if first not in written:
+                    written[first] = _written_dims(funcs[first], param_dims, owner)
                 family = _family(funcs, [first] + best[1], vectors, best[0], param_dims,
-                                 dtypes, param_name)
+                                 dtypes, param_name, written[first])
             if family is None:
                 rest = others
                 continue

@@ -38,6 +38,60 @@ def _is_leaf(x) -> bool:
     return isinstance(x, (Var, Buffer)) or getattr(type(x), "_identity_leaf", False)
 
 
+# What the walks below need to know of a value depends on its type only, so they look it up once
+# per type (a dict lookup per node) instead of running ``_is_leaf`` / ``_definitions``' chains of
+# isinstance checks on every node: those were half of a structural hash or comparison.
+_SEQ, _DICT, _ARRAY, _ATOM, _LEAF, _NODE = range(6)
+_KIND: dict[type, int] = {}
+_DEFS: dict[type, object] = {}     # node type -> its definitions (node -> list), or None
+
+
+def _kind(t: type) -> int:
+    """The category of values of type ``t`` (the order of the checks is ``_Equal.eq``'s)."""
+    k = _KIND.get(t)
+    if k is None:
+        if issubclass(t, (tuple, list)):
+            k = _SEQ
+        elif issubclass(t, dict):
+            k = _DICT
+        elif t.__module__ == "numpy" and t.__name__ == "ndarray":
+            k = _ARRAY
+        elif not issubclass(t, Node):
+            k = _ATOM
+        elif issubclass(t, (Var, Buffer)) or getattr(t, "_identity_leaf", False):
+            k = _LEAF
+        else:
+            k = _NODE
+            _DEFS[t] = _definitions_of(t)
+        _KIND[t] = k
+    return k
+
+
+def _definitions_of(t: type):
+    """``_definitions`` for nodes of type ``t``, or None when they define nothing."""
+    if issubclass(t, For):
+        return lambda n: [n.loop_var]
+    if issubclass(t, IterVar):
+        return lambda n: [n.var]
+    if issubclass(t, (Let, LetStmt)):
+        return lambda n: [n.var]
+    if issubclass(t, Block):
+        return lambda n: list(n.alloc_buffers)
+    if issubclass(t, Allocate):
+        return lambda n: [n.buffer]
+    if issubclass(t, PrimFunc):
+        return lambda n: list(n.params) + [b for _, b in n.buffer_map]
+    if getattr(t, "_definitions", None) is not None:
+        return lambda n: list(n._definitions())
+    return None
+
+
+def _floats_equal(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and a != a:
+        return b != b  # NaN immediates are the same constant
+    return type(a) is type(b) and a == b
+
+
 class _Equal:
     def __init__(self, map_free_vars: bool):
         self.map_free_vars = map_free_vars
@@ -83,31 +137,45 @@ class _Equal:
         return False
 
     def eq(self, a, b) -> bool:
-        if a is b and not _is_leaf(a):
+        t = type(a)
+        k = _KIND.get(t)
+        if k is None:
+            k = _kind(t)
+        if a is b and k != _LEAF:
             return True
-        if isinstance(a, (tuple, list)):
-            return (isinstance(b, (tuple, list)) and len(a) == len(b)
-                    and all(self.eq(x, y) for x, y in zip(a, b)))
-        if isinstance(a, dict):
+        if k == _SEQ:
+            if not isinstance(b, (tuple, list)) or len(a) != len(b):
+                return False
+            eq = self.eq
+            for x, y in zip(a, b):
+                if not eq(x, y):
+                    return False
+            return True
+        if k == _DICT:
             return isinstance(b, dict) and self.eq(tuple(a.items()), tuple(b.items()))
-        if _is_array(a) or _is_array(b):
+        if k == _ARRAY or _is_array(b):
             return (_is_array(a) and _is_array(b) and a.dtype == b.dtype and a.shape == b.shape
                     and bool((a == b).all() if a.dtype.kind != "f" else
                              ((a == b) | ((a != a) & (b != b))).all()))
-        if not isinstance(a, Node):
-            if isinstance(a, float) and isinstance(b, float) and a != a:
-                return b != b  # NaN immediates are the same constant
-            return type(a) is type(b) and a == b
-        if type(a) is not type(b):
+        if k == _ATOM:
+            return _floats_equal(a, b)
+        if t is not type(b):
             return False
-        if _is_leaf(a):
+        if k == _LEAF:
             return self.leaf(a, b)
-        for da, db in zip(_definitions(a), _definitions(b)):
-            if not self.define(da, db):
+        defs = _DEFS[t]
+        if defs is not None:
+            da, db = defs(a), defs(b)
+            for x, y in zip(da, db):
+                if not self.define(x, y):
+                    return False
+            if len(da) != len(db):
                 return False
-        if len(_definitions(a)) != len(_definitions(b)):
-            return False
-        return all(self.eq(getattr(a, f), getattr(b, f)) for f in a._fields)
+        eq = self.eq
+        for f in a._fields:
+            if not eq(getattr(a, f), getattr(b, f)):
+                return False
+        return True
 
 
 def structural_equal(a, b, map_free_vars: bool = False) -> bool:
@@ -143,28 +211,41 @@ class _Hasher:
         self.defined: dict[int, int] = {}
 
     def h(self, x) -> int:
-        if isinstance(x, (tuple, list)):
-            return hash(("seq",) + tuple(self.h(v) for v in x))
-        if isinstance(x, dict):
-            return self.h(tuple(x.items()))
-        if _is_array(x):
-            return hash(("ndarray", x.dtype.str, x.shape, x.tobytes()[:4096]))
-        if not isinstance(x, Node):
-            return hash((type(x).__name__, x))
-        if _is_leaf(x):
+        t = type(x)
+        k = _KIND.get(t)
+        if k is None:
+            k = _kind(t)
+        if k == _NODE:
+            defs = _DEFS[t]
+            if defs is not None:
+                defined = self.defined
+                for d in defs(x):
+                    defined.setdefault(id(d), len(defined))
+                    if isinstance(d, Buffer):
+                        for s in d.shape:
+                            if isinstance(s, Var):
+                                defined.setdefault(id(s), len(defined))
+            h = self.h
+            return hash((t.__name__,) + tuple([h(getattr(x, f)) for f in x._fields]))
+        if k == _LEAF:
             idx = self.defined.get(id(x))
             if idx is not None:
-                return hash(("def", idx, type(x).__name__))
+                return hash(("def", idx, t.__name__))
             if isinstance(x, Buffer):
                 return hash(("buffer", x.name, x.dtype, self.h(x.shape)))
             return hash(("free", id(x)))
-        for d in _definitions(x):
-            self.defined.setdefault(id(d), len(self.defined))
-            if isinstance(d, Buffer):
-                for s in d.shape:
-                    if isinstance(s, Var):
-                        self.defined.setdefault(id(s), len(self.defined))
-        return hash((type(x).__name__,) + tuple(self.h(getattr(x, f)) for f in x._fields))
+        if k == _SEQ:
+            h = self.h
+            return hash(("seq",) + tuple([h(v) for v in x]))
+        if k == _DICT:
+            return self.h(tuple(x.items()))
+        if k == _ARRAY:
+            # the first 4096 bytes, without copying the whole array to bytes
+            head = x.reshape(-1)[:max(1, 4096 // max(1, x.itemsize))]
+            return hash(("ndarray", x.dtype.str, x.shape, head.tobytes()[:4096]))
+        if t is float and x != x:
+            return hash(("float", "nan"))   # hash(nan) is the object's id: equal NaNs, one hash
+        return hash((t.__name__, x))
 
 
 def structural_hash(node) -> int:

@@ -116,6 +116,7 @@ class RewriteBuilder(BlockBuilder):
         super().__init__(mod)
         self._frames: list[_Frame] = []
         self._taken: set[str] = set()
+        self._next_suffix: dict[str, int] = {}
         self._values: dict[int, Expr] = {}
         self._keep: list = []
 
@@ -123,6 +124,7 @@ class RewriteBuilder(BlockBuilder):
     def begin_names(self, func) -> None:
         """Names of ``func``'s variables are taken: new variables get other names."""
         self._taken = {v.name_hint for v in bound_vars(func)}
+        self._next_suffix = {}
 
     def begin_block(self, is_dataflow: bool) -> None:
         self._frames.append(_Frame(is_dataflow))
@@ -152,11 +154,15 @@ class RewriteBuilder(BlockBuilder):
 
     def fresh_name(self, hint: str) -> str:
         hint = hint or "lv"
-        name, k = hint, 0
+        # names are only ever taken, so the first free suffix of a hint never moves back: start
+        # from the last one (counting from 0 every time was quadratic in a function's bindings)
+        k = self._next_suffix.get(hint, 0)
+        name = f"{hint}{k}" if k else hint
         while name in self._taken:
             k += 1
             name = f"{hint}{k}"
         self._taken.add(name)
+        self._next_suffix[hint] = k
         return name
 
     def append(self, binding: Binding) -> None:

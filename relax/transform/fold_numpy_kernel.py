@@ -124,7 +124,15 @@ class _Box:
         self.func, self.store, self.extents, self.axes, self.perm = (func, store, extents,
                                                                      axes, perm)
         self.inputs_of = inputs_of
-        self.made: set[int] = set()    # ids of the arrays evaluation made (not views)
+        # the arrays evaluation made (not views), held so that their ids stay theirs
+        self.made: dict[int, np.ndarray] = {}
+        self.spare: list[np.ndarray] = []  # arrays it made that nothing uses any more
+
+    def release(self, *arrays) -> None:
+        """``arrays`` are used no more: those evaluation made may take another result."""
+        for x in arrays:
+            if id(x) in self.made and not any(x is y for y in self.spare):
+                self.spare.append(x)
 
     # -- index expressions --------------------------------------------------------------
     def grid(self, coefs: dict[int, int], k: int) -> np.ndarray:
@@ -208,18 +216,31 @@ class _Box:
             shape = np.broadcast_shapes(a.shape, b.shape)
             into = next((x for x in (a, b) if id(x) in self.made and x.shape == shape and
                          x.dtype == e.dtype), None)
+            if into is None:
+                # or into one that is not used any more (in a fresh process every new array
+                # of the Winograd transform's box was 16 MB of first-touched pages)
+                into = next((x for x in self.spare if x.shape == shape and x.dtype == e.dtype),
+                            None)
+                if into is not None:
+                    self.spare = [x for x in self.spare if x is not into]
             result = fn(a, b, out=into) if into is not None else fn(a, b)
-            self.made.add(id(result))
+            self.made[id(result)] = result
+            self.release(*(x for x in (a, b) if x is not result))
             return result
         if isinstance(e, Cast):
             if e.value.dtype not in _FLOATS:
                 raise _Unsupported("a cast from a non-float")
-            return self.value(e.value, guard).astype(e.dtype)
+            x = self.value(e.value, guard)
+            result = x.astype(e.dtype)
+            self.release(x)
+            return result
         if isinstance(e, Call) and e.op == "if_then_else":
             cond = self.condition(e.args[0])
             t = self.value(e.args[1], cond if guard is None else cond & guard)
             f = self.value(e.args[2], ~cond if guard is None else ~cond & guard)
-            return np.where(cond, t, f)
+            result = np.where(cond, t, f)
+            self.release(t, f)
+            return result
         if isinstance(e, BufferLoad):
             return self.load(e, guard)
         raise _Unsupported(f"{type(e).__name__} in a value")

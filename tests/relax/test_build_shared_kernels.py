@@ -1,6 +1,8 @@
 """relax.build(share=True): DenseNet's pattern (1x1 convolutions over a concatenation that grows
 by a few channels a layer) compiles one convolution kernel with its input channels symbolic,
 and the outputs are those of the build without sharing (bit for bit) and of numpy."""
+import importlib
+
 import numpy as np
 import pytest
 
@@ -100,3 +102,34 @@ def test_wrong_shapes_are_refused_by_the_shared_kernel():
     np.testing.assert_allclose(out.numpy(), (a * b[4:]).sum(axis=0), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="expected"):
         module["dot8"](targets.array(a), targets.array(b[:43]), out)
+
+
+def test_the_loop_structure_answer_is_kept_in_the_cache(tmp_path, monkeypatch):
+    """The default schedules' comparison of a family's shared kernel with its first member is
+    asked once per cache: a second build reads the answer, and gets the same module."""
+    rb = importlib.import_module("tilecraft.relax.build")   # the module, not the function
+    from tilecraft.targets.kernel_cache import KernelCache
+    mod, _w = _dense_block()
+    target = targets.Target("llvm")
+    mod = rb.legalize(rb._run_pipeline(mod, rb._layout_pipeline(None, None, target), target))
+    aliases = rb.dedupe_kernels(mod, rb._called_kernels(mod))
+    plain_mod, plain = rb.share_shaped_kernels(mod, aliases, target)
+    store = KernelCache(tmp_path)
+    first_mod, first = rb.share_shaped_kernels(mod, aliases, target, cache=store)
+    assert store.writes >= 1 and store.hits == 0
+    asked = []
+    real = rb.default_schedules.apply
+    monkeypatch.setattr(rb.default_schedules, "apply",
+                        lambda *a, **k: asked.append(1) or real(*a, **k))
+    again_mod, again = rb.share_shaped_kernels(mod, aliases, target, cache=store)
+    assert not asked and store.hits == store.writes
+    assert plain == first == again
+    for name in set(plain.values()):
+        assert plain_mod[name].script() == first_mod[name].script() == again_mod[name].script()
+    # a damaged entry is asked again (and stored again)
+    for shard in tmp_path.iterdir():
+        for entry in shard.iterdir():
+            entry.write_bytes(entry.read_bytes()[:-1])
+    monkeypatch.undo()
+    _, damaged = rb.share_shaped_kernels(mod, aliases, target, cache=store)
+    assert damaged == plain and store.corrupt >= 1

@@ -106,3 +106,27 @@ def test_loop_structure_ignores_extents_only():
     a, b = matvec(16, "a"), matvec(48, "b")
     assert loop_structure(a) == loop_structure(b)
     assert loop_structure(a) != loop_structure(concat(8, "c"))
+
+
+def _members(families):
+    return [(f.members, f.values, f.func.script()) for f in families]
+
+
+def test_the_cheap_sort_and_the_early_refusal_find_what_the_full_search_found(monkeypatch):
+    """``share_kernels`` first sorts kernels by their parameters' dtypes and ranks and their
+    outputs' shapes, and refuses a line whose output moves before making its kernel: the same
+    families as hashing every kernel and making every candidate (a mix of families, moving
+    outputs, lone kernels and kernels of one skeleton but another output, in shuffled order)."""
+    from tilecraft.tensorir import generalize
+    funcs = ([matvec(k, f"mv{k}") for k in (16, 24, 32, 40, 48)] +
+             [matvec(k, f"mw{k}", rows=8) for k in (16, 24, 32)] +       # another output
+             [concat(c, f"cat{c}") for c in (8, 16, 24, 32)] +           # the output moves
+             [shifted_dot(c, f"sd{c}") for c in (8, 12, 16, 20)] +
+             [matvec(k, f"lone{k}", rows=5) for k in (64,)])
+    order = np.random.default_rng(5).permutation(len(funcs))
+    funcs = [funcs[i] for i in order]
+    fast = share_kernels(funcs)
+    assert fast
+    monkeypatch.setattr(generalize, "_family_key", lambda f: ())
+    monkeypatch.setattr(generalize, "_written_dims", lambda *a: [])
+    assert _members(share_kernels(funcs)) == _members(fast)
