@@ -386,13 +386,14 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
 #   An SM issues 4 FMA warp-instructions and ~1 shared wavefront per clock: both phases are
 #   FMA-bound on paper.
 # * Registers: scores 16 + output 32 + fragments 4 + 4 + 4 + 8 + row state 12 + addresses:
-#   ~100 (the H100 allows 255; 64 threads x 100 x 7 work-groups = 45 K of the SM's 64 K).
-# * Shared: Qᵀ 64 x 36 + Kᵀ 64 x 36 + V 32 x 64 + Pᵀ 32 x 36 + partials 32 x 8 floats =
+#   ~100 (the H100 allows 255; 64 threads x 100 x 6 work-groups = 38 K of the SM's 64 K).
+# * Shared: Qᵀ 64 x 36 + Kᵀ 64 x 36 + V 32 x 64 + Pᵀ 32 x 36 + partials 32 x 9 floats =
 #   32.3 KB (rows padded by 4 words: the stores of the transposing fetches spread over the
-#   banks, the float4 reads stay aligned); the 228 KB of an SM hold 7 work-groups
-#   (14 warps).
+#   banks, the float4 reads stay aligned; the partials' by one: the 4 row groups of a warp
+#   read them at one column); the 228 KB of an SM hold 6 work-groups (with the 1 KB the
+#   driver reserves per block), 12 warps.
 # * Work-groups: batch x 12 x 128 / 32: 48 at batch 1 (one per SM on 48 of the 132), 768 at
-#   batch 16 (5.8 per SM, under the 7 that fit: one wave). Each reads K and V once per
+#   batch 16 (5.8 per SM, under the 6 x 132 = 792 that fit at once: one wave). Each reads K and V once per
 #   query block: 4 x (K + V) of its head, 2 MB of L2 traffic at batch 16 per query block.
 # * FLOPs at batch 16: 0.8 GFLOP = 400 M FMA; 132 SMs x 128 FMA/clk x 1.7 GHz = 29 T FMA/s:
 #   14 us at peak, the target ~30-40 us (PyTorch ~51 us).
@@ -400,7 +401,7 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
 # WebGPU (16 KB of workgroup storage): Qᵀ (9 KB at D = 64, BR = 32) does not fit beside the
 # tiles, so each thread keeps its one query row (TR = 1) in D registers, as the former kernel
 # did, and (BR, BC, TR, TC) = (32, 16, 1, 4): 128 invocations, Kᵀ 64 x 20 + V 16 x 64 + Pᵀ
-# 16 x 36 + partials 32 x 4 floats = 12 KB. Per d one vec4 of Kᵀ feeds 4 FMAs (2 per
+# 16 x 36 + partials 32 x 5 floats = 12 KB. Per d one vec4 of Kᵀ feeds 4 FMAs (2 per
 # wavefront: shared-bound, still 4x fewer loads than the former kernel and no bank
 # conflicts); per key c one P word (broadcast) and 4 vec4 of V feed 16 FMAs.
 #
@@ -440,7 +441,7 @@ def flash_tiles(spec: AttentionSpec, target: Target) -> tuple[int, int, int, int
 
 def _flash_shared_bytes(spec: AttentionSpec, br: int, bc: int, tr: int, tc: int) -> int:
     q = spec.D * (br + _PAD) if tr > 1 else 0
-    return 4 * (q + spec.D * (bc + _PAD) + bc * spec.Dv + bc * (br + _PAD) + br * (bc // tc))
+    return 4 * (q + spec.D * (bc + _PAD) + bc * spec.Dv + bc * (br + _PAD) + br * (bc // tc + 1))
 
 
 def _contiguous_axis(view, rank: int) -> int:
@@ -486,7 +487,9 @@ def flash_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attenti
     Ks = Buffer("K_shared", (D, bc), f32, strides=(bcp, 1), scope="shared")     # Kᵀ
     Vs = Buffer("V_shared", (bc, Dv), f32, scope="shared")
     Ps = Buffer("P_shared", (bc, br), f32, strides=(brp, 1), scope="shared")    # Pᵀ
-    red = Buffer("row_partials", (br, cg_n), f32, scope="shared")
+    # rows padded by one word: the 4 row groups of a warp read their rows' partials at the same
+    # column, which would fall into one bank at a stride of CG = 8 words
+    red = Buffer("row_partials", (br, cg_n), f32, strides=(cg_n + 1, 1), scope="shared")
     # the output dims of a thread: runs of w = 4 (one float4 of V) where Dv allows, else single
     w = 4 if Dv % (4 * cg_n) == 0 else 1
     nv = -(-Dv // (cg_n * w))
