@@ -11,7 +11,8 @@ matmul, fp32, TF32 off) beside it in the same process.
 
 Variants: ``unfused``; ``fused`` (the tiled kernel, ``attention.flash_kernel``); ``fused
 rows`` (the former kernel, ``ATTENTION_KERNEL = "rows"``: the before / after in one run).
-``TILECRAFT_ATTN_TARGETS`` (``opencl,webgpu``), ``TILECRAFT_ATTN_BATCHES`` (``1,16``),
+``TILECRAFT_ATTN_TARGETS`` (``opencl,webgpu``; ``webgpu-adapter``: WebGPU built for the
+adapter's limits, ``targets.webgpu(0).target()``), ``TILECRAFT_ATTN_BATCHES`` (``1,16``),
 ``TILECRAFT_ATTN_SEQ`` (128), ``TILECRAFT_ATTN_ROWS_KERNEL`` (1; 0 leaves the former kernel
 out), ``TILECRAFT_ATTN_TILES``: tiled-kernel tiles to compare, ``BR x BC x TR x TC``
 comma-separated (default: the module's ``FLASH_TILE`` / ``FLASH_TILE_WEBGPU`` only; where a
@@ -138,13 +139,20 @@ def run() -> list[dict]:
     cuda = torch.cuda.is_available()
     gpu_name = torch.cuda.get_device_name(0) if cuda else "no-cuda"
     kinds = os.environ.get("TILECRAFT_ATTN_TARGETS", "opencl,webgpu").split(",")
+    if "webgpu-adapter" in kinds:
+        # the device opened with the adapter target's limits before anything uses it: both
+        # WebGPU builds then run on one device (as benchmarks/gpu_models.py does)
+        from tilecraft.targets.webgpu_backend import runtime
+        runtime.note_target(targets.webgpu(0).target())
     defaults = (attention.FLASH_TILE, attention.FLASH_TILE_WEBGPU)
     rows = []
     for case in CASES:
         mod = _module(case)
         for kind in kinds:
-            target = Target(kind)
             dev = targets.opencl(0) if kind.startswith("opencl") else targets.webgpu(0)
+            # webgpu-adapter: the adapter's own limits (more workgroup storage: the tiled
+            # kernel's Qᵀ-in-shared-memory tile where it fits)
+            target = dev.target() if kind == "webgpu-adapter" else Target(kind)
             for variant, pipeline, kernel, cfg in _variants(target):
                 attention.FLASH_TILE, attention.FLASH_TILE_WEBGPU = \
                     (cfg, cfg) if cfg else defaults
