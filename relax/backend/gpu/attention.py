@@ -542,17 +542,37 @@ def flash_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attenti
             idx.append(const(0, "int64") if one else full[jj])
         return M[tuple(idx)]
 
-    def fetch(n_pos, width, base, limit, pos_fastest, load, store):
+    def fetch(n_pos, width, base, limit, pos_fastest, load, store, transposed):
         """The cooperative copy of a ``n_pos x width`` tile (positions ``base + cc`` clamped
-        below ``limit``, columns ``dd``): consecutive threads on the operand's contiguous
-        axis, so that a warp reads adjacent words of global memory (coalesced)."""
+        below ``limit``, columns ``dd``) into shared memory, stored ``[dd, cc]`` where
+        ``transposed`` (Qᵀ, Kᵀ; rows ``_PAD`` words longer than a multiple of 32) else
+        ``[cc, dd]``. Consecutive threads go along the operand's contiguous axis, so that a warp
+        reads whole 32-byte sectors of global memory (coalesced):
+
+        * contiguous positions (Kᵀ given as ``(D, S)``): one word per thread, the warp on 32
+          positions of one column (stores conflict-free);
+        * contiguous columns into a transposed tile: a warp on an 8-column x 4-position block
+          (four 32-byte sectors read whole), so that its stores at ``dd * (BC + 4) + cc`` fall
+          into 32 different banks (a warp along 32 columns would hit 8 banks: 4-way
+          conflicts on every store, as many wavefronts per step as the multiply-adds' loads);
+        * contiguous columns into a row-major tile (V): one word per thread along a row.
+          (Runs of 4 as one float4 load each were tried: PoCL computed them wrong for one tile
+          when the loops around carry no unroll pragma, the C source otherwise the same; the
+          loads are coalesced either way, the vectors would save instructions only.)
+        """
         total = n_pos * width
         flat = e * threads + tx
         if pos_fastest:
             cc, dd = floormod(flat, n_pos), floordiv(flat, n_pos)
+            body = store(cc, dd, load(clamp(base + cc, limit), dd))
+        elif transposed and width % 8 == 0 and n_pos % 4 == 0 and threads % 32 == 0:
+            blk, lane = floordiv(flat, 32), floormod(flat, 32)
+            dd = floormod(blk, width // 8) * 8 + floormod(lane, 8)
+            cc = floordiv(blk, width // 8) * 4 + floordiv(lane, 8)
+            body = store(cc, dd, load(clamp(base + cc, limit), dd))
         else:
             cc, dd = floordiv(flat, width), floormod(flat, width)
-        body = store(cc, dd, load(clamp(base + cc, limit), dd))
+            body = store(cc, dd, load(clamp(base + cc, limit), dd))
         if total % threads:
             body = IfThenElse(flat < total, body)
         return For(e, 0, -(-total // threads), "serial", body)
@@ -560,10 +580,10 @@ def flash_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attenti
     k_pos_axis = nb + 1 if spec.k_transposed else nb
     fetch_k = fetch(bc, D, kt * bc, S,
                     _contiguous_axis(spec.k_view, nb + 2) == k_pos_axis, k_at,
-                    lambda cc, dd, x: BufferStore(Ks, x, [dd, cc]))
+                    lambda cc, dd, x: BufferStore(Ks, x, [dd, cc]), True)
     fetch_v = fetch(bc, Dv, kt * bc, S, _contiguous_axis(spec.v_view, nb + 2) == nb,
                     lambda pos, dd: _load(V, spec.v_view, (*bidx, pos, dd)),
-                    lambda cc, dd, x: BufferStore(Vs, x, [cc, dd]))
+                    lambda cc, dd, x: BufferStore(Vs, x, [cc, dd]), False)
 
     def vec_copy(dst, dst_base, load_at, n):
         """``dst[dst_base + x] = load_at(x)`` for x < n: one 16-byte load where n is 4."""
@@ -636,7 +656,7 @@ def flash_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attenti
     if q_shared:
         load_q.append(fetch(br, D, bx * br, L, _contiguous_axis(spec.q_view, nb + 2) == nb,
                             lambda pos, dd: _load(Q, spec.q_view, (*bidx, pos, dd)),
-                            lambda cc, dd, x: BufferStore(Qs, x, [dd, cc])))
+                            lambda cc, dd, x: BufferStore(Qs, x, [dd, cc]), True))
     else:
         load_q.append(For(i, 0, tr, unroll, For(d, 0, D, unroll, BufferStore(
             q_l, _load(Q, spec.q_view, (*bidx, clamp(row_of(i), L), d)), [i * D + d]))))
