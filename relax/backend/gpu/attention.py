@@ -401,9 +401,11 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
 # WebGPU (16 KB of workgroup storage): Qᵀ (9 KB at D = 64, BR = 32) does not fit beside the
 # tiles, so each thread keeps its one query row (TR = 1) in D registers, as the former kernel
 # did, and (BR, BC, TR, TC) = (32, 16, 1, 4): 128 invocations, Kᵀ 64 x 20 + V 16 x 64 + Pᵀ
-# 16 x 36 + partials 32 x 5 floats = 12 KB. Per d one vec4 of Kᵀ feeds 4 FMAs (2 per
-# wavefront: shared-bound, still 4x fewer loads than the former kernel and no bank
-# conflicts); per key c one P word (broadcast) and 4 vec4 of V feed 16 FMAs.
+# 16 x 36 + partials 32 x 5 floats = 12 KB. Per d one vec4 of Kᵀ (4 distinct per warp: 1
+# wavefront) feeds 4 FMAs; per key c one P word (broadcast) and 4 vec4 of V (1 wavefront
+# each) feed 16 FMAs: ~3.5 FMA per wavefront, about the SM's 4 : 1 issue ratio (the former
+# kernel: 1 conflicted load per FMA). With an adapter's limits of 32 KB (a WebGPU target
+# from ``targets.webgpu(0).target()``) WebGPU takes the OpenCL tile instead.
 #
 # The sequence lengths are symbolic: a query row past L computes on row L - 1 and is not
 # stored; a key position past S scores -inf (its exp is 0; V is read at S - 1 there).
