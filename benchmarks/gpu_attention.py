@@ -9,9 +9,14 @@ target and variant, run at batch 1 and 16 with the inputs on the device, checked
 numpy, timed with ``vm.time_evaluator`` (best of 3 x 20 calls); PyTorch eager (matmul, softmax,
 matmul, fp32, TF32 off) beside it in the same process.
 
-``TILECRAFT_ATTN_TARGETS`` (``opencl,webgpu``), ``TILECRAFT_ATTN_BATCHES`` (``1,16``),
-``TILECRAFT_ATTN_SEQ`` (128), ``TILECRAFT_ATTN_TILES``: fused-kernel tilings to compare,
-``rows x threads-per-row x cols`` comma-separated (default: the module's constants only).
+Variants: ``unfused``; ``fused`` (the tiled kernel, ``attention.flash_kernel``); ``fused
+rows`` (the former kernel, ``ATTENTION_KERNEL = "rows"``: the before / after in one run).
+``TILECRAFT_ATTN_TARGETS`` (``opencl,webgpu``; ``webgpu-adapter``: WebGPU built for the
+adapter's limits, ``targets.webgpu(0).target()``), ``TILECRAFT_ATTN_BATCHES`` (``1,16``),
+``TILECRAFT_ATTN_SEQ`` (128), ``TILECRAFT_ATTN_ROWS_KERNEL`` (1; 0 leaves the former kernel
+out), ``TILECRAFT_ATTN_TILES``: tiled-kernel tiles to compare, ``BR x BC x TR x TC``
+comma-separated (default: the module's ``FLASH_TILE`` / ``FLASH_TILE_WEBGPU`` only; where a
+tile exceeds the target's shared memory ``flash_tiles`` halves its key step, then its rows).
 
 Run: ``python -m benchmarks.gpu_attention``. Results: ``benchmarks/results/gpu_attention/
 <machine>.json`` (the machine: the CUDA GPU PyTorch ran on, else this CPU's name).
@@ -111,14 +116,17 @@ def _torch_time(case, x, device, number=20, repeat=3):
 
 
 def _variants(target):
-    """(name, pipeline, tiles) to build: unfused, then the fused kernel per tiling."""
+    """(name, pipeline, kernel, tile) to build: unfused, the tiled kernel per tile, then the
+    former kernel (``kernel``: ``attention.ATTENTION_KERNEL`` for the build)."""
     from tilecraft.relax.transform import get_pipeline
     passes = get_pipeline(target=target).passes
-    out = [("unfused", [p for p in passes if p.name != "FuseAttention"], None)]
+    out = [("unfused", [p for p in passes if p.name != "FuseAttention"], "tiled", None)]
     tiles = os.environ.get("TILECRAFT_ATTN_TILES", "")
     for t in [t for t in tiles.split(",") if t] or [None]:
         cfg = tuple(int(v) for v in t.split("x")) if t else None
-        out.append((f"fused {t}" if t else "fused", None, cfg))
+        out.append((f"fused {t}" if t else "fused", None, "tiled", cfg))
+    if os.environ.get("TILECRAFT_ATTN_ROWS_KERNEL", "1") != "0":
+        out.append(("fused rows", None, "rows", None))
     return out
 
 
@@ -131,16 +139,24 @@ def run() -> list[dict]:
     cuda = torch.cuda.is_available()
     gpu_name = torch.cuda.get_device_name(0) if cuda else "no-cuda"
     kinds = os.environ.get("TILECRAFT_ATTN_TARGETS", "opencl,webgpu").split(",")
-    defaults = (attention.ATTENTION_ROWS, attention.ATTENTION_SPLIT, attention.ATTENTION_COLS)
+    if "webgpu-adapter" in kinds:
+        # the device opened with the adapter target's limits before anything uses it: both
+        # WebGPU builds then run on one device (as benchmarks/gpu_models.py does)
+        from tilecraft.targets.webgpu_backend import runtime
+        runtime.note_target(targets.webgpu(0).target())
+    defaults = (attention.FLASH_TILE, attention.FLASH_TILE_WEBGPU)
     rows = []
     for case in CASES:
         mod = _module(case)
         for kind in kinds:
-            target = Target(kind)
             dev = targets.opencl(0) if kind.startswith("opencl") else targets.webgpu(0)
-            for variant, pipeline, cfg in _variants(target):
-                (attention.ATTENTION_ROWS, attention.ATTENTION_SPLIT,
-                 attention.ATTENTION_COLS) = cfg or defaults
+            # webgpu-adapter: the adapter's own limits (more workgroup storage: the tiled
+            # kernel's Qᵀ-in-shared-memory tile where it fits)
+            target = dev.target() if kind == "webgpu-adapter" else Target(kind)
+            for variant, pipeline, kernel, cfg in _variants(target):
+                attention.FLASH_TILE, attention.FLASH_TILE_WEBGPU = \
+                    (cfg, cfg) if cfg else defaults
+                attention.ATTENTION_KERNEL = kernel
                 try:
                     exe = relax.build(mod, target, pipeline=pipeline)
                     vm = relax.VirtualMachine(exe, dev)
@@ -164,7 +180,8 @@ def run() -> list[dict]:
                     print(f"{case} {kind} {variant} b{b}: ours {ours * 1e3:.3f} ms, torch "
                           f"{theirs * 1e3:.3f} ms, ratio {theirs / ours:.2f}, err {err:.1e}",
                           flush=True)
-    (attention.ATTENTION_ROWS, attention.ATTENTION_SPLIT, attention.ATTENTION_COLS) = defaults
+    attention.FLASH_TILE, attention.FLASH_TILE_WEBGPU = defaults
+    attention.ATTENTION_KERNEL = "tiled"
     path = write_results("gpu_attention", rows, {"gpu": gpu_name}, gpu=gpu_name if cuda else None)
     print(f"(written to {path})")
     return rows

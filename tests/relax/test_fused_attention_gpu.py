@@ -252,3 +252,148 @@ def test_bert_layer_and_gpt2_block_against_pytorch(gpu):
             got = vm["main"](x)
             got = (got[0] if isinstance(got, tuple) else got).numpy()
             np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=f"{name} b{b} s{s}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the tiled kernel (flash_kernel): BERT's head size, partial tiles, every tile shape
+
+
+@pytest.mark.parametrize("case", ["plain", "padding", "causal_bool"])
+def test_tiled_kernel_bert_heads_partial_tiles(gpu, case):
+    # head size 64 (BERT's); sequences 1, 7, 128 and 130 (a partial last query block and key
+    # step), the batch symbolic at 1 and 3: one build
+    dev, target = gpu
+    rng = np.random.default_rng(7)
+    exe = relax.build(_attention_module(case, heads=2, d=64, dv=64), target)
+    assert len(exe.kernel_names) == 1
+    vm = VirtualMachine(exe, dev)
+    for n in (1, 3):
+        for l in (1, 7, 128, 130):
+            x = _inputs(case, rng, n, l, l, heads=2, d=64, dv=64)
+            np.testing.assert_allclose(vm["main"](*x).numpy(), _reference(case, x),
+                                       rtol=1e-4, atol=1e-4, err_msg=f"{case} n={n} l={l}")
+
+
+def test_tiled_kernel_causal_with_query_offset(gpu):
+    # queries are the last l of m positions (a decoder's step over a cache): the causal mask
+    # (l, m) is tril with offset m - l
+    dev, target = gpu
+    rng = np.random.default_rng(8)
+    mod = _attention_module("causal_bool", heads=2, d=64, dv=64, cross=True)
+    vm = VirtualMachine(relax.build(mod, target), dev)
+    for n, l, m in ((1, 1, 37), (3, 5, 130), (1, 33, 70)):
+        x = _inputs("causal_bool", rng, n, l, m, heads=2, d=64, dv=64)
+        np.testing.assert_allclose(vm["main"](*x).numpy(), _reference("causal_bool", x),
+                                   rtol=1e-4, atol=1e-4, err_msg=f"n={n} l={l} m={m}")
+
+
+@pytest.mark.parametrize("tile", [(32, 32, 4, 4), (16, 8, 2, 2), (8, 16, 1, 4), (4, 4, 4, 1)])
+def test_tiled_kernel_every_tile_shape(gpu, tile):
+    # q in shared memory (TR > 1) or registers (TR = 1), float4 / float2 / scalar fragments,
+    # head sizes that are not multiples of the output runs (Dv = 12: guarded dims)
+    from tilecraft.relax.backend.gpu.attention import flash_kernel
+    dev, target = gpu
+    tgt = Target(target)     # (at head size 24 even the 32 x 32 tile fits WebGPU's 16 KB)
+    n, L, S = TVar("n"), TVar("l"), TVar("s")
+    spec = AttentionSpec(batch=(n,), L=L, S=S, D=24, Dv=12, scale=("div", 3.0), mask="add",
+                         mask_shape=(n, L, S))
+    kernel = flash_kernel(spec, tgt, tile=tile)
+    mod = targets.build(IRModule({"fused_attention": kernel}), tgt)
+    rng = np.random.default_rng(9)
+    for b, l, s in ((1, 1, 1), (2, 9, 35), (1, 40, 5)):
+        q = rng.standard_normal((b, l, 24)).astype("float32")
+        k = rng.standard_normal((b, 24, s)).astype("float32")
+        v = rng.standard_normal((b, s, 12)).astype("float32")
+        mask = np.where(rng.random((b, l, s)) < 0.2, -1e4, 0.0).astype("float32")
+        out = targets.empty((b, l, 12), "float32", dev)
+        mod["fused_attention"](*[targets.array(a, dev) for a in (q, k, v, mask)], out)
+        want = _softmax_ref(q.astype("float64") @ k / 3.0 + mask) @ v
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"tile {tile} b={b} l={l} s={s}")
+
+
+def test_former_row_kernel_still_matches(gpu, monkeypatch):
+    # the benchmark's before / after switch: ATTENTION_KERNEL = "rows" builds the former kernel
+    from tilecraft.relax.backend.gpu import attention
+    dev, target = gpu
+    monkeypatch.setattr(attention, "ATTENTION_KERNEL", "rows")
+    exe = relax.build(_attention_module("padding", heads=2, d=64, dv=64), target)
+    vm = VirtualMachine(exe, dev)
+    x = _inputs("padding", np.random.default_rng(10), 2, 19, 19, heads=2, d=64, dv=64)
+    np.testing.assert_allclose(vm["main"](*x).numpy(), _reference("padding", x),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_tiled_kernel_reads_its_tiles_as_vectors():
+    # the OpenCL source at BERT's shapes: 16-byte loads of Qᵀ, Kᵀ, Pᵀ and V from shared memory
+    # (the point of the transposed layouts), coalesced fetches, 64 threads of 4 x 4 scores
+    from tilecraft.relax.backend.gpu.attention import flash_tiles
+    spec = AttentionSpec(batch=(TVar("n"), 12), L=128, S=128, D=64, Dv=64, scale=("div", 8.0))
+    assert flash_tiles(spec, Target("opencl")) == (32, 32, 4, 4)
+    assert flash_tiles(spec, Target("webgpu")) == (32, 16, 1, 4)
+    src = targets.build(IRModule({"fused_attention": attention_kernel(spec, Target("opencl"))}),
+                        "opencl").get_source()
+    assert "reqd_work_group_size(64, 1, 1)" in src
+    for tile in ("Q_shared", "K_shared", "P_shared", "V_shared"):
+        assert f"(__local const float4*)({tile} +" in src, tile
+
+
+def test_tile_that_cannot_fit_is_an_error():
+    from tilecraft.relax.backend.gpu.attention import flash_tiles
+
+    class Tiny:
+        kind = "webgpu"
+        max_shared_memory_per_block = 256
+    spec = AttentionSpec(batch=(), L=8, S=8, D=128, Dv=128)
+    with pytest.raises(ValueError, match="shared memory"):
+        flash_tiles(spec, Tiny())
+    with pytest.raises(ValueError, match="tile"):
+        from tilecraft.relax.backend.gpu.attention import flash_kernel
+        flash_kernel(spec, Target("opencl"), tile=(8, 8, 3, 4))
+
+
+_ADAPTER_SCRIPT = """
+import numpy as np
+from tilecraft import targets
+from tilecraft.relax.backend.gpu.attention import (FLASH_TILE, AttentionSpec, attention_kernel,
+                                                   flash_tiles)
+from tilecraft.targets.webgpu_backend import num_adapters, runtime
+from tilecraft.tensorir import IRModule, Var
+if num_adapters() == 0:
+    print("SKIP no adapter"); raise SystemExit
+tgt = targets.webgpu(0).target()
+runtime.note_target(tgt)     # the device opened with the adapter's limits
+n, L = Var("n"), Var("l")
+spec = AttentionSpec(batch=(n,), L=L, S=L, D=64, Dv=64, scale=("div", 8.0), mask="add",
+                     mask_shape=(n, L, L))
+if flash_tiles(spec, tgt) != FLASH_TILE:
+    print("SKIP", tgt.max_shared_memory_per_block, "bytes"); raise SystemExit
+mod = targets.build(IRModule({"fused_attention": attention_kernel(spec, tgt)}), tgt)
+dev = targets.webgpu(0)
+rng = np.random.default_rng(11)
+q, k, v = (rng.standard_normal(s).astype("float32") for s in ((3, 45, 64), (3, 64, 45),
+                                                              (3, 45, 64)))
+mask = np.where(rng.random((3, 45, 45)) < 0.2, -1e4, 0.0).astype("float32")
+out = targets.empty((3, 45, 64), "float32", dev)
+mod["fused_attention"](*[targets.array(a, dev) for a in (q, k, v, mask)], out)
+s = q.astype("float64") @ k / 8.0 + mask
+e = np.exp(s - s.max(-1, keepdims=True))
+print("ERR", float(np.abs(out.numpy() - (e / e.sum(-1, keepdims=True)) @ v).max()))
+"""
+
+
+def test_webgpu_adapter_limits_take_the_shared_q_tile():
+    # built for the adapter's own limits (more workgroup storage than the spec's 16 KB), WebGPU
+    # gets the OpenCL tile (Qᵀ in shared memory) at BERT's head size, and it is right. In a
+    # process of its own: the device must be opened with those limits before any array is made
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.run([sys.executable, "-c", _ADAPTER_SCRIPT], cwd=root, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    last = run.stdout.strip().splitlines()[-1]
+    if last.startswith("SKIP"):
+        pytest.skip(f"WebGPU adapter: {last}")
+    assert last.startswith("ERR") and float(last.split()[1]) < 1e-4, run.stdout

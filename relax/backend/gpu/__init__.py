@@ -9,7 +9,8 @@ On GPU targets most families are found by the structure of a block, not by a rul
   work-groups, threads, shared memory and registers; its ``GEMM_*`` constants are the tiles.
 - ``depthwise.py``: depthwise convolutions (``is_depthwise``, ``schedule_depthwise``): a tile
   of one channel's image per work-group with its input window in shared memory.
-- ``attention.py``: the fused attention kernel (``relax.transform.FuseAttention``).
+- ``attention.py``: the fused attention kernel (``relax.transform.FuseAttention``): a
+  FlashAttention-style tile per work-group, 4 x 4 scores per thread in registers.
 - ``winograd.py``: Winograd F(2x2, 3x3) computes (``relax.transform.GPUWinograd`` rewrites 3x3
   stride-1 convolutions into them; their GEMM stage is scheduled by ``gemm.py``).
 

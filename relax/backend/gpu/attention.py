@@ -5,21 +5,28 @@ launch (FlashAttention's online softmax), built directly as a scheduled TensorIR
 ``attention_kernel`` for its shapes; the kernel is already bound to work-groups and threads,
 so the default GPU schedules leave it as it is.
 
-The kernel, for one (batch..., tile of ``rows`` query rows) per work-group, ``split``
-threads per row (``rows * split`` threads on ``threadIdx.x``):
+The kernel (``flash_kernel``; the arithmetic behind its tiles is in the comment above it): a
+work-group per (batch..., block of ``BR`` query rows), its threads each owning a ``TR x TC``
+block of the step's ``BR x BC`` score tile and a ``TR x Dv / CG`` block of the output in
+registers:
 
-* each thread keeps its row's ``q`` (``D`` floats) in registers, its share of the output
-  accumulator ``o`` (``Dv / split`` of the row's dims, ``d = k * split + t``) and of the row's
-  running sum ``l``, and the row's running maximum ``m`` of the online softmax;
-* the key / value sequence goes in steps of ``cols`` positions: the step's ``K`` (rows padded
-  by one word: no bank conflicts) and ``V`` tiles are loaded into shared memory by all the
-  threads (a cooperative fetch); each thread computes ``cols / split`` scores of its row
-  (columns ``j * split + t``: ``q . k * scale`` or ``/ scale``, plus the additive mask, or the
-  bool mask's fill value where the mask is False) and their maximum; the row's ``split``
-  maxima meet in shared memory, giving the new ``m``; ``o`` and ``l`` are rescaled by
-  ``exp(m_old - m_new)``, the probabilities ``exp(s - m_new)`` go to shared memory (and into
-  ``l``), and each thread accumulates ``P[row, :] . V[:, d]`` for its dims;
-* at the end the row's ``split`` partial sums meet in shared memory: ``O[row, d] = o / l``.
+* the block's Qᵀ is staged in shared memory once (WebGPU, whose 16 KB do not hold it beside
+  the tiles: each thread's query row in registers); the key / value sequence goes in steps of
+  ``BC`` positions, the step's Kᵀ and V tiles copied into shared memory by all the threads
+  (consecutive threads on the operand's contiguous axis: coalesced), the transposed tiles'
+  rows padded by 4 words;
+* per ``d`` a thread reads its 4 rows of Qᵀ and 4 columns of Kᵀ as two 16-byte loads and
+  does 16 multiply-adds; the scale, the mask (additive, or the bool mask's fill value) and
+  ``-inf`` past ``S`` are applied in registers;
+* the online softmax: each row's new maximum is met across the ``CG`` threads sharing the row
+  through shared memory; the output and the running sum are rescaled by ``exp(m_old -
+  m_new)``; the probabilities go to shared memory as Pᵀ and each thread accumulates
+  ``P[rows, :] . V[:, dims]`` from one 16-byte load of Pᵀ and ``Dv / (4 CG)`` of V per key;
+* at the end the rows' partial sums meet in shared memory: ``O[row, d] = o / l``.
+
+The former kernel (``row_split_kernel``: one query row per 8 threads, ``q`` in registers, one
+shared load per multiply-add) stays behind ``ATTENTION_KERNEL = "rows"`` for the benchmark's
+before / after.
 
 The scores never reach global memory: per (batch, head) the kernel reads ``Q``, ``K``, ``V``
 (``K`` and ``V`` once per row tile) and writes ``O``, where the unfused form writes and reads
@@ -57,8 +64,9 @@ from tilecraft.tensorir.stmt import Allocate, Buffer, BufferStore, For, IfThenEl
 
 from .gemm import for_cpu
 
-__all__ = ["AttentionSpec", "attention_kernel", "attention_tiles", "ATTENTION_COLS",
-           "ATTENTION_MAX_HEAD", "ATTENTION_ROWS", "ATTENTION_SPLIT"]
+__all__ = ["AttentionSpec", "attention_kernel", "attention_tiles", "flash_kernel", "flash_tiles",
+           "row_split_kernel", "ATTENTION_COLS", "ATTENTION_KERNEL", "ATTENTION_MAX_HEAD",
+           "ATTENTION_ROWS", "ATTENTION_SPLIT", "FLASH_TILE", "FLASH_TILE_WEBGPU"]
 
 ATTENTION_ROWS = 16        # query rows per work-group
 ATTENTION_SPLIT = 8        # threads sharing a row: its score columns and its output dims
@@ -174,9 +182,11 @@ def _ceil_div(a, b: int):
     return floordiv(a + (b - 1), b)
 
 
-def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attention"
+def row_split_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attention"
                      ) -> PrimFunc:
-    """The scheduled PrimFunc ``(Q, K, V[, mask], O)`` of ``spec`` for ``target``.
+    """The former kernel (``ATTENTION_KERNEL = "rows"``): ``rows`` query rows per work-group,
+    ``split`` threads per row, each keeping its row's whole ``q`` in registers and reading ``K``
+    from shared memory once per multiply-add. Kept for the before / after benchmark.
 
     Raises
     ------
@@ -184,14 +194,7 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
         A head size that is not a constant in 1..``ATTENTION_MAX_HEAD``, or an unknown mask
         or scale kind.
     """
-    for what, d in (("D", spec.D), ("Dv", spec.Dv)):
-        if not isinstance(d, int) or not 1 <= d <= ATTENTION_MAX_HEAD:
-            raise ValueError(f"fused attention: head size {what} = {d!r} must be a constant "
-                             f"in 1..{ATTENTION_MAX_HEAD}")
-    if spec.mask not in (None, "add", "select"):
-        raise ValueError(f"fused attention: unknown mask kind {spec.mask!r}")
-    if spec.scale[0] not in ("mul", "div"):
-        raise ValueError(f"fused attention: unknown scale {spec.scale!r}")
+    _check(spec)
     rows, split, cols = attention_tiles(spec, target)
     unroll = "serial" if for_cpu(target) else "unrolled"
     f32 = "float32"
@@ -321,6 +324,369 @@ def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
     for buf in (red, Ps, Vs, Ks):
         body = Allocate(buf, body)
     body = For(bx, 0, _ceil_div(L, rows), "thread_binding", body, thread_tag="blockIdx.x")
+    body = For(by, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.y")
+
+    buffers = [Q, K, V] + ([M] if M is not None else []) + [O]
+    handles = [Var(b.name, dt.HANDLE) for b in buffers]
+    return PrimFunc(handles, body, dict(zip(handles, buffers)),
+                    attrs={"global_symbol": name, "op_pattern": _OPAQUE,
+                           "tir.is_scheduled": True})
+
+
+def _check(spec: AttentionSpec) -> None:
+    """Raise ValueError for what no attention kernel here can compile."""
+    for what, d in (("D", spec.D), ("Dv", spec.Dv)):
+        if not isinstance(d, int) or not 1 <= d <= ATTENTION_MAX_HEAD:
+            raise ValueError(f"fused attention: head size {what} = {d!r} must be a constant "
+                             f"in 1..{ATTENTION_MAX_HEAD}")
+    if spec.mask not in (None, "add", "select"):
+        raise ValueError(f"fused attention: unknown mask kind {spec.mask!r}")
+    if spec.scale[0] not in ("mul", "div"):
+        raise ValueError(f"fused attention: unknown scale {spec.scale!r}")
+
+
+def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attention"
+                     ) -> PrimFunc:
+    """The scheduled PrimFunc ``(Q, K, V[, mask], O)`` of ``spec`` for ``target``: the tiled
+    kernel (``flash_kernel``), or the former one where ``ATTENTION_KERNEL`` is ``"rows"``.
+
+    Raises
+    ------
+    ValueError
+        A head size that is not a constant in 1..``ATTENTION_MAX_HEAD``, or an unknown mask
+        or scale kind.
+    """
+    if ATTENTION_KERNEL == "rows":
+        return row_split_kernel(spec, target, name)
+    if ATTENTION_KERNEL != "tiled":
+        raise ValueError(f"fused attention: ATTENTION_KERNEL = {ATTENTION_KERNEL!r} is "
+                         f"neither 'tiled' nor 'rows'")
+    return flash_kernel(spec, target, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# the tiled kernel
+#
+# A work-group per (batch..., block of BR query rows); threads ``RG x CG`` (RG = BR / TR row
+# groups, CG = BC / TC column groups), thread ``tx = rg * CG + cg``. Per step of BC key
+# positions each thread owns a TR x TC block of the BR x BC score tile in registers (rows
+# ``rg * TR + i``, columns ``cg * TC + j``) and a TR x (Dv / CG) block of the output (the same
+# rows; dims in runs of 4, ``(v * CG + cg) * 4 + k``). Shared memory holds Qᵀ (D x BR, loaded
+# once), the step's Kᵀ (D x BC) and V (BC x Dv) tiles, Pᵀ (BC x BR) and the row partials
+# (BR x CG); the transposed layouts make a thread's TR rows / TC columns at one ``d`` four
+# consecutive words: one 16-byte load (float4 / vec4) each.
+#
+# Arithmetic at BERT's shapes (D = Dv = 64, L = S = 128, 12 heads), OpenCL
+# (BR, BC, TR, TC) = (32, 32, 4, 4): 64 threads (2 warps: rg 0..3 x cg 0..7 each).
+# * QKᵀ, per d: one float4 of Qᵀ (4 distinct per warp, a broadcast: 1 wavefront) and one of
+#   Kᵀ (8 consecutive float4 = 128 B: 1 wavefront) feed 16 FMAs: 8 FMA per shared wavefront
+#   (the former kernel: 1 LDS per FMA, 8-way bank conflicts on K).
+# * PV, per key c: one float4 of Pᵀ (broadcast) and Dv / 32 = 2 float4 of V (1 wavefront each)
+#   feed TR x 8 = 32 FMAs: ~11 FMA per wavefront (the former: 2 loads per FMA).
+#   An SM issues 4 FMA warp-instructions and ~1 shared wavefront per clock: both phases are
+#   FMA-bound on paper.
+# * Registers: scores 16 + output 32 + fragments 4 + 4 + 4 + 8 + row state 12 + addresses:
+#   ~100 (the H100 allows 255; 64 threads x 100 x 6 work-groups = 38 K of the SM's 64 K).
+# * Shared: Qᵀ 64 x 36 + Kᵀ 64 x 36 + V 32 x 64 + Pᵀ 32 x 36 + partials 32 x 9 floats =
+#   32.3 KB (rows padded by 4 words: the stores of the transposing fetches spread over the
+#   banks, the float4 reads stay aligned; the partials' by one: the 4 row groups of a warp
+#   read them at one column); the 228 KB of an SM hold 6 work-groups (with the 1 KB the
+#   driver reserves per block), 12 warps.
+# * Work-groups: batch x 12 x 128 / 32: 48 at batch 1 (one per SM on 48 of the 132), 768 at
+#   batch 16 (5.8 per SM, under the 6 x 132 = 792 that fit at once: one wave). Each reads K and V once per
+#   query block: 4 x (K + V) of its head, 2 MB of L2 traffic at batch 16 per query block.
+# * FLOPs at batch 16: 0.8 GFLOP = 400 M FMA; 132 SMs x 128 FMA/clk x 1.7 GHz = 29 T FMA/s:
+#   14 us at peak, the target ~30-40 us (PyTorch ~51 us).
+#
+# WebGPU (16 KB of workgroup storage): Qᵀ (9 KB at D = 64, BR = 32) does not fit beside the
+# tiles, so each thread keeps its one query row (TR = 1) in D registers, as the former kernel
+# did, and (BR, BC, TR, TC) = (32, 16, 1, 4): 128 invocations, Kᵀ 64 x 20 + V 16 x 64 + Pᵀ
+# 16 x 36 + partials 32 x 5 floats = 12 KB. Per d one vec4 of Kᵀ (4 distinct per warp: 1
+# wavefront) feeds 4 FMAs; per key c one P word (broadcast) and 4 vec4 of V (1 wavefront
+# each) feed 16 FMAs: ~3.5 FMA per wavefront, about the SM's 4 : 1 issue ratio (the former
+# kernel: 1 conflicted load per FMA). With an adapter's limits of 32 KB (a WebGPU target
+# from ``targets.webgpu(0).target()``) WebGPU takes the OpenCL tile instead.
+#
+# The sequence lengths are symbolic: a query row past L computes on row L - 1 and is not
+# stored; a key position past S scores -inf (its exp is 0; V is read at S - 1 there).
+
+ATTENTION_KERNEL = "tiled"            # "rows": the former kernel (benchmark's before / after)
+FLASH_TILE = (32, 32, 4, 4)           # (BR, BC, TR, TC): Qᵀ in shared memory
+FLASH_TILE_WEBGPU = (32, 16, 1, 4)    # q in registers (WebGPU's 16 KB)
+_PAD = 4                              # words added to the transposed tiles' rows
+
+
+def flash_tiles(spec: AttentionSpec, target: Target) -> tuple[int, int, int, int]:
+    """(BR, BC, TR, TC) for ``spec`` on ``target``: ``FLASH_TILE`` where the target's shared
+    memory holds it (``target.max_shared_memory_per_block``), else ``FLASH_TILE_WEBGPU`` (q in
+    registers), its key step (then its query block) halved until the tiles fit.
+
+    >>> flash_tiles(AttentionSpec(batch=(), L=128, S=128, D=64, Dv=64), Target("opencl"))
+    (32, 32, 4, 4)
+    >>> flash_tiles(AttentionSpec(batch=(), L=128, S=128, D=64, Dv=64), Target("webgpu"))
+    (32, 16, 1, 4)
+    """
+    limit = target.max_shared_memory_per_block
+    if _flash_shared_bytes(spec, *FLASH_TILE) <= limit:
+        return FLASH_TILE
+    br, bc, tr, tc = FLASH_TILE_WEBGPU
+    while _flash_shared_bytes(spec, br, bc, tr, tc) > limit:
+        if bc > tc:
+            bc //= 2
+        elif br > tr:
+            br //= 2
+        else:
+            raise ValueError(f"fused attention: head sizes D = {spec.D}, Dv = {spec.Dv} need "
+                             f"more than the target's {limit} bytes of shared memory")
+    return br, bc, tr, tc
+
+
+def _flash_shared_bytes(spec: AttentionSpec, br: int, bc: int, tr: int, tc: int) -> int:
+    q = spec.D * (br + _PAD) if tr > 1 else 0
+    return 4 * (q + spec.D * (bc + _PAD) + bc * spec.Dv + bc * (br + _PAD) + br * (bc // tc + 1))
+
+
+def _contiguous_axis(view, rank: int) -> int:
+    """The logical axis of an operand whose consecutive elements are adjacent in memory."""
+    if view is None:
+        return rank - 1
+    axes = view[1]
+    return list(axes).index(len(axes) - 1)
+
+
+def flash_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attention",
+                 tile: tuple[int, int, int, int] | None = None) -> PrimFunc:
+    """The tiled attention kernel (FlashAttention's online softmax on a SIMT tile; see the
+    arithmetic above), ``tile`` = (BR, BC, TR, TC) or ``flash_tiles``' choice.
+
+    Raises
+    ------
+    ValueError
+        As ``attention_kernel``; a tile whose sizes do not divide (BR by TR, BC by TC).
+    """
+    _check(spec)
+    br, bc, tr, tc = tile or flash_tiles(spec, target)
+    if br % tr or bc % tc or tr not in (1, 2, 4) or tc not in (1, 2, 4):
+        raise ValueError(f"fused attention: tile {(br, bc, tr, tc)} must have TR, TC in "
+                         f"1, 2, 4 dividing BR, BC")
+    rg_n, cg_n = br // tr, bc // tc
+    threads = rg_n * cg_n
+    q_shared = tr > 1
+    unroll = "serial" if for_cpu(target) else "unrolled"
+    f32 = "float32"
+    batch, L, S, D, Dv = tuple(spec.batch), spec.L, spec.S, spec.D, spec.Dv
+    nb = len(batch)
+    Q = _operand("Q", (*batch, L, D), spec.q_view)
+    K = _operand("K", (*batch, D, S) if spec.k_transposed else (*batch, S, D), spec.k_view)
+    V = _operand("V", (*batch, S, Dv), spec.v_view)
+    O = _operand("O", (*batch, L, Dv), spec.o_view)
+    M = None
+    if spec.mask is not None:
+        M = Buffer("mask", tuple(spec.mask_shape), f32 if spec.mask == "add" else "bool")
+    # the transposed tiles' rows padded (explicit strides: the allocation compaction keeps them)
+    brp, bcp = br + _PAD, bc + _PAD
+    Qs = Buffer("Q_shared", (D, br), f32, strides=(brp, 1), scope="shared")     # Qᵀ
+    Ks = Buffer("K_shared", (D, bc), f32, strides=(bcp, 1), scope="shared")     # Kᵀ
+    Vs = Buffer("V_shared", (bc, Dv), f32, scope="shared")
+    Ps = Buffer("P_shared", (bc, br), f32, strides=(brp, 1), scope="shared")    # Pᵀ
+    # rows padded by one word: the 4 row groups of a warp read their rows' partials at the same
+    # column, which would fall into one bank at a stride of CG = 8 words
+    red = Buffer("row_partials", (br, cg_n), f32, strides=(cg_n + 1, 1), scope="shared")
+    # the output dims of a thread: runs of w = 4 (one float4 of V) where Dv allows, else single
+    w = 4 if Dv % (4 * cg_n) == 0 else 1
+    nv = -(-Dv // (cg_n * w))
+    guard_dims = nv * cg_n * w != Dv
+    s_l = Buffer("s_local", (tr * tc,), f32, scope="local")
+    o_l = Buffer("o_local", (tr * nv * w,), f32, scope="local")
+    m_l = Buffer("m_local", (tr,), f32, scope="local")      # running maximum per row
+    l_l = Buffer("l_local", (tr,), f32, scope="local")      # this thread's part of the sum
+    n_l = Buffer("mnew_local", (tr,), f32, scope="local")   # the step's new maximum
+    c_l = Buffer("mref_local", (tr,), f32, scope="local")   # it, -inf read as 0
+    x_l = Buffer("max_local", (1,), f32, scope="local")
+    q_l = Buffer("q_local", (tr * D,) if not q_shared else (tr,), f32, scope="local")
+    k_l = Buffer("k_frag", (tc,), f32, scope="local")
+    p_l = Buffer("p_frag", (tr,), f32, scope="local")
+    v_l = Buffer("v_frag", (nv * w,), f32, scope="local")
+
+    by, bx, tx = Var("by"), Var("bx"), Var("tx")
+    kt, d, e, c, t2 = Var("kt"), Var("d"), Var("e"), Var("c"), Var("t2")
+    i, j, v, k = Var("i"), Var("j"), Var("v"), Var("k")
+    nbatch = 1
+    for b in batch:
+        nbatch = nbatch * b
+    bidx, rest = [], by
+    for b in reversed(batch[1:]):
+        bidx.append(floormod(rest, b))
+        rest = floordiv(rest, b)
+    bidx = ([rest] if batch else []) + bidx[::-1]
+    rg, cg = floordiv(tx, cg_n), floormod(tx, cg_n)
+    neg_inf, zero = const(-math.inf, f32), const(0.0, f32)
+
+    def clamp(x, n):
+        return Select(x < n, x, n - 1)
+
+    def row_of(ii):                      # the thread's ii-th query row (global)
+        return bx * br + rg * tr + ii
+
+    def dim_of(vv, kk):                  # the thread's (vv, kk)-th output dim
+        return (vv * cg_n + cg) * w + kk
+
+    def k_at(pos, dd):
+        idx = (*bidx, dd, pos) if spec.k_transposed else (*bidx, pos, dd)
+        return _load(K, spec.k_view, idx)
+
+    def mask_at(rr, col):
+        full = (*bidx, rr, col)
+        idx = []
+        for a, m in enumerate(spec.mask_shape):
+            jj = len(full) - len(spec.mask_shape) + a
+            one = m == 1 if isinstance(m, int) else isinstance(m, IntImm) and m.value == 1
+            idx.append(const(0, "int64") if one else full[jj])
+        return M[tuple(idx)]
+
+    def fetch(n_pos, width, base, limit, pos_fastest, load, store, transposed):
+        """The cooperative copy of a ``n_pos x width`` tile (positions ``base + cc`` clamped
+        below ``limit``, columns ``dd``) into shared memory, stored ``[dd, cc]`` where
+        ``transposed`` (Qᵀ, Kᵀ; rows ``_PAD`` words longer than a multiple of 32) else
+        ``[cc, dd]``. Consecutive threads go along the operand's contiguous axis, so that a warp
+        reads whole 32-byte sectors of global memory (coalesced):
+
+        * contiguous positions (Kᵀ given as ``(D, S)``): one word per thread, the warp on 32
+          positions of one column (stores conflict-free);
+        * contiguous columns into a transposed tile: a warp on an 8-column x 4-position block
+          (four 32-byte sectors read whole), so that its stores at ``dd * (BC + 4) + cc`` fall
+          into 32 different banks (a warp along 32 columns would hit 8 banks: 4-way
+          conflicts on every store, as many wavefronts per step as the multiply-adds' loads);
+        * contiguous columns into a row-major tile (V): one word per thread along a row.
+          (Runs of 4 as one float4 load each were tried: PoCL computed them wrong for one tile
+          when the loops around carry no unroll pragma, the C source otherwise the same; the
+          loads are coalesced either way, the vectors would save instructions only.)
+        """
+        total = n_pos * width
+        flat = e * threads + tx
+        if pos_fastest:
+            cc, dd = floormod(flat, n_pos), floordiv(flat, n_pos)
+            body = store(cc, dd, load(clamp(base + cc, limit), dd))
+        elif transposed and width % 8 == 0 and n_pos % 4 == 0 and threads % 32 == 0:
+            blk, lane = floordiv(flat, 32), floormod(flat, 32)
+            dd = floormod(blk, width // 8) * 8 + floormod(lane, 8)
+            cc = floordiv(blk, width // 8) * 4 + floordiv(lane, 8)
+            body = store(cc, dd, load(clamp(base + cc, limit), dd))
+        else:
+            cc, dd = floordiv(flat, width), floormod(flat, width)
+            body = store(cc, dd, load(clamp(base + cc, limit), dd))
+        if total % threads:
+            body = IfThenElse(flat < total, body)
+        return For(e, 0, -(-total // threads), "serial", body)
+
+    k_pos_axis = nb + 1 if spec.k_transposed else nb
+    fetch_k = fetch(bc, D, kt * bc, S,
+                    _contiguous_axis(spec.k_view, nb + 2) == k_pos_axis, k_at,
+                    lambda cc, dd, x: BufferStore(Ks, x, [dd, cc]), True)
+    fetch_v = fetch(bc, Dv, kt * bc, S, _contiguous_axis(spec.v_view, nb + 2) == nb,
+                    lambda pos, dd: _load(V, spec.v_view, (*bidx, pos, dd)),
+                    lambda cc, dd, x: BufferStore(Vs, x, [cc, dd]), False)
+
+    def vec_copy(dst, dst_base, load_at, n):
+        """``dst[dst_base + x] = load_at(x)`` for x < n: one 16-byte load where n is 4."""
+        return For(k, 0, n, "vectorized" if n in (2, 4) else unroll,
+                   BufferStore(dst, load_at(k), [dst_base + k]))
+
+    # the scores of the step: s[i, j] = q_i . k_j, then scaled, masked, -inf past S
+    if q_shared:
+        frag_q = vec_copy(q_l, 0, lambda x: Qs[d, rg * tr + x], tr)
+        q_at = lambda ii: q_l[ii]                        # noqa: E731
+    else:
+        frag_q = None
+        q_at = lambda ii: q_l[ii * D + d]                # noqa: E731
+    dot = For(d, 0, D, unroll, seq(*[x for x in (
+        frag_q,
+        vec_copy(k_l, 0, lambda x: Ks[d, cg * tc + x], tc),
+        For(i, 0, tr, unroll, For(j, 0, tc, unroll, BufferStore(
+            s_l, s_l[i * tc + j] + q_at(i) * k_l[j], [i * tc + j])))) if x is not None]))
+    col = kt * bc + cg * tc + j
+    sv = s_l[i * tc + j]
+    sv = sv * const(spec.scale[1], f32) if spec.scale[0] == "mul" else \
+        sv / const(spec.scale[1], f32)
+    if spec.mask == "add":
+        sv = sv + mask_at(clamp(row_of(i), L), clamp(col, S))
+    elif spec.mask == "select":
+        sv = Select(mask_at(clamp(row_of(i), L), clamp(col, S)), sv, const(spec.fill, f32))
+    finish = For(i, 0, tr, unroll, For(j, 0, tc, unroll, BufferStore(
+        s_l, Select(col < S, sv, neg_inf), [i * tc + j])))
+
+    # the online softmax: the rows' new maxima over the CG threads sharing them (shared
+    # memory), the old accumulators rescaled, the probabilities into Pᵀ and the sums
+    row_max = For(i, 0, tr, unroll, seq(
+        BufferStore(x_l, neg_inf, [0]),
+        For(j, 0, tc, unroll, BufferStore(x_l, Max(x_l[0], s_l[i * tc + j]), [0])),
+        BufferStore(red, x_l[0], [rg * tr + i, cg])))
+    corr = call("exp", m_l[i] - c_l[i])
+    rescale = For(i, 0, tr, unroll, seq(
+        BufferStore(n_l, m_l[i], [i]),
+        For(t2, 0, cg_n, unroll, BufferStore(n_l, Max(n_l[i], red[rg * tr + i, t2]), [i])),
+        # while every score so far is -inf the maximum is taken as 0: exp(-inf - 0) = 0
+        BufferStore(c_l, Select(n_l[i] == neg_inf, zero, n_l[i]), [i]),
+        BufferStore(l_l, l_l[i] * corr, [i]),
+        For(v, 0, nv * w, unroll, BufferStore(o_l, o_l[i * nv * w + v] * corr,
+                                              [i * nv * w + v])),
+        For(j, 0, tc, unroll, seq(
+            BufferStore(s_l, call("exp", s_l[i * tc + j] - c_l[i]), [i * tc + j]),
+            BufferStore(l_l, l_l[i] + s_l[i * tc + j], [i]),
+            BufferStore(Ps, s_l[i * tc + j], [cg * tc + j, rg * tr + i]))),
+        BufferStore(m_l, n_l[i], [i])))
+
+    # o[i, dims] += Pᵀ[c, row i] * V[c, dims]
+    if w == 4:
+        frag_v = For(v, 0, nv, unroll, vec_copy(v_l, v * 4, lambda x: Vs[c, dim_of(v, x)], 4))
+    else:
+        dd = dim_of(v, 0)
+        frag_v = For(v, 0, nv, unroll, BufferStore(
+            v_l, Vs[c, clamp(dd, Dv) if guard_dims else dd], [v]))
+    pv = For(c, 0, bc, unroll, seq(
+        vec_copy(p_l, 0, lambda x: Ps[c, rg * tr + x], tr),
+        frag_v,
+        For(i, 0, tr, unroll, For(v, 0, nv * w, unroll, BufferStore(
+            o_l, o_l[i * nv * w + v] + p_l[i] * v_l[v], [i * nv * w + v])))))
+
+    step = seq(
+        fetch_k, fetch_v,
+        For(i, 0, tr * tc, unroll, BufferStore(s_l, zero, [i])),
+        dot, finish, row_max, rescale, pv)
+
+    load_q = []
+    if q_shared:
+        load_q.append(fetch(br, D, bx * br, L, _contiguous_axis(spec.q_view, nb + 2) == nb,
+                            lambda pos, dd: _load(Q, spec.q_view, (*bidx, pos, dd)),
+                            lambda cc, dd, x: BufferStore(Qs, x, [dd, cc]), True))
+    else:
+        load_q.append(For(i, 0, tr, unroll, For(d, 0, D, unroll, BufferStore(
+            q_l, _load(Q, spec.q_view, (*bidx, clamp(row_of(i), L), d)), [i * D + d]))))
+    dim = dim_of(floordiv(v, w), floormod(v, w))
+    store = BufferStore(O, o_l[i * nv * w + v] / l_l[i],
+                        _out_index(spec.o_view, (*bidx, row_of(i), dim)))
+    ok = row_of(i) < L
+    if guard_dims:
+        ok = ok & (dim < Dv)
+    thread = seq(
+        *load_q,
+        For(i, 0, tr * nv * w, unroll, BufferStore(o_l, zero, [i])),
+        For(i, 0, tr, unroll, seq(BufferStore(m_l, neg_inf, [i]),
+                                  BufferStore(l_l, zero, [i]))),
+        For(kt, 0, _ceil_div(S, bc), "serial", step),
+        # each row's sum over the CG threads sharing it
+        For(i, 0, tr, unroll, BufferStore(red, l_l[i], [rg * tr + i, cg])),
+        For(i, 0, tr, unroll, seq(
+            BufferStore(l_l, zero, [i]),
+            For(t2, 0, cg_n, unroll, BufferStore(l_l, l_l[i] + red[rg * tr + i, t2], [i])))),
+        For(i, 0, tr, unroll, For(v, 0, nv * w, unroll, IfThenElse(ok, store))),
+    )
+    for buf in (v_l, p_l, k_l, q_l, x_l, c_l, n_l, l_l, m_l, o_l, s_l):
+        thread = Allocate(buf, thread)
+    body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
+    for buf in (red, Ps, Vs, Ks) + ((Qs,) if q_shared else ()):
+        body = Allocate(buf, body)
+    body = For(bx, 0, _ceil_div(L, br), "thread_binding", body, thread_tag="blockIdx.x")
     body = For(by, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.y")
 
     buffers = [Q, K, V] + ([M] if M is not None else []) + [O]
