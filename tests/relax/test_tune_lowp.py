@@ -2,7 +2,6 @@
 ``dense_u8i8`` family) and an int4 weight-only GEMV (``dense_q4``) are tasks like the others;
 a few trials of each, then relax.build with the records, bit-exact (int8) / matching the
 dequantized weight (int4) against numpy."""
-import time
 
 import numpy as np
 import pytest
@@ -84,17 +83,6 @@ def test_tune_int4_gemv_then_build(tmp_path):
     np.testing.assert_allclose(vm["main"](x).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
-def _best_ms(fn, x, rounds=5, number=5) -> float:
-    fn(x)
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn(x)
-        best = min(best, (time.perf_counter() - t0) / number)
-    return best * 1e3
-
-
 def _int8_conv(c, o, hw, w):
     bb = BlockBuilder()
     x = Var("x", TensorStructInfo((1, c, hw, hw), "uint8"))
@@ -110,8 +98,8 @@ def _int8_conv(c, o, hw, w):
 def test_tuned_int8_layer_keeps_or_beats_the_default(tmp_path, layer):
     """A short tuning run of an int8 dense / conv layer in the default space (its default
     schedule the baseline, the best records re-measured against it): the tuned build is
-    bit-exact and, re-measured here beside the default build, not slower (20% noise margin
-    on a shared machine)."""
+    bit-exact, and every task keeps its default unless a record beat it in the re-measurement
+    (the decision is checked, not a timing taken here: tests do not assert timings)."""
     rng = np.random.default_rng(3)
     if layer == "dense":
         w = rng.integers(-128, 128, (256, 256)).astype(np.int8)
@@ -137,6 +125,17 @@ def test_tuned_int8_layer_keeps_or_beats_the_default(tmp_path, layer):
     got = tuned["main"](x).numpy()
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(default["main"](x).numpy(), want)
-    t_tuned = min(_best_ms(tuned["main"], x), _best_ms(tuned["main"], x))
-    t_default = min(_best_ms(default["main"], x), _best_ms(default["main"], x))
-    assert t_tuned <= 1.2 * t_default, (t_tuned, t_default)
+    # "keeps or beats" is the tuner's decision from its own interleaved re-measurement (a
+    # timing taken here on a shared machine would make the test flaky): every task has its
+    # default schedule re-measured beside the best records, and a record other than the
+    # default is selected only where its median beat the default's by the margin
+    checked = 0
+    for wl in db.workloads:
+        for m in db.get_remeasurements(wl, "llvm"):
+            assert m.baseline is not None, "the default schedule was not re-measured"
+            if m.selected != m.baseline:
+                med = [float(np.median(r)) for r in (m.run_secs[m.selected],
+                                                     m.run_secs[m.baseline])]
+                assert med[0] <= med[1] * (1 - m.margin) + 1e-12, (med, m.margin)
+            checked += 1
+    assert checked, "the tuning run re-measured no task"
