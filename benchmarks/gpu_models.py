@@ -16,7 +16,9 @@ Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column need
 ``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu,webgpu-adapter``: WebGPU built for the
 spec's default limits — what any browser grants — and for the adapter's own,
 ``targets.webgpu(0).target()``; ``webgpu-adapter-k16`` too, not by default: the adapter's
-limits with the GEMM k-step of 16 they allow, patched in while building),
+limits with the GEMM k-step of 16 they allow, patched in while building;
+``webgpu-adapter-trusted`` and ``webgpu-adapter-k16-trusted``, not by default: the same with
+the target's ``trusted_shaders`` on, shader modules without naga's run-time checks),
 ``TILECRAFT_GPU_MODEL_BATCHES``
 batches (``1,16``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
 for from batch 4 on (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1: one tile
@@ -179,9 +181,14 @@ def _device(target: str):
 def _target(kind: str):
     """What ``relax.build`` gets for a name of ``TILECRAFT_GPU_MODEL_TARGETS``:
     ``webgpu-adapter`` (and ``webgpu-adapter-k16``) is WebGPU with the adapter's own limits,
-    the others are target strings."""
+    ``webgpu-adapter-trusted`` (``webgpu-adapter-k16-trusted``) the same with
+    ``trusted_shaders`` (no naga run-time checks), the others are target strings."""
     if kind.startswith("webgpu-adapter"):
-        return _device("webgpu").target()
+        from tilecraft.targets import Target
+        adapter = _device("webgpu").target()
+        if kind.endswith("-trusted"):
+            return Target(dict(adapter.export(), trusted_shaders=True))
+        return adapter
     return kind
 
 
@@ -191,7 +198,7 @@ def _gemm_kstep(kind: str, target):
     target's workgroup storage while the model builds (what the GEMM schedule would do if it
     read the target's limit rather than the spec's 16 KiB; restored after)."""
     from tilecraft.relax.backend.gpu import gemm
-    if kind != "webgpu-adapter-k16":
+    if not kind.startswith("webgpu-adapter-k16"):
         yield
         return
     saved = gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES

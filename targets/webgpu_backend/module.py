@@ -153,7 +153,8 @@ class _OnDevice:
         the copies of packed bindings) to ``sink``."""
         fn, ctx = self.fn, self.ctx
         rec = fn.kernels[k]
-        pipe, bgl = ctx.pipeline(rec["wgsl"], fn._layouts[k], rec["name"])
+        pipe, bgl = ctx.pipeline(rec["wgsl"], fn._layouts[k], rec["name"],
+                                 trusted=bool(fn.module.metadata.get("trusted_shaders")))
         fname = fn.name
         # where each binding's buffers are in the launch's array list
         bindings, pos = [], 0

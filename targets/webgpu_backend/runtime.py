@@ -336,8 +336,9 @@ class DeviceContext:
         self.limits = dict(self.device.limits)
         self.features = set(self.device.features)
         self.has_timestamps = "timestamp-query" in self.features
-        # False: pipelines created from now on skip naga's run-time checks (a native-only
-        # diagnostic for benchmarks; see ``unchecked``). A browser always keeps them.
+        # False: every pipeline created from now on skips naga's run-time checks (a native-only
+        # diagnostic for benchmarks; see ``unchecked``). A browser always keeps them. A module
+        # built for a ``trusted_shaders`` target skips them for its own pipelines only.
         self.bounds_checks = True
         self._pipelines: OrderedDict = OrderedDict()
         self._wgpu = wgpu_module()
@@ -380,14 +381,17 @@ class DeviceContext:
                                   f"device")
 
     # -- pipelines ----------------------------------------------------------------------------
-    def pipeline(self, wgsl: str, layout: Sequence[tuple[int, str]] = (), label: str = ""):
+    def pipeline(self, wgsl: str, layout: Sequence[tuple[int, str]] = (), label: str = "",
+                 trusted: bool = False):
         """A compute pipeline (entry ``main``) for ``wgsl`` with bind group 0 laid out as
         ``layout`` — ``(binding, "storage" | "read-only-storage" | "uniform")`` pairs — and its
-        bind group layout; cached by source (and by ``bounds_checks``: with it False, the
-        shader module is created without naga's run-time checks, ``unchecked``).
+        bind group layout; cached by source and by whether naga's run-time checks are kept.
+        With ``trusted`` (a module built for a ``trusted_shaders`` target), or with
+        ``bounds_checks`` False, the shader module is created without them (``unchecked``).
         WGSLCompileError on WGSL the implementation rejects.
         """
-        key = (hashlib.sha256(wgsl.encode()).hexdigest(), tuple(layout), self.bounds_checks)
+        checked = self.bounds_checks and not trusted
+        key = (hashlib.sha256(wgsl.encode()).hexdigest(), tuple(layout), checked)
         with _LOCK:
             hit = self._pipelines.get(key)
             if hit is not None:
@@ -395,7 +399,7 @@ class DeviceContext:
                 return hit
         wgpu = self._wgpu
         try:
-            if self.bounds_checks:
+            if checked:
                 module = self.device.create_shader_module(label=label, code=wgsl)
             else:
                 module = create_unchecked_shader_module(self.device, wgsl, label)
