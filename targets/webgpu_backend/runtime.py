@@ -347,6 +347,12 @@ class DeviceContext:
         # one command buffer is submitted for many of them (flush). Anything else that uses
         # the queue (writes, reads, syncs) flushes first, so the queue's order is the program's.
         self.batch: list[tuple] = []
+        # Submit once this many commands are recorded (and at the end of a VM call): the GPU
+        # starts on a call's first kernels while the host still records the rest. One
+        # submission per call (512 before issue 32) kept the GPU idle for the whole recording
+        # (tens of us a dispatch in Python), which the OpenCL queue, starting each kernel as
+        # it is enqueued, does not.
+        self.submit_every = submit_every()
         self._gather = None        # where the error words are copied to be read at once
         self.pool = BufferPool()   # freed buffers of ``empty`` arrays, reused by size
         # error words of kernels launched since the last check
@@ -441,7 +447,6 @@ class DeviceContext:
         return buf
 
     # -- the command batch ----------------------------------------------------------------------
-    FLUSH_AT = 512
 
     def flush(self) -> None:
         """Submit the recorded commands as one command buffer (does not wait)."""
@@ -453,7 +458,7 @@ class DeviceContext:
     def enqueue(self, commands: list) -> None:
         """Record ``commands``; submitted at the next flush (or once the batch is long)."""
         self.batch.extend(commands)
-        if len(self.batch) >= self.FLUSH_AT:
+        if len(self.batch) >= self.submit_every:
             self.flush()
 
     def check_errors(self) -> None:
@@ -510,6 +515,26 @@ class DeviceContext:
         if self._sync_buffer is None:
             self._sync_buffer = self.create_buffer(4, "a sync word")
         self.queue.read_buffer(self._sync_buffer, 0, 4)
+
+
+# commands recorded per submission unless TILECRAFT_WEBGPU_SUBMIT_EVERY says otherwise
+SUBMIT_EVERY = 32
+
+
+def submit_every() -> int:
+    """The commands a device context records before it submits them:
+    ``TILECRAFT_WEBGPU_SUBMIT_EVERY`` (a positive integer) or ``SUBMIT_EVERY``; a device's
+    ``context(i).submit_every`` may be set afterwards."""
+    text = os.environ.get("TILECRAFT_WEBGPU_SUBMIT_EVERY", "").strip()
+    if not text:
+        return SUBMIT_EVERY
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"TILECRAFT_WEBGPU_SUBMIT_EVERY must be a positive integer, got {text!r}")
+    return n
 
 
 def encode_commands(device, commands, repeat: int = 1, timestamps=None):
