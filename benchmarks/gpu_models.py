@@ -20,7 +20,8 @@ limits with the GEMM k-step of 16 they allow, patched in while building;
 ``webgpu-adapter-trusted`` and ``webgpu-adapter-k16-trusted``, not by default: the same with
 the target's ``trusted_shaders`` on, shader modules without naga's run-time checks),
 ``TILECRAFT_GPU_MODEL_BATCHES``
-batches (``1,16``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
+batches (``1,16``), ``TILECRAFT_GPU_MODEL_PROFILE=1`` a per-kernel profile in every row
+(``kernels_us``: WebGPU's from GPU timestamps, OpenCL's from ``vm.profile``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
 for from batch 4 on (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1: one tile
 sized for batch 1 at every batch, as before), ``TILECRAFT_GPU_MODEL_LARGE_BATCH`` the batch
 from which the third tile, sized for ``GEMM_LARGE_NOMINAL_BATCH`` (16), runs (default 12; 0:
@@ -248,6 +249,26 @@ def _open_webgpu_for(kinds) -> None:
         runtime.note_target(_target("webgpu-adapter"))
 
 
+PROFILE = os.environ.get("TILECRAFT_GPU_MODEL_PROFILE", "") not in ("", "0")
+
+
+def _kernel_profile(kind: str, vm, dev, x_dev, calls: int = 3) -> dict:
+    """Microseconds per model call of each kernel, slowest first: on WebGPU the GPU's own
+    time (``timing_kernels``: each dispatch between two timestamps), on OpenCL
+    ``vm.profile`` (the wall clock around each kernel and a ``clFinish``)."""
+    if kind.startswith("webgpu"):
+        from tilecraft.targets.webgpu_backend import runtime
+        with runtime.context(dev.index).timing_kernels() as times:
+            for _ in range(calls):
+                vm["main"](x_dev)
+        per_call = {k: secs * 1e6 / calls for k, (_, secs) in times.items()}
+    else:
+        report = vm.profile(x_dev, number=calls)
+        per_call = {r["name"]: r["total_ms"] * 1e3 / calls for r in report.rows
+                    if r["name"] != "(vm)"}
+    return dict(sorted(per_call.items(), key=lambda kv: -kv[1]))
+
+
 # run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
 WRITES_RESULTS = True
 
@@ -311,6 +332,7 @@ def run() -> list[dict]:
                         err = float(np.max(np.abs(got - ref)) / (np.max(np.abs(ref)) + 1e-30))
                         ours = vm.time_evaluator("main", dev, number=10, repeat=3)(x_dev)
                         ours_s = min(ours.results)
+                        kernels = _kernel_profile(kind, vm, dev, x_dev) if PROFILE else None
                     except Exception as e:  # keep the other rows
                         rows.append({"model": name, "target": kind, "batch": b,
                                      "error": f"{type(e).__name__}: {str(e)[:300]}"})
@@ -326,6 +348,10 @@ def run() -> list[dict]:
                                  "torch_device": "cuda" if cuda else "cpu",
                                  "vs_torch": torch_s / ours_s,
                                  "max_rel_err_vs_torch": err, "match": err < 1e-3})
+                    if kernels is not None:
+                        rows[-1]["kernels_us"] = kernels
+                        print("  " + ", ".join(f"{k} {v:.0f}" for k, v in
+                                               list(kernels.items())[:8]) + " (us)", flush=True)
                     print(f"{name} {kind} b{b}: ours {ours_s * 1e3:.2f} ms, torch "
                           f"{torch_s * 1e3:.2f} ms, ratio {torch_s / ours_s:.2f}, rel err "
                           f"{err:.1e}", flush=True)

@@ -28,6 +28,7 @@ array([0., 1., 2., 3.], dtype=float32)
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -353,6 +354,7 @@ class DeviceContext:
         # (tens of us a dispatch in Python), which the OpenCL queue, starting each kernel as
         # it is enqueued, does not.
         self.submit_every = submit_every()
+        self.kernel_times: dict | None = None     # within ``timing_kernels``
         self._gather = None        # where the error words are copied to be read at once
         self.pool = BufferPool()   # freed buffers of ``empty`` arrays, reused by size
         # error words of kernels launched since the last check
@@ -449,11 +451,75 @@ class DeviceContext:
     # -- the command batch ----------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Submit the recorded commands as one command buffer (does not wait)."""
+        """Submit the recorded commands as one command buffer (does not wait; within
+        ``timing_kernels``, times each dispatch and waits)."""
         if self.batch:
             commands, self.batch = self.batch, []
+            if self.kernel_times is not None:
+                self._submit_timed(commands)
+                return
             enc, _ = encode_commands(self.device, commands)
             self.queue.submit([enc.finish()])
+
+    @contextlib.contextmanager
+    def timing_kernels(self):
+        """A context in which every submission puts each dispatch in a compute pass of its
+        own between two GPU timestamps and waits for it; yields a dict, filled as it goes,
+        kernel name -> [calls, GPU seconds]. A profile of the kernels themselves, unlike
+        ``VirtualMachine.profile``, which times each kernel with a host synchronization (on
+        WebGPU a submission and a read-back, hundreds of microseconds). Needs the adapter's
+        ``timestamp-query`` feature (``WebGPUError`` without it).
+
+        Examples
+        --------
+        >>> with runtime.context(0).timing_kernels() as times:      # doctest: +SKIP
+        ...     vm["main"](x); targets.webgpu(0).sync()
+        """
+        if not self.has_timestamps:
+            raise WebGPUError(f"timing kernels needs the timestamp-query feature, which "
+                              f"webgpu({self.index}) ({self.name}) does not have")
+        self.flush()
+        self.kernel_times = {}
+        try:
+            yield self.kernel_times
+            self.flush()
+        finally:
+            self.kernel_times = None
+
+    def _submit_timed(self, commands: list) -> None:
+        wgpu = self._wgpu
+        n = sum(1 for c in commands if c[0] == "dispatch")
+        qs = self.device.create_query_set(type="timestamp", count=max(2 * n, 2))
+        out = self.device.create_buffer(size=max(16 * n, 16), usage=wgpu.BufferUsage.QUERY_RESOLVE
+                                        | wgpu.BufferUsage.COPY_SRC)
+        enc = self.device.create_command_encoder()
+        labels = []
+        for c in commands:
+            if c[0] == "dispatch":
+                i = len(labels)
+                cp = enc.begin_compute_pass(timestamp_writes={
+                    "query_set": qs, "beginning_of_pass_write_index": 2 * i,
+                    "end_of_pass_write_index": 2 * i + 1})
+                cp.set_pipeline(c[1])
+                cp.set_bind_group(0, c[2])
+                cp.dispatch_workgroups(*c[3])
+                cp.end()
+                labels.append(c[1].label)
+            elif c[0] == "copy":
+                enc.copy_buffer_to_buffer(*c[1:])
+            elif c[0] == "clear":
+                enc.clear_buffer(c[1])
+        if n:
+            enc.resolve_query_set(qs, 0, 2 * n, out, 0)
+        self.queue.submit([enc.finish()])
+        if n:
+            ts = np.frombuffer(self.queue.read_buffer(out, 0, 16 * n), np.uint64)
+            for i, label in enumerate(labels):
+                entry = self.kernel_times.setdefault(label, [0, 0.0])
+                entry[0] += 1
+                entry[1] += float(int(ts[2 * i + 1]) - int(ts[2 * i])) * 1e-9
+        qs.destroy()
+        out.destroy()
 
     def enqueue(self, commands: list) -> None:
         """Record ``commands``; submitted at the next flush (or once the batch is long)."""

@@ -1,5 +1,6 @@
 """When the WebGPU runtime submits: every ``submit_every`` recorded commands during a VM call
-(so the GPU starts on the first kernels while the host records the rest) and at its end."""
+(so the GPU starts on the first kernels while the host records the rest) and at its end; and
+``timing_kernels``, which times each dispatch on the GPU."""
 import numpy as np
 import pytest
 
@@ -49,3 +50,25 @@ def test_the_environment_variable_sets_it(monkeypatch):
         runtime.submit_every()
     monkeypatch.delenv("TILECRAFT_WEBGPU_SUBMIT_EVERY")
     assert runtime.submit_every() == runtime.SUBMIT_EVERY
+
+
+def test_timing_kernels_gives_each_kernel_its_gpu_time(dev):
+    """``timing_kernels``: every dispatch of a VM call timed on the GPU, by kernel name; the
+    outputs unchanged."""
+    ctx = runtime.context(dev.index)
+    if not ctx.has_timestamps:
+        pytest.skip(f"{ctx.name} has no timestamp-query feature")
+    model = mlp(in_features=24, hidden=(40, 32), out_features=8, seed=4)
+    exe = relax.build(model.mod, "webgpu")
+    vm = VirtualMachine(exe, dev)
+    x, = model.make_inputs(np.random.default_rng(6), batch=5)
+    with ctx.timing_kernels() as times:
+        y = vm["main"](x).numpy()
+        y2 = vm["main"](x).numpy()
+    np.testing.assert_allclose(y, model.reference(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(y, y2)
+    names = {k["name"] for k in exe.kernel_module.kernels}
+    assert times and set(times) <= names
+    for calls, seconds in times.values():
+        assert calls % 2 == 0 and calls >= 2 and seconds > 0
+    assert ctx.kernel_times is None          # off again: later calls are not timed
