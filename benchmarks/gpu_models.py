@@ -16,9 +16,12 @@ Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column need
 ``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu,webgpu-adapter``: WebGPU built for the
 spec's default limits — what any browser grants — and for the adapter's own,
 ``targets.webgpu(0).target()``; ``webgpu-adapter-k16`` too, not by default: the adapter's
-limits with the GEMM k-step of 16 they allow, patched in while building),
+limits with the GEMM k-step of 16 they allow, patched in while building;
+``webgpu-adapter-trusted`` and ``webgpu-adapter-k16-trusted``, not by default: the same with
+the target's ``trusted_shaders`` on, shader modules without naga's run-time checks),
 ``TILECRAFT_GPU_MODEL_BATCHES``
-batches (``1,16``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
+batches (``1,16``), ``TILECRAFT_GPU_MODEL_PROFILE=1`` a per-kernel profile in every row
+(``kernels_us``: WebGPU's from GPU timestamps, OpenCL's from ``vm.profile``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
 for from batch 4 on (``relax.backend.gpu.gemm.GEMM_NOMINAL_BATCH``, default 8; 1: one tile
 sized for batch 1 at every batch, as before), ``TILECRAFT_GPU_MODEL_LARGE_BATCH`` the batch
 from which the third tile, sized for ``GEMM_LARGE_NOMINAL_BATCH`` (16), runs (default 12; 0:
@@ -176,13 +179,49 @@ def _device(target: str):
     return targets.webgpu(0)
 
 
+def _options(kind: str) -> tuple[str, set, int | None]:
+    """A name of ``TILECRAFT_GPU_MODEL_TARGETS`` as (base, options, submit_every): the words
+    ``k16`` and ``trusted`` after ``webgpu-adapter``, and ``submitN`` after any WebGPU kind
+    (``webgpu-adapter-trusted-submit512``: the WebGPU runtime submits every 512 commands
+    while this kind is timed)."""
+    words = kind.split("-")
+    submit = None
+    if kind.startswith("webgpu") and words[-1].startswith("submit") and words[-1][6:].isdigit():
+        submit = int(words.pop()[6:])
+    if words[:2] == ["webgpu", "adapter"]:
+        return "webgpu-adapter", set(words[2:]), submit
+    return "-".join(words), set(), submit
+
+
 def _target(kind: str):
     """What ``relax.build`` gets for a name of ``TILECRAFT_GPU_MODEL_TARGETS``:
     ``webgpu-adapter`` (and ``webgpu-adapter-k16``) is WebGPU with the adapter's own limits,
-    the others are target strings."""
-    if kind.startswith("webgpu-adapter"):
-        return _device("webgpu").target()
-    return kind
+    ``webgpu-adapter-trusted`` (``webgpu-adapter-k16-trusted``) the same with
+    ``trusted_shaders`` (no naga run-time checks), the others are target strings."""
+    base, options, _ = _options(kind)
+    if base == "webgpu-adapter":
+        from tilecraft.targets import Target
+        adapter = _device("webgpu").target()
+        if "trusted" in options:
+            return Target(dict(adapter.export(), trusted_shaders=True))
+        return adapter
+    return base
+
+
+@contextlib.contextmanager
+def _submit_every(kind: str, dev):
+    """For a ``...-submitN`` kind: the WebGPU device submits every N commands while it runs."""
+    n = _options(kind)[2]
+    if n is None:
+        yield
+        return
+    from tilecraft.targets.webgpu_backend import runtime
+    ctx = runtime.context(dev.index)
+    saved, ctx.submit_every = ctx.submit_every, n
+    try:
+        yield
+    finally:
+        ctx.submit_every = saved
 
 
 @contextlib.contextmanager
@@ -191,7 +230,7 @@ def _gemm_kstep(kind: str, target):
     target's workgroup storage while the model builds (what the GEMM schedule would do if it
     read the target's limit rather than the spec's 16 KiB; restored after)."""
     from tilecraft.relax.backend.gpu import gemm
-    if kind != "webgpu-adapter-k16":
+    if "k16" not in _options(kind)[1]:
         yield
         return
     saved = gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES
@@ -208,6 +247,26 @@ def _open_webgpu_for(kinds) -> None:
     if any(k.startswith("webgpu-adapter") for k in kinds):
         from tilecraft.targets.webgpu_backend import runtime
         runtime.note_target(_target("webgpu-adapter"))
+
+
+PROFILE = os.environ.get("TILECRAFT_GPU_MODEL_PROFILE", "") not in ("", "0")
+
+
+def _kernel_profile(kind: str, vm, dev, x_dev, calls: int = 3) -> dict:
+    """Microseconds per model call of each kernel, slowest first: on WebGPU the GPU's own
+    time (``timing_kernels``: each dispatch between two timestamps), on OpenCL
+    ``vm.profile`` (the wall clock around each kernel and a ``clFinish``)."""
+    if kind.startswith("webgpu"):
+        from tilecraft.targets.webgpu_backend import runtime
+        with runtime.context(dev.index).timing_kernels() as times:
+            for _ in range(calls):
+                vm["main"](x_dev)
+        per_call = {k: secs * 1e6 / calls for k, (_, secs) in times.items()}
+    else:
+        report = vm.profile(x_dev, number=calls)
+        per_call = {r["name"]: r["total_ms"] * 1e3 / calls for r in report.rows
+                    if r["name"] != "(vm)"}
+    return dict(sorted(per_call.items(), key=lambda kv: -kv[1]))
 
 
 # run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
@@ -241,13 +300,17 @@ def run() -> list[dict]:
     rows = []
     for name, module, onnx_model, make_input, bounds in _models():
         mod = from_onnx(onnx_model)
+        built = {}   # kinds that differ only in how they run share one build
         for kind in kinds:
             try:
                 dev = _device(kind)
                 t0 = time.perf_counter()
                 target = _target(kind)
-                with _gemm_kstep(kind, target):
-                    exe = relax.build(mod, target, upper_bounds=bounds)
+                key = (str(target), "k16" in _options(kind)[1])
+                if key not in built:
+                    with _gemm_kstep(kind, target):
+                        built[key] = relax.build(mod, target, upper_bounds=bounds)
+                exe = built[key]
                 build_s = time.perf_counter() - t0
                 vm = relax.VirtualMachine(exe, dev)
             except Exception as err:  # a missing driver or a build failure is a row, not a crash
@@ -255,36 +318,43 @@ def run() -> list[dict]:
                              f"{str(err)[:300]}"})
                 print(f"{name} {kind}: {rows[-1]['error']}", file=sys.stderr)
                 continue
-            for b in BATCHES:
-                x = make_input(b)
-                try:
-                    ref, torch_s = _torch_time(module, x, "cuda" if cuda else "cpu")
-                    # the input already on the device, as PyTorch's is: the timings compare
-                    # the models, not a host-to-device copy
-                    x_dev = targets.array(x, dev)
-                    out = vm["main"](x_dev)
-                    out = out[0] if isinstance(out, tuple) else out
-                    got = out.numpy()
-                    err = float(np.max(np.abs(got - ref)) / (np.max(np.abs(ref)) + 1e-30))
-                    ours = vm.time_evaluator("main", dev, number=10, repeat=3)(x_dev)
-                    ours_s = min(ours.results)
-                except Exception as e:  # keep the other rows
+            with _submit_every(kind, dev):
+                for b in BATCHES:
+                    x = make_input(b)
+                    try:
+                        ref, torch_s = _torch_time(module, x, "cuda" if cuda else "cpu")
+                        # the input already on the device, as PyTorch's is: the timings compare
+                        # the models, not a host-to-device copy
+                        x_dev = targets.array(x, dev)
+                        out = vm["main"](x_dev)
+                        out = out[0] if isinstance(out, tuple) else out
+                        got = out.numpy()
+                        err = float(np.max(np.abs(got - ref)) / (np.max(np.abs(ref)) + 1e-30))
+                        ours = vm.time_evaluator("main", dev, number=10, repeat=3)(x_dev)
+                        ours_s = min(ours.results)
+                        kernels = _kernel_profile(kind, vm, dev, x_dev) if PROFILE else None
+                    except Exception as e:  # keep the other rows
+                        rows.append({"model": name, "target": kind, "batch": b,
+                                     "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                        print(f"{name} {kind} b{b}: {rows[-1]['error']}", file=sys.stderr)
+                        continue
                     rows.append({"model": name, "target": kind, "batch": b,
-                                 "error": f"{type(e).__name__}: {str(e)[:300]}"})
-                    print(f"{name} {kind} b{b}: {rows[-1]['error']}", file=sys.stderr)
-                    continue
-                rows.append({"model": name, "target": kind, "batch": b,
-                             "target_string": str(target),
-                             "nominal_batch": gemm.GEMM_NOMINAL_BATCH,
-                             "large_batch": gemm.GEMM_LARGE_BATCH,
-                             "build_s": round(build_s, 1),
-                             "tilecraft_ms": ours_s * 1e3,
-                             "torch_ms": torch_s * 1e3,
-                             "torch_device": "cuda" if cuda else "cpu",
-                             "vs_torch": torch_s / ours_s,
-                             "max_rel_err_vs_torch": err, "match": err < 1e-3})
-                print(f"{name} {kind} b{b}: ours {ours_s * 1e3:.2f} ms, torch {torch_s * 1e3:.2f}"
-                      f" ms, ratio {torch_s / ours_s:.2f}, rel err {err:.1e}", flush=True)
+                                 "target_string": str(target),
+                                 "nominal_batch": gemm.GEMM_NOMINAL_BATCH,
+                                 "large_batch": gemm.GEMM_LARGE_BATCH,
+                                 "build_s": round(build_s, 1),
+                                 "tilecraft_ms": ours_s * 1e3,
+                                 "torch_ms": torch_s * 1e3,
+                                 "torch_device": "cuda" if cuda else "cpu",
+                                 "vs_torch": torch_s / ours_s,
+                                 "max_rel_err_vs_torch": err, "match": err < 1e-3})
+                    if kernels is not None:
+                        rows[-1]["kernels_us"] = kernels
+                        print("  " + ", ".join(f"{k} {v:.0f}" for k, v in
+                                               list(kernels.items())[:8]) + " (us)", flush=True)
+                    print(f"{name} {kind} b{b}: ours {ours_s * 1e3:.2f} ms, torch "
+                          f"{torch_s * 1e3:.2f} ms, ratio {torch_s / ours_s:.2f}, rel err "
+                          f"{err:.1e}", flush=True)
             # written after every model and target, so a run cut short keeps its rows
             path = write_results("gpu_models", rows, {"gpu": gpu_name},
                                  gpu=gpu_name if cuda else None)

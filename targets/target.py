@@ -88,14 +88,14 @@ TAGS: dict[str, dict[str, Any]] = {
 _OPTION_KEYS = {"mtriple", "mcpu", "mattr", "num-cores", "mabi", "opt-level", "device", "keys",
                 "max-threads-per-block", "max-shared-memory-per-block", "vector-width", "tag",
                 "max-storage-buffers", "supports-float16", "max-storage-buffer-binding-size",
-                "max-buffer-size"}
+                "max-buffer-size", "trusted-shaders"}
 
 # The options of the string form in the order ``str(Target)`` writes them (every field of a
 # target but ``kind``, ``tag`` and ``description``).
 _STR_ORDER = ("mtriple", "mcpu", "mabi", "mattr", "device", "keys", "num_cores", "opt_level",
               "max_threads_per_block", "max_shared_memory_per_block", "vector_width",
               "max_storage_buffers", "max_storage_buffer_binding_size", "max_buffer_size",
-              "supports_float16")
+              "supports_float16", "trusted_shaders")
 
 
 def _canonical_options(config: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -241,15 +241,19 @@ class Target:
                                       f"{config[key]!r}") from None
                 if config[key] <= 0 and key != "opt_level":
                     raise TargetError(f"target option {key} must be positive, got {config[key]}")
-        f16 = config.get("supports_float16")
-        if isinstance(f16, str):
-            word = f16.strip().lower()
-            if word not in ("1", "true", "yes", "0", "false", "no"):
-                raise TargetError(f"target option supports_float16 must be 1/0 or true/false, "
-                                  f"got {f16!r}")
-            config["supports_float16"] = word in ("1", "true", "yes")
-        elif f16 is not None:
-            config["supports_float16"] = bool(f16)
+        for key in ("supports_float16", "trusted_shaders"):
+            flag = config.get(key)
+            if isinstance(flag, str):
+                word = flag.strip().lower()
+                if word not in ("1", "true", "yes", "0", "false", "no"):
+                    raise TargetError(f"target option {key} must be 1/0 or true/false, "
+                                      f"got {flag!r}")
+                config[key] = word in ("1", "true", "yes")
+            elif flag is not None:
+                config[key] = bool(flag)
+        if config.get("trusted_shaders") and config.get("kind") != "webgpu":
+            raise TargetError(f"target option trusted_shaders is for WebGPU targets only, not "
+                              f"{config.get('kind')!r}")
         return config
 
     def _validate(self):
@@ -389,6 +393,13 @@ class Target:
     @property
     def supports_float16(self) -> bool:
         return bool(self._config.get("supports_float16", self.kind == "llvm"))
+
+    @property
+    def trusted_shaders(self) -> bool:
+        """WebGPU only: create this target's shader modules without naga's run-time checks
+        (index clamps, loop bounding) — native wgpu only, never in a browser; default False.
+        See docs/gpu-webgpu.md, "Trusted shaders"."""
+        return bool(self._config.get("trusted_shaders", False))
 
     @property
     def limits(self) -> dict[str, Any]:

@@ -281,6 +281,8 @@ def build_module(mod: IRModule, target) -> "Any":
     meta = {"format": FORMAT, "version": FORMAT_VERSION, "target": str(target),
             "target_config": target.export(),
             "required_limits": _required(target), "required_features": _features(target),
+            # native wgpu only: create the shader modules without naga's run-time checks
+            "trusted_shaders": target.trusted_shaders,
             "functions": functions}
     return WebGPUModule(meta)
 

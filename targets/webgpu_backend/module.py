@@ -153,7 +153,8 @@ class _OnDevice:
         the copies of packed bindings) to ``sink``."""
         fn, ctx = self.fn, self.ctx
         rec = fn.kernels[k]
-        pipe, bgl = ctx.pipeline(rec["wgsl"], fn._layouts[k], rec["name"])
+        pipe, bgl = ctx.pipeline(rec["wgsl"], fn._layouts[k], rec["name"],
+                                 trusted=bool(fn.module.metadata.get("trusted_shaders")))
         fname = fn.name
         # where each binding's buffers are in the launch's array list
         bindings, pos = [], 0
@@ -326,9 +327,11 @@ class WebGPUFunction:
 
     def enqueue(self, *args) -> None:
         """Record the dispatches into the device's batch (what the GPU VM calls): submitted
-        and checked at the end of the VM call, or at the next flush / ``Device.sync()``."""
+        once the batch holds ``submit_every`` commands (the GPU starts while the host records
+        the rest), and at the end of the VM call (checked then), or at the next flush /
+        ``Device.sync()``."""
         od = self._record(args, cached=True)
-        if len(od.ctx.batch) >= od.ctx.FLUSH_AT:
+        if len(od.ctx.batch) >= od.ctx.submit_every:
             od.ctx.flush()
 
     def _prepare(self, args: Sequence[Any]) -> tuple[Any, list]:

@@ -28,6 +28,7 @@ array([0., 1., 2., 3.], dtype=float32)
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -336,8 +337,9 @@ class DeviceContext:
         self.limits = dict(self.device.limits)
         self.features = set(self.device.features)
         self.has_timestamps = "timestamp-query" in self.features
-        # False: pipelines created from now on skip naga's run-time checks (a native-only
-        # diagnostic for benchmarks; see ``unchecked``). A browser always keeps them.
+        # False: every pipeline created from now on skips naga's run-time checks (a native-only
+        # diagnostic for benchmarks; see ``unchecked``). A browser always keeps them. A module
+        # built for a ``trusted_shaders`` target skips them for its own pipelines only.
         self.bounds_checks = True
         self._pipelines: OrderedDict = OrderedDict()
         self._wgpu = wgpu_module()
@@ -346,6 +348,13 @@ class DeviceContext:
         # one command buffer is submitted for many of them (flush). Anything else that uses
         # the queue (writes, reads, syncs) flushes first, so the queue's order is the program's.
         self.batch: list[tuple] = []
+        # Submit once this many commands are recorded (and at the end of a VM call): the GPU
+        # starts on a call's first kernels while the host still records the rest. One
+        # submission per call (512 before issue 32) kept the GPU idle for the whole recording
+        # (tens of us a dispatch in Python), which the OpenCL queue, starting each kernel as
+        # it is enqueued, does not.
+        self.submit_every = submit_every()
+        self.kernel_times: dict | None = None     # within ``timing_kernels``
         self._gather = None        # where the error words are copied to be read at once
         self.pool = BufferPool()   # freed buffers of ``empty`` arrays, reused by size
         # error words of kernels launched since the last check
@@ -380,14 +389,17 @@ class DeviceContext:
                                   f"device")
 
     # -- pipelines ----------------------------------------------------------------------------
-    def pipeline(self, wgsl: str, layout: Sequence[tuple[int, str]] = (), label: str = ""):
+    def pipeline(self, wgsl: str, layout: Sequence[tuple[int, str]] = (), label: str = "",
+                 trusted: bool = False):
         """A compute pipeline (entry ``main``) for ``wgsl`` with bind group 0 laid out as
         ``layout`` — ``(binding, "storage" | "read-only-storage" | "uniform")`` pairs — and its
-        bind group layout; cached by source (and by ``bounds_checks``: with it False, the
-        shader module is created without naga's run-time checks, ``unchecked``).
+        bind group layout; cached by source and by whether naga's run-time checks are kept.
+        With ``trusted`` (a module built for a ``trusted_shaders`` target), or with
+        ``bounds_checks`` False, the shader module is created without them (``unchecked``).
         WGSLCompileError on WGSL the implementation rejects.
         """
-        key = (hashlib.sha256(wgsl.encode()).hexdigest(), tuple(layout), self.bounds_checks)
+        checked = self.bounds_checks and not trusted
+        key = (hashlib.sha256(wgsl.encode()).hexdigest(), tuple(layout), checked)
         with _LOCK:
             hit = self._pipelines.get(key)
             if hit is not None:
@@ -395,7 +407,7 @@ class DeviceContext:
                 return hit
         wgpu = self._wgpu
         try:
-            if self.bounds_checks:
+            if checked:
                 module = self.device.create_shader_module(label=label, code=wgsl)
             else:
                 module = create_unchecked_shader_module(self.device, wgsl, label)
@@ -437,19 +449,82 @@ class DeviceContext:
         return buf
 
     # -- the command batch ----------------------------------------------------------------------
-    FLUSH_AT = 512
 
     def flush(self) -> None:
-        """Submit the recorded commands as one command buffer (does not wait)."""
+        """Submit the recorded commands as one command buffer (does not wait; within
+        ``timing_kernels``, times each dispatch and waits)."""
         if self.batch:
             commands, self.batch = self.batch, []
+            if self.kernel_times is not None:
+                self._submit_timed(commands)
+                return
             enc, _ = encode_commands(self.device, commands)
             self.queue.submit([enc.finish()])
+
+    @contextlib.contextmanager
+    def timing_kernels(self):
+        """A context in which every submission puts each dispatch in a compute pass of its
+        own between two GPU timestamps and waits for it; yields a dict, filled as it goes,
+        kernel name -> [calls, GPU seconds]. A profile of the kernels themselves, unlike
+        ``VirtualMachine.profile``, which times each kernel with a host synchronization (on
+        WebGPU a submission and a read-back, hundreds of microseconds). Needs the adapter's
+        ``timestamp-query`` feature (``WebGPUError`` without it).
+
+        Examples
+        --------
+        >>> with runtime.context(0).timing_kernels() as times:      # doctest: +SKIP
+        ...     vm["main"](x); targets.webgpu(0).sync()
+        """
+        if not self.has_timestamps:
+            raise WebGPUError(f"timing kernels needs the timestamp-query feature, which "
+                              f"webgpu({self.index}) ({self.name}) does not have")
+        self.flush()
+        self.kernel_times = {}
+        try:
+            yield self.kernel_times
+            self.flush()
+        finally:
+            self.kernel_times = None
+
+    def _submit_timed(self, commands: list) -> None:
+        wgpu = self._wgpu
+        n = sum(1 for c in commands if c[0] == "dispatch")
+        qs = self.device.create_query_set(type="timestamp", count=max(2 * n, 2))
+        out = self.device.create_buffer(size=max(16 * n, 16), usage=wgpu.BufferUsage.QUERY_RESOLVE
+                                        | wgpu.BufferUsage.COPY_SRC)
+        enc = self.device.create_command_encoder()
+        labels = []
+        for c in commands:
+            if c[0] == "dispatch":
+                i = len(labels)
+                cp = enc.begin_compute_pass(timestamp_writes={
+                    "query_set": qs, "beginning_of_pass_write_index": 2 * i,
+                    "end_of_pass_write_index": 2 * i + 1})
+                cp.set_pipeline(c[1])
+                cp.set_bind_group(0, c[2])
+                cp.dispatch_workgroups(*c[3])
+                cp.end()
+                labels.append(c[1].label)
+            elif c[0] == "copy":
+                enc.copy_buffer_to_buffer(*c[1:])
+            elif c[0] == "clear":
+                enc.clear_buffer(c[1])
+        if n:
+            enc.resolve_query_set(qs, 0, 2 * n, out, 0)
+        self.queue.submit([enc.finish()])
+        if n:
+            ts = np.frombuffer(self.queue.read_buffer(out, 0, 16 * n), np.uint64)
+            for i, label in enumerate(labels):
+                entry = self.kernel_times.setdefault(label, [0, 0.0])
+                entry[0] += 1
+                entry[1] += float(int(ts[2 * i + 1]) - int(ts[2 * i])) * 1e-9
+        qs.destroy()
+        out.destroy()
 
     def enqueue(self, commands: list) -> None:
         """Record ``commands``; submitted at the next flush (or once the batch is long)."""
         self.batch.extend(commands)
-        if len(self.batch) >= self.FLUSH_AT:
+        if len(self.batch) >= self.submit_every:
             self.flush()
 
     def check_errors(self) -> None:
@@ -506,6 +581,26 @@ class DeviceContext:
         if self._sync_buffer is None:
             self._sync_buffer = self.create_buffer(4, "a sync word")
         self.queue.read_buffer(self._sync_buffer, 0, 4)
+
+
+# commands recorded per submission unless TILECRAFT_WEBGPU_SUBMIT_EVERY says otherwise
+SUBMIT_EVERY = 32
+
+
+def submit_every() -> int:
+    """The commands a device context records before it submits them:
+    ``TILECRAFT_WEBGPU_SUBMIT_EVERY`` (a positive integer) or ``SUBMIT_EVERY``; a device's
+    ``context(i).submit_every`` may be set afterwards."""
+    text = os.environ.get("TILECRAFT_WEBGPU_SUBMIT_EVERY", "").strip()
+    if not text:
+        return SUBMIT_EVERY
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"TILECRAFT_WEBGPU_SUBMIT_EVERY must be a positive integer, got {text!r}")
+    return n
 
 
 def encode_commands(device, commands, repeat: int = 1, timestamps=None):

@@ -1,15 +1,19 @@
-"""Shader modules without naga's run-time checks: a native-only diagnostic, never a default.
+"""Shader modules without naga's run-time checks: native only, never a default.
 
 WebGPU makes every out-of-bounds access safe. wgpu's shader translator (naga) does it by
 rewriting the WGSL's accesses — a clamp of each dynamic index into a workgroup or function
 array, and of storage-buffer indices where the driver has no robust buffer access — and adds a
 bounding counter to every loop. A browser always keeps these checks. wgpu-native (not the
 WebGPU API) can create a module without them: ``wgpuDeviceCreateShaderModuleTrusted`` with
-``WGPUShaderRuntimeChecks_None``. This module reaches it through wgpu-py's FFI, so that
-``benchmarks/gpu_webgpu.py`` can measure what the checks cost a kernel on a given driver.
+``WGPUShaderRuntimeChecks_None``. This module reaches it through wgpu-py's FFI. Two users: a
+module built for ``Target("webgpu -trusted-shaders=1")`` (a native application that runs only
+tilecraft's generated kernels; see docs/gpu-webgpu.md, "Trusted shaders"), and the
+``bounds_checks`` switch of a device context, with which ``benchmarks/gpu_webgpu.py`` measures
+what the checks cost a kernel on a given driver.
 
-Only for measuring: a kernel that would read out of bounds may then read any memory of the
-process (our kernels index workgroup arrays in bounds by construction; the ``select`` of an
+A kernel that would read out of bounds may then read any memory of the process (our kernels
+index workgroup arrays in bounds by construction — ``VerifyMemoryAccess`` proves every access
+at build time or checks it in the kernel; the ``select`` of an
 ``if_then_else`` reads a storage buffer at the unselected index too, which the driver's robust
 buffer access — requested by wgpu on Vulkan where the device has it — still bounds). It uses
 wgpu-py's private ``wgpu.backends.wgpu_native._api`` (tested with wgpu 0.32): another version

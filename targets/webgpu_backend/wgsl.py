@@ -824,6 +824,16 @@ class WGSLCodegen(CodegenC):
                              f"kernels index with i32 (arrays of fewer than 2**31 elements)", e)
         return _int_literal(e.value, e.dtype, e)
 
+    def _power_of_two_shift(self, e) -> int | None:
+        """k where ``e`` (an integer / or %) divides a provably non-negative value by the
+        constant 2**k (k >= 1), else None."""
+        c = E.as_int(e.b)
+        if c is None or c < 2 or c & (c - 1):
+            return None
+        if not self.analyzer.can_prove(e.a >= 0):
+            return None
+        return c.bit_length() - 1
+
     def _nonzero_const(self, e) -> bool:
         c = E.as_int(e)
         return c is not None and c != 0
@@ -831,6 +841,15 @@ class WGSLCodegen(CodegenC):
     def _int_division(self, e, op: str) -> str:
         # WGSL defines x / 0 as x and x % 0 as 0; TensorIR's generators give 0 for both
         a, b = self.visit(e.a), self.visit(e.b)
+        shift = self._power_of_two_shift(e)
+        if shift is not None:
+            # naga turns every integer / and % into a call of a helper that guards the divisor
+            # (zero, or -1 with INT_MIN) and a signed division the driver must fix up for
+            # negative values; of a provably non-negative value by 2**k, a shift or a mask
+            # is exact, and what OpenCL compilers emit for the same index arithmetic
+            if op == "/":
+                return _wrap(f"({a} >> {shift}u)", e.dtype)
+            return _wrap(f"({a} & {_int_literal(E.as_int(e.b) - 1, e.dtype, e)})", e.dtype)
         if self._nonzero_const(e.b):
             return _wrap(f"({a} {op} {b})", e.dtype)
         zero = "0u" if storage.wgsl_scalar(e.dtype) == "u32" else "0i"

@@ -369,6 +369,18 @@ class Analyzer:
             return
         if all(g.key != f.key for g in self._facts):
             self._facts.append(f)
+        # Each atom's bound implied by the fact and the others' bounds, rounded to integers:
+        # ``tx + 16*ty < 128`` with tx >= 0 gives ty <= 7, which the linear facts alone (over
+        # the rationals: ty < 8) do not (a GPU tile fetch guarded by the thread's linear id).
+        for key, (atom, c) in f.terms.items():
+            rest = Sum({k: v for k, v in f.terms.items() if k != key}, f.const, f.dtype)
+            rhi = self._bound_sum(rest)[1]
+            if ib.is_inf(rhi):
+                continue
+            # c*a >= -rest >= -rhi
+            new = (-(rhi // c), POS_INF) if c > 0 else (NEG_INF, rhi // (-c))
+            old = self._extra_bound.get(key)
+            self._extra_bound[key] = new if old is None else ib.intersect(old, new)
 
     def _facts_list(self) -> list[Sum]:
         if self._all_facts is None:

@@ -344,6 +344,33 @@ def test_with_constraint():
     assert not ana.can_prove(i >= 32)
 
 
+
+def test_a_linear_constraint_bounds_each_of_its_variables_in_integers():
+    """``tx + 16*ty < 128`` (a GPU tile fetch guarded by the thread's linear id) with tx >= 0
+    gives ty <= 7: an integer bound the linear facts alone (ty < 8 - tx/16) do not reach, and
+    what proves the fetch's row ``8*k + ty`` in bounds for k < 384. Checked exhaustively."""
+    tx, ty, k = var("tx"), var("ty"), var("k")
+    ana = arith.Analyzer()
+    for v, ext in ((tx, 16), (ty, 16), (k, 384)):
+        ana.bind(v, Range(0, ext))
+    assert not ana.can_prove(k * 8 + ty < 3072)
+    with ana.with_constraint(tx + ty * 16 < 128):
+        assert ana.can_prove(ty < 8) and ana.can_prove(k * 8 + ty < 3072)
+        assert not ana.can_prove(ty < 7) and not ana.can_prove(tx < 15)
+        b = ana.const_int_bound(ty)
+        assert (b.min_value, b.max_value) == (0, 7)
+    assert not ana.can_prove(ty < 8)      # the bound leaves with the constraint
+    # a lower bound, a bound through a negative coefficient, three variables: each derived
+    # bound holds at every point of the box where the constraint does, and is reached there
+    m = var("m")
+    ana.bind(m, Range(0, 4))
+    with ana.with_constraint(3 * tx - 2 * ty + m >= 20):
+        btx, bty = ana.const_int_bound(tx), ana.const_int_bound(ty)
+    points = [(x, y, z) for x in range(16) for y in range(16) for z in range(4)
+              if 3 * x - 2 * y + z >= 20]
+    assert (btx.min_value, bty.max_value) == (6, 14)
+    assert min(p[0] for p in points) == 6 and max(p[1] for p in points) == 14
+
 def test_const_int_bound():
     b = arith.const_int_bound(i * 4 + j, {i: Range(0, 8), j: Range(0, 4)})
     assert (b.min_value, b.max_value) == (0, 31)
