@@ -130,6 +130,7 @@ class _FnCtx:
         # arith.is_nonneg and arith.lower_floor_divmod
         self.analyzer = arith.Analyzer()
         self.parallel_depth = 0
+        self.nontemporal = False        # a non-temporal store was emitted (fenced at the end)
         self.vec: _VecCtx | None = None
 
     def alloca(self, ty, name: str = "", align: int | None = None):
@@ -412,10 +413,19 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
                 self.ctx.analyzer.update_bound(v, 0, None)
         self.visit(body)
         if not self.b.block.is_terminated:
+            self._fence_nontemporal()
             self.b.ret(I32(0))
         self.ctx.finish()
         self.ctx = None
         return fn
+
+    def _fence_nontemporal(self) -> None:
+        """A full fence before the function returns, where it stored non-temporally: those
+        stores are weakly ordered (x86), and the thread pool signals a task's end with
+        ordinary release / acquire atomics, which order only ordinary stores; the fence
+        (``mfence``) makes them visible to the thread that reads the output next."""
+        if self.ctx.nontemporal:
+            self.b.fence("seq_cst")
 
     def _alias_scopes(self, symbol: str, buffers: list[Buffer]) -> None:
         """One LLVM alias scope per buffer of the function (scoped-noalias metadata).
@@ -594,7 +604,8 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         caches) when ``addr`` is aligned to ``NONTEMPORAL_ALIGN`` bytes, as those instructions
         need; else as a plain store. The test is a branch on the address at run time (a
         caller's array may be aligned to its elements only), which is predicted perfectly in
-        a kernel whose vectors all share the alignment of the buffer."""
+        a kernel whose vectors all share the alignment of the buffer. The function fences
+        before it returns (``_fence_nontemporal``)."""
         b = self.b
         aligned = b.icmp_unsigned("==", b.and_(b.ptrtoint(addr, I64), I64(NONTEMPORAL_ALIGN - 1)),
                                   I64(0))
@@ -604,6 +615,7 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         b.position_at_end(nt_bb)
         st = self._tag(b.store(mem, addr, align=NONTEMPORAL_ALIGN), buf)
         st.set_metadata("nontemporal", self.module.add_metadata([I32(1)]))
+        self.ctx.nontemporal = True
         b.branch(done_bb)
         b.position_at_end(plain_bb)
         self._tag(b.store(mem, addr, align=self.itemsize(buf.dtype)), buf)
@@ -1060,6 +1072,7 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
             k += 1
         lo, ext, counters = load_field(k), load_field(k + 1), load_field(k + 2)
         self._claim_chunks(s, task, ntasks, lo, ext, counters, ity)
+        self._fence_nontemporal()
         b.ret(I32(0))
         ctx.finish()
         self.ctx = outer

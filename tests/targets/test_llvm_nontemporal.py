@@ -14,14 +14,16 @@ from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.stmt import ANN_NONTEMPORAL_STORE
 
 
-def _add_one(rows: int, cols: int, annotate: bool = True):
+def _add_one(rows: int, cols: int, annotate: bool = True, parallel: bool = False):
     """``B = A * 2 + 1`` over ``(rows, cols)`` (rows symbolic when ``rows`` is None), its column
-    loop vectorized and annotated."""
+    loop vectorized and annotated, its rows in parallel with ``parallel``."""
     n = te.var("n") if rows is None else rows
     A = te.placeholder((n, cols), "float32", "A")
     B = te.compute((n, cols), lambda i, j: A[i, j] * 2.0 + 1.0, "B")
     sch = Schedule(te.create_prim_func([A, B]))
-    _, j = sch.get_loops(sch.get_block("B"))
+    i, j = sch.get_loops(sch.get_block("B"))
+    if parallel:
+        sch.parallel(i)
     sch.vectorize(j)
     if annotate:
         sch.annotate(j, ANN_NONTEMPORAL_STORE, 1)
@@ -52,8 +54,24 @@ def test_nontemporal_results_at_any_alignment(rng, rows, misalign):
 def test_nontemporal_metadata_only_where_annotated():
     src = targets.build(_add_one(5, 48), "llvm").get_source("ll-raw")
     assert "!nontemporal" in src and "align 64" in src
+    assert "fence seq_cst" in src           # weakly ordered stores: fenced before the return
     plain = targets.build(_add_one(5, 48, annotate=False), "llvm").get_source("ll-raw")
-    assert "!nontemporal" not in plain
+    assert "!nontemporal" not in plain and "fence" not in plain
+
+
+def test_parallel_tasks_fence_their_nontemporal_stores(rng):
+    """Each parallel task fences before it returns (the pool's end-of-task signal orders
+    only ordinary stores); the rows written by two threads read back whole."""
+    mod = targets.build(_add_one(None, 64, parallel=True), "llvm")
+    src = mod.get_source("ll-raw")
+    par = src[src.index(".par1("):]
+    assert "!nontemporal" in par and "fence seq_cst" in par
+    mod.num_threads = 2
+    for _ in range(20):
+        a = rng.standard_normal((257, 64)).astype("float32")
+        b = _at_offset(a.shape, 0)
+        mod["main"](a, b)
+        np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
