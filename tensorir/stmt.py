@@ -20,6 +20,11 @@ from .expr import (PREFETCH, BufferLoad, Call, IntImm, Node, PrimExpr, TIRError,
                    true)
 
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
+# a vectorized loop annotated with this (value 1) stores its full vectors with non-temporal
+# stores where they are aligned to a cache line (the LLVM back end; a hint the others ignore):
+# a kernel whose output is far larger than the caches then writes it without reading each
+# line in first
+ANN_NONTEMPORAL_STORE = "nontemporal_store"
 SCOPES = ("global", "shared", "local")
 ITER_KINDS = ("spatial", "reduce")
 

@@ -389,6 +389,52 @@ register_op("relax.power", _make_binary_infer("relax.power", DTYPE_NUMERIC, Fals
             OpPattern.BROADCAST, "a ** b")
 
 
+def _scalar_operand(call: Call) -> tuple[int, float | int] | None:
+    """``(position of the tensor operand, the value)`` when one operand of the binary ``call``
+    is a one-element constant that adds no dims to the other (``maximum(x, 0)``), else None."""
+    for k, c in enumerate(call.args):
+        other = call.args[1 - k]
+        si = other.struct_info
+        if isinstance(c, Constant) and c.data.size == 1 and \
+                isinstance(si, TensorStructInfo) and si.ndim >= c.data.ndim and \
+                str(c.data.dtype) == si.dtype:
+            return 1 - k, c.data.reshape(-1)[0].item()
+    return None
+
+
+def _make_scalar_legalize(op_name: str, fcompute):
+    """``op_name``'s legalization with a one-element constant operand (``_scalar_operand``)
+    as a literal in the kernel, not a buffer it loads: ``max(x, 0)`` and ``min(x, 6)`` of an
+    ONNX ``Clip`` (or of ``Max`` / ``Min`` with constants) then compile as ``torch``'s
+    ``relu6`` does, one ``vmaxps`` / ``vminps`` each, where a loaded bound of unknown value
+    takes a compare and a blend per NaN check (MobileNet-V2's exports through ONNX and
+    ``torch.export`` get the same kernels). The other operands take the broadcasting
+    legalization."""
+    generic = _make_broadcast_legalize(op_name, fcompute)
+    short = _short(op_name)
+
+    def legalize(bb, call: Call):
+        found = _scalar_operand(call)
+        if found is None:
+            return generic(bb, call)
+        k, value = found
+
+        def te_func(x):
+            v = te.const(value, x.dtype)
+
+            def f(*i):
+                return fcompute(x[i], v) if k == 0 else fcompute(v, x[i])
+            return te.compute(x.shape, f, out_name("T_" + short, x))
+        return call_te(bb, te_func, call.args[k], primfunc_name_hint=short)
+    return legalize
+
+
+for _name, _f in (("maximum", Max), ("minimum", Min)):
+    register_op("relax." + _name, _make_binary_infer("relax." + _name, DTYPE_NUMERIC, False),
+                _make_scalar_legalize("relax." + _name, _f), OpPattern.BROADCAST,
+                _BINARY[_name][2])
+
+
 def _binary_call(op_name: str, x, y) -> Call:
     x, y = _binary_args(op_name, x, y)
     return make_call(op_name, [x, y])

@@ -52,7 +52,7 @@ from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRFunctor, free_vars, post_order_visit
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer,
                                      BufferStore, Evaluate, For, IfThenElse, LetStmt, Range,
-                                     SeqStmt, Stmt, is_prefetch)
+                                     SeqStmt, Stmt, is_prefetch, ANN_NONTEMPORAL_STORE)
 from tilecraft.tensorir.structural import structural_equal
 
 from ..runtime import abi
@@ -63,6 +63,7 @@ from .softops import SoftOps
 from .irutil import (F16, F32, F64, I1, I8, I32, I64, PTR, ModuleBuilder, const, element_type, gep,
                      is_vector, lane_ids, lanes_of, set_loop_metadata, splat, vec_type)
 
+NONTEMPORAL_ALIGN = 64       # bytes: a non-temporal vector store writes whole aligned lines
 STACK_ALLOCA_LIMIT = 4096     # bytes: larger or symbolic intermediates use posix_memalign
 MAX_VECTOR_LANES = 64         # a constant vectorized extent up to this is one vector step
 MAX_UNROLL = 64               # unrolled loops longer than this get unroll metadata instead
@@ -107,6 +108,7 @@ class _VecCtx:
     lanes: int
     mask: object = None                       # <lanes x i1> or None (all lanes)
     lets: dict = field(default_factory=dict)  # let var -> its lane-varying value expression
+    nontemporal: bool = False                 # the loop is annotated ANN_NONTEMPORAL_STORE
 
 
 class _FnCtx:
@@ -128,6 +130,7 @@ class _FnCtx:
         # arith.is_nonneg and arith.lower_floor_divmod
         self.analyzer = arith.Analyzer()
         self.parallel_depth = 0
+        self.nontemporal = False        # a non-temporal store was emitted (fenced at the end)
         self.vec: _VecCtx | None = None
 
     def alloca(self, ty, name: str = "", align: int | None = None):
@@ -410,10 +413,19 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
                 self.ctx.analyzer.update_bound(v, 0, None)
         self.visit(body)
         if not self.b.block.is_terminated:
+            self._fence_nontemporal()
             self.b.ret(I32(0))
         self.ctx.finish()
         self.ctx = None
         return fn
+
+    def _fence_nontemporal(self) -> None:
+        """A full fence before the function returns, where it stored non-temporally: those
+        stores are weakly ordered (x86), and the thread pool signals a task's end with
+        ordinary release / acquire atomics, which order only ordinary stores; the fence
+        (``mfence``) makes them visible to the thread that reads the output next."""
+        if self.ctx.nontemporal:
+            self.b.fence("seq_cst")
 
     def _alias_scopes(self, symbol: str, buffers: list[Buffer]) -> None:
         """One LLVM alias scope per buffer of the function (scoped-noalias metadata).
@@ -586,6 +598,30 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
             ctx.env[vec.var] = ramp
             ctx.vec = vec
 
+    def _nontemporal_store(self, mem, addr, buf: Buffer) -> None:
+        """Store the vector ``mem`` at ``addr`` non-temporally (``!nontemporal``: x86
+        ``movntps``, which writes the lines without reading them in and leaves them out of the
+        caches) when ``addr`` is aligned to ``NONTEMPORAL_ALIGN`` bytes, as those instructions
+        need; else as a plain store. The test is a branch on the address at run time (a
+        caller's array may be aligned to its elements only), which is predicted perfectly in
+        a kernel whose vectors all share the alignment of the buffer. The function fences
+        before it returns (``_fence_nontemporal``)."""
+        b = self.b
+        aligned = b.icmp_unsigned("==", b.and_(b.ptrtoint(addr, I64), I64(NONTEMPORAL_ALIGN - 1)),
+                                  I64(0))
+        nt_bb, plain_bb, done_bb = (self._new_block("store.nt"), self._new_block("store.plain"),
+                                    self._new_block("store.done"))
+        b.cbranch(aligned, nt_bb, plain_bb)
+        b.position_at_end(nt_bb)
+        st = self._tag(b.store(mem, addr, align=NONTEMPORAL_ALIGN), buf)
+        st.set_metadata("nontemporal", self.module.add_metadata([I32(1)]))
+        self.ctx.nontemporal = True
+        b.branch(done_bb)
+        b.position_at_end(plain_bb)
+        self._tag(b.store(mem, addr, align=self.itemsize(buf.dtype)), buf)
+        b.branch(done_bb)
+        b.position_at_end(done_bb)
+
     def visit_BufferStore(self, s: BufferStore):
         buf = s.buffer
         ptr = self._buffer_ptr(buf, s)
@@ -611,7 +647,10 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         if stride == 1:
             base = self.b.extract_element(index, I32(0))
             addr = self.b.gep(ptr, [base], source_etype=self.mtype(buf.dtype))
-            if vec.mask is None:
+            if vec.mask is None and vec.nontemporal and \
+                    (n * self.itemsize(buf.dtype)) % NONTEMPORAL_ALIGN == 0:
+                self._nontemporal_store(mem, addr, buf)
+            elif vec.mask is None:
                 self._tag(self.b.store(mem, addr, align=self.itemsize(buf.dtype)), buf)
             else:
                 fn = self.mb.intrinsic("masked.store", ir.VoidType(),
@@ -824,7 +863,8 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         """Emit the body once for lanes base .. base+lanes-1."""
         ctx = self.ctx
         ramp = self.b.add(splat(self.b, base, lanes), lane_ids(base.type, lanes))
-        ctx.vec = _VecCtx(s.loop_var, lanes, mask)
+        ctx.vec = _VecCtx(s.loop_var, lanes, mask,
+                          nontemporal=bool(s.annotation_dict.get(ANN_NONTEMPORAL_STORE)))
         try:
             self._bind(s.loop_var, ramp, None, lambda: self.visit(s.body))
         finally:
@@ -1032,6 +1072,7 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
             k += 1
         lo, ext, counters = load_field(k), load_field(k + 1), load_field(k + 2)
         self._claim_chunks(s, task, ntasks, lo, ext, counters, ity)
+        self._fence_nontemporal()
         b.ret(I32(0))
         ctx.finish()
         self.ctx = outer

@@ -986,6 +986,9 @@ class IRBuilder:
         return self._named(rtype, f"getelementptr {ib}{source_etype._s}, {pty._s} {ptr.ref}{idx}",
                            name)
 
+    def fence(self, ordering):
+        return self._void(f"fence {ordering}")
+
     def cmpxchg(self, ptr, cmp, val, ordering, failordering=None, name=""):
         failordering = failordering or ordering
         ty = LiteralStructType([val.type, _I1])

@@ -422,3 +422,35 @@ def test_power_by_constant_exponent(exponent):
         xv[0, :5] = 1.0
     np.testing.assert_allclose(vm["main"](xv).numpy(), np.power(xv, np.float32(exponent)),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("name,first,shape,dtype", [
+    ("maximum", False, (), "float32"), ("minimum", False, (1, 1), "float32"),
+    ("maximum", True, (1,), "float32"), ("minimum", True, (), "int32"),
+    ("maximum", False, (1, 1, 1), "float32")])
+def test_maximum_minimum_of_a_scalar_constant(name, first, shape, dtype):
+    """max / min with a one-element constant (ONNX ``Clip``, ``Max(x, 0)``) legalize with the
+    constant as a literal, not a buffer the kernel loads, unless it adds dims; either side,
+    NaN propagating as numpy, against numpy, symbolic rows."""
+    from tilecraft import relax, targets
+    from tilecraft.relax import BlockBuilder, const
+    f, ref = FLOAT_BINARY[name]
+    c = np.full(shape, 0.5 if dtype == "float32" else 1, dtype)
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n", 19), dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            args = [const(c), x] if first else [x, const(c)]
+            gv = bb.emit_output(bb.emit(f(*args)))
+        bb.emit_func_output(gv)
+    kernels = [g for g in relax.transform.LegalizeOps()(bb.get()).functions.values()
+               if not isinstance(g, relax.Function)]
+    assert len(kernels) == 1
+    literal = len(shape) <= 2
+    assert len(kernels[0].params) == (2 if literal else 3)
+    vm = relax.VirtualMachine(relax.build(bb.get(), "llvm"), targets.cpu(0))
+    xv = rand((6, 19), dtype)
+    if dtype == "float32":
+        xv[0, :3] = [np.nan, np.inf, -np.inf]
+    want = ref(c, xv) if first else ref(xv, c)
+    np.testing.assert_array_equal(vm["main"](xv).numpy(), want)

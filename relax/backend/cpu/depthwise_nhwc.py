@@ -30,6 +30,7 @@ from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import PrimExpr
 from tilecraft.tensorir.schedule import Schedule
+from tilecraft.tensorir.stmt import ANN_NONTEMPORAL_STORE
 
 from .conv2d_nhwc import NhwcPlan, pack_conv2d_nhwc_weight
 from .geometry import ConvGeometry
@@ -39,7 +40,8 @@ from .schedule_utils import (MIN_PARALLEL_WORK, ann_int, core_balance, finish_ti
                              fuse_epilogue, loop_extent, loop_nodes, loop_work, parallel_outer)
 
 __all__ = ["RULE_DW_NHWC", "RULE_DW_NHWC_ROWS", "NHWC_ROW_BLOCK", "WHOLE_PIXELS_MIN_BYTES",
-           "depthwise_nhwc_applies", "whole_pixels", "whole_pixels_row_block",
+           "DW_NONTEMPORAL_MIN_BYTES", "depthwise_nhwc_applies", "whole_pixels",
+           "whole_pixels_row_block", "depthwise_streams_output",
            "depthwise_conv2d_nhwc_rows", "schedule_depthwise_nhwc_rows", "FAMILY"]
 
 RULE_DW_NHWC = "tilecraft.depthwise_nhwc_rows"             # the convolution, channels in lanes
@@ -48,6 +50,9 @@ NHWC_ROW_BLOCK = 8     # output rows per block (at most)
 # a strided layer one of whose input images is larger than this (the 1 MB L2 of a Zen 4 core)
 # fills a row block's padded rows for every channel panel at once (``whole_pixels``)
 WHOLE_PIXELS_MIN_BYTES = 1 << 20
+# a layer whose output is at least this many bytes an image (a Zen 4 core's L2) writes it with
+# non-temporal stores (``depthwise_streams_output``)
+DW_NONTEMPORAL_MIN_BYTES = 1 << 20
 
 
 def depthwise_nhwc_applies(plan: NhwcPlan) -> bool:
@@ -97,6 +102,38 @@ def whole_pixels(plan: NhwcPlan, itemsize: int = 4) -> bool:
     image = g.height * g.width * g.in_channels * itemsize
     return max(g.strides) > 1 and g.in_channels > plan.width and \
         image > WHOLE_PIXELS_MIN_BYTES
+
+
+def depthwise_streams_output(g: ConvGeometry, itemsize: int = 4) -> bool:
+    """Whether ``depthwise_conv2d_nhwc_rows`` writes its output with non-temporal stores (its
+    write-back's vector loop annotated ``ANN_NONTEMPORAL_STORE``): when one image's output is
+    at least ``DW_NONTEMPORAL_MIN_BYTES``, so that it leaves the core's L2 before the next
+    layer reads it whatever the batch. (The LLVM back end stores whole cache lines only
+    non-temporally: a panel of 8 lanes keeps its plain stores.)
+
+    A plain store reads each output line in first: the layer then moves its output's bytes
+    three times (read, written back, read by the next layer), a non-temporal store twice. Its
+    next layer in an inverted-residual block is the 1x1 projection, which reads its input
+    from memory at about its speed from the caches (the narrow ones prefetch it:
+    ``conv2d_nhwc.prefetch_spec``). MobileNet-V2's 144 x 56 x 56 layer at batch 8 alone (Zen 4,
+    one thread, inputs rotating): 2.77-2.82 -> 2.15-2.16 ms. The model (symbolic builds side
+    by side in one process, one thread, 11 interleaved rounds, load 2.1-2.8) at batch 8: ONNX
+    56.9 -> 54.4 ms with the layers from 1 MB an image on (its 32 x 112 x 112, 96 x 56 x 56
+    stride-2 and 144 x 56 x 56 layers), 54.7 from 0.5 MB, 54.1 from 0.25 MB; through
+    ``torch.export`` 54.2 -> 52.8 (from 1.5 MB) and 52.3 (from 0.5 MB); at batch 1 6.90 ->
+    6.86 ms from 0.5 MB, but 7.10 from 0.25 MB (the 14 x 14 layers, whose output the next
+    layer finds in L2 at batch 1).
+
+    Examples
+    --------
+    >>> depthwise_streams_output(ConvGeometry(144, 56, 56, 144, (3, 3), (1, 1), (1, 1, 1, 1),
+    ...                                       (1, 1), 144))
+    True
+    >>> depthwise_streams_output(ConvGeometry(576, 14, 14, 576, (3, 3), (1, 1), (1, 1, 1, 1),
+    ...                                       (1, 1), 576))
+    False
+    """
+    return g.out_h * g.out_w * g.out_channels * itemsize >= DW_NONTEMPORAL_MIN_BYTES
 
 
 def _row_block(out_h: int) -> int:
@@ -174,10 +211,12 @@ def depthwise_conv2d_nhwc_rows(data: te.Tensor, weight: te.Tensor, plan: NhwcPla
         v = padded[b, y * sh + ry * dh, x * sw + rx * dw, o]
         wt = weight[o // nr, ry, rx, 0, o % nr]
         return te.sum(v.astype(out_dtype) * wt.astype(out_dtype), axis=[ry, rx])
-    return te.compute((n, g.out_h, g.out_w, g.out_channels), out, "conv2d_nhwc",
-                      attrs={SCHEDULE_RULE: RULE_DW_NHWC, "rows": plan.rows, "width": nr,
-                             "row_block": _row_block(g.out_h),
-                             "whole_pixels": int(whole_pixels(plan, dt.itemsize(data.dtype)))})
+    attrs = {SCHEDULE_RULE: RULE_DW_NHWC, "rows": plan.rows, "width": nr,
+             "row_block": _row_block(g.out_h),
+             "whole_pixels": int(whole_pixels(plan, dt.itemsize(data.dtype)))}
+    if depthwise_streams_output(g, dt.itemsize(out_dtype)):
+        attrs["nontemporal"] = 1
+    return te.compute((n, g.out_h, g.out_w, g.out_channels), out, "conv2d_nhwc", attrs=attrs)
 
 
 def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
@@ -223,6 +262,10 @@ def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
     outer = len(sch.get_loops(acc)) - 2
     finish_tile_block(sch, init, outer)
     finish_tile_block(sch, acc, outer)
+    if ann_int(blk, "nontemporal", 0):
+        # an output larger than the L2 written without reading its lines in
+        # (``depthwise_streams_output``)
+        sch.annotate(sch.get_loops(acc)[-1], ANN_NONTEMPORAL_STORE, 1)
 
 
 FAMILY = KernelFamily(

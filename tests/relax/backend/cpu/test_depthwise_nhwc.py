@@ -2,7 +2,7 @@
 ``depthwise_conv2d_nhwc_rows``): against numpy on odd shapes, strides, dilation, asymmetric
 padding and channel counts no panel divides, batches 1 and 3 of a symbolic batch, with the
 bias and ReLU6 (MobileNet-V2's epilogue) fused into its one kernel; the padded rows of large
-strided layers filled in whole pixels."""
+strided layers filled in whole pixels; outputs of over 1 MB an image stored non-temporally."""
 import numpy as np
 import pytest
 
@@ -55,6 +55,10 @@ CASES = [
     # images over WHOLE_PIXELS_MIN_BYTES, strided: the rows filled in whole pixels
     (96, 57, 59, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),      # TF "same" pads, 3 panels
     (72, 61, 61, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),      # 9 half-vector panels
+    # outputs over DW_NONTEMPORAL_MIN_BYTES an image: written with non-temporal stores
+    # (full 16-lane vectors: a half-vector panel's 32-byte stores stay plain ones)
+    (48, 81, 83, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),      # 1.29 MB, 3 panels of 16
+    (96, 129, 121, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),    # 1.52 MB, whole pixels too
 ]
 
 
@@ -82,6 +86,9 @@ def test_depthwise_nhwc_rows_matches_numpy(case):
     assert sum('T.block("dw_pad_nhwc")' in src for src in kernels) == 1
     exe = relax.build(mod, "llvm")
     assert exe.stats()["main"]["kernel_calls"] == 1      # conv + bias + clip: one kernel
+    g = ConvGeometry(c, h, w_, c, k, s, p, d, c)
+    assert ("!nontemporal" in exe.kernel_module.get_source("ll-raw")) == \
+        depthwise_nhwc.depthwise_streams_output(g)
     vm = relax.VirtualMachine(exe)
     for n in (1, 3):
         x = rand(n, h, w_, c) * 2
@@ -123,6 +130,18 @@ def test_whole_pixels_fill_holds_every_panel(c, h, w_, fill):
     post_order_visit(lower(conv).body, lambda n: sizes.append(int(n.buffer.shape[0].value))
                      if isinstance(n, Allocate) and n.buffer.name == "dw_pad_nhwc" else None)
     assert sizes == [fill]
+
+
+def test_nontemporal_output_from_one_l2_an_image():
+    def geometry(c, hw, stride):
+        return ConvGeometry(c, hw, hw, c, (3, 3), (stride,) * 2, (1, 1, 1, 1), (1, 1), c)
+    # MobileNet-V2's 32 x 112 x 112, 96 x 112 x 112 stride-2 and 144 x 56 x 56 layers; not
+    # its 192 x 28 x 28 or 576 x 14 x 14 ones (their output stays in L2 at batch 1)
+    assert depthwise_nhwc.depthwise_streams_output(geometry(32, 112, 1))
+    assert depthwise_nhwc.depthwise_streams_output(geometry(96, 112, 2))
+    assert depthwise_nhwc.depthwise_streams_output(geometry(144, 56, 1))
+    assert not depthwise_nhwc.depthwise_streams_output(geometry(192, 28, 1))
+    assert not depthwise_nhwc.depthwise_streams_output(geometry(576, 14, 1))
 
 
 def test_rows_kernel_rejects_a_dense_convolution():
