@@ -366,8 +366,9 @@ runtime.note_target(tgt)     # the device opened with the adapter's limits
 n, L = Var("n"), Var("l")
 spec = AttentionSpec(batch=(n,), L=L, S=L, D=64, Dv=64, scale=("div", 8.0), mask="add",
                      mask_shape=(n, L, L))
-if flash_tiles(spec, tgt) != FLASH_TILE:
-    print("SKIP", tgt.max_shared_memory_per_block, "bytes"); raise SystemExit
+tile = flash_tiles(spec, tgt)
+# WebGPU keeps the registers tile (q in registers: TR = 1) under any limits (measured faster)
+assert tile[2] == 1 and tile != FLASH_TILE, tile
 mod = targets.build(IRModule({"fused_attention": attention_kernel(spec, tgt)}), tgt)
 dev = targets.webgpu(0)
 rng = np.random.default_rng(11)
@@ -382,10 +383,11 @@ print("ERR", float(np.abs(out.numpy() - (e / e.sum(-1, keepdims=True)) @ v).max(
 """
 
 
-def test_webgpu_adapter_limits_take_the_shared_q_tile():
+def test_webgpu_adapter_limits_keep_the_registers_tile():
     # built for the adapter's own limits (more workgroup storage than the spec's 16 KB), WebGPU
-    # gets the OpenCL tile (Qᵀ in shared memory) at BERT's head size, and it is right. In a
-    # process of its own: the device must be opened with those limits before any array is made
+    # still gets the registers tile (the shared-Q tile measured 2.7x slower on WebGPU on an
+    # H100), and it is right. In a process of its own: the device must be opened with those
+    # limits before any array is made
     import os
     import subprocess
     import sys
