@@ -37,9 +37,21 @@ def relax_kernel(make, shape):
     return mod[[name for name in mod.functions if name != "main"][0]]
 
 
-def torch_cuda_seconds(torch, fn, number: int, repeat: int) -> float:
-    """Median seconds per call of ``fn`` (a PyTorch CUDA op) from CUDA events: one warm-up call,
-    then ``repeat`` measurements of ``number`` calls each."""
+def gpu_device(target: str):
+    """The NVIDIA GPU for OpenCL when there is one (else the first device); WebGPU's
+    high-performance adapter."""
+    from tilecraft import targets
+    if target.startswith("opencl"):
+        try:
+            return targets.opencl("NVIDIA")
+        except Exception:
+            return targets.opencl(0)
+    return targets.webgpu(0)
+
+
+def torch_cuda_seconds(torch, fn, number: int, repeat: int, best: bool = False) -> float:
+    """Median (``best``: smallest) seconds per call of ``fn`` (a PyTorch CUDA op) from CUDA
+    events: one warm-up call, then ``repeat`` measurements of ``number`` calls each."""
     fn()
     torch.cuda.synchronize()
     times = []
@@ -51,4 +63,4 @@ def torch_cuda_seconds(torch, fn, number: int, repeat: int) -> float:
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e-3 / number)
-    return statistics.median(times)
+    return min(times) if best else statistics.median(times)

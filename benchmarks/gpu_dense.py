@@ -52,6 +52,7 @@ import time
 import numpy as np
 
 from .common import print_table, write_results
+from .gpu_common import gpu_device, torch_cuda_seconds
 
 SEQ = 128
 UPPER_BATCH = 16
@@ -139,32 +140,9 @@ def _torch_seconds(torch, x, r, w, b, epilogue: str, number=20, repeat=3):
             return F.gelu(y, approximate="tanh")
         return y
 
-    def best(fn):
-        with torch.no_grad():
-            fn()
-            torch.cuda.synchronize()
-            out = math.inf
-            for _ in range(repeat):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(number):
-                    fn()
-                end.record()
-                torch.cuda.synchronize()
-                out = min(out, start.elapsed_time(end) * 1e-3 / number)
-        return out
-    return best(layer), best(addmm)
-
-
-def _device(target: str):
-    from tilecraft import targets
-    if target.startswith("opencl"):
-        try:
-            return targets.opencl("NVIDIA")
-        except Exception:
-            return targets.opencl(0)
-    return targets.webgpu(0)
+    with torch.no_grad():
+        return (torch_cuda_seconds(torch, layer, number, repeat, best=True),
+                torch_cuda_seconds(torch, addmm, number, repeat, best=True))
 
 
 @contextlib.contextmanager
@@ -248,7 +226,7 @@ def run() -> list[dict]:
         for kind in kinds:
             for variant in variants:
                 try:
-                    dev = _device(kind)
+                    dev = gpu_device(kind)
                     t0 = time.perf_counter()
                     exe = build(mod, kind, variant)
                     build_s = time.perf_counter() - t0

@@ -42,6 +42,7 @@ import time
 import numpy as np
 
 from .common import print_table, write_results
+from .gpu_common import gpu_device
 
 BATCHES = [int(b) for b in os.environ.get("TILECRAFT_GPU_MODEL_BATCHES", "1,16").split(",")]
 
@@ -167,18 +168,6 @@ def _torch_time(module, x: np.ndarray, device: str, number: int = 10, repeat: in
         return out.cpu().numpy(), best
 
 
-def _device(target: str):
-    """The NVIDIA GPU for OpenCL when there is one (else the first device); WebGPU's
-    high-performance adapter."""
-    from tilecraft import targets
-    if target.startswith("opencl"):
-        try:
-            return targets.opencl("NVIDIA")
-        except Exception:
-            return targets.opencl(0)
-    return targets.webgpu(0)
-
-
 def _options(kind: str) -> tuple[str, set, int | None]:
     """A name of ``TILECRAFT_GPU_MODEL_TARGETS`` as (base, options, submit_every): the words
     ``k16`` and ``trusted`` after ``webgpu-adapter``, and ``submitN`` after any WebGPU kind
@@ -201,7 +190,7 @@ def _target(kind: str):
     base, options, _ = _options(kind)
     if base == "webgpu-adapter":
         from tilecraft.targets import Target
-        adapter = _device("webgpu").target()
+        adapter = gpu_device("webgpu").target()
         if "trusted" in options:
             return Target(dict(adapter.export(), trusted_shaders=True))
         return adapter
@@ -303,7 +292,7 @@ def run() -> list[dict]:
         built = {}   # kinds that differ only in how they run share one build
         for kind in kinds:
             try:
-                dev = _device(kind)
+                dev = gpu_device(kind)
                 t0 = time.perf_counter()
                 target = _target(kind)
                 key = (str(target), "k16" in _options(kind)[1])
