@@ -26,7 +26,7 @@ from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import FloatImm, IntImm, Var as TirVar
 from tilecraft.tensorir.function import IRModule, PrimFunc
 from tilecraft.tensorir.stmt import Block, Stmt
-from tilecraft.tensorir.functor import children, post_order_visit
+from tilecraft.tensorir.functor import children, post_order_visit, visit_stmts
 from tilecraft.tensorir.structural import structural_equal, structural_hash
 from tilecraft.errors import TilecraftError
 
@@ -235,19 +235,7 @@ def _blocks(stmt: Stmt) -> list[Block]:
     """The blocks in ``stmt``, through statements only (a block is never inside an
     expression): walking every expression was most of ``_inner_names``."""
     out: list[Block] = []
-
-    def rec(s):
-        if isinstance(s, Block):
-            out.append(s)
-        for f in s._fields:
-            value = getattr(s, f)
-            if isinstance(value, Stmt):
-                rec(value)
-            elif isinstance(value, (tuple, list)):
-                for x in value:
-                    if isinstance(x, Stmt):
-                        rec(x)
-    rec(stmt)
+    visit_stmts(stmt, lambda s: out.append(s) if isinstance(s, Block) else None)
     return out
 
 

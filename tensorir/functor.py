@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 
 from .expr import Let, Node, PrimExpr, TIRError, Var, convert
 from .function import PrimFunc
-from .stmt import Block, Buffer, For, LetStmt
+from .stmt import Block, Buffer, For, LetStmt, Stmt
 
 
 def children(node: Node) -> list[Node]:
@@ -254,6 +254,32 @@ def post_order_visit(node, fn: Callable[[Node], None]) -> None:
                 seq(v)
 
     rec(node)
+
+
+def visit_stmts(stmt: Stmt, fn: Callable[[Stmt], None]) -> None:
+    """Call ``fn`` on ``stmt`` and every statement below it (parents first), through statements
+    only: expressions are not walked, which makes it much cheaper than ``post_order_visit``
+    where only statements matter (blocks, stores).
+
+    >>> from tilecraft.tensorir import te
+    >>> A = te.placeholder((4,), "float32", "A")
+    >>> f = te.create_prim_func([A, te.compute((4,), lambda i: A[i] + 1.0, "B")])
+    >>> found = []
+    >>> visit_stmts(f.body, lambda s: found.append(type(s).__name__))
+    >>> "BufferStore" in found
+    True
+    """
+    def rec(s):
+        fn(s)
+        for f in s._fields:
+            value = getattr(s, f)
+            if isinstance(value, Stmt):
+                rec(value)
+            elif isinstance(value, (tuple, list)):
+                for x in value:
+                    if isinstance(x, Stmt):
+                        rec(x)
+    rec(stmt)
 
 
 def free_vars(node) -> list[Var]:

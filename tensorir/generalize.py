@@ -36,8 +36,8 @@ from typing import Sequence
 from . import dtype as dt
 from .expr import Cast, IntImm, PrimExpr, Var
 from .function import PrimFunc
-from .functor import IRMutator, children, post_order_visit
-from .stmt import Block, Buffer, BufferStore, For, Stmt
+from .functor import IRMutator, children, post_order_visit, visit_stmts
+from .stmt import Block, Buffer, BufferStore, For
 from .structural import _Hasher, structural_equal
 
 __all__ = ["SharedKernel", "share_kernels", "kernel_positions", "loop_structure"]
@@ -201,20 +201,7 @@ def _written_buffers(func: PrimFunc) -> set[int]:
     """The ids of the buffers ``func`` stores into (a store is a statement: the walk goes
     through statements only, not every expression)."""
     out: set[int] = set()
-
-    def rec(s):
-        if isinstance(s, BufferStore):
-            out.add(id(s.buffer))
-            return
-        for f in s._fields:
-            value = getattr(s, f)
-            if isinstance(value, Stmt):
-                rec(value)
-            elif isinstance(value, (tuple, list)):
-                for x in value:
-                    if isinstance(x, Stmt):
-                        rec(x)
-    rec(func.body)
+    visit_stmts(func.body, lambda s: out.add(id(s.buffer)) if isinstance(s, BufferStore) else None)
     return out
 
 
