@@ -31,9 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.tensorir.expr import (EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, BufferLoad,
-                                     Call, Cast,
-                                     Div, FloatImm, FloorDiv, FloorMod, IntImm, Max, Min, Mul,
-                                     Not, Or, Sub, Var)
+                                     Call, Cast, Div, FloatImm, FloorDiv, FloorMod, IntImm, Max,
+                                     Min, Mul, Not, Or, Sub, Var)
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.stmt import BlockRealize, BufferStore, For
 from tilecraft.errors import TilecraftError
