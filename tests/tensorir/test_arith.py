@@ -6,7 +6,6 @@ check the simplified form, the bounds and the proofs against it on every point o
 """
 import itertools
 import random
-import time
 
 import numpy as np
 import pytest
@@ -510,18 +509,16 @@ def test_deep_expressions():
         assert evaluate(r, p) == evaluate(e, p)
 
 
-def test_memoization_and_speed_smoke():
-    # not a benchmark: make sure a typical index is cheap and a repeated one is memoized
+def test_memoization():
+    # a typical index simplifies, and the repeated one is memoized (the same object back)
     ana = arith.Analyzer()
     i0, i1, j0, j1 = var("i0"), var("i1"), var("j0"), var("j1")
     for v, e in ((i0, 16), (i1, 4), (j0, 8), (j1, 8)):
         ana.bind(v, Range(0, e))
     idx = ((i0 * 4 + i1) // 4) * 512 + ((i0 * 4 + i1) % 4) * 64 + j0 * 8 + j1
-    t0 = time.perf_counter()
     r = ana.simplify(idx)
     assert same(r, i0 * 512 + i1 * 64 + j0 * 8 + j1)
     assert ana.simplify(idx) is r
-    assert time.perf_counter() - t0 < 1.0
 
 
 def test_int32_index_math():
