@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from .common import print_table, write_results
+from .gpu_common import gpu_device, torch_cuda_seconds
 
 # (name, in channels, image side, out channels, kernel, stride, padding, count in ResNet-50),
 # the most telling first (the time budget may cut the list): the stride-1 3x3 layers (direct
@@ -97,29 +98,7 @@ def _torch_seconds(torch, x, w, b, stride, pad, number=20, repeat=3):
     def f():
         return F.relu(F.conv2d(xt, wt, bt, stride=stride, padding=pad))
     with torch.no_grad():
-        f()
-        torch.cuda.synchronize()
-        best = math.inf
-        for _ in range(repeat):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(number):
-                f()
-            end.record()
-            torch.cuda.synchronize()
-            best = min(best, start.elapsed_time(end) * 1e-3 / number)
-    return best
-
-
-def _device(target: str):
-    from tilecraft import targets
-    if target.startswith("opencl"):
-        try:
-            return targets.opencl("NVIDIA")
-        except Exception:
-            return targets.opencl(0)
-    return targets.webgpu(0)
+        return torch_cuda_seconds(torch, f, number, repeat, best=True)
 
 
 def _build(mod, kind: str, variant: str):
@@ -165,7 +144,7 @@ def run() -> list[dict]:
                 if variant == "winograd" and not winograd.winograd_applies(g):
                     continue
                 try:
-                    dev = _device(kind)
+                    dev = gpu_device(kind)
                     vm = relax.VirtualMachine(_build(mod, kind, variant), dev)
                 except Exception as err:  # a missing driver or a build failure is a row
                     rows.append({"layer": name, "target": kind, "variant": variant,
