@@ -318,15 +318,22 @@ def row_split_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
             IfThenElse(row < L, BufferStore(O, o[d] / l, _out_index(
                 spec.o_view, (*bidx, row, d * split + t))))),
     )
-    for buf in (st, sc, o, q):
-        thread = Allocate(buf, thread)
-    body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
-    for buf in (red, Ps, Vs, Ks):
-        body = Allocate(buf, body)
-    body = For(bx, 0, _ceil_div(L, rows), "thread_binding", body, thread_tag="blockIdx.x")
-    body = For(by, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.y")
+    return _launch(name, thread, (st, sc, o, q), (red, Ps, Vs, Ks), (tx, threads),
+                   (bx, _ceil_div(L, rows)), (by, nbatch), [Q, K, V, M, O])
 
-    buffers = [Q, K, V] + ([M] if M is not None else []) + [O]
+
+def _launch(name: str, thread, local, shared, tx, bx, by, operands) -> PrimFunc:
+    """The kernel around one thread's statement ``thread``: its ``local`` buffers allocated
+    per thread, ``shared`` per work-group, ``(var, extent)`` of ``threadIdx.x`` / ``blockIdx.x``
+    / ``blockIdx.y``; ``operands`` Q, K, V, the mask (None: no mask) and O."""
+    for buf in local:
+        thread = Allocate(buf, thread)
+    body = For(tx[0], 0, tx[1], "thread_binding", thread, thread_tag="threadIdx.x")
+    for buf in shared:
+        body = Allocate(buf, body)
+    body = For(bx[0], 0, bx[1], "thread_binding", body, thread_tag="blockIdx.x")
+    body = For(by[0], 0, by[1], "thread_binding", body, thread_tag="blockIdx.y")
+    buffers = [b for b in operands if b is not None]
     handles = [Var(b.name, dt.HANDLE) for b in buffers]
     return PrimFunc(handles, body, dict(zip(handles, buffers)),
                     attrs={"global_symbol": name, "op_pattern": _OPAQUE,
@@ -686,16 +693,6 @@ def flash_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attenti
             For(t2, 0, cg_n, unroll, BufferStore(l_l, l_l[i] + red[rg * tr + i, t2], [i])))),
         For(i, 0, tr, unroll, For(v, 0, nv * w, unroll, IfThenElse(ok, store))),
     )
-    for buf in (v_l, p_l, k_l, q_l, x_l, c_l, n_l, l_l, m_l, o_l, s_l):
-        thread = Allocate(buf, thread)
-    body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
-    for buf in (red, Ps, Vs, Ks) + ((Qs,) if q_shared else ()):
-        body = Allocate(buf, body)
-    body = For(bx, 0, _ceil_div(L, br), "thread_binding", body, thread_tag="blockIdx.x")
-    body = For(by, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.y")
-
-    buffers = [Q, K, V] + ([M] if M is not None else []) + [O]
-    handles = [Var(b.name, dt.HANDLE) for b in buffers]
-    return PrimFunc(handles, body, dict(zip(handles, buffers)),
-                    attrs={"global_symbol": name, "op_pattern": _OPAQUE,
-                           "tir.is_scheduled": True})
+    return _launch(name, thread, (v_l, p_l, k_l, q_l, x_l, c_l, n_l, l_l, m_l, o_l, s_l),
+                   (red, Ps, Vs, Ks) + ((Qs,) if q_shared else ()), (tx, threads),
+                   (bx, _ceil_div(L, br)), (by, nbatch), [Q, K, V, M, O])
