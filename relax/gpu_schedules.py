@@ -41,6 +41,10 @@ are loop nests of one block each):
 5. Anything else: one thread per output element, its reduction serial.
 
 ``Target("opencl -device=cpu")`` (a CPU driver such as PoCL) gets a smaller GEMM tile.
+``Target("opencl -device=nvidia")`` (tensor cores: ``Target.tensor_cores``) tries the
+tensor-core fp16 GEMM first (``relax.backend.gpu.tensor_core``: float16 x float16 -> float32
+dense / matmul / batch matmul with its fused epilogue); a kernel it does not match gets the
+rules below.
 
 Each rule is a sequence of checked ``Schedule`` primitives; a rule that does not apply (a
 ``ScheduleError``, or a kernel the device lowering rejects — over the target's limits) falls
@@ -74,7 +78,7 @@ from tilecraft.tensorir.transform import lower_device
 
 from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
 from .backend.gpu.depthwise import is_depthwise, schedule_depthwise
-from .backend.gpu import gemm, gemv
+from .backend.gpu import gemm, gemv, tensor_core
 from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
                                compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
                                symbolic_rows)
@@ -112,6 +116,10 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     if target.kind not in GPU_KINDS or is_scheduled(func):
         return func
     name = func.attr_dict.get("global_symbol", "main")
+    if target.tensor_cores is not None:
+        out = _tensor_core_gemm(func, target, name)
+        if out is not None:
+            return out
     for i, strategy in enumerate(_STRATEGIES):
         try:
             out = _scheduled(func, strategy, target)
@@ -128,6 +136,20 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     warnings.warn(f"no GPU default schedule applies to {name}; it runs as one thread",
                   DefaultScheduleWarning)
     return func
+
+
+def _tensor_core_gemm(func: PrimFunc, target: Target, name: str) -> PrimFunc | None:
+    """``func`` as the tensor-core fp16 GEMM (``backend.gpu.tensor_core``; a target with
+    ``tensor_cores``), or None where it is not one (the reason named under
+    ``TILECRAFT_DEBUG_SCHEDULES``) and the rules below schedule it."""
+    try:
+        out = tensor_core.tensor_core_kernel(func, target)
+        lower_device(out, target)      # over a limit -> the rules below
+        return out
+    except (ScheduleError, ValueError, TIRError) as err:
+        if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
+            warnings.warn(f"tensor-core GEMM of {name} does not apply: {err}")
+        return None
 
 
 def _scheduled(func: PrimFunc, strategy, target: Target, **kw) -> PrimFunc:

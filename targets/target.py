@@ -395,6 +395,24 @@ class Target:
         return bool(self._config.get("supports_float16", self.kind == "llvm"))
 
     @property
+    def tensor_cores(self) -> str | None:
+        """How OpenCL kernels may use NVIDIA's tensor cores: ``"ptx"`` for
+        ``Target("opencl -device=nvidia")`` (NVIDIA's OpenCL driver on a GPU of compute
+        capability 8.0 or more: inline-PTX ``mma.sync``; ``targets.opencl(0).target()`` gives it
+        on such a device), ``"emulated"`` for ``-device=nvidia-emulated`` (the same kernels with
+        the mma computed by portable OpenCL C: for testing them on a CPU driver such as PoCL),
+        None otherwise. See docs/gpu.md, "Tensor cores on NVIDIA OpenCL".
+
+        >>> Target("opencl -device=nvidia").tensor_cores
+        'ptx'
+        >>> Target("opencl").tensor_cores is None
+        True
+        """
+        if self.kind != "opencl":
+            return None
+        return _TENSOR_CORE_DEVICES.get(str(self._config.get("device") or "").lower())
+
+    @property
     def trusted_shaders(self) -> bool:
         """WebGPU only: create this target's shader modules without naga's run-time checks
         (index clamps, loop bounding) — native wgpu only, never in a browser; default False.
@@ -459,6 +477,9 @@ class Target:
         """Tag name -> description."""
         return {name: cfg.get("description", "") for name, cfg in TAGS.items()}
 
+
+# ``-device`` values of OpenCL targets whose kernels may use tensor cores (``Target.tensor_cores``)
+_TENSOR_CORE_DEVICES = {"nvidia": "ptx", "nvidia-emulated": "emulated"}
 
 _AVX2_CPUS = {"haswell", "broadwell", "skylake", "alderlake", "raptorlake", "znver1", "znver2",
               "znver3", "x86-64-v3"}

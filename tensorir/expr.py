@@ -427,6 +427,27 @@ FLOAT_INTRINSICS = {k for k in INTRINSICS if k != "if_then_else"}
 # LLVM back end, which needs llvmlite (a board has none).
 DOT4_U8I8 = "dot4_u8i8"
 
+# The tensor-core intrinsics of the fp16 GEMM kernel for NVIDIA OpenCL
+# (``relax.backend.gpu.tensor_core``); only the OpenCL back end emits them
+# (``targets.opencl_backend.tensor_core``: inline PTX for ``-device=nvidia``, a portable
+# emulation for ``-device=nvidia-emulated``). Each is ``Evaluate(Call("int32", op, [...]))``
+# over buffer elements (BufferLoads naming the first of consecutive elements):
+# * ``TC_MMA``: ``[acc[i], a[j], b[k]]``, a warp's ``mma.sync.aligned.m16n8k16.row.col.f32.
+#   f16.f16.f32``: ``acc[i..i+3]`` (float32, local) += A (16 x 16, ``a[j..j+3]``: uint32, two
+#   halves each) x B (16 x 8, ``b[k..k+1]``), in the PTX ISA's fragment layout;
+# * ``TC_LOAD_B128``: ``[dst[i], src[j]]``, the 16 bytes at ``src[j]`` (a global buffer, the
+#   address a multiple of 16 bytes) into ``dst[i..i+3]`` (uint32, local).
+# ``TC_PACK_LO`` / ``TC_PACK_HI`` (uint32 expressions of two uint32 ``a``, ``b``): the low
+# halves of both as one word (``a & 0xffff | b << 16``), the high halves (``a >> 16 | b &
+# 0xffff0000``).
+TC_MMA = "tc_mma_m16n8k16"
+TC_LOAD_B128 = "tc_load_b128"
+TC_PACK_LO = "tc_pack_lo"
+TC_PACK_HI = "tc_pack_hi"
+# the intrinsics that write the elements their first argument names (the device lowering's
+# barrier placement counts them as writes of that buffer)
+WRITES_FIRST_ARG = (TC_MMA, TC_LOAD_B128)
+
 # A software prefetch, ``Evaluate(Call("int32", PREFETCH, [buffer[indices]]))``: a hint that the
 # cache line holding ``buffer[indices]`` is read soon (read, high locality, data cache). Its
 # one argument is a BufferLoad naming the element, never loaded: the LLVM back end emits

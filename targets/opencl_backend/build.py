@@ -20,7 +20,8 @@ def build_module(mod: IRModule, target: Target) -> OpenCLModule:
     funcs = split_module(mod, target)
     kernels = [k for f in funcs for k in f.split.kernels]
     sizes = {k.name: nonneg_scalars(k, f.split.host) for f in funcs for k in f.split.kernels}
-    source, extensions = opencl_source(kernels, sizes, native_half=target.supports_float16)
+    source, extensions = opencl_source(kernels, sizes, native_half=target.supports_float16,
+                                        tensor_cores=target.tensor_cores)
     programs = {f.name: f.program for f in funcs}
     metadata = {"target": str(target), "entry": "main" if "main" in programs else funcs[0].name,
                 "functions": [{"name": f.name, "symbol": f.name, "params": f.program["params"],

@@ -38,6 +38,7 @@ from tilecraft.tensorir.expr import Var
 from tilecraft.tensorir.transform.device import DeviceKernel
 
 from ..gpu_codegen import CodegenC
+from . import tensor_core as tc
 
 _AXIS = {"x": 0, "y": 1, "z": 2}
 
@@ -64,12 +65,15 @@ class OpenCLCodegen(CodegenC):
     """OpenCL C 1.2 for one kernel.
 
     ``native_half``: float16 computes in ``half`` (``cl_khr_fp16``); otherwise it is a storage
-    format and computes in float (the module docstring).
+    format and computes in float (the module docstring). ``tensor_cores``: how the tensor-core
+    intrinsics are printed (``"ptx"``, ``"emulated"``; None: a kernel using them is an error;
+    ``targets.opencl_backend.tensor_core``).
     """
 
-    def __init__(self, native_half: bool = False):
+    def __init__(self, native_half: bool = False, tensor_cores: str | None = None):
         super().__init__()
         self.native_half = native_half
+        self.tensor_cores = tensor_cores
         self.stored = None        # the value a vstore_half_rte rounds (left unrounded)
         if not native_half:       # float16 values live in float registers
             self.TYPES = {**CodegenC.TYPES, "float16": "float"}
@@ -103,6 +107,66 @@ class OpenCLCodegen(CodegenC):
                              f"build for Target('opencl -supports-float16=1') or pass it as "
                              f"float32", var)
         return super().scalar_param(var, name)
+
+    # -- tensor cores ----------------------------------------------------------------------------
+    def _tc_mode(self, node) -> str:
+        if self.tensor_cores not in tc.MODES:
+            raise self.error(f"intrinsic {node.op} needs tensor cores: build for "
+                             f"Target('opencl -device=nvidia') (an NVIDIA GPU of compute "
+                             f"capability 8.0 or more)", node)
+        return self.tensor_cores
+
+    def _tc_element(self, arg, offset: int = 0) -> E.BufferLoad:
+        if not isinstance(arg, E.BufferLoad):
+            raise self.error(f"a tensor-core intrinsic takes buffer elements, got {arg!r}", arg)
+        index = arg.indices[0] if offset == 0 else \
+            self.analyzer.simplify(E.Add(arg.indices[0], E.IntImm(offset, arg.indices[0].dtype)))
+        return E.BufferLoad(arg.buffer, [index])
+
+    def _tc_ref(self, arg, offset: int = 0) -> str:
+        e = self._tc_element(arg, offset)
+        return self.element_ref(e.buffer, self.buffer_index(e.indices[0], e.buffer), e)
+
+    def _tc_address(self, arg) -> str:
+        e = self._tc_element(arg)
+        return f"({self.name_of(e.buffer)} + {self.buffer_index(e.indices[0], e.buffer)})"
+
+    @staticmethod
+    def _tc_space(buf: S.Buffer) -> str:
+        return {"shared": "__local", "local": ""}.get(buf.scope, "__global")
+
+    def visit_Evaluate(self, s: S.Evaluate):
+        v = s.value
+        if isinstance(v, E.Call) and v.op == E.TC_MMA:
+            mode = self._tc_mode(v)
+            c, a, b = v.args
+            if mode == "ptx":
+                self.needs.add("tc_ptx")
+                self.emit(tc.mma_asm([self._tc_ref(c, i) for i in range(4)],
+                                     [self._tc_ref(a, i) for i in range(4)],
+                                     [self._tc_ref(b, i) for i in range(2)]))
+            else:
+                self.needs.add("tc_emulated")
+                self.emit(tc.mma_emulated(self._tc_address(c), self._tc_address(a),
+                                          self._tc_address(b)))
+            return
+        if isinstance(v, E.Call) and v.op == E.TC_LOAD_B128:
+            self._tc_mode(v)
+            dst, src = v.args
+            self.emit(tc.load_b128(self._tc_address(dst), self._tc_space(dst.buffer),
+                                   self._tc_address(src), self._tc_space(src.buffer)))
+            return
+        super().visit_Evaluate(s)
+
+    def kernel_source(self, kernel: DeviceKernel, nonneg_scalars=()) -> str:
+        text = super().kernel_source(kernel, nonneg_scalars)
+        if "tc_emulated" not in self.needs:
+            return text
+        # the emulated mma's scratch: 6 words a lane (declared here: no IR buffer has it)
+        words = tc.EMULATION_SCRATCH * 32 * (-(-kernel.block[0] // 32))
+        head, _, rest = text.partition("\n")
+        return (f"{head}\n{self.INDENT}__local uint {tc.SCRATCH_NAME}[{words}] "
+                f"__attribute__((aligned(16)));\n{rest}")
 
     # -- float16 ---------------------------------------------------------------------------------
     def float_literal(self, value: float, dtype: str) -> str:
@@ -138,6 +202,10 @@ class OpenCLCodegen(CodegenC):
         return super().visit_Cast(e)
 
     def visit_Call(self, e: E.Call):
+        if e.op in (E.TC_PACK_LO, E.TC_PACK_HI):
+            self._tc_mode(e)
+            pack = tc.pack_lo if e.op == E.TC_PACK_LO else tc.pack_hi
+            return pack(self.visit(e.args[0]), self.visit(e.args[1]))
         code = super().visit_Call(e)
         if e.dtype == "float16" and not self.native_half and e.op not in _EXACT_HALF_CALLS \
                 and e is not self.stored:
@@ -211,19 +279,22 @@ class OpenCLCodegen(CodegenC):
 
 def opencl_source(kernels: Sequence[DeviceKernel],
                   nonneg_scalars: Mapping[str, Sequence[Var]] | None = None,
-                  native_half: bool = False) -> tuple[str, set[str]]:
+                  native_half: bool = False,
+                  tensor_cores: str | None = None) -> tuple[str, set[str]]:
     """The OpenCL C program of ``kernels`` (``DeviceKernel``s) and the extensions it needs.
 
     ``nonneg_scalars`` maps a kernel's name to its scalar parameters that are ``>= 0``
     (``gpu_codegen.nonneg_scalars``: the shape sizes), for cheaper integer division.
     ``native_half``: float16 computes in ``half`` under ``cl_khr_fp16`` (the target's
     ``supports_float16``); otherwise float16 is a storage format computed in float.
+    ``tensor_cores``: the target's ``tensor_cores`` (``"ptx"``: the tensor-core intrinsics as
+    inline PTX, and the extensions include ``tensor_core.REQUIREMENT``; ``"emulated"``).
     """
     bodies = []
     needs: set[str] = set()
     dtypes: set[str] = set()
     for k in kernels:
-        gen = OpenCLCodegen(native_half)
+        gen = OpenCLCodegen(native_half, tensor_cores)
         bodies.append(gen.kernel_source(k, (nonneg_scalars or {}).get(k.name, ())))
         needs |= gen.needs
         dtypes |= gen.dtypes_used
@@ -235,12 +306,16 @@ def opencl_source(kernels: Sequence[DeviceKernel],
     if "float16" in dtypes and native_half:
         extensions.add("cl_khr_fp16")
         head.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+    if "tc_ptx" in needs:
+        extensions.add(tc.REQUIREMENT)
+    if "tc_emulated" in needs:
+        head.append(tc.EMULATION_SOURCE)
     for n in sorted(x for x in needs if x.startswith("roundhalf_")):
         head.append(_ROUND_HALF.format(n=n.split("_", 1)[1]))
     # the floor division helpers, by C type then kind (int8 and int16 share char / short's)
     helpers = {}
     for n in needs:
-        if n.startswith("roundhalf_"):
+        if n.startswith("roundhalf_") or n.startswith("tc_"):
             continue
         kind, dtype = n.split("_", 1)
         helpers.setdefault((OpenCLCodegen.TYPES[dtype], kind), dtype)

@@ -40,6 +40,8 @@ from ..runtime.buffer_pool import BufferPool
 from ..runtime.device_ndarray import DeviceNDArray
 from ..runtime.host_program import KernelErrorLog
 from ..runtime.ndarray import NDArray, _dtype_name, array
+from ..target import Target
+from . import tensor_core
 
 
 class OpenCLError(TilecraftError, RuntimeError):
@@ -143,6 +145,7 @@ class DeviceContext:
         self.max_work_item_sizes = tuple(int(x) for x in d.max_work_item_sizes)
         self.local_mem_size = int(d.local_mem_size)
         self.is_gpu = bool(d.type & cl.device_type.GPU)
+        self.compute_capability = nvidia_compute_capability(d, self.extensions)
         self.programs: dict[str, Any] = {}
         self.pool = BufferPool()       # freed buffers of ``empty`` arrays, reused by size
         # error words of kernels launched since the last check (read once, at the check)
@@ -156,6 +159,22 @@ class DeviceContext:
         return {"max_threads_per_block": self.max_work_group_size,
                 "max_block_dims": self.max_work_item_sizes,
                 "max_shared_memory_per_block": self.local_mem_size}
+
+    @property
+    def has_tensor_cores(self) -> bool:
+        """Whether kernels with inline-PTX ``mma.sync`` run here: NVIDIA's driver, compute
+        capability >= 8.0 (read through ``cl_nv_device_attribute_query``)."""
+        return self.compute_capability is not None and self.compute_capability >= (8, 0)
+
+    def _capability_note(self) -> str:
+        if self.compute_capability is None:
+            return ""
+        return f" (compute capability {self.compute_capability[0]}.{self.compute_capability[1]})"
+
+    def target(self):
+        """The ``Target`` for this device: ``opencl -device=nvidia`` (tensor cores allowed) on an
+        NVIDIA GPU of compute capability >= 8.0, plain ``opencl`` elsewhere."""
+        return Target("opencl -device=nvidia") if self.has_tensor_cores else Target("opencl")
 
     # -- memory ------------------------------------------------------------------------------
     def create_buffer(self, nbytes: int, what: str):
@@ -211,6 +230,15 @@ class DeviceContext:
         if prog is not None:
             return prog
         for ext in extensions:
+            if ext == tensor_core.REQUIREMENT:
+                if not self.has_tensor_cores:
+                    raise OpenCLError(
+                        f"the module was built for Target('opencl -device=nvidia'): its kernels "
+                        f"use tensor cores through inline PTX (mma.sync), which needs NVIDIA's "
+                        f"OpenCL driver on a GPU of compute capability 8.0 or more; {self.name} "
+                        f"({self.platform_name}) is not one{self._capability_note()}; build for "
+                        f"Target('opencl') (or targets.opencl(i).target()) instead")
+                continue
             if ext not in self.extensions:
                 what = {"cl_khr_fp16": "float16 arithmetic",
                         "cl_khr_fp64": "float64"}.get(ext, ext)
@@ -227,6 +255,17 @@ class DeviceContext:
             raise OpenCLBuildError(explain_build_error(str(err), source, self.name)) from None
         self.programs[key] = prog
         return prog
+
+
+def nvidia_compute_capability(device, extensions) -> tuple[int, int] | None:
+    """(major, minor) of an NVIDIA device (``cl_nv_device_attribute_query``), None for any other
+    device or where the driver does not answer."""
+    if "cl_nv_device_attribute_query" not in extensions:
+        return None
+    try:
+        return (int(device.compute_capability_major_nv), int(device.compute_capability_minor_nv))
+    except Exception:    # noqa: BLE001 - an old pyopencl or driver: treated as no tensor cores
+        return None
 
 
 def explain_build_error(log: str, source: str, device: str) -> str:
@@ -354,6 +393,10 @@ class OpenCLRuntime:
 
     def find(self, name: str) -> int:
         return find_device(name)
+
+    def target(self, index: int):
+        """``targets.opencl(index).target()``: ``DeviceContext.target``."""
+        return context(index).target()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,8 +52,8 @@ from typing import Any, Mapping
 
 from .. import arith
 from .. import dtype as dt
-from ..expr import (BinaryOp, BufferLoad, Call, Cast, IntImm, Let, Not, PrimExpr, Select,
-                    StringImm, TIRError, Var)
+from ..expr import (WRITES_FIRST_ARG, BinaryOp, BufferLoad, Call, Cast, IntImm, Let, Not,
+                    PrimExpr, Select, StringImm, TIRError, Var)
 from ..function import PrimFunc
 from ..functor import IRMutator, IRVisitor, free_vars
 from ..stmt import (Allocate, AssertStmt, Buffer, BufferStore, Evaluate, For, IfThenElse,
@@ -591,6 +591,21 @@ class _Accesses(IRVisitor):
         self.visit(s.value)
         for i in s.indices:
             self.visit(i)
+
+    def visit_Call(self, e):
+        # an intrinsic that writes through its first argument (a tensor-core copy into a
+        # shared tile) is a write of that buffer
+        first = e.args[0] if e.args else None
+        if e.op in WRITES_FIRST_ARG and isinstance(first, BufferLoad):
+            if first.buffer.scope == "shared":
+                self.writes.setdefault(first.buffer, []).append(first.indices)
+            for i in first.indices:
+                self.visit(i)
+            rest = e.args[1:]
+        else:
+            rest = e.args
+        for a in rest:
+            self.visit(a)
 
 
 def _accesses(s):

@@ -23,6 +23,11 @@ On GPU targets most families are found by the structure of a block, not by a rul
   ``uint4`` each), the reduction split among threads and met in shared memory; built directly
   as a scheduled kernel by ``relax.transform.LowerDenseQ4GEMV``.
 
+- ``tensor_core.py``: the fp16 GEMM on NVIDIA's tensor cores (``mma.sync`` through inline
+  PTX) for ``Target("opencl -device=nvidia")``: float16 x float16 -> float32 dense / matmul /
+  batch matmul with the fused epilogue applied to the accumulators; tried first by
+  ``relax.gpu_schedules.apply`` on such a target.
+
 ``batch_dispatch.py`` puts two schedules of one kernel (its tile sized for batch 1 and for
 ``gemm.GEMM_NOMINAL_BATCH``) into one function chosen per call by the symbolic batch.
 
@@ -36,7 +41,8 @@ Examples
 >>> gemm.GEMM_TILE, gemm.GEMM_BK
 ((16, 8), 16)
 """
-from . import batch_dispatch, dense_int4, depthwise, gemm, gemv, schedule_utils, winograd
+from . import (batch_dispatch, dense_int4, depthwise, gemm, gemv, schedule_utils, tensor_core,
+               winograd)
 
 __all__ = ["batch_dispatch", "dense_int4", "depthwise", "gemm", "gemv", "schedule_utils",
-           "winograd"]
+           "tensor_core", "winograd"]

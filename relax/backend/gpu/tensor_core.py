@@ -1,0 +1,391 @@
+"""The tensor-core fp16 GEMM of NVIDIA OpenCL: float16 x float16 -> float32-accumulated dense,
+matmul and batch matmul kernels (what ``relax.quantize(mod, "fp16")`` makes of a model's linear
+layers) on ``mma.sync.m16n8k16`` through inline PTX, for ``Target("opencl -device=nvidia")``
+(``Target.tensor_cores``), built directly as a scheduled TensorIR function.
+
+``gpu_schedules.apply`` tries it first on such a target: ``match_fp16_gemm`` reads the fused
+PrimFunc — one GEMM-like reduction ``C[.., i, j] += f32(A[.., i, k]) * f32(B[.., k, j])``
+(or ``B[.., j, k]``) of float16 parameters, and at most one elementwise epilogue block after
+it (bias, residual, GELU, the cast to the output's dtype: whatever the fused function computes
+from ``C[.., i, j]``, after its producers are inlined) — and ``tensor_core_kernel`` builds the
+kernel with the epilogue applied to the float32 accumulators before the store. Where the
+function is not of that form it raises ``ValueError`` with the reason, and the default GEMM
+schedule runs instead (``TILECRAFT_DEBUG_SCHEDULES=1`` names it).
+
+The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` per warp):
+
+* per step of ``BK`` (32, else 16) along k, the work-group copies A's ``BM x BK`` tile and B's
+  ``BK x BN`` tile into shared memory as pairs of halves (uint32 words): A row-major, its rows
+  ``BK / 2 + 4`` words long (the 4 words of padding put the 8 rows a fragment load touches into
+  different banks and keep rows 16-byte aligned); B column-major the same way (a ``(N, K)``
+  weight is copied as it is; a ``(K, N)`` one is transposed in registers: rows ``k`` and ``k +
+  1`` read as two 16-byte loads, their halves paired, eight words stored). Global loads are 16
+  bytes (8 halves; ``TC_LOAD_B128``); rows and columns past M and N are read clamped (their
+  results are never stored), so the kernel needs K and N to be multiples of 8 and K of 16;
+* per k16 each warp loads its fragments from shared memory as 32-bit words (the PTX fragment
+  layout, ``targets.opencl_backend.tensor_core``) and issues ``WM / 16 x WN / 8`` mma;
+* the accumulators (``WM x WN / 32`` floats a thread) go through the epilogue into the output,
+  rows past M and columns past N not stored.
+
+M (the product of the row dims, e.g. ``batch x seq_len``) and the batch dims (read by both
+inputs: a batch matmul) may be symbolic; K and N are constants.
+
+Examples
+--------
+>>> from tilecraft.tensorir import te
+>>> n = te.var("n")
+>>> A = te.placeholder((n, 64), "float16", "A")
+>>> W = te.placeholder((64, 128), "float16", "W")
+>>> k = te.reduce_axis((0, 64), "k")
+>>> C = te.compute((n, 128), lambda i, j: te.sum(A[i, k].astype("float32") *
+...                W[k, j].astype("float32"), axis=k), "C")
+>>> f = tensor_core_kernel(te.create_prim_func([A, W, C]), Target("opencl -device=nvidia"))
+>>> f.attr_dict["tir.is_scheduled"]
+True
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tilecraft.targets import Target
+from tilecraft.tensorir import expr as E
+from tilecraft.tensorir.expr import (BufferLoad, Cast, Select, Var, call, const,
+                                     floordiv, floormod)
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.functor import IRMutator, post_order_visit
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.stmt import Allocate, Buffer, BufferStore, Evaluate, For, IfThenElse, seq
+
+from .schedule_utils import is_reduction, is_spatial, node_of
+
+__all__ = ["TensorCoreGemm", "TensorCoreTile", "TC_TILES", "match_fp16_gemm",
+           "tensor_core_kernel", "choose_tile"]
+
+_PAD = 4             # words added to the shared tiles' rows (banks; 16-byte alignment kept)
+_OPAQUE = 8          # relax OpPattern.OPAQUE
+
+
+@dataclass(frozen=True)
+class TensorCoreTile:
+    """A work-group's ``BM x BN`` output tile of warps of ``WM x WN`` (multiples of 16 x 8)."""
+    BM: int
+    BN: int
+    WM: int
+    WN: int
+
+    @property
+    def warps(self) -> int:
+        return (self.BM // self.WM) * (self.BN // self.WN)
+
+
+# From the largest: the first whose work-groups fill the GPU (``TC_MIN_GROUPS``) at the
+# kernel's row count (a symbolic one counted as ``TC_NOMINAL_ROWS``) is taken.
+TC_TILES = (TensorCoreTile(128, 128, 64, 64), TensorCoreTile(64, 128, 32, 64),
+            TensorCoreTile(64, 64, 32, 32), TensorCoreTile(32, 64, 32, 32))
+TC_MIN_GROUPS = 132       # the H100's multiprocessors
+TC_NOMINAL_ROWS = 2048    # BERT at batch 16, sequence 128
+
+
+@dataclass(frozen=True)
+class TensorCoreGemm:
+    """What ``match_fp16_gemm`` found in a fused function."""
+    func: PrimFunc
+    A: Buffer
+    B: Buffer
+    out: Buffer
+    b_kn: bool          # B read as ``(.., k, j)`` (else ``(.., j, k)``)
+    batch: tuple        # extents of the dims both inputs read
+    rows: tuple         # extents of A's other dims (M is their product)
+    K: int
+    N: int
+    epilogue: object    # ``(out_indices, value) -> PrimExpr``: the stored value
+
+
+def _plain_vars(indices) -> bool:
+    return all(isinstance(i, Var) for i in indices)
+
+
+def _inline_producers(sch: Schedule) -> None:
+    """Inline every spatial block that has consumers (casts, bias adds, activations) into
+    them, until none is left: the GEMM and its epilogue remain."""
+    changed = True
+    while changed:
+        changed = False
+        root = sch.get_root()
+        blocks = sch.get_child_blocks(sch.get_block(root.name)) if root is not None else []
+        for b in blocks[:-1]:
+            if is_spatial(node_of(sch, b)) and sch.get_consumers(b):
+                try:
+                    sch.compute_inline(b)
+                    changed = True
+                    break
+                except ScheduleError:
+                    pass
+
+
+def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
+    """The fp16 GEMM of ``func`` (see the module docstring), or ``ValueError`` saying why
+    ``func`` is not one."""
+    sch = Schedule(func)
+    _inline_producers(sch)
+    root = sch.get_root()
+    blocks = [node_of(sch, b) for b in sch.get_child_blocks(sch.get_block(root.name))]
+    if not blocks or not is_reduction(blocks[0]) or len(blocks) > 2 or \
+            (len(blocks) == 2 and not is_spatial(blocks[1])):
+        raise ValueError("not one reduction followed by at most one elementwise block")
+    g = blocks[0]
+    params = {id(b) for _, b in func.buffer_map}
+    body = g.body
+    if not isinstance(body, BufferStore) or g.init is None:
+        raise ValueError("the reduction is not a single accumulation with an init")
+    C, idx = body.buffer, body.indices
+    v = body.value
+    if C.dtype != "float32" or not (isinstance(v, E.Add) and isinstance(v.a, BufferLoad) and
+                                    v.a.buffer is C and isinstance(v.b, E.Mul)):
+        raise ValueError("not a float32 sum of products")
+    ops = []
+    for x in (v.b.a, v.b.b):
+        if not (isinstance(x, Cast) and isinstance(x.value, BufferLoad) and
+                x.value.buffer.dtype == "float16" and id(x.value.buffer) in params):
+            raise ValueError("the products are not of float16 parameters cast to float32")
+        ops.append(x.value)
+    init = g.init
+    if not (isinstance(init, BufferStore) and isinstance(init.value, E.FloatImm) and
+            init.value.value == 0.0):
+        raise ValueError("the accumulator does not start at 0")
+    spatial = [iv for iv in g.iter_vars if iv.kind == "spatial"]
+    reduce = [iv for iv in g.iter_vars if iv.kind == "reduce"]
+    if len(reduce) != 1 or not _plain_vars(idx) or len(idx) < 2 or \
+            [iv.var for iv in spatial] != list(idx):
+        raise ValueError("not one reduction over the output's own indices")
+    kv = reduce[0].var
+    a, b = ops
+    if not (a.indices and a.indices[-1] is kv):
+        a, b = b, a
+    if not (_plain_vars(a.indices) and _plain_vars(b.indices) and a.indices[-1] is kv and
+            len(b.indices) >= 2):
+        raise ValueError("A is not read as (.., i, k)")
+    if list(a.indices[:-1]) != list(idx[:-1]):
+        raise ValueError("A's rows are not the output's leading dims")
+    j = idx[-1]
+    if b.indices[-2] is kv and b.indices[-1] is j:
+        b_kn = True
+    elif b.indices[-1] is kv and b.indices[-2] is j:
+        b_kn = False
+    else:
+        raise ValueError("B is read as neither (.., k, j) nor (.., j, k)")
+    nb = len(b.indices) - 2
+    if list(b.indices[:nb]) != list(idx[:nb]) or nb >= len(idx) - 1:
+        raise ValueError("B's batch dims are not the output's leading dims")
+    dom = {iv.var: iv.dom.extent for iv in g.iter_vars}
+    K, N = E.as_int(dom[kv]), E.as_int(dom[j])
+    if K is None or N is None:
+        raise ValueError("K or N is not a constant")
+    if K % 16 or N % 8:
+        raise ValueError(f"K = {K} is not a multiple of 16 or N = {N} of 8")
+    batch = tuple(dom[x] for x in idx[:nb])
+    rows = tuple(dom[x] for x in idx[nb:-1])
+
+    if len(blocks) == 1:
+        if id(C) not in params:
+            raise ValueError("the accumulator is neither an output nor read by an epilogue")
+        out, epilogue = C, (lambda out_idx, acc: acc)
+    else:
+        ep = blocks[1]
+        st = ep.body
+        if id(C) in params or not isinstance(st, BufferStore) or id(st.buffer) not in params:
+            raise ValueError("the epilogue is not one store into an output")
+        evars = [iv.var for iv in ep.iter_vars]
+        if list(st.indices) != evars or len(evars) != len(idx):
+            raise ValueError("the epilogue does not store at its own indices")
+        bad = []
+
+        def check(n):
+            if isinstance(n, BufferLoad) and n.buffer is C and list(n.indices) != evars:
+                bad.append(n)
+        post_order_visit(st.value, check)
+        if bad:
+            raise ValueError("the epilogue reads the accumulator at other indices")
+        out, value = st.buffer, st.value
+
+        def epilogue(out_idx, acc, evars=evars, value=value, C=C):
+            return _Epilogue(C, acc, dict(zip(evars, out_idx))).visit(value)
+    return TensorCoreGemm(func, a.buffer, b.buffer, out, b_kn, batch, rows, K, N, epilogue)
+
+
+class _Epilogue(IRMutator):
+    """The epilogue's value with the accumulator's loads replaced by ``acc`` and its index
+    variables by the kernel's indices."""
+
+    def __init__(self, C: Buffer, acc, vmap: dict):
+        super().__init__()
+        self.C, self.acc, self.vmap = C, acc, vmap
+
+    def visit_Buffer(self, buf):
+        return buf
+
+    def visit_Var(self, v):
+        return self.vmap.get(v, v)
+
+    def visit_BufferLoad(self, e):
+        if e.buffer is self.C:
+            return self.acc
+        return BufferLoad(e.buffer, [self.visit(i) for i in e.indices])
+
+
+def choose_tile(m, N: int) -> TensorCoreTile:
+    """The first of ``TC_TILES`` (``TILECRAFT_TC_TILE=BMxBNxWMxWN`` overrides) whose
+    work-groups reach ``TC_MIN_GROUPS`` at ``m`` rows (None: ``TC_NOMINAL_ROWS``), else the
+    smallest."""
+    forced = os.environ.get("TILECRAFT_TC_TILE")
+    if forced:
+        return TensorCoreTile(*(int(x) for x in forced.lower().split("x")))
+    m = TC_NOMINAL_ROWS if m is None else m
+    for tile in TC_TILES:
+        if -(-m // tile.BM) * -(-N // tile.BN) >= TC_MIN_GROUPS:
+            return tile
+    return TC_TILES[-1]
+
+
+def _unflatten(flat, extents) -> list:
+    """The indices of the flat index ``flat`` over dims of ``extents`` (the last fastest)."""
+    out, rest = [], flat
+    for ext in reversed(extents[1:]):
+        out.append(floormod(rest, ext))
+        rest = floordiv(rest, ext)
+    return ([rest] if extents else []) + out[::-1]
+
+
+def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = None
+                       ) -> PrimFunc:
+    """``func`` (an fp16 GEMM with its epilogue, ``match_fp16_gemm``) as the tensor-core kernel
+    for ``target`` (whose ``tensor_cores`` is set), with the parameters of ``func``.
+
+    Raises
+    ------
+    ValueError
+        ``func`` is not such a GEMM, or the target has no tensor cores.
+    """
+    if target.tensor_cores is None:
+        raise ValueError(f"{target} has no tensor cores (Target('opencl -device=nvidia'))")
+    gm = match_fp16_gemm(func)
+    m = 1
+    for r in gm.rows:
+        m = m * r
+    M = m
+    m_const = E.as_int(M) if isinstance(M, E.PrimExpr) else M
+    tile = tile or choose_tile(m_const, gm.N)
+    BM, BN, WM, WN = tile.BM, tile.BN, tile.WM, tile.WN
+    if BM % WM or BN % WN or WM % 16 or WN % 8:
+        raise ValueError(f"tensor-core tile {tile}: warps of WM x WN (multiples of 16 x 8) "
+                         f"must divide BM x BN")
+    K, N = gm.K, gm.N
+    BK = 32 if K % 32 == 0 else 16
+    MT, NT = WM // 16, WN // 8
+    warps_n = BN // WN
+    threads = 32 * tile.warps
+    ldw = BK // 2 + _PAD                 # words a shared row: BK halves and the padding
+    u32, f32 = "uint32", "float32"
+    # explicit strides: the allocation compaction keeps the padding
+    As = Buffer("A_shared", (BM, BK // 2), u32, strides=(ldw, 1), scope="shared")
+    Bs = Buffer("B_shared", (BN, BK // 2), u32, strides=(ldw, 1), scope="shared")
+    acc = Buffer("acc", (MT * NT * 4,), f32, scope="local")
+    af = Buffer("a_frag", (MT * 4,), u32, scope="local")
+    bf = Buffer("b_frag", (NT * 2,), u32, scope="local")
+    r0 = Buffer("b_rows", (8,), u32, scope="local")
+
+    tx, bx, by, bz = Var("tx"), Var("bx"), Var("by"), Var("bz")
+    kt, e, x, y, i = Var("kt"), Var("e"), Var("x"), Var("y"), Var("i")
+    nbatch = 1
+    for d in gm.batch:
+        nbatch = nbatch * d
+    bidx = _unflatten(bz, list(gm.batch)) if gm.batch else []
+    warp, lane = floordiv(tx, 32), floormod(tx, 32)
+    g, t = floordiv(lane, 4), floormod(lane, 4)
+    wm, wn = floordiv(warp, warps_n), floormod(warp, warps_n)
+
+    def a_at(row, k):
+        return gm.A[tuple(bidx + _unflatten(row, list(gm.rows)) + [k])]
+
+    def b_at(n, k):
+        return gm.B[tuple(bidx + ([k, n] if gm.b_kn else [n, k]))]
+
+    def clamp(v, n):
+        return Select(v < n, v, n - 1)
+
+    def load(dst, src):
+        return Evaluate(call(E.TC_LOAD_B128, dst, src, dtype="int32"))
+
+    def units(total, body_of):
+        """``total`` copy units spread over the threads: ``body_of(unit)``."""
+        flat = e * threads + tx
+        body = body_of(flat)
+        if total % threads:
+            body = IfThenElse(flat < total, body)
+        return For(e, 0, -(-total // threads), "unrolled", body)
+
+    chunks = BK // 8                     # 16-byte chunks along k a row
+    copy_a = units(BM * chunks, lambda u: load(
+        As[floordiv(u, chunks), floormod(u, chunks) * 4],
+        a_at(clamp(by * BM + floordiv(u, chunks), M), kt * BK + floormod(u, chunks) * 8)))
+    if gm.b_kn:
+        # rows k and k + 1 of 8 columns: their halves paired into the 8 columns' words
+        cols8 = BN // 8
+
+        def pair(u):
+            kp, c = floordiv(u, cols8), floormod(u, cols8)
+            n0 = bx * BN + c * 8
+            n0 = Select(n0 < N, n0, N - 8)
+            k = kt * BK + kp * 2
+            stores = []
+            for jj in range(8):
+                op = E.TC_PACK_LO if jj % 2 == 0 else E.TC_PACK_HI
+                stores.append(BufferStore(Bs, call(op, r0[jj // 2], r0[4 + jj // 2],
+                                                   dtype=u32), [c * 8 + jj, kp]))
+            return seq(load(r0[0], b_at(n0, k)), load(r0[4], b_at(n0, k + 1)), *stores)
+        copy_b = units((BK // 2) * cols8, pair)
+    else:
+        copy_b = units(BN * chunks, lambda u: load(
+            Bs[floordiv(u, chunks), floormod(u, chunks) * 4],
+            b_at(clamp(bx * BN + floordiv(u, chunks), N), kt * BK + floormod(u, chunks) * 8)))
+
+    ks = Var("ks")
+    frag_a = For(x, 0, MT, "unrolled", seq(*[
+        BufferStore(af, As[wm * WM + x * 16 + g + 8 * (r % 2), ks * 8 + t + 4 * (r // 2)],
+                    [x * 4 + r]) for r in range(4)]))
+    frag_b = For(y, 0, NT, "unrolled", seq(*[
+        BufferStore(bf, Bs[wn * WN + y * 8 + g, ks * 8 + t + 4 * r], [y * 2 + r])
+        for r in range(2)]))
+    mma = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", Evaluate(call(
+        E.TC_MMA, acc[(x * NT + y) * 4], af[x * 4], bf[y * 2], dtype="int32"))))
+    step = seq(copy_a, copy_b, For(ks, 0, BK // 16, "unrolled", seq(frag_a, frag_b, mma)))
+
+    # the epilogue, accumulator (x, y, i): row g (+ 8 for i >= 2), column 2t (+ 1 for odd i)
+    row = by * BM + wm * WM + x * 16 + g + 8 * floordiv(i, 2)
+    col = bx * BN + wn * WN + y * 8 + t * 2 + floormod(i, 2)
+    out_idx = bidx + _unflatten(row, list(gm.rows)) + [col]
+    value = gm.epilogue(out_idx, acc[(x * NT + y) * 4 + i])
+    if value.dtype != gm.out.dtype:
+        value = Cast(gm.out.dtype, value)
+    ok = row < M
+    if N % BN:
+        ok = ok & (col < N)
+    store = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", For(
+        i, 0, 4, "unrolled", IfThenElse(ok, BufferStore(gm.out, value, out_idx)))))
+    thread = seq(
+        For(i, 0, MT * NT * 4, "unrolled", BufferStore(acc, const(0.0, f32), [i])),
+        For(kt, 0, K // BK, "serial", step),
+        store)
+    for buf in (r0, bf, af, acc):
+        thread = Allocate(buf, thread)
+    body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
+    body = Allocate(Bs, Allocate(As, body))
+    body = For(bx, 0, -(-N // BN), "thread_binding", body, thread_tag="blockIdx.x")
+    body = For(by, 0, floordiv(M + (BM - 1), BM), "thread_binding", body,
+               thread_tag="blockIdx.y")
+    if gm.batch:
+        body = For(bz, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.z")
+    attrs = dict(func.attr_dict)
+    attrs.update({"tir.is_scheduled": True, "tensor_core_tile": f"{BM}x{BN}x{WM}x{WN}"})
+    return func.replace(body=body, attrs=attrs)

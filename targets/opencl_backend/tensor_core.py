@@ -1,0 +1,118 @@
+"""Tensor cores from OpenCL C on NVIDIA: the text of the tensor-core intrinsics
+(``tensorir.expr.TC_MMA``, ``TC_LOAD_B128``, ``TC_PACK_LO`` / ``TC_PACK_HI``) as the OpenCL
+code generator prints them. The PTX lives here and nowhere else.
+
+NVIDIA's OpenCL compiler accepts inline PTX (``asm volatile``), and an sm_80-or-newer GPU runs
+``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32``: a warp multiplies a 16 x 16 float16
+tile of A by a 16 x 8 float16 tile of B into 16 x 8 float32 accumulators, each lane holding its
+part of the operands in 32-bit registers of two halves (the PTX ISA's fragment layout, with
+``g = lane >> 2``, ``t = lane & 3``):
+
+* ``a0``: A row ``g``, k ``2t, 2t+1``; ``a1``: row ``g+8``, same k; ``a2``: row ``g``, k
+  ``2t+8, 2t+9``; ``a3``: row ``g+8``, k ``2t+8, 2t+9`` (the lower k in the low half);
+* ``b0``: B column ``g``, k ``2t, 2t+1``; ``b1``: column ``g``, k ``2t+8, 2t+9``;
+* ``c0, c1``: row ``g``, columns ``2t, 2t+1``; ``c2, c3``: row ``g+8``, same columns.
+
+Three modes, by the target's ``tensor_cores`` (``Target("opencl -device=nvidia")``: ``"ptx"``;
+``"opencl -device=nvidia-emulated"``: ``"emulated"``):
+
+* ``"ptx"``: the ``asm volatile`` statement (the device must be NVIDIA, compute capability
+  8.0 or more: the runtime refuses others before compiling, ``REQUIREMENT``);
+* ``"emulated"``: a portable OpenCL C function computing exactly the mma's result from the
+  same fragments: each lane puts its six operand words into a ``__local`` scratch of its warp
+  (``EMULATION_SCRATCH`` words a lane, declared by the kernel), a work-group barrier, each lane
+  sums its four outputs over k = 0..15 in float32 from the words of the lanes holding them, a
+  barrier. It needs the mma in control flow uniform across the work-group (the kernel's is)
+  and the warp to be 32 consecutive work-items of a 1-D work-group. It is for testing the
+  kernels (indexing, fragment layouts, epilogues, edges) on a CPU driver such as PoCL; its
+  speed means nothing;
+* none: a kernel using the intrinsics is a ``CodegenError`` naming the targets that run it.
+
+Examples
+--------
+>>> print(mma_asm(["c[0]", "c[1]", "c[2]", "c[3]"], ["a[0]", "a[1]", "a[2]", "a[3]"],
+...               ["b[0]", "b[1]"]).split(":")[0])
+asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+MODES = ("ptx", "emulated")
+
+# The pseudo-extension an OpenCL module with inline PTX carries: the runtime checks it against
+# the device (NVIDIA, compute capability >= 8.0) instead of the extension list.
+REQUIREMENT = "tc_nvidia_ptx_sm80"
+
+MMA_PTX = ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+           "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
+
+# words of __local scratch a lane of the emulation uses (a0..a3, b0, b1)
+EMULATION_SCRATCH = 6
+SCRATCH_NAME = "tc_mma_scratch"
+
+EMULATION_SOURCE = """// m16n8k16 mma (f16 x f16 -> f32) of one warp, emulated through __local memory: the same
+// fragments and result as mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+inline float tc_half_of(__local const uint* s, int lane, int reg, int k) {
+  return vload_half(2 * (lane * 6 + reg) + (k & 1), (__local const half*)s);
+}
+void tc_mma_emulated(__local uint* warp_scratch, float* c, const uint* a, const uint* b) {
+  int lane = (int)(get_local_id(0) & 31);
+  __local uint* s = warp_scratch + (get_local_id(0) >> 5) * (32 * 6);
+  for (int i = 0; i < 4; ++i) s[lane * 6 + i] = a[i];
+  s[lane * 6 + 4] = b[0];
+  s[lane * 6 + 5] = b[1];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  int g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; ++i) {
+    int row = g + ((i >> 1) << 3);         // c0, c1: row g; c2, c3: row g + 8
+    int col = 2 * t + (i & 1);
+    float acc = c[i];
+    for (int k = 0; k < 16; ++k) {
+      // A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, register (row >= 8) + 2 (k >= 8)
+      float x = tc_half_of(s, (row & 7) * 4 + ((k & 7) >> 1), (row >> 3) + ((k >> 3) << 1), k);
+      // B[k][col]: lane col * 4 + (k % 8) / 2, register 4 + (k >= 8)
+      float y = tc_half_of(s, col * 4 + ((k & 7) >> 1), 4 + (k >> 3), k);
+      acc = fma(x, y, acc);
+    }
+    c[i] = acc;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}"""
+
+
+def mma_asm(c: Sequence[str], a: Sequence[str], b: Sequence[str]) -> str:
+    """The ``asm volatile`` statement of one m16n8k16 mma: ``c`` the four float accumulators'
+    lvalues (read and written), ``a`` the four and ``b`` the two uint operand words."""
+    outs = ", ".join(f'"+f"({x})' for x in c)
+    ins = ", ".join(f'"r"({x})' for x in list(a) + list(b))
+    return f'asm volatile("{MMA_PTX}" : {outs} : {ins});'
+
+
+def mma_emulated(c: str, a: str, b: str) -> str:
+    """The call of the emulation: ``c``, ``a``, ``b`` the addresses of the first accumulator,
+    operand word of A and of B (private arrays)."""
+    return f"tc_mma_emulated({SCRATCH_NAME}, {c}, {a}, {b});"
+
+
+def load_b128(dst: str, dst_space: str, src: str, src_space: str) -> str:
+    """16 bytes from address ``src`` into the four uint words from address ``dst`` (both
+    16-byte aligned; spaces ``__global`` / ``__local`` / ``""`` for private)."""
+    load = f"(*(({src_space} const uint4*)({src})))"
+    if dst_space:
+        return f"*(({dst_space} uint4*)({dst})) = {load};"
+    return f"vstore4({load}, 0, ({dst}));"
+
+
+def pack_lo(a: str, b: str) -> str:
+    """The low halves of two words as one (``a``'s in the low half)."""
+    return f"((({a}) & 0xffffu) | (({b}) << 16))"
+
+
+def pack_hi(a: str, b: str) -> str:
+    """The high halves of two words as one (``a``'s in the low half)."""
+    return f"((({a}) >> 16) | (({b}) & 0xffff0000u))"
+
+
+__all__ = ["EMULATION_SCRATCH", "EMULATION_SOURCE", "MMA_PTX", "MODES", "REQUIREMENT",
+           "SCRATCH_NAME", "load_b128", "mma_asm", "mma_emulated", "pack_hi", "pack_lo"]
