@@ -55,7 +55,9 @@ from tilecraft.tensorir.expr import (BufferLoad, Cast, Select, Var, call, const,
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRMutator, post_order_visit
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
-from tilecraft.tensorir.stmt import Allocate, Buffer, BufferStore, Evaluate, For, IfThenElse, seq
+from tilecraft.tensorir.structural import structural_equal
+from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer, BufferStore,
+                                     Evaluate, For, IfThenElse, seq)
 
 from .schedule_utils import is_reduction, is_spatial, node_of
 
@@ -185,6 +187,11 @@ def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
     if K % 16 or N % 8:
         raise ValueError(f"K = {K} is not a multiple of 16 or N = {N} of 8")
     batch = tuple(dom[x] for x in idx[:nb])
+    for d, ext in enumerate(batch):
+        if not structural_equal(b.buffer.shape[d], ext):
+            # (another symbolic dim, equal by a run-time check only: the bounds of B's reads
+            # cannot be proven from the grid)
+            raise ValueError(f"B's batch dim {d} is {b.buffer.shape[d]}, not the output's {ext}")
     rows = tuple(dom[x] for x in idx[nb:-1])
 
     if len(blocks) == 1:
@@ -232,6 +239,19 @@ class _Epilogue(IRMutator):
         if e.buffer is self.C:
             return self.acc
         return BufferLoad(e.buffer, [self.visit(i) for i in e.indices])
+
+
+def _host_asserts(func: PrimFunc) -> list:
+    """(condition, message) of the checks at the top of ``func``'s root block (a legalized
+    matmul's ``assert b == b_1``)."""
+    body = func.body
+    if isinstance(body, BlockRealize):
+        body = body.block.body
+    out = []
+    while isinstance(body, AssertStmt):
+        out.append((body.condition, body.message))
+        body = body.body
+    return out
 
 
 def choose_tile(m, N: int) -> TensorCoreTile:
@@ -386,6 +406,8 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
                thread_tag="blockIdx.y")
     if gm.batch:
         body = For(bz, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.z")
+    for cond, message in reversed(_host_asserts(func)):
+        body = AssertStmt(cond, message, body)     # the function's own checks (equal dims)
     attrs = dict(func.attr_dict)
     attrs.update({"tir.is_scheduled": True, "tensor_core_tile": f"{BM}x{BN}x{WM}x{WN}"})
     return func.replace(body=body, attrs=attrs)

@@ -1,0 +1,231 @@
+"""The tensor-core fp16 GEMM of NVIDIA OpenCL (``relax.backend.gpu.tensor_core``): whole
+kernels — indexing, fragment layouts, epilogues, symbolic rows, edges — against numpy on random
+data.
+
+Without an NVIDIA GPU (PoCL in CI) the kernels are built for ``Target("opencl
+-device=nvidia-emulated")``: the same kernels with the mma computed by portable OpenCL C
+(``targets.opencl_backend.tensor_core``), so only the PTX text itself is left to the GPU
+machine, where ``TILECRAFT_TC_DEVICE=nvidia`` runs this file on the real driver
+(``Target("opencl -device=nvidia")``, inline ``mma.sync``; ``benchmarks/lowp_device.sh``).
+"""
+import math
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from capabilities import opencl_device
+from tilecraft import relax, targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.op import nn
+from tilecraft.targets import Target
+from tilecraft.targets.opencl_backend import tensor_core as tc_text
+from tilecraft.tensorir import te
+from tilecraft.relax.backend.gpu import tensor_core as tc
+
+REAL = os.environ.get("TILECRAFT_TC_DEVICE", "") == "nvidia"
+TARGET = "opencl -device=nvidia" if REAL else "opencl -device=nvidia-emulated"
+_erf = np.vectorize(math.erf)
+
+
+@pytest.fixture(scope="module")
+def dev():
+    if REAL:
+        return targets.opencl("NVIDIA")
+    return opencl_device()[0]
+
+
+def _h(x):
+    """``x`` rounded to float16, as float64 (the kernel's operands)."""
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float64)
+
+
+def _build(params, body, upper):
+    bb = BlockBuilder()
+    vs = [Var(name, TensorStructInfo(shape, dtype)) for name, shape, dtype in params]
+    with bb.function("main", vs):
+        with bb.dataflow():
+            out = body(bb.emit, *vs)     # one binding per operator (as the importers make)
+            gv = bb.emit_output(relax.Tuple(list(out)) if isinstance(out, tuple) else out)
+        bb.emit_func_output(gv)
+    mod16 = relax.quantize(bb.get(), "fp16")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.environ["TILECRAFT_DEBUG_SCHEDULES"] = "1"
+        try:
+            exe = relax.build(mod16, TARGET, upper_bounds=upper)
+        finally:
+            del os.environ["TILECRAFT_DEBUG_SCHEDULES"]
+    misses = [str(w.message) for w in caught if "tensor-core GEMM" in str(w.message)]
+    return exe, misses
+
+
+def _uses_tensor_cores(exe) -> int:
+    src = exe.kernel_module.get_source()
+    return src.count(tc_text.MMA_PTX.split(" ")[0]) if REAL else src.count("tc_mma_emulated(")
+
+
+def _check(got, ref, tol):
+    err = np.abs(got.astype(np.float64) - ref).max() / (np.abs(ref).max() + 1e-30)
+    assert err < tol, f"relative error {err}"
+
+
+def test_dense_bias_gelu_cast_symbolic_rows(dev):
+    """A BERT feed-forward layer: (batch, seq, K) x (K, N) + bias, GELU, float16 out (into the
+    next dense layer), beside a second dense layer of the same input (so that the input's cast
+    to float16 is a kernel of its own, as in BERT; fused into the GEMM it is a fall-back)."""
+    K, N = 64, 128
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((K, N)).astype(np.float32) / 8
+    w2 = rng.standard_normal((N, 32)).astype(np.float32) / 8
+    w3 = rng.standard_normal((K, 64)).astype(np.float32) / 8
+    bias = rng.standard_normal(N).astype(np.float32)
+
+    def body(e, x):
+        hidden = e(nn.gelu(e(op.add(e(op.matmul(x, const(w))), const(bias)))))
+        return e(op.matmul(hidden, const(w2))), e(op.matmul(x, const(w3)))
+    exe, misses = _build([("x", ("b", "s", K), "float32")], body, {"b": 2, "s": 80})
+    assert _uses_tensor_cores(exe) >= 3, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for b, s in ((1, 5), (2, 37), (1, 80)):
+        x = rng.standard_normal((b, s, K)).astype(np.float32)
+        y = _h(x) @ _h(w) + bias
+        hidden = _h(0.5 * y * (1 + _erf(y / np.sqrt(2))))    # stored as float16
+        got = vm["main"](x)
+        _check(got[0].numpy(), hidden @ _h(w2), 3e-3)
+        _check(got[1].numpy(), _h(x) @ _h(w3), 3e-3)
+
+
+def test_dense_residual_and_transposed_weight(dev):
+    """``x @ Wᵀ + bias + residual`` with W a (N, K) parameter (B read as ``(j, k)``), N not a
+    multiple of the work-group tile (72), K a multiple of 16 only (48: k-step 16)."""
+    K, N = 48, 72
+    rng = np.random.default_rng(1)
+    bias = rng.standard_normal(N).astype(np.float32)
+    exe, misses = _build(
+        [("x", ("n", K), "float32"), ("w", (N, K), "float32"), ("r", ("n", N), "float32")],
+        lambda e, x, w, r: e(op.add(e(op.add(e(op.matmul(x, e(op.permute_dims(w, (1, 0))))),
+                                             const(bias))), r)),
+        {"n": 140})
+    assert _uses_tensor_cores(exe) >= 1, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 33, 140):
+        x = rng.standard_normal((n, K)).astype(np.float32)
+        w = rng.standard_normal((N, K)).astype(np.float32)
+        r = rng.standard_normal((n, N)).astype(np.float32)
+        ref = _h(x) @ _h(w).T + bias + r
+        _check(vm["main"](x, w, r).numpy(), ref, 3e-3)
+
+
+def test_batch_matmul(dev):
+    """(2, 3, s, 64) x (2, 3, 64, 32): batch dims both inputs read (blockIdx.z). (A symbolic
+    batch of two parameters is two symbolic dims checked equal at run time: a fall-back.)"""
+    rng = np.random.default_rng(2)
+    exe, misses = _build([("q", (2, 3, "s", 64), "float32"), ("k", (2, 3, 64, 32), "float32")],
+                         lambda e, q, k: e(op.matmul(q, k)), {"s": 24})
+    assert _uses_tensor_cores(exe) >= 1, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for s in (7, 24):
+        q = rng.standard_normal((2, 3, s, 64)).astype(np.float32)
+        k = rng.standard_normal((2, 3, 64, 32)).astype(np.float32)
+        _check(vm["main"](q, k).numpy(), _h(q) @ _h(k), 2e-3)
+
+
+@pytest.mark.parametrize("tile", ["128x128x64x64", "64x128x32x64", "32x64x32x32"])
+def test_tiles(dev, tile, monkeypatch):
+    """Each work-group / warp tile on one GEMM, rows 1 to past two tiles."""
+    monkeypatch.setenv("TILECRAFT_TC_TILE", tile)
+    K, N = 32, 128
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    exe, misses = _build([("x", ("n", K), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                         {"n": 300})
+    assert _uses_tensor_cores(exe) >= 1, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 129, 300):
+        x = rng.standard_normal((n, K)).astype(np.float32)
+        _check(vm["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+
+
+def test_not_a_tensor_core_gemm_falls_back(dev):
+    """K = 20 (not a multiple of 16): the default GEMM schedule, named under
+    TILECRAFT_DEBUG_SCHEDULES, and the same results."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((20, 64)).astype(np.float32)
+    exe, misses = _build([("x", ("n", 20), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                         {"n": 16})
+    assert _uses_tensor_cores(exe) == 0
+    assert any("K = 20 is not a multiple of 16" in m for m in misses), misses
+    x = rng.standard_normal((9, 20)).astype(np.float32)
+    _check(relax.VirtualMachine(exe, dev)["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+
+
+# -- without a device ----------------------------------------------------------------------------
+
+def _dense_func(K=64, N=128):
+    n = te.var("n")
+    A = te.placeholder((n, K), "float16", "A")
+    W = te.placeholder((K, N), "float16", "W")
+    k = te.reduce_axis((0, K), "k")
+    C = te.compute((n, N), lambda i, j: te.sum(A[i, k].astype("float32") *
+                                                W[k, j].astype("float32"), axis=k), "C")
+    return te.create_prim_func([A, W, C])
+
+
+def test_target_option():
+    assert Target("opencl -device=nvidia").tensor_cores == "ptx"
+    assert Target("opencl -device=nvidia-emulated").tensor_cores == "emulated"
+    assert Target("opencl").tensor_cores is None
+    assert Target("opencl -device=cpu").tensor_cores is None
+    t = Target("opencl -device=nvidia")
+    assert Target(str(t)) == t
+
+
+def test_nvidia_source_has_the_ptx():
+    t = Target("opencl -device=nvidia")
+    mod = targets.build(tc.tensor_core_kernel(_dense_func(), t), t)
+    src = mod.get_source()
+    assert 'asm volatile("' + tc_text.MMA_PTX in src
+    assert '"+f"(acc[' in src and "tc_mma_emulated" not in src
+    assert "__global const uint4*" in src        # 16-byte global loads
+    assert tc_text.REQUIREMENT in mod.extensions
+
+
+def test_plain_opencl_refuses_the_intrinsics():
+    kernel = tc.tensor_core_kernel(_dense_func(), Target("opencl -device=nvidia"))
+    with pytest.raises(Exception, match="-device=nvidia"):
+        targets.build(kernel, Target("opencl"))
+    with pytest.raises(ValueError, match="no tensor cores"):
+        tc.tensor_core_kernel(_dense_func(), Target("opencl"))
+
+
+def test_match_reasons():
+    with pytest.raises(ValueError, match="not a multiple of 16"):
+        tc.match_fp16_gemm(_dense_func(K=24))
+    n = te.var("n")
+    A = te.placeholder((n, 64), "float32", "A")
+    W = te.placeholder((64, 64), "float32", "W")
+    k = te.reduce_axis((0, 64), "k")
+    C = te.compute((n, 64), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
+    with pytest.raises(ValueError, match="float16"):
+        tc.match_fp16_gemm(te.create_prim_func([A, W, C]))
+
+
+def test_device_target_and_refusal(dev):
+    """``opencl(i).target()``: ``-device=nvidia`` on an NVIDIA GPU of compute capability >= 8.0,
+    plain ``opencl`` elsewhere; a ``-device=nvidia`` module on another device is a clear
+    error, before the driver sees the PTX."""
+    from tilecraft.targets.opencl_backend.runtime import OpenCLError, context
+    ctx = context(dev.index)
+    target = dev.target()
+    assert target.tensor_cores == ("ptx" if ctx.has_tensor_cores else None)
+    if ctx.has_tensor_cores:
+        pytest.skip(f"{ctx.name} runs the PTX: no device here to refuse it")
+    t = Target("opencl -device=nvidia")
+    mod = targets.build(tc.tensor_core_kernel(_dense_func(), t), t)
+    a = targets.array(np.zeros((16, 64), np.float16), dev)
+    w = targets.array(np.zeros((64, 128), np.float16), dev)
+    c = targets.empty((16, 128), "float32", dev)
+    with pytest.raises(OpenCLError, match="compute capability 8.0"):
+        mod["main"](a, w, c)
