@@ -5,8 +5,13 @@
 #
 # On the device (run tool, carry [".device"]):
 #   bash benchmarks/lowp_device.sh
-# INT4_LIMIT / FP16_LIMIT / TEST_LIMIT: seconds for each part (0 skips it);
-# FP16_MODELS: TILECRAFT_LOWP_MODELS (default resnet50,bert_layer_s128: the models).
+# INT4_LIMIT / FP16_LIMIT / TEST_LIMIT / TC_LIMIT: seconds for each part (0 skips it);
+# FP16_MODELS: TILECRAFT_LOWP_MODELS (default resnet50,bert_layer_s128: the models);
+# FP16_TARGETS: TILECRAFT_LOWP_TARGETS (default webgpu,opencl,opencl-tc,opencl-half).
+# The tensor-core part alone (tests on the real driver, the BERT dense layers beside our fp32
+# and torch fp16 addmm, the BERT layer's fp16 rows with and without tensor cores):
+#   INT4_LIMIT=0 TEST_LIMIT=0 FP16_MODELS=bert_layer_s128 FP16_TARGETS=opencl,opencl-tc \
+#     bash benchmarks/lowp_device.sh
 . .device/env.sh
 nvidia-smi -L | tee $OUT/card.txt
 latest() { ls -t "$1"/*.json | head -1; }
@@ -16,9 +21,16 @@ if [ "${INT4_LIMIT:-150}" != 0 ]; then
     > $OUT/int4.log 2>&1
   cp "$(latest benchmarks/results/lowp)" $OUT/lowp.json 2>/dev/null
 fi
+if [ "${TC_LIMIT:-240}" != 0 ]; then
+  # the tensor-core GEMM: its tests with the inline PTX on the real driver, then its timings
+  TILECRAFT_TC_DEVICE=nvidia timeout ${TC_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider \
+    tests/relax/test_tensor_core_gpu.py > $OUT/tc_tests.log 2>&1
+  timeout ${TC_LIMIT:-240} python3 -m benchmarks.gpu_tensor_core > $OUT/tc_bench.log 2>&1
+  cp "$(latest benchmarks/results/gpu_tensor_core)" $OUT/gpu_tensor_core.json 2>/dev/null
+fi
 if [ "${FP16_LIMIT:-300}" != 0 ]; then
   # written after each (model, target): a stop keeps the rows measured
-  TILECRAFT_LOWP_TARGETS=webgpu,opencl,opencl-half \
+  TILECRAFT_LOWP_TARGETS=${FP16_TARGETS:-webgpu,opencl,opencl-tc,opencl-half} \
   TILECRAFT_LOWP_MODELS=${FP16_MODELS:-resnet50,bert_layer_s128} \
     timeout ${FP16_LIMIT:-300} python3 -m benchmarks.lowp_fp16 > $OUT/fp16.log 2>&1
   cp "$(latest benchmarks/results/lowp_fp16)" $OUT/lowp_fp16.json 2>/dev/null
@@ -30,3 +42,5 @@ fi
 grep -h "int4-g128\|Error" $OUT/int4.log 2>/dev/null | tail -20
 grep -h "speedup\|Error" $OUT/fp16.log 2>/dev/null | tail -20
 tail -5 $OUT/tests.log 2>/dev/null
+tail -3 $OUT/tc_tests.log 2>/dev/null
+tail -12 $OUT/tc_bench.log 2>/dev/null

@@ -12,6 +12,9 @@ Targets (``TILECRAFT_LOWP_TARGETS``, comma-separated, default all):
   ``cl_khr_fp16``), float arithmetic;
 - ``opencl-half``: ``Target("opencl -supports-float16=1")``, half arithmetic under
   ``cl_khr_fp16`` (a device without it gives an error row saying so);
+- ``opencl-tc``: ``Target("opencl -device=nvidia")``, float16 storage and float arithmetic
+  as ``opencl``, with the fp16 GEMMs on the tensor cores (inline PTX ``mma.sync``; an NVIDIA GPU
+  of compute capability 8.0 or more, else an error row); its fp32 model is ``opencl``'s;
 - ``webgpu``: ``Target("webgpu -supports-float16=1")``, ``f16`` with ``shader-f16``;
 - ``llvm``: this CPU (x86: F16C conversions, float16 weights and activations in memory,
   float32 arithmetic; AArch64 with ``+fullfp16``: half arithmetic).
@@ -57,9 +60,11 @@ from .common import machine_name, print_table, results_path, write_results
 SMOKE = os.environ.get("TILECRAFT_LOWP_SMOKE", "") not in ("", "0")
 BATCHES = [int(b) for b in os.environ.get("TILECRAFT_LOWP_BATCHES",
                                           "1,2" if SMOKE else "1,16").split(",")]
-TARGETS = os.environ.get("TILECRAFT_LOWP_TARGETS", "opencl,opencl-half,webgpu,llvm").split(",")
+TARGETS = os.environ.get("TILECRAFT_LOWP_TARGETS",
+                         "opencl,opencl-tc,opencl-half,webgpu,llvm").split(",")
 MODELS = [m for m in os.environ.get("TILECRAFT_LOWP_MODELS", "").split(",") if m]
-TARGET_STRINGS = {"opencl": "opencl", "opencl-half": "opencl -supports-float16=1",
+TARGET_STRINGS = {"opencl": "opencl", "opencl-tc": "opencl -device=nvidia",
+                  "opencl-half": "opencl -supports-float16=1",
                   "webgpu": "webgpu -supports-float16=1", "llvm": "llvm"}
 ROUNDS = 3 if SMOKE else 5
 WRITES_RESULTS = True   # run() writes the file, named after the GPU it measured
@@ -254,7 +259,9 @@ def measure(on_rows=None) -> list[dict]:
                 if refusal is not None:   # known now: no build of a module that cannot run
                     raise RuntimeError(refusal)
                 t0 = time.perf_counter()
-                target32 = target.replace(" -supports-float16=1", "")
+                # the fp32 model of a float16 variant is the plain target's (no fp16 GEMMs)
+                target32 = target.replace(" -supports-float16=1", "").replace(
+                    " -device=nvidia", "")
                 if target32 not in fp32_builds:
                     fp32_builds[target32] = relax.build(case.mod, target32,
                                                         upper_bounds=case.bounds)

@@ -259,6 +259,25 @@ def _gpu_dense(doc):
     return out
 
 
+def _gpu_tensor_core(doc):
+    """The tensor-core fp16 GEMM on BERT's dense layers at the largest batch measured: the
+    summed time of torch's fp16 addmm over ours, and our fp32 over ours."""
+    rows = [r for r in doc["rows"] if "fp16_tc_ms" in r]
+    if not rows:
+        return [Headline("tensor-core fp16 GEMM: no row measured (see the file's errors)")]
+    top = max(r["batch"] for r in rows)
+    sel = [r for r in rows if r["batch"] == top]
+    ours = sum(r["fp16_tc_ms"] for r in sel)
+    out = [Headline(f"{len(sel)} BERT dense layers at batch {top}, fp16 tensor cores (OpenCL "
+                    f"inline PTX) vs our fp32", sum(r["fp32_ms"] for r in sel) / ours,
+                    "our fp32 GEMM")]
+    if all("torch_fp16_ms" in r for r in sel):
+        out.append(Headline(f"{len(sel)} BERT dense layers at batch {top}, fp16 tensor cores",
+                            sum(r["torch_fp16_ms"] for r in sel) / ours,
+                            "torch fp16 addmm (cuBLAS)"))
+    return out
+
+
 def _gpu_launch_overhead(doc):
     def us(backend, case):
         r = _row(doc, backend=backend, case=case)
@@ -537,6 +556,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gpu_attention": _gpu_attention,
     "gpu_convs": _gpu_convs,
     "gpu_dense": _gpu_dense,
+    "gpu_tensor_core": _gpu_tensor_core,
     "gpu_webgpu": _gpu_webgpu,
     "gpu_webgpu_limits": _gpu_webgpu_limits,
     "layer_profile": _layer_profile,

@@ -32,6 +32,7 @@ REGISTRY = {
     "gpu_attention": "benchmarks.gpu_attention",
     "gpu_convs": "benchmarks.gpu_convs",
     "gpu_dense": "benchmarks.gpu_dense",
+    "gpu_tensor_core": "benchmarks.gpu_tensor_core",
     "tune_cpu": "benchmarks.tune_cpu",
     "tune_gpu": "benchmarks.tune_gpu",
     "space_gemm": "benchmarks.space_gemm",

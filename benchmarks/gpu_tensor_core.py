@@ -1,0 +1,135 @@
+"""The tensor-core fp16 GEMM of NVIDIA OpenCL (``relax.backend.gpu.tensor_core``, inline PTX
+``mma.sync``) on BERT-base's dense layers, beside our float32 GEMM and PyTorch's float16
+``addmm`` on CUDA, in one process.
+
+Each layer is one kernel ``x @ W + bias`` with ``x`` of shape ``(n, 128, K)`` (a symbolic batch
+``n``, as the imported model has), at batch 1 and 16 (M = 128 and 2048), for (K, N) in BERT's
+768 x 768 (query / key / value / attention output), 768 x 3072 and 3072 x 768 (the FFN):
+
+- ``fp32``: the float32 kernel under the default GPU schedule for ``Target("opencl")``;
+- ``fp16_simt``: the float16 kernel (float16 x, W; float32 bias and output) for
+  ``Target("opencl")``: float16 as a storage format, float arithmetic (what the fp16 mode ran on
+  NVIDIA before);
+- ``fp16_tc``: the same kernel for ``Target("opencl -device=nvidia")``: the tensor cores;
+- ``torch_fp16``: ``torch.addmm(bias, x, W)`` in float16 on CUDA (PyTorch's default
+  ``allow_fp16_reduced_precision_reduction``), CUDA events.
+
+Every result is checked against float64 numpy of the float16-rounded operands before it is
+timed (``time_evaluator``: best of 3 repeats of 20 calls). ``tc_vs_fp32`` = fp32 time / fp16_tc
+time; ``tc_vs_torch`` = PyTorch's time / ours (above 1: we are faster); ``tflops`` of fp16_tc.
+``TILECRAFT_TC_TILE=BMxBNxWMxWN`` forces a tile (``tensor_core.choose_tile``).
+
+Run on the GPU machine: ``python -m benchmarks.gpu_tensor_core``; here (PoCL) a check of the
+script: ``TILECRAFT_TC_SMOKE=1 python -m benchmarks.gpu_tensor_core`` (``benchmarks/lowp_device.sh``
+runs it); results ``benchmarks/results/gpu_tensor_core/<gpu>.json``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from .common import print_table, write_results
+from .gpu_common import gpu_device, torch_cuda_seconds
+
+# TILECRAFT_TC_SMOKE=1: small shapes, the emulated tensor cores, no timing worth reading (a
+# check of the script on PoCL)
+SMOKE = os.environ.get("TILECRAFT_TC_SMOKE", "") not in ("", "0")
+SEQ = 16 if SMOKE else 128
+SHAPES = ((64, 128),) if SMOKE else ((768, 768), (768, 3072), (3072, 768))
+BATCHES = (1, 2) if SMOKE else (1, 16)
+TC_TARGET = "opencl -device=nvidia-emulated" if SMOKE else "opencl -device=nvidia"
+
+
+def dense_func(K: int, N: int, dtype: str):
+    """``(x[n, 128, K] @ W[K, N]).astype(float32) + bias`` (float32 bias and output)."""
+    from tilecraft.tensorir import te
+    n = te.var("n")
+    x = te.placeholder((n, SEQ, K), dtype, "x")
+    w = te.placeholder((K, N), dtype, "w")
+    b = te.placeholder((N,), "float32", "bias")
+    k = te.reduce_axis((0, K), "k")
+    mm = te.compute((n, SEQ, N), lambda i, s, j: te.sum(
+        x[i, s, k].astype("float32") * w[k, j].astype("float32"), axis=k), "matmul")
+    out = te.compute((n, SEQ, N), lambda i, s, j: mm[i, s, j] + b[j], "out")
+    return te.create_prim_func([x, w, b, out])
+
+
+def _kernel(K, N, dtype, target):
+    from tilecraft import targets
+    from tilecraft.relax import gpu_schedules
+    from tilecraft.targets import Target
+    t = Target(target)
+    return targets.build(gpu_schedules.apply(dense_func(K, N, dtype), t), t)
+
+
+def run() -> list[dict]:
+    from tilecraft import targets
+    dev = gpu_device("opencl")
+    rng = np.random.default_rng(0)
+    try:
+        import torch
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        torch, cuda = None, False
+    rows = []
+    for K, N in SHAPES:
+        mods = {"fp32": _kernel(K, N, "float32", "opencl"),
+                "fp16_simt": _kernel(K, N, "float16", "opencl"),
+                "fp16_tc": _kernel(K, N, "float16", TC_TARGET)}
+        src = mods["fp16_tc"].get_source()
+        assert "mma.sync" in src or "tc_mma_emulated(" in src, "no tensor-core kernel"
+        for batch in BATCHES:
+            x = rng.standard_normal((batch, SEQ, K)).astype(np.float32)
+            w = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+            b = rng.standard_normal(N).astype(np.float32)
+            ref = x.astype(np.float16).astype(np.float64) @ \
+                w.astype(np.float16).astype(np.float64) + b
+            row = {"K": K, "N": N, "batch": batch, "M": batch * SEQ}
+            for name, mod in mods.items():
+                dt = "float32" if name == "fp32" else "float16"
+                args = [targets.array(x.astype(dt), dev), targets.array(w.astype(dt), dev),
+                        targets.array(b, dev), targets.empty((batch, SEQ, N), "float32", dev)]
+                mod["main"](*args)
+                got = args[-1].numpy()
+                err = float(np.abs(got - ref).max() / np.abs(ref).max())
+                row[f"{name}_err"] = err
+                if err > (1e-2 if name == "fp32" else 3e-3):
+                    row[f"{name}_error"] = f"relative error {err:.2e}"
+                    continue
+                t = min(mod.time_evaluator("main", dev, number=20, repeat=3)(*args).results)
+                row[f"{name}_ms"] = t * 1e3
+            if cuda:
+                xt = torch.from_numpy(x.reshape(-1, K)).cuda().half()
+                wt = torch.from_numpy(w).cuda().half()
+                bt = torch.from_numpy(b).cuda().half()
+                row["torch_fp16_ms"] = torch_cuda_seconds(
+                    torch, lambda: torch.addmm(bt, xt, wt), 20, 3, best=True) * 1e3
+            tc = row.get("fp16_tc_ms")
+            if tc:
+                row["tflops"] = 2 * batch * SEQ * K * N / (tc * 1e-3) / 1e12
+                if row.get("fp32_ms"):
+                    row["tc_vs_fp32"] = row["fp32_ms"] / tc
+                if row.get("torch_fp16_ms"):
+                    row["tc_vs_torch"] = row["torch_fp16_ms"] / tc
+            rows.append(row)
+            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()},
+                  flush=True)
+    if SMOKE:
+        print("(smoke run: no results written)")
+        return rows
+    gpu = torch.cuda.get_device_name(0) if cuda else None
+    write_results("gpu_tensor_core", rows, gpu=gpu)
+    return rows
+
+
+def main(argv=None) -> int:
+    rows = run()
+    print_table(rows, ["K", "N", "batch", "fp32_ms", "fp16_simt_ms", "fp16_tc_ms",
+                       "torch_fp16_ms", "tc_vs_fp32", "tc_vs_torch", "tflops", "fp16_tc_err"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
