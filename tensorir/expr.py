@@ -435,8 +435,9 @@ DOT4_U8I8 = "dot4_u8i8"
 # * ``TC_MMA``: ``[acc[i], a[j], b[k]]``, a warp's ``mma.sync.aligned.m16n8k16.row.col.f32.
 #   f16.f16.f32``: ``acc[i..i+3]`` (float32, local) += A (16 x 16, ``a[j..j+3]``: uint32, two
 #   halves each) x B (16 x 8, ``b[k..k+1]``), in the PTX ISA's fragment layout;
-# * ``TC_LOAD_B128``: ``[dst[i], src[j]]``, the 16 bytes at ``src[j]`` (a global buffer, the
-#   address a multiple of 16 bytes) into ``dst[i..i+3]`` (uint32, local).
+# * ``TC_LOAD_B128``: ``[dst[i], src[j]]``, the 16 bytes at ``src[j]`` into ``dst[i..i+3]``
+#   (uint32): from a global buffer into registers (local), from registers into a shared tile
+#   (global and shared addresses multiples of 16 bytes).
 # ``TC_PACK_LO`` / ``TC_PACK_HI`` (uint32 expressions of two uint32 ``a``, ``b``): the low
 # halves of both as one word (``a & 0xffff | b << 16``), the high halves (``a >> 16 | b &
 # 0xffff0000``).
@@ -447,6 +448,9 @@ TC_PACK_HI = "tc_pack_hi"
 # the intrinsics that write the elements their first argument names (the device lowering's
 # barrier placement counts them as writes of that buffer)
 WRITES_FIRST_ARG = (TC_MMA, TC_LOAD_B128)
+# how many consecutive elements (along the last dim) each buffer-element argument of an
+# intrinsic names (the allocation compaction keeps them all)
+INTRINSIC_ELEMENTS = {TC_MMA: (4, 4, 2), TC_LOAD_B128: (4, 4)}
 
 # A software prefetch, ``Evaluate(Call("int32", PREFETCH, [buffer[indices]]))``: a hint that the
 # cache line holding ``buffer[indices]`` is read soon (read, high locality, data cache). Its

@@ -96,9 +96,11 @@ def mma_emulated(c: str, a: str, b: str) -> str:
 
 
 def load_b128(dst: str, dst_space: str, src: str, src_space: str) -> str:
-    """16 bytes from address ``src`` into the four uint words from address ``dst`` (both
-    16-byte aligned; spaces ``__global`` / ``__local`` / ``""`` for private)."""
-    load = f"(*(({src_space} const uint4*)({src})))"
+    """16 bytes from address ``src`` into the four uint words from address ``dst`` (global
+    and shared addresses 16-byte aligned; spaces ``__global`` / ``__local`` / ``""`` for
+    private)."""
+    # (a private array is not known to be 16-byte aligned: vload4 needs the element's only)
+    load = f"vload4(0, ({src}))" if not src_space else f"(*(({src_space} const uint4*)({src})))"
     if dst_space:
         return f"*(({dst_space} uint4*)({dst})) = {load};"
     return f"vstore4({load}, 0, ({dst}));"

@@ -26,7 +26,8 @@ It runs on multi-dimensional loop form: after ``ConvertBlocksToLoops`` and befor
 from __future__ import annotations
 
 from .. import arith
-from ..expr import Add, BufferLoad, FloorDiv, IntImm, Max, Min, Mul, PrimExpr, Sub, Var
+from ..expr import (INTRINSIC_ELEMENTS, Add, BufferLoad, Call, FloorDiv, IntImm, Max, Min, Mul,
+                    PrimExpr, Sub, Var)
 from ..function import PrimFunc
 from ..functor import IRMutator, IRVisitor, children
 from ..stmt import Allocate, Buffer, BufferStore, For, Range, Stmt
@@ -65,6 +66,17 @@ class _Accesses(IRVisitor):
         self.visit(s.value)
         for i in s.indices:
             self.visit(i)
+
+    def visit_Call(self, e: Call):
+        # an intrinsic naming the first of ``n`` consecutive elements (INTRINSIC_ELEMENTS)
+        # touches the last of them too
+        counts = INTRINSIC_ELEMENTS.get(e.op, ())
+        for a, n in zip(e.args, counts):
+            if isinstance(a, BufferLoad) and a.buffer is self.buf and n > 1 and a.indices:
+                last = a.indices[:-1] + (Add(a.indices[-1], IntImm(n - 1, a.indices[-1].dtype)),)
+                self.found.append((last, tuple(self.chain)))
+        for a in e.args:
+            self.visit(a)
 
 
 def _common_prefix(chains) -> list[For]:

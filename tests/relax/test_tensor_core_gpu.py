@@ -148,6 +148,21 @@ def test_tiles(dev, tile, monkeypatch):
         _check(vm["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
 
 
+def test_small_and_large_row_kernels(dev):
+    """A symbolic row count gets two kernels chosen per call where their tiles differ (768
+    columns: 32 x 64 below TC_SMALL_ROWS rows, 64 x 128 from there on)."""
+    K, N = 32, 768
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    exe, misses = _build([("x", ("n", K), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                         {"n": 600})
+    assert _uses_tensor_cores(exe) >= 2, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (3, tc.TC_SMALL_ROWS - 1, tc.TC_SMALL_ROWS, 600):
+        x = rng.standard_normal((n, K)).astype(np.float32)
+        _check(vm["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+
+
 def test_not_a_tensor_core_gemm_falls_back(dev):
     """K = 20 (not a multiple of 16): the default GEMM schedule, named under
     TILECRAFT_DEBUG_SCHEDULES, and the same results."""

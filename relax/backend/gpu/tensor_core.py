@@ -15,7 +15,9 @@ schedule runs instead (``TILECRAFT_DEBUG_SCHEDULES=1`` names it).
 The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` per warp):
 
 * per step of ``BK`` (32, else 16) along k, the work-group copies A's ``BM x BK`` tile and B's
-  ``BK x BN`` tile into shared memory as pairs of halves (uint32 words): A row-major, its rows
+  ``BK x BN`` tile into shared memory as pairs of halves (uint32 words), staged in registers: the
+  next step's tiles are read from global memory before this step's mma and written to shared
+  memory after them, so the loads' latency hides behind the mma; A row-major, its rows
   ``BK / 2 + 4`` words long (the 4 words of padding put the 8 rows a fragment load touches into
   different banks and keep rows 16-byte aligned); B column-major the same way (a ``(N, K)``
   weight is copied as it is; a ``(K, N)`` one is transposed in registers: rows ``k`` and ``k +
@@ -26,6 +28,9 @@ The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` 
   layout, ``targets.opencl_backend.tensor_core``) and issues ``WM / 16 x WN / 8`` mma;
 * the accumulators (``WM x WN / 32`` floats a thread) go through the epilogue into the output,
   rows past M and columns past N not stored.
+
+A symbolic M gets two kernels where their tiles differ, the host choosing per call: one sized
+for few rows (BERT at batch 1) and one for many (``TC_SMALL_ROWS``).
 
 M (the product of the row dims, e.g. ``batch x seq_len``) and the batch dims (read by both
 inputs: a batch matmul) may be symbolic; K and N are constants.
@@ -61,8 +66,9 @@ from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer,
 
 from .schedule_utils import is_reduction, is_spatial, node_of
 
-__all__ = ["TensorCoreGemm", "TensorCoreTile", "TC_TILES", "match_fp16_gemm",
-           "tensor_core_kernel", "choose_tile"]
+__all__ = ["TensorCoreGemm", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS", "TC_NOMINAL_ROWS",
+           "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "match_fp16_gemm", "tensor_core_kernel",
+           "choose_tile"]
 
 _PAD = 4             # words added to the shared tiles' rows (banks; 16-byte alignment kept)
 _OPAQUE = 8          # relax OpPattern.OPAQUE
@@ -80,6 +86,9 @@ class TensorCoreTile:
     def warps(self) -> int:
         return (self.BM // self.WM) * (self.BN // self.WN)
 
+    def __str__(self):
+        return f"{self.BM}x{self.BN}x{self.WM}x{self.WN}"
+
 
 # From the largest: the first whose work-groups fill the GPU (``TC_MIN_GROUPS``) at the
 # kernel's row count (a symbolic one counted as ``TC_NOMINAL_ROWS``) is taken.
@@ -87,6 +96,11 @@ TC_TILES = (TensorCoreTile(128, 128, 64, 64), TensorCoreTile(64, 128, 32, 64),
             TensorCoreTile(64, 64, 32, 32), TensorCoreTile(32, 64, 32, 32))
 TC_MIN_GROUPS = 132       # the H100's multiprocessors
 TC_NOMINAL_ROWS = 2048    # BERT at batch 16, sequence 128
+# A symbolic row count below TC_SMALL_ROWS runs a second kernel, its tile chosen for
+# TC_SMALL_NOMINAL_ROWS rows (BERT at batch 1: 128 rows; a 64 x 128 tile gave 768-wide layers
+# 12 work-groups)
+TC_SMALL_ROWS = 512
+TC_SMALL_NOMINAL_ROWS = 128
 
 
 @dataclass(frozen=True)
@@ -280,7 +294,10 @@ def _unflatten(flat, extents) -> list:
 def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = None
                        ) -> PrimFunc:
     """``func`` (an fp16 GEMM with its epilogue, ``match_fp16_gemm``) as the tensor-core kernel
-    for ``target`` (whose ``tensor_cores`` is set), with the parameters of ``func``.
+    for ``target`` (whose ``tensor_cores`` is set), with the parameters of ``func``. With a
+    symbolic row count and no ``tile`` given, two kernels where their tiles differ: the tile
+    for ``TC_SMALL_NOMINAL_ROWS`` rows while M is below ``TC_SMALL_ROWS``, the tile for
+    ``TC_NOMINAL_ROWS`` from there on (chosen per call on the host).
 
     Raises
     ------
@@ -290,18 +307,39 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     if target.tensor_cores is None:
         raise ValueError(f"{target} has no tensor cores (Target('opencl -device=nvidia'))")
     gm = match_fp16_gemm(func)
-    m = 1
+    M = 1
     for r in gm.rows:
-        m = m * r
-    M = m
-    m_const = E.as_int(M) if isinstance(M, E.PrimExpr) else M
-    tile = tile or choose_tile(m_const, gm.N)
+        M = M * r
+    m_const = E.as_int(M)
+    if tile is not None or m_const is not None:
+        tile = tile or choose_tile(m_const, gm.N)
+        body = _kernel(gm, M, tile)
+        tiles = str(tile)
+    else:
+        large, small = choose_tile(None, gm.N), choose_tile(TC_SMALL_NOMINAL_ROWS, gm.N)
+        body = _kernel(gm, M, large)
+        tiles = str(large)
+        if small != large:
+            # the condition is over symbolic dims only: the host picks one of the two kernels
+            body = IfThenElse(M < TC_SMALL_ROWS, _kernel(gm, M, small), body)
+            tiles = f"{small} below {TC_SMALL_ROWS} rows, else {large}"
+    for cond, message in reversed(_host_asserts(func)):
+        body = AssertStmt(cond, message, body)     # the function's own checks (equal dims)
+    attrs = dict(func.attr_dict)
+    attrs.update({"tir.is_scheduled": True, "tensor_core_tiles": tiles})
+    return func.replace(body=body, attrs=attrs)
+
+
+def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
+    """The thread-bound loop nest of the kernel of ``gm`` with ``tile`` (fresh variables and
+    buffers of its own)."""
     BM, BN, WM, WN = tile.BM, tile.BN, tile.WM, tile.WN
     if BM % WM or BN % WN or WM % 16 or WN % 8:
         raise ValueError(f"tensor-core tile {tile}: warps of WM x WN (multiples of 16 x 8) "
                          f"must divide BM x BN")
     K, N = gm.K, gm.N
     BK = 32 if K % 32 == 0 else 16
+    KT = K // BK
     MT, NT = WM // 16, WN // 8
     warps_n = BN // WN
     threads = 32 * tile.warps
@@ -313,10 +351,9 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     acc = Buffer("acc", (MT * NT * 4,), f32, scope="local")
     af = Buffer("a_frag", (MT * 4,), u32, scope="local")
     bf = Buffer("b_frag", (NT * 2,), u32, scope="local")
-    r0 = Buffer("b_rows", (8,), u32, scope="local")
 
     tx, bx, by, bz = Var("tx"), Var("bx"), Var("by"), Var("bz")
-    kt, e, x, y, i = Var("kt"), Var("e"), Var("x"), Var("y"), Var("i")
+    kt, e, x, y, i, ks = Var("kt"), Var("e"), Var("x"), Var("y"), Var("i"), Var("ks")
     nbatch = 1
     for d in gm.batch:
         nbatch = nbatch * d
@@ -334,43 +371,65 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     def clamp(v, n):
         return Select(v < n, v, n - 1)
 
-    def load(dst, src):
+    def copy(dst, src):
         return Evaluate(call(E.TC_LOAD_B128, dst, src, dtype="int32"))
 
-    def units(total, body_of):
-        """``total`` copy units spread over the threads: ``body_of(unit)``."""
+    # The tiles of step kt + 1 are read from global memory into registers (``fetch``) before
+    # the mma of step kt, and written into shared memory after them (``stash``): the loads'
+    # latency hides behind the mma. A copy unit ``u`` of a thread is ``e * threads + tx``.
+    chunks = BK // 8                     # 16-byte chunks along k a row
+    na = -(-BM * chunks // threads)
+    ra = Buffer("a_stage", (na * 4,), u32, scope="local")
+
+    def each(total, n, body_of):
         flat = e * threads + tx
         body = body_of(flat)
         if total % threads:
             body = IfThenElse(flat < total, body)
-        return For(e, 0, -(-total // threads), "unrolled", body)
+        return For(e, 0, n, "unrolled", body)
 
-    chunks = BK // 8                     # 16-byte chunks along k a row
-    copy_a = units(BM * chunks, lambda u: load(
-        As[floordiv(u, chunks), floormod(u, chunks) * 4],
-        a_at(clamp(by * BM + floordiv(u, chunks), M), kt * BK + floormod(u, chunks) * 8)))
+    def fetch_a(k0):
+        return each(BM * chunks, na, lambda u: copy(ra[e * 4], a_at(
+            clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 8)))
+
+    def stash_a():
+        return each(BM * chunks, na, lambda u: copy(
+            As[floordiv(u, chunks), floormod(u, chunks) * 4], ra[e * 4]))
+
     if gm.b_kn:
-        # rows k and k + 1 of 8 columns: their halves paired into the 8 columns' words
+        # rows k and k + 1 of 8 columns (two 16-byte loads), their halves paired into the 8
+        # columns' words of the column-major tile
         cols8 = BN // 8
+        nb = -(-(BK // 2) * cols8 // threads)
+        rb = Buffer("b_stage", (nb * 8,), u32, scope="local")
 
-        def pair(u):
-            kp, c = floordiv(u, cols8), floormod(u, cols8)
-            n0 = bx * BN + c * 8
-            n0 = Select(n0 < N, n0, N - 8)
-            k = kt * BK + kp * 2
-            stores = []
-            for jj in range(8):
-                op = E.TC_PACK_LO if jj % 2 == 0 else E.TC_PACK_HI
-                stores.append(BufferStore(Bs, call(op, r0[jj // 2], r0[4 + jj // 2],
-                                                   dtype=u32), [c * 8 + jj, kp]))
-            return seq(load(r0[0], b_at(n0, k)), load(r0[4], b_at(n0, k + 1)), *stores)
-        copy_b = units((BK // 2) * cols8, pair)
+        def fetch_b(k0):
+            def unit(u):
+                n0 = bx * BN + floormod(u, cols8) * 8
+                n0 = Select(n0 < N, n0, N - 8)
+                k = k0 + floordiv(u, cols8) * 2
+                return seq(copy(rb[e * 8], b_at(n0, k)), copy(rb[e * 8 + 4], b_at(n0, k + 1)))
+            return each((BK // 2) * cols8, nb, unit)
+
+        def stash_b():
+            def unit(u):
+                kp, c = floordiv(u, cols8), floormod(u, cols8)
+                return seq(*[BufferStore(Bs, call(
+                    E.TC_PACK_LO if jj % 2 == 0 else E.TC_PACK_HI, rb[e * 8 + jj // 2],
+                    rb[e * 8 + 4 + jj // 2], dtype=u32), [c * 8 + jj, kp]) for jj in range(8)])
+            return each((BK // 2) * cols8, nb, unit)
     else:
-        copy_b = units(BN * chunks, lambda u: load(
-            Bs[floordiv(u, chunks), floormod(u, chunks) * 4],
-            b_at(clamp(bx * BN + floordiv(u, chunks), N), kt * BK + floormod(u, chunks) * 8)))
+        nb = -(-BN * chunks // threads)
+        rb = Buffer("b_stage", (nb * 4,), u32, scope="local")
 
-    ks = Var("ks")
+        def fetch_b(k0):
+            return each(BN * chunks, nb, lambda u: copy(rb[e * 4], b_at(
+                clamp(bx * BN + floordiv(u, chunks), N), k0 + floormod(u, chunks) * 8)))
+
+        def stash_b():
+            return each(BN * chunks, nb, lambda u: copy(
+                Bs[floordiv(u, chunks), floormod(u, chunks) * 4], rb[e * 4]))
+
     frag_a = For(x, 0, MT, "unrolled", seq(*[
         BufferStore(af, As[wm * WM + x * 16 + g + 8 * (r % 2), ks * 8 + t + 4 * (r // 2)],
                     [x * 4 + r]) for r in range(4)]))
@@ -379,7 +438,11 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
         for r in range(2)]))
     mma = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", Evaluate(call(
         E.TC_MMA, acc[(x * NT + y) * 4], af[x * 4], bf[y * 2], dtype="int32"))))
-    step = seq(copy_a, copy_b, For(ks, 0, BK // 16, "unrolled", seq(frag_a, frag_b, mma)))
+    compute = For(ks, 0, BK // 16, "unrolled", seq(frag_a, frag_b, mma))
+    more = kt + 1 < KT
+    step = seq(IfThenElse(more, seq(fetch_a((kt + 1) * BK), fetch_b((kt + 1) * BK))),
+               compute,
+               IfThenElse(more, seq(stash_a(), stash_b())))
 
     # the epilogue, accumulator (x, y, i): row g (+ 8 for i >= 2), column 2t (+ 1 for odd i)
     row = by * BM + wm * WM + x * 16 + g + 8 * floordiv(i, 2)
@@ -395,9 +458,10 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
         i, 0, 4, "unrolled", IfThenElse(ok, BufferStore(gm.out, value, out_idx)))))
     thread = seq(
         For(i, 0, MT * NT * 4, "unrolled", BufferStore(acc, const(0.0, f32), [i])),
-        For(kt, 0, K // BK, "serial", step),
+        fetch_a(0), fetch_b(0), stash_a(), stash_b(),
+        For(kt, 0, KT, "serial", step),
         store)
-    for buf in (r0, bf, af, acc):
+    for buf in (rb, ra, bf, af, acc):
         thread = Allocate(buf, thread)
     body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
     body = Allocate(Bs, Allocate(As, body))
@@ -406,8 +470,4 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
                thread_tag="blockIdx.y")
     if gm.batch:
         body = For(bz, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.z")
-    for cond, message in reversed(_host_asserts(func)):
-        body = AssertStmt(cond, message, body)     # the function's own checks (equal dims)
-    attrs = dict(func.attr_dict)
-    attrs.update({"tir.is_scheduled": True, "tensor_core_tile": f"{BM}x{BN}x{WM}x{WN}"})
-    return func.replace(body=body, attrs=attrs)
+    return body
