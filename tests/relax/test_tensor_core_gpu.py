@@ -132,7 +132,8 @@ def test_batch_matmul(dev):
         _check(vm["main"](q, k).numpy(), _h(q) @ _h(k), 2e-3)
 
 
-@pytest.mark.parametrize("tile", ["128x128x64x64", "64x128x32x64", "32x64x32x32"])
+@pytest.mark.parametrize("tile", ["128x128x64x32", "128x128x64x64", "64x128x32x64",
+                                  "32x64x32x32"])
 def test_tiles(dev, tile, monkeypatch):
     """Each work-group / warp tile on one GEMM, rows 1 to past two tiles."""
     monkeypatch.setenv("TILECRAFT_TC_TILE", tile)
@@ -161,6 +162,21 @@ def test_small_and_large_row_kernels(dev):
     for n in (3, tc.TC_SMALL_ROWS - 1, tc.TC_SMALL_ROWS, 600):
         x = rng.standard_normal((n, K)).astype(np.float32)
         _check(vm["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+
+
+def test_bert_layer_end_to_end(dev):
+    """A (narrow) BERT encoder layer through relax.quantize(mod, "fp16"): its dense layers and
+    its attention's batch matmuls on the tensor cores, against the model's float64 reference."""
+    from tilecraft.models import bert_encoder_layer
+    model = bert_encoder_layer(hidden=64, heads=2, ffn=128, seed=6)
+    exe = relax.build(relax.quantize(model.mod, "fp16"), TARGET,
+                      upper_bounds={"batch": 2, "seq_len": 40})
+    assert _uses_tensor_cores(exe) >= 4
+    vm = relax.VirtualMachine(exe, dev)
+    rng = np.random.default_rng(7)
+    for batch, seq in ((1, 16), (2, 37)):
+        x, = model.make_inputs(rng, batch=batch, seq_len=seq)
+        _check(vm["main"](x).numpy(), model.reference(x), 2e-3)
 
 
 def test_not_a_tensor_core_gemm_falls_back(dev):

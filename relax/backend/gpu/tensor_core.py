@@ -92,7 +92,9 @@ class TensorCoreTile:
 
 # From the largest: the first whose work-groups fill the GPU (``TC_MIN_GROUPS``) at the
 # kernel's row count (a symbolic one counted as ``TC_NOMINAL_ROWS``) is taken.
-TC_TILES = (TensorCoreTile(128, 128, 64, 64), TensorCoreTile(64, 128, 32, 64),
+# (128 x 128 of 8 warps of 64 x 32: 64 accumulators a thread; 4 warps of 64 x 64 would take
+# 128, and with the fragments and staging registers NVIDIA's 255 a thread are close)
+TC_TILES = (TensorCoreTile(128, 128, 64, 32), TensorCoreTile(64, 128, 32, 64),
             TensorCoreTile(64, 64, 32, 32), TensorCoreTile(32, 64, 32, 32))
 TC_MIN_GROUPS = 132       # the H100's multiprocessors
 TC_NOMINAL_ROWS = 2048    # BERT at batch 16, sequence 128
