@@ -440,11 +440,13 @@ DOT4_U8I8 = "dot4_u8i8"
 #   (global and shared addresses multiples of 16 bytes).
 # ``TC_PACK_LO`` / ``TC_PACK_HI`` (uint32 expressions of two uint32 ``a``, ``b``): the low
 # halves of both as one word (``a & 0xffff | b << 16``), the high halves (``a >> 16 | b &
-# 0xffff0000``).
+# 0xffff0000``). ``TC_PACK_HALF2`` (uint32 of two float32 ``lo``, ``hi``): both rounded to
+# float16 (to nearest even), ``lo`` in the low half.
 TC_MMA = "tc_mma_m16n8k16"
 TC_LOAD_B128 = "tc_load_b128"
 TC_PACK_LO = "tc_pack_lo"
 TC_PACK_HI = "tc_pack_hi"
+TC_PACK_HALF2 = "tc_pack_half2"
 # the intrinsics that write the elements their first argument names (the device lowering's
 # barrier placement counts them as writes of that buffer)
 WRITES_FIRST_ARG = (TC_MMA, TC_LOAD_B128)

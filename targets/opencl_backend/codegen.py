@@ -202,6 +202,10 @@ class OpenCLCodegen(CodegenC):
         return super().visit_Cast(e)
 
     def visit_Call(self, e: E.Call):
+        if e.op == E.TC_PACK_HALF2:
+            self._tc_mode(e)
+            self.needs.add("tc_pack_half2")
+            return f"tc_pack_half2({self.visit(e.args[0])}, {self.visit(e.args[1])})"
         if e.op in (E.TC_PACK_LO, E.TC_PACK_HI):
             self._tc_mode(e)
             pack = tc.pack_lo if e.op == E.TC_PACK_LO else tc.pack_hi
@@ -310,6 +314,8 @@ def opencl_source(kernels: Sequence[DeviceKernel],
         extensions.add(tc.REQUIREMENT)
     if "tc_emulated" in needs:
         head.append(tc.EMULATION_SOURCE)
+    if "tc_pack_half2" in needs:
+        head.append(tc.PACK_HALF2_SOURCE)
     for n in sorted(x for x in needs if x.startswith("roundhalf_")):
         head.append(_ROUND_HALF.format(n=n.split("_", 1)[1]))
     # the floor division helpers, by C type then kind (int8 and int16 share char / short's)

@@ -106,6 +106,14 @@ def load_b128(dst: str, dst_space: str, src: str, src_space: str) -> str:
     return f"vstore4({load}, 0, ({dst}));"
 
 
+PACK_HALF2_SOURCE = """// two floats as float16 (to nearest even) in one word, the first in the low half
+inline uint tc_pack_half2(float lo, float hi) {
+  uint r;
+  vstore_half2_rte((float2)(lo, hi), 0, (half*)&r);
+  return r;
+}"""
+
+
 def pack_lo(a: str, b: str) -> str:
     """The low halves of two words as one (``a``'s in the low half)."""
     return f"((({a}) & 0xffffu) | (({b}) << 16))"
@@ -116,5 +124,6 @@ def pack_hi(a: str, b: str) -> str:
     return f"((({a}) >> 16) | (({b}) & 0xffff0000u))"
 
 
-__all__ = ["EMULATION_SCRATCH", "EMULATION_SOURCE", "MMA_PTX", "MODES", "REQUIREMENT",
+__all__ = ["EMULATION_SCRATCH", "EMULATION_SOURCE", "MMA_PTX", "MODES", "PACK_HALF2_SOURCE",
+           "REQUIREMENT",
            "SCRATCH_NAME", "load_b128", "mma_asm", "mma_emulated", "pack_hi", "pack_lo"]

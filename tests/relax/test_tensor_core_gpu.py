@@ -179,17 +179,78 @@ def test_bert_layer_end_to_end(dev):
         _check(vm["main"](x).numpy(), model.reference(x), 2e-3)
 
 
-def test_not_a_tensor_core_gemm_falls_back(dev):
-    """K = 20 (not a multiple of 16): the default GEMM schedule, named under
-    TILECRAFT_DEBUG_SCHEDULES, and the same results."""
+def test_k_not_a_multiple_of_16(dev):
+    """K = 20: both operands gathered half by half, the k tail zero-filled."""
     rng = np.random.default_rng(4)
     w = rng.standard_normal((20, 64)).astype(np.float32)
     exe, misses = _build([("x", ("n", 20), "float32")], lambda e, x: e(op.matmul(x, const(w))),
                          {"n": 16})
-    assert _uses_tensor_cores(exe) == 0
-    assert any("K = 20 is not a multiple of 16" in m for m in misses), misses
+    assert _uses_tensor_cores(exe) >= 1, misses
     x = rng.standard_normal((9, 20)).astype(np.float32)
     _check(relax.VirtualMachine(exe, dev)["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+
+
+def test_not_a_tensor_core_gemm_falls_back(dev):
+    """A matrix-vector product (a 1-D output: no outer product): the default schedule, named
+    under TILECRAFT_DEBUG_SCHEDULES, and the same results."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal(32).astype(np.float32)
+    exe, misses = _build([("x", ("n", 32), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                         {"n": 16})
+    assert _uses_tensor_cores(exe) == 0
+    assert any("does not apply" in m and "matmul" in m for m in misses), misses
+    x = rng.standard_normal((9, 32)).astype(np.float32)
+    _check(relax.VirtualMachine(exe, dev)["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+
+
+def test_dense_with_its_input_cast_fused(dev):
+    """The input's float32 -> float16 cast fused into the GEMM (its only consumer): A gathered
+    (converted half by half), B as a (K, N) weight."""
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((64, 96)).astype(np.float32)
+    exe, misses = _build([("x", ("n", 64), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                         {"n": 70})
+    assert _uses_tensor_cores(exe) >= 1, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (5, 70):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        _check(vm["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+
+
+def _conv_ref(x, w, stride, pad):
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for r in range(kh):
+        for q in range(kw):
+            win = xp[:, :, r:r + stride * oh:stride, q:q + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, r, q])
+    return out
+
+
+@pytest.mark.parametrize("kernel,stride,pad", [(1, 1, 0), (3, 2, 1), (3, 1, 1)])
+def test_convolution_implicit_gemm(dev, kernel, stride, pad):
+    """NCHW convolutions + bias + ReLU as implicit GEMMs (weights as A, the padded input
+    window gathered as B): 1 x 1, 3 x 3 stride 2, 3 x 3 stride 1 (which the GPU pipeline may
+    give to Winograd instead: then only the results are checked)."""
+    rng = np.random.default_rng(9)
+    C, O = 16, 32
+    w = (rng.standard_normal((O, C, kernel, kernel)) / kernel).astype(np.float32)
+    bias = rng.standard_normal((1, O, 1, 1)).astype(np.float32)
+    exe, misses = _build(
+        [("x", ("n", C, 10, 10), "float32")],
+        lambda e, x: e(nn.relu(e(op.add(e(nn.conv2d(x, const(w), strides=stride,
+                                                    padding=pad)), const(bias))))),
+        {"n": 2})
+    if (kernel, stride) != (3, 1):
+        assert _uses_tensor_cores(exe) >= 1, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 2):
+        x = rng.standard_normal((n, C, 10, 10)).astype(np.float32)
+        ref = np.maximum(_conv_ref(_h(x), _h(w), stride, pad) + bias, 0)
+        _check(vm["main"](x).numpy(), ref, 3e-3)
 
 
 # -- without a device ----------------------------------------------------------------------------
@@ -232,8 +293,9 @@ def test_plain_opencl_refuses_the_intrinsics():
 
 
 def test_match_reasons():
-    with pytest.raises(ValueError, match="not a multiple of 16"):
-        tc.match_fp16_gemm(_dense_func(K=24))
+    assert tc.match_fp16_gemm(_dense_func()).a_mode == "rows"
+    assert tc.match_fp16_gemm(_dense_func()).b_mode == "kn"
+    assert tc.match_fp16_gemm(_dense_func(K=24)).a_mode == "gather"   # k not in 16-runs
     n = te.var("n")
     A = te.placeholder((n, 64), "float32", "A")
     W = te.placeholder((64, 64), "float32", "W")

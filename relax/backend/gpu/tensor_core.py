@@ -54,11 +54,12 @@ import os
 from dataclasses import dataclass
 
 from tilecraft.targets import Target
+from tilecraft.tensorir import arith
 from tilecraft.tensorir import expr as E
 from tilecraft.tensorir.expr import (BufferLoad, Cast, Select, Var, call, const,
                                      floordiv, floormod)
 from tilecraft.tensorir.function import PrimFunc
-from tilecraft.tensorir.functor import IRMutator, post_order_visit
+from tilecraft.tensorir.functor import IRMutator, post_order_visit, substitute
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
 from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer, BufferStore,
@@ -107,17 +108,53 @@ TC_SMALL_NOMINAL_ROWS = 128
 
 @dataclass(frozen=True)
 class TensorCoreGemm:
-    """What ``match_fp16_gemm`` found in a fused function."""
+    """What ``match_fp16_gemm`` found in a fused function: the GEMM's float16 operand
+    expressions ``a`` (rows x k) and ``b`` (k x columns) over the reduction block's iteration
+    variables, grouped into batch (read by both), row (``a`` only) and column (``b`` only)
+    variables, the reduction variables (K is their product, the last fastest), how each
+    operand is copied, and the epilogue."""
     func: PrimFunc
-    A: Buffer
-    B: Buffer
+    a: object           # float16 PrimExpr
+    b: object
+    batch_vars: tuple
+    row_vars: tuple
+    col_vars: tuple
+    k_vars: tuple
+    extents: dict       # iteration variable -> extent
+    out_vars: tuple     # the output's index variables, in order
+    a_mode: str         # "rows": a read as (.., i, k), k contiguous; "gather": any expression
+    b_mode: str         # "kn", "nk" (plain reads of a (.., k, j) / (.., j, k) tensor), "gather"
     out: Buffer
-    b_kn: bool          # B read as ``(.., k, j)`` (else ``(.., j, k)``)
-    batch: tuple        # extents of the dims both inputs read
-    rows: tuple         # extents of A's other dims (M is their product)
-    K: int
-    N: int
     epilogue: object    # ``(out_indices, value) -> PrimExpr``: the stored value
+
+    def product(self, variables):
+        """The product of the variables' extents (an int where they are constants)."""
+        n = 1
+        for v in variables:
+            n = n * self.extents[v]
+        n = arith.simplify(n) if isinstance(n, E.PrimExpr) else n
+        return E.as_int(n) if E.as_int(n) is not None else n
+
+    @property
+    def K(self) -> int:
+        return self.product(self.k_vars)
+
+    @property
+    def N(self):
+        return self.product(self.col_vars)
+
+    @property
+    def M(self):
+        return self.product(self.row_vars)
+
+    def values(self, bz, row, col, k) -> dict:
+        """The iteration variables' values at flat batch ``bz``, row, column and ``k``."""
+        out = {}
+        for group, flat in ((self.batch_vars, bz), (self.row_vars, row),
+                            (self.col_vars, col), (self.k_vars, k)):
+            if flat is not None and group:
+                out.update(zip(group, _unflatten(flat, [self.extents[v] for v in group])))
+        return out
 
 
 def _plain_vars(indices) -> bool:
@@ -164,51 +201,61 @@ def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
         raise ValueError("not a float32 sum of products")
     ops = []
     for x in (v.b.a, v.b.b):
-        if not (isinstance(x, Cast) and isinstance(x.value, BufferLoad) and
-                x.value.buffer.dtype == "float16" and id(x.value.buffer) in params):
-            raise ValueError("the products are not of float16 parameters cast to float32")
+        if not (isinstance(x, Cast) and x.value.dtype == "float16"):
+            raise ValueError("the products are not of float16 values cast to float32")
         ops.append(x.value)
     init = g.init
     if not (isinstance(init, BufferStore) and isinstance(init.value, E.FloatImm) and
             init.value.value == 0.0):
         raise ValueError("the accumulator does not start at 0")
-    spatial = [iv for iv in g.iter_vars if iv.kind == "spatial"]
-    reduce = [iv for iv in g.iter_vars if iv.kind == "reduce"]
-    if len(reduce) != 1 or not _plain_vars(idx) or len(idx) < 2 or \
-            [iv.var for iv in spatial] != list(idx):
-        raise ValueError("not one reduction over the output's own indices")
-    kv = reduce[0].var
-    a, b = ops
-    if not (a.indices and a.indices[-1] is kv):
-        a, b = b, a
-    if not (_plain_vars(a.indices) and _plain_vars(b.indices) and a.indices[-1] is kv and
-            len(b.indices) >= 2):
-        raise ValueError("A is not read as (.., i, k)")
-    if list(a.indices[:-1]) != list(idx[:-1]):
-        raise ValueError("A's rows are not the output's leading dims")
-    j = idx[-1]
-    if b.indices[-2] is kv and b.indices[-1] is j:
-        b_kn = True
-    elif b.indices[-1] is kv and b.indices[-2] is j:
-        b_kn = False
-    else:
-        raise ValueError("B is read as neither (.., k, j) nor (.., j, k)")
-    nb = len(b.indices) - 2
-    if list(b.indices[:nb]) != list(idx[:nb]) or nb >= len(idx) - 1:
-        raise ValueError("B's batch dims are not the output's leading dims")
-    dom = {iv.var: iv.dom.extent for iv in g.iter_vars}
-    K, N = E.as_int(dom[kv]), E.as_int(dom[j])
-    if K is None or N is None:
-        raise ValueError("K or N is not a constant")
-    if K % 16 or N % 8:
-        raise ValueError(f"K = {K} is not a multiple of 16 or N = {N} of 8")
-    batch = tuple(dom[x] for x in idx[:nb])
-    for d, ext in enumerate(batch):
-        if not structural_equal(b.buffer.shape[d], ext):
-            # (another symbolic dim, equal by a run-time check only: the bounds of B's reads
-            # cannot be proven from the grid)
-            raise ValueError(f"B's batch dim {d} is {b.buffer.shape[d]}, not the output's {ext}")
-    rows = tuple(dom[x] for x in idx[nb:-1])
+    spatial = [iv.var for iv in g.iter_vars if iv.kind == "spatial"]
+    k_vars = tuple(iv.var for iv in g.iter_vars if iv.kind == "reduce")
+    extents = {iv.var: iv.dom.extent for iv in g.iter_vars}
+    if not _plain_vars(idx) or len(idx) < 2 or not _same(spatial, idx):
+        raise ValueError("the reduction does not store at its own indices")
+    for kv in k_vars:
+        if E.as_int(extents[kv]) is None:
+            raise ValueError("a reduction extent is not a constant")
+
+    def used(e) -> set:
+        found = set()
+        post_order_visit(e, lambda n: found.add(n) if isinstance(n, Var) else None)
+        return found
+    ua, ub = used(ops[0]), used(ops[1])
+    last = idx[-1]
+    if (last in ua) == (last in ub):
+        raise ValueError("the output's last dim is not read by exactly one operand")
+    a, b = (ops[0], ops[1]) if last in ub else (ops[1], ops[0])
+    ua, ub = used(a), used(b)
+    batch_vars = tuple(x for x in idx if (x in ua) == (x in ub))
+    row_vars = tuple(x for x in idx if x in ua and x not in ub)
+    col_vars = tuple(x for x in idx if x in ub and x not in ua)
+    col_set = set(col_vars)
+    if not row_vars:
+        raise ValueError("no output dim is read by one operand only (not an outer product)")
+    _check_batch_bounds((a, b), set(idx), extents)
+
+    gm = dict(func=func, a=a, b=b, batch_vars=batch_vars, row_vars=row_vars,
+              col_vars=col_vars, k_vars=k_vars, extents=extents, out_vars=tuple(idx))
+    K = 1
+    for kv in k_vars:
+        K *= E.as_int(extents[kv])
+    kv = k_vars[0] if len(k_vars) == 1 else None
+    plain_a = _plain_load(a, params)
+    a_mode = "gather"
+    if plain_a and kv is not None and K % 16 == 0 and \
+            _same(a.indices, [x for x in idx if x in ua] + [kv]) and \
+            _same(a.indices[-1 - len(row_vars):-1], row_vars):
+        a_mode = "rows"           # (batch.., rows.., k): a row is K contiguous halves
+    b_mode = "gather"
+    N = E.as_int(extents[last]) if len(col_vars) == 1 else None
+    if _plain_load(b, params) and kv is not None and N is not None and K % 16 == 0 and \
+            len(b.indices) >= 2 and _same(b.indices[:-2], [x for x in idx if x in ub and
+                                                            x not in col_set]):
+        if b.indices[-2] is kv and b.indices[-1] is last and N % 8 == 0:
+            b_mode = "kn"
+        elif b.indices[-1] is kv and b.indices[-2] is last:
+            b_mode = "nk"
 
     if len(blocks) == 1:
         if id(C) not in params:
@@ -220,12 +267,12 @@ def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
         if id(C) in params or not isinstance(st, BufferStore) or id(st.buffer) not in params:
             raise ValueError("the epilogue is not one store into an output")
         evars = [iv.var for iv in ep.iter_vars]
-        if list(st.indices) != evars or len(evars) != len(idx):
+        if not _same(st.indices, evars) or len(evars) != len(idx):
             raise ValueError("the epilogue does not store at its own indices")
         bad = []
 
         def check(n):
-            if isinstance(n, BufferLoad) and n.buffer is C and list(n.indices) != evars:
+            if isinstance(n, BufferLoad) and n.buffer is C and not _same(n.indices, evars):
                 bad.append(n)
         post_order_visit(st.value, check)
         if bad:
@@ -234,7 +281,39 @@ def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
 
         def epilogue(out_idx, acc, evars=evars, value=value, C=C):
             return _Epilogue(C, acc, dict(zip(evars, out_idx))).visit(value)
-    return TensorCoreGemm(func, a.buffer, b.buffer, out, b_kn, batch, rows, K, N, epilogue)
+    return TensorCoreGemm(**gm, a_mode=a_mode, b_mode=b_mode, out=out, epilogue=epilogue)
+
+
+def _same(xs, ys) -> bool:
+    """Whether two sequences hold the same nodes (by identity: ``==`` on expressions builds
+    an expression)."""
+    xs, ys = list(xs), list(ys)
+    return len(xs) == len(ys) and all(x is y for x, y in zip(xs, ys))
+
+
+def _plain_load(e, params) -> bool:
+    """Whether ``e`` reads a float16 parameter at plain variables (a compact tensor)."""
+    return isinstance(e, BufferLoad) and id(e.buffer) in params and \
+        e.buffer.strides is None and _plain_vars(e.indices)
+
+
+def _check_batch_bounds(operands, variables, extents) -> None:
+    """``ValueError`` where an operand reads a dim at one of ``variables`` whose extent is not
+    the variable's (another symbolic dim, equal by a run-time check only: the bounds of the
+    reads could not be proven from the grid)."""
+    bad = []
+
+    def visit(n):
+        if isinstance(n, BufferLoad):
+            for d, i in enumerate(n.indices):
+                if isinstance(i, Var) and i in variables and \
+                        not structural_equal(n.buffer.shape[d], extents[i]):
+                    bad.append((n.buffer.name, d, n.buffer.shape[d], extents[i]))
+    for op in operands:
+        post_order_visit(op, visit)
+    if bad:
+        name, d, dim, ext = bad[0]
+        raise ValueError(f"{name}'s dim {d} is {dim}, not the output's {ext}")
 
 
 class _Epilogue(IRMutator):
@@ -309,16 +388,16 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     if target.tensor_cores is None:
         raise ValueError(f"{target} has no tensor cores (Target('opencl -device=nvidia'))")
     gm = match_fp16_gemm(func)
-    M = 1
-    for r in gm.rows:
-        M = M * r
-    m_const = E.as_int(M)
+    M = gm.M
+    m_const = M if isinstance(M, int) else None
+    n_nominal = gm.N if isinstance(gm.N, int) else TC_NOMINAL_ROWS
     if tile is not None or m_const is not None:
-        tile = tile or choose_tile(m_const, gm.N)
+        tile = tile or choose_tile(m_const, n_nominal)
         body = _kernel(gm, M, tile)
         tiles = str(tile)
     else:
-        large, small = choose_tile(None, gm.N), choose_tile(TC_SMALL_NOMINAL_ROWS, gm.N)
+        large = choose_tile(None, n_nominal)
+        small = choose_tile(TC_SMALL_NOMINAL_ROWS, n_nominal)
         body = _kernel(gm, M, large)
         tiles = str(large)
         if small != large:
@@ -340,8 +419,8 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
         raise ValueError(f"tensor-core tile {tile}: warps of WM x WN (multiples of 16 x 8) "
                          f"must divide BM x BN")
     K, N = gm.K, gm.N
-    BK = 32 if K % 32 == 0 else 16
-    KT = K // BK
+    BK = 32 if K % 32 == 0 or (gm.a_mode == gm.b_mode == "gather" and K > 16) else 16
+    KT = -(-K // BK)
     MT, NT = WM // 16, WN // 8
     warps_n = BN // WN
     threads = 32 * tile.warps
@@ -356,32 +435,22 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
 
     tx, bx, by, bz = Var("tx"), Var("bx"), Var("by"), Var("bz")
     kt, e, x, y, i, ks = Var("kt"), Var("e"), Var("x"), Var("y"), Var("i"), Var("ks")
-    nbatch = 1
-    for d in gm.batch:
-        nbatch = nbatch * d
-    bidx = _unflatten(bz, list(gm.batch)) if gm.batch else []
+    nbatch = gm.product(gm.batch_vars)
     warp, lane = floordiv(tx, 32), floormod(tx, 32)
     g, t = floordiv(lane, 4), floormod(lane, 4)
     wm, wn = floordiv(warp, warps_n), floormod(warp, warps_n)
 
     def a_at(row, k):
-        return gm.A[tuple(bidx + _unflatten(row, list(gm.rows)) + [k])]
+        return substitute(gm.a, gm.values(bz, row, None, k))
 
-    def b_at(n, k):
-        return gm.B[tuple(bidx + ([k, n] if gm.b_kn else [n, k]))]
+    def b_at(col, k):
+        return substitute(gm.b, gm.values(bz, None, col, k))
 
     def clamp(v, n):
         return Select(v < n, v, n - 1)
 
     def copy(dst, src):
         return Evaluate(call(E.TC_LOAD_B128, dst, src, dtype="int32"))
-
-    # The tiles of step kt + 1 are read from global memory into registers (``fetch``) before
-    # the mma of step kt, and written into shared memory after them (``stash``): the loads'
-    # latency hides behind the mma. A copy unit ``u`` of a thread is ``e * threads + tx``.
-    chunks = BK // 8                     # 16-byte chunks along k a row
-    na = -(-BM * chunks // threads)
-    ra = Buffer("a_stage", (na * 4,), u32, scope="local")
 
     def each(total, n, body_of):
         flat = e * threads + tx
@@ -390,15 +459,45 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
             body = IfThenElse(flat < total, body)
         return For(e, 0, n, "unrolled", body)
 
-    def fetch_a(k0):
-        return each(BM * chunks, na, lambda u: copy(ra[e * 4], a_at(
-            clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 8)))
+    def gathered(elem, k):
+        """Two halves ``elem(k)``, ``elem(k + 1)`` (0 past K) packed into one word."""
+        def half(kk):
+            value = Cast(f32, elem(Select(kk < K, kk, K - 1)))
+            return value if K % BK == 0 else Select(kk < K, value, const(0.0, f32))
+        return call(E.TC_PACK_HALF2, half(k), half(k + 1), dtype=u32)
 
-    def stash_a():
-        return each(BM * chunks, na, lambda u: copy(
-            As[floordiv(u, chunks), floormod(u, chunks) * 4], ra[e * 4]))
+    # The tiles of step kt + 1 are read from global memory into registers (``fetch``) before
+    # the mma of step kt, and written into shared memory after them (``stash``): the loads'
+    # latency hides behind the mma. A copy unit ``u`` of a thread is ``e * threads + tx``.
+    chunks = BK // 8                     # 16-byte chunks along k a row
+    if gm.a_mode == "rows":
+        na = -(-BM * chunks // threads)
+        ra = Buffer("a_stage", (na * 4,), u32, scope="local")
 
-    if gm.b_kn:
+        def fetch_a(k0):
+            return each(BM * chunks, na, lambda u: copy(ra[e * 4], a_at(
+                clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 8)))
+
+        def stash_a():
+            return each(BM * chunks, na, lambda u: copy(
+                As[floordiv(u, chunks), floormod(u, chunks) * 4], ra[e * 4]))
+    else:
+        # any operand expression (an im2col window with its padding, a transposed or cast
+        # read): one word (two halves along k) a unit, k fastest
+        words = BM * (BK // 2)
+        na = -(-words // threads)
+        ra = Buffer("a_stage", (na,), u32, scope="local")
+
+        def fetch_a(k0):
+            return each(words, na, lambda u: BufferStore(ra, gathered(
+                lambda kk: a_at(clamp(by * BM + floordiv(u, BK // 2), M), kk),
+                k0 + floormod(u, BK // 2) * 2), [e]))
+
+        def stash_a():
+            return each(words, na, lambda u: BufferStore(
+                As, ra[e], [floordiv(u, BK // 2), floormod(u, BK // 2)]))
+
+    if gm.b_mode == "kn":
         # rows k and k + 1 of 8 columns (two 16-byte loads), their halves paired into the 8
         # columns' words of the column-major tile
         cols8 = BN // 8
@@ -420,7 +519,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
                     E.TC_PACK_LO if jj % 2 == 0 else E.TC_PACK_HI, rb[e * 8 + jj // 2],
                     rb[e * 8 + 4 + jj // 2], dtype=u32), [c * 8 + jj, kp]) for jj in range(8)])
             return each((BK // 2) * cols8, nb, unit)
-    else:
+    elif gm.b_mode == "nk":
         nb = -(-BN * chunks // threads)
         rb = Buffer("b_stage", (nb * 4,), u32, scope="local")
 
@@ -431,6 +530,20 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
         def stash_b():
             return each(BN * chunks, nb, lambda u: copy(
                 Bs[floordiv(u, chunks), floormod(u, chunks) * 4], rb[e * 4]))
+    else:
+        # one word a unit, the columns fastest (an activation's contiguous pixels)
+        words = BN * (BK // 2)
+        nb = -(-words // threads)
+        rb = Buffer("b_stage", (nb,), u32, scope="local")
+
+        def fetch_b(k0):
+            return each(words, nb, lambda u: BufferStore(rb, gathered(
+                lambda kk: b_at(clamp(bx * BN + floormod(u, BN), N), kk),
+                k0 + floordiv(u, BN) * 2), [e]))
+
+        def stash_b():
+            return each(words, nb, lambda u: BufferStore(
+                Bs, rb[e], [floormod(u, BN), floordiv(u, BN)]))
 
     frag_a = For(x, 0, MT, "unrolled", seq(*[
         BufferStore(af, As[wm * WM + x * 16 + g + 8 * (r % 2), ks * 8 + t + 4 * (r // 2)],
@@ -449,12 +562,13 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
     # the epilogue, accumulator (x, y, i): row g (+ 8 for i >= 2), column 2t (+ 1 for odd i)
     row = by * BM + wm * WM + x * 16 + g + 8 * floordiv(i, 2)
     col = bx * BN + wn * WN + y * 8 + t * 2 + floormod(i, 2)
-    out_idx = bidx + _unflatten(row, list(gm.rows)) + [col]
+    vals = gm.values(bz, row, col, None)
+    out_idx = [vals[v] for v in gm.out_vars]
     value = gm.epilogue(out_idx, acc[(x * NT + y) * 4 + i])
     if value.dtype != gm.out.dtype:
         value = Cast(gm.out.dtype, value)
     ok = row < M
-    if N % BN:
+    if not isinstance(N, int) or N % BN:
         ok = ok & (col < N)
     store = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", For(
         i, 0, 4, "unrolled", IfThenElse(ok, BufferStore(gm.out, value, out_idx)))))
@@ -467,9 +581,10 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
         thread = Allocate(buf, thread)
     body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
     body = Allocate(Bs, Allocate(As, body))
-    body = For(bx, 0, -(-N // BN), "thread_binding", body, thread_tag="blockIdx.x")
+    body = For(bx, 0, floordiv(N + (BN - 1), BN), "thread_binding", body,
+               thread_tag="blockIdx.x")
     body = For(by, 0, floordiv(M + (BM - 1), BM), "thread_binding", body,
                thread_tag="blockIdx.y")
-    if gm.batch:
+    if gm.batch_vars:
         body = For(bz, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.z")
     return body
