@@ -1,39 +1,50 @@
 """The tensor-core fp16 GEMM of NVIDIA OpenCL: float16 x float16 -> float32-accumulated dense,
-matmul and batch matmul kernels (what ``relax.quantize(mod, "fp16")`` makes of a model's linear
-layers) on ``mma.sync.m16n8k16`` through inline PTX, for ``Target("opencl -device=nvidia")``
-(``Target.tensor_cores``), built directly as a scheduled TensorIR function.
+matmul, batch matmul and convolution (as an implicit GEMM) kernels — what
+``relax.quantize(mod, "fp16")`` makes of a model's linear layers — on ``mma.sync.m16n8k16``
+through inline PTX, for ``Target("opencl -device=nvidia")`` (``Target.tensor_cores``), built
+directly as a scheduled TensorIR function.
 
 ``gpu_schedules.apply`` tries it first on such a target: ``match_fp16_gemm`` reads the fused
-PrimFunc — one GEMM-like reduction ``C[.., i, j] += f32(A[.., i, k]) * f32(B[.., k, j])``
-(or ``B[.., j, k]``) of float16 parameters, and at most one elementwise epilogue block after
-it (bias, residual, GELU, the cast to the output's dtype: whatever the fused function computes
-from ``C[.., i, j]``, after its producers are inlined) — and ``tensor_core_kernel`` builds the
-kernel with the epilogue applied to the float32 accumulators before the store. Where the
-function is not of that form it raises ``ValueError`` with the reason, and the default GEMM
-schedule runs instead (``TILECRAFT_DEBUG_SCHEDULES=1`` names it).
+PrimFunc — after its spatial producers (casts, paddings, transposes) are inlined, one
+reduction ``C[idx] += f32(a) * f32(b)`` of two float16 expressions and at most one elementwise
+epilogue block after it (bias, residual, GELU, ReLU, the cast to the output's dtype: whatever
+the fused function computes from ``C[idx]``) — and ``tensor_core_kernel`` builds the kernel
+with that epilogue applied to the float32 accumulators before the store. The output's dims
+read by both operands are the batch (``blockIdx.z``), those read by ``a`` only the rows (M,
+their product), by ``b`` only the columns (N; ``b`` is the operand that reads the output's last
+dim), the reduction dims together K. Where the function is not of that form it raises
+``ValueError`` with the reason, and the default GEMM schedule runs instead
+(``TILECRAFT_DEBUG_SCHEDULES=1`` names it).
 
 The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` per warp):
 
-* per step of ``BK`` (32, else 16) along k, the work-group copies A's ``BM x BK`` tile and B's
-  ``BK x BN`` tile into shared memory as pairs of halves (uint32 words), staged in registers: the
-  next step's tiles are read from global memory before this step's mma and written to shared
-  memory after them, so the loads' latency hides behind the mma; A row-major, its rows
-  ``BK / 2 + 4`` words long (the 4 words of padding put the 8 rows a fragment load touches into
-  different banks and keep rows 16-byte aligned); B column-major the same way (a ``(N, K)``
-  weight is copied as it is; a ``(K, N)`` one is transposed in registers: rows ``k`` and ``k +
-  1`` read as two 16-byte loads, their halves paired, eight words stored). Global loads are 16
-  bytes (8 halves; ``TC_LOAD_B128``); rows and columns past M and N are read clamped (their
-  results are never stored), so the kernel needs K and N to be multiples of 8 and K of 16;
+* per step of ``BK`` (32, else 16) along k, the work-group copies a's ``BM x BK`` tile and b's
+  ``BK x BN`` tile into shared memory as pairs of halves (uint32 words), staged in registers:
+  the next step's tiles are read from global memory before this step's mma and written to
+  shared memory after them, so the loads' latency hides behind the mma. Both tiles are stored
+  k-contiguous, rows ``BK / 2 + 4`` words long (the 4 words of padding put the 8 rows a
+  fragment load touches into different banks and keep rows 16-byte aligned). How a tile is
+  read from global memory (``a_mode`` / ``b_mode``):
+
+  - ``"rows"`` (a) / ``"nk"`` (b): a plain ``(.., rows, K)`` / ``(.., N, K)`` float16 tensor,
+    16-byte loads of 8 halves (``TC_LOAD_B128``);
+  - ``"kn"`` (b): a plain ``(.., K, N)`` tensor (a weight as ``matmul`` takes it): rows ``k``
+    and ``k + 1`` of 8 columns as two 16-byte loads, their halves paired into 8 words;
+  - ``"gather"``: anything else — a convolution's window over its padded input (an implicit
+    GEMM), an input whose float32 -> float16 cast is fused in, several reduction dims, K not a
+    multiple of 16 (the tail zero-filled) — one word (two halves along k) a thread per unit,
+    each half read through the fused function's own expression; a's units k fastest, b's the
+    columns fastest (a convolution's neighbouring pixels);
+
+  rows and columns past M and N are read clamped (their results are never stored);
 * per k16 each warp loads its fragments from shared memory as 32-bit words (the PTX fragment
   layout, ``targets.opencl_backend.tensor_core``) and issues ``WM / 16 x WN / 8`` mma;
 * the accumulators (``WM x WN / 32`` floats a thread) go through the epilogue into the output,
   rows past M and columns past N not stored.
 
-A symbolic M gets two kernels where their tiles differ, the host choosing per call: one sized
-for few rows (BERT at batch 1) and one for many (``TC_SMALL_ROWS``).
-
-M (the product of the row dims, e.g. ``batch x seq_len``) and the batch dims (read by both
-inputs: a batch matmul) may be symbolic; K and N are constants.
+M, N and the batch may be symbolic; K is a constant. A symbolic M gets two kernels where their
+tiles differ, the host choosing per call: one sized for few rows (BERT at batch 1) and one for
+many (``TC_SMALL_ROWS``).
 
 Examples
 --------
