@@ -31,8 +31,8 @@ Three modes, by the target's ``tensor_cores`` (``Target("opencl -device=nvidia")
 Examples
 --------
 >>> print(mma_asm(["c[0]", "c[1]", "c[2]", "c[3]"], ["a[0]", "a[1]", "a[2]", "a[3]"],
-...               ["b[0]", "b[1]"]).split(":")[0])
-asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+...               ["b[0]", "b[1]"]).split(" : ")[1])
+"+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 """
 from __future__ import annotations
 
