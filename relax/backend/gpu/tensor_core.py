@@ -473,8 +473,10 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
     def gathered(elem, k):
         """Two halves ``elem(k)``, ``elem(k + 1)`` (0 past K) packed into one word."""
         def half(kk):
-            value = Cast(f32, elem(Select(kk < K, kk, K - 1)))
-            return value if K % BK == 0 else Select(kk < K, value, const(0.0, f32))
+            if K % BK == 0:
+                return Cast(f32, elem(kk))
+            # past K: read at K - 1 (in bounds), used as 0
+            return Select(kk < K, Cast(f32, elem(Select(kk < K, kk, K - 1))), const(0.0, f32))
         return call(E.TC_PACK_HALF2, half(k), half(k + 1), dtype=u32)
 
     # The tiles of step kt + 1 are read from global memory into registers (``fetch``) before
