@@ -230,27 +230,35 @@ def _conv_ref(x, w, stride, pad):
     return out
 
 
-@pytest.mark.parametrize("kernel,stride,pad", [(1, 1, 0), (3, 2, 1), (3, 1, 1)])
-def test_convolution_implicit_gemm(dev, kernel, stride, pad):
-    """NCHW convolutions + bias + ReLU as implicit GEMMs (weights as A, the padded input
-    window gathered as B): 1 x 1, 3 x 3 stride 2, 3 x 3 stride 1 (which the GPU pipeline may
-    give to Winograd instead: then only the results are checked)."""
+@pytest.mark.parametrize("kernel,stride,pad,size", [(1, 1, 0, 8), (1, 1, 0, 10), (3, 2, 1, 10),
+                                                   (3, 1, 1, 10)])
+def test_convolution_implicit_gemm(dev, kernel, stride, pad, size):
+    """NCHW convolutions + bias + ReLU as implicit GEMMs (the weights as A, the input as B):
+    1 x 1 on an 8 x 8 and a 10 x 10 image,
+    3 x 3 stride 2 and 3 x 3 stride 1 (the padded window gathered; stride 1 may go to Winograd
+    in the GPU pipeline instead: then only the results are checked)."""
     rng = np.random.default_rng(9)
     C, O = 16, 32
     w = (rng.standard_normal((O, C, kernel, kernel)) / kernel).astype(np.float32)
     bias = rng.standard_normal((1, O, 1, 1)).astype(np.float32)
     exe, misses = _build(
-        [("x", ("n", C, 10, 10), "float32")],
-        lambda e, x: e(nn.relu(e(op.add(e(nn.conv2d(x, const(w), strides=stride,
-                                                    padding=pad)), const(bias))))),
+        [("x", ("n", C, size, size), "float32"), ("y", ("n", C, size, size), "float32")],
+        # (the input also feeds a second use, so that its cast is a kernel of its own, as in
+        # a network where each activation is float16 already)
+        lambda e, x, y: (e(nn.relu(e(op.add(e(nn.conv2d(e(op.add(x, y)), const(w),
+                                                       strides=stride, padding=pad)),
+                                            const(bias))))), e(op.add(x, y))),
         {"n": 2})
     if (kernel, stride) != (3, 1):
         assert _uses_tensor_cores(exe) >= 1, misses
     vm = relax.VirtualMachine(exe, dev)
     for n in (1, 2):
-        x = rng.standard_normal((n, C, 10, 10)).astype(np.float32)
+        x = rng.standard_normal((n, C, size, size)).astype(np.float32)
+        y = rng.standard_normal((n, C, size, size)).astype(np.float32)
+        got = vm["main"](x, y)[0].numpy()
+        x = x + y
         ref = np.maximum(_conv_ref(_h(x), _h(w), stride, pad) + bias, 0)
-        _check(vm["main"](x).numpy(), ref, 3e-3)
+        _check(got, ref, 3e-3)
 
 
 # -- without a device ----------------------------------------------------------------------------
@@ -292,10 +300,46 @@ def test_plain_opencl_refuses_the_intrinsics():
         tc.tensor_core_kernel(_dense_func(), Target("opencl"))
 
 
-def test_match_reasons():
-    assert tc.match_fp16_gemm(_dense_func()).a_mode == "rows"
-    assert tc.match_fp16_gemm(_dense_func()).b_mode == "kn"
+def _conv1x1_func(size):
+    n = te.var("n")
+    x = te.placeholder((n, 16, size, size), "float16", "x")
+    w = te.placeholder((32, 16, 1, 1), "float16", "w")
+    c = te.reduce_axis((0, 16), "c")
+    r = te.reduce_axis((0, 1), "r")
+    q = te.reduce_axis((0, 1), "q")
+    y = te.compute((n, 32, size, size), lambda b, o, h, v: te.sum(
+        w[o, c, r, q].astype("float32") * x[b, c, h + r, v + q].astype("float32"),
+        axis=[c, r, q]), "y")
+    return te.create_prim_func([x, w, y])
+
+
+def test_operand_modes():
+    """How each operand is copied: 16-byte runs where the tensor allows, else gathered."""
+    gm = tc.match_fp16_gemm(_dense_func())
+    assert (gm.a_mode, gm.b_mode) == ("rows", "kn")
     assert tc.match_fp16_gemm(_dense_func(K=24)).a_mode == "gather"   # k not in 16-runs
+    # a 1 x 1 convolution: weights (O, C, 1, 1) as rows of C; the input's H x W pixels in
+    # 16-byte runs where H x W is a multiple of 8
+    assert (tc.match_fp16_gemm(_conv1x1_func(8)).a_mode,
+            tc.match_fp16_gemm(_conv1x1_func(8)).b_mode) == ("rows", "kn")
+    assert tc.match_fp16_gemm(_conv1x1_func(10)).b_mode == "gather"
+
+
+def test_conv1x1_16_byte_runs(dev):
+    """The 1 x 1 convolution with its input in 16-byte runs (``kn``), against numpy."""
+    t = Target(TARGET)
+    mod = targets.build(tc.tensor_core_kernel(_conv1x1_func(8), t), t)
+    rng = np.random.default_rng(10)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 16, 8, 8)).astype(np.float16)
+        w = rng.standard_normal((32, 16, 1, 1)).astype(np.float16)
+        y = targets.empty((n, 32, 8, 8), "float32", dev)
+        mod["main"](targets.array(x, dev), targets.array(w, dev), y)
+        ref = np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
+        _check(y.numpy(), ref, 2e-3)
+
+
+def test_match_reasons():
     n = te.var("n")
     A = te.placeholder((n, 64), "float32", "A")
     W = te.placeholder((64, 64), "float32", "W")

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from tilecraft.targets import Target
 from tilecraft.tensorir import arith
 from tilecraft.tensorir import expr as E
-from tilecraft.tensorir.expr import (BufferLoad, Cast, Select, Var, call, const,
+from tilecraft.tensorir.expr import (BufferLoad, Cast, IntImm, Select, Var, call, const,
                                      floordiv, floormod)
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRMutator, post_order_visit, substitute
@@ -227,6 +227,12 @@ def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
     for kv in k_vars:
         if E.as_int(extents[kv]) is None:
             raise ValueError("a reduction extent is not a constant")
+    # reduction dims of extent 1 (a 1 x 1 convolution's window) are index 0
+    unit = [kv for kv in k_vars if E.as_int(extents[kv]) == 1]
+    if unit and len(unit) < len(k_vars):
+        zero = {kv: IntImm(0, kv.dtype) for kv in unit}
+        ops = [_SimplifyIndices().visit(substitute(op, zero)) for op in ops]
+        k_vars = tuple(kv for kv in k_vars if E.as_int(extents[kv]) != 1)
 
     def used(e) -> set:
         found = set()
@@ -252,20 +258,30 @@ def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
     for kv in k_vars:
         K *= E.as_int(extents[kv])
     kv = k_vars[0] if len(k_vars) == 1 else None
-    plain_a = _plain_load(a, params)
     a_mode = "gather"
-    if plain_a and kv is not None and K % 16 == 0 and \
-            _same(a.indices, [x for x in idx if x in ua] + [kv]) and \
-            _same(a.indices[-1 - len(row_vars):-1], row_vars):
+    ai = _significant(a) if _plain_load(a, params) else None
+    if ai is not None and kv is not None and K % 16 == 0 and \
+            _same(ai, [x for x in idx if x in ua] + [kv]) and \
+            _same(ai[-1 - len(row_vars):-1], row_vars):
         a_mode = "rows"           # (batch.., rows.., k): a row is K contiguous halves
     b_mode = "gather"
-    N = E.as_int(extents[last]) if len(col_vars) == 1 else None
-    if _plain_load(b, params) and kv is not None and N is not None and K % 16 == 0 and \
-            len(b.indices) >= 2 and _same(b.indices[:-2], [x for x in idx if x in ub and
-                                                            x not in col_set]):
-        if b.indices[-2] is kv and b.indices[-1] is last and N % 8 == 0:
+    bi = _significant(b) if _plain_load(b, params) else None
+    if bi is not None and kv is not None and K % 16 == 0 and any(x is kv for x in bi):
+        p = [q for q, x in enumerate(bi) if x is kv][0]
+        inner, outer = bi[p + 1:], bi[:p]
+        inner_n = 1
+        for x in inner:
+            inner_n *= E.as_int(extents.get(x)) or 0 if x in col_set else 0
+        if inner and inner_n > 0 and inner_n % 8 == 0 and \
+                _same(inner, col_vars[len(col_vars) - len(inner):]) \
+                and _same(outer, [x for x in idx if x in ub and
+                                  not any(x is y for y in inner)]):
+            # (.., k, columns..): 8 neighbouring columns are 16 contiguous bytes (a (K, N)
+            # weight; a 1 x 1 convolution's NCHW input whose H x W is a multiple of 8)
             b_mode = "kn"
-        elif b.indices[-1] is kv and b.indices[-2] is last:
+        elif len(col_vars) == 1 and p == len(bi) - 1 and len(bi) >= 2 and \
+                bi[-2] is last and _same(bi[:-2], [x for x in idx if x in ub and
+                                                   x not in col_set]):
             b_mode = "nk"
 
     if len(blocks) == 1:
@@ -303,9 +319,22 @@ def _same(xs, ys) -> bool:
 
 
 def _plain_load(e, params) -> bool:
-    """Whether ``e`` reads a float16 parameter at plain variables (a compact tensor)."""
+    """Whether ``e`` reads a float16 parameter (a compact tensor) at plain variables (or 0 on
+    a dim of 1)."""
     return isinstance(e, BufferLoad) and id(e.buffer) in params and \
-        e.buffer.strides is None and _plain_vars(e.indices)
+        e.buffer.strides is None and _significant(e) is not None
+
+
+def _significant(load: BufferLoad) -> list | None:
+    """The index variables of ``load`` without the dims of extent 1 it reads at 0 (which do
+    not change its address); None where an index is neither."""
+    out = []
+    for i, dim in zip(load.indices, load.buffer.shape):
+        if isinstance(i, Var):
+            out.append(i)
+        elif not (E.as_int(i) == 0 and E.as_int(dim) == 1):
+            return None
+    return out
 
 
 def _check_batch_bounds(operands, variables, extents) -> None:
@@ -325,6 +354,16 @@ def _check_batch_bounds(operands, variables, extents) -> None:
     if bad:
         name, d, dim, ext = bad[0]
         raise ValueError(f"{name}'s dim {d} is {dim}, not the output's {ext}")
+
+
+class _SimplifyIndices(IRMutator):
+    """Buffer indices simplified (``h + 0`` -> ``h``)."""
+
+    def visit_Buffer(self, buf):
+        return buf
+
+    def visit_BufferLoad(self, e):
+        return BufferLoad(e.buffer, [arith.simplify(self.visit(i)) for i in e.indices])
 
 
 class _Epilogue(IRMutator):
