@@ -314,9 +314,10 @@ def _gpu_name(rows: list[dict]) -> str | None:
 
 def main(argv=None) -> int:
     rows = run()
-    print_table([r for r in rows if "error" not in r],
-                ["model", "target", "batch", "fp32_ms", "fp16_ms", "speedup", "max_rel_err",
-                 "top1_agreement", "cosine_min"])
+    measured = [r for r in rows if "error" not in r]
+    if measured:        # (print_table needs a row)
+        print_table(measured, ["model", "target", "batch", "fp32_ms", "fp16_ms", "speedup",
+                               "max_rel_err", "top1_agreement", "cosine_min"])
     for r in rows:
         if "error" in r:
             print(f"{r['model']} {r['target']} {r.get('batch', '')}: {r['error']}")
