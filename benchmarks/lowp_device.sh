@@ -24,7 +24,7 @@ fi
 if [ "${TC_LIMIT:-240}" != 0 ]; then
   # the tensor-core GEMM: its tests with the inline PTX on the real driver, then its timings
   TILECRAFT_TC_DEVICE=nvidia timeout ${TC_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider \
-    tests/relax/test_tensor_core_gpu.py > $OUT/tc_tests.log 2>&1
+    tests/targets/test_opencl_tensor_core.py tests/relax/test_tensor_core_gpu.py > $OUT/tc_tests.log 2>&1
   timeout ${TC_LIMIT:-240} python3 -m benchmarks.gpu_tensor_core > $OUT/tc_bench.log 2>&1
   cp "$(latest benchmarks/results/gpu_tensor_core)" $OUT/gpu_tensor_core.json 2>/dev/null
 fi

@@ -6,7 +6,8 @@ Without an NVIDIA GPU (PoCL in CI) the kernels are built for ``Target("opencl
 -device=nvidia-emulated")``: the same kernels with the mma computed by portable OpenCL C
 (``targets.opencl_backend.tensor_core``), so only the PTX text itself is left to the GPU
 machine, where ``TILECRAFT_TC_DEVICE=nvidia`` runs this file on the real driver
-(``Target("opencl -device=nvidia")``, inline ``mma.sync``; ``benchmarks/lowp_device.sh``).
+(``Target("opencl -device=nvidia")``, inline ``mma.sync``; ``benchmarks/lowp_device.sh``);
+``tests/targets/test_opencl_tensor_core.py`` checks one mma and the pack intrinsics alone.
 """
 import math
 import os
