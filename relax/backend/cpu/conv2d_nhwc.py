@@ -51,6 +51,12 @@ CACHE_LINE_FLOATS = 16
 # stores (``streams_output``): four times a Zen 4 core's 1 MB L2
 NONTEMPORAL_MIN_BYTES = 4 << 20
 
+# a layer whose packed weight is at least this and larger than one image's input runs its
+# channel panels outermost (``panels_outer``): each panel's weights stay in L2 while every row
+# of the plane uses them, where rows outermost stream the whole weight through L2 once per
+# row (half of a Sapphire Rapids core's 2 MB L2, all of a Zen 4 core's)
+PANELS_OUTER_MIN_BYTES = 1 << 20
+
 # with 16 vector registers, a row (or plane) of at least this many full NHWC tiles takes
 # them with a ragged last tile rather than a smaller tile that divides it
 RAGGED_MIN_TILES = 4
@@ -144,6 +150,30 @@ def nhwc_tile_fills(plan: NhwcPlan) -> bool:
     pixels = g.out_h * g.out_w if plan.flat else g.out_w
     spread = pixels % plan.rows == 0 or pixels >= RAGGED_MIN_TILES * plan.rows
     return spread and plan.rows * (plan.width // plan.lanes) >= 8
+
+
+def panels_outer(g: ConvGeometry, width: int, itemsize: int = 4) -> bool:
+    """Whether the NHWC tile runs its channel panels outermost (above the image rows): when the
+    packed weight (``width``-channel panels) is at least ``PANELS_OUTER_MIN_BYTES`` and larger
+    than one image's input.
+
+    With rows outermost, each row of tiles reads every panel, so a weight larger than L2 comes
+    from L3 or memory once per row: ResNet-18's 256 -> 512 3x3 stride-2 layer (4.7 MB of
+    weights, 7 output rows) read 33 MB an image. With panels outermost a panel (295 KB there)
+    stays in L2 while every row uses it, and the input (200 KB an image) is what each panel
+    reads again, from L2.
+
+    Examples
+    --------
+    >>> panels_outer(ConvGeometry(256, 14, 14, 512, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1), 32)
+    True
+    >>> panels_outer(ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), 32)
+    False
+    """
+    panels = ceil_div(g.out_channels, width)
+    weight = panels * width * g.kernel[0] * g.kernel[1] * g.in_per_group * itemsize
+    image = g.height * g.width * g.in_channels * itemsize
+    return weight >= PANELS_OUTER_MIN_BYTES and weight > image
 
 
 def streams_output(g: ConvGeometry, itemsize: int = 4) -> bool:
@@ -263,6 +293,8 @@ def conv2d_nhwc_packed(data: te.Tensor, weight: te.Tensor, plan: NhwcPlan,
              "flat": int(plan.flat), "lanes": plan.lanes}
     if streams_output(g, dt.itemsize(out_dtype)):
         attrs["nontemporal"] = 1
+    if g.groups == 1 and panels_outer(g, nr, dt.itemsize(weight.dtype)):
+        attrs["panels_outer"] = 1
     # the input as the block's first read, not by its name: convolutions of equal shapes on
     # inputs of other names are then equal kernels (``BlockBuilder.call_te`` reuses them)
     spec = prefetch_spec(g, plan.rows, nr, 0)
@@ -323,11 +355,20 @@ def schedule_conv2d_nhwc(sch: Schedule, name: str, target: Target,
         return core_balance(loop_extent(sch.get(rv)), cores,
                             (pixels % rows) / rows if ragged else 1.0)
 
+    # a weight larger than L2 (``panels_outer``): each panel's weights used by every row of
+    # the plane before the next panel's are read
+    by_panel = bool(ann_int(sch.get(block), "panels_outer", 0))
+    if by_panel:
+        candidates = [o0] + rows_of + [x0]
     enough = [rv for rv in candidates if (loop_extent(sch.get(rv)) or 0) >= 2 * cores]
     par = next((rv for rv in enough if balance(rv) >= 0.95),
                enough[0] if enough else candidates[0])
-    tiles = [o0, x0] if par is o0 else [x0, o0]
-    sch.reorder(b, *rows_of, *tiles, ry, rx, rc, x1, o1)
+    if by_panel:
+        tiles = [o0, x0]
+        sch.reorder(b, o0, *rows_of, x0, ry, rx, rc, x1, o1)
+    else:
+        tiles = [o0, x0] if par is o0 else [x0, o0]
+        sch.reorder(b, *rows_of, *tiles, ry, rx, rc, x1, o1)
     outer = len(rows_of) + 3
     sch.parallel(par)
     acc = sch.cache_write(block, 0, "local")
