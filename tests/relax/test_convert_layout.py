@@ -365,12 +365,15 @@ def test_nhwc_kernels_without_a_row_tile_match_numpy(c, hw, o, k, stride, pad, r
     (128, 28, 128, 3, 1, 1, 16, 6, False),  # 4 tiles of 6 + 4, not 7 of 4
     (64, 20, 64, 3, 1, 1, 16, 5, False),    # 3 tiles of 6 + 2 would be too ragged: 4 of 5
     (256, 14, 1024, 1, 1, 0, 16, 6, True),  # the plane: 32 tiles of 6 + 4
-    (64, 56, 64, 3, 1, 1, 32, 8, False),    # 32 registers: a dividing tile (unmeasured)
+    (64, 56, 64, 3, 1, 1, 32, 12, False),   # AVX-512: 4 tiles of 12 + 8, not 7 of 8
+    (64, 20, 64, 3, 1, 1, 32, 10, False),   # 12 + 8 would be too ragged: 2 of 10
+    (64, 56, 64, 3, 1, 1, -32, 8, False),   # NEON's 32 registers (4 lanes): a dividing tile
 ])
-def test_nhwc_tile_takes_ragged_rows_with_16_registers(c, hw, o, k, stride, pad, registers,
-                                                       rows, flat):
+def test_nhwc_tile_takes_ragged_rows(c, hw, o, k, stride, pad, registers, rows, flat):
     g = ConvGeometry(c, hw, hw, o, (k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
-    lanes = 16 if registers == 32 else 8
+    # -32: NEON (4 lanes, 32 registers)
+    lanes = {32: 16, 16: 8, -32: 4}[registers]
+    registers = abs(registers)
     plan = strategy.nhwc_kernel_plan(g, lanes, registers)
     assert isinstance(plan, nhwc.NhwcPlan) and (plan.rows, plan.flat) == (rows, flat)
     assert nhwc.nhwc_tile_fills(plan)

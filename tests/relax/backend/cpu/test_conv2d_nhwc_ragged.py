@@ -1,0 +1,39 @@
+"""The NHWC tile's ragged last tile on AVX-512 (relax.backend.cpu.conv2d_nhwc.plan_conv2d_nhwc):
+a row that holds RAGGED_MIN_TILES full tiles of 12 pixels takes them and a ragged last one
+rather than a smaller tile that divides it; the layers against numpy on the host's own tiles
+(whatever its vector width), batches 1 and 2."""
+import numpy as np
+import pytest
+
+from nhwc_testutil import nhwc_conv_layer, nhwc_conv_reference
+from tilecraft import relax
+from tilecraft.relax.backend.cpu import ConvGeometry
+from tilecraft.relax.backend.cpu.conv2d_nhwc import plan_conv2d_nhwc
+
+RNG = np.random.default_rng(31)
+
+
+def _geometry(cin, hw, cout, k=3, stride=1):
+    return ConvGeometry(cin, hw, hw, cout, (k, k), (stride, stride), (k // 2,) * 4, (1, 1), 1)
+
+
+def test_avx512_rows_take_the_full_tile():
+    assert plan_conv2d_nhwc(_geometry(64, 56, 64), 16, 32).rows == 12      # 4 x 12 + 8
+    assert plan_conv2d_nhwc(_geometry(64, 50, 64), 16, 32).rows == 12      # 4 x 12 + 2
+    assert plan_conv2d_nhwc(_geometry(64, 28, 64), 16, 32).rows == 7       # too few: 4 x 7
+    assert plan_conv2d_nhwc(_geometry(64, 56, 64), 4, 32).rows == 8        # NEON: unchanged
+    # a depthwise layer keeps its dividing tile
+    dw = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 64)
+    assert plan_conv2d_nhwc(dw, 16, 32).rows == 8
+
+
+@pytest.mark.parametrize("cin,hw,cout,k,stride", [
+    (16, 50, 64, 3, 1), (24, 56, 32, 3, 1), (8, 99, 32, 3, 2), (40, 49, 64, 1, 1)])
+def test_layers_match_numpy(cin, hw, cout, k, stride):
+    exe, wt, b = nhwc_conv_layer(cin, hw, hw, cout, k, RNG, stride=stride)
+    vm = relax.VirtualMachine(exe)
+    for n in (1, 2):
+        xv = RNG.standard_normal((n, hw, hw, cin)).astype("float32")
+        np.testing.assert_allclose(vm["main"](xv).numpy(),
+                                   nhwc_conv_reference(xv, wt, b, stride),
+                                   rtol=1e-4, atol=1e-4)
