@@ -113,6 +113,18 @@ def test_softmax_stable_symbolic_float16():
     np.testing.assert_allclose(out, _softmax(h, -1), rtol=2e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_softmax_under_a_causal_mask(symbolic):
+    # GPT-2's scores: the masked entries are float32's lowest value, whose exp is 0 (its
+    # vector exp takes those lanes from 0, so that they make no subnormal intermediates)
+    a = rand((2, 3, 37, 37), lo=-6, hi=6)
+    masked = np.triu(np.ones((37, 37), bool), 1)
+    a = np.where(masked, np.finfo(np.float32).min, a).astype(np.float32)
+    out, _ = run_op(lambda x: nn.softmax(x, axis=-1), [a], symbolic=symbolic)
+    assert (out[..., masked] == 0).all()
+    np.testing.assert_allclose(out, _softmax(a, -1), rtol=1e-5, atol=1e-7)
+
+
 def test_softmax_errors():
     with pytest.raises(RelaxError, match=r"relax\.nn\.softmax: axis 2 is out of range"):
         nn.softmax(tvar("x", ("n", 4)), axis=2)
