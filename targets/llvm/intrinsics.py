@@ -15,6 +15,10 @@ tanh    odd polynomial for |x| < 0.625, else 1 - 2 / (exp(2|x|) + 1)    2 ulp
 erf     |x| < 0.921875: x + x P(x^2); else 1 - exp(|x| Q(|x|))          2 ulp
 ======  =============================================================  ===========
 
+``exp`` computes its lanes below -104 (whose result is 0) from 0, so that a vector of
+masked scores (float32's lowest value) makes no subnormal intermediates, which x86 cores
+handle by a microcode assist each unless the thread flushes them to zero.
+
 Every one handles the special values as libm does: NaN gives NaN, infinities and overflow give
 the limits (``exp(inf) = inf``, ``log(0) = -inf``, ``log(-1) = NaN``, ``erf(-inf) = -1``),
 signed zeros keep their sign where libm's do, subnormal inputs and results are exact.
