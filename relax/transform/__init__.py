@@ -13,6 +13,8 @@
   that reads it (where that keeps the result).
 - ``FuseAttention(target)``: ``softmax(Q Kᵀ * scale + mask) V`` -> one fused attention kernel
   (GPU targets).
+- ``FoldCastIntoGEMM()``: a GEMM-like call reads a float32 value itself where its float16
+  cast would be a kernel of its own (GPU targets).
 - ``GPUWinograd(target)``: NCHW 3x3 stride-1 convolutions of 64+ channels -> Winograd F(2x2,
   3x3) kernels (GPU targets).
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
@@ -40,6 +42,7 @@ from .fuse_tir import FuseTIR
 from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
 from .fold_pad import FoldPad
+from .fold_cast_into_gemm import FoldCastIntoGEMM
 from .fuse_attention import FuseAttention
 from .gpu_winograd import GPUWinograd
 from .alter_layout import AlterLayout
@@ -54,6 +57,6 @@ from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseAttention", "GPUWinograd", "AlterLayout", "ConvertLayout",
+           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseAttention", "FoldCastIntoGEMM", "GPUWinograd", "AlterLayout", "ConvertLayout",
            "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static",
            "QuantizeInt4Weight", "LowerDenseQ4GEMV"]

@@ -21,7 +21,16 @@ writes that tensor instead. The
 intermediate bindings stay where something else uses them (dead otherwise: the pass ends with
 ``DeadCodeElimination``).
 
-The pattern applies when: every tensor is float32 (a bool mask for ``where``); Q, Kᵀ and V have
+A ``ToMixedPrecision`` model's attention matches too: Q, Kᵀ and V float16, the matmuls'
+results float32 (or float16: float16 accumulation), the float32 softmax's result rounded to
+float16 for the second matmul (and, with float16 accumulation, the float16 scores converted to
+float32 for the softmax); a float32 result rounded to float16 next (``astype``) is written in
+float16 by the kernel. The kernel converts the operands as it fetches them and computes the
+scores, the softmax and the sums in float32 whatever the graph's accumulation dtype (one
+launch where the graph had seven, and more accurate).
+
+The pattern applies when: every tensor is float32 or as above (an additive mask float32, a
+bool mask for ``where``); Q, Kᵀ and V have
 the same leading (batch) dims, structurally; the head sizes are constants of at most
 ``ATTENTION_MAX_HEAD``; every symbolic dim of Q, Kᵀ and V is a plain variable (``n``, not
 ``2 * n``). The mask's shape, right-aligned with the scores' ``(*batch, L, S)``, broadcasts where
@@ -117,25 +126,48 @@ def match_attention(call: Call, lookup) -> tuple[AttentionSpec, list[Expr]] | No
     def bound(e):
         return lookup(e) if isinstance(e, Var) else None
 
-    if _op_name(call) != "relax.matmul" or call.attr_dict.get("out_dtype") not in (None, "",
-                                                                                 "float32"):
+    if _op_name(call) != "relax.matmul":
         return None
     probs, v = call.args
     sm = bound(probs)
-    if _op_name(sm) != "relax.nn.softmax":
+    vsi = v.struct_info
+    dtype = vsi.dtype if isinstance(vsi, TensorStructInfo) else None
+    if dtype == "float16" and _op_name(sm) == "relax.astype" and \
+            sm.args[0].struct_info.dtype == "float32":
+        # ToMixedPrecision's attention: the float32 softmax rounded to float16 for the second
+        # matmul (the kernel keeps the probabilities in float32: one rounding less)
+        sm = bound(sm.args[0])
+    elif dtype != "float32":
+        return None
+    # the products' dtypes: float32, or (float16 operands) float32 or float16 results; the
+    # kernel accumulates in float32 either way
+    results = ("float32",) if dtype == "float32" else ("float32", "float16")
+    if _op_name(sm) != "relax.nn.softmax" or call.struct_info.dtype not in results:
         return None
     s = sm.args[0]
     rank = s.struct_info.ndim if isinstance(s.struct_info, TensorStructInfo) else -1
     if rank < 2 or int(sm.attr_dict["axis"]) not in (-1, rank - 1):
         return None
+
+    def widened(s):
+        """The float16 scores of float16 accumulation converted to float32 for the softmax
+        (or the float32 mask): the float16 scores; else ``s``."""
+        node = bound(s)
+        if dtype == "float16" and _op_name(node) == "relax.astype" and \
+                node.args[0].struct_info.dtype == "float16":
+            return node.args[0]
+        return s
+
+    s = widened(s)
     node = bound(s)
     mask, mask_kind, fill = None, None, 0.0
     if _op_name(node) == "relax.add":
         a, b = node.args
         # the scores are the operand of the scores' shape coming from the scale or the matmul
         for x, m in ((a, b), (b, a)):
-            if _op_name(bound(x)) in ("relax.matmul", "relax.divide", "relax.multiply"):
-                mask, mask_kind, s = m, "add", x
+            if _op_name(bound(widened(x))) in ("relax.matmul", "relax.divide",
+                                               "relax.multiply"):
+                mask, mask_kind, s = m, "add", widened(x)
                 break
         else:
             return None
@@ -163,14 +195,13 @@ def match_attention(call: Call, lookup) -> tuple[AttentionSpec, list[Expr]] | No
         else:
             return None
         node = bound(s)
-    if _op_name(node) != "relax.matmul" or node.attr_dict.get("out_dtype") not in (None, "",
-                                                                                 "float32"):
+    if _op_name(node) != "relax.matmul" or node.struct_info.dtype not in results:
         return None
     q, kt = node.args
-    qs, ks, vs = _shape(q, "float32"), _shape(kt, "float32"), _shape(v, "float32")
+    qs, ks, vs = _shape(q, dtype), _shape(kt, dtype), _shape(v, dtype)
     out = call.struct_info
     if None in (qs, ks, vs) or not len(qs) == len(ks) == len(vs) >= 2 or \
-            out.dtype != "float32" or out.ndim != len(qs):
+            out.ndim != len(qs):
         return None
     batch, L, D = qs[:-2], qs[-2], _const(qs[-1])
     S, Dv = ks[-1], _const(vs[-1])
@@ -200,17 +231,17 @@ def match_attention(call: Call, lookup) -> tuple[AttentionSpec, list[Expr]] | No
         args.append(mask)
     views = []
     for i in range(3):   # each of Q, Kᵀ, V read through the view it is, where it is one
-        view = _view_of(args[i], lookup)
+        view = _view_of(args[i], lookup, dtype)
         if view is not None:
             args[i], view = view
         views.append(view)
     spec = AttentionSpec(batch=batch, L=L, S=S, D=D, Dv=Dv, scale=scale, mask=mask_kind,
                          mask_shape=mask_shape, fill=fill, q_view=views[0], k_view=views[1],
-                         v_view=views[2])
+                         v_view=views[2], dtype=dtype, out_dtype=out.dtype)
     return spec, args
 
 
-def _view_of(e: Expr, lookup):
+def _view_of(e: Expr, lookup, dtype: str = "float32"):
     """``(x, (shape, axes, split))`` when ``e`` is ``permute_dims(reshape(x, (*lead, h,
     split)), axes)`` with ``x`` of shape ``(*lead, h * split)`` (the heads split off a
     projection, as the imports write it), or ``permute_dims(x, axes)``; else None."""
@@ -226,23 +257,23 @@ def _view_of(e: Expr, lookup):
     reshape = lookup(src) if isinstance(src, Var) else None
     if _op_name(reshape) == "relax.reshape":
         x = reshape.args[0]
-        xs, ys = _shape(x, "float32"), _shape(src, "float32")
+        xs, ys = _shape(x, dtype), _shape(src, dtype)
         if xs is not None and ys is not None and len(ys) == len(xs) + 1 and \
                 _same(xs[:-1], ys[:-2]) and None not in (_const(xs[-1]), _const(ys[-2]),
                                                          _const(ys[-1])) and \
                 _const(xs[-1]) == _const(ys[-2]) * _const(ys[-1]):
-            sliced = _last_dim_slice(x, lookup)
+            sliced = _last_dim_slice(x, lookup, dtype)
             if sliced is not None:    # GPT-2: q, k, v split off one projection
                 whole, offset = sliced
-                return whole, (_shape(whole, "float32"), axes, _const(ys[-1]), offset)
+                return whole, (_shape(whole, dtype), axes, _const(ys[-1]), offset)
             return x, (xs, axes, _const(ys[-1]), 0)
-    ss = _shape(src, "float32")
+    ss = _shape(src, dtype)
     if ss is None:
         return None
     return src, (ss, axes, None, 0)
 
 
-def _last_dim_slice(x: Expr, lookup):
+def _last_dim_slice(x: Expr, lookup, dtype: str = "float32"):
     """``(y, begin)`` when ``x`` is ``strided_slice(y, axes=[last], begin=[b], end=[e])`` with a
     constant, in-bounds ``0 <= b < e <= y.shape[-1]`` and stride 1 (``Split`` of a fused QKV
     projection), ``y`` of plain dims; else None."""
@@ -250,7 +281,7 @@ def _last_dim_slice(x: Expr, lookup):
     if _op_name(sl) != "relax.strided_slice":
         return None
     y = sl.args[0]
-    ys = _shape(y, "float32")
+    ys = _shape(y, dtype)
     if ys is None:
         return None
     a = sl.attr_dict
@@ -284,7 +315,7 @@ def merged_output(call: Call, lookup, fused: dict):
     logical = (*spec.batch, spec.L, spec.Dv)
     axes = perm.attr_dict.get("axes")
     axes = tuple(range(len(logical)))[::-1] if axes is None else tuple(int(a) for a in axes)
-    ys = _shape(call, "float32")
+    ys = _shape(call, spec.out_dtype)
     if len(axes) != len(logical) or axes[-1] != len(logical) - 1 or ys is None or \
             len(ys) != len(logical) - 1:
         return None
@@ -295,6 +326,22 @@ def merged_output(call: Call, lookup, fused: dict):
     # checks at run time that they agree
     shape = tuple(logical[a] for a in axes[:-2]) + (IntImm(heads * spec.Dv, "int64"),)
     return replace(spec, o_view=(shape, axes, spec.Dv, 0)), args
+
+
+def rounded_output(call: Call, lookup, fused: dict):
+    """``(spec, args)`` of a fused attention writing ``call`` — ``astype(O, "float16")`` of a
+    fused attention's float32 output ``O`` (not yet written through a view) — directly; else
+    None. ``fused`` maps the fused kernels' names to their (spec, args)."""
+    src = call.args[0]
+    if call.struct_info.dtype != "float16" or not isinstance(src, Var):
+        return None
+    att = lookup(src)
+    if _op_name(att) != "relax.call_tir" or att.args[0].name_hint not in fused:
+        return None
+    spec, args = fused[att.args[0].name_hint]
+    if spec.out_dtype != "float32" or spec.o_view is not None:
+        return None
+    return replace(spec, out_dtype="float16"), args
 
 
 class _AttentionFuser(ExprMutator):
@@ -312,6 +359,11 @@ class _AttentionFuser(ExprMutator):
         call = super().visit_call_(call)
         if not self.builder.building:
             return call
+        if _op_name(call) == "relax.astype":
+            # a float16 attention's float32 output rounded to float16 (ToMixedPrecision): the
+            # kernel writes float16 itself
+            found = rounded_output(call, self.builder.lookup_binding, self.fused)
+            return call if found is None else self._call(*found, call.struct_info)
         if _op_name(call) == "relax.reshape":
             # the heads joined back after the attention: written so by the kernel itself
             found = merged_output(call, self.builder.lookup_binding, self.fused)

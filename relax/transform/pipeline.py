@@ -17,6 +17,7 @@ from .base import Sequential
 from .canonicalize_bindings import CanonicalizeBindings
 from .dead_code_elimination import DeadCodeElimination
 from .decompose_ops import DecomposeOpsForInference
+from .fold_cast_into_gemm import FoldCastIntoGEMM
 from .fold_constant import FoldConstant
 from .fold_pad import FoldPad
 from .fold_scale_axis import FoldScaleAxis
@@ -51,6 +52,8 @@ def _default(check: bool = False, target: "Target | str | None" = None,
     if target.kind in ("opencl", "webgpu"):
         # softmax(Q K^T * scale + mask) V -> one fused attention kernel
         passes.append(FuseAttention(target))
+        # float16 GEMM operands whose cast would be a kernel of its own -> read as float32
+        passes.append(FoldCastIntoGEMM())
         # 3x3 stride-1 convolutions with 64+ channels -> Winograd F(2x2, 3x3)
         passes.append(GPUWinograd(target))
         # int4 weight-only dense layers of few rows -> the GPU int4 GEMV kernel (bias fused)
@@ -81,7 +84,7 @@ def get_pipeline(name: str = "default", check: bool = False,
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
         ConvertLayout, FoldConstant and AlterLayout (CPU targets only), FuseAttention,
-        GPUWinograd and LowerDenseQ4GEMV (GPU targets only), LegalizeOps, FoldConstant,
+        FoldCastIntoGEMM, GPUWinograd and LowerDenseQ4GEMV (GPU targets only), LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).

@@ -399,3 +399,47 @@ def test_webgpu_adapter_limits_keep_the_registers_tile():
     if last.startswith("SKIP"):
         pytest.skip(f"WebGPU adapter: {last}")
     assert last.startswith("ERR") and float(last.split()[1]) < 1e-4, run.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# float16 models (ToMixedPrecision): float16 Q, K, V; the kernel computes in float32
+
+
+def _f16_device(kind):
+    """(device, float16 target string) of ``kind``, or a skip saying why not."""
+    dev, target = gpu_device(kind)
+    if kind == "webgpu":
+        from tilecraft.targets.webgpu_backend import runtime
+        if "shader-f16" not in runtime.adapter_features(0):
+            pytest.skip("the WebGPU adapter has no shader-f16")
+        runtime.close_device(0)      # reopened asking for shader-f16
+        return targets.webgpu(0), "webgpu -supports-float16=1"
+    return dev, target
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+@pytest.mark.parametrize("case", ["plain", "padding", "causal_bool"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_float16_attention_is_one_kernel_and_matches_numpy(kind, case, out_dtype):
+    dev, target = _f16_device(kind)
+    # (relax.quantize: ToMixedPrecision, then the constants' casts folded: the scale a constant)
+    mod16 = relax.quantize(_attention_module(case), "fp16", out_dtype=out_dtype)
+    fused = FuseAttention(Target(target))(mod16)
+    specs = [f for n, f in fused.functions.items() if "attention" in n]
+    assert len(specs) == 1, fused["main"].script()
+    assert "softmax" not in fused["main"].script()
+    exe = relax.build(mod16, target)
+    assert len(_kernels(exe)) == 1
+    vm = VirtualMachine(exe, dev)
+    rng = np.random.default_rng(4)
+    for n, l in ((1, 1), (2, 37)):
+        x = _inputs(case, rng, n, l, l)
+        # the oracle: the float16-rounded operands, attention in float64
+        ref = _reference(case, [a.astype("float16").astype("float32") if i < 3 else a
+                                for i, a in enumerate(x)])
+        got = vm["main"](*x).numpy().astype("float64")
+        # float32 results: the float16 operands' rounding only (the kernel keeps the scores and
+        # probabilities in float32); float16 results: one rounding more at the store
+        tol = 1e-3 if out_dtype == "float32" else 3e-3
+        err = np.abs(got - ref).max() / np.abs(ref).max()
+        assert err < tol, f"{case} {out_dtype} n={n} l={l}: {err}"

@@ -361,3 +361,35 @@ def test_the_tuner_searches_the_float16_kernels(tmp_path, rng):
                                           upper_bounds={"batch": 8}), targets.cpu(0))
     x, = m.make_inputs(rng, batch=8)
     assert rel_err(vm["main"](x).numpy(), m.reference(x)) < TOL["float32"]
+
+
+# ------------------------------------------------------------------------------------------
+# the GPU kernels of a converted model: the float32 model's, no cast kernels of their own
+
+
+def _launches(exe) -> list[str]:
+    """The kernels the program calls, in order (one entry per launch)."""
+    return [line.split()[1].strip('"') for line in exe.as_text().splitlines()
+            if line.strip().startswith("call_kernel ")]
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+@pytest.mark.parametrize("kind", ["opencl", "webgpu"])
+@pytest.mark.parametrize("name", ["bert", "resnet"])
+def test_gpu_kernels_of_a_float16_model_are_the_float32_models(name, kind, out_dtype, rng):
+    """The fp16 model launches as many kernels as the fp32 one: the attention fused (one
+    kernel reading float16 Q, K, V), no standalone cast (the input's and the layer norm's
+    casts read by the GEMMs, the others in their producers); and it matches float32."""
+    make, sizes = MODELS[name]
+    m = make()
+    dev, target = gpu_device(kind)
+    exe32 = relax.build(m.mod, target.replace(" -supports-float16=1", ""))
+    exe16 = relax.build(relax.quantize(m.mod, "fp16", out_dtype=out_dtype), target)
+    k32, k16 = _launches(exe32), _launches(exe16)
+    assert len(k16) == len(k32), (k32, k16)
+    assert not [k for k in k16 if k.startswith("astype")], k16
+    assert len([k for k in k16 if "attention" in k]) == len([k for k in k32 if "attention" in k])
+    vm = relax.VirtualMachine(exe16, dev)
+    xs = m.make_inputs(rng, **sizes)
+    got = vm["main"](*xs).numpy()
+    assert rel_err(got, m.reference(*xs)) < TOL[out_dtype], (name, kind, out_dtype)

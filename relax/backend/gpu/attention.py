@@ -64,7 +64,7 @@ from tilecraft.tensorir.stmt import Allocate, Buffer, BufferStore, For, IfThenEl
 
 from .gemm import for_cpu
 
-__all__ = ["AttentionSpec", "attention_kernel", "attention_tiles", "flash_kernel", "flash_tiles",
+__all__ = ["AttentionSpec", "ATTENTION_DTYPES", "attention_kernel", "attention_tiles", "flash_kernel", "flash_tiles",
            "row_split_kernel", "ATTENTION_COLS", "ATTENTION_KERNEL", "ATTENTION_MAX_HEAD",
            "ATTENTION_ROWS", "ATTENTION_SPLIT", "FLASH_TILE", "FLASH_TILE_WEBGPU"]
 
@@ -113,6 +113,12 @@ class AttentionSpec:
         None: the output is ``(*batch, L, Dv)``. ``(shape, axes, Dv, 0)``: the kernel writes
         ``reshape(permute_dims(O, axes), shape)`` instead, where the reshape merges the last two
         dims (the heads joined back into the hidden dim, as the imports do next).
+    dtype : str
+        The dtype of Q, K and V: ``"float32"``, or ``"float16"`` (a ``ToMixedPrecision``
+        model's attention: the operands are converted to float32 as they are fetched, the
+        scores, the softmax and the accumulation stay float32).
+    out_dtype : str
+        The dtype of the output (``"float16"``: rounded once, at the store).
     """
     batch: tuple
     L: object
@@ -128,6 +134,11 @@ class AttentionSpec:
     k_view: tuple | None = None
     v_view: tuple | None = None
     o_view: tuple | None = None
+    dtype: str = "float32"
+    out_dtype: str = "float32"
+
+
+ATTENTION_DTYPES = ("float32", "float16")
 
 
 def attention_tiles(spec: AttentionSpec, target: Target) -> tuple[int, int, int]:
@@ -148,14 +159,30 @@ def attention_tiles(spec: AttentionSpec, target: Target) -> tuple[int, int, int]
     return rows, split, cols
 
 
-def _operand(name: str, logical: tuple, view) -> Buffer:
+def _operand(name: str, logical: tuple, view, dtype: str = "float32") -> Buffer:
     """The buffer of an operand: its logical shape, or the shape of the tensor it views."""
-    return Buffer(name, logical if view is None else tuple(view[0]), "float32")
+    return Buffer(name, logical if view is None else tuple(view[0]), dtype)
+
+
+def _as_f32(x):
+    """A loaded operand value in float32 (the kernels compute in float32 whatever the
+    operands' storage: a float16 operand is converted once, where it is fetched)."""
+    return x if x.dtype == "float32" else x.astype("float32")
+
+
+def _store_o(buf: Buffer, value, idx):
+    """``O[idx] = value``, rounded to the output's dtype."""
+    return BufferStore(buf, value if buf.dtype == "float32" else value.astype(buf.dtype), idx)
 
 
 def _load(buf: Buffer, view, idx: tuple):
     """``buf`` read at logical index ``idx``, through the operand's view (see
-    ``AttentionSpec``): the permutation undone, then the reshape's split of the last dim."""
+    ``AttentionSpec``): the permutation undone, then the reshape's split of the last dim;
+    the value in float32."""
+    return _as_f32(_load_raw(buf, view, idx))
+
+
+def _load_raw(buf: Buffer, view, idx: tuple):
     if view is None:
         return buf[tuple(idx)]
     _, axes, split, offset = view
@@ -199,10 +226,11 @@ def row_split_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
     unroll = "serial" if for_cpu(target) else "unrolled"
     f32 = "float32"
     batch, L, S, D, Dv = tuple(spec.batch), spec.L, spec.S, spec.D, spec.Dv
-    Q = _operand("Q", (*batch, L, D), spec.q_view)
-    K = _operand("K", (*batch, D, S) if spec.k_transposed else (*batch, S, D), spec.k_view)
-    V = _operand("V", (*batch, S, Dv), spec.v_view)
-    O = _operand("O", (*batch, L, Dv), spec.o_view)
+    Q = _operand("Q", (*batch, L, D), spec.q_view, spec.dtype)
+    K = _operand("K", (*batch, D, S) if spec.k_transposed else (*batch, S, D), spec.k_view,
+                 spec.dtype)
+    V = _operand("V", (*batch, S, Dv), spec.v_view, spec.dtype)
+    O = _operand("O", (*batch, L, Dv), spec.o_view, spec.out_dtype)
     M = None
     if spec.mask is not None:
         M = Buffer("mask", tuple(spec.mask_shape), f32 if spec.mask == "add" else "bool")
@@ -315,7 +343,7 @@ def row_split_kernel(spec: AttentionSpec, target: Target, name: str = "fused_att
         BufferStore(st, const(0.0, f32), [1]),
         For(t2, 0, split, unroll, BufferStore(st, l + red[r, t2], [1])),
         For(d, 0, Dv // split, unroll,
-            IfThenElse(row < L, BufferStore(O, o[d] / l, _out_index(
+            IfThenElse(row < L, _store_o(O, o[d] / l, _out_index(
                 spec.o_view, (*bidx, row, d * split + t))))),
     )
     return _launch(name, thread, (st, sc, o, q), (red, Ps, Vs, Ks), (tx, threads),
@@ -350,6 +378,9 @@ def _check(spec: AttentionSpec) -> None:
         raise ValueError(f"fused attention: unknown mask kind {spec.mask!r}")
     if spec.scale[0] not in ("mul", "div"):
         raise ValueError(f"fused attention: unknown scale {spec.scale!r}")
+    for what, t in (("dtype", spec.dtype), ("out_dtype", spec.out_dtype)):
+        if t not in ATTENTION_DTYPES:
+            raise ValueError(f"fused attention: {what} {t!r} is not one of {ATTENTION_DTYPES}")
 
 
 def attention_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attention"
@@ -488,10 +519,11 @@ def flash_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attenti
     f32 = "float32"
     batch, L, S, D, Dv = tuple(spec.batch), spec.L, spec.S, spec.D, spec.Dv
     nb = len(batch)
-    Q = _operand("Q", (*batch, L, D), spec.q_view)
-    K = _operand("K", (*batch, D, S) if spec.k_transposed else (*batch, S, D), spec.k_view)
-    V = _operand("V", (*batch, S, Dv), spec.v_view)
-    O = _operand("O", (*batch, L, Dv), spec.o_view)
+    Q = _operand("Q", (*batch, L, D), spec.q_view, spec.dtype)
+    K = _operand("K", (*batch, D, S) if spec.k_transposed else (*batch, S, D), spec.k_view,
+                 spec.dtype)
+    V = _operand("V", (*batch, S, Dv), spec.v_view, spec.dtype)
+    O = _operand("O", (*batch, L, Dv), spec.o_view, spec.out_dtype)
     M = None
     if spec.mask is not None:
         M = Buffer("mask", tuple(spec.mask_shape), f32 if spec.mask == "add" else "bool")
@@ -675,7 +707,7 @@ def flash_kernel(spec: AttentionSpec, target: Target, name: str = "fused_attenti
         load_q.append(For(i, 0, tr, unroll, For(d, 0, D, unroll, BufferStore(
             q_l, _load(Q, spec.q_view, (*bidx, clamp(row_of(i), L), d)), [i * D + d]))))
     dim = dim_of(floordiv(v, w), floormod(v, w))
-    store = BufferStore(O, o_l[i * nv * w + v] / l_l[i],
+    store = _store_o(O, o_l[i * nv * w + v] / l_l[i],
                         _out_index(spec.o_view, (*bidx, row_of(i), dim)))
     ok = row_of(i) < L
     if guard_dims:
