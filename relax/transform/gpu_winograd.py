@@ -49,6 +49,8 @@ def winograd_enabled() -> bool:
     return os.environ.get("TILECRAFT_GPU_WINOGRAD", "1").strip() not in ("0", "false", "off")
 
 
+_WINOGRAD_DTYPES = ("float32", "float16")
+
 class GPUWinograd(Pass):
     """Rewrite the NCHW 3x3 stride-1 convolutions Winograd pays for into the GPU Winograd
     kernels (see the module docstring).
@@ -110,9 +112,14 @@ class _Rewrite(ExprMutator):
         a = call.attr_dict
         if a["data_layout"] != "NCHW" or a["out_layout"] != "NCHW":
             return None
-        g = conv2d_geometry(call)
-        if g is None or call.struct_info.dtype != "float32" or \
-                call.args[0].struct_info.dtype != "float32":
+        # float32, or a float16 model's (ToMixedPrecision): float16 weights, float32 or float16
+        # data (FoldCastIntoGEMM), a float32 or float16 result
+        dtypes = tuple(e.struct_info.dtype for e in (call.args[0], call.args[1], call))
+        if dtypes[1] not in _WINOGRAD_DTYPES or not set(dtypes) <= set(_WINOGRAD_DTYPES) or \
+                (dtypes[1] == "float32" and dtypes != ("float32",) * 3):
+            return None
+        g = conv2d_geometry(call, dtypes=dtypes)
+        if g is None:
             return None
         if not winograd.winograd_applies(g, self.min_channels):
             return None
@@ -124,5 +131,5 @@ class _Rewrite(ExprMutator):
             packed = self.builder.emit(self.kernel(
                 winograd.pack_winograd_weight, weight, a["kernel_layout"],
                 name="pack_winograd_weight", pattern=OpPattern.INJECTIVE))
-        return self.kernel(winograd.conv2d_nchw_winograd, data, packed, g, "float32",
+        return self.kernel(winograd.conv2d_nchw_winograd, data, packed, g, dtypes[2],
                            name="conv2d_nchw_winograd", pattern=OpPattern.OUT_EWISE_FUSABLE)

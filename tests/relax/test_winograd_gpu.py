@@ -182,3 +182,40 @@ def test_runtime_weight_runs_the_transform_kernel(gpu_dev):
               lambda n: [RNG.standard_normal((n, C, H, H)).astype("float32"),
                          RNG.standard_normal((O, C, 3, 3)).astype("float32")],
               lambda x, w: [_conv_ref(x, w, 1)], sizes=(2,), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+def test_float16_model_takes_winograd_and_matches_numpy(out_dtype):
+    """A ToMixedPrecision convolution (float16 weights; float16 data, or the float32 input read
+    as it is: FoldCastIntoGEMM) takes Winograd too, on PoCL (float16 storage) and lavapipe
+    (f16), within float16's rounding of numpy."""
+    from tilecraft.relax.transform import FoldCastIntoGEMM
+    C, O, H = 64, 64, 9
+    w = (RNG.standard_normal((O, C, 3, 3)) * 0.1).astype("float32")
+    mod = gpu.module([("x", ("n", C, H, H), "float32")],
+                     lambda x: [nn.relu(nn.conv2d(nn.relu(x), const(w), padding=(1, 1))),
+                                nn.conv2d(x, const(w), padding=(1, 1))])
+    mod16 = relax.quantize(mod, "fp16", out_dtype=out_dtype)
+    for kind in ("opencl", "webgpu"):
+        target = kind if kind == "opencl" else "webgpu -supports-float16=1"
+        rewritten = GPUWinograd(target)(FoldCastIntoGEMM()(mod16)).script()
+        assert rewritten.count("conv2d_nchw_winograd") >= 2 and "R.nn.conv2d" not in rewritten
+        if kind == "opencl":
+            dev = gpu_device(kind)[0]
+        else:
+            from tilecraft import targets
+            from tilecraft.targets.webgpu_backend import runtime
+            gpu_device(kind)
+            if "shader-f16" not in runtime.adapter_features(0):
+                continue
+            runtime.close_device(0)     # reopened asking for shader-f16
+            dev = targets.webgpu(0)
+        vm = VirtualMachine(relax.build(mod16, target), dev)
+        x = RNG.standard_normal((2, C, H, H)).astype("float32")
+        w16 = w.astype("float16").astype("float32")
+        refs = [np.maximum(_conv_ref(np.maximum(x, 0).astype("float16"), w16, 1), 0),
+                _conv_ref(x, w16, 1)]
+        outs = vm["main"](x)
+        for got, ref in zip(outs, refs):
+            err = np.abs(got.numpy().astype("float64") - ref).max() / np.abs(ref).max()
+            assert err < (2e-3 if out_dtype == "float32" else 6e-3), (kind, out_dtype, err)

@@ -33,7 +33,12 @@ F(2x2, 3x3)'s transforms have coefficients 0, 1/2 and 1, so the float32 results 
 the direct convolution by rounding only (about 1e-6 relative). F(4x4, 3x3) (4x fewer
 multiply-adds) loses about three decimal digits and is not used.
 
-Where it is used (``winograd_applies``, the rule ``GPUWinograd`` checks): float32, 3x3, stride
+float16 (a ``ToMixedPrecision`` model): float16 weights (``U`` computed in float64 and rounded
+once), float16 or float32 data, the input transform summed in float32 and ``V`` stored in
+float16, the GEMM accumulating in the convolution's result dtype (float32 or float16).
+
+Where it is used (``winograd_applies``, the rule ``GPUWinograd`` checks): float32 (or float16
+as above), 3x3, stride
 1, no dilation, one group, at least ``MIN_CHANNELS`` (64) input and output channels, and an
 output image of ``MIN_IMAGE`` (7) to ``MAX_IMAGE`` (14) pixels a side. Fewer channels leave the GEMMs too
 small for the tile and the transforms' memory traffic (which scales with ``C + O``) too large
@@ -186,7 +191,10 @@ def conv2d_nchw_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry,
     pt, pl = g.padding[0], g.padding[1]
     th, tw, tiles_pad = winograd_tiles(g)
     tiles = th * tw
-    dtype = data.dtype
+    # the input transform sums in float32 (float16 data: converted as read) and is stored in
+    # the transformed weight's dtype (float16 weights: V in float16, rounded once)
+    dtype = "float32" if data.dtype == "float16" else data.dtype
+    v_dtype = weight.dtype
     zero = te.const(0, dtype)
 
     # 1. V = B^T d B: each row of B^T has two nonzero entries, +1 and +-1, at these taps
@@ -206,8 +214,10 @@ def conv2d_nchw_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry,
                 # the convolution's padding (and the part of a last tile past the image) read
                 # as guarded zeros; the padded tiles (t >= tiles) are zeros
                 inside = te.all(t < tiles, yy >= 0, yy < g.height, xx >= 0, xx < g.width)
-                total = total + sa * sb * te.if_then_else(inside, data[b_, c, yy, xx], zero)
-        return total
+                x = data[b_, c, yy, xx]
+                x = x if x.dtype == dtype else x.astype(dtype)
+                total = total + sa * sb * te.if_then_else(inside, x, zero)
+        return total if v_dtype == dtype else total.astype(v_dtype)
 
     v = te.compute((n, ALPHA * ALPHA, g.in_channels, tiles_pad), v_at, "winograd_input",
                    attrs={KEEP_STAGE: 1})
