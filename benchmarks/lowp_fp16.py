@@ -19,9 +19,13 @@ Targets (``TILECRAFT_LOWP_TARGETS``, comma-separated, default all):
 - ``llvm``: this CPU (x86: F16C conversions, float16 weights and activations in memory,
   float32 arithmetic; AArch64 with ``+fullfp16``: half arithmetic).
 
-Each row: the median time of the fp32 and the fp16 executable, timed interleaved round by round
-in one process (``vm.time_evaluator``, which synchronizes the device), ``speedup`` = fp32 time /
-fp16 time (above 1: fp16 is faster), and the fp16 model's error against the fp32 model on the
+Each row: the median time of the fp32 and the fp16 executables, timed interleaved round by
+round in one process (``vm.time_evaluator``, which synchronizes the device), ``speedup`` = fp32
+time / fp16 time (above 1: fp16 is faster), and the fp16 model's error against the fp32 model on
+the same input. Two fp16 executables (``TILECRAFT_LOWP_ACCUMULATE``, default ``float32,float16``):
+float32 accumulation (``fp16_ms``, ``speedup``, the error columns) and float16 accumulation
+(``relax.quantize(mod, "fp16", out_dtype="float16")``: ``fp16acc16_ms``, ``speedup_acc16``,
+``acc16_max_rel_err`` ...). The errors: the fp16 model's against the fp32 model on the
 same real-shaped random input: largest absolute error, largest error over the output's largest
 magnitude, top-1 agreement for the classifier, cosine similarity of the hidden states for the
 transformer layer. The fp32 output is checked against the model's own reference first.
@@ -66,6 +70,25 @@ MODELS = [m for m in os.environ.get("TILECRAFT_LOWP_MODELS", "").split(",") if m
 TARGET_STRINGS = {"opencl": "opencl", "opencl-tc": "opencl -device=nvidia",
                   "opencl-half": "opencl -supports-float16=1",
                   "webgpu": "webgpu -supports-float16=1", "llvm": "llvm"}
+# the float16 executables' accumulation dtypes (ToMixedPrecision's out_dtype): float32 (the
+# ``fp16_*`` / ``speedup`` columns) and float16 (``fp16acc16_*``, ``speedup_acc16``, the
+# ``acc16_*`` errors). By default float16 accumulation only where the target computes in half
+# (``webgpu``, ``opencl-half``): float16 storage (``opencl``) and x86 round each float16 result
+# in float arithmetic, which emulates the numerics and is slower by design.
+# TILECRAFT_LOWP_ACCUMULATE (e.g. ``float32`` or ``float32,float16``) sets it for every target.
+ACCUMULATE = [a for a in os.environ.get("TILECRAFT_LOWP_ACCUMULATE", "").split(",") if a]
+HALF_ARITHMETIC = ("webgpu", "opencl-half")
+
+
+def accumulations(kind: str) -> list[str]:
+    """The accumulation dtypes measured on target ``kind``.
+
+    >>> "float32" in accumulations("webgpu")
+    True
+    """
+    if ACCUMULATE:
+        return ACCUMULATE
+    return ["float32", "float16"] if kind in HALF_ARITHMETIC else ["float32"]
 ROUNDS = 3 if SMOKE else 5
 WRITES_RESULTS = True   # run() writes the file, named after the GPU it measured
 
@@ -167,15 +190,14 @@ def accuracy(got: np.ndarray, ref: np.ndarray, classifier: bool) -> dict:
     return out
 
 
-def _interleaved(vm32, vm16, dev, x32, x16, number: int) -> tuple[float, float]:
-    """Median seconds per call of the fp32 and the fp16 executables, timed round by round."""
-    t32, t16 = [], []
-    e32 = vm32.time_evaluator("main", dev, number=number, repeat=1)
-    e16 = vm16.time_evaluator("main", dev, number=number, repeat=1)
+def _interleaved(vms: list, dev, x, number: int) -> list[float]:
+    """Median seconds per call of each executable of ``vms``, timed round by round."""
+    times = [[] for _ in vms]
+    evals = [vm.time_evaluator("main", dev, number=number, repeat=1) for vm in vms]
     for _ in range(ROUNDS):
-        t32.append(min(e32(x32).results))
-        t16.append(min(e16(x16).results))
-    return statistics.median(t32), statistics.median(t16)
+        for t, e in zip(times, evals):
+            t.append(min(e(x).results))
+    return [statistics.median(t) for t in times]
 
 
 def _output(out) -> np.ndarray:
@@ -246,7 +268,8 @@ def measure(on_rows=None) -> list[dict]:
     cases = [c for c in cases if not MODELS or c.name in MODELS]
     rows = []
     for case in cases:
-        mod16 = relax.quantize(case.mod, "fp16")
+        accs = sorted({a for kind in TARGETS for a in accumulations(kind)}, reverse=True)
+        mods16 = {acc: relax.quantize(case.mod, "fp16", out_dtype=acc) for acc in accs}
         fp32_builds = {}      # the float32 executable of a target string, shared by its rows
         for kind in TARGETS:
             if on_rows is not None and rows:
@@ -266,9 +289,13 @@ def measure(on_rows=None) -> list[dict]:
                     fp32_builds[target32] = relax.build(case.mod, target32,
                                                         upper_bounds=case.bounds)
                 exe32 = fp32_builds[target32]
-                exe16 = relax.build(mod16, target, upper_bounds=case.bounds)
+                exes16 = {acc: relax.build(mods16[acc], target, upper_bounds=case.bounds)
+                          for acc in accumulations(kind)}
                 build_s = time.perf_counter() - t0
-                vm32, vm16 = relax.VirtualMachine(exe32, dev), relax.VirtualMachine(exe16, dev)
+                # (the VMs after every build: a WebGPU device opened by a first array asks for
+                # the features of the modules built by then, shader-f16 among them)
+                vm32 = relax.VirtualMachine(exe32, dev)
+                vms16 = {acc: relax.VirtualMachine(e, dev) for acc, e in exes16.items()}
             except Exception as err:  # a missing driver, a refused feature: a row, not a crash
                 rows.append({**base, "error": f"{type(err).__name__}: {str(err)[:300]}"})
                 print(f"{case.name} {target}: {rows[-1]['error']}", file=sys.stderr)
@@ -284,21 +311,31 @@ def measure(on_rows=None) -> list[dict]:
                     ref = case.reference(x)
                     row["fp32_vs_reference"] = float(np.abs(ref32 - ref).max() /
                                                      (np.abs(ref).max() + 1e-30))
-                    got16 = _output(vm16["main"](x))
-                    row.update(accuracy(got16, ref32, case.classifier))
+                    for acc, vm16 in vms16.items():
+                        err16 = accuracy(_output(vm16["main"](x)), ref32, case.classifier)
+                        row.update(err16 if acc == "float32" else
+                                   {f"acc16_{k}": v for k, v in err16.items()})
                     xd = targets.array(x, dev)
                     number = 1 if SMOKE or kind == "llvm" else 3
-                    t32, t16 = _interleaved(vm32, vm16, dev, xd, xd, number)
+                    t32, *t16 = _interleaved([vm32, *vms16.values()], dev, xd, number)
                 except Exception as err:  # keep the other rows
                     row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
                     rows.append(row)
                     print(f"{case.name} {target} b{b}: {row['error']}", file=sys.stderr)
                     continue
-                row.update(fp32_ms=t32 * 1e3, fp16_ms=t16 * 1e3, speedup=t32 / t16)
+                row["fp32_ms"] = t32 * 1e3
+                line = f"{case.name} {target} b{b}: fp32 {t32 * 1e3:.2f} ms"
+                for acc, t in zip(vms16, t16):
+                    if acc == "float32":
+                        row.update(fp16_ms=t * 1e3, speedup=t32 / t)
+                        line += (f", fp16 {t * 1e3:.2f} ms, speedup {t32 / t:.2f}, rel err "
+                                 f"{row['max_rel_err']:.1e}")
+                    else:
+                        row.update(fp16acc16_ms=t * 1e3, speedup_acc16=t32 / t)
+                        line += (f", fp16 (f16 accumulation) {t * 1e3:.2f} ms, speedup "
+                                 f"{t32 / t:.2f}, rel err {row['acc16_max_rel_err']:.1e}")
                 rows.append(row)
-                print(f"{case.name} {target} b{b}: fp32 {t32 * 1e3:.2f} ms, fp16 "
-                      f"{t16 * 1e3:.2f} ms, speedup {t32 / t16:.2f}, rel err "
-                      f"{row['max_rel_err']:.1e}", flush=True)
+                print(line, flush=True)
     if on_rows is not None and rows:
         on_rows(rows)
     return rows
@@ -317,7 +354,8 @@ def main(argv=None) -> int:
     measured = [r for r in rows if "error" not in r]
     if measured:        # (print_table needs a row)
         print_table(measured, ["model", "target", "batch", "fp32_ms", "fp16_ms", "speedup",
-                               "max_rel_err", "top1_agreement", "cosine_min"])
+                               "max_rel_err", "top1_agreement", "cosine_min", "fp16acc16_ms",
+                               "speedup_acc16", "acc16_max_rel_err"])
     for r in rows:
         if "error" in r:
             print(f"{r['model']} {r['target']} {r.get('batch', '')}: {r['error']}")
