@@ -526,6 +526,8 @@ class WGSLCodegen(CodegenC):
 
     def visit_For(self, s):
         v = s.loop_var
+        if s.kind == "vectorized" and self._try_half_pair(s):
+            return
         if s.kind == "vectorized" and (self.vec4_shared or self.vec4_storage) and \
                 self._try_vec4_loop(s):
             return
@@ -694,6 +696,71 @@ class WGSLCodegen(CodegenC):
             self.depth -= 1
             self.emit("}")
         return True
+
+    def _try_half_pair(self, s) -> bool:
+        """A vectorized loop of 2 whose body is one float16 store into a register array (the
+        GEMM's float16 accumulators in pairs, ``gemm.half_pairs``): the value computed as one
+        ``vec2<f16>`` expression — arithmetic and float casts as vector operations, every other
+        part's two lanes gathered (``vec2<f16>(a0, a1)``), a lane-invariant part broadcast — so
+        that the driver can issue one packed half multiply-add for the two lanes; then stored
+        lane by lane (register arrays are scalarized). False (nothing emitted) otherwise, or
+        when the value reads the stored array anywhere but at the lane's own element."""
+        v, lo = s.loop_var, E.as_int(s.min)
+        st, guard = s.body, None
+        if isinstance(st, S.IfThenElse) and st.else_case is None and \
+                not _uses_var(st.condition, v):
+            guard, st = st.condition, st.then_case     # a row guard, the same for both lanes
+        if E.as_int(s.extent) != 2 or lo is None or not isinstance(st, S.BufferStore) or \
+                st.buffer.scope != "local" or st.buffer.dtype != "float16" or \
+                st.value.dtype != "float16":
+            return False
+        loads = []
+        post_order_visit(st.value, lambda n: loads.append(n)
+                         if isinstance(n, E.BufferLoad) else None)
+        if any(ld.buffer is st.buffer and not structural_equal(ld.indices, st.indices)
+               for ld in loads):
+            return False
+        if guard is not None:
+            self.emit(f"if ({self.visit(guard)}) {{")
+            self.depth += 1
+        self.unrolling += 1
+        try:
+            code = self._pair_expr(st.value, v, lo)
+            self.vec4_temps += 1
+            tmp = f"tc_h2_{self.vec4_temps}"
+            self.emit(self.let_decl(tmp, "vec2<f16>", code))
+            for lane in range(2):
+                self._bind_lane(v, lo + lane)
+                index = self.buffer_index(st.indices[0], st.buffer)
+                self.emit(self.store_stmt(st.buffer, index, f"{tmp}[{lane}]", st))
+        finally:
+            self.unrolling -= 1
+            self.analyzer.bind(v, Range(s.min, s.extent))
+        if guard is not None:
+            self.depth -= 1
+            self.emit("}")
+        self._note_f16("float16")
+        return True
+
+    def _bind_lane(self, v, k: int) -> None:
+        self.var_code[v] = _int_literal(k, v.dtype, v)
+        self.analyzer.bind(v, E.IntImm(k, v.dtype))
+
+    def _pair_expr(self, e, v, lo: int) -> str:
+        """``e`` over the two lanes ``v = lo, lo + 1`` as a ``vec2`` of its float dtype."""
+        vt = f"vec2<{self.type_name(e.dtype, e)}>"
+        if not _uses_var(e, v):
+            return f"{vt}({self.visit(e)})"
+        if isinstance(e, (E.Add, E.Sub, E.Mul, E.Div)) and dt.is_float(e.dtype):
+            op = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/"}[type(e)]
+            return f"({self._pair_expr(e.a, v, lo)} {op} {self._pair_expr(e.b, v, lo)})"
+        if isinstance(e, E.Cast) and dt.is_float(e.dtype) and dt.is_float(e.value.dtype):
+            return f"{vt}({self._pair_expr(e.value, v, lo)})"
+        lanes = []
+        for lane in range(2):
+            self._bind_lane(v, lo + lane)
+            lanes.append(self.visit(e))
+        return f"{vt}({', '.join(lanes)})"
 
     _VEC4_MATH = ("exp", "log", "sqrt", "rsqrt", "fabs", "floor", "ceil", "round", "trunc",
                   "sin", "cos", "exp2", "log2", "tanh", "sigmoid")

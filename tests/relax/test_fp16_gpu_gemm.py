@@ -1,7 +1,8 @@
 """fp16 GEMMs on WebGPU (lavapipe in CI, which has ``shader-f16``): ``relax.quantize(mod, "fp16")``
-with float32 accumulation (the default) and float16 accumulation (``out_dtype="float16"``),
-the kernels' shared tiles read as ``vec4<f16>`` register fragments, against numpy; and the clear
-error where an adapter lacks ``shader-f16``."""
+with float32 accumulation (the default) and float16 accumulation (``out_dtype="float16"``,
+the accumulators in ``vec2<f16>`` pairs), the kernels' shared tiles read as ``vec4<f16>``
+register fragments, against numpy; and the clear error where an adapter lacks
+``shader-f16``."""
 import numpy as np
 import pytest
 
@@ -46,6 +47,8 @@ def test_webgpu_fp16_gemm_matches_numpy(f16_device, out_dtype, tol, rows):
     if isinstance(rows, int):
         # the weight tile in workgroup memory in f16, read as vec4<f16> fragments
         assert "array<vec4<f16>" in src and "vec4<f16> = s_" in src
+    # float16 accumulation: the register tile's columns in pairs, one vec2<f16> multiply-add
+    assert ("vec2<f16>" in src) == (out_dtype == "float16")
     vm = relax.VirtualMachine(exe, f16_device)
     rng = np.random.default_rng(1)
     for m in ([M] if isinstance(rows, int) else [1, 37]):

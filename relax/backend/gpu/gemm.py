@@ -361,8 +361,16 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         sch.annotate(k0, ANN_REGISTER_PREFETCH, 1)
     init = sch.decompose_reduction(block, k0)
     names.add(node_of(sch, init).name)
+    pair = None
+    if half_pairs(target, node, rj):
+        # float16 accumulation where the target computes in half: the register tile's
+        # columns in pairs, one vec2<f16> multiply-add each (twice the ALU rate of scalar half
+        # on GPUs with packed half arithmetic)
+        j2, pair = sch.split(j2, [None, 2])
     for lp in ((i2, j2) if cpu else (k1, i2, j2)):
         sch.unroll(lp)
+    if pair is not None:
+        sch.vectorize(pair)
     # the register tile's init and write-back unrolled too: indexed by constants only, the
     # accumulators stay in registers
     for b in (init, local):
@@ -602,6 +610,18 @@ def _register_fragments(sch: Schedule, block, cached, k1, vec: int) -> None:
         for lp in loops:
             if loop_extent(node_of(sch, lp)) <= 64:
                 sch.unroll(lp)
+
+
+GEMM_HALF_PAIRS = True    # float16 accumulation in vec2<f16> pairs on WebGPU (half_pairs)
+
+
+def half_pairs(target: Target, block: Block, rj: int) -> bool:
+    """Whether the GEMM-like ``block`` (with ``rj`` register columns a thread) accumulates its
+    register tile's columns in pairs of float16 lanes: float16 accumulation on WebGPU (whose
+    float16 is the ``shader-f16`` feature: half arithmetic), ``rj`` even, ``GEMM_HALF_PAIRS``.
+    (OpenCL's half2 would need cl_khr_fp16, which neither NVIDIA's driver nor PoCL reports.)"""
+    return GEMM_HALF_PAIRS and target.kind == "webgpu" and not for_cpu(target) and \
+        rj % 2 == 0 and rj > 1 and all(w.buffer.dtype == "float16" for w in block.writes)
 
 
 def for_cpu(target: Target) -> bool:
