@@ -15,7 +15,7 @@ import functools
 from typing import Callable, Sequence
 
 from .. import arith
-from ..expr import (BufferLoad, FloatImm, IntImm, PrimExpr, Var, convert)
+from ..expr import (BufferLoad, Cast, FloatImm, IntImm, PrimExpr, Var, convert)
 from ..function import PrimFunc
 from ..functor import IRMutator, free_vars, substitute
 from ..stmt import (SCOPES, Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, IterVar,
@@ -186,7 +186,8 @@ def _relaxed_write_region(stmt: Stmt, buf: Buffer, pick: Callable[[BlockRealize]
 
 
 def _copy_nest(name: str, src: Buffer, dst: Buffer, region: Sequence[Range]) -> Stmt:
-    """``for ax0, ax1, ...: block name: dst[v0, v1, ...] = src[v0, v1, ...]`` over ``region``."""
+    """``for ax0, ax1, ...: block name: dst[v0, v1, ...] = src[v0, v1, ...]`` over ``region``
+    (the value converted to ``dst``'s dtype where it differs: a widening cache)."""
     ana = arith.Analyzer()
     loops = [Var(f"ax{d}", "int64") for d in range(len(region))]
     ivars = [Var(f"v{d}", "int64") for d in range(len(region))]
@@ -194,12 +195,66 @@ def _copy_nest(name: str, src: Buffer, dst: Buffer, region: Sequence[Range]) -> 
                  for v, s in zip(ivars, src.shape)]
     point = [Range(v, IntImm(1, "int64")) for v in ivars]
     block = Block(name, iter_vars, [BufferRegion(src, point)], [BufferRegion(dst, point)],
-                  BufferStore(dst, BufferLoad(src, ivars), ivars))
+                  BufferStore(dst, _converted(BufferLoad(src, ivars), dst.dtype), ivars))
     stmt: Stmt = BlockRealize([ana.simplify(r.min + ax) for r, ax in zip(region, loops)], None,
                               block)
     for ax, r in reversed(list(zip(loops, region))):
         stmt = For(ax, IntImm(0, "int64"), r.extent, "serial", stmt)
     return stmt
+
+
+def _converted(value, dtype: str):
+    return value if value.dtype == dtype else Cast(dtype, value)
+
+
+# the conversions a cache may make as it copies (exact: every value of the first dtype is one of
+# the second), so that readers which convert each value anyway read it converted once
+WIDENING = {("float16", "float32")}
+
+
+class _Widen(IRMutator):
+    """Inside a consumer block: ``Cast(dtype, old[idx])`` -> ``new[idx]`` (``new`` holds the
+    values of ``old`` converted to ``dtype``); any other read of ``old`` is an error."""
+
+    def __init__(self, old: Buffer, new: Buffer, prim: str, block):
+        super().__init__()
+        self.old, self.new, self.prim, self.block = old, new, prim, block
+
+    def visit_Cast(self, e):
+        v = e.value
+        if isinstance(v, BufferLoad) and v.buffer is self.old and e.dtype == self.new.dtype:
+            return BufferLoad(self.new, tuple(self.visit(i) for i in v.indices))
+        return self.generic_visit(e)
+
+    def visit_BufferLoad(self, e):
+        if e.buffer is self.old:
+            raise ScheduleError(self.prim, f"block {self.block.name} reads {self.old.name} other "
+                                f"than converted to {self.new.dtype}: a {self.new.dtype} cache "
+                                f"of it would change what it computes", self.block)
+        return self.generic_visit(e)
+
+
+class _WidenRedirect(IRMutator):
+    """``_Redirect`` for a cache of another dtype: the consumers' converting reads read it."""
+
+    def __init__(self, names: set[str], old: Buffer, new: Buffer, prim: str):
+        super().__init__()
+        self.names, self.old, self.new, self.prim = names, old, new, prim
+
+    def visit_BlockRealize(self, br: BlockRealize):
+        if br.block.name in self.names:
+            br = _Widen(self.old, self.new, self.prim, br.block).visit(br)
+            return replace_buffers(br, {self.old: self.new})     # the read regions
+        return self.generic_visit(br)
+
+    def visit_Buffer(self, buf):
+        return buf
+
+    def visit_BufferLoad(self, e):
+        return e
+
+    def visit_BufferRegion(self, r):
+        return r
 
 
 class _Redirect(IRMutator):
@@ -237,12 +292,18 @@ def _scope_of(ancestors: tuple, primitive: str, block: Block) -> Block:
 
 
 def cache_read(func: PrimFunc, block_name: str, read_buffer_index: int, storage_scope: str,
-               consumer_names: Sequence[str] | None = None) -> tuple[PrimFunc, str]:
+               consumer_names: Sequence[str] | None = None,
+               dtype: str | None = None) -> tuple[PrimFunc, str]:
     """See ``Schedule.cache_read``; returns the new function and the cache block's name."""
     prim = "cache_read"
     br, ancestors = tree.find_block(func, block_name)
     block = br.block
     buf = block_buffer(block, read_buffer_index, "read", prim)
+    dtype = buf.dtype if dtype is None else dtype
+    if dtype != buf.dtype and (buf.dtype, dtype) not in WIDENING:
+        raise ScheduleError(prim, f"block {block_name}: a cache of {buf.name} cannot convert "
+                            f"{buf.dtype} to {dtype} (only {sorted(WIDENING)}: conversions "
+                            f"that keep every value)", block)
     check_scope(storage_scope, prim, block)
     scope = _scope_of(ancestors, prim, block)
     children = tree.child_block_realizes(scope)
@@ -278,10 +339,13 @@ def cache_read(func: PrimFunc, block_name: str, read_buffer_index: int, storage_
     if region is None:
         region = [Range(IntImm(0, "int64"), s) for s in buf.shape]
     name = unique_name(func, f"{buf.name}_{storage_scope}")
-    cache = Buffer(name, buf.shape, buf.dtype, scope=storage_scope, align=buf.align)
+    cache = Buffer(name, buf.shape, dtype, scope=storage_scope, align=buf.align)
     nest = _copy_nest(name, buf, cache, region)
     body = _insert(scope.body, path, pos, nest)
-    body = _Redirect(cset, buf, cache).visit(body)
+    if dtype != buf.dtype:
+        body = _WidenRedirect(cset, buf, cache, prim).visit(body)
+    else:
+        body = _Redirect(cset, buf, cache).visit(body)
     new_scope = scope.replace(body=body, alloc_buffers=scope.alloc_buffers + (cache,))
     return tree.replace(func, scope, new_scope), name
 
@@ -580,7 +644,8 @@ class MemoryPrimitives:
 
     @traced
     def cache_read(self, block: BlockRV, read_buffer_index: int, storage_scope: str,
-                   consumer_blocks: Sequence[BlockRV] | None = None) -> BlockRV:
+                   consumer_blocks: Sequence[BlockRV] | None = None,
+                   dtype: str | None = None) -> BlockRV:
         """Read a buffer through a cache of scope ``storage_scope``.
 
         A new block ``<buffer>_<scope>`` copies ``block.reads[read_buffer_index]``'s buffer into
@@ -600,11 +665,22 @@ class MemoryPrimitives:
             ``"global"``, ``"shared"`` or ``"local"``.
         consumer_blocks : list of BlockRV, optional
             The blocks that should read the cache (default: all consumers).
+        dtype : str, optional
+            The cache's dtype (default: the buffer's). Another dtype is a widening cache: only
+            an exact conversion (``float16`` -> ``float32``), and only where every read of the
+            buffer in the consumers converts it to that dtype (a float16 GEMM operand
+            multiplied in float32: converted once as it is cached instead of at every
+            multiply-add); the copy converts, the consumers read the converted values.
 
         Returns
         -------
         BlockRV
             The cache block.
+
+        Raises
+        ------
+        ScheduleError
+            A conversion that loses values, or a consumer that reads the buffer unconverted.
 
         Examples
         --------
@@ -626,7 +702,8 @@ class MemoryPrimitives:
         """
         br, _ = self._block(block, "cache_read")
         names = self._block_names(consumer_blocks, "cache_read")
-        func, name = cache_read(self.func, br.block.name, read_buffer_index, storage_scope, names)
+        func, name = cache_read(self.func, br.block.name, read_buffer_index, storage_scope, names,
+                                dtype)
         self._set_func(func)
         return self._block_rv(name)
 

@@ -36,17 +36,27 @@ def f16_device():
     return targets.webgpu(0)
 
 
-@pytest.mark.parametrize("out_dtype,tol", [("float32", 2e-3), ("float16", 1e-2)])
+@pytest.mark.parametrize("out_dtype,tol,shared", [("float32", 2e-3, "float32"),
+                                                   ("float32", 2e-3, "float16"),
+                                                   ("float16", 1e-2, "float32")])
 @pytest.mark.parametrize("rows", [M, TVar("n")])
-def test_webgpu_fp16_gemm_matches_numpy(f16_device, out_dtype, tol, rows):
+def test_webgpu_fp16_gemm_matches_numpy(f16_device, out_dtype, tol, shared, rows, monkeypatch):
+    monkeypatch.setenv("TILECRAFT_GEMM_HALF_SHARED", shared)
     mod, w = _matmul_module(rows)
     exe = relax.build(relax.quantize(mod, "fp16", out_dtype=out_dtype),
                       "webgpu -supports-float16=1", upper_bounds={"n": M})
     src = exe.kernel_module.get_source()
     assert "enable f16;" in src
+    # the weights read from memory as vec4<f16>
+    assert "array<vec4<f16>>" in src
     if isinstance(rows, int):
-        # the weight tile in workgroup memory in f16, read as vec4<f16> fragments
-        assert "array<vec4<f16>" in src and "vec4<f16> = s_" in src
+        if out_dtype == "float32" and shared == "float32":
+            # the weight tile converted as it is fetched: float32 in workgroup memory, the
+            # float32 kernel's fragments and multiply-adds
+            assert "array<vec4<f16>, " not in src and "vec4<f32> = s_" in src
+        else:
+            # the weight tile in workgroup memory in f16, read as vec4<f16> fragments
+            assert "array<vec4<f16>, " in src and "vec4<f16> = s_" in src
     # float16 accumulation: the register tile's columns in pairs, one vec2<f16> multiply-add
     assert ("vec2<f16>" in src) == (out_dtype == "float16")
     vm = relax.VirtualMachine(exe, f16_device)
@@ -54,8 +64,10 @@ def test_webgpu_fp16_gemm_matches_numpy(f16_device, out_dtype, tol, rows):
     for m in ([M] if isinstance(rows, int) else [1, 37]):
         x = rng.standard_normal((m, K)).astype(np.float32)
         got = vm["main"](x).numpy()
-        # the oracle: the float16-rounded operands, multiplied in float64
-        ref = x.astype(np.float16).astype(np.float64) @ w.astype(np.float16).astype(np.float64)
+        # the oracle: the float16-rounded weights (and inputs: with float32 accumulation the
+        # kernel reads the float32 input itself, FoldCastIntoGEMM), multiplied in float64
+        xr = x.astype(np.float16) if out_dtype == "float16" else x
+        ref = xr.astype(np.float64) @ w.astype(np.float16).astype(np.float64)
         err = np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max()
         assert err < tol, f"{out_dtype} accumulation: error {err}"
 

@@ -43,6 +43,8 @@ True
 """
 from __future__ import annotations
 
+import os
+
 from tilecraft.targets import Target
 from tilecraft.tensorir.expr import IntImm, Var
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
@@ -325,7 +327,14 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
               if shared == "all" or (shared == "compact" and compact_read(node, i))]
     # cache_read shifts nothing in ``block.reads`` (the cache replaces the buffer in place)
     for idx in cached:
-        sh = sch.cache_read(block, idx, "shared")
+        sh = None
+        if widen_half(node, idx):
+            try:        # the tile in float32, each float16 element converted once as it is
+                sh = sch.cache_read(block, idx, "shared", dtype="float32")    # fetched
+            except ScheduleError:
+                sh = None   # a read other than a conversion (a padded window): as it is
+        if sh is None:
+            sh = sch.cache_read(block, idx, "shared")
         names.add(node_of(sch, sh).name)
         sch.compute_at(sh, k0)
         inner = [lp for lp in sch.get_loops(sh) if node_of(sch, lp).kind == "serial" and
@@ -613,6 +622,24 @@ def _register_fragments(sch: Schedule, block, cached, k1, vec: int) -> None:
 
 
 GEMM_HALF_PAIRS = True    # float16 accumulation in vec2<f16> pairs on WebGPU (half_pairs)
+# The shared tiles of a float16 operand accumulated in float32: "float32" (the tile converted as
+# it is fetched, once per element and work-group: the register fragments and multiply-adds are
+# the float32 kernel's) or "float16" (half the shared memory; each thread converts its
+# fragments, once per element it reads: 16 conversions per 64 multiply-adds of an 8 x 8
+# register tile, and GPUs convert at a fraction of their FMA rate). TILECRAFT_GEMM_HALF_SHARED
+# overrides it (the device A/B: benchmarks.lowp_fp16).
+GEMM_HALF_SHARED = "float32"
+
+
+def widen_half(block: Block, idx: int) -> bool:
+    """Whether the GEMM-like ``block``'s input ``idx`` gets a float32 shared tile (see
+    ``GEMM_HALF_SHARED``): a float16 input of a block that accumulates in float32."""
+    choice = os.environ.get("TILECRAFT_GEMM_HALF_SHARED", "").strip() or GEMM_HALF_SHARED
+    if choice not in ("float32", "float16"):
+        raise ValueError(f"TILECRAFT_GEMM_HALF_SHARED must be 'float32' or 'float16', got "
+                         f"{choice!r}")
+    return choice == "float32" and block.reads[idx].buffer.dtype == "float16" and \
+        all(w.buffer.dtype == "float32" for w in block.writes)
 
 
 def half_pairs(target: Target, block: Block, rj: int) -> bool:

@@ -463,3 +463,44 @@ def test_compiled_packed_weight_matmul_matches_numpy():
     out = np.zeros((16, 40), "float32")
     mod["main"](a, pack(b), out)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def _half_matmul():
+    A = te.placeholder((16, 8), "float16", "A")
+    B = te.placeholder((8, 12), "float16", "B")
+    k = te.reduce_axis((0, 8), "k")
+    C = te.compute((16, 12), lambda i, j: te.sum(A[i, k].astype("float32") *
+                                                 B[k, j].astype("float32"), axis=k), "C")
+    D = te.compute((16, 8), lambda i, j: A[i, j] * A[i, j], "D")     # reads A unconverted
+    return te.create_prim_func([A, B, C]), te.create_prim_func([A, D])
+
+
+def test_cache_read_widening_converts_once_and_computes_the_same():
+    func, _ = _half_matmul()
+    sch = Schedule(func)
+    blk = sch.get_block("C")
+    sh = sch.cache_read(blk, 0, "shared", dtype="float32")
+    cache = [b for b in sch.get(sch.get_block("root")).alloc_buffers
+             if b.name == sch.get(sh).writes[0].buffer.name][0]
+    assert cache.dtype == "float32" and cache.scope == "shared"
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 8)).astype("float16")
+    b = rng.standard_normal((8, 12)).astype("float16")
+    c = np.zeros((16, 12), "float32")
+    interpret(sch.mod["main"], a, b, c)
+    np.testing.assert_allclose(c, a.astype("float32") @ b.astype("float32"), rtol=1e-6,
+                               atol=1e-6)
+    replay = Trace.from_json(sch.trace.to_json()).apply(func)
+    assert replay.mod["main"].script() == sch.mod["main"].script()
+
+
+def test_cache_read_widening_refuses_a_lossy_dtype_or_an_unconverted_read():
+    func, plain = _half_matmul()
+    sch = Schedule(func)
+    before = sch.mod["main"].script()
+    with pytest.raises(ScheduleError, match="cannot convert float16 to float64"):
+        sch.cache_read(sch.get_block("C"), 1, "shared", dtype="float64")
+    sch2 = Schedule(plain)
+    with pytest.raises(ScheduleError, match="other than converted to float32"):
+        sch2.cache_read(sch2.get_block("D"), 0, "shared", dtype="float32")
+    assert sch.mod["main"].script() == before
