@@ -12,6 +12,10 @@
 # and torch fp16 addmm, the BERT layer's fp16 rows with and without tensor cores):
 #   INT4_LIMIT=0 TEST_LIMIT=0 FP16_MODELS=bert_layer_s128 FP16_TARGETS=opencl,opencl-tc \
 #     bash benchmarks/lowp_device.sh
+# The fp16 rows time fp32, fp16 with float32 accumulation and (webgpu, opencl-half) fp16 with
+# float16 accumulation; TILECRAFT_GEMM_HALF_SHARED=float16 in the environment runs the float16
+# shared-tile variant of the float32-accumulating GEMMs (it replaces the same rows: keep the
+# first file).
 . .device/env.sh
 nvidia-smi -L | tee $OUT/card.txt
 latest() { ls -t "$1"/*.json | head -1; }

@@ -86,3 +86,28 @@ def test_webgpu_fp16_on_an_adapter_without_shader_f16_is_a_clear_error():
     with pytest.raises(runtime.WebGPUError, match="shader-f16.*does not have"):
         vm = relax.VirtualMachine(exe, targets.webgpu(index))
         vm["main"](np.zeros((8, K), np.float32))
+
+
+def test_webgpu_fp16_accumulation_with_a_column_tail(f16_device):
+    """A classifier's 1000 columns (no whole column tiles): the pairs only where the columns
+    fill whole tiles, so no lane-dependent guard; every register array stays in registers (no
+    unroll-budget warning), and the result matches numpy."""
+    import warnings
+    from tilecraft.targets.webgpu_backend.wgsl import UnrollBudgetWarning
+    k = 2048      # ResNet-50's classifier: without the rule, the guarded pairs overflowed the
+    w = np.random.default_rng(2).standard_normal((k, 1000)).astype(np.float32)   # budget
+    x = Var("x", TensorStructInfo((TVar("n"), k), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.emit_output(op.matmul(x, const(w)))
+        bb.emit_func_output(gv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnrollBudgetWarning)
+        exe = relax.build(relax.quantize(bb.get(), "fp16", out_dtype="float16"),
+                          "webgpu -supports-float16=1", upper_bounds={"n": 16})
+    vm = relax.VirtualMachine(exe, f16_device)
+    xs = np.random.default_rng(3).standard_normal((5, k)).astype(np.float32)
+    ref = xs.astype(np.float16).astype(np.float64) @ w.astype(np.float16).astype(np.float64)
+    got = vm["main"](xs).numpy().astype(np.float64)
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-2

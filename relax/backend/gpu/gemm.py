@@ -371,7 +371,8 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
     init = sch.decompose_reduction(block, k0)
     names.add(node_of(sch, init).name)
     pair = None
-    if half_pairs(target, node, rj):
+    # (only where the columns fill whole tiles: a column guard would differ between the lanes)
+    if half_pairs(target, node, rj) and len(cols) == 1 and J != SYMBOLIC and J % (tj * rj) == 0:
         # float16 accumulation where the target computes in half: the register tile's
         # columns in pairs, one vec2<f16> multiply-add each (twice the ALU rate of scalar half
         # on GPUs with packed half arithmetic)
