@@ -20,7 +20,9 @@ users are casts to float16), nothing changes: the producer writes float16 (half 
 the GEMM reads that.
 
 Only the GPU pipeline runs the pass (``get_pipeline(target=...)``): the CPU kernel library
-packs float16 operands.
+packs float16 operands. Nor does it run for a target with tensor cores
+(``Target("opencl -device=nvidia")``): the tensor-core GEMM multiplies float16 operands, so it
+keeps them (the cast kernel stays there).
 
 Examples
 --------

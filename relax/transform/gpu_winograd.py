@@ -84,13 +84,17 @@ class GPUWinograd(Pass):
     def transform_module(self, mod: IRModule) -> IRModule:
         if self.target.kind not in GPU_KINDS or not self.enabled:
             return mod
-        return _Rewrite(mod, self.min_channels).visit_module()
+        # float16 convolutions only where no tensor core takes them (the tensor-core GEMM runs
+        # a float16 3x3 convolution as an implicit GEMM; Winograd's batched GEMMs are SIMT)
+        half = self.target.tensor_cores is None
+        return _Rewrite(mod, self.min_channels, half).visit_module()
 
 
 class _Rewrite(ExprMutator):
-    def __init__(self, mod: IRModule, min_channels: int):
+    def __init__(self, mod: IRModule, min_channels: int, half: bool = True):
         super().__init__(mod)
         self.min_channels = min_channels
+        self.half = half
 
     def visit_call_(self, call: Call) -> Expr:
         call = super().visit_call_(call)
@@ -116,7 +120,8 @@ class _Rewrite(ExprMutator):
         # data (FoldCastIntoGEMM), a float32 or float16 result
         dtypes = tuple(e.struct_info.dtype for e in (call.args[0], call.args[1], call))
         if dtypes[1] not in _WINOGRAD_DTYPES or not set(dtypes) <= set(_WINOGRAD_DTYPES) or \
-                (dtypes[1] == "float32" and dtypes != ("float32",) * 3):
+                (dtypes[1] == "float32" and dtypes != ("float32",) * 3) or \
+                (dtypes[1] == "float16" and not self.half):
             return None
         g = conv2d_geometry(call, dtypes=dtypes)
         if g is None:

@@ -53,7 +53,9 @@ def _default(check: bool = False, target: "Target | str | None" = None,
         # softmax(Q K^T * scale + mask) V -> one fused attention kernel
         passes.append(FuseAttention(target))
         # float16 GEMM operands whose cast would be a kernel of its own -> read as float32
-        passes.append(FoldCastIntoGEMM())
+        # (not where tensor cores take the GEMMs: their operands must be float16)
+        if target.tensor_cores is None:
+            passes.append(FoldCastIntoGEMM())
         # 3x3 stride-1 convolutions with 64+ channels -> Winograd F(2x2, 3x3)
         passes.append(GPUWinograd(target))
         # int4 weight-only dense layers of few rows -> the GPU int4 GEMV kernel (bias fused)

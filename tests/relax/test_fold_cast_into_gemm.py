@@ -59,3 +59,13 @@ def test_folded_module_computes_the_same():
             outs.append(vm["main"](x).numpy().astype("float64"))
         err = np.abs(outs[0] - outs[1]).max() / np.abs(outs[0]).max()
         assert err <= tol, (out_dtype, err)
+
+
+def test_the_gpu_pipelines_run_it_except_with_tensor_cores():
+    from tilecraft.relax.transform import get_pipeline
+
+    def names(t):
+        return [p.name for p in get_pipeline(target=t).passes]
+    assert "FoldCastIntoGEMM" in names("webgpu") and "FoldCastIntoGEMM" in names("opencl")
+    assert "FoldCastIntoGEMM" not in names("llvm")
+    assert "FoldCastIntoGEMM" not in names("opencl -device=nvidia")

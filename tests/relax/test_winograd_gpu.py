@@ -219,3 +219,11 @@ def test_float16_model_takes_winograd_and_matches_numpy(out_dtype):
         for got, ref in zip(outs, refs):
             err = np.abs(got.numpy().astype("float64") - ref).max() / np.abs(ref).max()
             assert err < (2e-3 if out_dtype == "float32" else 6e-3), (kind, out_dtype, err)
+
+
+def test_float16_convolutions_stay_direct_where_tensor_cores_take_them():
+    w = RNG.standard_normal((64, 64, 3, 3)).astype("float32")
+    mod16 = relax.quantize(gpu.module([("x", ("n", 64, 14, 14), "float32")],
+                                      lambda x: [nn.conv2d(x, const(w), padding=(1, 1))]), "fp16")
+    assert "conv2d_nchw_winograd" in GPUWinograd("opencl")(mod16).script()
+    assert "conv2d_nchw_winograd" not in GPUWinograd("opencl -device=nvidia")(mod16).script()
