@@ -82,6 +82,7 @@ from .backend.gpu import gemm, gemv, tensor_core
 from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
                                compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
                                symbolic_rows)
+from .backend.gpu.split_k import GEMM_SPLITK_BATCH, schedule_split_k, split_factor
 from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, keeps_stage,
                                          loop_extent, node_of, spatial_loops)
 
@@ -168,7 +169,8 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
     the batch-1 tile, from the first of ``tried`` that fits with it (a smaller tile may fit a
     strategy the nominal one did not: WebGPU's 16 KiB, a strided convolution's window); and
     from ``GEMM_LARGE_BATCH`` on the tile sized for ``GEMM_LARGE_NOMINAL_BATCH`` where that
-    one differs (``_with_large_batch_variant``)."""
+    one differs (``_with_large_batch_variant``); below ``GEMM_SPLITK_BATCH`` split-K where its
+    rule splits the kernel at batch 1 (``_with_split_k_variant``)."""
     if not getattr(tried[-1], "sizes_gemm", False):
         return out
     batch, threshold, sizing = symbolic_batch(out), GEMM_SMALL_BATCH, {"nominal_batch": 1}
@@ -181,7 +183,9 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
     try:
         if "nominal_batch" in sizing:
             out = _with_large_batch_variant(func, out, batch, tried, target)
-        small = _first_that_fits(func, tried, target, sizing)
+        small = _first_that_fits(func, tried, target, {**sizing, "split_k": False})
+        if "nominal_batch" in sizing:
+            small = _with_split_k_variant(func, small, batch, threshold, tried, target)
         if small is None or _launch_shape(small) == _launch_shape(out):
             return out
         both = by_batch(batch, threshold, small, out)
@@ -192,6 +196,21 @@ def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Targ
             warnings.warn(f"batch-1 variant of {func.attr_dict.get('global_symbol')}: "
                           f"{type(err).__name__}: {err}")
         return out
+
+
+def _with_split_k_variant(func: PrimFunc, small, batch, threshold: int, tried,
+                          target: Target):
+    """``small`` (the tile sized for batch 1, run below ``threshold``), or, where the split-K
+    rule (``backend.gpu.split_k``) splits the kernel sized for batch 1, that schedule in its
+    place below ``GEMM_SPLITK_BATCH`` (from there to ``threshold`` ``small`` stays)."""
+    split = _first_that_fits(func, tried, target, {"nominal_batch": 1, "split_k": True})
+    if split is None or small is not None and _launch_shape(split) == _launch_shape(small):
+        return small       # not split: the same schedule
+    if small is None or GEMM_SPLITK_BATCH >= threshold:
+        return split
+    both = by_batch(batch, GEMM_SPLITK_BATCH, split, small)
+    lower_device(both, target)
+    return both
 
 
 def _with_gemv_variant(func: PrimFunc, out: PrimFunc, target: Target) -> PrimFunc:
@@ -455,7 +474,7 @@ def _paddings_of_convolutions(sch: Schedule) -> set:
 def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
                    small: bool = False, nominal_batch: int | None = None,
                    nominal_rows: int | None = None, gemv_rows: bool = False,
-                   gemm_config: dict | None = None) -> None:
+                   gemm_config: dict | None = None, split_k: bool = True) -> None:
     """Rules 1-4. ``shared``: which GEMM inputs are staged in shared memory (``"all"``,
     ``"compact"``: those read at plain indices, e.g. a convolution's weights but not its
     sliding-window input, ``"none"``); ``small``: a quarter-size GEMM block tile;
@@ -463,7 +482,8 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
     ``GEMM_NOMINAL_BATCH``); ``gemv_rows``: a dense layer of symbolic rows as the GEMV (the
     few-rows variant); static rows up to ``GEMV_MAX_ROWS`` always are (full-size strategy);
     ``gemm_config``: tile decisions for ``schedule_gemm`` (its keyword arguments; None:
-    ``gemm.default_config``)."""
+    ``gemm.default_config``); ``split_k``: a GEMM-like block split-K where its rule says so
+    (``relax.backend.gpu.split_k``, under the same sizing)."""
     paddings = _paddings_of_convolutions(sch)
     _inline(sch)
     blocks = _blocks(sch)
@@ -479,6 +499,12 @@ def _schedule_best(sch: Schedule, target: Target, shared: str = "all",
     if gemms:
         done = set()
         for g in gemms:
+            parts = split_factor(sch, g, target, small, nominal_batch, nominal_rows,
+                                 **(gemm_config or {})) if split_k else 1
+            if parts > 1:
+                done |= schedule_split_k(sch, g, target, parts, shared, small, nominal_batch,
+                                         **(gemm_config or {}))
+                continue
             done |= schedule_gemm(sch, g, target, shared, small, nominal_batch, nominal_rows,
                                   **(gemm_config or {}))
         _schedule_the_rest(sch, done, paddings)

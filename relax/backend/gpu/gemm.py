@@ -220,14 +220,16 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
                   tile_cols: tuple | None = None, k_step: int | None = None,
                   fragments: bool | None = None, fragment_vector: int | None = None,
                   fetch_vector: int | None = None, register_prefetch: bool | None = None,
-                  min_groups: int | None = None) -> set:
+                  min_groups: int | None = None, min_regs: int = 1) -> set:
     """The GEMM tile on the GEMM-like block ``block`` (see the module docstring); the names of
     the blocks it scheduled (the block, its caches, init and write-back). ``shared``: which
     inputs are staged in shared memory (``"all"``, ``"compact"``, ``"none"``); ``small``: a
     quarter-size block tile; ``nominal_batch``: what a symbolic batch counts as when the tile
     is sized (None: ``GEMM_NOMINAL_BATCH``); ``nominal_rows``: what a symbolic row loop counts
     as (None: as large as any: the full tile). The keyword-only tile decisions default to
-    ``default_config(target)``. ``ScheduleError`` where it does not apply."""
+    ``default_config(target)``; ``min_regs``: the register tile is halved to reach
+    ``min_groups`` only down to this many accumulators a thread (split-K keeps 16).
+    ``ScheduleError`` where it does not apply."""
     config = default_config(target)
     given = {"tile_rows": tile_rows, "tile_cols": tile_cols, "k_step": k_step,
              "fragments": fragments, "fragment_vector": fragment_vector,
@@ -261,33 +263,8 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
     # register fragments read as float4 from shared tiles laid out for it (OpenCL on a GPU)
     fragments = bool(config["fragments"])
     frag_vec = int(config["fragment_vector"])
-    cfg_i = tuple(config["tile_rows"])
-    cfg_j = tuple(config["tile_cols"])
-    if small:      # half the threads and half the registers per dimension
-        cfg_i = (max(1, cfg_i[0] // 2), max(1, cfg_i[1] // 2))
-        cfg_j = (max(1, cfg_j[0] // 2), max(1, cfg_j[1] // 2))
-    I = loop_extent(node_of(sch, il))
-    if I == SYMBOLIC and nominal_rows is not None:
-        I = nominal_rows       # sized as if the symbolic rows were this many (guarded)
-    if len(cols) == 2:
-        H, W = (loop_extent(node_of(sch, lp)) for lp in cols)
-        th, tw, rw = _image_tile(H, W, cfg_j)
-        tj, rj, jcols = th * tw, rw, -(-H // th)
-        jgroups = lambda r: jcols * -(-W // (tw * r))   # noqa: E731
-    else:
-        J = loop_extent(node_of(sch, cols[0]))
-        tj, rj = _tile(J, cfg_j)
-        jgroups = lambda r: -(-J // (tj * r))           # noqa: E731
-    # threads the columns leave unused (a 7 x 7 image) go to the rows
-    ti_cfg = cfg_i[0]
-    while ti_cfg * 2 * tj <= cfg_i[0] * cfg_j[0]:
-        ti_cfg *= 2
-    ti, ri = _tile(I, (ti_cfg, cfg_i[1]))
-    if not cpu:
-        ri, rj = _fill(I, ti, ri, jgroups, rj,
-                       batch_groups=_const_groups(sch, batch, nominal_batch),
-                       shrink_cols=len(cols) == 1, min_groups=int(config["min_groups"]),
-                       multiprocessors=GEMM_BALANCE_MPS)
+    ti, ri, tj, rj, th, tw, _ = _size_tile(sch, batch, rows, cols, cpu, config, small,
+                                           nominal_batch, nominal_rows, min_regs)
     i0, i1, i2 = sch.split(il, [None, ti, ri])
     if len(cols) == 2:
         j0, j1, j2 = _split_image(sch, cols, th, tw, rj)
@@ -444,6 +421,76 @@ def _gemm_groups(sch: Schedule, block, spatial):
     return batch, rows, cols, row_input, col_input
 
 
+def _size_tile(sch: Schedule, batch, rows, cols, cpu: bool, config: dict, small: bool,
+               nominal_batch: int | None, nominal_rows: int | None, min_regs: int = 1):
+    """The block tile of a GEMM-like block whose loops ``_gemm_groups`` grouped: ``(ti, ri,
+    tj, rj, th, tw, groups)`` — threads and registers per row and per column (``th x tw``
+    threads over a convolution's output image, else None), and the work-groups it makes, a
+    symbolic batch counted as ``nominal_batch``. ``min_regs``: ``_fill`` halves the register
+    tile to reach ``min_groups`` only down to this many accumulators a thread. Reads the
+    schedule, changes nothing."""
+    cfg_i = tuple(config["tile_rows"])
+    cfg_j = tuple(config["tile_cols"])
+    if small:      # half the threads and half the registers per dimension
+        cfg_i = (max(1, cfg_i[0] // 2), max(1, cfg_i[1] // 2))
+        cfg_j = (max(1, cfg_j[0] // 2), max(1, cfg_j[1] // 2))
+    I = loop_extent(node_of(sch, rows[0]))
+    if I == SYMBOLIC and nominal_rows is not None:
+        I = nominal_rows       # sized as if the symbolic rows were this many (guarded)
+    th = tw = None
+    if len(cols) == 2:
+        H, W = (loop_extent(node_of(sch, lp)) for lp in cols)
+        th, tw, rw = _image_tile(H, W, cfg_j)
+        tj, rj, jcols = th * tw, rw, -(-H // th)
+        jgroups = lambda r: jcols * -(-W // (tw * r))   # noqa: E731
+    else:
+        J = loop_extent(node_of(sch, cols[0]))
+        tj, rj = _tile(J, cfg_j)
+        jgroups = lambda r: -(-J // (tj * r))           # noqa: E731
+    # threads the columns leave unused (a 7 x 7 image) go to the rows
+    ti_cfg = cfg_i[0]
+    while ti_cfg * 2 * tj <= cfg_i[0] * cfg_j[0]:
+        ti_cfg *= 2
+    ti, ri = _tile(I, (ti_cfg, cfg_i[1]))
+    batch_groups = _const_groups(sch, batch, nominal_batch)
+    if not cpu:
+        ri, rj = _fill(I, ti, ri, jgroups, rj, batch_groups=batch_groups,
+                       shrink_cols=len(cols) == 1, min_groups=int(config["min_groups"]),
+                       multiprocessors=GEMM_BALANCE_MPS, min_regs=min_regs)
+    groups = -(-I // (ti * ri)) * jgroups(rj) * batch_groups
+    return ti, ri, tj, rj, th, tw, groups
+
+
+def output_groups(sch: Schedule, block, target: Target, small: bool = False,
+                  nominal_batch: int | None = None, nominal_rows: int | None = None,
+                  min_regs: int = 1, **config) -> int:
+    """The work-groups ``schedule_gemm`` would give the GEMM-like ``block`` (a symbolic batch
+    counted as ``nominal_batch``, as there), its register tile halved to reach
+    ``min_groups`` only down to ``min_regs`` accumulators a thread: with ``min_regs`` 16, how
+    well output tiles of an efficient size fill the GPU (``relax.backend.gpu.split_k``).
+    ``config``: ``schedule_gemm``'s tile decisions (default ``default_config(target)``).
+
+    Examples
+    --------
+    >>> from tilecraft.tensorir import te
+    >>> A = te.placeholder((128, 3072), "float32", "A")
+    >>> W = te.placeholder((3072, 768), "float32", "W")
+    >>> k = te.reduce_axis((0, 3072), "k")
+    >>> C = te.compute((128, 768), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
+    >>> sch = Schedule(te.create_prim_func([A, W, C]))
+    >>> output_groups(sch, sch.get_block("C"), Target("opencl"), min_regs=16)   # 64 x 64 tiles
+    24
+    """
+    full = default_config(target)
+    full.update({k: v for k, v in config.items() if v is not None})
+    spatial, reduce = spatial_loops(sch, block)
+    if len(spatial) < 2 or not reduce:
+        raise ScheduleError("default GPU schedule", "not a 2-D tiled reduction", None)
+    batch, rows, cols, _, _ = _gemm_groups(sch, block, spatial)
+    return _size_tile(sch, batch, rows, cols, for_cpu(target), full, small, nominal_batch,
+                      nominal_rows, min_regs)[-1]
+
+
 def _split_reduction(sch: Schedule, reduce, step: int):
     """(outer, inner) reduction loops, about ``step`` iterations inside. Several loops (a
     convolution's channels x window): the outer loop steps over whole channels — the inner
@@ -499,7 +546,7 @@ def _const_groups(sch: Schedule, batch, nominal: int | None = None) -> int:
 
 def _fill(I: int, ti: int, ri: int, jgroups, rj: int, batch_groups: int,
           shrink_cols: bool, min_groups: int = GEMM_MIN_GROUPS,
-          multiprocessors: int = 0) -> tuple[int, int]:
+          multiprocessors: int = 0, min_regs: int = 1) -> tuple[int, int]:
     """Register counts ``(ri, rj)``, halved (the larger first) until the kernel has at least
     ``GEMM_MIN_GROUPS`` work-groups: a BERT dense layer at batch 1 (128 x 768) or a 7 x 7
     convolution with 512 channels has only 4-6 full-size tiles, which leaves most of a GPU's
@@ -508,7 +555,8 @@ def _fill(I: int, ti: int, ri: int, jgroups, rj: int, batch_groups: int,
     ``multiprocessors`` > 0 and ``shrink_cols`` (a dense layer, not a convolution's image
     tile): then halved further while that raises the share of the multiprocessors busy to the
     end (``_busy_share``) by ``GEMM_BALANCE_GAIN``, down to ``GEMM_BALANCE_MIN_REGS``
-    accumulators a thread."""
+    accumulators a thread. ``min_regs``: the first halving stops above this many
+    accumulators a thread (1: down to one)."""
     def groups(a, b):
         return -(-I // (ti * a)) * jgroups(b) * batch_groups
 
@@ -520,7 +568,7 @@ def _fill(I: int, ti: int, ri: int, jgroups, rj: int, batch_groups: int,
         return None
     while groups(ri, rj) < min_groups:
         smaller = halved(ri, rj)
-        if smaller is None:
+        if smaller is None or smaller[0] * smaller[1] < min_regs:
             break
         ri, rj = smaller
     if multiprocessors > 0 and shrink_cols:
