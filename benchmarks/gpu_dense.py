@@ -16,7 +16,9 @@ two models' second FFN layers):
 - ``gpt2_qkv_2304``: GPT-2's fused query / key / value, 768 -> 2304 + bias;
 - ``gpt2_fc_3072_gelu``: GPT-2's 768 -> 3072 + bias, GELU (tanh) in the epilogue.
 
-Variants (``VARIANTS``), each built from the same module: ``old`` — the rule before: no
+Variants (``VARIANTS``), each built from the same module: ``nosplitk`` — the defaults with
+split-K off (``TILECRAFT_GPU_SPLITK=0`` while it builds: the rule before split-K);
+``old`` — the rule before the dense-layer changes: no
 work-group balancing (``gemm.GEMM_BALANCE_MPS = 0``) and the row tile's padding dropped under a
 symbolic batch (``tensorir.transform.compact`` as it was: a padded tile whose outermost dim is
 symbolic was compacted without its padding); ``pad`` — the padding kept, no balancing;
@@ -30,13 +32,19 @@ PyTorch: CUDA events around 20 calls of ``addmm`` (bias) plus the epilogue in ea
 residual add, the GELU), best of 3; ``addmm_ms`` is ``addmm`` alone. ``vs_torch`` = PyTorch's
 time / ours (above 1: we are faster); ``tflops`` counts 2 per multiply-add; ``accumulators``
 lists each kernel's register tile a thread (OpenCL; the kernels in the order batch 1, from
-``GEMM_SMALL_BATCH``, from ``GEMM_LARGE_BATCH``: ``[2, 16, 32]`` is 1 x 2, 4 x 4, 4 x 8).
+``GEMM_SMALL_BATCH``, from ``GEMM_LARGE_BATCH``: ``[2, 16, 32]`` is 1 x 2, 4 x 4, 4 x 8; with
+split-K the two kernels below ``GEMM_SPLITK_BATCH`` come first, the partials' tile and the
+sum's 4 outputs a thread: ``[16, 4, 2, 16]``); ``split_k_parts`` the parts ``S`` of the
+schedule the batch runs (1: not split; ``relax.backend.gpu.split_k``).
 
-Run: ``python -m benchmarks.gpu_dense`` on the GPU machine (about a minute on OpenCL).
+Run: ``python -m benchmarks.gpu_dense`` on the GPU machine (about a minute on OpenCL). Split-K
+before / after in one run, both targets:
+``TILECRAFT_GPU_DENSE_VARIANTS=nosplitk,new TILECRAFT_GPU_DENSE_BATCHES=1,2,3,16
+TILECRAFT_GPU_DENSE_TARGETS=opencl,webgpu python -m benchmarks.gpu_dense``.
 ``TILECRAFT_GPU_DENSE_LAYERS`` (comma-separated names of ``LAYERS``, default all),
 ``TILECRAFT_GPU_DENSE_TARGETS`` (``opencl``; ``opencl,webgpu`` for both),
 ``TILECRAFT_GPU_DENSE_BATCHES`` (``1,8,16``), ``TILECRAFT_GPU_DENSE_VARIANTS``
-(``old,pad,new,new264``), ``TILECRAFT_GPU_DENSE_SECONDS`` (90: no new layer starts after this many
+(``nosplitk,old,pad,new,new264``), ``TILECRAFT_GPU_DENSE_SECONDS`` (90: no new layer starts after this many
 seconds). Results: ``benchmarks/results/gpu_dense/<machine>.json`` (the machine: the CUDA GPU
 PyTorch ran on, else this CPU's name).
 """
@@ -66,8 +74,8 @@ LAYERS = (
     ("gpt2_fc_3072_gelu", 768, 3072, "gelu_tanh", 1, "gpt2"),
 )
 # variant -> (gemm.GEMM_BALANCE_MPS, whether the row tile's padding is dropped as before)
-VARIANTS = {"old": (0, True), "pad": (0, False), "new": (None, False),
-            "new264": (264, False)}
+VARIANTS = {"nosplitk": (None, False), "old": (0, True), "pad": (0, False),
+            "new": (None, False), "new264": (264, False)}
 BATCHES = [int(b) for b in os.environ.get("TILECRAFT_GPU_DENSE_BATCHES", "1,8,16").split(",")]
 
 WRITES_RESULTS = True
@@ -154,6 +162,9 @@ def rule(variant: str):
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
     balance, unpadded = VARIANTS[variant]
     saved = gemm.GEMM_BALANCE_MPS, compact._compact_strides
+    saved_env = os.environ.get("TILECRAFT_GPU_SPLITK")
+    if variant == "nosplitk":
+        os.environ["TILECRAFT_GPU_SPLITK"] = "0"
     if balance is not None:
         gemm.GEMM_BALANCE_MPS = balance
     if unpadded:
@@ -169,6 +180,11 @@ def rule(variant: str):
         yield
     finally:
         gemm.GEMM_BALANCE_MPS, compact._compact_strides = saved
+        if variant == "nosplitk":
+            if saved_env is None:
+                os.environ.pop("TILECRAFT_GPU_SPLITK", None)
+            else:
+                os.environ["TILECRAFT_GPU_SPLITK"] = saved_env
 
 
 def accumulators(exe) -> list[int]:
@@ -183,6 +199,35 @@ def accumulators(exe) -> list[int]:
         found = re.search(r"\n  float \w+_local\[(\d+)\];", kernel)
         out.append(int(found.group(1)) if found else 0)
     return out
+
+
+def split_k_parts(K: int, N: int, batch: int, kind: str, variant: str) -> int:
+    """The parts ``S`` of the schedule a build of ``variant`` runs at ``batch`` (1: not
+    split): the split-K rule at the batch that schedule is sized for (``relax.gpu_schedules``:
+    1 below ``GEMM_SPLITK_BATCH``, none up to ``GEMM_SMALL_BATCH``, then
+    ``GEMM_NOMINAL_BATCH`` and ``GEMM_LARGE_NOMINAL_BATCH``)."""
+    from tilecraft import tensorir
+    from tilecraft.relax.backend.gpu import gemm, split_k
+    from tilecraft.targets import Target
+    from tilecraft.tensorir import te
+    from tilecraft.tensorir.schedule import Schedule
+    if batch < split_k.GEMM_SPLITK_BATCH:
+        nominal = 1
+    elif batch < gemm.GEMM_SMALL_BATCH:
+        return 1
+    elif gemm.GEMM_LARGE_BATCH and batch >= gemm.GEMM_LARGE_BATCH:
+        nominal = gemm.GEMM_LARGE_NOMINAL_BATCH
+    else:
+        nominal = gemm.GEMM_NOMINAL_BATCH
+    n = tensorir.var("n")
+    x = te.placeholder((n, SEQ, K), "float32", "x")
+    w = te.placeholder((K, N), "float32", "w")
+    k = te.reduce_axis((0, K), "k")
+    y = te.compute((n, SEQ, N), lambda b, i, j: te.sum(x[b, i, k] * w[k, j], axis=k), "y")
+    sch = Schedule(te.create_prim_func([x, w, y]))
+    with rule(variant):
+        return split_k.split_factor(sch, sch.get_block("y"), Target(kind),
+                                    nominal_batch=nominal)
 
 
 def build(mod, kind: str, variant: str):
@@ -259,6 +304,7 @@ def run() -> list[dict]:
                            "variant": variant, "batch": bsz, "M": bsz * SEQ, "K": K, "N": N,
                            "epilogue": epilogue, "build_s": round(build_s, 2),
                            "accumulators": accumulators(exe),
+                           "split_k_parts": split_k_parts(K, N, bsz, kind, variant),
                            "tilecraft_ms": ours * 1e3, "tflops": flops / ours * 1e-12,
                            "max_rel_err": err}
                     if peer is not None:
@@ -282,8 +328,8 @@ def run() -> list[dict]:
 def main() -> int:
     rows = run()
     print_table([r for r in rows if "error" not in r],
-                ["layer", "target", "variant", "batch", "tilecraft_ms", "tflops", "torch_ms",
-                 "vs_torch"])
+                ["layer", "target", "variant", "batch", "split_k_parts", "tilecraft_ms", "tflops",
+                 "torch_ms", "vs_torch"])
     return 0
 
 

@@ -23,9 +23,12 @@ are loop nests of one block each):
    the epilogues inlined into the register write-back). A symbolic batch on ``blockIdx.z``
    gets up to three tiles, sized for batch 1, for ``GEMM_NOMINAL_BATCH`` and for
    ``GEMM_LARGE_NOMINAL_BATCH``, chosen per call on the host
-   (``relax.backend.gpu.batch_dispatch``). Where the tiles do not fit the target (WebGPU's
-   16 KiB of workgroup storage), a quarter-size tile, then only the inputs read at plain
-   indices (a convolution's weights) in shared memory, then registers only.
+   (``relax.backend.gpu.batch_dispatch``). Where the output tiles fill the GPU poorly and the
+   reduction is long (a BERT dense layer at batch 1): split-K (``relax.backend.gpu.split_k``),
+   the GEMM tile over (parts, tiles) writing partials, then their sum with the epilogue (a
+   symbolic batch: below ``GEMM_SPLITK_BATCH``). Where the tiles do not fit the target
+   (WebGPU's 16 KiB of workgroup storage), a quarter-size tile, then only the inputs read at
+   plain indices (a convolution's weights) in shared memory, then registers only.
    **Depthwise convolutions** (``relax.backend.gpu.depthwise``): a tile of one channel's image
    per work-group, its padded input window in shared memory, the epilogue in the register
    write-back.
@@ -154,12 +157,39 @@ def _tensor_core_gemm(func: PrimFunc, target: Target, name: str) -> PrimFunc | N
 
 
 def _scheduled(func: PrimFunc, strategy, target: Target, **kw) -> PrimFunc:
-    """``func`` scheduled by ``strategy``, checked by lowering it for ``target``."""
+    """``func`` scheduled by ``strategy``, checked by lowering it for ``target``. Where the
+    strategy split-K'd a kernel and that failed (a primitive refused, or over a limit), the
+    same strategy without split-K (the design's fallback: the kernel as one GEMM tile)."""
     sch = Schedule(func)
-    strategy(sch, target, **kw)
-    out = sch.func
-    lower_device(out, target)      # over a limit -> the caller tries the next strategy
-    return out
+    try:
+        strategy(sch, target, **kw)
+        out = sch.func
+        lower_device(out, target)      # over a limit -> the caller tries the next strategy
+        return out
+    except (ScheduleError, ValueError, TIRError) as err:
+        if kw.get("split_k") is False or not _splits(func, strategy, target, kw):
+            raise
+        if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
+            warnings.warn(f"split-K of {func.attr_dict.get('global_symbol', 'main')} "
+                          f"({_name_of(strategy)}): {type(err).__name__}: {err}; without it")
+    return _scheduled(func, strategy, target, **kw, split_k=False)
+
+
+def _splits(func: PrimFunc, strategy, target: Target, kw: dict) -> bool:
+    """Whether ``strategy`` (with its sizing ``kw``) split-K's a GEMM-like block of ``func``."""
+    if not getattr(strategy, "sizes_gemm", False):
+        return False
+    options = {**strategy.options, **kw}
+    sch = Schedule(func)
+    _inline(sch)
+    for b in _blocks(sch):
+        node = node_of(sch, b)
+        if is_reduction(node) and is_gemm_like(node) and _big_output(sch, b) and \
+                split_factor(sch, b, target, options.get("small", False),
+                             options.get("nominal_batch"), options.get("nominal_rows"),
+                             **(options.get("gemm_config") or {})) > 1:
+            return True
+    return False
 
 
 def _with_small_batch_variant(func: PrimFunc, out: PrimFunc, tried, target: Target) -> PrimFunc:

@@ -18,7 +18,7 @@ from tilecraft.relax.backend.gpu import split_k
 from tilecraft.relax.vm import VirtualMachine
 from tilecraft.targets import Target
 from tilecraft.tensorir import te
-from tilecraft.tensorir.schedule import Schedule
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
 from tilecraft.tensorir.transform import lower_device
 from capabilities import gpu_device
 
@@ -214,3 +214,16 @@ def test_split_1x1_convolution_matches_numpy(kind):
     got = _run(kind, g, [xs, ws], (1, O, H, H))
     want = np.einsum("nchw,oc->nohw", xs.astype("float64"), ws[:, :, 0, 0].astype("float64"))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_failing_split_falls_back_to_the_gemm_tile(monkeypatch):
+    """Where split-K does not apply after all (a primitive refuses, a limit), the kernel gets
+    the same strategy's GEMM tile, not the next fallback."""
+    def refuse(*args, **kwargs):
+        raise ScheduleError("split-K", "refused for the test", None)
+    monkeypatch.setattr(gs, "schedule_split_k", refuse)
+    g = gs.apply(_dense((128,), 3072, 768, "residual"), Target("opencl"))
+    assert not _has_partials(g)
+    bound = {(lp.thread_tag, lp.extent.value) for lp in gs._loops_of(g)
+             if lp.kind == "thread_binding"}
+    assert ("threadIdx.x", 16) in bound and ("threadIdx.y", 16) in bound   # the GEMM tile

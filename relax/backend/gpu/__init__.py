@@ -7,6 +7,10 @@ On GPU targets most families are found by the structure of a block, not by a rul
 - ``gemm.py``: GEMM-like reductions (matmul, batch matmul, dense, convolution as an implicit
   GEMM): ``gemm.is_gemm_like`` picks the blocks, ``gemm.schedule_gemm`` tiles them for
   work-groups, threads, shared memory and registers; its ``GEMM_*`` constants are the tiles.
+- ``split_k.py``: split-K for GEMM-like kernels whose output tiles fill the GPU poorly and
+  whose reduction is long (a BERT dense layer at batch 1): the GEMM tile over (parts, tiles)
+  writing float32 partials (``rfactor``), then a kernel summing them with the epilogue;
+  ``split_k.split_factor`` is the rule, ``split_k.schedule_split_k`` the schedule.
 - ``depthwise.py``: depthwise convolutions (``is_depthwise``, ``schedule_depthwise``): a tile
   of one channel's image per work-group with its input window in shared memory.
 - ``attention.py``: the fused attention kernel (``relax.transform.FuseAttention``): a
@@ -41,8 +45,8 @@ Examples
 >>> gemm.GEMM_TILE, gemm.GEMM_BK
 ((16, 8), 16)
 """
-from . import (batch_dispatch, dense_int4, depthwise, gemm, gemv, schedule_utils, tensor_core,
-               winograd)
+from . import (batch_dispatch, dense_int4, depthwise, gemm, gemv, schedule_utils, split_k,
+               tensor_core, winograd)
 
 __all__ = ["batch_dispatch", "dense_int4", "depthwise", "gemm", "gemv", "schedule_utils",
-           "tensor_core", "winograd"]
+           "split_k", "tensor_core", "winograd"]

@@ -28,7 +28,9 @@ multiply-adds. BERT-base at batch 1 (OpenCL, k-step 16): 768 -> 768 and 3072 -> 
 ``S = 6`` (144 work-groups of 64 x 64, parts of 128 and 512); 768 -> 3072 and GPT-2's 768 ->
 2304 (96 and 72 work-groups of 64 x 64) are not split. A symbolic batch gets the split schedule
 below ``GEMM_SPLITK_BATCH`` (sized for batch 1), chosen per call on the host
-(``batch_dispatch``; ``relax.gpu_schedules``). Not for CPU targets (``gemm.for_cpu``).
+(``batch_dispatch``; ``relax.gpu_schedules``); the schedules sized for larger batches apply
+the rule at the batch they are sized for. Where a split fails (a primitive refuses, a device
+limit), the kernel gets the GEMM tile unsplit. Not for CPU targets (``gemm.for_cpu``).
 ``TILECRAFT_GPU_SPLITK=0`` turns it off (read at each build).
 
 The summation order differs from the single kernel's (S partial sums added at the end), so
