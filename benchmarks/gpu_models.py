@@ -27,7 +27,10 @@ sized for batch 1 at every batch, as before), ``TILECRAFT_GPU_MODEL_LARGE_BATCH`
 from which the third tile, sized for ``GEMM_LARGE_NOMINAL_BATCH`` (16), runs (default 12; 0:
 no third tile). ``TILECRAFT_GPU_WINOGRAD=0`` builds the 3x3
 stride-1 convolutions as direct implicit GEMMs instead of Winograd F(2x2, 3x3)
-(``relax.transform.GPUWinograd``), for an A/B of the whole model in one device call.
+(``relax.transform.GPUWinograd``), for an A/B of the whole model in one device call;
+``TILECRAFT_GPU_SPLITK=0`` builds without split-K (``relax.backend.gpu.split_k``: BERT's and
+GPT-2's 768-wide dense layers at batch 1 and 2, ResNet-50's late convolutions), each row's
+``split_k`` says which.
 Results: ``benchmarks/results/gpu_models/<machine>.json`` (the machine: the CUDA GPU PyTorch
 ran on, else this CPU's name).
 """
@@ -269,7 +272,7 @@ def run() -> list[dict]:
     from tilecraft import targets
     from tilecraft.relax.frontend import from_onnx
 
-    from tilecraft.relax.backend.gpu import gemm
+    from tilecraft.relax.backend.gpu import gemm, split_k
     nominal = os.environ.get("TILECRAFT_GPU_MODEL_NOMINAL_BATCH")
     if nominal:    # the GEMM tile's sizing batch (gemm.GEMM_NOMINAL_BATCH), for a sweep
         gemm.GEMM_NOMINAL_BATCH = int(nominal)
@@ -331,6 +334,7 @@ def run() -> list[dict]:
                                  "target_string": str(target),
                                  "nominal_batch": gemm.GEMM_NOMINAL_BATCH,
                                  "large_batch": gemm.GEMM_LARGE_BATCH,
+                                 "split_k": split_k.splitk_enabled(),
                                  "build_s": round(build_s, 1),
                                  "tilecraft_ms": ours_s * 1e3,
                                  "torch_ms": torch_s * 1e3,

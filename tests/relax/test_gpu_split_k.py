@@ -3,7 +3,7 @@ kernels are split, in how many parts), where the default GPU schedules use it (s
 build time; a symbolic batch below ``GEMM_SPLITK_BATCH``, chosen per call on the host), and the
 results against float64 numpy on OpenCL (PoCL in CI) and WebGPU (lavapipe in CI) with the GPU
 tile: dense layers with bias, residual and GELU epilogues, a symbolic batch at 1 and 2 (split)
-and above the threshold (not), and a 1x1 convolution. Split-K changes the summation order, so
+and above the threshold (not), a 1x1 and a padded 3x3 stride-2 convolution. Split-K changes the summation order, so
 the comparisons have a tolerance."""
 import math
 import re
@@ -194,25 +194,53 @@ def test_symbolic_batch_dense_matches_numpy(kind):
                                    atol=1e-3, err_msg=f"n={n}")
 
 
-@pytest.mark.parametrize("kind", ["opencl", "webgpu"])
-def test_split_1x1_convolution_matches_numpy(kind):
-    """A 1x1 convolution over a 7 x 7 image, 512 -> 128 channels (ResNet-50's late layers at
-    batch 1 are of this kind): its input channels split in parts."""
-    C, O, H = 512, 128, 7
+def _conv(C, O, H, k, stride, pad):
+    """A convolution ``(1, C, H, H) x (O, C, k, k)`` with its padding a block of its own, as
+    the legalization writes it."""
     x = te.placeholder((1, C, H, H), "float32", "x")
-    wt = te.placeholder((O, C, 1, 1), "float32", "w")
+    w = te.placeholder((O, C, k, k), "float32", "w")
+    src = x
+    if pad:
+        Hp = H + 2 * pad
+        src = te.compute((1, C, Hp, Hp), lambda n, c, h, v: te.if_then_else(
+            te.all(h >= pad, h < H + pad, v >= pad, v < H + pad), x[n, c, h - pad, v - pad],
+            0.0), "pad")
+    Ho = (H + 2 * pad - k) // stride + 1
     rc = te.reduce_axis((0, C), "rc")
-    ry = te.reduce_axis((0, 1), "ry")
-    rx = te.reduce_axis((0, 1), "rx")
-    y = te.compute((1, O, H, H), lambda n, o, h, v: te.sum(
-        x[n, rc, h + ry, v + rx] * wt[o, rc, ry, rx], axis=[rc, ry, rx]), "C")
-    func = te.create_prim_func([x, wt, y])
-    g = gs.apply(func, Target(kind))
+    ry = te.reduce_axis((0, k), "ry")
+    rx = te.reduce_axis((0, k), "rx")
+    y = te.compute((1, O, Ho, Ho), lambda n, o, h, v: te.sum(
+        src[n, rc, h * stride + ry, v * stride + rx] * w[o, rc, ry, rx], axis=[rc, ry, rx]),
+        "C")
+    return te.create_prim_func([x, w, y])
+
+
+def _conv_reference(x, w, stride, pad):
+    xp = np.pad(x.astype("float64"), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    k = w.shape[2]
+    Ho = (xp.shape[2] - k) // stride + 1
+    out = np.zeros((1, w.shape[0], Ho, Ho))
+    for dy in range(k):
+        for dx in range(k):
+            win = xp[:, :, dy:dy + stride * Ho:stride, dx:dx + stride * Ho:stride]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, dy, dx].astype("float64"))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["opencl", "webgpu"])
+@pytest.mark.parametrize("C, O, H, k, stride, pad", [
+    (512, 128, 7, 1, 1, 0),      # a 1x1 over a 7 x 7 image (ResNet-50's late layers' kind)
+    (128, 512, 8, 3, 2, 1),      # a padded 3x3 stride 2: whole input channels a part
+])
+def test_split_convolution_matches_numpy(kind, C, O, H, k, stride, pad):
+    """Convolutions at batch 1 whose output tiles are few: the input channels split in
+    parts, the padding inlined into the partials' window fetch."""
+    g = gs.apply(_conv(C, O, H, k, stride, pad), Target(kind))
     assert _has_partials(g)
     xs = RNG.standard_normal((1, C, H, H)).astype("float32")
-    ws = RNG.standard_normal((O, C, 1, 1)).astype("float32")
-    got = _run(kind, g, [xs, ws], (1, O, H, H))
-    want = np.einsum("nchw,oc->nohw", xs.astype("float64"), ws[:, :, 0, 0].astype("float64"))
+    ws = RNG.standard_normal((O, C, k, k)).astype("float32")
+    want = _conv_reference(xs, ws, stride, pad)
+    got = _run(kind, g, [xs, ws], want.shape)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
