@@ -129,6 +129,15 @@ def test_symbolic_batch_off(monkeypatch):
     assert not _has_partials(g)
 
 
+def test_the_sum_reads_each_parts_partials_as_one_vector():
+    g = gs.apply(_dense((128,), 3072, 768, "residual"), Target("opencl"))
+    src = targets.build(g, Target("opencl")).get_source()
+    assert "(__global const float4*)(C_rf" in src
+    g = gs.apply(_dense((128,), 3072, 768, "residual"), Target("webgpu"))
+    src = targets.build(g, Target("webgpu")).get_source()
+    assert "b_C_rf: array<vec4<f32>>" in src
+
+
 # -- results on the devices -------------------------------------------------------------------
 
 def _run(kind, func, inputs, out_shape):

@@ -14,8 +14,8 @@ reduction ``K`` into ``S`` parts instead:
   global temporary of the host program;
 - kernel 2, the sum of the ``S`` partials with the fused epilogue (bias, residual, GELU)
   inlined into its write-back: an injective-style kernel of 256 threads, four consecutive
-  outputs a thread read as float4 where the output allows, a symbolic batch on
-  ``blockIdx.y``.
+  outputs a thread (where the output's last dim divides by 4), each part's four partials one
+  float4 load into registers, a symbolic batch on ``blockIdx.y``.
 
 The rule (``split_factor``): split where the output tiles of at least
 ``GEMM_SPLITK_MIN_REGS`` accumulators a thread (64 x 64 with the 16 x 16 threads) make fewer
@@ -58,7 +58,7 @@ from tilecraft.tensorir.schedule import Schedule, ScheduleError
 
 from .gemm import (_gemm_groups, default_config, for_cpu, output_groups, schedule_gemm,
                    GEMM_BALANCE_MPS)
-from .schedule_utils import SYMBOLIC, loop_extent, node_of, spatial_loops
+from .schedule_utils import SYMBOLIC, is_under, loop_extent, node_of, spatial_loops
 
 __all__ = ["GEMM_SPLITK_GROUPS", "GEMM_SPLITK_TARGET_GROUPS", "GEMM_SPLITK_MIN_REGS",
            "GEMM_SPLITK_MIN_K", "GEMM_SPLITK_MIN_PART", "GEMM_SPLITK_MAX", "GEMM_SPLITK_BATCH",
@@ -224,9 +224,19 @@ def _schedule_sum(sch: Schedule, block, consumers) -> set:
     init = sch.decompose_reduction(block, kr)
     names.add(node_of(sch, init).name)
     if v is not None:
-        # unrolled, not vectorized: the code generators vectorize loads into a store to
-        # global memory, not the accumulation in registers; the four loads of a step are
-        # consecutive words, which the GPU's compiler may merge
+        # each step's four partials read into registers first, as one float4 / vec4 load
+        # (the code generators vectorize a copy from memory into a register array, as the
+        # GEMM's fragments; not the accumulation itself), then added there
+        upd = node_of(sch, block)
+        written = {w.buffer for w in upd.writes}
+        idx = next(i for i, r in enumerate(upd.reads) if r.buffer not in written)
+        frag = sch.cache_read(block, idx, "local")
+        names.add(node_of(sch, frag).name)
+        sch.compute_at(frag, kr)
+        copy = [lp for lp in sch.get_loops(frag) if node_of(sch, lp).kind == "serial" and
+                is_under(sch, lp, kr)]
+        if copy and loop_extent(node_of(sch, copy[-1])) == lanes:
+            sch.vectorize(copy[-1])
         sch.unroll(v)
         for b in (init, local):
             inner_loops = [lp for lp in sch.get_loops(b) if node_of(sch, lp).kind == "serial"]
