@@ -265,6 +265,7 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
     frag_vec = int(config["fragment_vector"])
     ti, ri, tj, rj, th, tw, _ = _size_tile(sch, batch, rows, cols, cpu, config, small,
                                            nominal_batch, nominal_rows, min_regs)
+    J = loop_extent(node_of(sch, cols[0])) if len(cols) == 1 else SYMBOLIC
     i0, i1, i2 = sch.split(il, [None, ti, ri])
     if len(cols) == 2:
         j0, j1, j2 = _split_image(sch, cols, th, tw, rj)
