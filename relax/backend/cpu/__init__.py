@@ -49,7 +49,7 @@ Examples
 >>> KERNELS.family("tilecraft.conv2d_nchw_flat").name
 'conv2d_nchw_flat'
 >>> sorted(f.name for f in KERNELS.families())[:3]
-['conv2d_nchw_cvec', 'conv2d_nchw_flat', 'conv2d_nhwc']
+['conv2d_nchw_cvec', 'conv2d_nchw_flat', 'conv2d_nchw_u8i8']
 """
 from . import (conv2d_int8, conv2d_nchw, conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, dense,
                dense_int4, dense_int8, depthwise, depthwise_int8, depthwise_nhwc, pool2d,
