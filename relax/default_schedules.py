@@ -51,6 +51,7 @@ from tilecraft.tensorir.stmt import Block, BlockRealize, BufferStore, For, IfThe
 
 from .backend.cpu import KERNELS, block_rule
 from .backend.cpu.dense import RULE_DENSE
+from .backend.cpu.softmax import schedule_softmax_rows
 from .backend.cpu.schedule_utils import (MIN_PARALLEL_WORK, MR, SYMBOLIC_EXTENT, VECTOR_STRIDES,
                                          block_lanes, finish_tile_block, fuse_epilogue,
                                          input_indices, intermediate_buffers, is_spatial,
@@ -188,6 +189,8 @@ def schedule_blocks(sch: Schedule, target: Target, gemv_rows: PrimExpr | None = 
     0
     """
     _inline(sch)
+    if schedule_softmax_rows(sch, target):
+        return 0
     gemv = 0
     for br in root_children(sch):
         blk = br.block

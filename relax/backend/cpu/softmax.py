@@ -1,0 +1,149 @@
+"""Softmax over the last axis in one pass per row: ``relax.op.nn.te_softmax``'s four blocks
+(the row's max, ``exp(x - max)``, the row's sum, ``exp / sum``) computed row by row, so that
+the row's ``exp`` stays in L1 between its three uses (a 128- to 1024-float row is 0.5-4 KB;
+the generic rules ran four passes over the whole tensor, the ``exp`` written to memory and
+read twice), and each row reduction runs on a vector of ``lanes`` partial results
+(``rfactor``) reduced to one value at the row's end (the generic rules: a scalar chain over
+the row, four rows interleaved).
+
+Taken for a row of a constant multiple of the vector lanes (``schedule_softmax_rows``); a
+ragged or symbolic row, or a softmax over another axis, keeps the generic rules. A fused
+kernel holding a softmax (BERT's ``divide``, ``add`` and ``softmax``) is one too: its cheap
+elementwise producers are inlined into the max and the ``exp`` first (``default_schedules``).
+
+Measured on ``intel-avx512`` (one thread, thread CPU time, medians of 15 interleaved rounds,
+load 1.2-2.0): softmax over 8 x 4 x 128 x 128 (BERT's attention scores at 8 x 128) 0.76 ->
+0.39-0.43 ms, PyTorch eager 0.37-0.39; over 3 x 5 x 1024 0.013 ms (PyTorch 0.0085).
+
+Examples
+--------
+>>> from tilecraft.tensorir import te
+>>> from tilecraft.relax.op.nn.activation import te_softmax
+>>> x = te.placeholder((4, 96), "float32", "x")
+>>> sch = Schedule(te.create_prim_func([x, te_softmax(x, -1)]))
+>>> schedule_softmax_rows(sch, Target("llvm"))
+True
+"""
+from __future__ import annotations
+
+from tilecraft.targets import Target
+from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
+from tilecraft.tensorir.stmt import BlockRealize
+
+from .schedule_utils import (MIN_PARALLEL_WORK, block_lanes, loop_extent, loop_nodes,
+                             loop_work, parallel_outer, root_children)
+
+__all__ = ["softmax_blocks", "schedule_softmax_rows"]
+
+# te_softmax's block names (``out_name`` may add a ``_<k>`` suffix when an input is so named)
+_PARTS = ("T_softmax_max", "T_softmax_exp", "T_softmax_sum", "T_softmax")
+
+
+def _base(name: str) -> str:
+    """``name`` without ``out_name``'s ``_<k>`` suffix."""
+    head, _, tail = name.rpartition("_")
+    return head if tail.isdigit() and head else name
+
+
+def softmax_blocks(children: list[BlockRealize]) -> list[str] | None:
+    """The names of a softmax's four blocks (max, exp, sum, result), when ``children`` (the
+    root's blocks, after inlining) are exactly those, reducing over the last axis; else None.
+
+    Examples
+    --------
+    >>> softmax_blocks([])
+    """
+    names = [br.block.name for br in children]
+    if len(names) != 4 or [_base(n) for n in names] != list(_PARTS):
+        return None
+    mx, _, sm, _ = (br.block for br in children)
+    for red in (mx, sm):
+        kinds = [iv.kind for iv in red.iter_vars]
+        # (spatial..., the kept axis of extent 1, reduce): the last axis is the one reduced
+        if kinds[-1] != "reduce" or kinds.count("reduce") != 1:
+            return None
+        if loop_extent_of(red.iter_vars[-2]) != 1:
+            return None
+    return names
+
+
+def loop_extent_of(iv) -> int | None:
+    """The constant extent of the iter var ``iv``, or None."""
+    ext = iv.dom.extent
+    return getattr(ext, "value", None)
+
+
+def _factor_row_reduction(sch: Schedule, name: str, lanes: int):
+    """Split the row reduction ``name`` (its innermost loop) into ``lanes`` partial results:
+    ``<name>_rf[.., l] = op over ko of f(x[.., ko * lanes + l])`` (returned), and ``name``
+    reducing those ``lanes`` values to the row's."""
+    block = sch.get_block(name)
+    ko, ki = sch.split(sch.get_loops(block)[-1], [None, lanes])
+    return sch.rfactor(ki, -1)
+
+
+def _vectorize_partials(sch: Schedule, rf) -> None:
+    """The partial reduction ``rf`` under the row loop: its init and its update vectorized
+    over the ``lanes`` partial results (its innermost loop)."""
+    ki, ko = sch.get_loops(rf)[-2:]
+    sch.reorder(ko, ki)
+    sch.set_scope(rf, 0, "local")
+    init = sch.decompose_reduction(rf, ko)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(rf)[-1])
+
+
+def schedule_softmax_rows(sch: Schedule, target: Target) -> bool:
+    """Schedule a softmax over the last axis (``softmax_blocks``) row by row: its max, ``exp``
+    and sum computed at the result's row loop, the row's ``exp`` in a local buffer, the row
+    reductions on vectors of partial results, the ``exp`` and the division vectorized, the
+    rows in parallel where there is the work for it. Only for a row of a constant multiple of
+    the vector lanes (a ragged or symbolic row splits into a predicated tail, which
+    ``compute_at`` cannot place). Returns False, ``sch`` unchanged, where it does not apply.
+
+    Examples
+    --------
+    >>> from tilecraft.tensorir import te
+    >>> from tilecraft.relax.op.nn.activation import te_softmax
+    >>> x = te.placeholder((te.var("n"), 128), "float32", "x")
+    >>> sch = Schedule(te.create_prim_func([x, te_softmax(x, -1)]))
+    >>> schedule_softmax_rows(sch, Target("llvm"))
+    True
+    """
+    names = softmax_blocks(root_children(sch))
+    if names is None:
+        return False
+    lanes = block_lanes(sch.get(sch.get_block(names[-1])), target)
+    loops = sch.get_loops(sch.get_block(names[-1]))
+    width = loop_extent(sch.get(loops[-1]))
+    if len(loops) < 2 or width is None or width % lanes:
+        return False
+    # all or nothing: on a copy, replayed here once every step has succeeded
+    trial = sch.copy()
+    done = len(trial.trace.instructions)
+    try:
+        _schedule_rows(trial, names, lanes)
+    except ScheduleError:
+        return False
+    sch.replay(Trace(trial.trace.instructions[done:]))
+    return True
+
+
+def _schedule_rows(sch: Schedule, names: list[str], lanes: int) -> None:
+    mx, ex, sm, out = names
+    loops = sch.get_loops(sch.get_block(out))
+    rows, col = loops[:-1], loops[-1]
+    mx_rf = _factor_row_reduction(sch, mx, lanes)
+    sm_rf = _factor_row_reduction(sch, sm, lanes)
+    # consumers first: each block's readers must already sit under the row loop
+    for block in (sch.get_block(sm), sm_rf, sch.get_block(ex), sch.get_block(mx), mx_rf):
+        sch.compute_at(block, rows[-1])
+    # the row's exp (compacted to one row), its max and sum: registers and L1
+    for name in (ex, mx, sm):
+        sch.set_scope(sch.get_block(name), 0, "local")
+    sch.vectorize(sch.get_loops(sch.get_block(ex))[-1])
+    sch.vectorize(col)
+    _vectorize_partials(sch, mx_rf)
+    _vectorize_partials(sch, sm_rf)
+    if loop_work(loop_nodes(sch, sch.get_loops(sch.get_block(out)))) >= MIN_PARALLEL_WORK:
+        sch.parallel(parallel_outer(sch, rows))

@@ -1,0 +1,90 @@
+"""relax/backend/cpu/softmax.py: the one-pass softmax schedule against numpy (float64) on
+random rows, and where it applies."""
+import numpy as np
+import pytest
+
+from tilecraft import relax, targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, op
+from tilecraft.relax.backend.cpu.softmax import schedule_softmax_rows
+from tilecraft.relax.op.nn.activation import te_softmax
+from tilecraft.tensorir import te
+from tilecraft.tensorir.schedule import Schedule
+
+
+def _numpy_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def _build(shape, axis=-1, scale=None, upper_bounds=None):
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = x
+            if scale is not None:       # BERT's scores: divided, a mask added, then softmax
+                y = bb.emit(op.divide(y, relax.const(np.float32(scale))))
+                y = bb.emit(op.add(y, relax.const(np.float32(-1.0))))
+            gv = bb.emit_output(bb.emit(op.nn.softmax(y, axis=axis)))
+        bb.emit_func_output(gv)
+    exe = relax.build(bb.get(), "llvm", upper_bounds=upper_bounds)
+    return relax.VirtualMachine(exe, targets.cpu(0))["main"]
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 16, 128), (5, 1024), (7, 48), (3, 100), (4, 5, 7)])
+def test_softmax_matches_numpy(shape):
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 4, shape).astype("float32")
+    got = _build(shape)(x).numpy()
+    np.testing.assert_allclose(got, _numpy_softmax(x), rtol=3e-6, atol=1e-12)
+
+
+def test_softmax_fused_with_its_producers_and_masked_rows():
+    """BERT's pattern (divide, add, softmax in one kernel); rows with float32's lowest value
+    in half of them, as GPT-2's causal mask."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(0, 4, (2, 4, 32, 32)).astype("float32")
+    x[..., 16:] = np.finfo(np.float32).min / 8
+    got = _build(x.shape, scale=8.0)(x).numpy()
+    np.testing.assert_allclose(got, _numpy_softmax(x / np.float32(8.0) - 1), rtol=3e-6,
+                               atol=1e-12)
+
+
+def test_softmax_symbolic_rows():
+    f = _build(("n", 4, 64), upper_bounds={"n": 8})
+    rng = np.random.default_rng(2)
+    for n in (1, 3, 8):
+        x = rng.normal(0, 4, (n, 4, 64)).astype("float32")
+        np.testing.assert_allclose(f(x).numpy(), _numpy_softmax(x), rtol=3e-6, atol=1e-12)
+
+
+def test_softmax_other_axis_and_symbolic_row():
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 4, (3, 32, 5)).astype("float32")
+    np.testing.assert_allclose(_build(x.shape, axis=1)(x).numpy(), _numpy_softmax(x, 1),
+                               rtol=3e-6, atol=1e-12)
+    f = _build((2, "s"), upper_bounds={"s": 64})
+    for s in (1, 17, 64):
+        x = rng.normal(0, 4, (2, s)).astype("float32")
+        np.testing.assert_allclose(f(x).numpy(), _numpy_softmax(x), rtol=3e-6, atol=1e-12)
+
+
+def _softmax_schedule(shape, axis=-1):
+    x = te.placeholder(shape, "float32", "x")
+    return Schedule(te.create_prim_func([x, te_softmax(x, axis)]))
+
+
+def test_where_it_applies():
+    llvm = targets.Target("llvm")
+    sch = _softmax_schedule((te.var("n"), 4, 128))
+    assert schedule_softmax_rows(sch, llvm)
+    text = sch.func.script()
+    # one row loop holds the four blocks; the row reductions run on vectors of partial results
+    assert "T_softmax_max_rf" in text and "T_softmax_sum_rf" in text
+    # a ragged or symbolic row, another axis: not taken, the schedule unchanged
+    for shape, axis in (((4, 100), -1), ((4, te.var("s")), -1), ((4, 128, 8), 1)):
+        sch = _softmax_schedule(shape, axis)
+        before = sch.func.script()
+        assert not schedule_softmax_rows(sch, llvm)
+        assert sch.func.script() == before
