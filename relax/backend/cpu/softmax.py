@@ -6,14 +6,19 @@ read twice), and each row reduction runs on a vector of ``lanes`` partial result
 (``rfactor``) reduced to one value at the row's end (the generic rules: a scalar chain over
 the row, four rows interleaved).
 
-Taken for a row of a constant multiple of the vector lanes (``schedule_softmax_rows``); a
-ragged or symbolic row, or a softmax over another axis, keeps the generic rules. A fused
-kernel holding a softmax (BERT's ``divide``, ``add`` and ``softmax``) is one too: its cheap
-elementwise producers are inlined into the max and the ``exp`` first (``default_schedules``).
+A row of a constant multiple of the vector lanes takes the partial results; a symbolic or
+ragged row (``rfactor`` would split it into a predicated tail, which ``compute_at`` cannot
+place under the row loop) takes the same one pass over groups of ``ROW_GROUP`` rows, the row
+reductions scalar, the groups' rows interleaved (four independent chains). A softmax over
+another axis keeps the generic rules. A fused kernel holding a softmax (BERT's ``divide``,
+``add`` and ``softmax``) is one too: its cheap elementwise producers are inlined into the max
+and the ``exp`` first (``default_schedules``).
 
 Measured on ``intel-avx512`` (one thread, thread CPU time, medians of 15 interleaved rounds,
-load 1.2-2.0): softmax over 8 x 4 x 128 x 128 (BERT's attention scores at 8 x 128) 0.76 ->
-0.39-0.43 ms, PyTorch eager 0.37-0.39; over 3 x 5 x 1024 0.013 ms (PyTorch 0.0085).
+load 1.2-2.0), against the generic rules: 8 x 4 x 128 x 128 (BERT's attention scores at 8 x
+128) 0.72-0.76 -> 0.37-0.43 ms, PyTorch eager 0.33-0.39; 3 x 5 x 1024 0.026 -> 0.013 ms;
+8 x 4 x 100 x 100 (row groups) 0.46 -> 0.37; symbolic ``(n, 4, s, s)`` at 8 x 128 0.83 -> 0.68
+ms (row groups), at 1 x 8 8.7 -> 6.8 us.
 
 Examples
 --------
@@ -33,7 +38,7 @@ from tilecraft.tensorir.stmt import BlockRealize
 from .schedule_utils import (MIN_PARALLEL_WORK, block_lanes, loop_extent, loop_nodes,
                              loop_work, parallel_outer, root_children)
 
-__all__ = ["softmax_blocks", "schedule_softmax_rows"]
+__all__ = ["ROW_GROUP", "softmax_blocks", "schedule_softmax_rows"]
 
 # te_softmax's block names (``out_name`` may add a ``_<k>`` suffix when an input is so named)
 _PARTS = ("T_softmax_max", "T_softmax_exp", "T_softmax_sum", "T_softmax")
@@ -95,11 +100,11 @@ def _vectorize_partials(sch: Schedule, rf) -> None:
 
 def schedule_softmax_rows(sch: Schedule, target: Target) -> bool:
     """Schedule a softmax over the last axis (``softmax_blocks``) row by row: its max, ``exp``
-    and sum computed at the result's row loop, the row's ``exp`` in a local buffer, the row
-    reductions on vectors of partial results, the ``exp`` and the division vectorized, the
-    rows in parallel where there is the work for it. Only for a row of a constant multiple of
-    the vector lanes (a ragged or symbolic row splits into a predicated tail, which
-    ``compute_at`` cannot place). Returns False, ``sch`` unchanged, where it does not apply.
+    and sum computed at the result's row loop, the row's ``exp`` in a local buffer, the ``exp``
+    and the division vectorized; the row reductions on vectors of partial results where the
+    row is a constant multiple of the lanes (and the rows in parallel where there is the work
+    for it), else over groups of ``ROW_GROUP`` rows interleaved. Returns False, ``sch``
+    unchanged, where it does not apply.
 
     Examples
     --------
@@ -116,13 +121,16 @@ def schedule_softmax_rows(sch: Schedule, target: Target) -> bool:
     lanes = block_lanes(sch.get(sch.get_block(names[-1])), target)
     loops = sch.get_loops(sch.get_block(names[-1]))
     width = loop_extent(sch.get(loops[-1]))
-    if len(loops) < 2 or width is None or width % lanes:
+    if len(loops) < 2:
         return False
     # all or nothing: on a copy, replayed here once every step has succeeded
     trial = sch.copy()
     done = len(trial.trace.instructions)
     try:
-        _schedule_rows(trial, names, lanes)
+        if width is None or width % lanes:
+            _schedule_row_groups(trial, names)
+        else:
+            _schedule_rows(trial, names, lanes)
     except ScheduleError:
         return False
     sch.replay(Trace(trial.trace.instructions[done:]))
@@ -130,6 +138,7 @@ def schedule_softmax_rows(sch: Schedule, target: Target) -> bool:
 
 
 def _schedule_rows(sch: Schedule, names: list[str], lanes: int) -> None:
+    """The one pass over each row of a constant multiple of ``lanes``."""
     mx, ex, sm, out = names
     loops = sch.get_loops(sch.get_block(out))
     rows, col = loops[:-1], loops[-1]
@@ -147,3 +156,35 @@ def _schedule_rows(sch: Schedule, names: list[str], lanes: int) -> None:
     _vectorize_partials(sch, sm_rf)
     if loop_work(loop_nodes(sch, sch.get_loops(sch.get_block(out)))) >= MIN_PARALLEL_WORK:
         sch.parallel(parallel_outer(sch, rows))
+
+
+# rows whose scalar reductions interleave on a symbolic or ragged row (8 ran slower: 0.74
+# against 0.68 ms at 8 x 4 x 128 x 128)
+ROW_GROUP = 4
+
+
+def _schedule_row_groups(sch: Schedule, names: list[str]) -> None:
+    """The one pass over groups of ``ROW_GROUP`` rows: the reductions' row loop innermost and
+    unrolled (independent scalar chains), the ``exp`` and the division vectorized over the
+    row (its tail masked); the groups in parallel where there is the work for it."""
+    mx, ex, sm, out = names
+    loops = sch.get_loops(sch.get_block(out))
+    rows, col = loops[:-1], loops[-1]
+    ro, ri = sch.split(rows[-1], [None, ROW_GROUP])
+    for name in (sm, ex, mx):
+        sch.compute_at(sch.get_block(name), ro)
+    for name in (mx, sm):
+        block = sch.get_block(name)
+        own = sch.get_loops(block)[len(rows):]
+        sch.reorder(own[-1], *own[:-1])
+        init = sch.decompose_reduction(block, sch.get_loops(block)[len(rows)])
+        for rv in sch.get_loops(block)[len(rows) + 1:]:
+            sch.unroll(rv)
+        for rv in sch.get_loops(init)[len(rows):]:
+            sch.unroll(rv)
+    for name in (ex, mx, sm):
+        sch.set_scope(sch.get_block(name), 0, "local")
+    sch.vectorize(sch.get_loops(sch.get_block(ex))[-1])
+    sch.vectorize(col)
+    if loop_work(loop_nodes(sch, sch.get_loops(sch.get_block(out)))) >= MIN_PARALLEL_WORK:
+        sch.parallel(parallel_outer(sch, [*rows[:-1], ro]))

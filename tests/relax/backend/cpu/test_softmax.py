@@ -82,9 +82,33 @@ def test_where_it_applies():
     text = sch.func.script()
     # one row loop holds the four blocks; the row reductions run on vectors of partial results
     assert "T_softmax_max_rf" in text and "T_softmax_sum_rf" in text
-    # a ragged or symbolic row, another axis: not taken, the schedule unchanged
-    for shape, axis in (((4, 100), -1), ((4, te.var("s")), -1), ((4, 128, 8), 1)):
-        sch = _softmax_schedule(shape, axis)
-        before = sch.func.script()
-        assert not schedule_softmax_rows(sch, llvm)
-        assert sch.func.script() == before
+    # a ragged or symbolic row: one pass over groups of rows, no partial results
+    for shape in ((4, 100), (4, te.var("s")), (te.var("n"), 4, te.var("s"), te.var("s"))):
+        sch = _softmax_schedule(shape)
+        assert schedule_softmax_rows(sch, llvm)
+        text = sch.func.script()
+        assert "T_softmax_max_rf" not in text and "T.unroll(4)" in text
+    # another axis: not taken, the schedule unchanged
+    sch = _softmax_schedule((4, 128, 8), 1)
+    before = sch.func.script()
+    assert not schedule_softmax_rows(sch, llvm)
+    assert sch.func.script() == before
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_softmax_symbolic_row_threads(threads):
+    """The row groups over a symbolic sequence (BERT's scores ``(n, 4, s, s)``), in parallel
+    or not, at sizes that leave a partial group and a partial vector."""
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("n", 4, "s", "s"), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.emit_output(bb.emit(op.nn.softmax(x, axis=-1)))
+        bb.emit_func_output(gv)
+    exe = relax.build(bb.get(), "llvm", upper_bounds={"n": 8, "s": 128})
+    exe.kernel_module.num_threads = threads
+    f = relax.VirtualMachine(exe, targets.cpu(0))["main"]
+    rng = np.random.default_rng(4)
+    for n, s in ((1, 1), (1, 7), (2, 33), (8, 128)):
+        x = rng.normal(0, 4, (n, 4, s, s)).astype("float32")
+        np.testing.assert_allclose(f(x).numpy(), _numpy_softmax(x), rtol=3e-6, atol=1e-12)
