@@ -152,13 +152,14 @@ def softmax_module(heads: int = 4):
 
 
 def test_softmax_parallel_loops_are_outermost():
-    # the elementwise stages (exp, divide) over (batch, 4, seq, seq) ran the constant head
-    # loop in parallel inside the serial batch loop: one parallel launch per batch element
+    # the stages over (batch, 4, seq, seq) ran the constant head loop in parallel inside the
+    # serial batch loop: one parallel launch per batch element. The four stages are one pass
+    # over groups of rows now (relax/backend/cpu/softmax.py): one parallel loop, outermost
     sm = _kernels(softmax_module(), "softmax")
     assert sm
     text = lower(ds.apply(sm[0], AVX512)).script()
     par = [line for line in text.splitlines() if "T.parallel(" in line]
-    assert len(par) >= 4, text          # max, exp, sum, divide
+    assert len(par) >= 1, text
     for line in par:
         assert line.startswith("    for ") and not line.startswith("     "), line
 
