@@ -15,10 +15,10 @@ another axis keeps the generic rules. A fused kernel holding a softmax (BERT's `
 and the ``exp`` first (``default_schedules``).
 
 Measured on ``intel-avx512`` (one thread, thread CPU time, medians of 15 interleaved rounds,
-load 1.2-2.0), against the generic rules: 8 x 4 x 128 x 128 (BERT's attention scores at 8 x
+load 0.8-2.0), against the generic rules: 8 x 4 x 128 x 128 (BERT's attention scores at 8 x
 128) 0.72-0.76 -> 0.37-0.43 ms, PyTorch eager 0.33-0.39; 3 x 5 x 1024 0.026 -> 0.013 ms;
-8 x 4 x 100 x 100 (row groups) 0.46 -> 0.37; symbolic ``(n, 4, s, s)`` at 8 x 128 0.79-0.83 -> 0.64-0.69
-ms (row groups), at 1 x 8 7.2-8.7 -> 6.8-6.9 us.
+8 x 4 x 100 x 100 (row groups) 0.46 -> 0.37; symbolic ``(n, 4, s, s)`` (row groups) at 8 x
+128 0.79-0.83 -> 0.64-0.69 ms, at 1 x 8 7.2-8.7 -> 6.8-6.9 us.
 
 Examples
 --------
