@@ -238,6 +238,46 @@ def check_predicate_guards_domain(br: BlockRealize, ancestors: tuple, primitive:
                             f"cannot keep it", br.block)
 
 
+def predicate_over_iters(br: BlockRealize, ancestors: tuple, primitive: str) -> PrimExpr | None:
+    """The predicate that ``compute_at`` / ``reverse_compute_at`` keep on ``br`` once they
+    regenerate its loops, written over its iter vars: None where the predicate only keeps the
+    iter values in their domains (``check_predicate_guards_domain``: the new loops do that);
+    else the predicate with each loop var replaced by the iter var bound to exactly it.
+
+    Why that is sound: whether the block runs at an iter point is then the same function of
+    the point as before, so each point the regenerated loops visit runs (init and update
+    alike) exactly when it ran in the original nest; the primitive only changes which points
+    are visited (those the consumers need) and when. ``rfactor`` over a split with a tail
+    leaves such predicates: ``vko * 16 + vki < n`` on the partial results, ``vki < n`` on the
+    write-back. A predicate using a loop var that is not an iter var's whole binding (a fused
+    or split binding) cannot be rewritten; that raises, as before.
+    """
+    try:
+        check_predicate_guards_domain(br, ancestors, primitive)
+        return None
+    except ScheduleError:
+        pass
+    loop_vars = {id(f.loop_var) for f in tree.loops_between(ancestors)}
+    to_iter: dict[Var, PrimExpr] = {}
+    for iv, val in zip(br.block.iter_vars, br.iter_values):
+        if isinstance(val, Var) and id(val) in loop_vars and val not in to_iter:
+            to_iter[val] = iv.var
+    # a loop var bound to two iter vars, or feeding another binding too, stays ambiguous
+    for iv, val in zip(br.block.iter_vars, br.iter_values):
+        if not isinstance(val, Var):
+            for v in free_vars(val):
+                to_iter.pop(v, None)
+    pred = substitute(br.predicate, to_iter)
+    left = [v.name for v in free_vars(pred) if id(v) in loop_vars]
+    if left:
+        raise ScheduleError(primitive, f"block {br.block.name!r} has the predicate "
+                            f"{br.predicate!r}, which does more than keep its iter values in "
+                            f"their domains and uses the loops {left}, not each the whole "
+                            f"binding of an iter var; {primitive} regenerates the block's "
+                            f"loops and cannot keep it", br.block)
+    return pred
+
+
 THREAD_RELAX = {
     # storage scope -> thread-tag prefixes whose loops share one buffer, hence are relaxed
     # (TVM's CanRelaxStorageUnderThread: rank(storage) <= rank(thread))
@@ -337,12 +377,14 @@ def max_over_loops(e: PrimExpr, loops: Sequence[For], ana: arith.Analyzer,
 
 
 def make_nest(block: Block, doms: dict[Var, tuple[PrimExpr, PrimExpr]], ana: arith.Analyzer,
-              preserve_unit_loops: bool, outer: Sequence[For] = ()) -> Stmt:
+              preserve_unit_loops: bool, outer: Sequence[For] = (),
+              predicate: PrimExpr | None = None) -> Stmt:
     """A loop nest computing ``block`` over ``doms`` (iter var -> (min, extent); an iter var not
     in ``doms`` spans its whole domain): one new loop ``ax<k>`` per iter var in order (unit
     loops only when ``preserve_unit_loops``), iter value ``min + ax<k>``, and a predicate
     wherever the value could leave the iter var's domain. ``ana`` knows the enclosing loops
-    ``outer``; an extent varying with them becomes its largest value plus a predicate."""
+    ``outer``; an extent varying with them becomes its largest value plus a predicate.
+    ``predicate`` (over the iter vars, ``predicate_over_iters``) is kept, on the new values."""
     loops: list[tuple[Var, PrimExpr]] = []
     values: list[PrimExpr] = []
     conds: list[PrimExpr] = []
@@ -377,6 +419,9 @@ def make_nest(block: Block, doms: dict[Var, tuple[PrimExpr, PrimExpr]], ana: ari
             for c in (value >= dmin, value < dend):
                 if not ana.can_prove(c):
                     conds.append(c)
+    if predicate is not None:
+        kept = substitute(predicate, {iv.var: v for iv, v in zip(block.iter_vars, values)})
+        conds.append(ana.simplify(kept))
     pred: PrimExpr = true()
     for c in conds:
         pred = c if is_true(pred) else And(pred, c)

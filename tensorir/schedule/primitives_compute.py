@@ -30,6 +30,7 @@ from ..structural import structural_equal
 from . import tree
 from ._compute_utils import (BlockRewriter, bind_loops, body_items, buffer_ids, buffer_is_used,
                              check_predicate_guards_domain, conflict, contains_block,
+                             predicate_over_iters,
                              drop_alloc_if_unused, insert_into_loop, is_param_buffer, loops_above,
                              make_nest, points_written_under_loop, realizes_with_loops,
                              region_under_loop,
@@ -438,7 +439,7 @@ def compute_at(func: PrimFunc, name: str, loop_var: Var, preserve_unit_loops: bo
     if outside:
         raise ScheduleError(prim, f"not every consumer of block {name!r} is under loop "
                             f"{loop_var.name}: {outside} read {buf.name} outside it", loop)
-    check_predicate_guards_domain(br, anc, prim)
+    kept = predicate_over_iters(br, anc, prim)
 
     new = remove_block(func, br, anc, prim)
     loop, lanc = tree.find_loop(new, loop_var)
@@ -449,7 +450,7 @@ def compute_at(func: PrimFunc, name: str, loop_var: Var, preserve_unit_loops: bo
     names = {c.block.name for c in inside}
     sets = region_under_loop(loop, outer, buf, names, "reads", ana)
     doms = {v: (s.min_value, s.max_value - s.min_value + 1) for v, s in zip(pattern, sets)}
-    nest = make_nest(block, doms, ana, preserve_unit_loops, outer + [loop])
+    nest = make_nest(block, doms, ana, preserve_unit_loops, outer + [loop], kept)
     items = body_items(loop)
     pos = next(i for i, s in enumerate(items) if any(contains_block(s, n) for n in names))
     new = insert_into_loop(new, loop_var, nest, pos)
@@ -479,7 +480,7 @@ def reverse_compute_at(func: PrimFunc, name: str, loop_var: Var, preserve_unit_l
         raise ScheduleError(prim, f"reverse_compute_at outside the producer's loop nest: loop "
                             f"{loop_var.name} is not an ancestor of any producer of block "
                             f"{name!r} ({[p.block.name for p in producers]})", loop)
-    check_predicate_guards_domain(br, anc, prim)
+    kept = predicate_over_iters(br, anc, prim)
     # the consumer may not read partial results: the loop and those above must not be
     # reduction loops of a producer under it
     fixed = {id(f.loop_var) for f in loops_above(lanc) + [loop]}
@@ -535,7 +536,7 @@ def reverse_compute_at(func: PrimFunc, name: str, loop_var: Var, preserve_unit_l
                                         f"different ranges of what block {name!r} reads at "
                                         f"{v.name}", block)
             doms[v] = (lo, ext)
-    nest = make_nest(block, doms, ana, preserve_unit_loops, outer + [loop])
+    nest = make_nest(block, doms, ana, preserve_unit_loops, outer + [loop], kept)
     items = body_items(loop)
     pos = max(i for i, s in enumerate(items) if any(contains_block(s, n) for n in names)) + 1
     new = insert_into_loop(new, loop_var, nest, pos)

@@ -379,6 +379,30 @@ def test_compute_at_symbolic_untiled():
         assert_same(f, sch.func, n=nv)
 
 
+def test_compute_at_keeps_rfactor_tail_predicates():
+    """rfactor over a symbolic row split by 4 leaves ``vk_0 * 4 + vk_1 < n`` on the partial
+    results and ``vk_1 < n`` on the write-back: compute_at keeps both, over the new loops,
+    and the partial results initialised whole (decompose_reduction) sum the row exactly."""
+    n = var("n")
+    A = te.placeholder((3, n), "float32", "A")
+    k = te.reduce_axis((0, n), "k")
+    B = te.compute((3,), lambda i: te.sum(A[i, k], axis=k), "B")
+    C = te.compute((3, n), lambda i, j: A[i, j] / B[i], "C")
+    f = te.create_prim_func([A, C])
+    sch = Schedule(f)
+    ko, ki = sch.split(sch.get_loops(sch.get_block("B"))[-1], [None, 4])
+    rf = sch.rfactor(ki, 0)
+    row = sch.get_loops(sch.get_block("C"))[0]
+    sch.compute_at(sch.get_block("B"), row)
+    sch.compute_at(rf, row)
+    text = sch.func.script()
+    assert "T.where(ax0 < n)" in text and "T.where(ax0 + ax1 * 4 < n)" in text
+    sch.decompose_reduction(rf, sch.get_loops(rf)[1])
+    for nv in (1, 3, 4, 9):
+        assert_same(f, sch.func, n=nv)
+    assert_round_trip(f, sch)
+
+
 def test_compute_at_reduction_producer_keeps_reduce_loop():
     f = gemm_bias_relu(6, 5, 7)
     sch = Schedule(f)
