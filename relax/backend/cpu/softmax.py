@@ -127,7 +127,7 @@ def schedule_softmax_rows(sch: Schedule, target: Target) -> bool:
     trial = sch.copy()
     done = len(trial.trace.instructions)
     try:
-        if width is None or width % lanes:
+        if width is not None and width % lanes:
             _schedule_row_groups(trial, names)
         else:
             _schedule_rows(trial, names, lanes)
@@ -155,7 +155,7 @@ def _schedule_rows(sch: Schedule, names: list[str], lanes: int) -> None:
     _vectorize_partials(sch, mx_rf)
     _vectorize_partials(sch, sm_rf)
     if loop_work(loop_nodes(sch, sch.get_loops(sch.get_block(out)))) >= MIN_PARALLEL_WORK:
-        sch.parallel(parallel_outer(sch, rows))
+        sch.parallel(_outermost_groups(sch, rows))
 
 
 # rows whose scalar reductions interleave on a symbolic or ragged row (8 ran slower: 0.74

@@ -82,12 +82,18 @@ def test_where_it_applies():
     text = sch.func.script()
     # one row loop holds the four blocks; the row reductions run on vectors of partial results
     assert "T_softmax_max_rf" in text and "T_softmax_sum_rf" in text
-    # a ragged or symbolic row: one pass over groups of rows, no partial results
-    for shape in ((4, 100), (4, te.var("s")), (te.var("n"), 4, te.var("s"), te.var("s"))):
+    # a symbolic row: the same partial results, their last vector masked (T.where)
+    for shape in ((4, te.var("s")), (te.var("n"), 4, te.var("s"), te.var("s"))):
         sch = _softmax_schedule(shape)
         assert schedule_softmax_rows(sch, llvm)
         text = sch.func.script()
-        assert "T_softmax_max_rf" not in text and "T.unroll(4)" in text
+        assert "T_softmax_max_rf" in text and "T_softmax_sum_rf" in text
+        assert "T.where" in text and "T.unroll(4)" not in text
+    # a constant ragged row: one pass over groups of rows, no partial results
+    sch = _softmax_schedule((4, 100))
+    assert schedule_softmax_rows(sch, llvm)
+    text = sch.func.script()
+    assert "T_softmax_max_rf" not in text and "T.unroll(4)" in text
     # another axis: not taken, the schedule unchanged
     sch = _softmax_schedule((4, 128, 8), 1)
     before = sch.func.script()
@@ -112,3 +118,20 @@ def test_softmax_symbolic_row_threads(threads):
     for n, s in ((1, 1), (1, 7), (2, 33), (8, 128)):
         x = rng.normal(0, 4, (n, 4, s, s)).astype("float32")
         np.testing.assert_allclose(f(x).numpy(), _numpy_softmax(x), rtol=3e-6, atol=1e-12)
+
+
+def test_softmax_symbolic_row_lengths_and_masked_rows():
+    """A symbolic batch and row: the 16-lane partial results over whole vectors and a masked
+    last one, at rows shorter than a vector, one vector, one past it and long; rows masked
+    with float32's lowest value (a causal mask), one row wholly masked."""
+    f = _build(("n", "s"), upper_bounds={"n": 8, "s": 1024})
+    rng = np.random.default_rng(5)
+    lowest = np.finfo(np.float32).min
+    for s in (1, 7, 15, 16, 17, 33, 128, 1000):
+        for n in (1, 5):
+            x = rng.normal(0, 4, (n, s)).astype("float32")
+            np.testing.assert_allclose(f(x).numpy(), _numpy_softmax(x), rtol=2e-6, atol=1e-12)
+        x = rng.normal(0, 4, (4, s)).astype("float32")
+        x[np.triu_indices(4, 1, s)] = lowest     # row i keeps its first i + 1 values
+        x[3] = lowest
+        np.testing.assert_allclose(f(x).numpy(), _numpy_softmax(x), rtol=2e-6, atol=1e-12)
