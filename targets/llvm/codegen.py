@@ -109,6 +109,9 @@ class _VecCtx:
     mask: object = None                       # <lanes x i1> or None (all lanes)
     lets: dict = field(default_factory=dict)  # let var -> its lane-varying value expression
     nontemporal: bool = False                 # the loop is annotated ANN_NONTEMPORAL_STORE
+    # every lane's loop value lies in the loop's range (not a masked tail step past its end):
+    # a mask then only comes from a condition (``_stack_lanes_in_bounds``)
+    in_range: bool = True
 
 
 class _FnCtx:
@@ -652,6 +655,14 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
                 self._nontemporal_store(mem, addr, buf)
             elif vec.mask is None:
                 self._tag(self.b.store(mem, addr, align=self.itemsize(buf.dtype)), buf)
+            elif self._stack_lanes_in_bounds(ptr, buf, index_e):
+                # a blend (load, select, store) rather than a masked store: LLVM promotes a
+                # stack buffer accessed only by whole loads and stores to registers (rfactor's
+                # partial results over a symbolic row, their last vector masked)
+                old = self._tag(self.b.load(addr, typ=mem.type, align=self.itemsize(buf.dtype)),
+                                buf)
+                self._tag(self.b.store(self.b.select(vec.mask, mem, old), addr,
+                                       align=self.itemsize(buf.dtype)), buf)
             else:
                 fn = self.mb.intrinsic("masked.store", ir.VoidType(),
                                        [mem.type, PTR, I32, vec_type(I1, n)], [mem.type, PTR])
@@ -662,6 +673,20 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         fn = self.mb.intrinsic("masked.scatter", ir.VoidType(),
                                [mem.type, ptrs.type, I32, vec_type(I1, n)], [mem.type, ptrs.type])
         self._tag(self.b.call(fn, [mem, ptrs, align, mask]), buf)
+
+    def _stack_lanes_in_bounds(self, ptr, buf: Buffer, index_e) -> bool:
+        """Whether every lane of the contiguous vector access ``buf[index_e]`` lies inside
+        ``buf``, a stack buffer of constant size (``ptr`` an alloca), masked lanes included:
+        true where the lanes' loop values all lie in the loop's range (the mask comes from a
+        condition, ``_VecCtx.in_range``) and ``index_e`` is provably within the buffer there.
+        A masked access may then read and write whole vectors: no other thread sees a stack
+        buffer, and the masked-off lanes are written back unchanged."""
+        vec = self.ctx.vec
+        if not (vec.in_range and isinstance(ptr, ir.AllocaInstr) and len(buf.shape) == 1
+                and isinstance(buf.shape[0], IntImm)):
+            return False
+        bound = self.ctx.analyzer.const_int_bound(index_e)
+        return bound.min_value >= 0 and bound.max_value < buf.shape[0].value
 
     def _accumulate(self, s: BufferStore):
         """``X[i] = X[i] + a * b`` (a reduction's update, float32/64) as a multiply and an
@@ -864,7 +889,8 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         ctx = self.ctx
         ramp = self.b.add(splat(self.b, base, lanes), lane_ids(base.type, lanes))
         ctx.vec = _VecCtx(s.loop_var, lanes, mask,
-                          nontemporal=bool(s.annotation_dict.get(ANN_NONTEMPORAL_STORE)))
+                          nontemporal=bool(s.annotation_dict.get(ANN_NONTEMPORAL_STORE)),
+                          in_range=mask is None)
         try:
             self._bind(s.loop_var, ramp, None, lambda: self.visit(s.body))
         finally:
@@ -1456,6 +1482,10 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
             if vec.mask is None:
                 return self._from_mem(self._tag(b.load(addr, typ=vty, align=align), buf),
                                       buf.dtype)
+            if self._stack_lanes_in_bounds(ptr, buf, index_e):
+                # a whole load and a select, for the reason the store gives
+                raw = self._tag(b.load(addr, typ=vty, align=align), buf)
+                return self._from_mem(b.select(vec.mask, raw, const(vty, 0)), buf.dtype)
             fn = self.mb.intrinsic("masked.load", vty, [PTR, I32, vec_type(I1, n), vty],
                                    [vty, PTR])
             raw = self._tag(b.call(fn, [addr, I32(align), vec.mask, const(vty, 0)]), buf)

@@ -87,6 +87,31 @@ def test_predicated_tail_becomes_masks(size, rng):
     np.testing.assert_allclose(b, a * 3 + 1, rtol=1e-6)
 
 
+@pytest.mark.parametrize("size", [1, 7, 8, 13, 100])
+def test_masked_step_on_a_stack_accumulator_is_a_blend(size, rng):
+    """A row sum on 8 partial results in a stack buffer over a symbolic row (rfactor's tail):
+    the masked last step reads and writes the accumulator as whole vectors (load, select,
+    store), which LLVM keeps in a register; only the row's own load stays masked."""
+    n = var("n")
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (1,), "float32")
+    acc = Buffer("acc", (8,), "float32", scope="local")
+    io, ii, k = var("io"), var("ii"), var("k")
+    idx = io * 8 + ii
+    init = For(ii, 0, 8, "vectorized", BufferStore(acc, 0.0, [ii]))
+    update = For(io, 0, (n + 7) // 8, "serial", For(ii, 0, 8, "vectorized", IfThenElse(
+        idx < n, BufferStore(acc, acc[ii] + A[idx], [ii]))))
+    total = For(k, 0, 8, "serial", BufferStore(B, B[0] + acc[k], [0]))
+    body = Allocate(acc, seq(init, update, BufferStore(B, 0.0, [0]), total))
+    mod = targets.build(lowered_func([A, B], body), "llvm")
+    raw = mod.get_source("ll-raw")
+    assert "llvm.masked.load.v8f32" in raw and "llvm.masked.store" not in raw
+    assert "select <8 x i1>" in raw
+    a = rng.standard_normal(size).astype("float32")
+    b = np.zeros(1, "float32")
+    mod["main"](a, b)
+    np.testing.assert_allclose(b[0], a.astype(np.float64).sum(), rtol=1e-5, atol=1e-6)
+
+
 def test_strided_access_becomes_gather_and_scatter(rng):
     # transpose with the row index vectorized: both sides are strided
     A = te.placeholder((16, 12), "float32", "A")
