@@ -6,19 +6,24 @@ read twice), and each row reduction runs on a vector of ``lanes`` partial result
 (``rfactor``) reduced to one value at the row's end (the generic rules: a scalar chain over
 the row, four rows interleaved).
 
-A row of a constant multiple of the vector lanes takes the partial results; a symbolic or
-ragged row (``rfactor`` would split it into a predicated tail, which ``compute_at`` cannot
-place under the row loop) takes the same one pass over groups of ``ROW_GROUP`` rows, the row
-reductions scalar, the groups' rows interleaved (four independent chains). A softmax over
-another axis keeps the generic rules. A fused kernel holding a softmax (BERT's ``divide``,
-``add`` and ``softmax``) is one too: its cheap elementwise producers are inlined into the max
-and the ``exp`` first (``default_schedules``).
+A symbolic or ragged row takes the same partial results, its last vector masked: ``rfactor``
+over the row split by the lanes leaves the tail's predicate on the partial results
+(``vk_0 * 16 + vk_1 < s``) and on the write-back (``vk_1 < s``); ``compute_at`` keeps a
+predicate it can write over the block's iter vars, and the LLVM code generator writes the masked
+step on the partial results (a stack buffer) as a blend it keeps in a register. A constant row
+shorter than ``RAGGED_VECTOR_MIN`` vectors and not a multiple of the lanes takes the one pass
+over groups of ``ROW_GROUP`` rows instead, the row reductions scalar, the groups' rows
+interleaved (four independent chains). A softmax over another axis keeps the generic rules. A
+fused kernel holding a softmax (BERT's ``divide``, ``add`` and ``softmax``) is one too: its
+cheap elementwise producers are inlined into the max and the ``exp`` first
+(``default_schedules``).
 
 Measured on ``intel-avx512`` (one thread, thread CPU time, medians of 15 interleaved rounds,
 load 0.8-2.0), against the generic rules: 8 x 4 x 128 x 128 (BERT's attention scores at 8 x
-128) 0.72-0.76 -> 0.37-0.43 ms, PyTorch eager 0.33-0.39; 3 x 5 x 1024 0.026 -> 0.013 ms;
-8 x 4 x 100 x 100 (row groups) 0.46 -> 0.37; symbolic ``(n, 4, s, s)`` (row groups) at 8 x
-128 0.79-0.83 -> 0.64-0.69 ms, at 1 x 8 7.2-8.7 -> 6.8-6.9 us.
+128) 0.72-0.76 -> 0.37-0.43 ms, PyTorch eager 0.33-0.39; 3 x 5 x 1024 0.026 -> 0.013 ms. The
+fused ``softmax(x / 8 - 1)`` over a symbolic ``(n, 4, s, s)`` (``benchmarks.softmax_cpu``,
+load 1.7-3.3): at 8 x 128 0.42-0.52 ms (the row groups it replaces: 0.68-0.72; concrete
+0.34-0.42), at 2 x 384 1.00 ms (row groups 1.48; concrete 0.89).
 
 Examples
 --------
@@ -101,10 +106,10 @@ def _vectorize_partials(sch: Schedule, rf) -> None:
 def schedule_softmax_rows(sch: Schedule, target: Target) -> bool:
     """Schedule a softmax over the last axis (``softmax_blocks``) row by row: its max, ``exp``
     and sum computed at the result's row loop, the row's ``exp`` in a local buffer, the ``exp``
-    and the division vectorized; the row reductions on vectors of partial results where the
-    row is a constant multiple of the lanes (and the rows in parallel where there is the work
-    for it), else over groups of ``ROW_GROUP`` rows interleaved. Returns False, ``sch``
-    unchanged, where it does not apply.
+    and the division vectorized; the row reductions on vectors of partial results (the last
+    one masked where the row is symbolic or ragged), except on a short ragged constant row:
+    there over groups of ``ROW_GROUP`` rows interleaved; the rows in parallel where there is
+    the work for it. Returns False, ``sch`` unchanged, where it does not apply.
 
     Examples
     --------
@@ -127,7 +132,7 @@ def schedule_softmax_rows(sch: Schedule, target: Target) -> bool:
     trial = sch.copy()
     done = len(trial.trace.instructions)
     try:
-        if width is not None and width % lanes:
+        if width is not None and width % lanes and width < RAGGED_VECTOR_MIN * lanes:
             _schedule_row_groups(trial, names)
         else:
             _schedule_rows(trial, names, lanes)
@@ -138,7 +143,9 @@ def schedule_softmax_rows(sch: Schedule, target: Target) -> bool:
 
 
 def _schedule_rows(sch: Schedule, names: list[str], lanes: int) -> None:
-    """The one pass over each row of a constant multiple of ``lanes``."""
+    """The one pass over each row, its reductions on ``lanes`` partial results (on a row not
+    a multiple of ``lanes``, the last vector masked by ``rfactor``'s tail predicate, which
+    ``compute_at`` keeps)."""
     mx, ex, sm, out = names
     loops = sch.get_loops(sch.get_block(out))
     rows, col = loops[:-1], loops[-1]
@@ -158,7 +165,12 @@ def _schedule_rows(sch: Schedule, names: list[str], lanes: int) -> None:
         sch.parallel(_outermost_groups(sch, rows))
 
 
-# rows whose scalar reductions interleave on a symbolic or ragged row (8 ran slower: 0.74
+# a constant ragged row takes the vector partial results from this many vectors: 8 x 4 x 100 x
+# 100 0.42 -> 0.35 ms, but at 17 (one vector and a lane) the row groups are faster (1 x 4 x 17 x
+# 17: 7.4 against 8.5 us)
+RAGGED_VECTOR_MIN = 2
+
+# rows whose scalar reductions interleave on a short row (8 ran slower: 0.74
 # against 0.68 ms at 8 x 4 x 128 x 128)
 ROW_GROUP = 4
 

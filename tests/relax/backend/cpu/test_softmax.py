@@ -32,7 +32,8 @@ def _build(shape, axis=-1, scale=None, upper_bounds=None):
     return relax.VirtualMachine(exe, targets.cpu(0))["main"]
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 16, 128), (5, 1024), (7, 48), (3, 100), (4, 5, 7)])
+@pytest.mark.parametrize("shape", [(2, 3, 16, 128), (5, 1024), (7, 48), (3, 100), (4, 5, 7),
+                                   (6, 17), (3, 15), (2, 1000)])
 def test_softmax_matches_numpy(shape):
     rng = np.random.default_rng(0)
     x = rng.normal(0, 4, shape).astype("float32")
@@ -82,15 +83,15 @@ def test_where_it_applies():
     text = sch.func.script()
     # one row loop holds the four blocks; the row reductions run on vectors of partial results
     assert "T_softmax_max_rf" in text and "T_softmax_sum_rf" in text
-    # a symbolic row: the same partial results, their last vector masked (T.where)
-    for shape in ((4, te.var("s")), (te.var("n"), 4, te.var("s"), te.var("s"))):
+    # a symbolic or ragged row: the same partial results, their last vector masked (T.where)
+    for shape in ((4, 100), (4, te.var("s")), (te.var("n"), 4, te.var("s"), te.var("s"))):
         sch = _softmax_schedule(shape)
         assert schedule_softmax_rows(sch, llvm)
         text = sch.func.script()
         assert "T_softmax_max_rf" in text and "T_softmax_sum_rf" in text
         assert "T.where" in text and "T.unroll(4)" not in text
-    # a constant ragged row: one pass over groups of rows, no partial results
-    sch = _softmax_schedule((4, 100))
+    # a constant row shorter than a vector: one pass over groups of rows, no partial results
+    sch = _softmax_schedule((4, 7))
     assert schedule_softmax_rows(sch, llvm)
     text = sch.func.script()
     assert "T_softmax_max_rf" not in text and "T.unroll(4)" in text
@@ -103,7 +104,7 @@ def test_where_it_applies():
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_softmax_symbolic_row_threads(threads):
-    """The row groups over a symbolic sequence (BERT's scores ``(n, 4, s, s)``), in parallel
+    """The one pass over a symbolic sequence (BERT's scores ``(n, 4, s, s)``), in parallel
     or not, at sizes that leave a partial group and a partial vector."""
     bb = BlockBuilder()
     x = Var("x", TensorStructInfo(("n", 4, "s", "s"), "float32"))
