@@ -19,7 +19,6 @@ from tilecraft.tensorir.schedule import tree
 from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.schedule.regions import with_regions
 from tilecraft.tensorir.stmt import BufferStore
-from tilecraft.tensorir.structural import structural_equal
 
 RNG = np.random.default_rng(7)
 
