@@ -402,6 +402,18 @@ def test_compute_at_keeps_rfactor_tail_predicates():
     assert_round_trip(f, sch)
 
 
+def test_reverse_compute_at_keeps_a_predicate_over_its_iter_vars():
+    """A consumer that runs on rows below 5 only (``i < 5``, ``i`` its row's whole binding)
+    keeps that test, over the new loops, once moved under its producer's row loop."""
+    sch = Schedule(exp_then_add(8, 4))
+    br, _ = tree.find_block(sch.func, "C")
+    g = tree.replace(sch.func, br, br.replace(predicate=br.iter_values[0] < 5))
+    sch = Schedule(g)
+    sch.reverse_compute_at(sch.get_block("C"), sch.get_loops(sch.get_block("B"))[0])
+    assert "T.where(i < 5)" in sch.func.script()
+    assert_same(g, sch.func)
+
+
 def test_compute_at_reduction_producer_keeps_reduce_loop():
     f = gemm_bias_relu(6, 5, 7)
     sch = Schedule(f)
