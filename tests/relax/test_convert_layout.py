@@ -365,7 +365,8 @@ def test_nhwc_kernels_without_a_row_tile_match_numpy(c, hw, o, k, stride, pad, r
     (128, 28, 128, 3, 1, 1, 16, 6, False),  # 4 tiles of 6 + 4, not 7 of 4
     (64, 20, 64, 3, 1, 1, 16, 5, False),    # 3 tiles of 6 + 2 would be too ragged: 4 of 5
     (256, 14, 1024, 1, 1, 0, 16, 6, True),  # the plane: 32 tiles of 6 + 4
-    (64, 56, 64, 3, 1, 1, 32, 12, False),   # AVX-512: 4 tiles of 12 + 8, not 7 of 8
+    (64, 57, 64, 3, 1, 1, 32, 14, False),   # AVX-512, KxK: 4 tiles of 14 + 1, not 3 of 19
+    (64, 50, 64, 1, 1, 1, 32, 12, False),   # AVX-512, 1x1 (padded, 52 wide): 4 of 12 + 4
     (64, 20, 64, 3, 1, 1, 32, 10, False),   # 12 + 8 would be too ragged: 2 of 10
     (64, 56, 64, 3, 1, 1, -32, 8, False),   # NEON's 32 registers (4 lanes): a dividing tile
 ])

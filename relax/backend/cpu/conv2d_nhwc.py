@@ -14,7 +14,7 @@ Examples
 >>> g = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
 >>> p = plan_conv2d_nhwc(g, 16, 32)
 >>> (p.rows, p.width, p.flat)
-(12, 32, False)
+(14, 32, False)
 """
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ from .registry import SCHEDULE_RULE, KernelFamily
 from .schedule_utils import (MAX_UNROLLED_FMAS, ann_int, block_lanes, conv_tile_block,
                              core_balance, finish_tile_block, fuse_epilogue, loop_extent)
 
-__all__ = ["RULE_CONV_NHWC", "RAGGED_MIN_TILES", "NONTEMPORAL_MIN_BYTES", "NhwcPlan",
-           "plan_conv2d_nhwc", "nhwc_tile_fills", "streams_output", "pack_conv2d_nhwc_weight",
+__all__ = ["RULE_CONV_NHWC", "RAGGED_MIN_TILES", "MAX_KXK_PIXELS", "NONTEMPORAL_MIN_BYTES", "NhwcPlan",
+           "plan_conv2d_nhwc", "nhwc_tile_fills", "streams_output", "prefetch_weight_spec",
+           "pack_conv2d_nhwc_weight",
            "conv2d_nhwc_packed", "schedule_conv2d_nhwc", "FAMILY"]
 
 RULE_CONV_NHWC = "tilecraft.conv2d_nhwc_packed"
@@ -47,6 +48,10 @@ RULE_CONV_NHWC = "tilecraft.conv2d_nhwc_packed"
 PREFETCH_TILES_AHEAD = 2
 CACHE_LINE_FLOATS = 16
 
+# a layer whose channel panels run outermost prefetches the next panel's weights, a line every
+# this many reduction steps (``prefetch_weight_spec``); 0: none
+PREFETCH_WEIGHT_EVERY = 1
+
 # a layer whose output is at least this many bytes per image writes it with non-temporal
 # stores (``streams_output``): four times a Zen 4 core's 1 MB L2
 NONTEMPORAL_MIN_BYTES = 4 << 20
@@ -56,6 +61,10 @@ NONTEMPORAL_MIN_BYTES = 4 << 20
 # of the plane uses them, where rows outermost stream the whole weight through L2 once per
 # row (half of a Sapphire Rapids core's 2 MB L2, all of a Zen 4 core's)
 PANELS_OUTER_MIN_BYTES = 1 << 20
+
+# with 32 vector registers, a KxK layer's tile of two vectors of channels takes up to this
+# many pixels (``plan_conv2d_nhwc``)
+MAX_KXK_PIXELS = 14
 
 # with 16 vector registers, a row (or plane) of at least this many full NHWC tiles takes
 # them with a ragged last tile rather than a smaller tile that divides it
@@ -86,7 +95,7 @@ def plan_conv2d_nhwc(g: ConvGeometry, lanes: int, registers: int) -> NhwcPlan | 
     >>> g = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     >>> p = plan_conv2d_nhwc(g, 16, 32)
     >>> (p.rows, p.width, p.flat)
-    (12, 32, False)
+    (14, 32, False)
     """
     if g.groups > 1 and not g.is_depthwise and g.out_per_group % lanes:
         return None
@@ -112,6 +121,16 @@ def plan_conv2d_nhwc(g: ConvGeometry, lanes: int, registers: int) -> NhwcPlan | 
                 vectors = 3
     width = vectors * lanes
     budget = (24 if registers >= 32 else 12) // vectors
+    if registers >= 32 and lanes >= 16 and vectors == 2 and g.groups == 1 and \
+            g.kernel != (1, 1):
+        # a KxK layer's tile takes 14 pixels x 2 vectors: 28 accumulators, the two weight
+        # vectors and the broadcast input (an operand of the FMA) fill the 32 registers, and
+        # 14 divides the 56-, 28- and 14-wide rows, where 12 took 4 x 12 + 8 and 7 x 2.
+        # intel-avx512, one thread, ResNet-18's layers at batch 1 (21 interleaved rounds,
+        # load 3.3-3.4): 64 -> 64 at 56 x 56 1.46 -> 1.42 ms, 64 -> 128 stride 2 at 28 x 28
+        # 0.98 -> 0.83 ms, 128 -> 256 stride 2 at 14 x 14 0.95 -> 0.73 ms (1x1 layers and
+        # NEON unmeasured: not taken)
+        budget = MAX_KXK_PIXELS
     ow = g.out_w
     fits = [m for m in range(min(budget, ow), 3, -1) if ow % m == 0]
     # a full tile with a ragged last one beats a smaller tile that divides the row once the
@@ -232,6 +251,36 @@ def prefetch_spec(g: ConvGeometry, rows: int, width: int, data: str | int,
     return [data, ahead * rows * g.in_channels, every]
 
 
+def prefetch_weight_spec(g: ConvGeometry, width: int, itemsize: int = 4) -> list | None:
+    """``[ahead, every]`` of the software prefetch of the next panel's weights along the NHWC
+    tile's reduction loop, or None: a layer whose channel panels run outermost
+    (``panels_outer``) prefetches, one line a reduction step, the weights one panel
+    (``KH * KW * I * width`` elements) past those the step reads.
+
+    Such a layer's weight (megabytes) comes from memory once an image, and each panel's first
+    tile waits on it: ResNet-18's 512 -> 512 3x3 layer at 7 x 7 (9.4 MB, 7 tiles a panel)
+    ran at half the speed of its 256 -> 256 one at 14 x 14 (the same work, 28 tiles a panel). Prefetched while the panel before
+    it runs, the next panel is in the caches when its tiles start (each of the panel's tiles
+    prefetches the same lines: those after the first are hits). Intel-avx512, one thread,
+    8 copies of each layer in turn so that their weights come from memory as in the model:
+    512 -> 512 at 7 x 7 2.71 -> 2.43 ms, 256 -> 512 stride 2 at 14 x 14 1.30 -> 1.18 ms,
+    128 -> 256 stride 2 at 28 x 28 0.98 -> 0.93 ms (two lines a step, the whole panel, ran
+    no faster).
+
+    Examples
+    --------
+    >>> prefetch_weight_spec(ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1),
+    ...                                   (1, 1), 1), 32)
+    [147456, 1]
+    >>> prefetch_weight_spec(ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1),
+    ...                                   (1, 1), 1), 32) is None
+    True
+    """
+    if PREFETCH_WEIGHT_EVERY <= 0 or g.groups != 1 or not panels_outer(g, width, itemsize):
+        return None
+    return [g.kernel[0] * g.kernel[1] * g.in_channels * width, PREFETCH_WEIGHT_EVERY]
+
+
 def pack_conv2d_nhwc_weight(weight: te.Tensor, kernel_layout: str, width: int) -> te.Tensor:
     """``weight`` (letters ``OIHW`` in any order) as ``[ceil(O/NR), KH, KW, I, NR]``, zero
     beyond ``O``.
@@ -305,6 +354,11 @@ def conv2d_nhwc_packed(data: te.Tensor, weight: te.Tensor, plan: NhwcPlan,
         # read by the schedule, which sets it on the reduction loop (``schedule_conv2d_nhwc``)
         # with the buffer's name
         attrs.update(prefetch_from=spec[0], prefetch_ahead=spec[1], prefetch_every=spec[2])
+    else:
+        wspec = prefetch_weight_spec(g, nr, dt.itemsize(weight.dtype))
+        if wspec is not None:
+            # the weight, the block's second read (after the input)
+            attrs.update(prefetch_from=1, prefetch_ahead=wspec[0], prefetch_every=wspec[1])
     if not plan.flat:
         return te.compute((n, g.out_h, g.out_w, g.out_channels), f, "conv2d_nhwc", attrs=attrs)
     # the pixels of the whole plane in one axis (output pixel p reads input pixel p), so a
@@ -400,7 +454,8 @@ def schedule_conv2d_nhwc(sch: Schedule, name: str, target: Target,
         # (``streams_output``)
         sch.annotate(sch.get_loops(acc)[-1], ANN_NONTEMPORAL_STORE, 1)
     if prefetch_src is not None:
-        # the next tiles' input lines, prefetched along the reduction (``prefetch_spec``)
+        # the next tiles' input lines (``prefetch_spec``), or the next panel's weights
+        # (``prefetch_weight_spec``), prefetched along the reduction
         sch.annotate(rc, ANN_SOFTWARE_PREFETCH, [prefetch_src,
                                                  ann_int(sch.get(block), "prefetch_ahead"),
                                                  ann_int(sch.get(block), "prefetch_every")])

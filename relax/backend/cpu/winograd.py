@@ -56,7 +56,8 @@ from .schedule_utils import (MIN_PARALLEL_WORK, ann_int, block_lanes, finish_til
                              parallel_outer)
 
 __all__ = ["RULE_WINOGRAD_GEMM", "RULE_WINOGRAD_INPUT", "RULE_WINOGRAD_OUTPUT",
-           "MAX_IMAGE_TRANSFORM_BYTES", "winograd_applies", "winograd_pays", "gemm_tile", "winograd_tiles",
+           "MAX_IMAGE_TRANSFORM_BYTES", "MAX_WEIGHT_BYTES", "MIN_TILES_LARGE_WEIGHT",
+           "winograd_applies", "winograd_pays", "gemm_tile", "winograd_tiles",
            "pack_winograd_weight", "conv2d_nhwc_winograd", "schedule_winograd_gemm", "FAMILY"]
 
 RULE_WINOGRAD_GEMM = "tilecraft.winograd_gemm"
@@ -84,6 +85,17 @@ MIN_CHANNELS = 16
 # 1.5x: a call allocates V and M afresh (posix_memalign), and at that size each call paid
 # ~1300 page faults, 2-3 ms (the direct NHWC kernel ran it on par with the NCHW one).
 MAX_IMAGE_TRANSFORM_BYTES = 2 << 20
+# With 32 vector registers, a layer whose transformed weight (16 x C x O floats, 16/9 the
+# direct kernel's) is at least MAX_WEIGHT_BYTES and which has fewer than MIN_TILES_LARGE_WEIGHT
+# output tiles an image takes the direct kernel: the GEMM reads that weight once an image and
+# does only ``tiles / 4`` multiply-adds a byte of it (the direct kernel ``pixels / 4``, 12 on a
+# 7 x 7 plane), so it waits on memory. ResNet-18's 512 -> 512 at 7 x 7 (16.8 MB, 16 tiles;
+# intel-avx512, one thread, 8 copies of the layer in turn so that their weights come from
+# memory as in the model): 2.60 ms as Winograd, 2.43 ms direct (with the weight prefetch of
+# ``conv2d_nhwc.prefetch_weight_spec``); 256 -> 256 at 14 x 14 (4.2 MB, 49 tiles) keeps
+# Winograd (1.3x the direct kernel)
+MAX_WEIGHT_BYTES = 1 << 20
+MIN_TILES_LARGE_WEIGHT = 32
 GEMM_ROWS = 6      # tiles per register tile of the GEMM: 6 x 16 channels on AVX2 (12 vectors)
 
 
@@ -107,7 +119,9 @@ def winograd_pays(g: ConvGeometry, lanes: int, registers: int) -> bool:
     ``winograd_applies`` to, except on AVX-512 (16 lanes, 32 registers), whose direct
     kernels are faster, where it takes one whose image's transformed input ``V`` (16 x tiles
     x channels floats, the larger of the input and output channels) is at most
-    ``MAX_IMAGE_TRANSFORM_BYTES``. (AVX2: 1.1-1.9x the direct kernels on every layer, see
+    ``MAX_IMAGE_TRANSFORM_BYTES``, unless its transformed weight is ``MAX_WEIGHT_BYTES`` or more
+    for fewer than ``MIN_TILES_LARGE_WEIGHT`` tiles an image (memory-bound: ResNet's
+    512 -> 512 layer at 7 x 7). (AVX2: 1.1-1.9x the direct kernels on every layer, see
     ``MIN_CHANNELS``; NEON is unmeasured.)
 
     Examples
@@ -118,6 +132,9 @@ def winograd_pays(g: ConvGeometry, lanes: int, registers: int) -> bool:
     >>> g = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     >>> winograd_pays(g, 16, 32), winograd_pays(g, 8, 16)
     (False, True)
+    >>> g = ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    >>> winograd_pays(g, 16, 32), winograd_pays(g, 8, 16)
+    (False, True)
     """
     if not winograd_applies(g):
         return False
@@ -125,6 +142,9 @@ def winograd_pays(g: ConvGeometry, lanes: int, registers: int) -> bool:
         return True
     th, tw = winograd_tiles(g)
     size = ALPHA * ALPHA * th * tw * max(g.in_channels, g.out_channels) * 4
+    weight = ALPHA * ALPHA * g.in_channels * g.out_channels * 4
+    if weight >= MAX_WEIGHT_BYTES and th * tw < MIN_TILES_LARGE_WEIGHT:
+        return False
     return size <= MAX_IMAGE_TRANSFORM_BYTES
 
 

@@ -18,9 +18,14 @@ def _geometry(cin, hw, cout, k=3, stride=1):
 
 
 def test_avx512_rows_take_the_full_tile():
-    assert plan_conv2d_nhwc(_geometry(64, 56, 64), 16, 32).rows == 12      # 4 x 12 + 8
-    assert plan_conv2d_nhwc(_geometry(64, 50, 64), 16, 32).rows == 12      # 4 x 12 + 2
-    assert plan_conv2d_nhwc(_geometry(64, 28, 64), 16, 32).rows == 7       # too few: 4 x 7
+    # a KxK layer: up to 14 pixels (MAX_KXK_PIXELS)
+    assert plan_conv2d_nhwc(_geometry(64, 56, 64), 16, 32).rows == 14      # 4 x 14
+    assert plan_conv2d_nhwc(_geometry(64, 57, 64), 16, 32).rows == 14      # 4 x 14 + 1
+    assert plan_conv2d_nhwc(_geometry(64, 50, 64), 16, 32).rows == 10      # too few: 5 x 10
+    # a 1x1 layer: up to 12
+    assert plan_conv2d_nhwc(_geometry(64, 56, 64, k=1), 16, 32).rows == 12  # 4 x 12 + 8
+    assert plan_conv2d_nhwc(_geometry(64, 50, 64, k=1), 16, 32).rows == 12  # 4 x 12 + 2
+    assert plan_conv2d_nhwc(_geometry(64, 28, 64, k=1), 16, 32).rows == 7   # too few: 4 x 7
     assert plan_conv2d_nhwc(_geometry(64, 56, 64), 4, 32).rows == 8        # NEON: unchanged
     # a depthwise layer keeps its dividing tile
     dw = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 64)
