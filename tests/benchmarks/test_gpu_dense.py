@@ -30,14 +30,17 @@ def test_layer_function_matches_its_reference(epilogue):
 def test_variants_build_the_old_and_the_new_rule_and_restore_the_defaults():
     """BERT's 768 -> 768 layer for the GPU tile (``Target("opencl")``, no device): the old rule's
     row tile unpadded (64 x 16 = 1024 floats) and 64 x 128 tiles at batch 16 (three schedules);
-    the new one padded (1084) and 64 x 64 from batch 4 on (two)."""
+    the new one padded (1084) and 64 x 64 from batch 4 on (two). Both add split-K's two kernels
+    (partials, then their sum) below batch 3; ``nosplitk`` is the new rule without them."""
     saved = gemm.GEMM_BALANCE_MPS, compact._compact_strides
     mod, _, _ = bench._module(768, 768, "bias", np.random.default_rng(0))
-    src = {v: bench.build(mod, "opencl", v).kernel_module.get_source() for v in ("old", "new")}
+    src = {v: bench.build(mod, "opencl", v).kernel_module.get_source()
+           for v in ("old", "new", "nosplitk")}
     assert (gemm.GEMM_BALANCE_MPS, compact._compact_strides) == saved
     assert "x_shared[1024]" in src["old"] and "x_shared[1084]" not in src["old"]
     assert "x_shared[1084]" in src["new"] and "x_shared[1024]" not in src["new"]
-    assert src["old"].count("__kernel") == 3 and src["new"].count("__kernel") == 2
+    counts = {v: s.count("__kernel") for v, s in src.items()}
+    assert counts == {"old": 3 + 2, "new": 2 + 2, "nosplitk": 2}
     with pytest.raises(ValueError, match="unknown variant 'fast'"):
         bench.build(mod, "opencl", "fast")
 
@@ -60,5 +63,8 @@ def test_headline_sums_each_variant_at_the_largest_batch():
 
 def test_accumulators_name_each_kernels_register_tile():
     mod, _, _ = bench._module(768, 768, "bias", np.random.default_rng(0))
-    assert bench.accumulators(bench.build(mod, "opencl", "old")) == [2, 16, 32]
-    assert bench.accumulators(bench.build(mod, "opencl", "new")) == [2, 16]
+    # below batch 3 split-K's two kernels come first: the partials' 4 x 4 tile, then the sum
+    # (4 outputs a thread); then the batch-1, nominal (and large) tiles
+    assert bench.accumulators(bench.build(mod, "opencl", "old")) == [16, 4, 2, 16, 32]
+    assert bench.accumulators(bench.build(mod, "opencl", "new")) == [16, 4, 2, 16]
+    assert bench.accumulators(bench.build(mod, "opencl", "nosplitk")) == [2, 16]
