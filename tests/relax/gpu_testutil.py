@@ -16,6 +16,7 @@ from tilecraft.relax import BlockBuilder, TensorStructInfo, Tuple, Var, const
 from tilecraft.relax import op
 from tilecraft.relax.op import nn
 from tilecraft.relax.vm import VirtualMachine
+from tilecraft.tensorir import te
 
 
 def module(params, body):
@@ -28,6 +29,30 @@ def module(params, body):
             gv = bb.emit_output(Tuple(outs))
         bb.emit_func_output(gv)
     return bb.get()
+
+
+def dense_func(rows, K, N, epilogue="bias"):
+    """A TE ``epilogue(A @ W + bias)`` PrimFunc over ``A: rows + (K,)`` (``rows`` a tuple of
+    ints or symbolic dims); ``epilogue`` one of ``bias``, ``residual`` (``+ R``), ``gelu`` (erf
+    form). The dense layer the GPU GEMM-rule tests schedule."""
+    A = te.placeholder(rows + (K,), "float32", "A")
+    W = te.placeholder((K, N), "float32", "W")
+    bias = te.placeholder((N,), "float32", "bias")
+    k = te.reduce_axis((0, K), "k")
+    C = te.compute(rows + (N,), lambda *ix: te.sum(A[ix[:-1] + (k,)] * W[k, ix[-1]], axis=k),
+                   "C")
+    D = te.compute(rows + (N,), lambda *ix: C[ix] + bias[ix[-1]], "D")
+    params = [A, W, bias]
+    if epilogue == "residual":
+        R = te.placeholder(rows + (N,), "float32", "R")
+        out = te.compute(rows + (N,), lambda *ix: D[ix] + R[ix], "E")
+        params.append(R)
+    elif epilogue == "gelu":
+        out = te.compute(rows + (N,), lambda *ix: D[ix] * (te.erf(D[ix] * 0.70710677) + 1.0)
+                         * 0.5, "E")
+    else:
+        out = D
+    return te.create_prim_func(params + [out])
 
 
 def check(dev, target, mod, make_inputs, reference, sizes=(1, 5), rtol=1e-4, atol=1e-4):

@@ -18,6 +18,7 @@ from tilecraft.targets import Target
 from tilecraft.tensorir import te
 from tilecraft.tensorir.transform import lower_device
 from capabilities import gpu_device
+from gpu_testutil import dense_func
 
 RNG = np.random.default_rng(32)
 
@@ -55,25 +56,7 @@ def test_busy_share():
 
 def _dense(n, seq, K, N, epilogue):
     """``epilogue(A @ W + bias)`` over ``A: (n, seq, K)`` (``seq`` None: 2-D ``(n, K)``)."""
-    rows = (n,) if seq is None else (n, seq)
-    A = te.placeholder(rows + (K,), "float32", "A")
-    W = te.placeholder((K, N), "float32", "W")
-    bias = te.placeholder((N,), "float32", "bias")
-    k = te.reduce_axis((0, K), "k")
-    C = te.compute(rows + (N,), lambda *ix: te.sum(A[ix[:-1] + (k,)] * W[k, ix[-1]], axis=k),
-                   "C")
-    D = te.compute(rows + (N,), lambda *ix: C[ix] + bias[ix[-1]], "D")
-    params = [A, W, bias]
-    if epilogue == "residual":
-        R = te.placeholder(rows + (N,), "float32", "R")
-        out = te.compute(rows + (N,), lambda *ix: D[ix] + R[ix], "E")
-        params.append(R)
-    elif epilogue == "gelu":
-        out = te.compute(rows + (N,), lambda *ix: D[ix] * (te.erf(D[ix] * 0.70710677) + 1.0)
-                         * 0.5, "E")
-    else:
-        out = D
-    return te.create_prim_func(params + [out])
+    return dense_func((n,) if seq is None else (n, seq), K, N, epilogue)
 
 
 def _erf(x):
