@@ -86,8 +86,9 @@ from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_R
                                compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
                                symbolic_rows)
 from .backend.gpu.split_k import GEMM_SPLITK_BATCH, schedule_split_k, split_factor
-from .backend.gpu.schedule_utils import (SYMBOLIC, is_reduction, is_spatial, keeps_stage,
-                                         loop_extent, node_of, spatial_loops)
+from .backend.gpu.schedule_utils import (SYMBOLIC, inline_spatial_producers, is_reduction,
+                                         is_spatial, keeps_stage, loop_extent, node_of,
+                                         spatial_loops)
 
 from .default_schedules import DefaultScheduleWarning
 
@@ -430,22 +431,9 @@ def _inline(sch: Schedule) -> None:
     constant-size box) in shared memory, and ``_inline_paddings`` then inlines the padding
     into that fetch."""
     keep = _paddings_of_convolutions(sch)
-    changed = True
-    while changed:
-        changed = False
-        blocks = _blocks(sch)
-        if len(blocks) <= 1:
-            return
-        for b in blocks[:-1]:
-            if node_of(sch, b).name in keep or keeps_stage(node_of(sch, b)):
-                continue
-            if is_spatial(node_of(sch, b)) and sch.get_consumers(b):
-                try:
-                    sch.compute_inline(b)
-                    changed = True
-                    break
-                except ScheduleError:
-                    pass
+    inline_spatial_producers(sch, lambda node: node.name in keep or keeps_stage(node))
+    if len(_blocks(sch)) <= 1:
+        return
     changed = True
     while changed:
         changed = False

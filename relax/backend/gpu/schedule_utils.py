@@ -5,7 +5,7 @@ spatial and reduction loops and the loop nesting.
 Examples
 --------
 >>> from tilecraft.tensorir import te
->>> from tilecraft.tensorir.schedule import Schedule
+>>> from tilecraft.tensorir.schedule import Schedule, ScheduleError
 >>> A = te.placeholder((64, 32), "float32", "A")
 >>> k = te.reduce_axis((0, 32), "k")
 >>> B = te.compute((64,), lambda i: te.sum(A[i, k], axis=k), "B")
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from tilecraft.tensorir.expr import IntImm
 from tilecraft.tensorir.functor import post_order_visit
-from tilecraft.tensorir.schedule import Schedule
+from tilecraft.tensorir.schedule import Schedule, ScheduleError
 from tilecraft.tensorir.stmt import Block, BlockRealize, For
 from tilecraft.tensorir.transform._common import uses_any
 
-__all__ = ["SYMBOLIC", "KEEP_STAGE", "node_of", "loop_extent", "is_reduction", "is_spatial", "spatial_loops",
+__all__ = ["SYMBOLIC", "KEEP_STAGE", "inline_spatial_producers", "node_of", "loop_extent", "is_reduction", "is_spatial", "spatial_loops",
            "iter_values", "is_under", "keeps_stage"]
 
 SYMBOLIC = 1 << 20     # what a symbolic extent counts as when sizing tiles
@@ -93,3 +93,24 @@ def is_under(sch: Schedule, loop, ancestor) -> bool:
             found = True
     post_order_visit(anc.body, visit)
     return found
+
+
+def inline_spatial_producers(sch: Schedule, keep=lambda node: False) -> None:
+    """Inline every spatial block that has consumers (casts, bias adds, activations, paddings)
+    into them (``compute_inline``) until none is left, except the blocks ``keep(node)`` names;
+    a block that cannot be inlined stays where it is."""
+    changed = True
+    while changed:
+        changed = False
+        root = sch.get_root()
+        blocks = sch.get_child_blocks(sch.get_block(root.name)) if root is not None else []
+        for b in blocks[:-1]:
+            node = node_of(sch, b)
+            if keep(node) or not (is_spatial(node) and sch.get_consumers(b)):
+                continue
+            try:
+                sch.compute_inline(b)
+                changed = True
+                break
+            except ScheduleError:
+                pass

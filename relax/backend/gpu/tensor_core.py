@@ -71,12 +71,12 @@ from tilecraft.tensorir.expr import (BufferLoad, Cast, IntImm, Select, Var, call
                                      floordiv, floormod)
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRMutator, post_order_visit, substitute
-from tilecraft.tensorir.schedule import Schedule, ScheduleError
+from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer, BufferStore,
                                      Evaluate, For, IfThenElse, seq)
 
-from .schedule_utils import is_reduction, is_spatial, node_of
+from .schedule_utils import inline_spatial_producers, is_reduction, is_spatial, node_of
 
 __all__ = ["TensorCoreGemm", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS", "TC_NOMINAL_ROWS",
            "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "match_fp16_gemm", "tensor_core_kernel",
@@ -172,29 +172,11 @@ def _plain_vars(indices) -> bool:
     return all(isinstance(i, Var) for i in indices)
 
 
-def _inline_producers(sch: Schedule) -> None:
-    """Inline every spatial block that has consumers (casts, bias adds, activations) into
-    them, until none is left: the GEMM and its epilogue remain."""
-    changed = True
-    while changed:
-        changed = False
-        root = sch.get_root()
-        blocks = sch.get_child_blocks(sch.get_block(root.name)) if root is not None else []
-        for b in blocks[:-1]:
-            if is_spatial(node_of(sch, b)) and sch.get_consumers(b):
-                try:
-                    sch.compute_inline(b)
-                    changed = True
-                    break
-                except ScheduleError:
-                    pass
-
-
 def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
     """The fp16 GEMM of ``func`` (see the module docstring), or ``ValueError`` saying why
     ``func`` is not one."""
     sch = Schedule(func)
-    _inline_producers(sch)
+    inline_spatial_producers(sch)    # casts, bias adds, activations: GEMM and epilogue remain
     root = sch.get_root()
     blocks = [node_of(sch, b) for b in sch.get_child_blocks(sch.get_block(root.name))]
     if not blocks or not is_reduction(blocks[0]) or len(blocks) > 2 or \
