@@ -35,3 +35,14 @@ def nhwc_conv_reference(x: np.ndarray, wt: np.ndarray, b: np.ndarray,
                          xp[:, a:a + stride * (oh - 1) + 1:stride,
                             c:c + stride * (ow - 1) + 1:stride], wt[a, c])
                for a in range(k) for c in range(k)) + b
+
+
+def check_nhwc_layer(exe, wt: np.ndarray, b: np.ndarray, rng, h: int, w: int, stride: int = 1,
+                     batches=(1, 3)) -> None:
+    """Run ``nhwc_conv_layer``'s executable at each batch on random inputs against
+    ``nhwc_conv_reference``."""
+    vm = relax.VirtualMachine(exe)
+    for n in batches:
+        xv = rng.standard_normal((n, h, w, wt.shape[2])).astype("float32")
+        np.testing.assert_allclose(vm["main"](xv).numpy(), nhwc_conv_reference(xv, wt, b, stride),
+                                   rtol=1e-4, atol=1e-4)

@@ -6,8 +6,7 @@ than 16 input channels where stride 1, so that Winograd does not take the layer)
 import numpy as np
 import pytest
 
-from nhwc_testutil import nhwc_conv_layer, nhwc_conv_reference
-from tilecraft import relax
+from nhwc_testutil import check_nhwc_layer, nhwc_conv_layer
 from tilecraft.relax.backend.cpu import ConvGeometry, conv2d_nhwc
 from tilecraft.relax.backend.cpu.conv2d_nhwc import plan_conv2d_nhwc, prefetch_weight_spec
 
@@ -46,21 +45,11 @@ def test_prefetching_layers_match_numpy(monkeypatch, cin, hw, cout, k, stride, p
     exe, wt, b = nhwc_conv_layer(cin, hw, hw, cout, k, RNG, stride=stride)
     src = exe.kernel_module.get_source("ll-raw")
     assert ("call void @llvm.prefetch.p0" in src) == prefetch
-    vm = relax.VirtualMachine(exe)
-    for n in (1, 3):
-        xv = RNG.standard_normal((n, hw, hw, cin)).astype("float32")
-        np.testing.assert_allclose(vm["main"](xv).numpy(),
-                                   nhwc_conv_reference(xv, wt, b, stride),
-                                   rtol=1e-4, atol=1e-4)
+    check_nhwc_layer(exe, wt, b, RNG, hw, hw, stride, batches=(1, 3))
 
 
 @pytest.mark.parametrize("cin,h,w,cout,stride", [
     (15, 9, 57, 64, 1), (24, 11, 56, 32, 2), (8, 6, 28, 96, 1), (12, 5, 14, 64, 1)])
 def test_14_pixel_tiles_match_numpy(cin, h, w, cout, stride):
     exe, wt, b = nhwc_conv_layer(cin, h, w, cout, 3, RNG, stride=stride)
-    vm = relax.VirtualMachine(exe)
-    for n in (1, 3):
-        xv = RNG.standard_normal((n, h, w, cin)).astype("float32")
-        np.testing.assert_allclose(vm["main"](xv).numpy(),
-                                   nhwc_conv_reference(xv, wt, b, stride),
-                                   rtol=1e-4, atol=1e-4)
+    check_nhwc_layer(exe, wt, b, RNG, h, w, stride, batches=(1, 3))
