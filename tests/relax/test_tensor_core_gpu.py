@@ -133,36 +133,32 @@ def test_batch_matmul(dev):
         _check(vm["main"](q, k).numpy(), _h(q) @ _h(k), 2e-3)
 
 
+def _check_matmul(dev, K, N, rng, rows, min_kernels):
+    """``x @ W`` over a symbolic row count (up to ``max(rows)``) on the tensor-core target:
+    at least ``min_kernels`` tensor-core kernels, each row count against numpy."""
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    exe, misses = _build([("x", ("n", K), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                         {"n": max(rows)})
+    assert _uses_tensor_cores(exe) >= min_kernels, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in rows:
+        x = rng.standard_normal((n, K)).astype(np.float32)
+        _check(vm["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+
+
 @pytest.mark.parametrize("tile", ["128x128x64x32", "128x128x64x64", "64x128x32x64",
                                   "32x64x32x32"])
 def test_tiles(dev, tile, monkeypatch):
     """Each work-group / warp tile on one GEMM, rows 1 to past two tiles."""
     monkeypatch.setenv("TILECRAFT_TC_TILE", tile)
-    K, N = 32, 128
-    rng = np.random.default_rng(3)
-    w = rng.standard_normal((K, N)).astype(np.float32)
-    exe, misses = _build([("x", ("n", K), "float32")], lambda e, x: e(op.matmul(x, const(w))),
-                         {"n": 300})
-    assert _uses_tensor_cores(exe) >= 1, misses
-    vm = relax.VirtualMachine(exe, dev)
-    for n in (1, 129, 300):
-        x = rng.standard_normal((n, K)).astype(np.float32)
-        _check(vm["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+    _check_matmul(dev, 32, 128, np.random.default_rng(3), (1, 129, 300), min_kernels=1)
 
 
 def test_small_and_large_row_kernels(dev):
     """A symbolic row count gets two kernels chosen per call where their tiles differ (768
     columns: 32 x 64 below TC_SMALL_ROWS rows, 64 x 128 from there on)."""
-    K, N = 32, 768
-    rng = np.random.default_rng(5)
-    w = rng.standard_normal((K, N)).astype(np.float32)
-    exe, misses = _build([("x", ("n", K), "float32")], lambda e, x: e(op.matmul(x, const(w))),
-                         {"n": 600})
-    assert _uses_tensor_cores(exe) >= 2, misses
-    vm = relax.VirtualMachine(exe, dev)
-    for n in (3, tc.TC_SMALL_ROWS - 1, tc.TC_SMALL_ROWS, 600):
-        x = rng.standard_normal((n, K)).astype(np.float32)
-        _check(vm["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
+    _check_matmul(dev, 32, 768, np.random.default_rng(5),
+                  (3, tc.TC_SMALL_ROWS - 1, tc.TC_SMALL_ROWS, 600), min_kernels=2)
 
 
 def test_bert_layer_end_to_end(dev):
