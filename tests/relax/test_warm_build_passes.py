@@ -19,6 +19,7 @@ from tilecraft.relax.analysis import post_order_visit
 from tilecraft.relax.frontend import from_onnx
 from tilecraft.relax.transform import (ConvertLayout, FoldConstant, Sequential, get_pipeline)
 from tilecraft.relax.transform import fold_constant as fold
+from tilecraft.relax.transform import fold_numpy_kernel
 from tilecraft.targets import kernel_cache
 from tilecraft.tensorir import te
 from tilecraft.tensorir.function import PrimFunc
@@ -310,10 +311,15 @@ def _packing_kernels():
     return [te.create_prim_func([src, out]) for src, out in made]
 
 
+@pytest.mark.parametrize("pieces", [False, True])
 @pytest.mark.parametrize("k", range(6))
-def test_numpy_kernels_have_the_compiled_bits(k):
+def test_numpy_kernels_have_the_compiled_bits(k, pieces, monkeypatch):
     """The packing kernels of every family, on random weights with zeros, negative zeros, inf
-    and nan: numpy on strided views gives the compiled kernel's bytes."""
+    and nan: numpy on strided views gives the compiled kernel's bytes, whole and evaluated
+    piece by piece (pieces of 64 elements here; the values that read no weight are kept
+    across pieces)."""
+    if pieces:
+        monkeypatch.setattr(fold_numpy_kernel, "_CHUNK_ELEMENTS", 64)
     f = _packing_kernels()[k]
     x = RNG.standard_normal([int(d.value) for d in f.buffers[0].shape]).astype("float32")
     x.flat[:4] = (0.0, -0.0, np.inf, np.nan)
@@ -352,25 +358,10 @@ def test_numpy_kernels_refuse_what_they_cannot_run_exactly():
         fold.run_numpy_kernel(oob, [np.ones((8, 16), "float32")], np.empty((8, 16), "float32"))
 
 
-@pytest.mark.parametrize("k", range(6))
-def test_numpy_kernels_in_pieces_have_the_compiled_bits(k, monkeypatch):
-    """Evaluated piece by piece (pieces of 64 elements here), every packing family gives the
-    compiled kernel's bytes; the values that read no weight are kept across pieces."""
-    from tilecraft.relax.transform import fold_numpy_kernel
-    monkeypatch.setattr(fold_numpy_kernel, "_CHUNK_ELEMENTS", 64)
-    f = _packing_kernels()[k]
-    x = RNG.standard_normal([int(d.value) for d in f.buffers[0].shape]).astype("float32")
-    x.flat[:4] = (0.0, -0.0, np.inf, np.nan)
-    got = np.empty([int(d.value) for d in f.buffers[-1].shape], "float32")
-    assert fold.run_numpy_kernel(f, [x], got)
-    assert got.tobytes() == _compiled(f, [x]).tobytes()
-
-
 def test_numpy_kernels_in_pieces_refuse_before_writing(monkeypatch):
     """A refusal met in one piece only (an index clamped in the last channel block) is found
     before any piece is written: ``out`` is left alone."""
     from tilecraft.relax.backend.cpu import winograd
-    from tilecraft.relax.transform import fold_numpy_kernel
     monkeypatch.setattr(fold_numpy_kernel, "_CHUNK_ELEMENTS", 64)
     w = te.placeholder((40, 24, 3, 3), "float32", "w")
     f = te.create_prim_func([w, winograd.pack_winograd_weight(w, "OIHW", 32)])
