@@ -20,10 +20,12 @@ from .expr import (PREFETCH, BufferLoad, Call, IntImm, Node, PrimExpr, TIRError,
                    true)
 
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
-# a vectorized loop annotated with this (value 1) stores its full vectors with non-temporal
-# stores where they are aligned to a cache line (the LLVM back end; a hint the others ignore):
-# a kernel whose output is far larger than the caches then writes it without reading each
-# line in first
+# a vectorized loop annotated with this stores its full vectors with non-temporal stores
+# where they are aligned to a cache line (the LLVM back end; a hint the others ignore): a
+# kernel whose output is far larger than the caches then writes it without reading each line
+# in first. The value is the size in bytes from which a stored buffer is written that way
+# (1: always): the back end tests a buffer of symbolic shape at run time, so one kernel
+# streams a large batch's output and keeps a small one's in the caches
 ANN_NONTEMPORAL_STORE = "nontemporal_store"
 SCOPES = ("global", "shared", "local")
 ITER_KINDS = ("spatial", "reduce")

@@ -108,7 +108,9 @@ class _VecCtx:
     lanes: int
     mask: object = None                       # <lanes x i1> or None (all lanes)
     lets: dict = field(default_factory=dict)  # let var -> its lane-varying value expression
-    nontemporal: bool = False                 # the loop is annotated ANN_NONTEMPORAL_STORE
+    # the loop's ANN_NONTEMPORAL_STORE value: the bytes from which a stored buffer is written
+    # non-temporally (its whole size, tested at run time where it is symbolic); 0: never
+    nontemporal: int = 0
     # every lane's loop value lies in the loop's range (not a masked tail step past its end):
     # a mask then only comes from a condition (``_stack_lanes_in_bounds``)
     in_range: bool = True
@@ -601,17 +603,38 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
             ctx.env[vec.var] = ramp
             ctx.vec = vec
 
-    def _nontemporal_store(self, mem, addr, buf: Buffer) -> None:
+    def _buffer_bytes(self, buf: Buffer):
+        """The size of the flat buffer ``buf`` in bytes: an ``int`` where its extent is
+        static, else an i64 value computed from the shape variables in scope."""
+        extent = arith.simplify(buf.shape[0])
+        if isinstance(extent, IntImm):
+            return extent.value * self.itemsize(buf.dtype)
+        vec, self.ctx.vec = self.ctx.vec, None      # a scalar, whatever loop it sits in
+        try:
+            n = self._to_i64(self.visit(extent), extent.dtype)
+        finally:
+            self.ctx.vec = vec
+        return self.b.mul(n, I64(self.itemsize(buf.dtype)))
+
+    def _nontemporal_store(self, mem, addr, buf: Buffer, min_bytes: int) -> None:
         """Store the vector ``mem`` at ``addr`` non-temporally (``!nontemporal``: x86
         ``movntps``, which writes the lines without reading them in and leaves them out of the
         caches) when ``addr`` is aligned to ``NONTEMPORAL_ALIGN`` bytes, as those instructions
-        need; else as a plain store. The test is a branch on the address at run time (a
-        caller's array may be aligned to its elements only), which is predicted perfectly in
-        a kernel whose vectors all share the alignment of the buffer. The function fences
-        before it returns (``_fence_nontemporal``)."""
+        need, and ``buf`` holds at least ``min_bytes``; else as a plain store. The tests are a
+        branch at run time (a caller's array may be aligned to its elements only; a buffer
+        of a symbolic shape is as large as this call's), predicted perfectly in a kernel
+        whose vectors all share the alignment of the buffer. A buffer of a static size under
+        ``min_bytes`` gets plain stores only. The function fences before it returns
+        (``_fence_nontemporal``)."""
         b = self.b
+        size = self._buffer_bytes(buf)
+        if isinstance(size, int) and size < min_bytes:
+            self._tag(b.store(mem, addr, align=self.itemsize(buf.dtype)), buf)
+            return
         aligned = b.icmp_unsigned("==", b.and_(b.ptrtoint(addr, I64), I64(NONTEMPORAL_ALIGN - 1)),
                                   I64(0))
+        if not isinstance(size, int):
+            aligned = b.and_(aligned, b.icmp_signed(">=", size, I64(min_bytes)))
         nt_bb, plain_bb, done_bb = (self._new_block("store.nt"), self._new_block("store.plain"),
                                     self._new_block("store.done"))
         b.cbranch(aligned, nt_bb, plain_bb)
@@ -652,7 +675,7 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
             addr = self.b.gep(ptr, [base], source_etype=self.mtype(buf.dtype))
             if vec.mask is None and vec.nontemporal and \
                     (n * self.itemsize(buf.dtype)) % NONTEMPORAL_ALIGN == 0:
-                self._nontemporal_store(mem, addr, buf)
+                self._nontemporal_store(mem, addr, buf, vec.nontemporal)
             elif vec.mask is None:
                 self._tag(self.b.store(mem, addr, align=self.itemsize(buf.dtype)), buf)
             elif self._stack_lanes_in_bounds(ptr, buf, index_e):
@@ -889,7 +912,7 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         ctx = self.ctx
         ramp = self.b.add(splat(self.b, base, lanes), lane_ids(base.type, lanes))
         ctx.vec = _VecCtx(s.loop_var, lanes, mask,
-                          nontemporal=bool(s.annotation_dict.get(ANN_NONTEMPORAL_STORE)),
+                          nontemporal=int(s.annotation_dict.get(ANN_NONTEMPORAL_STORE) or 0),
                           in_range=mask is None)
         try:
             self._bind(s.loop_var, ramp, None, lambda: self.visit(s.body))

@@ -1,7 +1,9 @@
 """Non-temporal stores (``tensorir.stmt.ANN_NONTEMPORAL_STORE`` on a vectorized loop): the LLVM
 back end stores full vectors with ``!nontemporal`` where their address is aligned to a cache
-line and plainly where it is not (a run-time test), the results unchanged either way (against
-numpy); ragged vectors stay plain stores; the interpreter ignores the annotation."""
+line and plainly where it is not (a run-time test), from the annotation's size in bytes of the
+stored buffer on (decided when compiling for a static shape, at run time for a symbolic one),
+the results unchanged either way (against numpy); ragged vectors stay plain stores; the
+interpreter ignores the annotation."""
 import platform
 
 import numpy as np
@@ -14,9 +16,11 @@ from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.stmt import ANN_NONTEMPORAL_STORE
 
 
-def _add_one(rows: int, cols: int, annotate: bool = True, parallel: bool = False):
+def _add_one(rows: int, cols: int, annotate: bool = True, parallel: bool = False,
+             min_bytes: int = 1):
     """``B = A * 2 + 1`` over ``(rows, cols)`` (rows symbolic when ``rows`` is None), its column
-    loop vectorized and annotated, its rows in parallel with ``parallel``."""
+    loop vectorized and annotated (non-temporal from ``min_bytes`` of ``B``), its rows in
+    parallel with ``parallel``."""
     n = te.var("n") if rows is None else rows
     A = te.placeholder((n, cols), "float32", "A")
     B = te.compute((n, cols), lambda i, j: A[i, j] * 2.0 + 1.0, "B")
@@ -26,7 +30,7 @@ def _add_one(rows: int, cols: int, annotate: bool = True, parallel: bool = False
         sch.parallel(i)
     sch.vectorize(j)
     if annotate:
-        sch.annotate(j, ANN_NONTEMPORAL_STORE, 1)
+        sch.annotate(j, ANN_NONTEMPORAL_STORE, min_bytes)
     return sch.mod
 
 
@@ -96,3 +100,28 @@ def test_interpreter_ignores_the_annotation(rng):
     b = np.zeros_like(a)
     interpret(lowered, a, b)
     np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_static_buffer_under_the_threshold_stays_plain(rng):
+    # 5 x 48 floats: 960 bytes
+    under = targets.build(_add_one(5, 48, min_bytes=961), "llvm").get_source("ll-raw")
+    assert "!nontemporal" not in under and "fence" not in under
+    at = targets.build(_add_one(5, 48, min_bytes=960), "llvm").get_source("ll-raw")
+    assert "!nontemporal" in at and "fence seq_cst" in at
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("misalign", [0, 3])
+def test_symbolic_buffer_tested_at_run_time(rng, parallel, misalign):
+    """From 100 rows of 64 floats on: the size is a run-time test, the stores correct on both
+    sides of it (and either alignment), in one kernel and in parallel tasks."""
+    mod = targets.build(_add_one(None, 64, parallel=parallel, min_bytes=100 * 64 * 4), "llvm")
+    src = mod.get_source("ll-raw")
+    assert "!nontemporal" in src
+    assert any("icmp sge" in line and str(100 * 64 * 4) in line for line in src.splitlines())
+    mod.num_threads = 2
+    for rows in (1, 99, 100, 257):
+        a = rng.standard_normal((rows, 64)).astype("float32")
+        b = _at_offset(a.shape, misalign)
+        mod["main"](a, b)
+        np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)

@@ -30,7 +30,7 @@ from tilecraft.tensorir.transform import ANN_SOFTWARE_PREFETCH
 
 from .geometry import ConvGeometry, as_int, ceil_div, group_of
 from .padding import RULE_PAD, pad_nhwc, schedule_pad
-from .params import num_cores
+from .params import NONTEMPORAL_MIN_BYTES, nontemporal_output, num_cores
 from .registry import SCHEDULE_RULE, KernelFamily
 from .schedule_utils import (MAX_UNROLLED_FMAS, ann_int, block_lanes, conv_tile_block,
                              core_balance, finish_tile_block, fuse_epilogue, loop_extent)
@@ -51,10 +51,6 @@ CACHE_LINE_FLOATS = 16
 # a layer whose channel panels run outermost prefetches the next panel's weights, a line every
 # this many reduction steps (``prefetch_weight_spec``); 0: none
 PREFETCH_WEIGHT_EVERY = 1
-
-# a layer whose output is at least this many bytes per image writes it with non-temporal
-# stores (``streams_output``): four times a Zen 4 core's 1 MB L2
-NONTEMPORAL_MIN_BYTES = 4 << 20
 
 # a layer whose packed weight is at least this and larger than one image's input runs its
 # channel panels outermost (``panels_outer``): each panel's weights stay in L2 while every row
@@ -198,29 +194,26 @@ def panels_outer(g: ConvGeometry, width: int, itemsize: int = 4) -> bool:
     return weight >= PANELS_OUTER_MIN_BYTES and weight > image
 
 
-def streams_output(g: ConvGeometry, itemsize: int = 4) -> bool:
-    """Whether the NHWC tile writes its output with non-temporal stores (the write-back's
-    vector loop annotated ``ANN_NONTEMPORAL_STORE``): when one image's output is at least
-    ``NONTEMPORAL_MIN_BYTES``.
+def streams_output(g: ConvGeometry, batch: int | PrimExpr, itemsize: int = 4) -> bool:
+    """Whether the NHWC tile writes its output (``batch`` images, an expression for a
+    symbolic batch) with non-temporal stores: the rule of ``params.nontemporal_output`` (the
+    whole output at least ``NONTEMPORAL_MIN_BYTES``, tested at run time for a symbolic
+    batch), the write-back's vector loop annotated ``ANN_NONTEMPORAL_STORE``.
 
     A plain store reads each output line in before it writes it (a read for ownership): an
-    output that large is written once more than it is read. MobileNet-V2's 16 -> 96 expansion
-    at 112 x 112 (4.8 MB an image; Zen 4, one thread, batch 8, output preallocated, its
-    ReLU6 as ``vmaxps`` / ``vminps``): 5.1 ms with plain stores, 3.2 ms with non-temporal
-    ones; the whole model at batch 8 through ``torch.export`` 61.5 -> 57.9 ms, at batch 1 7.12
-    -> 7.04 ms (its next layer, the stride-2 depthwise one, reads that output from memory at
-    batch 8 either way; at batch 1 from L3 either way, where non-temporal lines go too, as
-    the batch-1 time shows). The per-image rule gives a symbolic batch and every concrete
-    one the same kernel.
+    output far larger than the caches is written once more than it is read. MobileNet-V2's
+    16 -> 96 expansion at 112 x 112 (4.8 MB an image; Zen 4, one thread, batch 8, output
+    preallocated, its ReLU6 as ``vmaxps`` / ``vminps``): 5.1 ms with plain stores, 3.2 ms
+    with non-temporal ones. At batch 1 its output stays in the caches for the depthwise
+    layer after it (on an Intel Xeon guest, the model 7.57 ms streaming it, 6.71 ms not).
 
     Examples
     --------
-    >>> streams_output(ConvGeometry(16, 112, 112, 96, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1))
-    True
-    >>> streams_output(ConvGeometry(24, 56, 56, 144, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1))
-    False
+    >>> g = ConvGeometry(16, 112, 112, 96, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    >>> streams_output(g, 1), streams_output(g, 8)
+    (False, True)
     """
-    return g.out_h * g.out_w * g.out_channels * itemsize >= NONTEMPORAL_MIN_BYTES
+    return nontemporal_output(g.out_h * g.out_w * g.out_channels * itemsize, batch)
 
 
 def prefetch_spec(g: ConvGeometry, rows: int, width: int, data: str | int,
@@ -343,7 +336,7 @@ def conv2d_nhwc_packed(data: te.Tensor, weight: te.Tensor, plan: NhwcPlan,
 
     attrs = {SCHEDULE_RULE: RULE_CONV_NHWC, "rows": plan.rows, "width": nr,
              "flat": int(plan.flat), "lanes": plan.lanes}
-    if streams_output(g, dt.itemsize(out_dtype)):
+    if streams_output(g, n, dt.itemsize(out_dtype)):
         attrs["nontemporal"] = 1
     if g.groups == 1 and panels_outer(g, nr, dt.itemsize(weight.dtype)):
         attrs["panels_outer"] = 1
@@ -450,9 +443,9 @@ def schedule_conv2d_nhwc(sch: Schedule, name: str, target: Target,
     finish_tile_block(sch, init, outer)
     finish_tile_block(sch, acc, outer)
     if ann_int(sch.get(block), "nontemporal", 0) and not vectors & (vectors - 1):
-        # the output far larger than the caches: written without reading its lines in
-        # (``streams_output``)
-        sch.annotate(sch.get_loops(acc)[-1], ANN_NONTEMPORAL_STORE, 1)
+        # the output far larger than the caches: written without reading its lines in, from
+        # NONTEMPORAL_MIN_BYTES of the whole output (``streams_output``)
+        sch.annotate(sch.get_loops(acc)[-1], ANN_NONTEMPORAL_STORE, NONTEMPORAL_MIN_BYTES)
     if prefetch_src is not None:
         # the next tiles' input lines (``prefetch_spec``), or the next panel's weights
         # (``prefetch_weight_spec``), prefetched along the reduction

@@ -35,12 +35,12 @@ from tilecraft.tensorir.stmt import ANN_NONTEMPORAL_STORE
 from .conv2d_nhwc import NhwcPlan, pack_conv2d_nhwc_weight
 from .geometry import ConvGeometry
 from .registry import SCHEDULE_RULE, KernelFamily, block_rule
-from .params import num_cores
+from .params import NONTEMPORAL_MIN_BYTES, nontemporal_output, num_cores
 from .schedule_utils import (MIN_PARALLEL_WORK, ann_int, core_balance, finish_tile_block,
                              fuse_epilogue, loop_extent, loop_nodes, loop_work, parallel_outer)
 
 __all__ = ["RULE_DW_NHWC", "RULE_DW_NHWC_ROWS", "NHWC_ROW_BLOCK", "WHOLE_PIXELS_MIN_BYTES",
-           "DW_NONTEMPORAL_MIN_BYTES", "depthwise_nhwc_applies", "whole_pixels",
+           "depthwise_nhwc_applies", "whole_pixels",
            "whole_pixels_row_block", "depthwise_streams_output",
            "depthwise_conv2d_nhwc_rows", "schedule_depthwise_nhwc_rows", "FAMILY"]
 
@@ -50,9 +50,6 @@ NHWC_ROW_BLOCK = 8     # output rows per block (at most)
 # a strided layer one of whose input images is larger than this (the 1 MB L2 of a Zen 4 core)
 # fills a row block's padded rows for every channel panel at once (``whole_pixels``)
 WHOLE_PIXELS_MIN_BYTES = 1 << 20
-# a layer whose output is at least this many bytes an image (a Zen 4 core's L2) writes it with
-# non-temporal stores (``depthwise_streams_output``)
-DW_NONTEMPORAL_MIN_BYTES = 1 << 20
 
 
 def depthwise_nhwc_applies(plan: NhwcPlan) -> bool:
@@ -104,36 +101,30 @@ def whole_pixels(plan: NhwcPlan, itemsize: int = 4) -> bool:
         image > WHOLE_PIXELS_MIN_BYTES
 
 
-def depthwise_streams_output(g: ConvGeometry, itemsize: int = 4) -> bool:
-    """Whether ``depthwise_conv2d_nhwc_rows`` writes its output with non-temporal stores (its
-    write-back's vector loop annotated ``ANN_NONTEMPORAL_STORE``): when one image's output is
-    at least ``DW_NONTEMPORAL_MIN_BYTES``, so that it leaves the core's L2 before the next
-    layer reads it whatever the batch. (The LLVM back end stores whole cache lines only
+def depthwise_streams_output(g: ConvGeometry, batch: int | PrimExpr, itemsize: int = 4) -> bool:
+    """Whether ``depthwise_conv2d_nhwc_rows`` writes its output (``batch`` images, an
+    expression for a symbolic batch) with non-temporal stores: the rule of
+    ``params.nontemporal_output`` (the whole output at least ``NONTEMPORAL_MIN_BYTES``,
+    tested at run time for a symbolic batch), its write-back's vector loop annotated
+    ``ANN_NONTEMPORAL_STORE``. (The LLVM back end stores whole cache lines only
     non-temporally: a panel of 8 lanes keeps its plain stores.)
 
-    A plain store reads each output line in first: the layer then moves its output's bytes
-    three times (read, written back, read by the next layer), a non-temporal store twice. Its
-    next layer in an inverted-residual block is the 1x1 projection, which reads its input
-    from memory at about its speed from the caches (the narrow ones prefetch it:
-    ``conv2d_nhwc.prefetch_spec``). MobileNet-V2's 144 x 56 x 56 layer at batch 8 alone (Zen 4,
-    one thread, inputs rotating): 2.77-2.82 -> 2.15-2.16 ms. The model (symbolic builds side
-    by side in one process, one thread, 11 interleaved rounds, load 2.1-2.8) at batch 8: ONNX
-    56.9 -> 54.4 ms with the layers from 1 MB an image on (its 32 x 112 x 112, 96 x 56 x 56
-    stride-2 and 144 x 56 x 56 layers), 54.7 from 0.5 MB, 54.1 from 0.25 MB; through
-    ``torch.export`` 54.2 -> 52.8 (from 1.5 MB) and 52.3 (from 0.5 MB); at batch 1 6.90 ->
-    6.86 ms from 0.5 MB, but 7.10 from 0.25 MB (the 14 x 14 layers, whose output the next
-    layer finds in L2 at batch 1).
+    A plain store reads each line in first: the layer then moves its output's bytes three
+    times (read, written back, read by the next layer), a non-temporal store twice, and the
+    next layer reads them from memory. Its next layer in an inverted-residual block is the
+    1x1 projection, which reads its input from memory at about its speed from the caches
+    (the narrow ones prefetch it: ``conv2d_nhwc.prefetch_spec``). MobileNet-V2's 144 x 56 x
+    56 layer at batch 8 alone (Zen 4, one thread, inputs rotating): 2.77-2.82 -> 2.15-2.16
+    ms; at batch 1 on an Intel Xeon guest its 1 MB-an-image outputs streamed cost the
+    model time.
 
     Examples
     --------
-    >>> depthwise_streams_output(ConvGeometry(144, 56, 56, 144, (3, 3), (1, 1), (1, 1, 1, 1),
-    ...                                       (1, 1), 144))
-    True
-    >>> depthwise_streams_output(ConvGeometry(576, 14, 14, 576, (3, 3), (1, 1), (1, 1, 1, 1),
-    ...                                       (1, 1), 576))
-    False
+    >>> g = ConvGeometry(144, 56, 56, 144, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 144)
+    >>> depthwise_streams_output(g, 1), depthwise_streams_output(g, 32)
+    (False, True)
     """
-    return g.out_h * g.out_w * g.out_channels * itemsize >= DW_NONTEMPORAL_MIN_BYTES
+    return nontemporal_output(g.out_h * g.out_w * g.out_channels * itemsize, batch)
 
 
 def _row_block(out_h: int) -> int:
@@ -214,7 +205,7 @@ def depthwise_conv2d_nhwc_rows(data: te.Tensor, weight: te.Tensor, plan: NhwcPla
     attrs = {SCHEDULE_RULE: RULE_DW_NHWC, "rows": plan.rows, "width": nr,
              "row_block": _row_block(g.out_h),
              "whole_pixels": int(whole_pixels(plan, dt.itemsize(data.dtype)))}
-    if depthwise_streams_output(g, dt.itemsize(out_dtype)):
+    if depthwise_streams_output(g, n, dt.itemsize(out_dtype)):
         attrs["nontemporal"] = 1
     return te.compute((n, g.out_h, g.out_w, g.out_channels), out, "conv2d_nhwc", attrs=attrs)
 
@@ -263,9 +254,9 @@ def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
     finish_tile_block(sch, init, outer)
     finish_tile_block(sch, acc, outer)
     if ann_int(blk, "nontemporal", 0):
-        # an output larger than the L2 written without reading its lines in
-        # (``depthwise_streams_output``)
-        sch.annotate(sch.get_loops(acc)[-1], ANN_NONTEMPORAL_STORE, 1)
+        # a large output written without reading its lines in, from NONTEMPORAL_MIN_BYTES of
+        # the whole output (``depthwise_streams_output``)
+        sch.annotate(sch.get_loops(acc)[-1], ANN_NONTEMPORAL_STORE, NONTEMPORAL_MIN_BYTES)
 
 
 FAMILY = KernelFamily(

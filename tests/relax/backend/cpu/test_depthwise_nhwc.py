@@ -2,7 +2,8 @@
 ``depthwise_conv2d_nhwc_rows``): against numpy on odd shapes, strides, dilation, asymmetric
 padding and channel counts no panel divides, batches 1 and 3 of a symbolic batch, with the
 bias and ReLU6 (MobileNet-V2's epilogue) fused into its one kernel; the padded rows of large
-strided layers filled in whole pixels; outputs of over 1 MB an image stored non-temporally."""
+strided layers filled in whole pixels; outputs of 1 MB an image and more stored non-temporally
+from NONTEMPORAL_MIN_BYTES of the whole output on (a run-time test on the symbolic batch)."""
 import numpy as np
 import pytest
 
@@ -10,6 +11,7 @@ from tilecraft import relax
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax.backend.cpu import ConvGeometry, depthwise_nhwc
 from tilecraft.relax.backend.cpu.conv2d_nhwc import NhwcPlan
+from tilecraft.relax.backend.cpu.params import NONTEMPORAL_MIN_BYTES
 from tilecraft.relax.build import default_pipeline, schedule_kernels
 from tilecraft.relax.transform import AlterLayout
 from tilecraft.targets import Target
@@ -55,8 +57,9 @@ CASES = [
     # images over WHOLE_PIXELS_MIN_BYTES, strided: the rows filled in whole pixels
     (96, 57, 59, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),      # TF "same" pads, 3 panels
     (72, 61, 61, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),      # 9 half-vector panels
-    # outputs over DW_NONTEMPORAL_MIN_BYTES an image: written with non-temporal stores
-    # (full 16-lane vectors: a half-vector panel's 32-byte stores stay plain ones)
+    # outputs over NONTEMPORAL_MIN_IMAGE_BYTES an image: written with non-temporal stores
+    # from NONTEMPORAL_MIN_BYTES of the whole output (full 16-lane vectors: a half-vector
+    # panel's 32-byte stores stay plain ones)
     (48, 81, 83, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),      # 1.29 MB, 3 panels of 16
     (96, 129, 121, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),    # 1.52 MB, whole pixels too
 ]
@@ -88,7 +91,7 @@ def test_depthwise_nhwc_rows_matches_numpy(case):
     assert exe.stats()["main"]["kernel_calls"] == 1      # conv + bias + clip: one kernel
     g = ConvGeometry(c, h, w_, c, k, s, p, d, c)
     assert ("!nontemporal" in exe.kernel_module.get_source("ll-raw")) == \
-        depthwise_nhwc.depthwise_streams_output(g)
+        depthwise_nhwc.depthwise_streams_output(g, te.var("n"))
     vm = relax.VirtualMachine(exe)
     for n in (1, 3):
         x = rand(n, h, w_, c) * 2
@@ -132,16 +135,35 @@ def test_whole_pixels_fill_holds_every_panel(c, h, w_, fill):
     assert sizes == [fill]
 
 
-def test_nontemporal_output_from_one_l2_an_image():
+def test_nontemporal_output_from_the_whole_output():
     def geometry(c, hw, stride):
         return ConvGeometry(c, hw, hw, c, (3, 3), (stride,) * 2, (1, 1, 1, 1), (1, 1), c)
-    # MobileNet-V2's 32 x 112 x 112, 96 x 112 x 112 stride-2 and 144 x 56 x 56 layers; not
-    # its 192 x 28 x 28 or 576 x 14 x 14 ones (their output stays in L2 at batch 1)
-    assert depthwise_nhwc.depthwise_streams_output(geometry(32, 112, 1))
-    assert depthwise_nhwc.depthwise_streams_output(geometry(96, 112, 2))
-    assert depthwise_nhwc.depthwise_streams_output(geometry(144, 56, 1))
-    assert not depthwise_nhwc.depthwise_streams_output(geometry(192, 28, 1))
-    assert not depthwise_nhwc.depthwise_streams_output(geometry(576, 14, 1))
+    n = te.var("n")
+    # a symbolic batch: MobileNet-V2's 32 x 112 x 112, 96 x 112 x 112 stride-2 and 144 x 56 x
+    # 56 layers carry the run-time test; not its 192 x 28 x 28 or 576 x 14 x 14 ones (32
+    # images of theirs stay under NONTEMPORAL_MIN_BYTES)
+    assert depthwise_nhwc.depthwise_streams_output(geometry(32, 112, 1), n)
+    assert depthwise_nhwc.depthwise_streams_output(geometry(96, 112, 2), n)
+    assert depthwise_nhwc.depthwise_streams_output(geometry(144, 56, 1), n)
+    assert not depthwise_nhwc.depthwise_streams_output(geometry(192, 28, 1), n)
+    assert not depthwise_nhwc.depthwise_streams_output(geometry(576, 14, 1), n)
+    # a static batch: the whole output against NONTEMPORAL_MIN_BYTES (1.8 MB an image)
+    assert not depthwise_nhwc.depthwise_streams_output(geometry(144, 56, 1), 1)
+    assert not depthwise_nhwc.depthwise_streams_output(geometry(144, 56, 1), 18)
+    assert depthwise_nhwc.depthwise_streams_output(geometry(144, 56, 1), 19)
+
+
+def test_streamed_batch_matches_numpy():
+    """A batch whose whole output passes NONTEMPORAL_MIN_BYTES (the non-temporal stores taken
+    at run time) beside one under it, one executable."""
+    case = (48, 81, 83, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1))    # 1.29 MB an image
+    mod, w, b = _module(*case)
+    vm = relax.VirtualMachine(relax.build(mod, "llvm"))
+    image = 81 * 83 * 48 * 4
+    for n in (2, -(-NONTEMPORAL_MIN_BYTES // image)):
+        x = rand(n, 81, 83, 48) * 2
+        want = np.clip(depthwise_ref(x, w, *case[4:]) + b, 0, 6)
+        np.testing.assert_allclose(vm["main"](x).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 def test_rows_kernel_rejects_a_dense_convolution():
