@@ -1,8 +1,8 @@
 """The NHWC depthwise kernel over padded rows (relax.backend.cpu.depthwise_nhwc,
 ``depthwise_conv2d_nhwc_rows``): against numpy on odd shapes, strides, dilation, asymmetric
 padding and channel counts no panel divides, batches 1 and 3 of a symbolic batch, with the
-bias and ReLU6 (MobileNet-V2's epilogue) fused into its one kernel; the padded rows of large
-strided layers filled in whole pixels; outputs of 1 MB an image and more stored non-temporally
+bias and ReLU6 (MobileNet-V2's epilogue) fused into its one kernel; the padding read in place
+(no copy of the padded rows); outputs of 1 MB an image and more stored non-temporally
 from NONTEMPORAL_MIN_BYTES of the whole output on (a run-time test on the symbolic batch)."""
 import numpy as np
 import pytest
@@ -54,7 +54,7 @@ CASES = [
     (16, 14, 14, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),      # dilated
     (8, 7, 7, (1, 7), (1, 1), (0, 3, 0, 3), (1, 1)),         # 1x7 on 8 channels: a half vector
     (144, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),       # 144 = 4.5 panels of 32
-    # images over WHOLE_PIXELS_MIN_BYTES, strided: the rows filled in whole pixels
+    # large strided images (once filled in whole pixels)
     (96, 57, 59, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),      # TF "same" pads, 3 panels
     (72, 61, 61, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),      # 9 half-vector panels
     # outputs over NONTEMPORAL_MIN_IMAGE_BYTES an image: written with non-temporal stores
@@ -108,31 +108,22 @@ def test_rows_kernel_takes_the_padded_depthwise_layers():
     assert not depthwise_nhwc.depthwise_nhwc_applies(NhwcPlan(dense, 8, 32, 16))
 
 
-def test_whole_pixels_on_large_strided_layers_only():
-    def plan(c, hw, stride, width):
-        g = ConvGeometry(c, hw, hw, c, (3, 3), (stride,) * 2, (0, 0, 1, 1), (1, 1), c)
-        return NhwcPlan(g, 8, width, 16)
-    # MobileNet-V2's stride-2 layers on 112 x 112 and 56 x 56 planes, not its 28 x 28 one
-    assert depthwise_nhwc.whole_pixels(plan(96, 112, 2, 32))
-    assert depthwise_nhwc.whole_pixels(plan(144, 56, 2, 16))
-    assert not depthwise_nhwc.whole_pixels(plan(192, 28, 2, 32))
-    assert not depthwise_nhwc.whole_pixels(plan(144, 56, 1, 16))      # unit stride
-    assert not depthwise_nhwc.whole_pixels(plan(32, 224, 2, 32))      # one panel
-
-
-@pytest.mark.parametrize("c, h, w_, fill", [
-    (96, 57, 59, 15 * 59 * 96),     # whole pixels: 15 padded rows x 59 columns x every channel
-    (96, 29, 29, 15 * 29 * 32),     # an image under WHOLE_PIXELS_MIN_BYTES: one 32-wide panel
+@pytest.mark.parametrize("c, h, w_, s, p", [
+    (96, 57, 59, 2, (0, 0, 1, 1)),     # TF "same" pads
+    (32, 15, 15, 1, (1, 1, 1, 1)),
 ])
-def test_whole_pixels_fill_holds_every_panel(c, h, w_, fill):
-    target = Target("llvm -num-cores=2")      # 4 blocks of 7 rows split evenly: 7 rows
-    mod, _, _ = _module(c, h, w_, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1))
+def test_padding_read_in_place(c, h, w_, s, p):
+    """No padded copy: the kernel allocates no ``dw_pad_nhwc`` buffer and reads ``x`` under
+    a test of the tap's row and column."""
+    target = Target("llvm -num-cores=2")
+    mod, _, _ = _module(c, h, w_, (3, 3), (s, s), p, (1, 1))
     kernels = schedule_kernels(default_pipeline(target)(mod), target)
     (conv,) = [f for name, f in kernels.items() if "conv" in name]
-    sizes = []
-    post_order_visit(lower(conv).body, lambda n: sizes.append(int(n.buffer.shape[0].value))
-                     if isinstance(n, Allocate) and n.buffer.name == "dw_pad_nhwc" else None)
-    assert sizes == [fill]
+    allocs = []
+    post_order_visit(lower(conv).body, lambda n: allocs.append(n.buffer.name)
+                     if isinstance(n, Allocate) else None)
+    assert "dw_pad_nhwc" not in allocs
+    assert "if_then_else" in conv.script()
 
 
 def test_nontemporal_output_from_the_whole_output():
