@@ -1,9 +1,10 @@
 """MobileNet-V2's depthwise layers (NHWC, 3x3, bias and ReLU6) one at a time, with the input in
 the caches and from memory, beside onnxruntime running the same layer.
 
-In the model a large depthwise layer reads the 1x1 expansion's output, which that layer writes
-non-temporally (it is then in memory, not in the caches); a small one reads it from L2. This
-benchmark times both cases: ``hot_ms`` (one input, called again and again) and ``cold_ms``
+In the model a depthwise layer reads the 1x1 expansion's output: from the caches, or from memory
+where that output was large enough to be written non-temporally (``params.nontemporal_output``:
+32 MB of the whole output, MobileNet-V2's 16 -> 96 expansion from batch 7). This benchmark times
+both cases: ``hot_ms`` (one input, called again and again) and ``cold_ms``
 (each call after the caches were flushed by writing ``FLUSH_BYTES`` elsewhere). Batch 1, one
 thread, the thread's CPU time of each call, medians over ``TILECRAFT_BENCH_ROUNDS`` (default 7)
 interleaved rounds. onnxruntime runs the NCHW layer (``Conv`` with ``group = C`` and ``Clip``;
