@@ -427,6 +427,12 @@ FLOAT_INTRINSICS = {k for k in INTRINSICS if k != "if_then_else"}
 # LLVM back end, which needs llvmlite (a board has none).
 DOT4_U8I8 = "dot4_u8i8"
 
+# ``nibble_f32(w, s)``: the float32 value of bits ``s .. s+3`` of an int32 ``w``
+# (``float((w >> s) & 15)``, ``0 <= s <= 28``): the int4 kernel's unpacking step. The LLVM back end emits one ``vpermps`` from a 16-entry table on AVX-512
+# (it reads only the low 4 bits of each index lane, so no mask is needed) and a mask and a
+# convert elsewhere; ``tensorir.interpret`` evaluates it.
+NIBBLE_F32 = "nibble_f32"
+
 # The tensor-core intrinsics of the fp16 GEMM kernel for NVIDIA OpenCL
 # (``relax.backend.gpu.tensor_core``); only the OpenCL back end emits them
 # (``targets.opencl_backend.tensor_core``: inline PTX for ``-device=nvidia``, a portable

@@ -729,8 +729,14 @@ def _dot4_u8i8(a, b):
     return total if total.shape else np.int32(total)
 
 
+def _nibble_f32(w, s):
+    """The float32 of bits ``s .. s+3`` of the int32 ``w`` (``targets.llvm.codegen``)."""
+    out = ((np.asarray(w, np.int32) >> np.asarray(s, np.int32)) & 15).astype(np.float32)
+    return out if out.shape else np.float32(out)
+
+
 _INTRINSICS = {
-    "dot4_u8i8": "_dot4_u8i8",
+    "dot4_u8i8": "_dot4_u8i8", "nibble_f32": "_nibble_f32",
     "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "rsqrt": "_rsqrt", "tanh": "np.tanh",
     "sigmoid": "_sigmoid", "erf": "_erf", "pow": "np.power", "fabs": "np.abs",
     "floor": "np.floor", "ceil": "np.ceil", "round": "np.rint", "sin": "np.sin", "cos": "np.cos",
@@ -832,6 +838,7 @@ _RUNTIME = {
     "_floormod": _floormod, "_truncdiv": _truncdiv, "_truncmod": _truncmod,
     "_truncdiv_c": _truncdiv_c, "_rsqrt": _rsqrt, "_sigmoid": _sigmoid, "_erf": _erf,
     "_dot4_u8i8": _dot4_u8i8,
+    "_nibble_f32": _nibble_f32,
     "_rreduce": _rreduce, "_alloc": _alloc, "_alias_view": _alias_view, "_CAP": _CAP,
 }
 

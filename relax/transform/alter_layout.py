@@ -383,10 +383,14 @@ class _Alter(ExprMutator):
             return None
         n = static_ints(codes.struct_info.shape)[1]
         width = dense.dense_panel_width(n, self.lanes, self.registers)
-        panels = [self.builder.emit(self.kernel(dense_int4.pack_q4_panels, t, width,
-                                                name="pack_q4_panels",
+        # the codes as words where a panel row's words fill one vector register (4 vectors
+        # of columns: AVX-512's 64, NEON's 16): a shift unpacks each vector of codes
+        pack_codes = dense_int4.pack_q4_words if width == 4 * self.lanes else \
+            dense_int4.pack_q4_panels
+        panels = [self.builder.emit(self.kernel(pack, t, width, name=pack.__name__,
                                                 pattern=OpPattern.INJECTIVE))
-                  for t in (codes, scale, offset)]
+                  for pack, t in ((pack_codes, codes), (dense_int4.pack_q4_panels, scale),
+                                  (dense_int4.pack_q4_panels, offset))]
         return self.kernel(dense_int4.dense_q4_packed, x, *panels,
                            int(call.attr_dict["group_size"]), n, name="dense_q4",
                            pattern=OpPattern.OUT_EWISE_FUSABLE)

@@ -47,7 +47,8 @@ from tilecraft.tensorir import arith
 from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir.expr import (GE, GT, LE, LT, Add, And, BufferLoad, Call, Cast, CmpOp, Div,
                                      FloatImm, FloorDiv, FloorMod, IntImm, Let, Mod, Mul, Not,
-                                     PrimExpr, Reduce, Select, StringImm, TIRError, Var)
+                                     NIBBLE_F32, PrimExpr, Reduce, Select, StringImm, TIRError,
+                                     Var)
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRFunctor, free_vars, post_order_visit
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, Buffer,
@@ -1425,6 +1426,9 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         if e.op == dot4.DOT4_U8I8:
             x, y = self.visit(e.args[0]), self.visit(e.args[1])
             return dot4.emit_dot4(self.mb, self.b, self.opt.dot_isa, I32(0), x, y)
+        if e.op == NIBBLE_F32:
+            w, s = self._match(self.visit(e.args[0]), self.visit(e.args[1]))
+            return intrinsics.emit_nibble_f32(self.mb, self.b, w, s)
         if e.op not in intrinsics.LLVM_INTRINSIC and e.op not in intrinsics.LIBM and \
                 e.op not in ("sigmoid", "rsqrt"):
             raise TIRError(f"the LLVM back end does not know the intrinsic {e.op!r}", e)

@@ -324,3 +324,26 @@ def fast_erf_f32(mb: ModuleBuilder, b: ir.IRBuilder, x):
 
 FAST_F32 = {"exp": fast_exp_f32, "log": fast_log_f32, "tanh": fast_tanh_f32,
             "erf": fast_erf_f32}
+
+
+# ----------------------------------------------------------------------------------------------
+# nibble_f32: the float32 of the low 4 bits of an int32 (the int4 kernels' unpacking)
+
+
+def emit_nibble_f32(mb: ModuleBuilder, b: ir.IRBuilder, w, s):
+    """``float((w >> s) & 15)`` for an int32 scalar or vector ``w`` and shift ``s`` (of
+    ``w``'s type).
+
+    On AVX-512 a 16-lane vector is one ``vpermps`` from the table ``0.0 .. 15.0``: the
+    instruction reads only the low 4 bits of each index lane, so neither the mask nor the
+    convert is needed (the int4 kernel's step: a shift and this per 16 codes). Elsewhere a mask
+    and a convert."""
+    w = b.ashr(w, s)
+    if getattr(mb, "math_avx512", False) and is_vector(w) and lanes_of(w) == 16:
+        fty = ir.VectorType(F32, 16)
+        fn = mb.declare("llvm.x86.avx512.permvar.sf.512", fty, [fty, w.type])
+        table = ir.Constant(fty, [ir.Constant(F32, float(i)) for i in range(16)])
+        return b.call(fn, [table, w])
+    masked = b.and_(w, const(w.type, 15))
+    fty = ir.VectorType(F32, lanes_of(w)) if is_vector(w) else F32
+    return b.sitofp(masked, fty)

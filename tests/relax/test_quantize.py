@@ -152,16 +152,21 @@ def _q4_module(k, n, group, scale_dtype="float32", symmetric=True, seed=0, batch
     return bb.get(), w, dequantize_int4(codes, scale, offset, k, group)
 
 
-@pytest.mark.parametrize("k,n,group,scale_dtype,symmetric", [
-    (64, 16, 32, "float32", True), (67, 33, 32, "float32", False),
-    (256, 40, 128, "float16", True), (130, 7, 128, "float16", False)])
+@pytest.mark.parametrize("k,n,group,scale_dtype,symmetric,batch", [
+    (64, 16, 32, "float32", True, None), (67, 33, 32, "float32", False, None),
+    (256, 40, 128, "float16", True, None), (130, 7, 128, "float16", False, None),
+    # N of whole 64-column panels and more (AVX-512: the codes as pack_q4_words' words):
+    # a ragged last panel, odd K, K not a multiple of the group, a static row count
+    (256, 130, 128, "float32", True, None), (67, 64, 32, "float16", False, None),
+    (200, 192, 128, "float32", False, None), (256, 96, 128, "float16", True, 5),
+    (130, 128, 32, "float32", True, 1)])
 def test_int4_dense_kernel_matches_the_dequantized_weight(rng, k, n, group, scale_dtype,
-                                                         symmetric):
-    mod, w, wd = _q4_module(k, n, group, scale_dtype, symmetric)
+                                                         symmetric, batch):
+    mod, w, wd = _q4_module(k, n, group, scale_dtype, symmetric, batch=batch)
     exe = relax.build(mod, HOST, strict=True)
     assert "dense_q4" in exe.kernel_names[-1]
     vm = relax.VirtualMachine(exe, CPU)
-    for m in (1, 5):
+    for m in ((batch,) if batch else (1, 3, 5)):
         x = rng.normal(size=(m, k)).astype("float32")
         got = vm["main"](x).numpy()
         want = x.astype(np.float64) @ wd.astype(np.float64)
@@ -169,6 +174,69 @@ def test_int4_dense_kernel_matches_the_dequantized_weight(rng, k, n, group, scal
         # and int4's own error against the float weight: a step is 1/7 (1/15) of a group's range
         rel = np.abs(want - x @ w).max() / np.abs(x @ w).max()
         assert rel < 0.25
+
+
+@pytest.mark.skipif(not _cpu_has("avx512f"), reason="this CPU has no AVX-512")
+def test_int4_gemv_unpacks_codes_with_vpermps():
+    """On AVX-512 a panel row of codes is one load of words; each vector of 16 codes is a shift
+    and a ``vpermps`` from the table 0..15 (no widening of bytes, no mask, no convert)."""
+    exe = relax.build(_q4_module(256, 128, 128)[0], HOST, strict=True)
+    asm = exe.kernel_module.get_source("asm")
+    assert "vpermps" in asm or "vpermd" in asm
+    assert "vpmovzxbd" not in asm and "vcvtdq2ps" not in asm
+
+
+@pytest.mark.parametrize("target", [HOST, PORTABLE])
+@pytest.mark.parametrize("n,lanes", [(7, 0), (64, 16), (40, 8)])
+def test_nibble_f32_lowering(rng, target, n, lanes):
+    """``nibble_f32(w, s)`` = ``float((w >> s) & 15)``: scalar, 16 lanes (``vpermps`` on
+    AVX-512) and 8 lanes (mask and convert), every shift of a word's nibbles and negative
+    words, against numpy and the interpreter."""
+    from tilecraft.tensorir.expr import NIBBLE_F32, call
+    from tilecraft.tensorir.schedule import Schedule
+    W = te.placeholder((n,), "int32", "W")
+    S = te.placeholder((n,), "int32", "S")
+    Y = te.compute((n,), lambda i: call(NIBBLE_F32, W[i], S[i], dtype="float32"), "Y")
+    Z = te.compute((n,), lambda i: call(NIBBLE_F32, W[i], te.const(28, "int32"),
+                                        dtype="float32"), "Z")
+    func = te.create_prim_func([W, S, Y, Z])
+    sch = Schedule(func)
+    if lanes:
+        for name in ("Y", "Z"):
+            i, = sch.get_loops(sch.get_block(name))
+            sch.vectorize(sch.split(i, [None, lanes])[1])
+    w = words(rng, n)
+    s = (np.arange(n) % 8 * 4).astype(np.int32)
+    want_y = ((w >> s) & 15).astype(np.float32)
+    want_z = ((w >> 28) & 15).astype(np.float32)
+    mod = targets.build(sch.mod[sch._func_name], target)
+    y, z = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    mod["main"](w, s, y, z)
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(z, want_z)
+    y2, z2 = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    interpret(func, w, s, y2, z2)
+    np.testing.assert_array_equal(y2, want_y)
+    np.testing.assert_array_equal(z2, want_z)
+
+
+@pytest.mark.parametrize("n", [128, 100])
+def test_pack_q4_words_layout(rng, n):
+    """Byte ``c`` of word ``i`` of a panel row is the code byte of the panel's column
+    ``c * NR/4 + i``; zero beyond ``N``."""
+    from tilecraft.relax.backend.cpu.dense_int4 import pack_q4_words
+    codes = rng.integers(0, 256, (6, n)).astype(np.uint8)
+    codes[0] = 255
+    Q = te.placeholder((6, n), "uint8", "Q")
+    P = pack_q4_words(Q, 64)
+    got = np.zeros([d.value for d in P.shape], np.int32)
+    interpret(te.create_prim_func([Q, P]), codes, got)
+    padded = np.zeros((6, 128), np.uint8)
+    padded[:, :n] = codes
+    want = padded.reshape(6, 2, 4, 16).transpose(1, 0, 3, 2).copy().view(np.int32)[..., 0]
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="not a multiple of 4"):
+        pack_q4_words(Q, 30)
 
 
 def test_int4_weight_quantization_round_trip():

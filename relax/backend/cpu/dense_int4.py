@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from tilecraft.targets import Target
 from tilecraft.tensorir import te
-from tilecraft.tensorir.expr import IntImm, PrimExpr
+from tilecraft.tensorir.expr import NIBBLE_F32, IntImm, PrimExpr
+from tilecraft.tensorir.expr import call as tir_call
 from tilecraft.tensorir.schedule import Schedule
 
 from .dense import dense_panel_width
@@ -41,6 +42,7 @@ from .schedule_utils import (MIN_PARALLEL_WORK, SYMBOLIC_EXTENT, ann_int, finish
                              fuse_epilogue, loop_extent, loop_nodes, loop_work, tile_tail)
 
 __all__ = ["RULE_DENSE_Q4", "RULE_DENSE_Q4_GROUP", "RULE_Q4_SUMS", "MR_Q4", "pack_q4_panels",
+           "pack_q4_words",
            "dense_q4", "dense_q4_packed", "schedule_dense_q4", "FAMILY"]
 
 RULE_DENSE_Q4 = "tilecraft.dense_q4"
@@ -115,6 +117,40 @@ def pack_q4_panels(t: te.Tensor, width: int) -> te.Tensor:
     return te.compute((ceil_div(n_int, width), rows, width), f, "q4_panels")
 
 
+def pack_q4_words(codes: te.Tensor, width: int) -> te.Tensor:
+    """The codes ``(ceil(K/2), N)`` uint8 as panels of int32 words
+    ``[ceil(N/NR), ceil(K/2), NR/4]``: byte ``c`` of word ``i`` of a panel's row is the code
+    byte of the panel's column ``c * NR/4 + i`` (zero beyond ``N``).
+
+    So one vector load of ``NR/4`` words holds a row of the panel, and its code vector for the
+    columns ``c * NR/4 ...`` and nibble ``p`` is the low 4 bits of each word shifted right by
+    ``8 c + 4 p`` (``nibble_f32``): a shift and one ``vpermps`` per 16 codes on AVX-512, with no
+    widening of bytes and no mask.
+
+    Examples
+    --------
+    >>> q = te.placeholder((384, 768), "uint8", "q")
+    >>> [d.value for d in pack_q4_words(q, 64).shape]
+    [12, 384, 16]
+    """
+    if width % 4:
+        raise ValueError(f"pack_q4_words: the panel width {width} is not a multiple of 4")
+    rows, n = codes.shape
+    n_int = as_int(n)
+    words = width // 4
+
+    def byte(jb, r, c, i):
+        j = jb * width + c * words + i
+        b = codes[r, j] if n_int % width == 0 else \
+            te.if_then_else(j < n_int, codes[r, te.min(j, n_int - 1)], te.const(0, codes.dtype))
+        # the top byte sign-extended: each term then fits in int32 and the sum is the word
+        return b.astype("int8" if c == 3 else "int32").astype("int32") * (1 << (8 * c))
+
+    return te.compute((ceil_div(n_int, width), rows, words),
+                      lambda jb, r, i: byte(jb, r, 0, i) + byte(jb, r, 1, i) +
+                      byte(jb, r, 2, i) + byte(jb, r, 3, i), "q4_words")
+
+
 def dense_q4_packed(data: te.Tensor, codes: te.Tensor, scale: te.Tensor, offset: te.Tensor,
                     group_size: int, out_features: int) -> te.Tensor:
     """``relax.dense_q4`` on panels (``pack_q4_panels`` of its codes, scales and offsets):
@@ -139,7 +175,8 @@ def dense_q4_packed(data: te.Tensor, codes: te.Tensor, scale: te.Tensor, offset:
     """
     k = as_int(data.shape[-1])
     k2_len = as_int(codes.shape[1])
-    nr = as_int(codes.shape[2])
+    nr = as_int(scale.shape[2])
+    words = codes.dtype == "int32"      # pack_q4_words' layout, else pack_q4_panels' bytes
     groups = as_int(scale.shape[1])
     lead = tuple(data.shape[:-1])
     nl = len(lead)
@@ -167,15 +204,24 @@ def dense_q4_packed(data: te.Tensor, codes: te.Tensor, scale: te.Tensor, offset:
     def part_f(*i):
         idx, g, j = tuple(i[:nl]), i[nl], i[nl + 1]
         k2 = g * half + kh.var
-        b = codes[j // nr, te.min(k2, k2_len - 1) if k2_len % half else k2, j % nr]
+        k2c = te.min(k2, k2_len - 1) if k2_len % half else k2
+        if words:
+            r = j % nr
+            w = codes[j // nr, k2c, r % (nr // 4)]
+            shift = (r // (nr // 4) * 8 + par.var * 4).astype("int32")
+            q = tir_call(NIBBLE_F32, w, shift, dtype="float32")
+            return te.sum(q * x_at(idx, k2 * 2 + par.var), axis=[kh, par])
+        b = codes[j // nr, k2c, j % nr]
         # widened first: the nibbles are split in 32-bit lanes, so each vector of codes is
         # one zero-extending load (no extracts of a byte vector's quarters)
         w = b.astype("int32")
         q = te.if_then_else(par.var == 0, w % IntImm(16, "int32"), w // IntImm(16, "int32"))
         return te.sum(q.astype("float32") * x_at(idx, k2 * 2 + par.var), axis=[kh, par])
 
-    part = te.compute(lead + (groups, width), part_f, "dense_q4_group",
-                      attrs={SCHEDULE_RULE: RULE_DENSE_Q4_GROUP})
+    part_attrs = {SCHEDULE_RULE: RULE_DENSE_Q4_GROUP}
+    if words:
+        part_attrs["words"] = nr // 4
+    part = te.compute(lead + (groups, width), part_f, "dense_q4_group", attrs=part_attrs)
     g = te.reduce_axis((0, groups), "g")
 
     def f(*i):
@@ -230,11 +276,19 @@ def schedule_dense_q4(sch: Schedule, name: str, target: Target,
     # its own loops under g: the tile's rows (none for one row), columns, then the codes
     own = tile_tail(sch, part, len(sch.get_loops(init)) - (1 if gemv else 2) + 1)
     *prow, pj, pk, pp = own
-    sch.reorder(pk, pp, *prow, pj)
+    words = ann_int(sch.get(part), "words", 0)
+    if words:
+        # pack_q4_words: the panel's columns as 4 vectors of ``words`` lanes, each a shift of
+        # one loaded vector of words
+        pc, pi = sch.split(pj, [None, words])
+        sch.reorder(pk, pp, *prow, pc, pi)
+    else:
+        sch.reorder(pk, pp, *prow, pj)
     part_init = sch.decompose_reduction(part, pk)
     sch.unroll(pp)
     for blk in (part, part_init):
-        *rest, bj = tile_tail(sch, blk, len(sch.get_loops(blk)) - 1 - len(prow))
+        *rest, bj = tile_tail(sch, blk, len(sch.get_loops(blk)) - 1 - len(prow) -
+                              (1 if words else 0))
         for rv in rest:
             sch.unroll(rv)
         sch.vectorize(bj)
