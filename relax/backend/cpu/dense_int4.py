@@ -9,14 +9,19 @@ one panel, splits the nibbles (``b % 16``, ``b // 16``: a mask and a shift), con
 applies the group's scale and offset (vector loads of the panel's row of scales), then
 multiply-adds both into the accumulators. No dequantized weight is ever written.
 
-Layout: codes as panels ``[ceil(N/NR), ceil(K/2), NR]`` uint8, scales and offsets as
-``[ceil(N/NR), ceil(K/G), NR]`` (float32 or float16; float16 is widened in registers), all
-zero beyond ``N`` (``pack_q4_panels``; ``FoldConstant`` runs it at build time). The tile and
+Layout: codes as panels ``[ceil(N/NR), ceil(K/2), NR]`` uint8 (``pack_q4_panels``) or, where
+a panel is 4 vectors of columns (AVX-512's 64, NEON's 16), as words
+``[ceil(N/NR), ceil(K/2), NR/4]`` int32 whose byte ``c`` is column ``c * NR/4 + i``'s
+(``pack_q4_words``): then a panel row is one vector load, and each of its 8 vectors of codes
+(4 column vectors, 2 nibbles) is a shift of it and ``nibble_f32`` (one ``vpermps`` from the table
+``0..15`` on AVX-512: it reads only the low 4 bits of each lane), with no widening, mask or
+convert. Scales and offsets as ``[ceil(N/NR), ceil(K/G), NR]`` (float32 or float16; float16 is
+widened in registers). All zero beyond ``N``; ``FoldConstant`` packs at build time. The tile and
 schedule are the float dense kernel's (``dense.schedule_dense``): a ``1 x NR`` row vector for
 the memory-bound GEMV of token-by-token decoding, an ``MR x NR`` tile for more rows.
 
 - plan: ``dense.dense_panel_width``;
-- packing: ``pack_q4_panels``;
+- packing: ``pack_q4_panels``, ``pack_q4_words``;
 - compute: ``dense_q4_packed`` (the portable compute of the operator is ``dense_q4``);
 - schedule: ``dense.schedule_dense``.
 
