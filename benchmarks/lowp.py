@@ -13,7 +13,8 @@ Rows:
 - ``int8 mobilenet_v2`` (``--rows int8-mbv2``): the same for MobileNet-V2 (torchvision's
   architecture, random weights): its depthwise layers run ``backend.cpu.depthwise_int8``;
 - ``int4-g128 layer``: each GPT-2 small linear shape at one token (the memory-bound GEMV of
-  decoding), our int4 kernel vs our float32 kernel, the weights streaming from memory: each
+  decoding), our int4 kernel vs our float32 kernel, the weights streaming from memory (both
+  kernels on ``TILECRAFT_LOWP_LAYER_THREADS`` threads where set, else all cores): each
   call runs a sequence of layers of the shape with weights of their own (12, GPT-2's blocks,
   or more, to ``STREAM_BYTES`` of float32 weights), as a model's decoding step does;
 - ``int4-g128``: the whole GPT-2 small at one token vs onnxruntime running the same model
@@ -107,9 +108,11 @@ def _ort(model_or_path):
     return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
 
 
-def _ours(mod, mode=None, calibration=None, upper_bounds=None):
+def _ours(mod, mode=None, calibration=None, upper_bounds=None, threads: int = 0):
     q = relax.quantize(mod, mode, calibration=calibration) if mode else mod
     exe = relax.build(q, "llvm", upper_bounds=upper_bounds)
+    if threads:
+        exe.kernel_module.num_threads = threads
     return relax.VirtualMachine(exe, targets.cpu(0))
 
 
@@ -236,11 +239,12 @@ def int4_layer_rows(stream_bytes: int = STREAM_BYTES) -> list[dict]:
     per layer is the call's over ``copies``."""
     rng = np.random.default_rng(3)
     rows = []
+    threads = int(os.environ.get("TILECRAFT_LOWP_LAYER_THREADS", "0") or 0)
     for k, n in GPT2_LINEAR:
         copies = max(12, -(-stream_bytes // (4 * k * n)))
         ws = [rng.normal(0, 0.02, (k, n)).astype(np.float32) for _ in range(copies)]
         mod = _dense_stack(k, n, ws)
-        f32, q4 = _ours(mod), _ours(mod, "int4-g128")
+        f32, q4 = _ours(mod, threads=threads), _ours(mod, "int4-g128", threads=threads)
         x = rng.standard_normal((1, k)).astype(np.float32)
         t_q4, t_f32 = side_by_side(lambda: q4["main"](x), lambda: f32["main"](x), number=10,
                                    rounds=7)
@@ -248,6 +252,8 @@ def int4_layer_rows(stream_bytes: int = STREAM_BYTES) -> list[dict]:
                "peer": "ours float32", "ours_ms": t_q4 * 1e3 / copies,
                "peer_ms": t_f32 * 1e3 / copies, "ratio": t_f32 / t_q4, "layers": copies,
                "float32_mb": copies * k * n * 4 / 1e6}
+        if threads:
+            row["threads"] = threads
         ref = x.astype(np.float64) @ ws[0]
         row.update(_errors(_first(q4["main"](x)), _first(f32["main"](x)), ref))
         rows.append(row)
