@@ -460,6 +460,16 @@ WRITES_FIRST_ARG = (TC_MMA, TC_LOAD_B128)
 # intrinsic names (the allocation compaction keeps them all)
 INTRINSIC_ELEMENTS = {TC_MMA: (4, 4, 2), TC_LOAD_B128: (4, 4)}
 
+# An Intel AMX int8 block product (``relax.backend.cpu.dense_amx``; only the LLVM back end
+# emits it, ``targets.llvm.amx``): ``Evaluate(Call("int32", AMX_U8I8, [c[..], a[..], b[..],
+# rows, lda, ldb, ldc, ksteps, col_tiles]))`` adds to the int32 block at ``c`` (``rows`` x
+# ``16 col_tiles``) the product of the uint8 rows at ``a`` (``64 ksteps`` bytes each) and the
+# int8 weight words at ``b`` in the VNNI layout (``16 ksteps`` rows of words). The first three
+# arguments are BufferLoads naming the first element (never loaded), strides are in int32
+# elements, all but ``rows`` integer constants.
+AMX_U8I8 = "amx_u8i8"
+AMX_U8I8_ARGS = 9
+
 # A software prefetch, ``Evaluate(Call("int32", PREFETCH, [buffer[indices]]))``: a hint that the
 # cache line holding ``buffer[indices]`` is read soon (read, high locality, data cache). Its
 # one argument is a BufferLoad naming the element, never loaded: the LLVM back end emits
@@ -482,6 +492,10 @@ class Call(PrimExpr):
         if op == PREFETCH and (len(args) != 1 or not isinstance(args[0], BufferLoad)):
             raise TIRError(f"intrinsic {PREFETCH} takes one buffer element (a BufferLoad), got "
                            f"{list(args)!r}", args[0] if args else None)
+        if op == AMX_U8I8 and (len(args) != AMX_U8I8_ARGS or
+                               not all(isinstance(a, BufferLoad) for a in args[:3])):
+            raise TIRError(f"intrinsic {AMX_U8I8} takes three buffer elements (BufferLoads) "
+                           f"and six integers, got {list(args)!r}", args[0] if args else None)
         if op in FLOAT_INTRINSICS:
             for a in args:
                 if not dt.is_float(a.dtype):

@@ -57,7 +57,7 @@ from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Block, BlockRealize, 
 from tilecraft.tensorir.structural import structural_equal
 
 from ..runtime import abi
-from . import dot4, intrinsics
+from . import amx, dot4, intrinsics
 from .entry import EntryEmitter, expr_str, fmt_escape as _fmt_escape
 from .fp16 import Float16
 from .softops import SoftOps
@@ -99,6 +99,7 @@ class CodegenOptions:
     # operation (see ``fp16``)
     fp16_arith: bool = False
     dot_isa: str | None = None  # the packed 8-bit dot product's instructions (see dot4)
+    amx_int8: bool = False      # Intel AMX int8 tiles (see amx)
 
 
 @dataclass
@@ -192,6 +193,7 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         self.ctx: _FnCtx | None = None
         self._outlined = 0
         self._uses_parallel = False
+        self._amx_functions = False       # whether the function being added uses AMX tiles
         self._scopes: dict[Buffer, tuple] = {}   # buffer -> (its scope list, all other scopes)
         self._fma_tags = 0
         self._init_globals()
@@ -372,6 +374,9 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         compute = self._emit_compute(name, symbol, func, bparams, bound)
         self.emit_entry(name, symbol, func, bparams, sparams, bound, compute)
         meta = _function_metadata(name, symbol, func, bparams, sparams)
+        if self._amx_functions:
+            meta["uses_amx"] = True
+            self._amx_functions = False
         self.functions_meta.append(meta)
         return meta
 
@@ -481,7 +486,35 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         if is_prefetch(s):
             self._prefetch(s.value.args[0])
             return
+        if isinstance(s.value, Call) and s.value.op == amx.AMX_U8I8:
+            self._amx_block(s.value)
+            return
         self.visit(s.value)
+
+    def _element_ptr(self, at: BufferLoad):
+        """The address of the element ``at`` names (a scalar index)."""
+        ptr = self._buffer_ptr(at.buffer, at)
+        index = self._to_i64(self._scalar(self.visit(at.indices[0]), "an index"),
+                             at.indices[0].dtype)
+        return self.b.gep(ptr, [index], source_etype=self.mtype(at.buffer.dtype))
+
+    def _amx_block(self, call: Call):
+        """``AMX_U8I8`` (``tensorir.expr``): a call of the AMX block function
+        (``targets.llvm.amx``); the function's metadata says it uses AMX, so the module asks
+        the OS for the tile state when it is loaded."""
+        if not self.opt.amx_int8:
+            raise TIRError(f"{amx.AMX_U8I8} needs a target with +amx-int8 (this one: "
+                           f"{self.opt.target_str})", call)
+        c, a, w = (self._element_ptr(x) for x in call.args[:3])
+        rows = self._scalar(self.visit(call.args[3]), "the AMX row count")
+        consts = []
+        for x in call.args[4:]:
+            if not isinstance(x, IntImm):
+                raise TIRError(f"{amx.AMX_U8I8}: strides and counts must be constants, got "
+                               f"{x!r}", call)
+            consts.append(x.value)
+        amx.emit_block(self.mb, self.b, c, a, w, rows, *consts)
+        self._amx_functions = True
 
     def _prefetch(self, at: BufferLoad):
         """``llvm.prefetch(ptr, rw=0 read, locality=3 keep in all levels, cache=1 data)`` of

@@ -41,7 +41,7 @@ from ..runtime import abi
 from ..runtime.module import Module
 from ..target import Target, TargetError, arch_of_triple, host_triple
 from ..toolchain import find_host_linker, link_relocatable, link_shared
-from . import call_sequence, dot4, threadpool
+from . import amx, call_sequence, dot4, threadpool
 from .codegen import FMA_METADATA, CodeGenLLVM, CodegenOptions
 from .irutil import I8, I32, PTR, ModuleBuilder
 from .softops import hardware_division
@@ -215,7 +215,8 @@ class MachineConfig:
                               hw_div=hardware_division(self.arch, self.cpu, self.features),
                               fp16_arith=self.fp16_arith,
                               dot_isa=dot4.dot_isa(self.arch, self.features,
-                                                   self.target.vector_width))
+                                                   self.target.vector_width),
+                              amx_int8=amx.has_amx_int8(self.arch, self.features))
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int) -> None:
@@ -606,6 +607,7 @@ class LLVMModule(Module):
         self._lib: ctypes.CDLL | None = None
         self.build_stats = None
         if config.is_host:
+            self._prepare_cpu()
             self._load()
             self._init_threads()
 

@@ -29,6 +29,7 @@ import numpy as np
 from ..fileio import atomic_write
 from ..target import arch_of_triple, host_triple
 from . import abi
+from .amx import request_amx
 from .device import Device, cpu
 from .elf import NotELFError, read_elf_file_header
 from .ndarray import NDArray
@@ -383,6 +384,12 @@ class Module:
         self._cache: dict[str, Function] = {}
         self._call_sequence: list = []    # [the runner or None], once looked up
 
+    def _prepare_cpu(self) -> None:
+        """Ask for the CPU state the module's code needs before it is loaded: the AMX tiles
+        when a function uses them (``targets.runtime.amx``; raises ``AMXError`` if refused)."""
+        if any(f.get("uses_amx") for f in self.metadata["functions"]):
+            request_amx()
+
     # -- to be provided by subclasses ----------------------------------------------------------
     def _address(self, symbol: str) -> int:
         raise NotImplementedError
@@ -646,4 +653,6 @@ def load_module(path: str) -> Module:
         lib = ctypes.CDLL(path)
     except OSError as err:
         raise RuntimeError(f"cannot load kernel library {path}: {err}") from None
-    return LibraryModule(path, lib, read_metadata_from_library(lib, path))
+    module = LibraryModule(path, lib, read_metadata_from_library(lib, path))
+    module._prepare_cpu()
+    return module
