@@ -344,6 +344,31 @@ class Target:
         return 128
 
     @property
+    def amx_int8(self) -> bool:
+        """Whether code for this target may use Intel AMX int8 tiles (``tdpbusd``): an x86-64
+        LLVM target whose ``-mattr`` enables ``amx-int8`` (the last mention wins), or, with no
+        ``-mattr`` mention, the host when its CPU has ``amx_int8`` and ``amx_tile``, or an
+        ``-mcpu`` with AMX. ``-mattr=-amx-int8`` turns it off.
+
+        Examples
+        --------
+        >>> Target("llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids").amx_int8
+        True
+        >>> Target("llvm -mcpu=sapphirerapids -mattr=-amx-int8").amx_int8
+        False
+        """
+        if self.kind != "llvm" or self.arch != "x86_64":
+            return False
+        said = [m[0] == "+" for m in self.mattr if m[1:] == "amx-int8"]
+        if said:
+            return said[-1]
+        if self.mcpu is not None:
+            return self.mcpu in _AMX_CPUS
+        if self.mtriple is None:
+            return _host_cpu_flags() >= {"amx_int8", "amx_tile"}
+        return False
+
+    @property
     def max_threads_per_block(self) -> int:
         if self._config.get("max_threads_per_block"):
             return self._config["max_threads_per_block"]
@@ -485,6 +510,19 @@ _AVX2_CPUS = {"haswell", "broadwell", "skylake", "alderlake", "raptorlake", "znv
               "znver3", "x86-64-v3"}
 _AVX512_CPUS = {"skylake-avx512", "cascadelake", "icelake-server", "icelake-client",
                 "sapphirerapids", "znver4", "znver5", "x86-64-v4", "tigerlake", "cooperlake"}
+
+
+_AMX_CPUS = {"sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d",
+             "diamondrapids"}
+
+
+def _host_cpu_flags() -> set:
+    """The host CPU's flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return set(next((line for line in f if line.startswith("flags")), "").split())
+    except OSError:
+        return set()
 
 
 def _host_x86_vector_width() -> int:

@@ -71,7 +71,7 @@ from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_int8, conv2d_nchw,
                            conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense,
-                           dense_int4, dense_int8, depthwise, depthwise_int8, depthwise_nhwc,
+                           dense_amx, dense_int4, dense_int8, depthwise, depthwise_int8, depthwise_nhwc,
                            pool2d, winograd)
 from ..backend.cpu.geometry import CPU_KERNEL_DTYPES, static_ints, static_shape
 from ..expr import Call, Constant, Expr
@@ -327,11 +327,13 @@ class _Alter(ExprMutator):
         if k != xshape[-1].value:
             return None
         width = dense.dense_panel_width(n, self.lanes, self.registers)
+        # AMX reads K in whole tiles of 64 bytes: both operands zero-padded to them
+        k_words = dense_amx.amx_words(k) if dense_amx.amx_applies(self.target, width) else None
         packed = self.builder.emit(self.kernel(
-            dense_int8.pack_dense_int8_weight, weight, width, linear,
+            dense_int8.pack_dense_int8_weight, weight, width, linear, k_words,
             name="pack_dense_int8_weight", pattern=OpPattern.INJECTIVE))
-        words = self.builder.emit(self.kernel(dense_int8.pack_u8_words, x, name="u8_words",
-                                              pattern=OpPattern.INJECTIVE))
+        words = self.builder.emit(self.kernel(dense_int8.pack_u8_words, x, k_words,
+                                              name="u8_words", pattern=OpPattern.INJECTIVE))
         return self.kernel(dense_int8.dense_u8i8, words, packed, n, name="dense_u8i8",
                            pattern=OpPattern.OUT_EWISE_FUSABLE)
 

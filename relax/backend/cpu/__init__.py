@@ -19,6 +19,7 @@ Layout::
       conv2d_strategy.py   which convolution family runs a convolution; plans as JSON
       dense.py             dense / GEMV on panels           tilecraft.dense_packed
       dense_int8.py        uint8 x int8 dense, int32 acc    tilecraft.dense_u8i8
+      dense_amx.py         its schedule on Intel AMX tiles  (same rule)
       conv2d_int8.py       uint8 x int8 NCHW conv, int32    tilecraft.conv2d_nchw_u8i8
       depthwise_int8.py    uint8 x int8 depthwise NCHW      (conv2d_nchw's flat kernel)
       dense_int4.py        int4 weight-only dense / GEMV    tilecraft.dense_q4
@@ -52,7 +53,7 @@ Examples
 ['conv2d_nchw_cvec', 'conv2d_nchw_flat', 'conv2d_nchw_u8i8']
 """
 from . import (conv2d_int8, conv2d_nchw, conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, dense,
-               dense_int4, dense_int8, depthwise, depthwise_int8, depthwise_nhwc, pool2d,
+               dense_amx, dense_int4, dense_int8, depthwise, depthwise_int8, depthwise_nhwc, pool2d,
                winograd)
 from .geometry import ConvGeometry, conv2d_geometry
 from .params import cpu_tile_params, num_cores
@@ -62,7 +63,7 @@ __all__ = ["KERNELS", "KernelFamily", "KernelRegistry", "SCHEDULE_RULE", "block_
            "ConvGeometry", "conv2d_geometry", "cpu_tile_params", "num_cores",
            # the family modules, and the choice among the convolution families
            "dense", "conv2d_nchw", "conv2d_nchw_cvec", "conv2d_nhwc", "winograd", "pool2d",
-           "depthwise", "depthwise_nhwc", "conv2d_strategy", "dense_int8", "dense_int4",
+           "depthwise", "depthwise_nhwc", "conv2d_strategy", "dense_int8", "dense_amx", "dense_int4",
            "conv2d_int8", "depthwise_int8"]
 
 KERNELS = KernelRegistry([

@@ -31,8 +31,10 @@ from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import Cast, IntImm, call as tir_call
 
 from .dense import dense_panel_width, schedule_dense
+from .dense_amx import amx_applies, schedule_dense_amx
 from .geometry import as_int, ceil_div
 from .registry import SCHEDULE_RULE, KernelFamily
+from .schedule_utils import ann_int, loop_extent
 
 __all__ = ["RULE_DENSE_U8I8", "pack_dense_int8_weight", "pack_u8_words", "dense_u8i8",
            "dot4_u8i8", "u8_word", "FAMILY"]
@@ -60,10 +62,11 @@ def _byte(v, pos: int):
     return Cast("uint32", v) * IntImm(1 << (8 * pos), "uint32")
 
 
-def u8_word(get, k: int):
+def u8_word(get, k: int, padded: bool = False):
     """``f(kw)``: the int32 word of the bytes ``get(4 * kw + p)`` (``p`` = 0..3, byte 0 the
-    least significant; uint8 or int8 values, zero beyond ``k``). The bytes are assembled in
-    uint32 (no sign bit to overflow into), then reinterpreted as int32.
+    least significant; uint8 or int8 values, zero beyond ``k``; ``padded``: words may lie
+    wholly beyond ``k``). The bytes are assembled in uint32 (no sign bit to overflow into),
+    then reinterpreted as int32.
 
     Examples
     --------
@@ -76,16 +79,17 @@ def u8_word(get, k: int):
         for p in range(4):
             idx = kw * 4 + p
             v = _byte(get(idx), p)
-            if k % 4:
+            if k % 4 or padded:
                 v = te.if_then_else(idx < k, v, IntImm(0, "uint32"))
             total = v if total is None else total + v
         return Cast("int32", total)
     return f
 
 
-def pack_u8_words(data: te.Tensor) -> te.Tensor:
-    """uint8 ``data`` ``(..., K)`` as int32 words ``(..., ceil(K/4))``, four consecutive bytes a
-    word (byte 0 the least significant), zero beyond ``K``.
+def pack_u8_words(data: te.Tensor, words: int | None = None) -> te.Tensor:
+    """uint8 ``data`` ``(..., K)`` as int32 words ``(..., ceil(K/4))`` (``words`` of them when
+    given: the AMX kernel's whole tiles), four consecutive bytes a word (byte 0 the least
+    significant), zero beyond ``K``.
 
     Examples
     --------
@@ -95,18 +99,24 @@ def pack_u8_words(data: te.Tensor) -> te.Tensor:
     """
     k = as_int(data.shape[-1])
     lead = len(data.shape) - 1
+    words = words or ceil_div(k, 4)
+    padded = words > ceil_div(k, 4)
+
+    def get(idx, kk):
+        # clamped: a padding word's bytes are read in bounds, then masked to zero
+        return data[tuple(idx[:lead]) + (te.min(kk, k - 1) if padded else kk,)]
 
     def f(*idx):
-        return u8_word(lambda kk: data[tuple(idx[:lead]) + (kk,)], k)(idx[-1])
+        return u8_word(lambda kk: get(idx, kk), k, padded)(idx[-1])
 
-    return te.compute(tuple(data.shape[:-1]) + (ceil_div(k, 4),), f, "u8_words")
+    return te.compute(tuple(data.shape[:-1]) + (words,), f, "u8_words")
 
 
-def pack_dense_int8_weight(weight: te.Tensor, width: int, transpose: bool = False
-                           ) -> te.Tensor:
+def pack_dense_int8_weight(weight: te.Tensor, width: int, transpose: bool = False,
+                           words: int | None = None) -> te.Tensor:
     """int8 ``weight`` ``[K, N]`` (``[N, K]`` with ``transpose``) as panels of words
-    ``[ceil(N/NR), ceil(K/4), NR]``: word ``[jb, kw, r]`` holds ``W[4 kw + p, jb NR + r]`` in
-    byte ``p``; zero beyond ``K`` and ``N``.
+    ``[ceil(N/NR), ceil(K/4), NR]`` (``words`` instead of ``ceil(K/4)`` when given): word
+    ``[jb, kw, r]`` holds ``W[4 kw + p, jb NR + r]`` in byte ``p``; zero beyond ``K`` and ``N``.
 
     Examples
     --------
@@ -116,21 +126,22 @@ def pack_dense_int8_weight(weight: te.Tensor, width: int, transpose: bool = Fals
     """
     k, n = (weight.shape[1], weight.shape[0]) if transpose else weight.shape
     k_int, n_int = as_int(k), as_int(n)
+    words = words or ceil_div(k_int, 4)
+    padded = words > ceil_div(k_int, 4)
 
     def f(jb, kw, r):
         j = jb * width + r
 
         def get(kk):
-            kk_c = te.min(kk, k_int - 1) if k_int % 4 else kk
+            kk_c = te.min(kk, k_int - 1) if k_int % 4 or padded else kk
             j_c = te.min(j, n_int - 1) if n_int % width else j
             return weight[j_c, kk_c] if transpose else weight[kk_c, j_c]
-        word = u8_word(get, k_int)(kw)
+        word = u8_word(get, k_int, padded)(kw)
         if n_int % width:
             word = te.if_then_else(j < n_int, word, IntImm(0, "int32"))
         return word
 
-    return te.compute((ceil_div(n_int, width), ceil_div(k_int, 4), width), f,
-                      "weight_packed_i8")
+    return te.compute((ceil_div(n_int, width), words, width), f, "weight_packed_i8")
 
 
 def dense_u8i8(data: te.Tensor, weight: te.Tensor, out_features: int) -> te.Tensor:
@@ -165,7 +176,17 @@ def dense_u8i8(data: te.Tensor, weight: te.Tensor, out_features: int) -> te.Tens
 
 
 def _schedule(sch, name, target, gemv_rows=None):
-    """``dense.schedule_dense`` on the int32 accumulators of ``dense_u8i8``."""
+    """``dense_amx.schedule_dense_amx`` where the target has AMX and the operands are padded
+    to whole tiles (``AlterOpImpl`` does so for such a target), except for the symbolic
+    small version (``gemv_rows``); else ``dense.schedule_dense`` on the int32 accumulators."""
+    blk = sch.get(sch.get_block(name))
+    width = ann_int(blk, "width")
+    *_, i, _, k = sch.get_loops(sch.get_block(name))
+    small = gemv_rows is not None and bool(sch.get(i).extent == gemv_rows)
+    if amx_applies(target, width) and not small and loop_extent(sch.get(k)) is not None \
+            and loop_extent(sch.get(k)) % 16 == 0:
+        schedule_dense_amx(sch, name, target)
+        return False
     return schedule_dense(sch, name, target, gemv_rows)
 
 
