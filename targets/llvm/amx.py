@@ -37,7 +37,7 @@ from __future__ import annotations
 from tilecraft.tensorir.expr import AMX_U8I8
 
 from . import llvmir as ir
-from .irutil import I32, ModuleBuilder
+from .irutil import ModuleBuilder
 
 __all__ = ["AMX_U8I8", "has_amx_int8", "emit_block", "block_function"]
 

@@ -23,8 +23,11 @@ from tilecraft.tensorir import interpret, te
 from tilecraft.targets.llvm.dot4 import dot_isa
 
 CPU = targets.cpu(0)
-# the host (AVX-512 VNNI where present), and AVX2 without VNNI: the portable widening sequence
+# the host (AMX tiles or AVX-512 VNNI where present), the host without AMX (VNNI where
+# present; tests/relax/backend/cpu/test_dense_amx.py has the AMX kernel's own tests), and AVX2
+# without VNNI: the portable widening sequence
 HOST = "llvm"
+HOST_NO_AMX = "llvm -mattr=-amx-int8"
 PORTABLE = "llvm -mcpu=haswell"
 
 
@@ -96,7 +99,7 @@ def test_dot4_is_exact(rng, target, n, lanes):
 
 @pytest.mark.skipif(not _cpu_has("avx512_vnni"), reason="this CPU has no AVX-512 VNNI")
 def test_int8_dense_uses_vpdpbusd():
-    exe = relax.build(_int8_matmul_module(64, 32)[0], HOST, strict=True)
+    exe = relax.build(_int8_matmul_module(64, 32)[0], HOST_NO_AMX, strict=True)
     assert "dense_u8i8" in exe.kernel_names
     assert "vpdpbusd" in exe.kernel_module.get_source("asm")
 
@@ -117,7 +120,7 @@ def _int8_matmul_module(k: int, n: int, w=None, seed: int = 0):
     return bb.get(), w
 
 
-@pytest.mark.parametrize("target", [HOST, PORTABLE])
+@pytest.mark.parametrize("target", [HOST, HOST_NO_AMX, PORTABLE])
 @pytest.mark.parametrize("k,n", [(1, 1), (5, 17), (70, 40), (256, 65)])
 def test_int8_dense_kernel_is_bit_exact(rng, target, k, n):
     mod, w = _int8_matmul_module(k, n)
