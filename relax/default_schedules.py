@@ -41,7 +41,7 @@ import warnings
 
 from tilecraft.targets import Target
 from tilecraft.tensorir.expr import (LT, Add, And, BufferLoad, Call, FloatImm, FloorDiv, FloorMod,
-                                     IntImm, Mul, PrimExpr, Sub, Var, true)
+                                     IntImm, Max, Min, Mul, PrimExpr, Sub, Var, true)
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRMutator, post_order_visit
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
@@ -206,7 +206,8 @@ def schedule_blocks(sch: Schedule, target: Target, gemv_rows: PrimExpr | None = 
             elif is_spatial(blk):
                 _schedule_spatial(sch, blk.name, target)
             else:
-                done = _schedule_matmul_like(sch, blk.name, target, gemv_rows)
+                done = _schedule_row_min_max(sch, blk.name, target) or \
+                    _schedule_matmul_like(sch, blk.name, target, gemv_rows)
                 if not done and not _schedule_vector_reduction(sch, blk.name, target):
                     _schedule_reduction(sch, blk.name, target)
                 gemv += done == "gemv"
@@ -925,6 +926,43 @@ def _schedule_vector_reduction(sch: Schedule, name: str, target: Target) -> bool
         finish_tile_block(sch, b, len(outer))
     if outer and loop_work(loop_nodes(sch, outer + [ji])) >= MIN_PARALLEL_WORK:
         sch.parallel(parallel_outer(sch, outer[:-1] if len(outer) > 1 else outer))
+    return True
+
+
+def _schedule_row_min_max(sch: Schedule, name: str, target: Target) -> bool:
+    """A min or max over the innermost axis (int8-dynamic's per-row activation ranges) of a
+    constant extent, a multiple of the vector lanes and at least two vectors: on one or four
+    vectors of partial results per row (``rfactor``), updated a vector at a time, then reduced
+    to the row's (exact in any order, so the result is the scalar chain's); the rows parallel.
+    A scalar chain of ``minss`` per row took 38 us for BERT's 128 x 768 rows. False when the
+    block is not of that form."""
+    block = sch.get_block(name)
+    blk = sch.get(block)
+    if len(blk.writes) != 1 or blk.init is None or not isinstance(blk.body, BufferStore) or \
+            not isinstance(blk.body.value, (Max, Min)) or \
+            sum(iv.kind != "spatial" for iv in blk.iter_vars) != 1:
+        return False
+    loops = sch.get_loops(block)
+    lanes = block_lanes(blk, target)
+    extent = loop_extent(sch.get(loops[-1]))
+    if len(loops) != len(blk.iter_vars) or len(loops) < 2 or extent is None or \
+            extent % lanes or extent < 2 * lanes or blk.iter_vars[-1].kind == "spatial":
+        return False
+    # four vectors of partial results where the row allows: four independent min / max chains
+    width = 4 * lanes if extent % (4 * lanes) == 0 and extent >= 8 * lanes else lanes
+    _, ki = sch.split(loops[-1], [None, width])
+    rf = sch.rfactor(ki, -1)
+    # the row loops of the reduction of the partial results: the partial ones go under them
+    rows = sch.get_loops(sch.get_block(name))[:-1]
+    sch.compute_at(rf, rows[-1])
+    ki, ko = sch.get_loops(rf)[-2:]
+    sch.reorder(ko, ki)
+    sch.set_scope(rf, 0, "local")
+    init = sch.decompose_reduction(rf, ko)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(rf)[-1])
+    if loop_work(loop_nodes(sch, rows)) * extent >= MIN_PARALLEL_WORK:
+        sch.parallel(sch.fuse(*rows) if len(rows) > 1 else rows[0])
     return True
 
 

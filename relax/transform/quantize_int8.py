@@ -168,6 +168,9 @@ class _Int8Rewriter(ExprMutator):
         funcs = [mod["main"]] if ranges is not None else \
             [f for f in mod.functions.values() if isinstance(f, Function)]
         self.targets = {id(c) for f in funcs for c in quantizable_calls(f, convolutions)}
+        # x -> quantize_rows(x): layers reading one input (BERT's q, k and v) share its
+        # quantization (where its results are visible) instead of each computing it again
+        self._rows: dict[Var, tuple] = {}
 
     def visit_call_(self, call: Call) -> Expr:
         new = super().visit_call_(call)
@@ -230,7 +233,17 @@ class _Int8Rewriter(ExprMutator):
         return self.emit(_op.astype(q, "uint8"))
 
     def quantize_rows(self, x: Expr) -> tuple[Expr, Expr, Expr]:
-        """Per row: ``(xq, scale (..., 1) float32, zero_point (..., 1) int32)``."""
+        """Per row: ``(xq, scale (..., 1) float32, zero_point (..., 1) int32)``, once per
+        input variable (while its results are visible)."""
+        hit = self._rows.get(x) if isinstance(x, Var) else None
+        if hit is not None and all(self.builder.visible(v) for v in hit):
+            return hit
+        out = self._quantize_rows(x)
+        if isinstance(x, Var):
+            self._rows[x] = out
+        return out
+
+    def _quantize_rows(self, x: Expr) -> tuple[Expr, Expr, Expr]:
         e = self.emit
         lo = e(_op.minimum(e(_op.min(x, axis=-1, keepdims=True)), _f32(0)))
         hi = e(_op.maximum(e(_op.max(x, axis=-1, keepdims=True)), _f32(0)))
