@@ -43,6 +43,10 @@ by round, results filed under the GPU's name:
   where the float32 weight does not fit the device (WebGPU at 4096 x 11008) its row still
   has the int4 time.
 
+``TILECRAFT_LOWP_CPU_TARGET`` (default ``llvm``, this machine's CPU) is the target of our CPU
+rows: ``"llvm -mattr=-amx-int8"`` runs the int8 kernels without Intel AMX (the AVX-512 VNNI
+ones) on a CPU that has it, for the A/B; such rows record ``cpu_target``.
+
 ``ratio`` is the peer's time over ours (above 1: we are faster). Errors: ``max_abs``,
 ``rel`` (max abs over the float output's max abs), ``cosine`` (of the flattened outputs: the
 hidden states / logits), ``top1`` (classifiers). ``python -m benchmarks.lowp --rows
@@ -108,9 +112,16 @@ def _ort(model_or_path):
     return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
 
 
+CPU_TARGET_ENV = "TILECRAFT_LOWP_CPU_TARGET"
+
+
+def _cpu_target() -> str:
+    return os.environ.get(CPU_TARGET_ENV, "").strip() or "llvm"
+
+
 def _ours(mod, mode=None, calibration=None, upper_bounds=None, threads: int = 0):
     q = relax.quantize(mod, mode, calibration=calibration) if mode else mod
-    exe = relax.build(q, "llvm", upper_bounds=upper_bounds)
+    exe = relax.build(q, _cpu_target(), upper_bounds=upper_bounds)
     if threads:
         exe.kernel_module.num_threads = threads
     return relax.VirtualMachine(exe, targets.cpu(0))
@@ -615,6 +626,8 @@ def main(argv=None) -> int:
     if any(r in GPU_ROWS for r in rows) and any(r in ROWS for r in rows):
         p.error("the GPU rows are filed under the GPU's name: run them apart from the CPU rows")
     result = run(rows, args.inputs)
+    if _cpu_target() != "llvm":
+        result = [r if "device" in r else dict(r, cpu_target=_cpu_target()) for r in result]
     print_table(result, list(dict.fromkeys(k for r in result for k in r)))
     gpu = next((r["device"] for r in result if "device" in r), None)
     # a subset of the rows replaces those rows only: the machine's other rows are kept
