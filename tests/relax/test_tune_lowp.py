@@ -117,11 +117,13 @@ def test_tuned_int8_layer_keeps_or_beats_the_default(tmp_path, layer):
         want = sum(np.einsum("nchw,oc->nohw", xp[:, :, ry:ry + 28, rx:rx + 28],
                              w[:, :, ry, rx].astype(np.int64))
                    for ry in range(3) for rx in range(3))
-    db = relax.tune(mod, "llvm", max_trials=12, work_dir=tmp_path, num_trials_per_iter=4,
+    # the VNNI kernel (on an AMX CPU the AMX one is not tuned: test_amx_kernels_are_not_tuned)
+    target = "llvm -mattr=-amx-int8"
+    db = relax.tune(mod, target, max_trials=12, work_dir=tmp_path, num_trials_per_iter=4,
                     search={"population_size": 16, "genetic_num_iters": 1}, seed=0,
                     progress=False, remeasure=2, remeasure_rounds=3)
-    tuned = relax.VirtualMachine(relax.build(mod, "llvm", database=db, strict=True), CPU)
-    default = relax.VirtualMachine(relax.build(mod, "llvm", strict=True), CPU)
+    tuned = relax.VirtualMachine(relax.build(mod, target, database=db, strict=True), CPU)
+    default = relax.VirtualMachine(relax.build(mod, target, strict=True), CPU)
     got = tuned["main"](x).numpy()
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(default["main"](x).numpy(), want)
@@ -131,7 +133,7 @@ def test_tuned_int8_layer_keeps_or_beats_the_default(tmp_path, layer):
     # default is selected only where its median beat the default's by the margin
     checked = 0
     for wl in db.workloads:
-        for m in db.get_remeasurements(wl, "llvm"):
+        for m in db.get_remeasurements(wl, target):
             assert m.baseline is not None, "the default schedule was not re-measured"
             if m.selected != m.baseline:
                 med = [float(np.median(r)) for r in (m.run_secs[m.selected],
@@ -139,3 +141,17 @@ def test_tuned_int8_layer_keeps_or_beats_the_default(tmp_path, layer):
                 assert med[0] <= med[1] * (1 - m.margin) + 1e-12, (med, m.margin)
             checked += 1
     assert checked, "the tuning run re-measured no task"
+
+
+def test_amx_kernels_are_not_tuned():
+    """On an AMX target the int8 dense kernel's default schedule calls the AMX block kernel
+    outside the schedule's trace: extract_tasks leaves it out (the build keeps it), and keeps
+    it in without AMX."""
+    rng = np.random.default_rng(4)
+    w = rng.integers(-128, 128, (128, 64)).astype(np.int8)
+    mod = _module(lambda x: op.matmul(x, const(w), out_dtype="int32"), (32, 128), "uint8")
+    spr = "llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"
+    names = [t.name for t in relax.extract_tasks(mod, spr)]
+    assert not any("dense_u8i8" in n for n in names), names
+    names = [t.name for t in relax.extract_tasks(mod, spr + " -mattr=-amx-int8")]
+    assert any("dense_u8i8" in n for n in names), names

@@ -13,7 +13,8 @@ The schedule: panels outermost (parallel), then blocks of ``ROWS`` = 32 rows; pe
 16-column tiles, 2 x 2 C tiles in the tile registers across all of K, stored once — and the
 write-back computes the fused epilogue (dequantize, bias, GELU, residual) from them,
 vectorized. The last block of a symbolic or ragged row count passes its row count (1..32).
-The symbolic small version of a layer (``gemv_rows``) keeps the VNNI row-vector kernel.
+The symbolic small version of a layer (``gemv_rows``) and fewer than ``AMX_MIN_ROWS``
+constant rows keep the VNNI kernels.
 
 Examples
 --------
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from tilecraft.targets import Target
 from tilecraft.tensorir.expr import AMX_U8I8, BufferLoad, Call, IntImm, Min, PrimExpr
-from tilecraft.tensorir.functor import IRMutator, substitute
+from tilecraft.tensorir.functor import IRMutator, post_order_visit, substitute
 from tilecraft.tensorir.schedule import Schedule, tree
 from tilecraft.tensorir.stmt import Evaluate, For
 
@@ -32,9 +33,10 @@ from .geometry import ceil_div
 from .params import num_cores
 from .schedule_utils import ann_int, finish_tile_block, fuse_epilogue, loop_extent
 
-__all__ = ["ROWS", "amx_applies", "amx_words", "schedule_dense_amx"]
+__all__ = ["ROWS", "AMX_MIN_ROWS", "amx_applies", "amx_words", "schedule_dense_amx", "uses_amx"]
 
 ROWS = 32          # rows of a block: two 16-row tiles
+AMX_MIN_ROWS = 16  # fewer constant rows keep the VNNI kernel (a symbolic count takes AMX)
 
 
 def amx_applies(target: Target, width: int) -> bool:
@@ -53,6 +55,22 @@ def amx_applies(target: Target, width: int) -> bool:
 def amx_words(k: int) -> int:
     """The words (4 bytes each) of a ``k``-long reduction padded to whole 64-byte tiles."""
     return 16 * ceil_div(ceil_div(k, 4), 16)
+
+
+def uses_amx(func) -> bool:
+    """Whether the scheduled ``func`` calls the AMX block kernel. Such a kernel is not tuned
+    (``relax.extract_tasks`` leaves it out): the call replaces a loop nest outside the
+    schedule's trace, which the tuner's records could not reproduce.
+
+    Examples
+    --------
+    >>> uses_amx(te.create_prim_func([te.placeholder((4,), "float32", "x")]))   # doctest: +SKIP
+    False
+    """
+    found = []
+    post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, Call) and
+                     n.op == AMX_U8I8 else None)
+    return bool(found)
 
 
 class _ReplaceLoop(IRMutator):

@@ -31,7 +31,7 @@ from tilecraft.tensorir import te
 from tilecraft.tensorir.expr import Cast, IntImm, call as tir_call
 
 from .dense import dense_panel_width, schedule_dense
-from .dense_amx import amx_applies, schedule_dense_amx
+from .dense_amx import AMX_MIN_ROWS, amx_applies, schedule_dense_amx
 from .geometry import as_int, ceil_div
 from .registry import SCHEDULE_RULE, KernelFamily
 from .schedule_utils import ann_int, loop_extent
@@ -178,11 +178,16 @@ def dense_u8i8(data: te.Tensor, weight: te.Tensor, out_features: int) -> te.Tens
 def _schedule(sch, name, target, gemv_rows=None):
     """``dense_amx.schedule_dense_amx`` where the target has AMX and the operands are padded
     to whole tiles (``AlterOpImpl`` does so for such a target), except for the symbolic
-    small version (``gemv_rows``); else ``dense.schedule_dense`` on the int32 accumulators."""
+    small version (``gemv_rows``) and fewer than ``AMX_MIN_ROWS`` constant rows; else
+    ``dense.schedule_dense`` on the int32 accumulators."""
     blk = sch.get(sch.get_block(name))
     width = ann_int(blk, "width")
     *_, i, _, k = sch.get_loops(sch.get_block(name))
-    small = gemv_rows is not None and bool(sch.get(i).extent == gemv_rows)
+    rows = loop_extent(sch.get(i))
+    # few rows: the row-vector / register-tile kernel (a tile instruction costs the same for
+    # 1 row as for 16)
+    small = (gemv_rows is not None and bool(sch.get(i).extent == gemv_rows)) or \
+        (rows is not None and rows < AMX_MIN_ROWS)
     if amx_applies(target, width) and not small and loop_extent(sch.get(k)) is not None \
             and loop_extent(sch.get(k)) % 16 == 0:
         schedule_dense_amx(sch, name, target)
