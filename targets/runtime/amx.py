@@ -21,6 +21,8 @@ import ctypes.util
 import os
 import platform
 
+from tilecraft.errors import TilecraftError
+
 __all__ = ["AMXError", "request_amx", "amx_permitted"]
 
 SYS_ARCH_PRCTL = 158            # x86-64
@@ -33,7 +35,7 @@ HOW_TO_AVOID = ("build the model for a target without AMX, e.g. "
                 "relax.build(mod, \"llvm -mattr=-amx-int8\"), to use the AVX-512 VNNI kernels")
 
 
-class AMXError(RuntimeError):
+class AMXError(TilecraftError, RuntimeError):
     """This process cannot use Intel AMX (the OS refused, or it is not x86-64 Linux)."""
 
 
