@@ -46,6 +46,9 @@ by round, results filed under the GPU's name:
 ``TILECRAFT_LOWP_CPU_TARGET`` (default ``llvm``, this machine's CPU) is the target of our CPU
 rows: ``"llvm -mattr=-amx-int8"`` runs the int8 kernels without Intel AMX (the AVX-512 VNNI
 ones) on a CPU that has it, for the A/B; such rows record ``cpu_target``.
+``TILECRAFT_LOWP_THREADS=1``: that many threads a side (ours ``-num-cores``, onnxruntime's
+pools, its spin-waiting off), recorded as ``threads``; on a shared machine the default (every
+core, onnxruntime spin-waiting) measures the load more than the kernels.
 
 ``ratio`` is the peer's time over ours (above 1: we are faster). Errors: ``max_abs``,
 ``rel`` (max abs over the float output's max abs), ``cosine`` (of the flattened outputs: the
@@ -105,18 +108,29 @@ def _errors(ours: np.ndarray, peer: np.ndarray, ref: np.ndarray) -> dict:
     return out
 
 
+def _threads() -> int | None:
+    text = os.environ.get(THREADS_ENV, "").strip()
+    return int(text) if text else None
+
+
 def _ort(model_or_path):
     import onnxruntime as ort
     so = ort.SessionOptions()
+    if _threads():
+        so.intra_op_num_threads = so.inter_op_num_threads = _threads()
+        # no spin-waiting pool: on a shared machine it measures the load, not the kernels
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     src = model_or_path if isinstance(model_or_path, str) else model_or_path.SerializeToString()
     return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
 
 
 CPU_TARGET_ENV = "TILECRAFT_LOWP_CPU_TARGET"
+THREADS_ENV = "TILECRAFT_LOWP_THREADS"
 
 
 def _cpu_target() -> str:
-    return os.environ.get(CPU_TARGET_ENV, "").strip() or "llvm"
+    target = os.environ.get(CPU_TARGET_ENV, "").strip() or "llvm"
+    return f"{target} -num-cores={_threads()}" if _threads() else target
 
 
 def _ours(mod, mode=None, calibration=None, upper_bounds=None, threads: int = 0):
@@ -628,6 +642,8 @@ def main(argv=None) -> int:
     result = run(rows, args.inputs)
     if _cpu_target() != "llvm":
         result = [r if "device" in r else dict(r, cpu_target=_cpu_target()) for r in result]
+    if _threads():
+        result = [r if "device" in r else dict(r, threads=_threads()) for r in result]
     print_table(result, list(dict.fromkeys(k for r in result for k in r)))
     gpu = next((r["device"] for r in result if "device" in r), None)
     # a subset of the rows replaces those rows only: the machine's other rows are kept
