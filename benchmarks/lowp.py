@@ -643,7 +643,7 @@ def main(argv=None) -> int:
     if _cpu_target() != "llvm":
         result = [r if "device" in r else dict(r, cpu_target=_cpu_target()) for r in result]
     if _threads():
-        result = [r if "device" in r else dict(r, threads=_threads()) for r in result]
+        result = [r if "device" in r else {"threads": _threads(), **r} for r in result]
     print_table(result, list(dict.fromkeys(k for r in result for k in r)))
     gpu = next((r["device"] for r in result if "device" in r), None)
     # a subset of the rows replaces those rows only: the machine's other rows are kept
