@@ -56,7 +56,7 @@ _B = (6, 7)
 
 def has_amx_int8(arch: str, features: str) -> bool:
     """Whether LLVM feature string ``features`` (the last mention of a feature wins, as in
-    LLVM) enables ``amx-int8`` and ``amx-tile`` on x86-64.
+    LLVM) enables ``amx-int8`` (and with it ``amx-tile``) on x86-64.
 
     Examples
     --------
@@ -70,7 +70,8 @@ def has_amx_int8(arch: str, features: str) -> bool:
         f = f.strip()
         if f[:1] in "+-" and len(f) > 1:
             state[f[1:]] = f[0] == "+"
-    return bool(state.get("amx-int8") and state.get("amx-tile"))
+    # +amx-int8 implies amx-tile in LLVM unless amx-tile is turned off
+    return bool(state.get("amx-int8") and state.get("amx-tile", True))
 
 
 def _intrinsics(mb: ModuleBuilder) -> dict:

@@ -59,7 +59,8 @@ def test_target_choice():
     assert Target("llvm").amx_int8 == HAS_AMX
     assert has_amx_int8("x86_64", "+amx-tile,+amx-int8")
     assert not has_amx_int8("x86_64", "+amx-tile,+amx-int8,-amx-int8")
-    assert not has_amx_int8("x86_64", "+amx-int8")          # no tiles without amx-tile
+    assert has_amx_int8("x86_64", "+amx-int8")              # implies amx-tile
+    assert not has_amx_int8("x86_64", "+amx-int8,-amx-tile")
     assert amx_applies(Target(spr), 64) and not amx_applies(Target(spr), 8)
     assert [amx_words(k) for k in (1, 64, 65, 768, 3072)] == [16, 16, 32, 192, 768]
 
