@@ -141,4 +141,7 @@ def schedule_dense_amx(sch: Schedule, name: str, target: Target) -> None:
                                     rows, k_words, width, width, k_words // 16, width // 16])
     func = sch.func
     body = _ReplaceLoop(ii_v, Evaluate(call)).visit(func.body)
+    # no schedule primitive puts a call in place of a loop nest (tensorize matches a fixed
+    # tile, not a ragged last block): the function is replaced outside the trace, which is
+    # why relax.extract_tasks leaves these kernels out (uses_amx)
     sch._set_func(func.replace(body=body))
