@@ -42,6 +42,7 @@ from .fuse_tir import FuseTIR
 from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
 from .fold_pad import FoldPad
+from .sink_reshape import SinkReshape
 from .fold_cast_into_gemm import FoldCastIntoGEMM
 from .fuse_attention import FuseAttention
 from .gpu_winograd import GPUWinograd
@@ -57,6 +58,6 @@ from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseAttention", "FoldCastIntoGEMM", "GPUWinograd", "AlterLayout", "ConvertLayout",
+           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "SinkReshape", "FuseAttention", "FoldCastIntoGEMM", "GPUWinograd", "AlterLayout", "ConvertLayout",
            "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static",
            "QuantizeInt4Weight", "LowerDenseQ4GEMV"]

@@ -26,6 +26,7 @@ from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
 from .gpu_winograd import GPUWinograd
 from .legalize_ops import LegalizeOps
+from .sink_reshape import SinkReshape
 from .lower_dense_q4_gemv import LowerDenseQ4GEMV
 
 __all__ = ["get_pipeline", "PIPELINES"]
@@ -61,6 +62,9 @@ def _default(check: bool = False, target: "Target | str | None" = None,
         # int4 weight-only dense layers of few rows -> the GPU int4 GEMV kernel (bias fused)
         passes.append(LowerDenseQ4GEMV(target))
     passes += [
+        # element-wise ops read a dense layer's output before a reshape of its leading dims
+        # (GPT-2's view around each Conv1D), so FuseOps can take them as its epilogue
+        SinkReshape(),
         LegalizeOps(),            # operators -> call_tir of TensorIR kernels (+ "op_pattern")
         FoldConstant(),           # kernels on constants run now (the weight packing too)
         DeadCodeElimination(),    # ... and what they replaced goes away
@@ -86,7 +90,7 @@ def get_pipeline(name: str = "default", check: bool = False,
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
         ConvertLayout, FoldConstant and AlterLayout (CPU targets only), FuseAttention,
-        FoldCastIntoGEMM, GPUWinograd and LowerDenseQ4GEMV (GPU targets only), LegalizeOps, FoldConstant,
+        FoldCastIntoGEMM, GPUWinograd and LowerDenseQ4GEMV (GPU targets only), SinkReshape, LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).
