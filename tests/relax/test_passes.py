@@ -663,7 +663,7 @@ def test_pipeline_default_symbolic_and_well_formed():
     assert [p.name for p in seq.passes] == ["DecomposeOpsForInference", "FoldConstant",
                                            "FoldScaleAxis", "FoldPad", "ConvertLayout",
                                            "FoldConstant", "AlterLayout",
-                                           "LegalizeOps",
+                                           "SinkReshape", "LegalizeOps",
                                            "FoldConstant", "DeadCodeElimination",
                                            "CanonicalizeBindings", "FuseOps", "FuseTIR",
                                            "DeadCodeElimination"]
