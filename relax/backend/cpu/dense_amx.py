@@ -31,7 +31,7 @@ from tilecraft.tensorir.stmt import Evaluate, For
 
 from .geometry import ceil_div
 from .params import num_cores
-from .schedule_utils import ann_int, finish_tile_block, fuse_epilogue, loop_extent
+from .schedule_utils import ann_int, finish_tile_block, fuse_epilogue, loop_extent, tile_tail
 
 __all__ = ["ROWS", "AMX_MIN_ROWS", "amx_applies", "amx_words", "schedule_dense_amx", "uses_amx"]
 
@@ -118,7 +118,9 @@ def schedule_dense_amx(sch: Schedule, name: str, target: Target) -> None:
     init = sch.decompose_reduction(block, ii)
     outer = len(sch.get_loops(init)) - 2
     finish_tile_block(sch, init, outer)
-    finish_tile_block(sch, acc, outer)
+    # the write-back's rows stay a loop: the accumulators are in memory (not registers) here,
+    # and 32 unrolled rows of a GELU epilogue made a 200 KB kernel that ran from beyond L1i
+    sch.vectorize(tile_tail(sch, acc, outer)[-1])
     panels = loop_extent(sch.get(jo)) or 1
     if panels >= 2 * num_cores(target) or (loop_extent(sch.get(io)) or 2) < 2:
         sch.parallel(jo)
