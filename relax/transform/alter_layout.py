@@ -74,7 +74,7 @@ from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_int8, conv2d_nc
                            dense_amx, dense_int4, dense_int8, depthwise, depthwise_int8, depthwise_nhwc,
                            pool2d, winograd)
 from ..backend.cpu.geometry import CPU_KERNEL_DTYPES, static_ints, static_shape
-from ..expr import Call, Constant, Expr
+from ..expr import Call, Constant, Expr, Var
 from ..op import add
 from ..op.base import Op, OpPattern
 from ..struct_info import TensorStructInfo
@@ -145,6 +145,7 @@ class _Alter(ExprMutator):
         self.conv_plans = conv_plans
         self.winograd = winograd
         self.lanes, self.registers = cpu_tile_params(target)
+        self._words: dict = {}              # (x, k_words) -> its pack_u8_words (u8_words)
 
     def visit_call_(self, call: Call) -> Expr:
         call = super().visit_call_(call)
@@ -332,10 +333,24 @@ class _Alter(ExprMutator):
         packed = self.builder.emit(self.kernel(
             dense_int8.pack_dense_int8_weight, weight, width, linear, k_words,
             name="pack_dense_int8_weight", pattern=OpPattern.INJECTIVE))
-        words = self.builder.emit(self.kernel(dense_int8.pack_u8_words, x, k_words,
-                                              name="u8_words", pattern=OpPattern.INJECTIVE))
+        words = self.u8_words(x, k_words)
         return self.kernel(dense_int8.dense_u8i8, words, packed, n, name="dense_u8i8",
                            pattern=OpPattern.OUT_EWISE_FUSABLE)
+
+    def u8_words(self, x: Expr, k_words: int | None) -> Expr:
+        """``pack_u8_words(x)``, once per input variable and padding (while visible): the
+        layers reading one quantized input (BERT's q, k and v) share its words, and the
+        quantization then fuses with the one packing kernel instead of being written out
+        for three."""
+        key = (x, k_words) if isinstance(x, Var) else None
+        hit = self._words.get(key) if key is not None else None
+        if hit is not None and self.builder.visible(hit):
+            return hit
+        words = self.builder.emit(self.kernel(dense_int8.pack_u8_words, x, k_words,
+                                              name="u8_words", pattern=OpPattern.INJECTIVE))
+        if key is not None:
+            self._words[key] = words
+        return words
 
     def conv2d_int8(self, call: Call) -> Expr | None:
         """NCHW ``conv2d(x, W, out_dtype="int32")`` of uint8 ``x`` and a constant int8 ``W``

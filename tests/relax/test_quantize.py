@@ -483,3 +483,45 @@ def test_static_int8_quantizes_a_clamped_input_exactly(rng, clamp):
     acc -= zp * wq.astype(np.int64).sum(axis=(1, 2, 3)).reshape(1, -1, 1, 1)
     mult = (np.float32(s) * ws).astype(np.float32).reshape(1, -1, 1, 1)
     np.testing.assert_allclose(got, acc.astype(np.float32) * mult, rtol=1e-6, atol=1e-6)
+
+
+def _int8_dynamic_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """QuantizeInt8Dynamic's arithmetic in numpy, float32 as the kernels compute it: per-row
+    uint8 activations, per-channel int8 weights, exact int32 accumulators."""
+    f32 = np.float32
+    wq, ws = quantize_weight_int8(w, axis=1)
+    lo = np.minimum(x.min(-1, keepdims=True), f32(0))
+    hi = np.maximum(x.max(-1, keepdims=True), f32(0))
+    rng_ = hi - lo
+    scale = np.where(rng_ > 0, rng_ / f32(255), f32(1)).astype(f32)
+    zp = np.round(-lo / scale)
+    q = np.clip(np.round(x * (f32(1) / scale)) + zp, 0, 255)
+    acc = q.astype(np.int64) @ wq.astype(np.int64)
+    acc = acc - zp.astype(np.int64) * wq.astype(np.int64).sum(0)
+    return acc.astype(f32) * (scale * ws.astype(f32))
+
+
+@pytest.mark.parametrize("target", [HOST, HOST_NO_AMX])
+def test_layers_reading_one_input_share_its_quantization_and_words(rng, target):
+    """BERT's q, k and v: three dense layers on one input quantize it once and pack it into
+    words once (one fused quantize-and-pack kernel); each result is the numpy emulation of the
+    layer's own int8 arithmetic (symbolic rows, an odd K)."""
+    k = 70
+    ws = [rng.normal(0, 0.2, (k, n)).astype("float32") for n in (48, 48, 33)]
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo(("m", k), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            ys = [bb.emit(op.matmul(x, const(w))) for w in ws]
+            gv = bb.emit_output(bb.emit(op.concat(ys, axis=-1)))
+        bb.emit_func_output(gv)
+    exe = relax.build(QuantizeInt8Dynamic()(bb.get()), target, strict=True)
+    called = [ins[1] for ins in exe.program["functions"]["main"]["code"]
+              if ins[0] == "call_kernel"]
+    assert sum("u8_words" in str(c) for c in called) == 1, called
+    vm = relax.VirtualMachine(exe, CPU)
+    for m in (1, 19, 40):
+        xv = rng.normal(size=(m, k)).astype("float32")
+        xv[0, :3] = [0.0, -4.0, 3.0]
+        want = np.concatenate([_int8_dynamic_reference(xv, w) for w in ws], axis=-1)
+        np.testing.assert_allclose(vm["main"](xv).numpy(), want, rtol=1e-6, atol=1e-6)
