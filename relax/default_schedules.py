@@ -951,16 +951,24 @@ def _schedule_row_min_max(sch: Schedule, name: str, target: Target) -> bool:
     # four vectors of partial results where the row allows: four independent min / max chains
     width = 4 * lanes if extent % (4 * lanes) == 0 and extent >= 8 * lanes else lanes
     _, ki = sch.split(loops[-1], [None, width])
-    rf = sch.rfactor(ki, -1)
+    stages = [sch.rfactor(ki, -1)]
+    if width > lanes:
+        # the four vectors of partial results to one, a vector at a time, before the scalar
+        # chain: 64 scalar NaN-aware steps a row (a dependent chain, ~6 cycles a step) were
+        # most of the kernel (BERT's 768-float rows: 12 vector steps a chain, then 64 scalar)
+        _, li = sch.split(sch.get_loops(sch.get_block(name))[-1], [None, lanes])
+        stages.append(sch.rfactor(li, -1))
     # the row loops of the reduction of the partial results: the partial ones go under them
     rows = sch.get_loops(sch.get_block(name))[:-1]
-    sch.compute_at(rf, rows[-1])
-    ki, ko = sch.get_loops(rf)[-2:]
-    sch.reorder(ko, ki)
-    sch.set_scope(rf, 0, "local")
-    init = sch.decompose_reduction(rf, ko)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.vectorize(sch.get_loops(rf)[-1])
+    for rf in reversed(stages):
+        sch.compute_at(rf, rows[-1])
+    for rf in stages:
+        ki, ko = sch.get_loops(rf)[-2:]
+        sch.reorder(ko, ki)
+        sch.set_scope(rf, 0, "local")
+        init = sch.decompose_reduction(rf, ko)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.vectorize(sch.get_loops(rf)[-1])
     if loop_work(loop_nodes(sch, rows)) * extent >= MIN_PARALLEL_WORK:
         sch.parallel(sch.fuse(*rows) if len(rows) > 1 else rows[0])
     return True

@@ -157,3 +157,32 @@ def test_matmul_1024_symbolic_rows_versions():
         out = np.zeros((rows, 1024), "float32")
         mod["main"](a, w, out)
         np.testing.assert_allclose(out, a @ w, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("width", [32, 128, 768])
+@pytest.mark.parametrize("reduce", ["min", "max"])
+def test_row_min_max_partial_vectors(width, reduce):
+    """int8-dynamic's per-row ranges (``_schedule_row_min_max``): one or four vectors of
+    partial results, the four first reduced to one a vector at a time; equal to numpy's over
+    symbolic rows, with infinities, signed zeros and a NaN (which the row's result keeps)."""
+    n = te.var("n")
+    x = te.placeholder((n, width), "float32", "x")
+    k = te.reduce_axis((0, width), "k")
+    fn = te.min if reduce == "min" else te.max
+    y = te.compute((n,), lambda i: fn(x[i, k], axis=k), "y")
+    g = ds.apply(te.create_prim_func([x, y]), TARGET)
+    script = g.script()
+    assert script.count("_rf") >= 2 and "vectorized" in script
+    if width >= 128:                            # four vectors, then one
+        assert "y_rf_1" in script
+    mod = targets.build(g, "llvm")
+    ref = np.min if reduce == "min" else np.max
+    for rows in (1, 3, 37):
+        xv = np.random.default_rng(rows).standard_normal((rows, width)).astype("float32")
+        xv[0, -1] = np.inf
+        xv[-1, :] = np.where(np.arange(width) % 2, np.float32(0.0), np.float32(-0.0))
+        if rows > 2:
+            xv[1, width // 2] = np.nan
+        out = np.zeros(rows, "float32")
+        mod["main"](xv, out)
+        np.testing.assert_array_equal(out, ref(xv, axis=1))
