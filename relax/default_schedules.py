@@ -932,8 +932,9 @@ def _schedule_vector_reduction(sch: Schedule, name: str, target: Target) -> bool
 def _schedule_row_min_max(sch: Schedule, name: str, target: Target) -> bool:
     """A min or max over the innermost axis (int8-dynamic's per-row activation ranges) of a
     constant extent, a multiple of the vector lanes and at least two vectors: on one or four
-    vectors of partial results per row (``rfactor``), updated a vector at a time, then reduced
-    to the row's (exact in any order, so the result is the scalar chain's); the rows parallel.
+    vectors of partial results per row (``rfactor``), updated a vector at a time; four are
+    reduced to one a vector at a time (a second ``rfactor``), then to the row's (exact in any
+    order, so the result is the scalar chain's); the rows parallel.
     A scalar chain of ``minss`` per row took 38 us for BERT's 128 x 768 rows. False when the
     block is not of that form."""
     block = sch.get_block(name)
