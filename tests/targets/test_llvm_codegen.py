@@ -267,6 +267,53 @@ def test_intermediates_on_stack_and_heap(rng):
         np.testing.assert_allclose(b, a * 2 + (s + 1)[np.arange(size) % 8], rtol=1e-6)
 
 
+def _two_stage(n):
+    A = te.placeholder((n,), "float32", "A")
+    T1 = te.compute((n,), lambda i: A[i] * 2.0, "T1")        # an intermediate on the heap
+    B = te.compute((n,), lambda i: T1[n - 1 - i] + 1.0, "B")
+    return te.create_prim_func([A, B])
+
+
+@pytest.mark.parametrize("cache_max", [None, 1 << 10])
+def test_heap_intermediate_keeps_its_block(rng, monkeypatch, cache_max):
+    # a heap intermediate keeps its block between calls (no fresh mapping, no page faults):
+    # sizes that grow and shrink, and above WORKSPACE_CACHE_MAX (its own block each call)
+    # give the same values
+    from tilecraft.targets.llvm import codegen
+    if cache_max is not None:
+        monkeypatch.setattr(codegen, "WORKSPACE_CACHE_MAX", cache_max)
+    mod = targets.build(_two_stage(te.var("n")), "llvm")
+    assert "tilecraft_ws." in mod.get_source("ll-raw")
+    for size in (3, 300_000, 100, 0, 700_000, 5):
+        a = rng.standard_normal(size).astype("float32")
+        b = np.zeros(size, "float32")
+        mod["main"](a, b)
+        np.testing.assert_allclose(b, (a * 2 + 1)[::-1], rtol=1e-6)
+
+
+def test_heap_intermediate_from_threads_at_once(rng):
+    # calls on several threads at once: one owns the kept block, the others take their own
+    import threading
+    mod = targets.build(_two_stage(te.var("n")), "llvm")
+    errors = []
+
+    def work(seed):
+        r = np.random.default_rng(seed)
+        for _ in range(20):
+            size = int(r.integers(40_000, 400_000))
+            a = r.standard_normal(size).astype("float32")
+            b = np.zeros(size, "float32")
+            mod["main"](a, b)
+            if not np.allclose(b, (a * 2 + 1)[::-1], rtol=1e-6):
+                errors.append(size)
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
 def test_scalar_params(rng):
     n = te.var("n")
     alpha = te.var("alpha", "float32")
