@@ -127,17 +127,19 @@ def test_default_rule_keeps_the_stem_and_unmeasured_targets():
 
 
 def test_avx512_anchors_chains_on_layers_winograd_pays_for():
-    # ResNet-18's 28 x 28 3x3 layer anchors a chain on AVX-512 (Winograd 1.4-1.6x); its
-    # 56 x 56 one (one image's transform 3.2 MB) and a 1x1 layer only run on par in NHWC
-    # and anchor nothing; with 16 registers both 3x3 layers anchor
+    # ResNet-18's 28 x 28 and 56 x 56 3x3 layers anchor a chain on AVX-512 (Winograd
+    # 1.4-1.6x); its 512 -> 512 layer at 7 x 7 (a 16.8 MB transformed weight for 16 tiles)
+    # and a 1x1 layer only run on par in NHWC and anchor nothing; with 16 registers every
+    # 3x3 layer and the 1x1 one anchor
     def conv(c, hw, k=3):
         x = Var("x", TensorStructInfo((1, c, hw, hw), "float32"))
         return op.nn.conv2d(x, const(rand(c, c, k, k)), padding=k // 2)
-    pays, large, one = conv(128, 28), conv(64, 56), conv(64, 56, k=1)
+    pays, large, small, one = conv(128, 28), conv(64, 56), conv(512, 7), conv(64, 56, k=1)
     cl512, cl2 = ConvertLayout(AVX512), ConvertLayout(AVX2)
-    assert cl512.default_anchor(pays)
-    assert not cl512.default_anchor(large) and not cl512.default_anchor(one)
+    assert cl512.default_anchor(pays) and cl512.default_anchor(large)
+    assert not cl512.default_anchor(small) and not cl512.default_anchor(one)
     assert cl2.default_anchor(pays) and cl2.default_anchor(large) and cl2.default_anchor(one)
+    assert cl2.default_anchor(small)
 
 
 def _inverted_residual(n=2, c=16, hw=9, expand=48):

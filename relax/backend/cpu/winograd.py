@@ -56,7 +56,7 @@ from .schedule_utils import (MIN_PARALLEL_WORK, ann_int, block_lanes, finish_til
                              parallel_outer)
 
 __all__ = ["RULE_WINOGRAD_GEMM", "RULE_WINOGRAD_INPUT", "RULE_WINOGRAD_OUTPUT",
-           "MAX_IMAGE_TRANSFORM_BYTES", "MAX_WEIGHT_BYTES", "MIN_TILES_LARGE_WEIGHT",
+           "MAX_WEIGHT_BYTES", "MIN_TILES_LARGE_WEIGHT",
            "winograd_applies", "winograd_pays", "gemm_tile", "winograd_tiles",
            "pack_winograd_weight", "conv2d_nhwc_winograd", "schedule_winograd_gemm", "FAMILY"]
 
@@ -78,13 +78,6 @@ TILE = 2       # output pixels per tile side
 # direct NHWC kernel: 16 -> 64 channels at 56 x 56 1.12x, 32 -> 32 1.24x, 128 -> 32 at 28 x 28
 # 1.39x, ResNet-50's 64 -> 64 at 56 x 56 1.57x ... 256 -> 256 at 14 x 14 1.93x
 MIN_CHANNELS = 16
-# With 32 vector registers, the largest transformed input of one image (bytes) for which
-# Winograd pays. Zen 4, one thread, ResNet-18's layers (3x3, bias, relu) against the direct
-# NCHW kernel, batch 1 / batch 8: 128 -> 128 at 28 x 28 (V 1.6 MB) 1.6x / 1.4x, 256 -> 256 at
-# 14 x 14 1.8x / 1.7x, 512 -> 512 at 7 x 7 1.5x / 1.5x; 64 -> 64 at 56 x 56 (V 3.2 MB) 0.45x /
-# 1.5x: a call allocates V and M afresh (posix_memalign), and at that size each call paid
-# ~1300 page faults, 2-3 ms (the direct NHWC kernel ran it on par with the NCHW one).
-MAX_IMAGE_TRANSFORM_BYTES = 2 << 20
 # With 32 vector registers, a layer whose transformed weight (16 x C x O floats, 16/9 the
 # direct kernel's) is at least MAX_WEIGHT_BYTES and which has fewer than MIN_TILES_LARGE_WEIGHT
 # output tiles an image takes the direct kernel: the GEMM reads that weight once an image and
@@ -116,12 +109,13 @@ def winograd_applies(g: ConvGeometry) -> bool:
 def winograd_pays(g: ConvGeometry, lanes: int, registers: int) -> bool:
     """Whether ``g`` runs faster as Winograd F(2x2, 3x3) than on the direct kernels of a
     target with ``lanes`` float32 lanes and ``registers`` vector registers: any layer
-    ``winograd_applies`` to, except on AVX-512 (16 lanes, 32 registers), whose direct
-    kernels are faster, where it takes one whose image's transformed input ``V`` (16 x tiles
-    x channels floats, the larger of the input and output channels) is at most
-    ``MAX_IMAGE_TRANSFORM_BYTES``, unless its transformed weight is ``MAX_WEIGHT_BYTES`` or more
-    for fewer than ``MIN_TILES_LARGE_WEIGHT`` tiles an image (memory-bound: ResNet's
-    512 -> 512 layer at 7 x 7). (AVX2: 1.1-1.9x the direct kernels on every layer, see
+    ``winograd_applies`` to, except, on AVX-512 (16 lanes, 32 registers), one whose
+    transformed weight is ``MAX_WEIGHT_BYTES`` or more for fewer than
+    ``MIN_TILES_LARGE_WEIGHT`` tiles an image (memory-bound: ResNet's 512 -> 512 layer at
+    7 x 7). Intel AVX-512, one thread, ResNet-18's 64 -> 64 at 56 x 56 (with its 3.2 MB
+    transformed input kept between calls, see ``targets.llvm.codegen.WORKSPACE_CACHE_MIN``)
+    1.4x the direct kernel at batch 1, 1.55x at batch 8; 128 -> 128 at 28 x 28 1.6x,
+    256 -> 256 at 14 x 14 1.4x. (AVX2: 1.1-1.9x the direct kernels on every layer, see
     ``MIN_CHANNELS``; NEON is unmeasured.)
 
     Examples
@@ -131,7 +125,7 @@ def winograd_pays(g: ConvGeometry, lanes: int, registers: int) -> bool:
     True
     >>> g = ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     >>> winograd_pays(g, 16, 32), winograd_pays(g, 8, 16)
-    (False, True)
+    (True, True)
     >>> g = ConvGeometry(512, 7, 7, 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     >>> winograd_pays(g, 16, 32), winograd_pays(g, 8, 16)
     (False, True)
@@ -141,11 +135,8 @@ def winograd_pays(g: ConvGeometry, lanes: int, registers: int) -> bool:
     if lanes < 16 or registers < 32:
         return True
     th, tw = winograd_tiles(g)
-    size = ALPHA * ALPHA * th * tw * max(g.in_channels, g.out_channels) * 4
     weight = ALPHA * ALPHA * g.in_channels * g.out_channels * 4
-    if weight >= MAX_WEIGHT_BYTES and th * tw < MIN_TILES_LARGE_WEIGHT:
-        return False
-    return size <= MAX_IMAGE_TRANSFORM_BYTES
+    return weight < MAX_WEIGHT_BYTES or th * tw >= MIN_TILES_LARGE_WEIGHT
 
 
 def gemm_tile(g: ConvGeometry, lanes: int, registers: int) -> tuple[int, int]:
@@ -274,17 +265,30 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
                    attrs={SCHEDULE_RULE: RULE_WINOGRAD_GEMM, "rows": rows, "width": nr})
 
     # 3. Y = A^T M A: an output pixel at (ry, rx) in its tile sums M[a, b] with coefficient
-    # A^T[ry, a] * A^T[rx, b]
+    # A^T[ry, a] * A^T[rx, b], each 0 or +-1: a sum of the 9 nonzero terms for each of the four
+    # positions, chosen by (ry, rx). The schedule unrolls ry and rx (``_unroll_tiles``), so the
+    # choice folds away and a pixel loads 9 vectors of M, where a sum over all 16 positions
+    # with selected coefficients loaded 16 and multiplied each
+    def tile_sum(ry: int, rx: int, b_, t, o):
+        total = None
+        for a in range(ALPHA):
+            for b in range(ALPHA):
+                coef = A_T[ry][a] * A_T[rx][b]
+                if not coef:
+                    continue
+                term = m[a * ALPHA + b, b_, t, o]
+                if total is None:
+                    total = term if coef > 0 else -term
+                else:
+                    total = total + term if coef > 0 else total - term
+        return total
+
     def y_at(b_, y, x, o):
         t = (y // TILE) * tw + x // TILE
         ry, rx = y % TILE, x % TILE
-        total = te.const(0, out_dtype)
-        for a in range(ALPHA):
-            ca = _pick(ry, [A_T[r][a] for r in range(TILE)], out_dtype)
-            for b in range(ALPHA):
-                cb = _pick(rx, [A_T[r][b] for r in range(TILE)], out_dtype)
-                total = total + ca * cb * m[a * ALPHA + b, b_, t, o]
-        return total
+        rows = [te.if_then_else(rx == 0, tile_sum(r, 0, b_, t, o), tile_sum(r, 1, b_, t, o))
+                for r in range(TILE)]
+        return te.if_then_else(ry == 0, rows[0], rows[1])
 
     return te.compute((n, g.out_h, g.out_w, g.out_channels), y_at, "conv2d_nhwc",
                       attrs={SCHEDULE_RULE: RULE_WINOGRAD_OUTPUT})
@@ -297,21 +301,40 @@ def _only(blocks: list, sch: Schedule, rule: str, what: str, blk):
     return found[0]
 
 
-def _vectorize_channels(sch: Schedule, block, outer: int, target: Target) -> None:
-    """The loops of a transform ``block`` below its first ``outer``: the innermost (channels)
-    vectorized in whole vectors, the others parallel (``parallel_outer``) when the work
-    pays."""
-    loops = sch.get_loops(block)[outer:]
+def _unroll_tiles(sch: Schedule, block, split: list[int], unrolled: int,
+                  target: Target) -> None:
+    """A transform ``block`` below its batch loop, the last loop its channels: the loops of
+    ``split`` split by the tile (``TILE``), the channels into vectors, and the order (outer
+    parts, channel vectors, the first ``unrolled`` loops or the split inner parts unrolled,
+    channel lanes). Unrolled, a tile's positions are constants: the input transform's 16
+    positions (``unrolled``: its first loop) read one 4 x 4 patch, the output transform's 2 x 2
+    pixels (``split``: its rows and columns) one tile of ``M``, and their choices of taps and
+    terms fold away. The outer loops run in parallel when the work pays."""
+    loops = sch.get_loops(block)[1:]
     lanes = block_lanes(sch.get(block), target)
-    channels = loop_extent(sch.get(loops[-1]))
-    if channels is not None and channels % lanes == 0 and channels > lanes:
-        *_, inner = sch.split(loops[-1], [None, lanes])
-        loops = sch.get_loops(block)[outer:]
+    *spatial, channels = loops
+    outer, inner = [], []
+    for k, lp in enumerate(spatial):
+        if k in split:
+            o, i = sch.split(lp, [None, TILE])
+            outer.append(o)
+            inner.append(i)
+        elif k < unrolled:
+            inner.append(lp)
+        else:
+            outer.append(lp)
+    extent = loop_extent(sch.get(channels))
+    if extent is not None and extent % lanes == 0 and extent > lanes:
+        c0, c1 = sch.split(channels, [None, lanes])
+        outer.append(c0)
     else:
-        inner = loops[-1]
-    sch.vectorize(inner)
-    if len(loops) > 1 and loop_work(loop_nodes(sch, loops)) >= MIN_PARALLEL_WORK:
-        sch.parallel(parallel_outer(sch, loops[:-1]))
+        c1 = channels
+    sch.reorder(*outer, *inner, c1)
+    for lp in inner:
+        sch.unroll(lp)
+    sch.vectorize(c1)
+    if loop_work(loop_nodes(sch, outer + inner + [c1])) >= MIN_PARALLEL_WORK:
+        sch.parallel(parallel_outer(sch, outer))
 
 
 def schedule_winograd_gemm(sch: Schedule, name: str, target: Target,
@@ -360,8 +383,8 @@ def schedule_winograd_gemm(sch: Schedule, name: str, target: Target,
     sch.vectorize(o1)
     finish_tile_block(sch, init, 3)
     finish_tile_block(sch, acc, 3)
-    _vectorize_channels(sch, transform, 1, target)
-    _vectorize_channels(sch, output, 1, target)
+    _unroll_tiles(sch, transform, [], 1, target)
+    _unroll_tiles(sch, output, [0, 1], 2, target)
 
 
 FAMILY = KernelFamily(
