@@ -72,13 +72,16 @@ class NhwcPlan:
     """The tile of ``conv2d_nhwc_packed``: ``rows`` output pixels of one image row x ``width``
     output channels (the packed panel width, a multiple of the lanes). With ``flat``, the
     pixels are consecutive ones of the whole output plane (a 1x1 unit-stride convolution
-    without padding reads input pixel ``p`` for output pixel ``p``, so a tile may span rows)."""
+    without padding reads input pixel ``p`` for output pixel ``p``, so a tile may span rows).
+    With ``image_rows`` > 1 the tile is that many image rows of ``rows`` pixels each (a whole
+    7-wide row twice: ``plan_conv2d_nhwc``)."""
 
     geometry: ConvGeometry
     rows: int
     width: int
     lanes: int
     flat: bool = False
+    image_rows: int = 1
 
 
 def plan_conv2d_nhwc(g: ConvGeometry, lanes: int, registers: int) -> NhwcPlan | None:
@@ -146,6 +149,15 @@ def plan_conv2d_nhwc(g: ConvGeometry, lanes: int, registers: int) -> NhwcPlan | 
         # intel-avx512, one thread, MobileNet-V2 at batch 1 (its 1x1 layers at 28 x 28 and
         # less): the 14 x 14 and 7 x 7 stages' 1x1 layers 3.11 -> 2.84 ms in all
         return NhwcPlan(g, budget, width, lanes, flat=True)
+    if fits and budget == MAX_KXK_PIXELS and 2 * fits[0] <= budget and fits[0] == ow and \
+            g.out_h > 1:
+        # a whole row of at most half the tile's pixels (ResNet's 7-wide rows): the tile takes
+        # two rows, so each weight vector loaded feeds twice the FMAs (a 7 x 7 plane: three
+        # tiles of 14 pixels and one of 7). The panel's weights come from L2 for every tile;
+        # with 7 pixels a tile, 28 bytes of them per FMA held the FMAs to ~56 GMAC/s (intel-
+        # avx512, one thread, 128 -> 128 at 7 x 7 with its weights in L2; 7 pixels x 4
+        # vectors, the same bytes per FMA, ran no faster)
+        return NhwcPlan(g, fits[0], width, lanes, image_rows=budget // fits[0])
     if fits:
         return NhwcPlan(g, fits[0], width, lanes)
     if _pixel_aligned(g):
@@ -343,6 +355,8 @@ def conv2d_nhwc_packed(data: te.Tensor, weight: te.Tensor, plan: NhwcPlan,
 
     attrs = {SCHEDULE_RULE: RULE_CONV_NHWC, "rows": plan.rows, "width": nr,
              "flat": int(plan.flat), "lanes": plan.lanes}
+    if plan.image_rows > 1:
+        attrs["image_rows"] = plan.image_rows
     if streams_output(g, n, dt.itemsize(out_dtype)):
         attrs["nontemporal"] = 1
     if g.groups == 1 and panels_outer(g, nr, dt.itemsize(weight.dtype)):
@@ -394,12 +408,19 @@ def schedule_conv2d_nhwc(sch: Schedule, name: str, target: Target,
     else:
         b, y, x, o, ry, rx, rc = loops
         rows_of = [y]
+    image_rows = ann_int(sch.get(block), "image_rows", 1)
     pixels = loop_extent(sch.get(x))
     lanes = max(1, block_lanes(sch.get(block), target))
     plan_lanes = ann_int(sch.get(block), "lanes", lanes)      # 8 on a 24-channel panel
     vectors = width // plan_lanes
     o0, o1 = sch.split(o, [None, width])
     x0, x1 = sch.split(x, [None, rows])
+    # a tile of ``image_rows`` rows: their loop inside the reduction beside the pixels'
+    # (a ragged last tile of rows gets a loop of its own from LoopPartition)
+    tile_rows = []
+    if image_rows > 1 and rows_of:
+        y0, y1 = sch.split(y, [None, image_rows])
+        rows_of, tile_rows = [y0], [y1]
     # one parallel loop, not a fused one (see schedule_conv2d_nchw): the image rows, or the
     # first of the loops below them with enough iterations that split evenly over the cores
     # (a 7 x 7 plane's 9 tiles of 6 pixels on two cores, one of them a single pixel, kept a
@@ -422,18 +443,21 @@ def schedule_conv2d_nhwc(sch: Schedule, name: str, target: Target,
                enough[0] if enough else candidates[0])
     if by_panel:
         tiles = [o0, x0]
-        sch.reorder(b, o0, *rows_of, x0, ry, rx, rc, x1, o1)
+        sch.reorder(b, o0, *rows_of, x0, ry, rx, rc, *tile_rows, x1, o1)
     else:
         tiles = [o0, x0] if par is o0 else [x0, o0]
-        sch.reorder(b, *rows_of, *tiles, ry, rx, rc, x1, o1)
+        sch.reorder(b, *rows_of, *tiles, ry, rx, rc, *tile_rows, x1, o1)
     outer = len(rows_of) + 3
     sch.parallel(par)
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, tiles[1])
     fuse_epilogue(sch, acc)
     init = sch.decompose_reduction(block, ry)
+    for rv in tile_rows:
+        sch.unroll(rv)
     sch.unroll(x1)
-    if (loop_extent(sch.get(rx)) or 1) * rows * width // lanes <= MAX_UNROLLED_FMAS:
+    if (loop_extent(sch.get(rx)) or 1) * rows * image_rows * width // lanes <= \
+            MAX_UNROLLED_FMAS:
         sch.unroll(rx)
     if vectors & (vectors - 1):
         # three vectors: one vector loop per lane group, unrolled (a 24-lane vector is no
