@@ -75,10 +75,14 @@ def pad_nhwc(data: te.Tensor, g: ConvGeometry) -> te.Tensor:
         channels += 64 // itemsize
 
     def pad_value(b, y, x, c):
-        inside = te.all(y >= pt, y < pt + g.height, x >= pl, x < pl + g.width,
-                        c < g.in_channels)
-        return te.if_then_else(inside, data[b, y - pt, x - pl, te.min(c, g.in_channels - 1)],
-                               zero)
+        # the channel read as ``c`` itself (the guard keeps it inside), so that the channel
+        # loop vectorizes: a clamped index ``min(c, C - 1)`` is no unit stride, and
+        # ``schedule_pad`` kept that loop scalar (ResNet-18's 64 -> 128 stride-2 layer: its
+        # padding of 56 x 56 x 64 took ~0.2 ms of 0.9)
+        inside = te.all(y >= pt, y < pt + g.height, x >= pl, x < pl + g.width)
+        if channels > g.in_channels:
+            inside = te.all(inside, c < g.in_channels)
+        return te.if_then_else(inside, data[b, y - pt, x - pl, c], zero)
     return te.compute((data.shape[0], hp, wp, channels), pad_value, "data_pad",
                       attrs={SCHEDULE_RULE: RULE_PAD})
 
