@@ -24,6 +24,10 @@ The address is clamped to the buffer's last element rather than guarded (one ``m
 branch on the next tile's existence): a prefetch there is a wasted hint, never a fault, and
 no address outside the buffer is formed.
 
+An optional fourth element ``lines`` (default 1) makes each prefetch step touch that many
+consecutive lines: ``base + ahead + (k // every) * line * lines + j * line`` for ``j`` below
+``lines``, so a loop that reads two lines a step can prefetch a whole region at its own pace.
+
 A loop whose body does not read the buffer, or reads it through a variable bound inside the
 body other than a loop's, is left unchanged: the annotation is a hint, never an error.
 
@@ -69,7 +73,8 @@ def _bound_inside(body) -> tuple[dict, set]:
 
 
 def _inject(loop: For, spec) -> For:
-    name, ahead, every = spec
+    name, ahead, every = spec[:3]
+    lines = spec[3] if len(spec) > 3 else 1
     load = _first_load(loop.body, name)
     if load is None or len(load.indices) != 1 or loop.kind != "serial":
         return loop
@@ -85,10 +90,11 @@ def _inject(loop: For, spec) -> For:
     buf = load.buffer
     line = max(1, CACHE_LINE_BYTES // dt.itemsize(buf.dtype))
     c = lambda v: IntImm(int(v), dtype)  # noqa: E731
-    at = Add(Add(base, c(ahead)), Mul(FloorDiv(step, c(every)), c(line)))
+    at = Add(Add(base, c(ahead)), Mul(FloorDiv(step, c(every)), c(line * lines)))
     size = buf.shape[0] if buf.shape[0].dtype == dtype else Cast(dtype, buf.shape[0])
     last = Sub(size, c(1))
-    hint = prefetch(buf, [Min(at, last)])
+    hints = [prefetch(buf, [Min(Add(at, c(j * line)) if j else at, last)]) for j in range(lines)]
+    hint = hints[0] if lines == 1 else SeqStmt(hints)
     if every > 1:
         hint = IfThenElse(EQ(FloorMod(step, c(every)), c(0)), hint, None)
     return loop.replace(body=SeqStmt([hint, loop.body]))
@@ -105,10 +111,12 @@ class _Injector(IRMutator):
 
 def _check_spec(spec, loop):
     spec = list(spec) if isinstance(spec, (list, tuple)) else None
-    if spec is None or len(spec) != 3 or not isinstance(spec[0], str) or \
-            not all(isinstance(v, int) for v in spec[1:]) or spec[2] < 1 or spec[1] < 0:
+    if spec is None or len(spec) not in (3, 4) or not isinstance(spec[0], str) or \
+            not all(isinstance(v, int) for v in spec[1:]) or spec[2] < 1 or spec[1] < 0 or \
+            (len(spec) == 4 and spec[3] < 1):
         raise TIRError(f"loop {loop.loop_var.name}: the {ANN_SOFTWARE_PREFETCH} annotation is "
-                       f"[buffer name, elements ahead >= 0, every >= 1 steps], got {spec!r}",
+                       f"[buffer name, elements ahead >= 0, every >= 1 steps(, lines >= 1)], "
+                       f"got {spec!r}",
                        loop)
     return spec
 

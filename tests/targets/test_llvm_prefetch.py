@@ -115,6 +115,23 @@ def test_annotation_injects_clamped_prefetches(rng):
     np.testing.assert_allclose(b2, a.sum(axis=1), rtol=1e-5, atol=1e-5)
 
 
+def test_annotation_with_lines_prefetches_consecutive_lines(rng):
+    # ["A", 96, 1, 2]: two prefetches a step, 16 floats apart, the next step 32 floats on
+    sch, kl = _row_sum()
+    sch.annotate(kl, transform.ANN_SOFTWARE_PREFETCH, ["A", 96, 1, 2])
+    lowered = transform.lower(sch.mod)["main"]
+    hints = []
+    post_order_visit(lowered.body, lambda x: hints.append(x) if is_prefetch(x) else None)
+    assert len(hints) == 2
+    a = rng.standard_normal((64, 96)).astype("float32")
+    b = np.zeros(64, "float32")
+    targets.build(sch.mod, "llvm")["main"](a, b)
+    np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(TIRError, match="software_prefetch annotation"):
+        sch.annotate(kl, transform.ANN_SOFTWARE_PREFETCH, ["A", 96, 1, 0])
+        transform.lower(sch.mod)
+
+
 def test_annotation_on_a_loop_without_the_buffer_is_left_alone():
     sch, kl = _row_sum()
     sch.annotate(kl, transform.ANN_SOFTWARE_PREFETCH, ["nosuch", 16, 1])

@@ -18,9 +18,11 @@ def _geometry(cin, hw, cout, k=3, stride=1):
 
 
 def test_spec_is_one_panel_ahead_for_panels_outer_layers_only():
-    assert prefetch_weight_spec(_geometry(512, 7, 512), 32) == [3 * 3 * 512 * 32, 1]
-    assert prefetch_weight_spec(_geometry(256, 14, 512, stride=2), 32) == [3 * 3 * 256 * 32, 1]
-    assert prefetch_weight_spec(_geometry(320, 7, 1280, k=1), 32) == [320 * 32, 1]
+    # two lines a step (the whole next panel) in a KxK layer of unit stride, else one
+    assert prefetch_weight_spec(_geometry(512, 7, 512), 32) == [3 * 3 * 512 * 32, 1, 2]
+    assert prefetch_weight_spec(_geometry(256, 14, 512, stride=2), 32) == \
+        [3 * 3 * 256 * 32, 1, 1]
+    assert prefetch_weight_spec(_geometry(320, 7, 1280, k=1), 32) == [320 * 32, 1, 1]
     assert prefetch_weight_spec(_geometry(64, 56, 64), 32) is None          # 147 KB
     assert prefetch_weight_spec(_geometry(160, 7, 960, k=1), 32) is None    # stays in L2
 
