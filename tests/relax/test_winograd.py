@@ -221,3 +221,45 @@ def test_winograd_stages_run_image_by_image():
                      if isinstance(s, Allocate) else None)
     assert [d.value for d in inside["winograd_input"]] == [16 * 54 * 64]
     assert [d.value for d in inside["winograd_gemm"]] == [16 * 54 * 64]
+
+
+@pytest.mark.parametrize("c,hw,o,pad,batch,band", [
+    (64, 14, 64, 1, 1, 1),          # 7 rows of 7 tiles, a band a row
+    (32, 7, 48, 1, "n", 2),         # odd: the last tiles half outside; symbolic batch
+    (16, 6, 32, (1, 0, 2, 1), 2, 2),   # 7 x 5 output: 4 rows of 3 tiles, two bands
+])
+def test_banded_winograd_matches_numpy(monkeypatch, c, hw, o, pad, batch, band):
+    # the three stages band by band (band_rows forced on small layers), with a residual
+    monkeypatch.setattr(wg, "band_rows", lambda g: band)
+    mod, ref, (oh, ow) = conv_module(c, hw, o, pad, batch, residual=True)
+    assert winograd_kernels(mod, "llvm"), "the layer did not take Winograd"
+    vm = relax.VirtualMachine(relax.build(mod, "llvm"), targets.cpu(0))
+    n = 3 if batch == "n" else batch
+    xv, rv = rand(n, hw, hw, c), rand(n, oh, ow, o)
+    out = vm["main"](targets.array(xv), targets.array(rv)).numpy()
+    np.testing.assert_allclose(out, ref(xv, rv), rtol=1e-4, atol=1e-4)
+
+
+def test_bands_take_large_images_with_small_weights():
+    # ResNet-18's 56 x 56 layer (V and M 6.4 MB an image): bands of 2 rows of 28 tiles; the
+    # 28 x 28 one (3.2 MB, a 1 MB weight): 2 rows of 14; 256 -> 256 at 14 x 14 (a 4.2 MB
+    # weight, read once a band) and small images: none
+    assert wg.band_rows(geometry(64, 56, 64)) == 2
+    assert wg.band_rows(geometry(128, 28, 128)) == 2
+    assert wg.band_rows(geometry(256, 14, 256)) == 0
+    assert wg.band_rows(geometry(64, 14, 64)) == 0
+
+
+def test_banded_stages_allocate_one_band():
+    # V and M allocated inside the band loop with one band's shape: 2 rows x 28 tiles padded
+    # to 60 (a multiple of the 6-tile register tile) x 64 channels, 16 positions
+    from tilecraft.tensorir.stmt import Allocate
+    from tilecraft.tensorir.transform import lower
+    mod, _, _ = conv_module(64, 56, 64, 1, 1)
+    tasks = [t for t in relax.extract_tasks(mod, "llvm", baselines=False)
+             if "winograd_gemm" in t.func.script()]
+    func = lower(ds.apply(tasks[0].func, targets.Target("llvm")))
+    sizes = {}
+    post_order_visit(func.body, lambda s: sizes.update({s.buffer.name: s.buffer.shape[0].value})
+                     if isinstance(s, Allocate) else None)
+    assert sizes["winograd_input"] == sizes["winograd_gemm"] == 16 * 60 * 64

@@ -89,6 +89,9 @@ MIN_CHANNELS = 16
 # Winograd (1.3x the direct kernel)
 MAX_WEIGHT_BYTES = 1 << 20
 MIN_TILES_LARGE_WEIGHT = 32
+# the most bytes of V and M (together) one band of tile rows takes (``band_rows``): a
+# quarter of a 2 MB L2, the weight (up to MAX_WEIGHT_BYTES) beside them; 0 turns bands off
+BAND_BYTES = 512 << 10
 GEMM_ROWS = 6      # tiles per register tile of the GEMM: 6 x 16 channels on AVX2 (12 vectors)
 
 
@@ -150,6 +153,34 @@ def gemm_tile(g: ConvGeometry, lanes: int, registers: int) -> tuple[int, int]:
     (6, 16)
     """
     return GEMM_ROWS, dense_panel_width(g.out_channels, lanes, registers)
+
+
+def band_rows(g: ConvGeometry) -> int:
+    """Rows of tiles per band (0: the whole image in one): the three stages run band by band
+    when one image's ``V`` and ``M`` are more than ``BAND_BYTES`` together and the weight is at
+    most ``MAX_WEIGHT_BYTES``, each band the most rows of tiles that divide the image's and
+    whose ``V`` and ``M`` fit ``BAND_BYTES``, so that they stay in L2 from stage to stage with
+    the weight beside them (``schedule_winograd_gemm``). Intel AVX-512, one thread, one layer
+    with a residual: 64 -> 64 at 56 x 56 1.07 -> 0.79 ms (bands of two rows of tiles: 56
+    tiles), 128 -> 128 at 28 x 28 0.86 -> 0.71 ms (two rows of 14).
+
+    Examples
+    --------
+    >>> band_rows(ConvGeometry(64, 56, 56, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1))
+    2
+    >>> band_rows(ConvGeometry(256, 14, 14, 256, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1))
+    0
+    """
+    th, tw = winograd_tiles(g)
+    row = ALPHA * ALPHA * tw * (g.in_channels + g.out_channels) * 4
+    weight = ALPHA * ALPHA * g.in_channels * g.out_channels * 4
+    if BAND_BYTES <= 0 or th * row <= BAND_BYTES or weight > MAX_WEIGHT_BYTES:
+        # the GEMM reads the whole weight once a band: more than L2 holds beside a band, it
+        # would come from memory each time (256 -> 256 at 14 x 14, 4.2 MB, in bands of one
+        # row of tiles: 1.03 -> 1.55 ms)
+        return 0
+    fits = [r for r in range(1, th) if th % r == 0 and r * row <= BAND_BYTES]
+    return fits[-1] if fits else 0
 
 
 def winograd_tiles(g: ConvGeometry) -> tuple[int, int]:
@@ -262,7 +293,8 @@ def conv2d_nhwc_winograd(data: te.Tensor, weight: te.Tensor, g: ConvGeometry, ro
 
     m = te.compute((ALPHA * ALPHA, n, tiles_pad, ceil_div(g.out_channels, nr) * nr), m_at,
                    "winograd_gemm",
-                   attrs={SCHEDULE_RULE: RULE_WINOGRAD_GEMM, "rows": rows, "width": nr})
+                   attrs={SCHEDULE_RULE: RULE_WINOGRAD_GEMM, "rows": rows, "width": nr,
+                          "band_rows": band_rows(g)})
 
     # 3. Y = A^T M A: an output pixel at (ry, rx) in its tile sums M[a, b] with coefficient
     # A^T[ry, a] * A^T[rx, b], each 0 or +-1: a sum of the 9 nonzero terms for each of the four
@@ -301,16 +333,17 @@ def _only(blocks: list, sch: Schedule, rule: str, what: str, blk):
     return found[0]
 
 
-def _unroll_tiles(sch: Schedule, block, split: list[int], unrolled: int,
+def _unroll_tiles(sch: Schedule, block, above: int, split: list[int], unrolled: int,
                   target: Target) -> None:
-    """A transform ``block`` below its batch loop, the last loop its channels: the loops of
+    """A transform ``block`` below its first ``above`` loops (the batch's, a band's), the last
+    loop its channels: the loops of
     ``split`` split by the tile (``TILE``), the channels into vectors, and the order (outer
     parts, channel vectors, the first ``unrolled`` loops or the split inner parts unrolled,
     channel lanes). Unrolled, a tile's positions are constants: the input transform's 16
     positions (``unrolled``: its first loop) read one 4 x 4 patch, the output transform's 2 x 2
     pixels (``split``: its rows and columns) one tile of ``M``, and their choices of taps and
     terms fold away. The outer loops run in parallel when the work pays."""
-    loops = sch.get_loops(block)[1:]
+    loops = sch.get_loops(block)[above:]
     lanes = block_lanes(sch.get(block), target)
     *spatial, channels = loops
     outer, inner = [], []
@@ -340,8 +373,9 @@ def _unroll_tiles(sch: Schedule, block, split: list[int], unrolled: int,
 def schedule_winograd_gemm(sch: Schedule, name: str, target: Target,
                            gemv_rows: PrimExpr | None = None) -> None:
     """A Winograd convolution (``conv2d_nhwc_winograd``), from its GEMM block ``name``, image
-    by image: the batch loop (the output transform's) is the outermost, and the input
-    transform, the GEMM and the output transform run inside it on one image's ``V`` and
+    by image (and, with ``band_rows``, band by band of rows of tiles): the batch loop (the
+    output transform's) is the outermost, and the input transform, the GEMM and the output
+    transform run inside it (inside the band loop) on one image's (band's) ``V`` and
     ``M`` (ResNet-18's 28 x 28 and 14 x 14 layers at batch 8 ran 1.1-1.2x faster than with
     each stage over the batch, whose ``V`` and ``M`` left the caches between the stages; at
     batch 1 the same, Zen 4). The 16 products ``M[ab, t, o] = sum_c V[ab, t, c] * U[ab, o //
@@ -359,19 +393,25 @@ def schedule_winograd_gemm(sch: Schedule, name: str, target: Target,
     output = _only(sch.get_consumers(block), sch, RULE_WINOGRAD_OUTPUT, "output transform",
                    blk)
     fuse_epilogue(sch, output)
-    batch = sch.get_loops(output)[0]
-    # the image's tiles, not the multiple of ``rows`` the buffers have: the last register
-    # tile is ragged (LoopPartition gives it a loop of its own)
-    sch.compute_at(block, batch)
-    sch.compute_at(transform, batch)
-    # one image's V and M: local buffers, which lowering allocates inside the batch loop
-    # with one image's shape (CompactBufferAllocation leaves global ones whole)
+    band = ann_int(blk, "band_rows", 0)
+    anchor = sch.get_loops(output)[0]          # the batch
+    if band:
+        # a band of ``band`` rows of tiles: the output rows split, and the other two stages
+        # computed inside the band loop for the band's tiles alone
+        anchor, _ = sch.split(sch.get_loops(output)[1], [None, band * TILE])
+    # the image's (or band's) tiles, not the multiple of ``rows`` the buffers have: the last
+    # register tile is ragged (LoopPartition gives it a loop of its own)
+    sch.compute_at(block, anchor)
+    sch.compute_at(transform, anchor)
+    # one image's (band's) V and M: local buffers, which lowering allocates inside the loop
+    # with its shape (CompactBufferAllocation leaves global ones whole)
     sch.set_scope(transform, 0, "local")
     sch.set_scope(block, 0, "local")
+    above = 2 if band else 1
     loops = sch.get_loops(block)
-    if len(loops) != 5:
+    if len(loops) != above + 4:
         raise ScheduleError("winograd", f"block {name}: unexpected loop nest", blk)
-    _, ab, t, o, k = loops
+    ab, t, o, k = loops[above:]
     o0, o1 = sch.split(o, [None, width])
     t0, t1 = sch.split(t, [None, rows])
     sch.reorder(ab, o0, t0, k, t1, o1)
@@ -381,10 +421,10 @@ def schedule_winograd_gemm(sch: Schedule, name: str, target: Target,
     init = sch.decompose_reduction(block, k)
     sch.unroll(t1)
     sch.vectorize(o1)
-    finish_tile_block(sch, init, 3)
-    finish_tile_block(sch, acc, 3)
-    _unroll_tiles(sch, transform, [], 1, target)
-    _unroll_tiles(sch, output, [0, 1], 2, target)
+    finish_tile_block(sch, init, above + 2)
+    finish_tile_block(sch, acc, above + 2)
+    _unroll_tiles(sch, transform, above, [], 1, target)
+    _unroll_tiles(sch, output, above, [0, 1], 0, target)
 
 
 FAMILY = KernelFamily(
