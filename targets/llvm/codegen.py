@@ -66,8 +66,9 @@ from .irutil import (F16, F32, F64, I1, I8, I32, I64, PTR, ModuleBuilder, const,
 
 NONTEMPORAL_ALIGN = 64       # bytes: a non-temporal vector store writes whole aligned lines
 STACK_ALLOCA_LIMIT = 4096     # bytes: larger or symbolic intermediates use posix_memalign
-# An intermediate of at least WORKSPACE_CACHE_MIN bytes (glibc's default mmap threshold) and at
-# most WORKSPACE_CACHE_MAX keeps its memory from call to call (see _cached_workspace): glibc
+# A "local"-scope intermediate (a kernel's private workspace, as a schedule's set_scope makes
+# it) of at least WORKSPACE_CACHE_MIN bytes (glibc's default mmap threshold) and at most
+# WORKSPACE_CACHE_MAX keeps its memory from call to call (see _cached_workspace): glibc
 # maps such a block afresh on each call, or trims it from the heap on free, and the kernel then
 # pays a page fault per 4 KB it touches (Winograd's 3.2 MB transformed input of ResNet-18's
 # 56 x 56 layers: ~1500 faults, 3.0 ms a call against 1.4 ms with the memory kept)
@@ -825,7 +826,9 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         nbytes = self.b.mul(count, I64(self.itemsize(buf.dtype)))
         nbytes = self.b.select(self.b.icmp_signed("<", nbytes, I64(1)), I64(1), nbytes)
         align = max(ALLOC_ALIGN, buf.align)
-        if nbytes_const is None or WORKSPACE_CACHE_MIN <= nbytes_const <= WORKSPACE_CACHE_MAX:
+        cacheable = nbytes_const is None or \
+            WORKSPACE_CACHE_MIN <= nbytes_const <= WORKSPACE_CACHE_MAX
+        if buf.scope == "local" and cacheable:
             data, release = self._cached_workspace(buf, nbytes, align)
         else:
             data = self._memalign(buf, nbytes, align)
@@ -861,7 +864,9 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
         ``WORKSPACE_CACHE_MAX`` bytes allocates and frees its own block, as before. The block
         lives as long as the module: at most one per site, the largest size seen. This is
         TVM's workspace pool in its simplest form; its reason is the page faults of freshly
-        mapped memory (``WORKSPACE_CACHE_MIN``)."""
+        mapped memory (``WORKSPACE_CACHE_MIN``). Only "local"-scope buffers take it (the
+        schedule's word that the buffer is the kernel's private workspace: Winograd's ``V`` and
+        ``M``), so a library does not keep every large intermediate it has."""
         b, mb = self.b, self.mb
         site = f"tilecraft_ws.{self.ctx.func_name}.{buf.name}.{self._workspace_sites}"
         self._workspace_sites += 1

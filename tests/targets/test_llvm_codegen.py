@@ -267,16 +267,28 @@ def test_intermediates_on_stack_and_heap(rng):
         np.testing.assert_allclose(b, a * 2 + (s + 1)[np.arange(size) % 8], rtol=1e-6)
 
 
-def _two_stage(n):
+def _two_stage(n, scope="local"):
     A = te.placeholder((n,), "float32", "A")
     T1 = te.compute((n,), lambda i: A[i] * 2.0, "T1")        # an intermediate on the heap
     B = te.compute((n,), lambda i: T1[n - 1 - i] + 1.0, "B")
-    return te.create_prim_func([A, B])
+    sch = Schedule(te.create_prim_func([A, B]))
+    sch.set_scope(sch.get_block("T1"), 0, scope)
+    return sch.mod["main"]
+
+
+def test_global_heap_intermediate_is_freed_each_call(rng):
+    # a "global"-scope intermediate keeps no block (only a kernel's local workspace does)
+    mod = targets.build(_two_stage(te.var("n"), "global"), "llvm")
+    assert "tilecraft_ws." not in mod.get_source("ll-raw")
+    a = rng.standard_normal(300_000).astype("float32")
+    b = np.zeros_like(a)
+    mod["main"](a, b)
+    np.testing.assert_allclose(b, (a * 2 + 1)[::-1], rtol=1e-6)
 
 
 @pytest.mark.parametrize("cache_max", [None, 1 << 10])
 def test_heap_intermediate_keeps_its_block(rng, monkeypatch, cache_max):
-    # a heap intermediate keeps its block between calls (no fresh mapping, no page faults):
+    # a local heap intermediate keeps its block between calls (no fresh mapping, no page faults):
     # sizes that grow and shrink, and above WORKSPACE_CACHE_MAX (its own block each call)
     # give the same values
     from tilecraft.targets.llvm import codegen
