@@ -42,7 +42,7 @@ TOL = {"float16": (2e-3, 2e-3), "float32": (2e-6, 1e-6), "float64": (1e-12, 1e-1
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 def test_every_intrinsic(dtype, rng):
     n = te.var("n")
-    inputs, outputs, refs = [], [], []
+    inputs, outputs = [], []
     for name, (fte, fnp, (lo, hi)) in UNARY.items():
         A = te.placeholder((n,), dtype, "A_" + name)
         inputs.append((A, lo, hi, fnp))
