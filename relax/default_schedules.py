@@ -56,7 +56,8 @@ from .backend.cpu.schedule_utils import (MIN_PARALLEL_WORK, MR, SYMBOLIC_EXTENT,
                                          block_lanes, finish_tile_block, fuse_epilogue,
                                          input_indices, intermediate_buffers, is_spatial,
                                          loop_extent, loop_nodes, loop_work, parallel_outer,
-                                         root_children, strided_reads, uses_var, var_coeff)
+                                         root_children, strided_reads, uses_var, var_coeff,
+                                         vectorize_partials)
 
 GEMV_MAX_ROWS = 3         # symbolic row counts up to this run rows on a 1-row micro-kernel
 
@@ -964,12 +965,7 @@ def _schedule_row_min_max(sch: Schedule, name: str, target: Target) -> bool:
     for rf in reversed(stages):
         sch.compute_at(rf, rows[-1])
     for rf in stages:
-        ki, ko = sch.get_loops(rf)[-2:]
-        sch.reorder(ko, ki)
-        sch.set_scope(rf, 0, "local")
-        init = sch.decompose_reduction(rf, ko)
-        sch.vectorize(sch.get_loops(init)[-1])
-        sch.vectorize(sch.get_loops(rf)[-1])
+        vectorize_partials(sch, rf)
     if loop_work(loop_nodes(sch, rows)) * extent >= MIN_PARALLEL_WORK:
         sch.parallel(sch.fuse(*rows) if len(rows) > 1 else rows[0])
     return True

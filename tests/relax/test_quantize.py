@@ -69,6 +69,18 @@ def test_dot_isa_per_target():
     assert dot_isa("aarch64", "+neon", 128) is None
 
 
+def _check_two_outputs(sch, func, target, a, b, want_c, want_d, dtype):
+    """Build ``sch`` for ``target`` and run it and ``tensorir.interpret`` of ``func`` on the
+    inputs ``a``, ``b``: both outputs exactly ``want_c`` / ``want_d``."""
+    n = len(a)
+    mod = targets.build(sch.mod[sch._func_name], target)
+    for run in (mod["main"], lambda *args: interpret(func, *args)):
+        c, d = np.zeros(n, dtype), np.zeros(n, dtype)
+        run(a, b, c, d)
+        np.testing.assert_array_equal(c, want_c)
+        np.testing.assert_array_equal(d, want_d)
+
+
 @pytest.mark.parametrize("target", [HOST, PORTABLE])
 @pytest.mark.parametrize("n,lanes", [(1, 0), (7, 0), (64, 16), (48, 12), (40, 20)])
 def test_dot4_is_exact(rng, target, n, lanes):
@@ -87,14 +99,7 @@ def test_dot4_is_exact(rng, target, n, lanes):
         sch.vectorize(sch.split(i, [None, lanes])[1])
     a, b = words(rng, n), words(np.random.default_rng(n + 1), n)
     want = dot4_reference(a, b)
-    mod = targets.build(sch.mod[sch._func_name], target)
-    c, d = np.zeros(n, np.int32), np.zeros(n, np.int32)
-    mod["main"](a, b, c, d)
-    np.testing.assert_array_equal(c, want)
-    np.testing.assert_array_equal(d, want)
-    c2, d2 = np.zeros(n, np.int32), np.zeros(n, np.int32)
-    interpret(func, a, b, c2, d2)
-    np.testing.assert_array_equal(c2, want)
+    _check_two_outputs(sch, func, target, a, b, want, want, np.int32)
 
 
 @pytest.mark.skipif(not _cpu_has("avx512_vnni"), reason="this CPU has no AVX-512 VNNI")
@@ -212,15 +217,7 @@ def test_nibble_f32_lowering(rng, target, n, lanes):
     s = (np.arange(n) % 8 * 4).astype(np.int32)
     want_y = ((w >> s) & 15).astype(np.float32)
     want_z = ((w >> 28) & 15).astype(np.float32)
-    mod = targets.build(sch.mod[sch._func_name], target)
-    y, z = np.zeros(n, np.float32), np.zeros(n, np.float32)
-    mod["main"](w, s, y, z)
-    np.testing.assert_array_equal(y, want_y)
-    np.testing.assert_array_equal(z, want_z)
-    y2, z2 = np.zeros(n, np.float32), np.zeros(n, np.float32)
-    interpret(func, w, s, y2, z2)
-    np.testing.assert_array_equal(y2, want_y)
-    np.testing.assert_array_equal(z2, want_z)
+    _check_two_outputs(sch, func, target, w, s, want_y, want_z, np.float32)
 
 
 @pytest.mark.parametrize("n", [128, 100])

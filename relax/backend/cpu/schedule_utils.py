@@ -28,7 +28,7 @@ from tilecraft.tensorir.stmt import Block, BlockRealize, For
 
 from .registry import block_rule
 
-__all__ = ["MR", "MIN_PARALLEL_WORK", "SYMBOLIC_EXTENT", "VECTOR_STRIDES", "MAX_UNROLLED_FMAS",
+__all__ = ["vectorize_partials", "MR", "MIN_PARALLEL_WORK", "SYMBOLIC_EXTENT", "VECTOR_STRIDES", "MAX_UNROLLED_FMAS",
            "root_children", "intermediate_buffers", "is_spatial", "ann_int", "loop_extent",
            "loop_work", "block_lanes", "loop_nodes", "input_indices", "strided_reads",
            "parallel_outer", "uses_var", "var_coeff", "fuse_epilogue", "tile_tail",
@@ -233,3 +233,14 @@ def rows_per_output_row(sch: Schedule, block, rule: str, row_loops: list):
         sch.parallel(par)
     sch.compute_at(producer, par)
     return producer
+
+
+def vectorize_partials(sch: Schedule, rf) -> None:
+    """The partial reduction ``rf`` under the row loop: its init and its update vectorized
+    over the ``lanes`` partial results (its innermost loop)."""
+    ki, ko = sch.get_loops(rf)[-2:]
+    sch.reorder(ko, ki)
+    sch.set_scope(rf, 0, "local")
+    init = sch.decompose_reduction(rf, ko)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(rf)[-1])

@@ -41,7 +41,8 @@ from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
 from tilecraft.tensorir.stmt import BlockRealize
 
 from .schedule_utils import (MIN_PARALLEL_WORK, block_lanes, loop_extent, loop_nodes,
-                             loop_work, parallel_outer, root_children)
+                             loop_work, parallel_outer, root_children,
+                             vectorize_partials)
 
 __all__ = ["ROW_GROUP", "softmax_blocks", "schedule_softmax_rows"]
 
@@ -90,17 +91,6 @@ def _factor_row_reduction(sch: Schedule, name: str, lanes: int):
     block = sch.get_block(name)
     ko, ki = sch.split(sch.get_loops(block)[-1], [None, lanes])
     return sch.rfactor(ki, -1)
-
-
-def _vectorize_partials(sch: Schedule, rf) -> None:
-    """The partial reduction ``rf`` under the row loop: its init and its update vectorized
-    over the ``lanes`` partial results (its innermost loop)."""
-    ki, ko = sch.get_loops(rf)[-2:]
-    sch.reorder(ko, ki)
-    sch.set_scope(rf, 0, "local")
-    init = sch.decompose_reduction(rf, ko)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.vectorize(sch.get_loops(rf)[-1])
 
 
 def schedule_softmax_rows(sch: Schedule, target: Target) -> bool:
@@ -159,8 +149,8 @@ def _schedule_rows(sch: Schedule, names: list[str], lanes: int) -> None:
         sch.set_scope(sch.get_block(name), 0, "local")
     sch.vectorize(sch.get_loops(sch.get_block(ex))[-1])
     sch.vectorize(col)
-    _vectorize_partials(sch, mx_rf)
-    _vectorize_partials(sch, sm_rf)
+    vectorize_partials(sch, mx_rf)
+    vectorize_partials(sch, sm_rf)
     if loop_work(loop_nodes(sch, sch.get_loops(sch.get_block(out)))) >= MIN_PARALLEL_WORK:
         sch.parallel(_outermost_groups(sch, rows))
 
