@@ -14,6 +14,8 @@ True
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import platform
 import shlex
@@ -365,7 +367,7 @@ class Target:
         if self.mcpu is not None:
             return self.mcpu in _AMX_CPUS
         if self.mtriple is None:
-            return _host_cpu_flags() >= {"amx_int8", "amx_tile"}
+            return host_cpu_flags() >= {"amx_int8", "amx_tile"}
         return False
 
     @property
@@ -516,23 +518,20 @@ _AMX_CPUS = {"sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-
              "diamondrapids"}
 
 
-def _host_cpu_flags() -> set:
-    """The host CPU's flags from /proc/cpuinfo (empty where there is none)."""
+@functools.lru_cache(maxsize=None)
+def host_cpu_flags() -> frozenset:
+    """The host CPU's flags from /proc/cpuinfo (empty where there is none), read once per
+    process: schedules ask for them per kernel."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return set(next((line for line in f if line.startswith("flags")), "").split())
+            return frozenset(next((line for line in f if line.startswith("flags")), "").split())
     except OSError:
-        return set()
+        return frozenset()
 
 
 def _host_x86_vector_width() -> int:
-    """Read the host's vector width from /proc/cpuinfo (no LLVM needed)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return 128
-    words = set(flags.split())
+    """The host's vector width from /proc/cpuinfo (no LLVM needed)."""
+    words = host_cpu_flags()
     if "avx512f" in words:
         return 512
     if "avx2" in words:

@@ -15,6 +15,7 @@ from tilecraft.models import bert_encoder_layer
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax.backend.cpu.dense_amx import amx_applies, amx_words
 from tilecraft.targets import Target
+from tilecraft.targets.target import host_cpu_flags
 from tilecraft.targets.llvm.amx import has_amx_int8
 from tilecraft.targets.runtime import amx as amx_runtime
 
@@ -22,15 +23,7 @@ CPU = targets.cpu(0)
 NO_AMX = "llvm -mattr=-amx-int8"
 
 
-def _cpu_flags() -> set:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return set(next((ln for ln in f if ln.startswith("flags")), "").split())
-    except OSError:
-        return set()
-
-
-HAS_AMX = {"amx_int8", "amx_tile"} <= _cpu_flags()
+HAS_AMX = {"amx_int8", "amx_tile"} <= host_cpu_flags()
 needs_amx = pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX int8 tiles "
                                "(cpuinfo lacks amx_int8 / amx_tile)")
 
