@@ -32,11 +32,14 @@ stride-1 convolutions as direct implicit GEMMs instead of Winograd F(2x2, 3x3)
 GPT-2's 768-wide dense layers at batch 1 and 2, ResNet-50's late convolutions), each row's
 ``split_k`` says which.
 Results: ``benchmarks/results/gpu_models/<machine>.json`` (the machine: the CUDA GPU PyTorch
-ran on, else this CPU's name).
+ran on, else this CPU's name). A run of some models, targets or batches replaces only their rows
+in the file (the others are kept; every row carries its ``measured`` time), so the device's
+short calls add up to one table.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import sys
@@ -44,7 +47,7 @@ import time
 
 import numpy as np
 
-from .common import print_table, write_results
+from .common import machine_name, print_table, results_path, write_results
 from .gpu_common import gpu_device
 
 BATCHES = [int(b) for b in os.environ.get("TILECRAFT_GPU_MODEL_BATCHES", "1,16").split(",")]
@@ -331,6 +334,7 @@ def run() -> list[dict]:
                         print(f"{name} {kind} b{b}: {rows[-1]['error']}", file=sys.stderr)
                         continue
                     rows.append({"model": name, "target": kind, "batch": b,
+                                 "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                  "target_string": str(target),
                                  "nominal_batch": gemm.GEMM_NOMINAL_BATCH,
                                  "large_batch": gemm.GEMM_LARGE_BATCH,
@@ -349,11 +353,40 @@ def run() -> list[dict]:
                           f"{torch_s * 1e3:.2f} ms, ratio {torch_s / ours_s:.2f}, rel err "
                           f"{err:.1e}", flush=True)
             # written after every model and target, so a run cut short keeps its rows
-            path = write_results("gpu_models", rows, {"gpu": gpu_name},
-                                 gpu=gpu_name if cuda else None)
-    path = write_results("gpu_models", rows, {"gpu": gpu_name}, gpu=gpu_name if cuda else None)
+            path = _save(rows, gpu_name if cuda else None)
+    path = _save(rows, gpu_name if cuda else None)
     print(f"(written to {path})")
     return rows
+
+
+def _key(row: dict) -> tuple:
+    return row.get("model"), row.get("target"), row.get("batch")
+
+
+def kept_rows(old: list[dict], new: list[dict]) -> list[dict]:
+    """The rows of ``old`` whose (model, target, batch) ``new`` did not measure.
+
+    Examples
+    --------
+    >>> kept_rows([{"model": "m", "target": "opencl", "batch": 1},
+    ...            {"model": "m", "target": "opencl", "batch": 16}],
+    ...           [{"model": "m", "target": "opencl", "batch": 16}])
+    [{'model': 'm', 'target': 'opencl', 'batch': 1}]
+    """
+    measured = {_key(r) for r in new}
+    return [r for r in old if _key(r) not in measured]
+
+
+def _save(rows: list[dict], gpu: str | None) -> str:
+    """Write ``rows`` with the file's rows this run did not measure (``kept_rows``)."""
+    path = results_path("gpu_models", machine_name(gpu))
+    try:
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)["rows"]
+    except (OSError, ValueError, KeyError):
+        old = []
+    return write_results("gpu_models", kept_rows(old, rows) + rows, {"gpu": gpu or "no-cuda"},
+                         gpu=gpu)
 
 
 def main(argv=None) -> int:
