@@ -47,7 +47,9 @@ are loop nests of one block each):
 ``Target("opencl -device=nvidia")`` (tensor cores: ``Target.tensor_cores``) tries the
 tensor-core fp16 GEMM first (``relax.backend.gpu.tensor_core``: float16 x float16 -> float32
 dense / matmul / batch matmul with its fused epilogue); a kernel it does not match gets the
-rules below.
+rules below. With ``-fp32-tensor-cores=3xtf32`` (``Target.fp32_tensor_cores``) float32
+GEMM-like kernels try the 3xTF32 tensor-core GEMM before that (``relax.backend.gpu.
+tensor_core_tf32``: float32-level accuracy on the TF32 tensor cores).
 
 Each rule is a sequence of checked ``Schedule`` primitives; a rule that does not apply (a
 ``ScheduleError``, or a kernel the device lowering rejects — over the target's limits) falls
@@ -81,7 +83,7 @@ from tilecraft.tensorir.transform import lower_device
 
 from .backend.gpu.batch_dispatch import by_batch, symbolic_batch
 from .backend.gpu.depthwise import is_depthwise, schedule_depthwise
-from .backend.gpu import gemm, gemv, tensor_core
+from .backend.gpu import gemm, gemv, tensor_core, tensor_core_tf32
 from .backend.gpu.gemm import (GEMM_NOMINAL_ROWS, GEMM_SMALL_BATCH, GEMM_SMALL_ROWS,
                                compact_read, is_gemm_like, reduce_inputs, schedule_gemm,
                                symbolic_rows)
@@ -121,6 +123,10 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     if target.kind not in GPU_KINDS or is_scheduled(func):
         return func
     name = func.attr_dict.get("global_symbol", "main")
+    if target.fp32_tensor_cores is not None:
+        out = _tensor_core_gemm(func, target, name, tensor_core_tf32.tf32_kernel, "TF32 ")
+        if out is not None:
+            return out
     if target.tensor_cores is not None:
         out = _tensor_core_gemm(func, target, name)
         if out is not None:
@@ -143,17 +149,20 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     return func
 
 
-def _tensor_core_gemm(func: PrimFunc, target: Target, name: str) -> PrimFunc | None:
+def _tensor_core_gemm(func: PrimFunc, target: Target, name: str,
+                      kernel=tensor_core.tensor_core_kernel, kind: str = ""
+                      ) -> PrimFunc | None:
     """``func`` as the tensor-core fp16 GEMM (``backend.gpu.tensor_core``; a target with
-    ``tensor_cores``), or None where it is not one (the reason named under
-    ``TILECRAFT_DEBUG_SCHEDULES``) and the rules below schedule it."""
+    ``tensor_cores``) — or, with ``kernel=tensor_core_tf32.tf32_kernel``, the 3xTF32 float32
+    GEMM (a target with ``fp32_tensor_cores``) — or None where it is not one (the reason named
+    under ``TILECRAFT_DEBUG_SCHEDULES``) and the rules below schedule it."""
     try:
-        out = tensor_core.tensor_core_kernel(func, target)
+        out = kernel(func, target)
         lower_device(out, target)      # over a limit -> the rules below
         return out
     except (ScheduleError, ValueError, TIRError) as err:
         if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
-            warnings.warn(f"tensor-core GEMM of {name} does not apply: {err}")
+            warnings.warn(f"{kind}tensor-core GEMM of {name} does not apply: {err}")
         return None
 
 

@@ -90,14 +90,14 @@ TAGS: dict[str, dict[str, Any]] = {
 _OPTION_KEYS = {"mtriple", "mcpu", "mattr", "num-cores", "mabi", "opt-level", "device", "keys",
                 "max-threads-per-block", "max-shared-memory-per-block", "vector-width", "tag",
                 "max-storage-buffers", "supports-float16", "max-storage-buffer-binding-size",
-                "max-buffer-size", "trusted-shaders"}
+                "max-buffer-size", "trusted-shaders", "fp32-tensor-cores"}
 
 # The options of the string form in the order ``str(Target)`` writes them (every field of a
 # target but ``kind``, ``tag`` and ``description``).
 _STR_ORDER = ("mtriple", "mcpu", "mabi", "mattr", "device", "keys", "num_cores", "opt_level",
               "max_threads_per_block", "max_shared_memory_per_block", "vector_width",
               "max_storage_buffers", "max_storage_buffer_binding_size", "max_buffer_size",
-              "supports_float16", "trusted_shaders")
+              "supports_float16", "trusted_shaders", "fp32_tensor_cores")
 
 
 def _canonical_options(config: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -253,6 +253,20 @@ class Target:
                 config[key] = word in ("1", "true", "yes")
             elif flag is not None:
                 config[key] = bool(flag)
+        fp32_tc = config.get("fp32_tensor_cores")
+        if fp32_tc is not None:
+            word = str(fp32_tc).strip().lower()
+            if word in ("", "none", "0", "off"):
+                config.pop("fp32_tensor_cores")
+            elif word not in FP32_TENSOR_CORE_MODES:
+                raise TargetError(f"target option fp32_tensor_cores must be one of "
+                                  f"{', '.join(FP32_TENSOR_CORE_MODES)} or none, got {fp32_tc!r}")
+            elif config.get("kind") != "opencl" or str(config.get("device") or "").lower() \
+                    not in _TENSOR_CORE_DEVICES:
+                raise TargetError(f"target option fp32_tensor_cores needs an OpenCL target with "
+                                  f"tensor cores (-device={' or -device='.join(_TENSOR_CORE_DEVICES)})")
+            else:
+                config["fp32_tensor_cores"] = word
         if config.get("trusted_shaders") and config.get("kind") != "webgpu":
             raise TargetError(f"target option trusted_shaders is for WebGPU targets only, not "
                               f"{config.get('kind')!r}")
@@ -440,6 +454,21 @@ class Target:
         return _TENSOR_CORE_DEVICES.get(str(self._config.get("device") or "").lower())
 
     @property
+    def fp32_tensor_cores(self) -> str | None:
+        """How float32 GEMM-like kernels may use the tensor cores (``tensor_cores``): ``"3xtf32"``
+        for ``Target("opencl -device=nvidia -fp32-tensor-cores=3xtf32")`` (each float32 operand
+        split into two tf32 parts, three tf32 mma: float32-level accuracy,
+        ``relax.backend.gpu.tensor_core_tf32``), None (the default: the float32 SIMT GEMM). See
+        docs/gpu.md, "3xTF32: float32 GEMMs on the tensor cores".
+
+        >>> Target("opencl -device=nvidia -fp32-tensor-cores=3xtf32").fp32_tensor_cores
+        '3xtf32'
+        >>> Target("opencl -device=nvidia").fp32_tensor_cores is None
+        True
+        """
+        return self._config.get("fp32_tensor_cores")
+
+    @property
     def trusted_shaders(self) -> bool:
         """WebGPU only: create this target's shader modules without naga's run-time checks
         (index clamps, loop bounding) — native wgpu only, never in a browser; default False.
@@ -504,6 +533,9 @@ class Target:
         """Tag name -> description."""
         return {name: cfg.get("description", "") for name, cfg in TAGS.items()}
 
+
+# the values of ``-fp32-tensor-cores`` (``Target.fp32_tensor_cores``)
+FP32_TENSOR_CORE_MODES = ("3xtf32",)
 
 # ``-device`` values of OpenCL targets whose kernels may use tensor cores (``Target.tensor_cores``)
 _TENSOR_CORE_DEVICES = {"nvidia": "ptx", "nvidia-emulated": "emulated"}

@@ -453,12 +453,23 @@ TC_LOAD_B128 = "tc_load_b128"
 TC_PACK_LO = "tc_pack_lo"
 TC_PACK_HI = "tc_pack_hi"
 TC_PACK_HALF2 = "tc_pack_half2"
+# The 3xTF32 float32 GEMM's (``relax.backend.gpu.tensor_core_tf32``):
+# * ``TC_MMA_TF32``: ``[acc[i], a[j], b[k]]`` as ``TC_MMA``, one ``mma.sync.aligned.m16n8k8.
+#   row.col.f32.tf32.tf32.f32``: A 16 x 8 (``a[j..j+3]``: uint32, one tf32 each), B 8 x 8
+#   (``b[k..k+1]``);
+# * ``TC_TF32_BIG`` (uint32 of a float32 ``x``): ``x`` rounded to tf32 (to nearest, ties away
+#   from zero, 10 mantissa bits: ``cvt.rna.tf32.f32``), as float32 bits with the low 13 zero;
+#   ``TC_TF32_SMALL`` (uint32 of float32 ``x`` and its ``TC_TF32_BIG`` word ``big``): the
+#   remainder ``x - big`` (exact in float32) rounded to tf32 likewise.
+TC_MMA_TF32 = "tc_mma_m16n8k8_tf32"
+TC_TF32_BIG = "tc_tf32_big"
+TC_TF32_SMALL = "tc_tf32_small"
 # the intrinsics that write the elements their first argument names (the device lowering's
 # barrier placement counts them as writes of that buffer)
-WRITES_FIRST_ARG = (TC_MMA, TC_LOAD_B128)
+WRITES_FIRST_ARG = (TC_MMA, TC_LOAD_B128, TC_MMA_TF32)
 # how many consecutive elements (along the last dim) each buffer-element argument of an
 # intrinsic names (the allocation compaction keeps them all)
-INTRINSIC_ELEMENTS = {TC_MMA: (4, 4, 2), TC_LOAD_B128: (4, 4)}
+INTRINSIC_ELEMENTS = {TC_MMA: (4, 4, 2), TC_LOAD_B128: (4, 4), TC_MMA_TF32: (4, 4, 2)}
 
 # An Intel AMX int8 block product (``relax.backend.cpu.dense_amx``; only the LLVM back end
 # emits it, ``targets.llvm.amx``): ``Evaluate(Call("int32", AMX_U8I8, [c[..], a[..], b[..],

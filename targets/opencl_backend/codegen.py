@@ -150,6 +150,19 @@ class OpenCLCodegen(CodegenC):
                 self.emit(tc.mma_emulated(self._tc_address(c), self._tc_address(a),
                                           self._tc_address(b)))
             return
+        if isinstance(v, E.Call) and v.op == E.TC_MMA_TF32:
+            mode = self._tc_mode(v)
+            c, a, b = v.args
+            if mode == "ptx":
+                self.needs.add("tc_ptx")
+                self.emit(tc.mma_tf32_asm([self._tc_ref(c, i) for i in range(4)],
+                                          [self._tc_ref(a, i) for i in range(4)],
+                                          [self._tc_ref(b, i) for i in range(2)]))
+            else:
+                self.needs.add("tc_tf32_emulated")
+                self.emit(tc.mma_tf32_emulated(self._tc_address(c), self._tc_address(a),
+                                               self._tc_address(b)))
+            return
         if isinstance(v, E.Call) and v.op == E.TC_LOAD_B128:
             self._tc_mode(v)
             dst, src = v.args
@@ -160,7 +173,7 @@ class OpenCLCodegen(CodegenC):
 
     def kernel_source(self, kernel: DeviceKernel, nonneg_scalars=()) -> str:
         text = super().kernel_source(kernel, nonneg_scalars)
-        if "tc_emulated" not in self.needs:
+        if not self.needs & {"tc_emulated", "tc_tf32_emulated"}:
             return text
         # the emulated mma's scratch: 6 words a lane (declared here: no IR buffer has it)
         words = tc.EMULATION_SCRATCH * 32 * (-(-kernel.block[0] // 32))
@@ -206,6 +219,11 @@ class OpenCLCodegen(CodegenC):
             self._tc_mode(e)
             self.needs.add("tc_pack_half2")
             return f"tc_pack_half2({self.visit(e.args[0])}, {self.visit(e.args[1])})"
+        if e.op in (E.TC_TF32_BIG, E.TC_TF32_SMALL):
+            # the split of the 3xTF32 GEMM: cvt.rna.tf32.f32, or its emulation
+            mode = self._tc_mode(e)
+            self.needs |= {f"tc_tf32_split_{mode}"} | ({"tc_ptx"} if mode == "ptx" else set())
+            return f"{e.op}({', '.join(self.visit(a) for a in e.args)})"
         if e.op in (E.TC_PACK_LO, E.TC_PACK_HI):
             self._tc_mode(e)
             pack = tc.pack_lo if e.op == E.TC_PACK_LO else tc.pack_hi
@@ -314,6 +332,12 @@ def opencl_source(kernels: Sequence[DeviceKernel],
         extensions.add(tc.REQUIREMENT)
     if "tc_emulated" in needs:
         head.append(tc.EMULATION_SOURCE)
+    if "tc_tf32_emulated" in needs:
+        head.append(tc.EMULATION_TF32_SOURCE)
+    if "tc_tf32_split_ptx" in needs:
+        head.append(tc.TF32_SPLIT_PTX_SOURCE)
+    if "tc_tf32_split_emulated" in needs:
+        head.append(tc.TF32_SPLIT_EMULATED_SOURCE)
     if "tc_pack_half2" in needs:
         head.append(tc.PACK_HALF2_SOURCE)
     for n in sorted(x for x in needs if x.startswith("roundhalf_")):

@@ -124,6 +124,91 @@ def pack_hi(a: str, b: str) -> str:
     return f"((({a}) >> 16) | (({b}) & 0xffff0000u))"
 
 
-__all__ = ["EMULATION_SCRATCH", "EMULATION_SOURCE", "MMA_PTX", "MODES", "PACK_HALF2_SOURCE",
+# -- 3xTF32: float32 GEMMs on the TF32 tensor cores -------------------------------------------
+#
+# ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`` (``tensorir.expr.TC_MMA_TF32``):
+# A 16 x 8, B 8 x 8, C 16 x 8 float32, one tf32 (float32 bits, the low 13 ignored) a 32-bit
+# register, ``g = lane >> 2``, ``t = lane & 3``:
+#
+# * ``a0``: A row ``g``, k ``t``; ``a1``: row ``g+8``, k ``t``; ``a2``: row ``g``, k ``t+4``;
+#   ``a3``: row ``g+8``, k ``t+4``;
+# * ``b0``: B k ``t``, column ``g``; ``b1``: k ``t+4``, column ``g``;
+# * ``c`` as for m16n8k16.
+#
+# The split of a float32 ``x`` (``TC_TF32_BIG`` / ``TC_TF32_SMALL``): ``big = tf32(x)``
+# (``cvt.rna.tf32.f32``: to nearest, ties away from zero), ``small = tf32(x - big)`` (the
+# difference is exact in float32). The PTX form masks the low 13 bits of the ``cvt`` result,
+# so that ``big`` read back as a float is exactly the tf32 value; the emulation rounds with
+# integer operations to the same bits.
+MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
+CVT_TF32_PTX = "cvt.rna.tf32.f32 %0, %1;"
+
+TF32_SPLIT_PTX_SOURCE = """// float32 -> tf32 (cvt.rna: to nearest, ties away), the low 13 bits cleared
+inline uint tc_tf32_big(float x) {
+  uint r;
+  asm volatile("%s" : "=r"(r) : "f"(x));
+  return r & 0xffffe000u;
+}
+// the remainder x - tf32(x) (exact in float32) as tf32
+inline uint tc_tf32_small(float x, uint big) {
+  return tc_tf32_big(x - as_float(big));
+}""" % CVT_TF32_PTX
+
+TF32_SPLIT_EMULATED_SOURCE = """// float32 -> tf32 as cvt.rna.tf32.f32 computes it: to nearest, ties away from zero (half
+// an ulp of the 10-bit mantissa added to the magnitude, then truncated), Inf kept, NaN a NaN
+inline uint tc_tf32_big(float x) {
+  uint b = as_uint(x);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return b | 0x7fffe000u;
+  return (b + 0x1000u) & 0xffffe000u;
+}
+inline uint tc_tf32_small(float x, uint big) {
+  return tc_tf32_big(x - as_float(big));
+}"""
+
+EMULATION_TF32_SOURCE = """// m16n8k8 mma (tf32 x tf32 -> f32) of one warp, emulated through __local memory: the same
+// fragments as mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, the products (exact in
+// float32) summed in float32 over k = 0..7 in order
+void tc_mma_tf32_emulated(__local uint* warp_scratch, float* c, const uint* a, const uint* b) {
+  int lane = (int)(get_local_id(0) & 31);
+  __local uint* s = warp_scratch + (get_local_id(0) >> 5) * (32 * 6);
+  for (int i = 0; i < 4; ++i) s[lane * 6 + i] = a[i];
+  s[lane * 6 + 4] = b[0];
+  s[lane * 6 + 5] = b[1];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  int g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; ++i) {
+    int row = g + ((i >> 1) << 3);
+    int col = 2 * t + (i & 1);
+    float acc = c[i];
+    for (int k = 0; k < 8; ++k) {
+      // A[row][k]: lane (row % 8) * 4 + k % 4, register (row >= 8) + 2 (k >= 4)
+      float x = as_float(s[((row & 7) * 4 + (k & 3)) * 6 + (row >> 3) + ((k >> 2) << 1)]
+                         & 0xffffe000u);
+      // B[k][col]: lane col * 4 + k % 4, register 4 + (k >= 4)
+      float y = as_float(s[(col * 4 + (k & 3)) * 6 + 4 + (k >> 2)] & 0xffffe000u);
+      acc = fma(x, y, acc);
+    }
+    c[i] = acc;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}"""
+
+
+def mma_tf32_asm(c: Sequence[str], a: Sequence[str], b: Sequence[str]) -> str:
+    """The ``asm volatile`` statement of one m16n8k8 tf32 mma (operands as ``mma_asm``)."""
+    outs = ", ".join(f'"+f"({x})' for x in c)
+    ins = ", ".join(f'"r"({x})' for x in list(a) + list(b))
+    return f'asm volatile("{MMA_TF32_PTX}" : {outs} : {ins});'
+
+
+def mma_tf32_emulated(c: str, a: str, b: str) -> str:
+    """The call of the tf32 mma's emulation (arguments as ``mma_emulated``)."""
+    return f"tc_mma_tf32_emulated({SCRATCH_NAME}, {c}, {a}, {b});"
+
+
+__all__ = ["CVT_TF32_PTX", "EMULATION_TF32_SOURCE", "MMA_TF32_PTX", "TF32_SPLIT_EMULATED_SOURCE",
+           "TF32_SPLIT_PTX_SOURCE", "mma_tf32_asm", "mma_tf32_emulated",
+           "EMULATION_SCRATCH", "EMULATION_SOURCE", "MMA_PTX", "MODES", "PACK_HALF2_SOURCE",
            "REQUIREMENT",
            "SCRATCH_NAME", "load_b128", "mma_asm", "mma_emulated", "pack_hi", "pack_lo"]

@@ -31,6 +31,9 @@ On GPU targets most families are found by the structure of a block, not by a rul
   PTX) for ``Target("opencl -device=nvidia")``: float16 x float16 -> float32 dense / matmul /
   batch matmul with the fused epilogue applied to the accumulators; tried first by
   ``relax.gpu_schedules.apply`` on such a target.
+- ``tensor_core_tf32.py``: the 3xTF32 float32 GEMM on the TF32 tensor cores (each float32
+  operand split into two tf32 parts, three ``mma.sync.m16n8k8``: float32-level accuracy) for
+  ``Target("opencl -device=nvidia -fp32-tensor-cores=3xtf32")``; tried first on such a target.
 
 ``batch_dispatch.py`` puts two schedules of one kernel (its tile sized for batch 1 and for
 ``gemm.GEMM_NOMINAL_BATCH``) into one function chosen per call by the symbolic batch.
@@ -46,7 +49,7 @@ Examples
 ((16, 8), 16)
 """
 from . import (batch_dispatch, dense_int4, depthwise, gemm, gemv, schedule_utils, split_k,
-               tensor_core, winograd)
+               tensor_core, tensor_core_tf32, winograd)
 
 __all__ = ["batch_dispatch", "dense_int4", "depthwise", "gemm", "gemv", "schedule_utils",
-           "split_k", "tensor_core", "winograd"]
+           "split_k", "tensor_core", "tensor_core_tf32", "winograd"]

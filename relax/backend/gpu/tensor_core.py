@@ -172,9 +172,10 @@ def _plain_vars(indices) -> bool:
     return all(isinstance(i, Var) for i in indices)
 
 
-def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
+def match_fp16_gemm(func: PrimFunc, dtype: str = "float16") -> TensorCoreGemm:
     """The fp16 GEMM of ``func`` (see the module docstring), or ``ValueError`` saying why
-    ``func`` is not one."""
+    ``func`` is not one. ``dtype="float32"``: a float32 GEMM instead (products of float32
+    values, not casts: the 3xTF32 kernel's, ``tensor_core_tf32``)."""
     sch = Schedule(func)
     inline_spatial_producers(sch)    # casts, bias adds, activations: GEMM and epilogue remain
     root = sch.get_root()
@@ -194,8 +195,12 @@ def match_fp16_gemm(func: PrimFunc) -> TensorCoreGemm:
         raise ValueError("not a float32 sum of products")
     ops = []
     for x in (v.b.a, v.b.b):
-        if not (isinstance(x, Cast) and x.value.dtype == "float16"):
-            raise ValueError("the products are not of float16 values cast to float32")
+        if dtype == "float32" and x.dtype == "float32" and not isinstance(x, Cast):
+            ops.append(x)
+            continue
+        if not (isinstance(x, Cast) and x.value.dtype == dtype):
+            raise ValueError(f"the products are not of {dtype} values" +
+                             (" cast to float32" if dtype != "float32" else ""))
         ops.append(x.value)
     init = g.init
     if not (isinstance(init, BufferStore) and isinstance(init.value, E.FloatImm) and
