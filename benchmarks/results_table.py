@@ -278,6 +278,27 @@ def _gpu_tensor_core(doc):
     return out
 
 
+def _gpu_tf32(doc):
+    """3xTF32 on BERT's dense layers at the largest batch measured: the summed time of torch
+    fp32 (TF32 off) and of our SIMT fp32 over 3xTF32's, and the largest error ratio to SIMT."""
+    rows = [r for r in doc["rows"] if r.get("kernel") == "dense" and "tf32x3_ms" in r]
+    if not rows:
+        return [Headline("3xTF32: no row measured (see the file's errors)")]
+    top = max(r["batch"] for r in rows)
+    sel = [r for r in rows if r["batch"] == top]
+    ours = sum(r["tf32x3_ms"] for r in sel)
+    worst = max(r["tf32x3_cerr"] / r["simt_cerr"] for r in doc["rows"]
+                if "tf32x3_cerr" in r and r.get("simt_cerr"))
+    out = [Headline(f"{len(sel)} BERT dense layers at batch {top}, fp32 as 3xTF32 (tensor "
+                    f"cores; error <= {worst:.1f}x our SIMT fp32's) vs our SIMT fp32",
+                    sum(r["simt_ms"] for r in sel) / ours, "our SIMT fp32 GEMM")]
+    if all("torch_ms" in r for r in sel):
+        out.append(Headline(f"{len(sel)} BERT dense layers at batch {top}, fp32 as 3xTF32",
+                            sum(r["torch_ms"] for r in sel) / ours,
+                            "torch fp32 addmm, TF32 off (cuBLAS)"))
+    return out
+
+
 def _gpu_launch_overhead(doc):
     def us(backend, case):
         r = _row(doc, backend=backend, case=case)
@@ -557,6 +578,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gpu_convs": _gpu_convs,
     "gpu_dense": _gpu_dense,
     "gpu_tensor_core": _gpu_tensor_core,
+    "gpu_tf32": _gpu_tf32,
     "gpu_webgpu": _gpu_webgpu,
     "gpu_webgpu_limits": _gpu_webgpu_limits,
     "layer_profile": _layer_profile,

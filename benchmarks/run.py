@@ -33,6 +33,7 @@ REGISTRY = {
     "gpu_convs": "benchmarks.gpu_convs",
     "gpu_dense": "benchmarks.gpu_dense",
     "gpu_tensor_core": "benchmarks.gpu_tensor_core",
+    "gpu_tf32": "benchmarks.gpu_tf32",
     "tune_cpu": "benchmarks.tune_cpu",
     "tune_gpu": "benchmarks.tune_gpu",
     "space_gemm": "benchmarks.space_gemm",

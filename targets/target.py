@@ -263,8 +263,9 @@ class Target:
                                   f"{', '.join(FP32_TENSOR_CORE_MODES)} or none, got {fp32_tc!r}")
             elif config.get("kind") != "opencl" or str(config.get("device") or "").lower() \
                     not in _TENSOR_CORE_DEVICES:
+                devices = " or ".join(f"-device={d}" for d in _TENSOR_CORE_DEVICES)
                 raise TargetError(f"target option fp32_tensor_cores needs an OpenCL target with "
-                                  f"tensor cores (-device={' or -device='.join(_TENSOR_CORE_DEVICES)})")
+                                  f"tensor cores ({devices})")
             else:
                 config["fp32_tensor_cores"] = word
         if config.get("trusted_shaders") and config.get("kind") != "webgpu":

@@ -137,9 +137,9 @@ def pack_hi(a: str, b: str) -> str:
 #
 # The split of a float32 ``x`` (``TC_TF32_BIG`` / ``TC_TF32_SMALL``): ``big = tf32(x)``
 # (``cvt.rna.tf32.f32``: to nearest, ties away from zero), ``small = tf32(x - big)`` (the
-# difference is exact in float32). The PTX form masks the low 13 bits of the ``cvt`` result,
-# so that ``big`` read back as a float is exactly the tf32 value; the emulation rounds with
-# integer operations to the same bits.
+# difference is exact in float32). The PTX form masks the low 13 bits of ``big``'s ``cvt``
+# result, so that ``big`` read back as a float is exactly the tf32 value (``small``'s are left:
+# the mma ignores them); the emulation rounds with integer operations to the same bits.
 MMA_TF32_PTX = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
 CVT_TF32_PTX = "cvt.rna.tf32.f32 %0, %1;"
@@ -150,10 +150,13 @@ inline uint tc_tf32_big(float x) {
   asm volatile("%s" : "=r"(r) : "f"(x));
   return r & 0xffffe000u;
 }
-// the remainder x - tf32(x) (exact in float32) as tf32
+// the remainder x - tf32(x) (exact in float32) as tf32 (its low 13 bits left as the cvt
+// leaves them: the mma reads the upper 19 only)
 inline uint tc_tf32_small(float x, uint big) {
-  return tc_tf32_big(x - as_float(big));
-}""" % CVT_TF32_PTX
+  uint r;
+  asm volatile("%s" : "=r"(r) : "f"(x - as_float(big)));
+  return r;
+}""" % (CVT_TF32_PTX, CVT_TF32_PTX)
 
 TF32_SPLIT_EMULATED_SOURCE = """// float32 -> tf32 as cvt.rna.tf32.f32 computes it: to nearest, ties away from zero (half
 // an ulp of the 10-bit mantissa added to the magnitude, then truncated), Inf kept, NaN a NaN

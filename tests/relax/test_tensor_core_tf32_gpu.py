@@ -1,0 +1,326 @@
+"""The 3xTF32 float32 GEMM of NVIDIA OpenCL (``relax.backend.gpu.tensor_core_tf32``): whole
+kernels — indexing, fragment layouts, the split, epilogues, symbolic rows, edges — against
+float64 numpy on random data, and its accuracy beside our SIMT float32 GEMM and plain TF32.
+
+Without an NVIDIA GPU (PoCL in CI) the kernels are built for ``Target("opencl
+-device=nvidia-emulated -fp32-tensor-cores=3xtf32")``: the mma and the ``cvt.rna.tf32`` split
+computed by portable OpenCL C (``targets.opencl_backend.tensor_core``), exactly as the model
+of ``tests/targets/test_opencl_tensor_core_tf32.py``; ``TILECRAFT_TC_DEVICE=nvidia`` runs this
+file on NVIDIA's driver (inline PTX; ``benchmarks/tf32_device.sh``), where the accuracy test
+measures the tensor cores' own summation.
+"""
+import math
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from capabilities import opencl_device
+from tilecraft import relax, targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax import gpu_schedules
+from tilecraft.relax.op import nn
+from tilecraft.relax.backend.gpu import tensor_core_tf32 as tf32
+from tilecraft.targets import Target
+from tilecraft.tensorir import te
+
+REAL = os.environ.get("TILECRAFT_TC_DEVICE", "") == "nvidia"
+DEVICE = "nvidia" if REAL else "nvidia-emulated"
+TARGET = f"opencl -device={DEVICE} -fp32-tensor-cores=3xtf32"
+_erf = np.vectorize(math.erf)
+# a float32 GEMM's error is a few 2^-24 of sum |a||b| (K of a few hundred); TF32's is 2^-11
+TOL = 2e-6
+
+
+@pytest.fixture(scope="module")
+def dev():
+    if REAL:
+        return targets.opencl("NVIDIA")
+    return opencl_device()[0]
+
+
+def _build(params, body, upper, target=TARGET):
+    bb = BlockBuilder()
+    vs = [Var(name, TensorStructInfo(shape, dtype)) for name, shape, dtype in params]
+    with bb.function("main", vs):
+        with bb.dataflow():
+            out = body(bb.emit, *vs)
+            gv = bb.emit_output(relax.Tuple(list(out)) if isinstance(out, tuple) else out)
+        bb.emit_func_output(gv)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.environ["TILECRAFT_DEBUG_SCHEDULES"] = "1"
+        try:
+            exe = relax.build(bb.get(), target, upper_bounds=upper)
+        finally:
+            del os.environ["TILECRAFT_DEBUG_SCHEDULES"]
+    misses = [str(w.message) for w in caught if "TF32 tensor-core GEMM" in str(w.message)]
+    return exe, misses
+
+
+def _tf32_kernels(exe) -> int:
+    src = exe.kernel_module.get_source()
+    return src.count("mma.sync.aligned.m16n8k8") if REAL else src.count("tc_mma_tf32_emulated(")
+
+
+def _check(got, ref, scale, tol=TOL):
+    """``got`` against the float64 ``ref``, the error relative to ``scale`` (the sum of the
+    products' magnitudes, ``|a| @ |b|``, or a bound of it)."""
+    err = (np.abs(got.astype(np.float64) - ref) / scale).max()
+    assert err < tol, f"relative error {err:.2e}"
+
+
+def _f64(*xs):
+    return [np.asarray(x, np.float64) for x in xs]
+
+
+def test_dense_bias_gelu_symbolic_rows(dev):
+    """A BERT feed-forward pair: (batch, seq, K) x (K, N) + bias, GELU, then a second dense
+    layer; beside a third dense of the same input."""
+    K, N = 64, 128
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((K, N)).astype(np.float32) / 8
+    w2 = rng.standard_normal((N, 32)).astype(np.float32) / 8
+    w3 = rng.standard_normal((K, 64)).astype(np.float32) / 8
+    bias = rng.standard_normal(N).astype(np.float32)
+
+    def body(e, x):
+        hidden = e(nn.gelu(e(op.add(e(op.matmul(x, const(w))), const(bias)))))
+        return e(op.matmul(hidden, const(w2))), e(op.matmul(x, const(w3)))
+    exe, misses = _build([("x", ("b", "s", K), "float32")], body, {"b": 2, "s": 80})
+    assert _tf32_kernels(exe) >= 3, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for b, s in ((1, 5), (2, 37), (1, 80)):
+        x = rng.standard_normal((b, s, K)).astype(np.float32)
+        xd, wd, w2d, w3d = _f64(x, w, w2, w3)
+        y = xd @ wd + bias
+        hidden = 0.5 * y * (1 + _erf(y / np.sqrt(2)))
+        got = vm["main"](x)
+        _check(got[0].numpy(), hidden @ w2d, np.abs(hidden) @ np.abs(w2d) + 1e-3, 1e-5)
+        _check(got[1].numpy(), xd @ w3d, np.abs(xd) @ np.abs(w3d))
+
+
+def test_dense_residual_and_transposed_weight(dev):
+    """``x @ Wᵀ + bias + residual`` with W a (N, K) parameter (B read as ``(j, k)``: the
+    ``[column][k]`` shared tile), N not a multiple of the work-group tile (72)."""
+    K, N = 48, 72
+    rng = np.random.default_rng(1)
+    bias = rng.standard_normal(N).astype(np.float32)
+    exe, misses = _build(
+        [("x", ("n", K), "float32"), ("w", (N, K), "float32"), ("r", ("n", N), "float32")],
+        lambda e, x, w, r: e(op.add(e(op.add(e(op.matmul(x, e(op.permute_dims(w, (1, 0))))),
+                                             const(bias))), r)),
+        {"n": 140})
+    assert _tf32_kernels(exe) >= 1, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 33, 140):
+        x = rng.standard_normal((n, K)).astype(np.float32)
+        w = rng.standard_normal((N, K)).astype(np.float32)
+        r = rng.standard_normal((n, N)).astype(np.float32)
+        xd, wd = _f64(x, w)
+        _check(vm["main"](x, w, r).numpy(), xd @ wd.T + bias + r,
+               np.abs(xd) @ np.abs(wd).T + np.abs(bias) + np.abs(r))
+
+
+def test_batch_matmul(dev):
+    """(2, 3, s, 64) x (2, 3, 64, 32): batch dims both inputs read (blockIdx.z)."""
+    rng = np.random.default_rng(2)
+    exe, misses = _build([("q", (2, 3, "s", 64), "float32"), ("k", (2, 3, 64, 32), "float32")],
+                         lambda e, q, k: e(op.matmul(q, k)), {"s": 24})
+    assert _tf32_kernels(exe) >= 1, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for s in (7, 24):
+        q = rng.standard_normal((2, 3, s, 64)).astype(np.float32)
+        k = rng.standard_normal((2, 3, 64, 32)).astype(np.float32)
+        qd, kd = _f64(q, k)
+        _check(vm["main"](q, k).numpy(), qd @ kd, np.abs(qd) @ np.abs(kd))
+
+
+@pytest.mark.parametrize("tile", ["128x128x64x32", "64x128x32x64", "64x64x32x32",
+                                  "32x64x32x32"])
+def test_tiles(dev, tile, monkeypatch):
+    """Each work-group / warp tile on one GEMM, rows 1 to past two tiles."""
+    monkeypatch.setenv("TILECRAFT_TC_TILE", tile)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((32, 128)).astype(np.float32)
+    exe, misses = _build([("x", ("n", 32), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                         {"n": 300})
+    assert _tf32_kernels(exe) >= 1, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 129, 300):
+        x = rng.standard_normal((n, 32)).astype(np.float32)
+        xd, wd = _f64(x, w)
+        _check(vm["main"](x).numpy(), xd @ wd, np.abs(xd) @ np.abs(wd))
+
+
+def test_k_not_a_multiple_of_16(dev):
+    """K = 20: both operands gathered float by float, the k tail zero-filled."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((20, 64)).astype(np.float32)
+    exe, misses = _build([("x", ("n", 20), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                         {"n": 16})
+    assert _tf32_kernels(exe) >= 1, misses
+    x = rng.standard_normal((9, 20)).astype(np.float32)
+    xd, wd = _f64(x, w)
+    _check(relax.VirtualMachine(exe, dev)["main"](x).numpy(), xd @ wd, np.abs(xd) @ np.abs(wd))
+
+
+def test_not_a_gemm_falls_back(dev):
+    """A matrix-vector product (no outer product): the default schedule, the reason named
+    under TILECRAFT_DEBUG_SCHEDULES, the same results."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal(32).astype(np.float32)
+    exe, misses = _build([("x", ("n", 32), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                         {"n": 16})
+    assert _tf32_kernels(exe) == 0
+    assert any("does not apply" in m and "matmul" in m for m in misses), misses
+    x = rng.standard_normal((9, 32)).astype(np.float32)
+    xd, wd = _f64(x, w)
+    _check(relax.VirtualMachine(exe, dev)["main"](x).numpy(), xd @ wd, np.abs(xd) @ np.abs(wd))
+
+
+def test_off_by_default(dev):
+    """``Target("opencl -device=nvidia")`` without the option: float32 GEMMs stay SIMT."""
+    w = np.ones((32, 64), np.float32)
+    exe, _ = _build([("x", ("n", 32), "float32")], lambda e, x: e(op.matmul(x, const(w))),
+                    {"n": 16}, target=f"opencl -device={DEVICE}")
+    assert _tf32_kernels(exe) == 0
+
+
+def _conv_ref(x, w, stride, pad):
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for r in range(kh):
+        for q in range(kw):
+            win = xp[:, :, r:r + stride * oh:stride, q:q + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, r, q])
+    return out
+
+
+@pytest.mark.parametrize("kernel,stride,pad,size", [(1, 1, 0, 8), (1, 1, 0, 10), (3, 2, 1, 10),
+                                                   (3, 1, 1, 10)])
+def test_convolution_implicit_gemm(dev, kernel, stride, pad, size):
+    """NCHW convolutions + bias + ReLU as implicit GEMMs (the weights as A, the input as B):
+    1 x 1 on 8 x 8 (16-byte runs of pixels) and 10 x 10 (gathered), 3 x 3 stride 2 (the padded
+    window gathered), 3 x 3 stride 1 (may go to Winograd: then only the results are checked)."""
+    rng = np.random.default_rng(9)
+    C, O = 16, 32
+    w = (rng.standard_normal((O, C, kernel, kernel)) / kernel).astype(np.float32)
+    bias = rng.standard_normal((1, O, 1, 1)).astype(np.float32)
+    exe, misses = _build(
+        [("x", ("n", C, size, size), "float32")],
+        lambda e, x: e(nn.relu(e(op.add(e(nn.conv2d(x, const(w), strides=stride,
+                                                     padding=pad)), const(bias))))),
+        {"n": 2})
+    if (kernel, stride) != (3, 1):
+        assert _tf32_kernels(exe) >= 1, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 2):
+        x = rng.standard_normal((n, C, size, size)).astype(np.float32)
+        got = vm["main"](x).numpy()
+        xd, wd = _f64(x, w)
+        ref = np.maximum(_conv_ref(xd, wd, stride, pad) + bias, 0)
+        _check(got, ref, _conv_ref(np.abs(xd), np.abs(wd), stride, pad) + np.abs(bias))
+
+
+def test_bert_layer_end_to_end(dev):
+    """A (narrow) float32 BERT encoder layer: its dense layers and attention's batch matmuls
+    on the TF32 tensor cores, against the model's float64 reference."""
+    from tilecraft.models import bert_encoder_layer
+    model = bert_encoder_layer(hidden=64, heads=2, ffn=128, seed=6)
+    exe = relax.build(model.mod, TARGET, upper_bounds={"batch": 2, "seq_len": 40})
+    assert _tf32_kernels(exe) >= 4
+    vm = relax.VirtualMachine(exe, dev)
+    rng = np.random.default_rng(7)
+    for batch, seq in ((1, 16), (2, 37)):
+        x, = model.make_inputs(rng, batch=batch, seq_len=seq)
+        ref = model.reference(x)
+        got = vm["main"](x).numpy()
+        assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-5
+
+
+def test_resnet_bottleneck_end_to_end(dev):
+    """A ResNet-50 bottleneck (128 -> 64 -> 128 channels, 8 x 8): its 1 x 1 convolutions with
+    batch norm, ReLU and the residual fused on the TF32 tensor cores (the 3 x 3 goes to
+    Winograd, SIMT), against the model's float64 reference."""
+    from tilecraft.models import resnet_bottleneck
+    model = resnet_bottleneck(channels=128, width=64, height=8, image_width=8)
+    exe = relax.build(model.mod, TARGET, upper_bounds={"batch": 2})
+    assert _tf32_kernels(exe) >= 2
+    vm = relax.VirtualMachine(exe, dev)
+    x, = model.make_inputs(np.random.default_rng(8), batch=2)
+    ref = model.reference(x)
+    assert np.abs(vm["main"](x).numpy() - ref).max() / np.abs(ref).max() < 1e-5
+
+
+def test_target_option():
+    t = Target("opencl -device=nvidia -fp32-tensor-cores=3xtf32")
+    assert t.fp32_tensor_cores == "3xtf32" and Target(str(t)) == t
+    assert Target(t.export()) == t
+    assert Target("opencl -device=nvidia").fp32_tensor_cores is None
+    assert Target("opencl -device=nvidia -fp32-tensor-cores=none").fp32_tensor_cores is None
+    for bad, match in (("opencl -fp32-tensor-cores=3xtf32", "-device=nvidia"),
+                       ("webgpu -fp32-tensor-cores=3xtf32", "-device=nvidia"),
+                       ("opencl -device=nvidia -fp32-tensor-cores=2xtf32", "3xtf32")):
+        with pytest.raises(ValueError, match=match):
+            Target(bad)
+    with pytest.raises(ValueError, match="unknown TF32 split"):
+        tf32.tf32_kernel(_dense(32, 64), t, split="2xtf32")
+    with pytest.raises(ValueError, match="no tensor cores"):
+        tf32.tf32_kernel(_dense(32, 64), Target("opencl"))
+
+
+# -- accuracy: SIMT float32, 3xTF32, TF32 against float64 -----------------------------------------
+
+def _dense(K, N):
+    n = te.var("n")
+    A = te.placeholder((n, K), "float32", "A")
+    W = te.placeholder((K, N), "float32", "W")
+    k = te.reduce_axis((0, K), "k")
+    C = te.compute((n, N), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
+    return te.create_prim_func([A, W, C])
+
+
+def gemm_errors(got, A, B) -> tuple:
+    """(normwise, componentwise) error of ``got`` against ``A @ B`` in float64:
+    ``max|got - ref| / max|ref|`` and ``max(|got - ref| / (|A| @ |B|))``."""
+    Ad, Bd = _f64(A, B)
+    ref = Ad @ Bd
+    diff = np.abs(got.astype(np.float64) - ref)
+    return diff.max() / np.abs(ref).max(), (diff / (np.abs(Ad) @ np.abs(Bd))).max()
+
+
+@pytest.mark.parametrize("K", [768, 3072])
+@pytest.mark.parametrize("spread", [0, 16])
+def test_accuracy_against_simt(dev, K, spread):
+    """Random operands (``spread``: each element also scaled by ``2^U(-spread, spread)``, values
+    over many exponents): 3xTF32's error within 4x of our SIMT float32 GEMM's, plain TF32's
+    far larger."""
+    M, N = 64, 64
+    rng = np.random.default_rng(K + spread)
+
+    def values(shape):
+        x = rng.standard_normal(shape)
+        if spread:
+            x = x * np.exp2(rng.integers(-spread, spread + 1, shape))
+        return x.astype(np.float32)
+    A, B = values((M, K)), values((K, N))
+    func = _dense(K, N)
+    simt_target = Target(opencl_device()[1] if not REAL else "opencl")
+    tc_target = Target(TARGET)
+    mods = {"simt": targets.build(gpu_schedules.apply(func, simt_target), simt_target)}
+    for split in tf32.SPLITS:
+        mods[split] = targets.build(tf32.tf32_kernel(func, tc_target, split=split), tc_target)
+    errs = {}
+    for name, mod in mods.items():
+        out = targets.empty((M, N), "float32", dev)
+        mod["main"](targets.array(A, dev), targets.array(B, dev), out)
+        errs[name] = gemm_errors(out.numpy(), A, B)
+    for metric in (0, 1):
+        simt, three, one = (errs[n][metric] for n in ("simt", "3xtf32", "1xtf32"))
+        assert three <= 4 * max(simt, 2.0 ** -24), errs
+        assert one > 30 * three, errs
