@@ -9,6 +9,8 @@ stride 1, NCHW, batch 1 and 16) as an implicit GEMM. Kernels:
 
 - ``simt``: the float32 kernel under the default GPU schedule for ``Target("opencl")``;
 - ``tf32x3``: ``Target("opencl -device=nvidia -fp32-tensor-cores=3xtf32")``: 3xTF32;
+- ``tf32x3s``: the same with the small terms in accumulators of their own
+  (``TILECRAFT_TF32_SMALL_ACC=1``: fewer additions into the large sums, twice the registers);
 - ``tf32x1``: the same kernel with one mma of the big parts (plain TF32; for the accuracy
   column: it is not float32-level);
 - ``torch``: ``torch.addmm`` / ``conv2d`` in float32 on CUDA with TF32 off, CUDA events.
@@ -83,7 +85,7 @@ def conv_func(C: int, H: int):
 
 
 def _modules(func):
-    """The three builds of ``func``: simt, tf32x3, tf32x1."""
+    """The four builds of ``func``: simt, tf32x3, tf32x3s, tf32x1."""
     from tilecraft import targets
     from tilecraft.relax import gpu_schedules
     from tilecraft.relax.backend.gpu.tensor_core_tf32 import tf32_kernel
@@ -91,7 +93,8 @@ def _modules(func):
     simt = Target("opencl -device=cpu" if SMOKE else "opencl")
     tc = Target(TC_TARGET)
     return {"simt": targets.build(gpu_schedules.apply(func, simt), simt),
-            "tf32x3": targets.build(tf32_kernel(func, tc, split="3xtf32"), tc),
+            "tf32x3": targets.build(tf32_kernel(func, tc, split="3xtf32", small_acc=False), tc),
+            "tf32x3s": targets.build(tf32_kernel(func, tc, split="3xtf32", small_acc=True), tc),
             "tf32x1": targets.build(tf32_kernel(func, tc, split="1xtf32"), tc)}
 
 
@@ -214,8 +217,9 @@ def run() -> list[dict]:
 def main(argv=None) -> int:
     rows = run()
     print_table(rows, ["kernel", "K", "N", "M", "spread", "simt_ms", "tf32x3_ms", "torch_ms",
-                       "x3_vs_simt", "x3_vs_torch", "simt_err", "tf32x3_err", "tf32x1_err",
-                       "torch_err", "simt_cerr", "tf32x3_cerr", "tf32x1_cerr", "torch_cerr"])
+                       "tf32x3s_ms", "x3_vs_simt", "x3_vs_torch", "simt_err", "tf32x3_err",
+                       "tf32x3s_err", "tf32x1_err", "torch_err", "simt_cerr", "tf32x3_cerr",
+                       "tf32x3s_cerr", "tf32x1_cerr", "torch_cerr"])
     return 0
 
 

@@ -154,6 +154,25 @@ def test_tiles(dev, tile, monkeypatch):
         _check(vm["main"](x).numpy(), xd @ wd, np.abs(xd) @ np.abs(wd))
 
 
+def test_small_terms_in_their_own_accumulators(dev, monkeypatch):
+    """``TILECRAFT_TF32_SMALL_ACC=1``: the small-term mma into accumulators of their own,
+    joined before the epilogue (bias, GELU)."""
+    monkeypatch.setenv("TILECRAFT_TF32_SMALL_ACC", "1")
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((48, 64)).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    exe, misses = _build([("x", ("n", 48), "float32")], lambda e, x: e(nn.gelu(e(op.add(
+        e(op.matmul(x, const(w))), const(bias))))), {"n": 40})
+    assert _tf32_kernels(exe) >= 1, misses
+    assert "acc_small" in exe.kernel_module.get_source()
+    x = rng.standard_normal((37, 48)).astype(np.float32)
+    xd, wd = _f64(x, w)
+    y = xd @ wd + bias
+    gelu = 0.5 * y * (1 + _erf(y / np.sqrt(2)))
+    _check(relax.VirtualMachine(exe, dev)["main"](x).numpy(), gelu,
+           np.abs(xd) @ np.abs(wd) + np.abs(bias))
+
+
 def test_k_not_a_multiple_of_16(dev):
     """K = 20: both operands gathered float by float, the k tail zero-filled."""
     rng = np.random.default_rng(4)
@@ -315,12 +334,15 @@ def test_accuracy_against_simt(dev, K, spread):
     mods = {"simt": targets.build(gpu_schedules.apply(func, simt_target), simt_target)}
     for split in tf32.SPLITS:
         mods[split] = targets.build(tf32.tf32_kernel(func, tc_target, split=split), tc_target)
+    mods["small_acc"] = targets.build(tf32.tf32_kernel(func, tc_target, small_acc=True),
+                                      tc_target)
     errs = {}
     for name, mod in mods.items():
         out = targets.empty((M, N), "float32", dev)
         mod["main"](targets.array(A, dev), targets.array(B, dev), out)
         errs[name] = gemm_errors(out.numpy(), A, B)
     for metric in (0, 1):
-        simt, three, one = (errs[n][metric] for n in ("simt", "3xtf32", "1xtf32"))
-        assert three <= 4 * max(simt, 2.0 ** -24), errs
+        simt, three, one, sep = (errs[n][metric] for n in ("simt", "3xtf32", "1xtf32",
+                                                           "small_acc"))
+        assert max(three, sep) <= 4 * max(simt, 2.0 ** -24), errs
         assert one > 30 * three, errs

@@ -33,7 +33,8 @@ The kernel (``TensorCoreTile``s of the fp16 kernel, ``tensor_core.choose_tile``)
   then three passes of mma over the tiles (small x big, big x small, big x big: consecutive
   mma are independent);
 * the accumulators go through the epilogue into the output (rows past M, columns past N not
-  stored).
+  stored). ``TILECRAFT_TF32_SMALL_ACC=1`` (``small_acc``) sums the small terms in
+  accumulators of their own, joined once at the end.
 
 M, N and the batch may be symbolic; K is a constant. A symbolic M gets two kernels where their
 tiles differ, chosen per call (as the fp16 kernel).
@@ -53,6 +54,8 @@ Examples
 """
 from __future__ import annotations
 
+import os
+
 from tilecraft.targets import Target
 from tilecraft.tensorir import expr as E
 from tilecraft.tensorir.expr import Select, Var, call, const, floordiv, floormod
@@ -65,7 +68,7 @@ from .tensor_core import (TC_NOMINAL_ROWS, TC_SMALL_NOMINAL_ROWS, TC_SMALL_ROWS,
                           TensorCoreGemm, TensorCoreTile, _host_asserts, choose_tile,
                           match_fp16_gemm)
 
-__all__ = ["SPLITS", "TF32_BK", "tf32_kernel"]
+__all__ = ["SPLITS", "TF32_BK", "small_acc_default", "tf32_kernel"]
 
 SPLITS = ("3xtf32", "1xtf32")   # 1xtf32: TF32 precision (for the accuracy comparison only)
 TF32_BK = 16                    # k per shared-memory step (4 KB of A and B a 64 x 64 tile)
@@ -73,14 +76,24 @@ _PAD_K = 4       # words added to a [row][k] tile's rows (BK + 4: conflict-free 
 _PAD_N = 8       # words added to a [k][column] tile's rows (BN + 8, BN a multiple of 32)
 
 
+def small_acc_default() -> bool:
+    """``TILECRAFT_TF32_SMALL_ACC=1``: the small terms in accumulators of their own (see
+    ``tf32_kernel``); off by default."""
+    return os.environ.get("TILECRAFT_TF32_SMALL_ACC", "") not in ("", "0")
+
+
 def tf32_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = None,
-                split: str | None = None) -> PrimFunc:
+                split: str | None = None, small_acc: bool | None = None) -> PrimFunc:
     """``func`` (a float32 GEMM with its epilogue, ``match_fp16_gemm(func, "float32")``) as
     the TF32 tensor-core kernel for ``target`` (whose ``tensor_cores`` is set), with the
     parameters of ``func``. ``split``: ``"3xtf32"`` (default: the target's
     ``fp32_tensor_cores``, else 3xtf32) or ``"1xtf32"`` (plain TF32, less accurate: for
     comparisons). ``tile``: as ``tensor_core.tensor_core_kernel`` (None: chosen by the rows,
-    two kernels for a symbolic row count where their tiles differ).
+    two kernels for a symbolic row count where their tiles differ). ``small_acc`` (3xtf32
+    only; default ``small_acc_default()``): the two small-term mma into accumulators of their
+    own, added to the big terms' at the end — each float32 addition into the large sums is
+    then one of ``K``, not ``3K`` (for a tensor core whose summation loses more than float32's
+    rounding), at twice the accumulator registers.
 
     Raises
     ------
@@ -93,29 +106,30 @@ def tf32_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = No
     if split not in SPLITS:
         raise ValueError(f"unknown TF32 split {split!r}: one of {', '.join(SPLITS)}")
     gm = match_fp16_gemm(func, "float32")
+    small_acc = (small_acc_default() if small_acc is None else small_acc) and split == "3xtf32"
     M = gm.M
     m_const = M if isinstance(M, int) else None
     n_nominal = gm.N if isinstance(gm.N, int) else TC_NOMINAL_ROWS
     if tile is not None or m_const is not None:
         tile = tile or choose_tile(m_const, n_nominal)
-        body, tiles = _kernel(gm, M, tile, split), str(tile)
+        body, tiles = _kernel(gm, M, tile, split, small_acc), str(tile)
     else:
         large = choose_tile(None, n_nominal)
         small = choose_tile(TC_SMALL_NOMINAL_ROWS, n_nominal)
-        body, tiles = _kernel(gm, M, large, split), str(large)
+        body, tiles = _kernel(gm, M, large, split, small_acc), str(large)
         if small != large:
             # the condition is over symbolic dims only: the host picks one of the two kernels
-            body = IfThenElse(M < TC_SMALL_ROWS, _kernel(gm, M, small, split), body)
+            body = IfThenElse(M < TC_SMALL_ROWS, _kernel(gm, M, small, split, small_acc), body)
             tiles = f"{small} below {TC_SMALL_ROWS} rows, else {large}"
     for cond, message in reversed(_host_asserts(func)):
         body = AssertStmt(cond, message, body)     # the function's own checks (equal dims)
     attrs = dict(func.attr_dict)
     attrs.update({"tir.is_scheduled": True, "tensor_core_tiles": tiles,
-                  "tensor_core_split": split})
+                  "tensor_core_split": split + ("-small-acc" if small_acc else "")})
     return func.replace(body=body, attrs=attrs)
 
 
-def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str):
+def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str, small_acc: bool = False):
     """The thread-bound loop nest of the kernel of ``gm`` with ``tile`` (fresh variables and
     buffers of its own)."""
     BM, BN, WM, WN = tile.BM, tile.BN, tile.WM, tile.WN
@@ -138,6 +152,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str):
     Bs = (Buffer("B_shared", (BN, BK), f32, strides=(ldk, 1), scope="shared") if b_nk else
           Buffer("B_shared", (BK, BN), f32, strides=(ldn, 1), scope="shared"))
     acc = Buffer("acc", (MT * NT * 4,), f32, scope="local")
+    acc_s = Buffer("acc_small", (MT * NT * 4,), f32, scope="local") if small_acc else acc
     a_val = Buffer("a_val", (MT * 4,), f32, scope="local")
     b_val = Buffer("b_val", (NT * 2,), f32, scope="local")
     a_big = Buffer("a_big", (MT * 4,), u32, scope="local")
@@ -267,11 +282,11 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str):
         BufferStore(b_val, b_elem(wn * WN + y * 8 + g, ks * 8 + t + 4 * r), [y * 2 + r])
         for r in range(2)]))
 
-    def mma_pass(af, bf):
+    def mma_pass(af, bf, c=acc):
         return For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", Evaluate(call(
-            E.TC_MMA_TF32, acc[(x * NT + y) * 4], af[x * 4], bf[y * 2], dtype="int32"))))
-    passes = ([mma_pass(a_small, b_big), mma_pass(a_big, b_small)] if three else []) + \
-        [mma_pass(a_big, b_big)]
+            E.TC_MMA_TF32, c[(x * NT + y) * 4], af[x * 4], bf[y * 2], dtype="int32"))))
+    passes = ([mma_pass(a_small, b_big, acc_s), mma_pass(a_big, b_small, acc_s)]
+              if three else []) + [mma_pass(a_big, b_big)]
     compute = For(ks, 0, BK // 8, "unrolled", seq(
         frag_a, frag_b, split_into(a_val, a_big, a_small, MT * 4),
         split_into(b_val, b_big, b_small, NT * 2), *passes))
@@ -293,13 +308,19 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str):
         ok = ok & (col < N)
     store = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", For(
         i, 0, 4, "unrolled", IfThenElse(ok, BufferStore(gm.out, value, out_idx)))))
+    zero = [For(i, 0, MT * NT * 4, "unrolled", BufferStore(buf, const(0.0, f32), [i]))
+            for buf in ([acc, acc_s] if small_acc else [acc])]
+    # the small terms' sums joined to the big terms' once, at the end
+    join = [For(i, 0, MT * NT * 4, "unrolled", BufferStore(acc, acc[i] + acc_s[i], [i]))] \
+        if small_acc else []
     thread = seq(
-        For(i, 0, MT * NT * 4, "unrolled", BufferStore(acc, const(0.0, f32), [i])),
+        *zero,
         fetch_a(0), fetch_b(0), stash_a(), stash_b(),
         For(kt, 0, KT, "serial", step),
+        *join,
         store)
     locals_ = [rb, ra, b_val, a_val, b_big, a_big] + ([b_small, a_small] if three else [])
-    for buf in locals_ + [acc]:
+    for buf in locals_ + ([acc_s] if small_acc else []) + [acc]:
         thread = Allocate(buf, thread)
     body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
     body = Allocate(Bs, Allocate(As, body))
