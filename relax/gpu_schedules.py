@@ -77,7 +77,7 @@ from tilecraft.tensorir.expr import IntImm, TIRError
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
-from tilecraft.tensorir.stmt import For
+from tilecraft.tensorir.stmt import Block, BlockRealize, For, IfThenElse
 from tilecraft.tensorir.structural import structural_hash
 from tilecraft.tensorir.transform import lower_device
 
@@ -126,7 +126,7 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     if target.fp32_tensor_cores is not None:
         out = _tensor_core_gemm(func, target, name, tensor_core_tf32.tf32_kernel, "TF32 ")
         if out is not None:
-            return out
+            return _with_simt_below(func, out, target, name)
     if target.tensor_cores is not None:
         out = _tensor_core_gemm(func, target, name)
         if out is not None:
@@ -164,6 +164,40 @@ def _tensor_core_gemm(func: PrimFunc, target: Target, name: str,
         if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
             warnings.warn(f"{kind}tensor-core GEMM of {name} does not apply: {err}")
         return None
+
+
+def _with_simt_below(func: PrimFunc, tf32: PrimFunc, target: Target, name: str) -> PrimFunc:
+    """``tf32`` (``func`` as the 3xTF32 kernel), or, below ``tensor_core_tf32.min_rows()``
+    rows, the SIMT schedule of ``func`` (the target without ``fp32_tensor_cores``): for a
+    static row count the one that applies, for a symbolic one both, chosen per call on the
+    host (the condition is over symbolic dims only)."""
+    threshold = tensor_core_tf32.min_rows()
+    if not threshold:
+        return tf32
+    rows = tensor_core.match_fp16_gemm(func, "float32").M
+    if isinstance(rows, int) and rows >= threshold:
+        return tf32
+    config = target.export()
+    config.pop("fp32_tensor_cores")
+    simt = apply(func, Target(config))
+    if isinstance(rows, int):
+        return simt
+    try:
+        realize = simt.body
+        if not isinstance(realize, BlockRealize) or realize.block.iter_vars:
+            raise ValueError("the SIMT schedule has no root block")
+        root = realize.block
+        block = Block(root.name, root.iter_vars, root.reads, root.writes,
+                      IfThenElse(rows < threshold, root.body, tf32.body), None,
+                      root.alloc_buffers, dict(root.annotations))
+        both = simt.replace(body=BlockRealize(realize.iter_values, realize.predicate, block))
+        lower_device(both, target)
+        return both
+    except (ScheduleError, ValueError, TIRError) as err:
+        if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
+            warnings.warn(f"SIMT schedule of {name} below {threshold} rows: "
+                          f"{type(err).__name__}: {err}; 3xTF32 at every row count")
+        return tf32
 
 
 def _scheduled(func: PrimFunc, strategy, target: Target, **kw) -> PrimFunc:

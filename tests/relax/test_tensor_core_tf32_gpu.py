@@ -173,6 +173,29 @@ def test_small_terms_in_their_own_accumulators(dev, monkeypatch):
            np.abs(xd) @ np.abs(wd) + np.abs(bias))
 
 
+def test_simt_below_min_rows(dev, monkeypatch):
+    """``TILECRAFT_TF32_MIN_ROWS=64``: a symbolic row count gets the SIMT schedule below 64
+    rows and 3xTF32 from there on (chosen per call); a static one below it SIMT only."""
+    monkeypatch.setenv("TILECRAFT_TF32_MIN_ROWS", "64")
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    exe, misses = _build([("x", ("n", 32), "float32")], lambda e, x: e(op.add(
+        e(op.matmul(x, const(w))), const(bias))), {"n": 200})
+    src = exe.kernel_module.get_source()
+    assert _tf32_kernels(exe) >= 1 and src.count("__kernel") >= 2, misses
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 63, 64, 200):
+        x = rng.standard_normal((n, 32)).astype(np.float32)
+        xd, wd = _f64(x, w)
+        _check(vm["main"](x).numpy(), xd @ wd + bias, np.abs(xd) @ np.abs(wd) + np.abs(bias))
+    exe, _ = _build([("x", (48, 32), "float32")], lambda e, x: e(op.matmul(x, const(w))), {})
+    assert _tf32_kernels(exe) == 0
+    x = rng.standard_normal((48, 32)).astype(np.float32)
+    xd, wd = _f64(x, w)
+    _check(relax.VirtualMachine(exe, dev)["main"](x).numpy(), xd @ wd, np.abs(xd) @ np.abs(wd))
+
+
 def test_k_not_a_multiple_of_16(dev):
     """K = 20: both operands gathered float by float, the k tail zero-filled."""
     rng = np.random.default_rng(4)

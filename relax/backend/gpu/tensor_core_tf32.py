@@ -68,12 +68,23 @@ from .tensor_core import (TC_NOMINAL_ROWS, TC_SMALL_NOMINAL_ROWS, TC_SMALL_ROWS,
                           TensorCoreGemm, TensorCoreTile, _host_asserts, choose_tile,
                           match_fp16_gemm)
 
-__all__ = ["SPLITS", "TF32_BK", "small_acc_default", "tf32_kernel"]
+__all__ = ["SPLITS", "TF32_BK", "min_rows", "small_acc_default", "tf32_kernel"]
 
 SPLITS = ("3xtf32", "1xtf32")   # 1xtf32: TF32 precision (for the accuracy comparison only)
 TF32_BK = 16                    # k per shared-memory step (4 KB of A and B a 64 x 64 tile)
 _PAD_K = 4       # words added to a [row][k] tile's rows (BK + 4: conflict-free fragment reads)
 _PAD_N = 8       # words added to a [k][column] tile's rows (BN + 8, BN a multiple of 32)
+
+
+def min_rows() -> int:
+    """``TILECRAFT_TF32_MIN_ROWS``: the row count (M) below which ``gpu_schedules`` runs the
+    SIMT float32 schedule instead of 3xTF32 (a static M decided at build time, a symbolic one
+    per call on the host); 0 (the default): 3xTF32 at every row count."""
+    text = os.environ.get("TILECRAFT_TF32_MIN_ROWS", "").strip() or "0"
+    try:
+        return max(int(text), 0)
+    except ValueError:
+        raise ValueError(f"TILECRAFT_TF32_MIN_ROWS must be an integer, got {text!r}") from None
 
 
 def small_acc_default() -> bool:
