@@ -75,6 +75,66 @@ def _f64(*xs):
     return [np.asarray(x, np.float64) for x in xs]
 
 
+# -- accuracy: SIMT float32, 3xTF32, TF32 against float64 -----------------------------------------
+
+def _dense(K, N):
+    n = te.var("n")
+    A = te.placeholder((n, K), "float32", "A")
+    W = te.placeholder((K, N), "float32", "W")
+    k = te.reduce_axis((0, K), "k")
+    C = te.compute((n, N), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
+    return te.create_prim_func([A, W, C])
+
+
+def gemm_errors(got, A, B) -> tuple:
+    """(normwise, componentwise) error of ``got`` against ``A @ B`` in float64:
+    ``max|got - ref| / max|ref|`` and ``max(|got - ref| / (|A| @ |B|))``."""
+    Ad, Bd = _f64(A, B)
+    ref = Ad @ Bd
+    diff = np.abs(got.astype(np.float64) - ref)
+    return diff.max() / np.abs(ref).max(), (diff / (np.abs(Ad) @ np.abs(Bd))).max()
+
+
+@pytest.mark.parametrize("K", [768, 3072])
+@pytest.mark.parametrize("spread", [0, 16])
+def test_accuracy_against_simt(dev, K, spread):
+    """Random operands (``spread``: each element also scaled by ``2^U(-spread, spread)``, values
+    over many exponents): 3xTF32's error within 4x of our SIMT float32 GEMM's, plain TF32's
+    far larger."""
+    M, N = 64, 64
+    rng = np.random.default_rng(K + spread)
+
+    def values(shape):
+        x = rng.standard_normal(shape)
+        if spread:
+            x = x * np.exp2(rng.integers(-spread, spread + 1, shape))
+        return x.astype(np.float32)
+    A, B = values((M, K)), values((K, N))
+    func = _dense(K, N)
+    simt_target = Target(opencl_device()[1] if not REAL else "opencl")
+    tc_target = Target(TARGET)
+    mods = {"simt": targets.build(gpu_schedules.apply(func, simt_target), simt_target)}
+    for split in tf32.SPLITS:
+        mods[split] = targets.build(tf32.tf32_kernel(func, tc_target, split=split), tc_target)
+    mods["small_acc"] = targets.build(tf32.tf32_kernel(func, tc_target, small_acc=True),
+                                      tc_target)
+    errs = {}
+    for name, mod in mods.items():
+        out = targets.empty((M, N), "float32", dev)
+        mod["main"](targets.array(A, dev), targets.array(B, dev), out)
+        errs[name] = gemm_errors(out.numpy(), A, B)
+    # (the figures in the log: pytest -rP shows them)
+    print(f"K={K} spread={spread} (normwise, componentwise): " +
+          ", ".join(f"{n} {a:.2e} {c:.2e}" for n, (a, c) in errs.items()))
+    for metric in (0, 1):
+        simt, three, one, sep = (errs[n][metric] for n in ("simt", "3xtf32", "1xtf32",
+                                                           "small_acc"))
+        assert max(three, sep) <= 4 * max(simt, 2.0 ** -24), errs
+        assert one > 30 * three, errs
+
+
+# -- whole kernels and models on the TF32 tensor cores -------------------------------------------
+
 def test_dense_bias_gelu_symbolic_rows(dev):
     """A BERT feed-forward pair: (batch, seq, K) x (K, N) + bias, GELU, then a second dense
     layer; beside a third dense of the same input."""
@@ -314,58 +374,3 @@ def test_target_option():
         tf32.tf32_kernel(_dense(32, 64), t, split="2xtf32")
     with pytest.raises(ValueError, match="no tensor cores"):
         tf32.tf32_kernel(_dense(32, 64), Target("opencl"))
-
-
-# -- accuracy: SIMT float32, 3xTF32, TF32 against float64 -----------------------------------------
-
-def _dense(K, N):
-    n = te.var("n")
-    A = te.placeholder((n, K), "float32", "A")
-    W = te.placeholder((K, N), "float32", "W")
-    k = te.reduce_axis((0, K), "k")
-    C = te.compute((n, N), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), "C")
-    return te.create_prim_func([A, W, C])
-
-
-def gemm_errors(got, A, B) -> tuple:
-    """(normwise, componentwise) error of ``got`` against ``A @ B`` in float64:
-    ``max|got - ref| / max|ref|`` and ``max(|got - ref| / (|A| @ |B|))``."""
-    Ad, Bd = _f64(A, B)
-    ref = Ad @ Bd
-    diff = np.abs(got.astype(np.float64) - ref)
-    return diff.max() / np.abs(ref).max(), (diff / (np.abs(Ad) @ np.abs(Bd))).max()
-
-
-@pytest.mark.parametrize("K", [768, 3072])
-@pytest.mark.parametrize("spread", [0, 16])
-def test_accuracy_against_simt(dev, K, spread):
-    """Random operands (``spread``: each element also scaled by ``2^U(-spread, spread)``, values
-    over many exponents): 3xTF32's error within 4x of our SIMT float32 GEMM's, plain TF32's
-    far larger."""
-    M, N = 64, 64
-    rng = np.random.default_rng(K + spread)
-
-    def values(shape):
-        x = rng.standard_normal(shape)
-        if spread:
-            x = x * np.exp2(rng.integers(-spread, spread + 1, shape))
-        return x.astype(np.float32)
-    A, B = values((M, K)), values((K, N))
-    func = _dense(K, N)
-    simt_target = Target(opencl_device()[1] if not REAL else "opencl")
-    tc_target = Target(TARGET)
-    mods = {"simt": targets.build(gpu_schedules.apply(func, simt_target), simt_target)}
-    for split in tf32.SPLITS:
-        mods[split] = targets.build(tf32.tf32_kernel(func, tc_target, split=split), tc_target)
-    mods["small_acc"] = targets.build(tf32.tf32_kernel(func, tc_target, small_acc=True),
-                                      tc_target)
-    errs = {}
-    for name, mod in mods.items():
-        out = targets.empty((M, N), "float32", dev)
-        mod["main"](targets.array(A, dev), targets.array(B, dev), out)
-        errs[name] = gemm_errors(out.numpy(), A, B)
-    for metric in (0, 1):
-        simt, three, one, sep = (errs[n][metric] for n in ("simt", "3xtf32", "1xtf32",
-                                                           "small_acc"))
-        assert max(three, sep) <= 4 * max(simt, 2.0 ** -24), errs
-        assert one > 30 * three, errs
