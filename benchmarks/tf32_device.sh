@@ -10,16 +10,18 @@
 #    ms and max relative error against float64 (plain TF32's error beside);
 # 3. benchmarks/gpu_models on MODELS (default bert_base_s128,resnet50) with the option on, PyTorch
 #    beside; BASELINE=1 adds the plain "opencl" target in the same run (twice the build time).
-# TEST_LIMIT / BENCH_LIMIT / MODEL_LIMIT: seconds for each part (0 skips it). Kernel knobs pass
-# through: TILECRAFT_TF32_MIN_ROWS=R (SIMT below R rows), TILECRAFT_TF32_SMALL_ACC=1 (the small
-# terms in accumulators of their own), TILECRAFT_GPU_WINOGRAD=0 (ResNet's 3x3 stride-1 layers
-# as 3xTF32 implicit GEMMs instead of SIMT Winograd), TILECRAFT_TC_TILE=BMxBNxWMxWN.
+# TEST_LIMIT / BENCH_LIMIT / MODEL_LIMIT: seconds for each part (0 skips it). Kernel knobs
+# pass through: TILECRAFT_TF32_MIN_ROWS=R (SIMT below R rows; default 512, 0: never),
+# TILECRAFT_TF32_SMALL_ACC=1 (the small terms in accumulators of their own),
+# TILECRAFT_GPU_WINOGRAD=0 (ResNet's 3x3 stride-1 layers as 3xTF32 implicit GEMMs instead of
+# SIMT Winograd), TILECRAFT_TC_TILE=BMxBNxWMxWN.
 . .device/env.sh
 nvidia-smi -L | tee $OUT/card.txt
 latest() { ls -t "$1"/*.json | head -1; }
 TF32="opencl -device=nvidia -fp32-tensor-cores=3xtf32"
 if [ "${TEST_LIMIT:-150}" != 0 ]; then
-  TILECRAFT_TC_DEVICE=nvidia timeout ${TEST_LIMIT:-150} python3 -m pytest -q -x -rP -p no:cacheprovider \
+  TILECRAFT_TC_DEVICE=nvidia timeout ${TEST_LIMIT:-150} \
+    python3 -m pytest -q -x -rP -p no:cacheprovider \
     tests/targets/test_opencl_tensor_core_tf32.py tests/relax/test_tensor_core_tf32_gpu.py \
     > $OUT/tf32_tests.log 2>&1
 fi

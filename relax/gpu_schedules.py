@@ -124,7 +124,9 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
         return func
     name = func.attr_dict.get("global_symbol", "main")
     if target.fp32_tensor_cores is not None:
-        out = _tensor_core_gemm(func, target, name, tensor_core_tf32.tf32_kernel, "TF32 ")
+        rows = tensor_core_tf32.min_rows()
+        out = _tensor_core_gemm(func, target, name, lambda f, t: tensor_core_tf32.tf32_kernel(
+            f, t, min_rows=rows), "TF32 ")
         if out is not None:
             return _with_simt_below(func, out, target, name)
     if target.tensor_cores is not None:

@@ -40,6 +40,13 @@ def dev():
     return opencl_device()[0]
 
 
+@pytest.fixture(autouse=True)
+def tf32_at_every_row_count(monkeypatch):
+    """The kernels below at any row count (the default keeps SIMT below
+    ``tensor_core_tf32.TF32_MIN_ROWS`` rows: ``test_simt_below_min_rows``)."""
+    monkeypatch.setenv("TILECRAFT_TF32_MIN_ROWS", "0")
+
+
 def _build(params, body, upper, target=TARGET):
     bb = BlockBuilder()
     vs = [Var(name, TensorStructInfo(shape, dtype)) for name, shape, dtype in params]
