@@ -11,7 +11,7 @@
 # 3. benchmarks/gpu_models on MODELS (default bert_base_s128,resnet50) with the option on, PyTorch
 #    beside; BASELINE=1 adds the plain "opencl" target in the same run (twice the build time).
 # TEST_LIMIT / BENCH_LIMIT / MODEL_LIMIT: seconds for each part (0 skips it). Kernel knobs
-# pass through: TILECRAFT_TF32_MIN_ROWS=R (SIMT below R rows; default 512, 0: never),
+# pass through: TILECRAFT_TF32_MIN_OUTPUTS=n (SIMT below n outputs; default 2^19, 0: never),
 # TILECRAFT_TF32_SMALL_ACC=1 (the small terms in accumulators of their own),
 # TILECRAFT_GPU_WINOGRAD=0 (ResNet's 3x3 stride-1 layers as 3xTF32 implicit GEMMs instead of
 # SIMT Winograd), TILECRAFT_TC_TILE=BMxBNxWMxWN.

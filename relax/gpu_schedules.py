@@ -124,9 +124,7 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
         return func
     name = func.attr_dict.get("global_symbol", "main")
     if target.fp32_tensor_cores is not None:
-        rows = tensor_core_tf32.min_rows()
-        out = _tensor_core_gemm(func, target, name, lambda f, t: tensor_core_tf32.tf32_kernel(
-            f, t, min_rows=rows), "TF32 ")
+        out = _tensor_core_gemm(func, target, name, tensor_core_tf32.tf32_kernel, "TF32 ")
         if out is not None:
             return _with_simt_below(func, out, target, name)
     if target.tensor_cores is not None:
@@ -169,20 +167,22 @@ def _tensor_core_gemm(func: PrimFunc, target: Target, name: str,
 
 
 def _with_simt_below(func: PrimFunc, tf32: PrimFunc, target: Target, name: str) -> PrimFunc:
-    """``tf32`` (``func`` as the 3xTF32 kernel), or, below ``tensor_core_tf32.min_rows()``
-    rows, the SIMT schedule of ``func`` (the target without ``fp32_tensor_cores``): for a
-    static row count the one that applies, for a symbolic one both, chosen per call on the
-    host (the condition is over symbolic dims only)."""
-    threshold = tensor_core_tf32.min_rows()
+    """``tf32`` (``func`` as the 3xTF32 kernel), or, below ``tensor_core_tf32.min_outputs()``
+    output elements (rows x columns x batch of the GEMM), the SIMT schedule of ``func`` (the
+    target without ``fp32_tensor_cores``): for static sizes the one that applies, for
+    symbolic ones both, chosen per call on the host (the condition is over symbolic dims
+    only)."""
+    threshold = tensor_core_tf32.min_outputs()
     if not threshold:
         return tf32
-    rows = tensor_core.match_fp16_gemm(func, "float32").M
-    if isinstance(rows, int) and rows >= threshold:
+    gm = tensor_core.match_fp16_gemm(func, "float32")
+    outputs = gm.product(gm.batch_vars + gm.row_vars + gm.col_vars)
+    if isinstance(outputs, int) and outputs >= threshold:
         return tf32
     config = target.export()
     config.pop("fp32_tensor_cores")
     simt = apply(func, Target(config))
-    if isinstance(rows, int):
+    if isinstance(outputs, int):
         return simt
     try:
         realize = simt.body
@@ -190,15 +190,15 @@ def _with_simt_below(func: PrimFunc, tf32: PrimFunc, target: Target, name: str) 
             raise ValueError("the SIMT schedule has no root block")
         root = realize.block
         block = Block(root.name, root.iter_vars, root.reads, root.writes,
-                      IfThenElse(rows < threshold, root.body, tf32.body), None,
+                      IfThenElse(outputs < threshold, root.body, tf32.body), None,
                       root.alloc_buffers, dict(root.annotations))
         both = simt.replace(body=BlockRealize(realize.iter_values, realize.predicate, block))
         lower_device(both, target)
         return both
     except (ScheduleError, ValueError, TIRError) as err:
         if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
-            warnings.warn(f"SIMT schedule of {name} below {threshold} rows: "
-                          f"{type(err).__name__}: {err}; 3xTF32 at every row count")
+            warnings.warn(f"SIMT schedule of {name} below {threshold} outputs: "
+                          f"{type(err).__name__}: {err}; 3xTF32 at every size")
         return tf32
 
 

@@ -41,10 +41,10 @@ def dev():
 
 
 @pytest.fixture(autouse=True)
-def tf32_at_every_row_count(monkeypatch):
-    """The kernels below at any row count (the default keeps SIMT below
-    ``tensor_core_tf32.TF32_MIN_ROWS`` rows: ``test_simt_below_min_rows``)."""
-    monkeypatch.setenv("TILECRAFT_TF32_MIN_ROWS", "0")
+def tf32_at_every_size(monkeypatch):
+    """The kernels below at any size (the default keeps SIMT below
+    ``tensor_core_tf32.TF32_MIN_OUTPUTS`` outputs: ``test_simt_below_min_outputs``)."""
+    monkeypatch.setenv("TILECRAFT_TF32_MIN_OUTPUTS", "0")
 
 
 def _build(params, body, upper, target=TARGET):
@@ -240,10 +240,11 @@ def test_small_terms_in_their_own_accumulators(dev, monkeypatch):
            np.abs(xd) @ np.abs(wd) + np.abs(bias))
 
 
-def test_simt_below_min_rows(dev, monkeypatch):
-    """``TILECRAFT_TF32_MIN_ROWS=64``: a symbolic row count gets the SIMT schedule below 64
-    rows and 3xTF32 from there on (chosen per call); a static one below it SIMT only."""
-    monkeypatch.setenv("TILECRAFT_TF32_MIN_ROWS", "64")
+def test_simt_below_min_outputs(dev, monkeypatch):
+    """``TILECRAFT_TF32_MIN_OUTPUTS=4096`` (64 rows of 64 columns): a symbolic row count gets
+    the SIMT schedule below 64 rows and 3xTF32 from there on (chosen per call); a static size
+    below it SIMT only."""
+    monkeypatch.setenv("TILECRAFT_TF32_MIN_OUTPUTS", "4096")
     rng = np.random.default_rng(12)
     w = rng.standard_normal((32, 64)).astype(np.float32)
     bias = rng.standard_normal(64).astype(np.float32)

@@ -37,9 +37,9 @@ The kernel (``TensorCoreTile``s of the fp16 kernel, ``tensor_core.choose_tile``)
   accumulators of their own, joined once at the end.
 
 M, N and the batch may be symbolic; K is a constant. A symbolic M gets two kernels where their
-tiles differ, chosen per call (as the fp16 kernel) — unless ``gpu_schedules`` runs the SIMT
-schedule below ``TF32_MIN_ROWS`` rows (the default; ``TILECRAFT_TF32_MIN_ROWS``), where the
-smaller one would have run.
+tiles differ, chosen per call (as the fp16 kernel). ``gpu_schedules`` keeps the SIMT schedule
+for GEMMs of fewer than ``TF32_MIN_OUTPUTS`` outputs (``TILECRAFT_TF32_MIN_OUTPUTS``; for
+symbolic sizes both kernels, chosen per call).
 
 Examples
 --------
@@ -70,28 +70,32 @@ from .tensor_core import (TC_NOMINAL_ROWS, TC_SMALL_NOMINAL_ROWS, TC_SMALL_ROWS,
                           TensorCoreGemm, TensorCoreTile, _host_asserts, choose_tile,
                           match_fp16_gemm)
 
-__all__ = ["SPLITS", "TF32_BK", "TF32_MIN_ROWS", "min_rows", "small_acc_default", "tf32_kernel"]
+__all__ = ["SPLITS", "TF32_BK", "TF32_MIN_OUTPUTS", "min_outputs", "small_acc_default",
+           "tf32_kernel"]
 
 SPLITS = ("3xtf32", "1xtf32")   # 1xtf32: TF32 precision (for the accuracy comparison only)
 TF32_BK = 16                    # k per shared-memory step (4 KB of A and B a 64 x 64 tile)
-# Below this many rows the SIMT schedule (with split-K) runs instead (``min_rows``): on the
-# H100 the fp16 tensor-core kernel, with a sixth of 3xTF32's tensor work, was already slower
-# than our SIMT float32 at M = 128, K = 3072 (0.054 against 0.045 ms), its tiles giving the GPU
-# too few work-groups
-TF32_MIN_ROWS = TC_SMALL_ROWS
+# Below this many output elements (rows x columns x batch) the SIMT schedule, with its split-K,
+# runs instead (``min_outputs``): few outputs are few tensor-core work-groups. On the H100 the
+# fp16 tensor-core kernel, with a sixth of 3xTF32's tensor work, was already slower than our
+# SIMT float32 at M = 128, N = 768, K = 3072 (0.054 against 0.045 ms). 2^19: BERT's dense
+# layers at batch 1 (128 x 768, 128 x 3072) SIMT, at batch 16 3xTF32.
+TF32_MIN_OUTPUTS = 1 << 19
 _PAD_K = 4       # words added to a [row][k] tile's rows (BK + 4: conflict-free fragment reads)
 _PAD_N = 8       # words added to a [k][column] tile's rows (BN + 8, BN a multiple of 32)
 
 
-def min_rows() -> int:
-    """``TILECRAFT_TF32_MIN_ROWS``: the row count (M) below which ``gpu_schedules`` runs the
-    SIMT float32 schedule instead of 3xTF32 (a static M decided at build time, a symbolic one
-    per call on the host); default ``TF32_MIN_ROWS``, 0: 3xTF32 at every row count."""
-    text = os.environ.get("TILECRAFT_TF32_MIN_ROWS", "").strip() or str(TF32_MIN_ROWS)
+def min_outputs() -> int:
+    """``TILECRAFT_TF32_MIN_OUTPUTS``: the output size (rows x columns x batch of the GEMM)
+    below which ``gpu_schedules`` runs the SIMT float32 schedule instead of 3xTF32 (static
+    sizes decided at build time, symbolic ones per call on the host); default
+    ``TF32_MIN_OUTPUTS``, 0: 3xTF32 at every size."""
+    text = os.environ.get("TILECRAFT_TF32_MIN_OUTPUTS", "").strip() or str(TF32_MIN_OUTPUTS)
     try:
         return max(int(text), 0)
     except ValueError:
-        raise ValueError(f"TILECRAFT_TF32_MIN_ROWS must be an integer, got {text!r}") from None
+        raise ValueError(f"TILECRAFT_TF32_MIN_OUTPUTS must be an integer, got {text!r}") \
+            from None
 
 
 def small_acc_default() -> bool:
@@ -101,8 +105,7 @@ def small_acc_default() -> bool:
 
 
 def tf32_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = None,
-                split: str | None = None, small_acc: bool | None = None,
-                min_rows: int = 0) -> PrimFunc:
+                split: str | None = None, small_acc: bool | None = None) -> PrimFunc:
     """``func`` (a float32 GEMM with its epilogue, ``match_fp16_gemm(func, "float32")``) as
     the TF32 tensor-core kernel for ``target`` (whose ``tensor_cores`` is set), with the
     parameters of ``func``. ``split``: ``"3xtf32"`` (default: the target's
@@ -112,9 +115,7 @@ def tf32_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = No
     only; default ``small_acc_default()``): the two small-term mma into accumulators of their
     own, added to the big terms' at the end — each float32 addition into the large sums is
     then one of ``K``, not ``3K`` (for a tensor core whose summation loses more than float32's
-    rounding), at twice the accumulator registers. ``min_rows``: the caller runs another
-    kernel below that many rows (``gpu_schedules``: the SIMT one), so a symbolic row count
-    gets no kernel sized for fewer than ``TC_SMALL_ROWS`` once ``min_rows`` reaches it.
+    rounding), at twice the accumulator registers.
 
     Raises
     ------
@@ -138,7 +139,7 @@ def tf32_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = No
         large = choose_tile(None, n_nominal)
         small = choose_tile(TC_SMALL_NOMINAL_ROWS, n_nominal)
         body, tiles = _kernel(gm, M, large, split, small_acc), str(large)
-        if small != large and min_rows < TC_SMALL_ROWS:
+        if small != large:
             # the condition is over symbolic dims only: the host picks one of the two kernels
             body = IfThenElse(M < TC_SMALL_ROWS, _kernel(gm, M, small, split, small_acc), body)
             tiles = f"{small} below {TC_SMALL_ROWS} rows, else {large}"
