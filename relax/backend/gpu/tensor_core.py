@@ -78,12 +78,46 @@ from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer,
 
 from .schedule_utils import inline_spatial_producers, is_reduction, is_spatial, node_of
 
-__all__ = ["TensorCoreGemm", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS", "TC_NOMINAL_ROWS",
+__all__ = ["TensorCoreGemm", "TensorCoreOptions", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS", "TC_NOMINAL_ROWS",
            "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "match_fp16_gemm", "tensor_core_kernel",
            "choose_tile"]
 
 _PAD = 4             # words added to the shared tiles' rows (banks; 16-byte alignment kept)
 _OPAQUE = 8          # relax OpPattern.OPAQUE
+_SHARED_BYTES = 48 * 1024    # NVIDIA OpenCL's __local memory a work-group
+
+
+@dataclass(frozen=True)
+class TensorCoreOptions:
+    """The kernel's code-generation choices, read from the environment at build time
+    (``TensorCoreOptions.from_env``) so that one GPU run can time each:
+
+    * ``ldmatrix`` (``TILECRAFT_TC_LDMATRIX=0/1``, default 1): fragments loaded with
+      ``ldmatrix.x4`` (four 8 x 8 matrices a warp an instruction; ``.trans`` for a ``kn``
+      weight, whose shared tile is then k-major, copied in 16-byte rows) instead of one 32-bit
+      shared load a register;
+    * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 1): 1 stages the next k-step's tiles
+      in registers; 2 or 3 copy them with ``cp.async`` into a ring of that many shared tiles
+      (for plain operands only — ``a_mode`` ``"rows"``, ``b_mode`` ``"nk"``, or ``"kn"`` with
+      ``ldmatrix`` — else 1; fewer where the ring would pass 48 KB of shared memory).
+    """
+    ldmatrix: bool = True
+    stages: int = 1
+
+    @staticmethod
+    def from_env() -> "TensorCoreOptions":
+        def flag(name, default):
+            v = os.environ.get(name, "")
+            if v == "":
+                return default
+            if v not in ("0", "1", "2", "3"):
+                raise ValueError(f"{name}={v!r}: expected an integer 0..3")
+            return int(v)
+        stages = flag("TILECRAFT_TC_STAGES", TensorCoreOptions.stages)
+        if stages not in (1, 2, 3):
+            raise ValueError(f"TILECRAFT_TC_STAGES={stages}: expected 1, 2 or 3")
+        return TensorCoreOptions(ldmatrix=bool(flag("TILECRAFT_TC_LDMATRIX", 1)),
+                                 stages=stages)
 
 
 @dataclass(frozen=True)
@@ -420,32 +454,34 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     if target.tensor_cores is None:
         raise ValueError(f"{target} has no tensor cores (Target('opencl -device=nvidia'))")
     gm = match_fp16_gemm(func)
+    opts = TensorCoreOptions.from_env()
     M = gm.M
     m_const = M if isinstance(M, int) else None
     n_nominal = gm.N if isinstance(gm.N, int) else TC_NOMINAL_ROWS
     if tile is not None or m_const is not None:
         tile = tile or choose_tile(m_const, n_nominal)
-        body = _kernel(gm, M, tile)
+        body = _kernel(gm, M, tile, opts)
         tiles = str(tile)
     else:
         large = choose_tile(None, n_nominal)
         small = choose_tile(TC_SMALL_NOMINAL_ROWS, n_nominal)
-        body = _kernel(gm, M, large)
+        body = _kernel(gm, M, large, opts)
         tiles = str(large)
         if small != large:
             # the condition is over symbolic dims only: the host picks one of the two kernels
-            body = IfThenElse(M < TC_SMALL_ROWS, _kernel(gm, M, small), body)
+            body = IfThenElse(M < TC_SMALL_ROWS, _kernel(gm, M, small, opts), body)
             tiles = f"{small} below {TC_SMALL_ROWS} rows, else {large}"
     for cond, message in reversed(_host_asserts(func)):
         body = AssertStmt(cond, message, body)     # the function's own checks (equal dims)
     attrs = dict(func.attr_dict)
-    attrs.update({"tir.is_scheduled": True, "tensor_core_tiles": tiles})
+    attrs.update({"tir.is_scheduled": True, "tensor_core_tiles": tiles,
+                  "tensor_core_options": f"ldmatrix={int(opts.ldmatrix)} stages={opts.stages}"})
     return func.replace(body=body, attrs=attrs)
 
 
-def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
-    """The thread-bound loop nest of the kernel of ``gm`` with ``tile`` (fresh variables and
-    buffers of its own)."""
+def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions):
+    """The thread-bound loop nest of the kernel of ``gm`` with ``tile`` and ``opts`` (fresh
+    variables and buffers of its own)."""
     BM, BN, WM, WN = tile.BM, tile.BN, tile.WM, tile.WN
     if BM % WM or BN % WN or WM % 16 or WN % 8:
         raise ValueError(f"tensor-core tile {tile}: warps of WM x WN (multiples of 16 x 8) "
@@ -457,10 +493,24 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
     warps_n = BN // WN
     threads = 32 * tile.warps
     ldw = BK // 2 + _PAD                 # words a shared row: BK halves and the padding
+    # a kn weight with ldmatrix: its tile k-major (rows of BN halves, copied in 16-byte
+    # pieces; ldmatrix.trans makes the fragments), else column-major (k-contiguous) as a's
+    b_kmajor = opts.ldmatrix and gm.b_mode == "kn"
+    ldb = BN // 2 + _PAD
+    plain = gm.a_mode == "rows" and (gm.b_mode == "nk" or b_kmajor)
+    stages = opts.stages if plain else 1
+    stage_bytes = 4 * (BM * ldw + (BK * ldb if b_kmajor else BN * ldw))
+    while stages > 1 and stages * stage_bytes > _SHARED_BYTES:
+        stages -= 1
+    ring = stages > 1
     u32, f32 = "uint32", "float32"
+    S = stages if ring else 1
     # explicit strides: the allocation compaction keeps the padding
-    As = Buffer("A_shared", (BM, BK // 2), u32, strides=(ldw, 1), scope="shared")
-    Bs = Buffer("B_shared", (BN, BK // 2), u32, strides=(ldw, 1), scope="shared")
+    As = Buffer("A_shared", (S * BM, BK // 2), u32, strides=(ldw, 1), scope="shared")
+    if b_kmajor:
+        Bs = Buffer("B_shared", (S * BK, BN // 2), u32, strides=(ldb, 1), scope="shared")
+    else:
+        Bs = Buffer("B_shared", (S * BN, BK // 2), u32, strides=(ldw, 1), scope="shared")
     acc = Buffer("acc", (MT * NT * 4,), f32, scope="local")
     af = Buffer("a_frag", (MT * 4,), u32, scope="local")
     bf = Buffer("b_frag", (NT * 2,), u32, scope="local")
@@ -484,6 +534,9 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
     def copy(dst, src):
         return Evaluate(call(E.TC_LOAD_B128, dst, src, dtype="int32"))
 
+    def cp_async(dst, src):
+        return Evaluate(call(E.TC_CP_ASYNC, dst, src, dtype="int32"))
+
     def each(total, n, body_of):
         flat = e * threads + tx
         body = body_of(flat)
@@ -500,21 +553,37 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
             return Select(kk < K, Cast(f32, elem(Select(kk < K, kk, K - 1))), const(0.0, f32))
         return call(E.TC_PACK_HALF2, half(k), half(k + 1), dtype=u32)
 
-    # The tiles of step kt + 1 are read from global memory into registers (``fetch``) before
-    # the mma of step kt, and written into shared memory after them (``stash``): the loads'
-    # latency hides behind the mma. A copy unit ``u`` of a thread is ``e * threads + tx``.
+    # The 16-byte pieces of the plain modes: (units, the shared element, the global element)
+    # of piece ``u`` of the tiles at k0 into ring stage ``st`` (0 without a ring)
     chunks = BK // 8                     # 16-byte chunks along k a row
+    cols8 = BN // 8
+
+    def a_piece(u, k0, st):
+        return (As[st * BM + floordiv(u, chunks), floormod(u, chunks) * 4],
+                a_at(clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 8))
+
+    def b_piece(u, k0, st):
+        if b_kmajor:       # row k of 8 columns
+            n0 = bx * BN + floormod(u, cols8) * 8
+            n0 = Select(n0 < N, n0, N - 8)
+            return (Bs[st * BK + floordiv(u, cols8), floormod(u, cols8) * 4],
+                    b_at(n0, k0 + floordiv(u, cols8)))
+        return (Bs[st * BN + floordiv(u, chunks), floormod(u, chunks) * 4],
+                b_at(clamp(bx * BN + floordiv(u, chunks), N), k0 + floormod(u, chunks) * 8))
+
+    # Without a ring the tiles of step kt + 1 are read from global memory into registers
+    # (``fetch``) before the mma of step kt, and written into shared memory after them
+    # (``stash``): the loads' latency hides behind the mma. A copy unit ``u`` of a thread is
+    # ``e * threads + tx``.
     if gm.a_mode == "rows":
         na = -(-BM * chunks // threads)
         ra = Buffer("a_stage", (na * 4,), u32, scope="local")
 
         def fetch_a(k0):
-            return each(BM * chunks, na, lambda u: copy(ra[e * 4], a_at(
-                clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 8)))
+            return each(BM * chunks, na, lambda u: copy(ra[e * 4], a_piece(u, k0, 0)[1]))
 
         def stash_a():
-            return each(BM * chunks, na, lambda u: copy(
-                As[floordiv(u, chunks), floormod(u, chunks) * 4], ra[e * 4]))
+            return each(BM * chunks, na, lambda u: copy(a_piece(u, 0, 0)[0], ra[e * 4]))
     else:
         # any operand expression (an im2col window with its padding, a transposed or cast
         # read): one word (two halves along k) a unit, k fastest
@@ -531,10 +600,19 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
             return each(words, na, lambda u: BufferStore(
                 As, ra[e], [floordiv(u, BK // 2), floormod(u, BK // 2)]))
 
-    if gm.b_mode == "kn":
+    if b_kmajor or gm.b_mode == "nk":
+        units_b = BK * cols8 if b_kmajor else BN * chunks
+        nb = -(-units_b // threads)
+        rb = Buffer("b_stage", (nb * 4,), u32, scope="local")
+
+        def fetch_b(k0):
+            return each(units_b, nb, lambda u: copy(rb[e * 4], b_piece(u, k0, 0)[1]))
+
+        def stash_b():
+            return each(units_b, nb, lambda u: copy(b_piece(u, 0, 0)[0], rb[e * 4]))
+    elif gm.b_mode == "kn":
         # rows k and k + 1 of 8 columns (two 16-byte loads), their halves paired into the 8
         # columns' words of the column-major tile
-        cols8 = BN // 8
         nb = -(-(BK // 2) * cols8 // threads)
         rb = Buffer("b_stage", (nb * 8,), u32, scope="local")
 
@@ -553,17 +631,6 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
                     E.TC_PACK_LO if jj % 2 == 0 else E.TC_PACK_HI, rb[e * 8 + jj // 2],
                     rb[e * 8 + 4 + jj // 2], dtype=u32), [c * 8 + jj, kp]) for jj in range(8)])
             return each((BK // 2) * cols8, nb, unit)
-    elif gm.b_mode == "nk":
-        nb = -(-BN * chunks // threads)
-        rb = Buffer("b_stage", (nb * 4,), u32, scope="local")
-
-        def fetch_b(k0):
-            return each(BN * chunks, nb, lambda u: copy(rb[e * 4], b_at(
-                clamp(bx * BN + floordiv(u, chunks), N), k0 + floormod(u, chunks) * 8)))
-
-        def stash_b():
-            return each(BN * chunks, nb, lambda u: copy(
-                Bs[floordiv(u, chunks), floormod(u, chunks) * 4], rb[e * 4]))
     else:
         # one word a unit, the columns fastest (an activation's contiguous pixels)
         words = BN * (BK // 2)
@@ -579,19 +646,74 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
             return each(words, nb, lambda u: BufferStore(
                 Bs, rb[e], [floormod(u, BN), floordiv(u, BN)]))
 
-    frag_a = For(x, 0, MT, "unrolled", seq(*[
-        BufferStore(af, As[wm * WM + x * 16 + g + 8 * (r % 2), ks * 8 + t + 4 * (r // 2)],
-                    [x * 4 + r]) for r in range(4)]))
-    frag_b = For(y, 0, NT, "unrolled", seq(*[
-        BufferStore(bf, Bs[wn * WN + y * 8 + g, ks * 8 + t + 4 * r], [y * 2 + r])
-        for r in range(2)]))
-    mma = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", Evaluate(call(
-        E.TC_MMA, acc[(x * NT + y) * 4], af[x * 4], bf[y * 2], dtype="int32"))))
-    compute = For(ks, 0, BK // 16, "unrolled", seq(frag_a, frag_b, mma))
-    more = kt + 1 < KT
-    step = seq(IfThenElse(more, seq(fetch_a((kt + 1) * BK), fetch_b((kt + 1) * BK))),
-               compute,
-               IfThenElse(more, seq(stash_a(), stash_b())))
+    def fragments(st):
+        """The fragment loads of k16 step ``ks`` from ring stage ``st``."""
+        if not opts.ldmatrix:
+            frag_a = For(x, 0, MT, "unrolled", seq(*[
+                BufferStore(af, As[st * BM + wm * WM + x * 16 + g + 8 * (r % 2),
+                                   ks * 8 + t + 4 * (r // 2)], [x * 4 + r]) for r in range(4)]))
+            frag_b = For(y, 0, NT, "unrolled", seq(*[
+                BufferStore(bf, Bs[st * BN + wn * WN + y * 8 + g, ks * 8 + t + 4 * r],
+                            [y * 2 + r]) for r in range(2)]))
+            return seq(frag_a, frag_b)
+        # ldmatrix: lane l gives row l % 8 of matrix j = l // 8. A's x4: j % 2 the row half,
+        # j // 2 the k half (a0..a3); B's x4: j // 2 the column block y, y + 1, j % 2 the k
+        # half (b0, b1 of y, then of y + 1)
+        r8, j = floormod(lane, 8), floordiv(lane, 8)
+        frag_a = For(x, 0, MT, "unrolled", Evaluate(call(
+            E.TC_LDMATRIX_X4, af[x * 4], As[st * BM + wm * WM + x * 16 + r8 + 8 * floormod(j, 2),
+                                            ks * 8 + 4 * floordiv(j, 2)], IntImm(0, "int32"),
+            dtype="int32")))
+
+        def b_rows(y0, blk):
+            if b_kmajor:       # rows k of the k-major tile, the column block's 4 words
+                return Bs[st * BK + ks * 16 + 8 * floormod(j, 2) + r8,
+                          wn * (WN // 2) + (y0 + blk) * 4]
+            return Bs[st * BN + wn * WN + (y0 + blk) * 8 + r8, ks * 8 + 4 * floormod(j, 2)]
+        trans = IntImm(1 if b_kmajor else 0, "int32")
+        parts = [For(y, 0, NT // 2, "unrolled", Evaluate(call(
+            E.TC_LDMATRIX_X4, bf[y * 4], b_rows(y * 2, floordiv(j, 2)), trans,
+            dtype="int32")))] if NT >= 2 else []
+        if NT % 2:
+            parts.append(Evaluate(call(E.TC_LDMATRIX_X2, bf[(NT - 1) * 2],
+                                       b_rows(NT - 1, 0), trans, dtype="int32")))
+        return seq(frag_a, *parts)
+
+    def compute(st):
+        mma = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", Evaluate(call(
+            E.TC_MMA, acc[(x * NT + y) * 4], af[x * 4], bf[y * 2], dtype="int32"))))
+        return For(ks, 0, BK // 16, "unrolled", seq(fragments(st), mma))
+
+    if ring:
+        # cp.async ring of S stages: the tiles of step s go to stage s % S; step kt waits for
+        # its own group (at most S - 2 younger ones pending), and the barrier the device
+        # lowering puts before the next copies (they overwrite the stage step kt - 1 read)
+        # also publishes every thread's copies before the mma read them
+        def issue(k0, st):
+            return seq(each(BM * chunks, -(-BM * chunks // threads),
+                            lambda u: cp_async(*a_piece(u, k0, st))),
+                       each(BK * cols8 if b_kmajor else BN * chunks,
+                            -(-(BK * cols8 if b_kmajor else BN * chunks) // threads),
+                            lambda u: cp_async(*b_piece(u, k0, st))))
+        commit = Evaluate(call(E.TC_CP_COMMIT, dtype="int32"))
+        prologue = []
+        for p in range(S - 1):
+            if p < KT:
+                prologue.append(issue(p * BK, p))
+            prologue.append(commit)
+        nxt = kt + (S - 1)
+        step = seq(Evaluate(call(E.TC_CP_WAIT, IntImm(S - 2, "int32"), dtype="int32")),
+                   IfThenElse(nxt < KT, issue(nxt * BK, floormod(nxt, S))),
+                   commit,
+                   compute(floormod(kt, S)))
+        main_loop = seq(*prologue, For(kt, 0, KT, "serial", step))
+    else:
+        more = kt + 1 < KT
+        step = seq(IfThenElse(more, seq(fetch_a((kt + 1) * BK), fetch_b((kt + 1) * BK))),
+                   compute(0),
+                   IfThenElse(more, seq(stash_a(), stash_b())))
+        main_loop = seq(fetch_a(0), fetch_b(0), stash_a(), stash_b(),
+                        For(kt, 0, KT, "serial", step))
 
     # the epilogue, accumulator (x, y, i): row g (+ 8 for i >= 2), column 2t (+ 1 for odd i)
     row = by * BM + wm * WM + x * 16 + g + 8 * floordiv(i, 2)
@@ -608,10 +730,10 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
         i, 0, 4, "unrolled", IfThenElse(ok, BufferStore(gm.out, value, out_idx)))))
     thread = seq(
         For(i, 0, MT * NT * 4, "unrolled", BufferStore(acc, const(0.0, f32), [i])),
-        fetch_a(0), fetch_b(0), stash_a(), stash_b(),
-        For(kt, 0, KT, "serial", step),
+        main_loop,
         store)
-    for buf in (rb, ra, bf, af, acc):
+    stage_bufs = () if ring else (rb, ra)
+    for buf in (*stage_bufs, bf, af, acc):
         thread = Allocate(buf, thread)
     body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
     body = Allocate(Bs, Allocate(As, body))
