@@ -29,6 +29,9 @@ correct variant of the row. Without it, one tensor-core build under the environm
 (``fp16_tc``; ``TILECRAFT_TC_LDMATRIX`` / ``TILECRAFT_TC_STAGES``, ``tensor_core.
 TensorCoreOptions``).
 
+``python -m benchmarks.gpu_tensor_core --env ldm_async2`` prints the ``export`` lines of a
+variant (``benchmarks/tc_device.sh`` runs the BERT layer with the best one).
+
 Run on the GPU machine: ``python -m benchmarks.gpu_tensor_core``; here (PoCL) a check of the
 script: ``TILECRAFT_TC_SMOKE=1 python -m benchmarks.gpu_tensor_core`` (``benchmarks/lowp_device.sh``
 runs it); results ``benchmarks/results/gpu_tensor_core/<gpu>.json``.
@@ -189,15 +192,36 @@ def run() -> list[dict]:
             rows.append(row)
             print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()},
                   flush=True)
+    extra = {}
+    if TC_VARIANTS:
+        best = best_variant(rows)
+        extra = {"variants": {v: variant_env(v) for v in TC_VARIANTS}, "best_variant": best}
+        print(f"best variant: {best}", flush=True)
     if SMOKE:
         print("(smoke run: no results written)")
         return rows
     gpu = torch.cuda.get_device_name(0) if cuda else None
-    write_results("gpu_tensor_core", rows, gpu=gpu)
+    write_results("gpu_tensor_core", rows, extra, gpu=gpu)
     return rows
 
 
+def best_variant(rows: list[dict]) -> str | None:
+    """The variant of the least total time over the rows among those correct on every row
+    (None if none is)."""
+    totals = {}
+    for v in TC_VARIANTS:
+        if all(r.get(f"{v}_ms") for r in rows):
+            totals[v] = sum(r[f"{v}_ms"] for r in rows)
+    return min(totals, key=totals.get) if totals else None
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--env"]:
+        # the shell lines that select a variant (benchmarks/tc_device.sh)
+        for k, v in variant_env(argv[1]).items():
+            print(f"export {k}={v}")
+        return 0
     rows = run()
     if TC_VARIANTS:
         print_table(rows, ["K", "N", "batch", "fp32_ms", "torch_fp16_ms",

@@ -96,13 +96,13 @@ class TensorCoreOptions:
       ``ldmatrix.x4`` (four 8 x 8 matrices a warp an instruction; ``.trans`` for a ``kn``
       weight, whose shared tile is then k-major, copied in 16-byte rows) instead of one 32-bit
       shared load a register;
-    * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 1): 1 stages the next k-step's tiles
+    * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 2): 1 stages the next k-step's tiles
       in registers; 2 or 3 copy them with ``cp.async`` into a ring of that many shared tiles
       (for plain operands only — ``a_mode`` ``"rows"``, ``b_mode`` ``"nk"``, or ``"kn"`` with
       ``ldmatrix`` — else 1; fewer where the ring would pass 48 KB of shared memory).
     """
     ldmatrix: bool = True
-    stages: int = 1
+    stages: int = 2
 
     @staticmethod
     def from_env() -> "TensorCoreOptions":
