@@ -21,13 +21,15 @@ time; ``tc_vs_torch`` = PyTorch's time / ours (above 1: we are faster); ``tflops
 
 ``TILECRAFT_TC_VARIANTS`` (comma-separated) times several builds of the tensor-core kernel in
 the same run, each checked against the same reference: a variant is a name of ``VARIANTS``
-(``base``: 32-bit fragment loads, register staging; ``ldm``: ``ldmatrix``; ``ldm_async2`` /
-``ldm_async3``: ``ldmatrix`` and a ``cp.async`` ring of 2 / 3 stages; ``async2``: the ring
-without ``ldmatrix``), optionally with a tile, ``ldm_async2:64x128x32x64``. Each gives the
+(``base``: 32-bit fragment loads, register staging, no split-K; ``ldm``: ``ldmatrix``;
+``ldm_async2`` / ``ldm_async3``: ``ldmatrix`` and a ``cp.async`` ring of 2 / 3 stages;
+``async2``: the ring without ``ldmatrix``; ``split``: ``base`` with split-K; ``all`` /
+``all3``: ``ldmatrix``, the ring of 2 / 3 stages and split-K — ``all`` is the default build),
+optionally with a tile, ``ldm_async2:64x128x32x64``. Each gives the
 columns ``<variant>_ms``, ``<variant>_err``, ``<variant>_tflops``; ``best`` names the fastest
 correct variant of the row. Without it, one tensor-core build under the environment as it is
-(``fp16_tc``; ``TILECRAFT_TC_LDMATRIX`` / ``TILECRAFT_TC_STAGES``, ``tensor_core.
-TensorCoreOptions``).
+(``fp16_tc``; ``TILECRAFT_TC_LDMATRIX`` / ``TILECRAFT_TC_STAGES`` / ``TILECRAFT_TC_SPLITK``,
+``tensor_core.TensorCoreOptions``).
 
 ``python -m benchmarks.gpu_tensor_core --env ldm_async2`` prints the ``export`` lines of a
 variant (``benchmarks/tc_device.sh`` runs the BERT layer with the best one).
@@ -55,12 +57,12 @@ BATCHES = (1, 2) if SMOKE else (1, 16)
 TC_TARGET = "opencl -device=nvidia-emulated" if SMOKE else "opencl -device=nvidia"
 # the variants' environment (tensor_core.TensorCoreOptions)
 VARIANTS = {
-    "base": {"TILECRAFT_TC_LDMATRIX": "0", "TILECRAFT_TC_STAGES": "1"},
-    "ldm": {"TILECRAFT_TC_LDMATRIX": "1", "TILECRAFT_TC_STAGES": "1"},
-    "ldm_async2": {"TILECRAFT_TC_LDMATRIX": "1", "TILECRAFT_TC_STAGES": "2"},
-    "ldm_async3": {"TILECRAFT_TC_LDMATRIX": "1", "TILECRAFT_TC_STAGES": "3"},
-    "async2": {"TILECRAFT_TC_LDMATRIX": "0", "TILECRAFT_TC_STAGES": "2"},
-}
+    name: {"TILECRAFT_TC_LDMATRIX": ldm, "TILECRAFT_TC_STAGES": stages,
+           "TILECRAFT_TC_SPLITK": split}
+    for name, (ldm, stages, split) in {
+        "base": ("0", "1", "0"), "ldm": ("1", "1", "0"), "ldm_async2": ("1", "2", "0"),
+        "ldm_async3": ("1", "3", "0"), "async2": ("0", "2", "0"), "split": ("0", "1", "1"),
+        "all": ("1", "2", "1"), "all3": ("1", "3", "1")}.items()}
 TC_VARIANTS = [v for v in os.environ.get("TILECRAFT_TC_VARIANTS", "").split(",") if v]
 
 

@@ -12,8 +12,8 @@
 # under; TEST_LIMIT (each test run), BENCH_LIMIT, BERT_LIMIT: seconds (0 skips the part).
 . .device/env.sh
 nvidia-smi -L | tee $OUT/card.txt
-VARIANTS=${VARIANTS:-base,ldm,ldm_async2,ldm_async3,async2,ldm_async2:128x128x64x64,ldm_async2:64x64x32x32}
-TEST_VARIANTS=${TEST_VARIANTS:-ldm ldm_async2 ldm_async3}
+VARIANTS=${VARIANTS:-base,ldm,ldm_async2,ldm_async3,async2,split,all,all3,all:128x128x64x64,all:64x64x32x32}
+TEST_VARIANTS=${TEST_VARIANTS:-all ldm all3}
 latest() { ls -t "$1"/*.json 2>/dev/null | head -1; }
 PYTEST="python3 -m pytest -q -x -p no:cacheprovider"
 if [ "${TEST_LIMIT:-30}" != 0 ]; then

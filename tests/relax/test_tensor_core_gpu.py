@@ -405,7 +405,7 @@ def test_fragment_loads_and_stages(dev, monkeypatch, ldm, stages, weight, K, til
     N = 96
     t = Target(TARGET)
     func = tc.tensor_core_kernel(_gemm_func(K, N, weight), t)
-    assert func.attr_dict["tensor_core_options"] == f"ldmatrix={ldm} stages={stages}"
+    assert func.attr_dict["tensor_core_options"].startswith(f"ldmatrix={ldm} stages={stages} ")
     mod = targets.build(func, t)
     src = mod.get_source()
     ring = stages > 1 and (ldm or weight == "nk")
@@ -434,3 +434,59 @@ def test_options_from_env(monkeypatch):
     monkeypatch.setenv("TILECRAFT_TC_STAGES", "x")
     with pytest.raises(ValueError, match="TILECRAFT_TC_STAGES"):
         tc.TensorCoreOptions.from_env()
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_split_k_dense_epilogue(dev, monkeypatch, stages):
+    """Few output tiles and a long K (1024 -> 64 at up to 130 rows): split-K's two kernels
+    (float32 partials, then their sum with the bias and GELU), against numpy; and the same
+    built unsplit (``TILECRAFT_TC_SPLITK=0``) has one kernel."""
+    monkeypatch.setenv("TILECRAFT_TC_STAGES", str(stages))
+    K, N = 1024, 64
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((K, N)).astype(np.float32) / 32
+    bias = rng.standard_normal(N).astype(np.float32)
+
+    def body(e, x):
+        return e(nn.gelu(e(op.add(e(op.matmul(x, const(w))), const(bias)))))
+    exe, misses = _build([("x", ("n", K), "float32")], body, {"n": 130})
+    assert _uses_tensor_cores(exe) >= 1, misses
+    src = exe.kernel_module.get_source()
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 37, 130):
+        x = rng.standard_normal((n, K)).astype(np.float32)
+        y = _h(x) @ _h(w) + bias
+        _check(vm["main"](x).numpy(), 0.5 * y * (1 + _erf(y / np.sqrt(2))), 3e-3)
+    monkeypatch.setenv("TILECRAFT_TC_SPLITK", "0")
+    plain = _build([("x", ("n", K), "float32")], body, {"n": 130})[0]
+    assert src.count("__kernel") > plain.kernel_module.get_source().count("__kernel")
+
+
+def test_split_k_batch_matmul(dev):
+    """Split-K over a batch: (3, s, 1024) x (3, 1024, 32), parts and batch on blockIdx.z."""
+    t = Target(TARGET)
+    s = te.var("s")
+    A = te.placeholder((3, s, 1024), "float16", "A")
+    B = te.placeholder((3, 1024, 32), "float16", "B")
+    k = te.reduce_axis((0, 1024), "k")
+    C = te.compute((3, s, 32), lambda b, i, j: te.sum(
+        A[b, i, k].astype("float32") * B[b, k, j].astype("float32"), axis=k), "C")
+    func = tc.tensor_core_kernel(te.create_prim_func([A, B, C]), t)
+    assert "split-K" in func.attr_dict["tensor_core_tiles"]
+    mod = targets.build(func, t)
+    rng = np.random.default_rng(13)
+    for rows in (5, 70):
+        a = rng.standard_normal((3, rows, 1024)).astype(np.float16)
+        b = rng.standard_normal((3, 1024, 32)).astype(np.float16)
+        c = targets.empty((3, rows, 32), "float32", dev)
+        mod["main"](targets.array(a, dev), targets.array(b, dev), c)
+        _check(c.numpy(), a.astype(np.float64) @ b.astype(np.float64), 2e-3)
+
+
+def test_split_parts_rule():
+    """BERT-base at batch 1: the 3072 -> 768 layer split in 3, the 768-deep ones not; at
+    batch 16 none."""
+    small = tc.choose_tile(tc.TC_SMALL_NOMINAL_ROWS, 768)
+    assert tc.split_parts(128, 768, 3072, 32, small) == 3
+    assert tc.split_parts(128, 768, 768, 32, small) == 1
+    assert tc.split_parts(2048, 768, 3072, 32, tc.choose_tile(2048, 768)) == 1

@@ -79,8 +79,9 @@ from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer,
 from .schedule_utils import inline_spatial_producers, is_reduction, is_spatial, node_of
 
 __all__ = ["TensorCoreGemm", "TensorCoreOptions", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS", "TC_NOMINAL_ROWS",
-           "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "match_fp16_gemm", "tensor_core_kernel",
-           "choose_tile"]
+           "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "TC_SPLITK_GROUPS", "TC_SPLITK_MIN_K",
+           "TC_SPLITK_MIN_STEPS", "TC_SPLITK_MAX", "match_fp16_gemm", "tensor_core_kernel",
+           "choose_tile", "split_parts"]
 
 _PAD = 4             # words added to the shared tiles' rows (banks; 16-byte alignment kept)
 _OPAQUE = 8          # relax OpPattern.OPAQUE
@@ -99,10 +100,15 @@ class TensorCoreOptions:
     * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 2): 1 stages the next k-step's tiles
       in registers; 2 or 3 copy them with ``cp.async`` into a ring of that many shared tiles
       (for plain operands only — ``a_mode`` ``"rows"``, ``b_mode`` ``"nk"``, or ``"kn"`` with
-      ``ldmatrix`` — else 1; fewer where the ring would pass 48 KB of shared memory).
+      ``ldmatrix`` — else 1; fewer where the ring would pass 48 KB of shared memory);
+    * ``split_k`` (``TILECRAFT_TC_SPLITK=0/1``, default 1): a GEMM whose tiles fill few
+      multiprocessors and whose K is long (``split_parts``) runs as two kernels: the
+      tensor-core kernel over ``S`` parts of K writing float32 partials, then their sum with
+      the epilogue.
     """
     ldmatrix: bool = True
     stages: int = 2
+    split_k: bool = True
 
     @staticmethod
     def from_env() -> "TensorCoreOptions":
@@ -117,7 +123,7 @@ class TensorCoreOptions:
         if stages not in (1, 2, 3):
             raise ValueError(f"TILECRAFT_TC_STAGES={stages}: expected 1, 2 or 3")
         return TensorCoreOptions(ldmatrix=bool(flag("TILECRAFT_TC_LDMATRIX", 1)),
-                                 stages=stages)
+                                 stages=stages, split_k=bool(flag("TILECRAFT_TC_SPLITK", 1)))
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,16 @@ TC_NOMINAL_ROWS = 2048    # BERT at batch 16, sequence 128
 # 12 work-groups)
 TC_SMALL_ROWS = 512
 TC_SMALL_NOMINAL_ROWS = 128
+# Split-K (TensorCoreOptions.split_k): where a kernel's work-groups (at its nominal row count)
+# are fewer than TC_SPLITK_GROUPS and K is at least TC_SPLITK_MIN_K, K is split into the
+# fewest parts (dividing its k-steps, at least TC_SPLITK_MIN_STEPS each, at most
+# TC_SPLITK_MAX) whose work-groups reach TC_MIN_GROUPS. BERT-base at batch 1: the 3072 -> 768
+# layer (48 work-groups of 32 x 64, 96 k-steps) in 3 parts.
+TC_SPLITK_GROUPS = TC_MIN_GROUPS // 2
+TC_SPLITK_MIN_K = 1024
+TC_SPLITK_MIN_STEPS = 8
+TC_SPLITK_MAX = 8
+SUM_THREADS = 256        # threads a work-group of the partials' sum
 
 
 @dataclass(frozen=True)
@@ -429,6 +445,29 @@ def choose_tile(m, N: int) -> TensorCoreTile:
     return TC_TILES[-1]
 
 
+def split_parts(m, N, K: int, BK: int, tile: TensorCoreTile, nbatch=1) -> int:
+    """The parts split-K cuts K into (1: none) for ``m`` rows (a constant, or the kernel's
+    nominal row count), ``N`` columns (a symbolic one counted as ``TC_NOMINAL_ROWS``), a
+    constant batch ``nbatch`` (a symbolic one: 1) and ``tile``, by the rule of
+    ``TC_SPLITK_GROUPS``.
+
+    >>> split_parts(128, 768, 3072, 32, TensorCoreTile(32, 64, 32, 32))
+    3
+    """
+    N = N if isinstance(N, int) else TC_NOMINAL_ROWS
+    nbatch = nbatch if isinstance(nbatch, int) else 1
+    groups = -(-m // tile.BM) * -(-N // tile.BN) * nbatch
+    steps = K // BK
+    if K % BK or K < TC_SPLITK_MIN_K or groups >= TC_SPLITK_GROUPS:
+        return 1
+    allowed = [s for s in range(2, TC_SPLITK_MAX + 1)
+               if steps % s == 0 and steps // s >= TC_SPLITK_MIN_STEPS]
+    for s in allowed:
+        if groups * s >= TC_MIN_GROUPS:
+            return s
+    return allowed[-1] if allowed else 1
+
+
 def _unflatten(flat, extents) -> list:
     """The indices of the flat index ``flat`` over dims of ``extents`` (the last fastest)."""
     out, rest = [], flat
@@ -460,34 +499,85 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     n_nominal = gm.N if isinstance(gm.N, int) else TC_NOMINAL_ROWS
     if tile is not None or m_const is not None:
         tile = tile or choose_tile(m_const, n_nominal)
-        body = _kernel(gm, M, tile, opts)
-        tiles = str(tile)
+        body, tiles = _gemm(gm, M, tile, opts, m_const or TC_NOMINAL_ROWS)
     else:
         large = choose_tile(None, n_nominal)
         small = choose_tile(TC_SMALL_NOMINAL_ROWS, n_nominal)
-        body = _kernel(gm, M, large, opts)
-        tiles = str(large)
-        if small != large:
+        body, tiles = _gemm(gm, M, large, opts, TC_NOMINAL_ROWS)
+        small_body, small_tiles = _gemm(gm, M, small, opts, TC_SMALL_NOMINAL_ROWS)
+        if small_tiles != tiles:
             # the condition is over symbolic dims only: the host picks one of the two kernels
-            body = IfThenElse(M < TC_SMALL_ROWS, _kernel(gm, M, small, opts), body)
-            tiles = f"{small} below {TC_SMALL_ROWS} rows, else {large}"
+            body = IfThenElse(M < TC_SMALL_ROWS, small_body, body)
+            tiles = f"{small_tiles} below {TC_SMALL_ROWS} rows, else {tiles}"
     for cond, message in reversed(_host_asserts(func)):
         body = AssertStmt(cond, message, body)     # the function's own checks (equal dims)
     attrs = dict(func.attr_dict)
     attrs.update({"tir.is_scheduled": True, "tensor_core_tiles": tiles,
-                  "tensor_core_options": f"ldmatrix={int(opts.ldmatrix)} stages={opts.stages}"})
+                  "tensor_core_options": f"ldmatrix={int(opts.ldmatrix)} stages={opts.stages} "
+                                         f"split_k={int(opts.split_k)}"})
     return func.replace(body=body, attrs=attrs)
 
 
-def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions):
+def _k_step(gm: TensorCoreGemm) -> int:
+    """BK: 32 where K allows, else 16."""
+    return 32 if gm.K % 32 == 0 or (gm.a_mode == gm.b_mode == "gather" and gm.K > 16) else 16
+
+
+def _gemm(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions, rows: int):
+    """``(body, description)``: the kernel of ``gm`` with ``tile`` — split-K's two kernels
+    and their float32 partials where ``opts`` and the rule (``split_parts`` at ``rows``
+    rows) split it."""
+    BK = _k_step(gm)
+    parts = split_parts(rows, gm.N, gm.K, BK, tile, gm.product(gm.batch_vars)) \
+        if opts.split_k and gm.K % BK == 0 else 1
+    if parts == 1:
+        return _kernel(gm, M, tile, opts), str(tile)
+    nbatch = gm.product(gm.batch_vars)
+    partials = Buffer("tc_partials", (parts, nbatch, M, gm.N), "float32", scope="global")
+    body = seq(_kernel(gm, M, tile, opts, parts, partials), _sum_kernel(gm, M, partials))
+    return Allocate(partials, body), f"{tile} split-K {parts}"
+
+
+def _sum_kernel(gm: TensorCoreGemm, M, partials: Buffer):
+    """The second kernel of split-K: each output the sum of its ``partials`` through the
+    epilogue (``SUM_THREADS`` consecutive columns a work-group, a row on ``blockIdx.y``, the
+    batch on ``blockIdx.z``)."""
+    parts, N = partials.shape[0], gm.N
+    tx, bx, by, bz, p = Var("tx"), Var("bx"), Var("by"), Var("bz"), Var("p")
+    total = Buffer("total", (1,), "float32", scope="local")
+    col = bx * SUM_THREADS + tx
+    vals = gm.values(bz, by, col, None)
+    out_idx = [vals[v] for v in gm.out_vars]
+    value = gm.epilogue(out_idx, total[0])
+    if value.dtype != gm.out.dtype:
+        value = Cast(gm.out.dtype, value)
+    body = seq(BufferStore(total, partials[0, bz, by, col], [0]),
+               For(p, 1, parts - 1, "unrolled", BufferStore(
+                   total, total[0] + partials[p, bz, by, col], [0])),
+               BufferStore(gm.out, value, out_idx))
+    if not isinstance(N, int) or N % SUM_THREADS:
+        body = IfThenElse(col < N, body)
+    body = For(tx, 0, SUM_THREADS, "thread_binding", Allocate(total, body),
+               thread_tag="threadIdx.x")
+    body = For(bx, 0, floordiv(N + (SUM_THREADS - 1), SUM_THREADS), "thread_binding", body,
+               thread_tag="blockIdx.x")
+    body = For(by, 0, M, "thread_binding", body, thread_tag="blockIdx.y")
+    return For(bz, 0, gm.product(gm.batch_vars), "thread_binding", body,
+               thread_tag="blockIdx.z")
+
+
+def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions,
+            parts: int = 1, partials: Buffer | None = None):
     """The thread-bound loop nest of the kernel of ``gm`` with ``tile`` and ``opts`` (fresh
-    variables and buffers of its own)."""
+    variables and buffers of its own); with ``parts`` > 1, work-group ``z`` of a batch
+    computes part ``z % parts`` of K into ``partials`` (float32, ``(parts, batch, M, N)``)
+    instead of the output."""
     BM, BN, WM, WN = tile.BM, tile.BN, tile.WM, tile.WN
     if BM % WM or BN % WN or WM % 16 or WN % 8:
         raise ValueError(f"tensor-core tile {tile}: warps of WM x WN (multiples of 16 x 8) "
                          f"must divide BM x BN")
     K, N = gm.K, gm.N
-    BK = 32 if K % 32 == 0 or (gm.a_mode == gm.b_mode == "gather" and K > 16) else 16
+    BK = _k_step(gm)
     KT = -(-K // BK)
     MT, NT = WM // 16, WN // 8
     warps_n = BN // WN
@@ -515,9 +605,18 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
     af = Buffer("a_frag", (MT * 4,), u32, scope="local")
     bf = Buffer("b_frag", (NT * 2,), u32, scope="local")
 
-    tx, bx, by, bz = Var("tx"), Var("bx"), Var("by"), Var("bz")
+    tx, bx, by, bzv = Var("tx"), Var("bx"), Var("by"), Var("bz")
     kt, e, x, y, i, ks = Var("kt"), Var("e"), Var("x"), Var("y"), Var("i"), Var("ks")
     nbatch = gm.product(gm.batch_vars)
+    # split-K: blockIdx.z is (batch, part); a part's k-steps KTL from its own first k ``kb``
+    if KT % parts:
+        raise ValueError(f"split-K: {KT} k-steps do not divide into {parts} parts")
+    KTL = KT // parts
+    if parts > 1:
+        bz, part = floordiv(bzv, parts), floormod(bzv, parts)
+        kb = part * (KTL * BK)
+    else:
+        bz, part, kb = bzv, None, 0
     warp, lane = floordiv(tx, 32), floormod(tx, 32)
     g, t = floordiv(lane, 4), floormod(lane, 4)
     wm, wn = floordiv(warp, warps_n), floormod(warp, warps_n)
@@ -698,36 +797,41 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         commit = Evaluate(call(E.TC_CP_COMMIT, dtype="int32"))
         prologue = []
         for p in range(S - 1):
-            if p < KT:
-                prologue.append(issue(p * BK, p))
+            if p < KTL:
+                prologue.append(issue(kb + p * BK, p))
             prologue.append(commit)
         nxt = kt + (S - 1)
         step = seq(Evaluate(call(E.TC_CP_WAIT, IntImm(S - 2, "int32"), dtype="int32")),
-                   IfThenElse(nxt < KT, issue(nxt * BK, floormod(nxt, S))),
+                   IfThenElse(nxt < KTL, issue(kb + nxt * BK, floormod(nxt, S))),
                    commit,
                    compute(floormod(kt, S)))
-        main_loop = seq(*prologue, For(kt, 0, KT, "serial", step))
+        main_loop = seq(*prologue, For(kt, 0, KTL, "serial", step))
     else:
-        more = kt + 1 < KT
-        step = seq(IfThenElse(more, seq(fetch_a((kt + 1) * BK), fetch_b((kt + 1) * BK))),
+        more = kt + 1 < KTL
+        nk = kb + (kt + 1) * BK
+        step = seq(IfThenElse(more, seq(fetch_a(nk), fetch_b(nk))),
                    compute(0),
                    IfThenElse(more, seq(stash_a(), stash_b())))
-        main_loop = seq(fetch_a(0), fetch_b(0), stash_a(), stash_b(),
-                        For(kt, 0, KT, "serial", step))
+        main_loop = seq(fetch_a(kb), fetch_b(kb), stash_a(), stash_b(),
+                        For(kt, 0, KTL, "serial", step))
 
     # the epilogue, accumulator (x, y, i): row g (+ 8 for i >= 2), column 2t (+ 1 for odd i)
     row = by * BM + wm * WM + x * 16 + g + 8 * floordiv(i, 2)
     col = bx * BN + wn * WN + y * 8 + t * 2 + floormod(i, 2)
-    vals = gm.values(bz, row, col, None)
-    out_idx = [vals[v] for v in gm.out_vars]
-    value = gm.epilogue(out_idx, acc[(x * NT + y) * 4 + i])
-    if value.dtype != gm.out.dtype:
-        value = Cast(gm.out.dtype, value)
+    if parts > 1:      # the part's float32 sums, the epilogue in the second kernel
+        out_store = BufferStore(partials, acc[(x * NT + y) * 4 + i], [part, bz, row, col])
+    else:
+        vals = gm.values(bz, row, col, None)
+        out_idx = [vals[v] for v in gm.out_vars]
+        value = gm.epilogue(out_idx, acc[(x * NT + y) * 4 + i])
+        if value.dtype != gm.out.dtype:
+            value = Cast(gm.out.dtype, value)
+        out_store = BufferStore(gm.out, value, out_idx)
     ok = row < M
     if not isinstance(N, int) or N % BN:
         ok = ok & (col < N)
     store = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", For(
-        i, 0, 4, "unrolled", IfThenElse(ok, BufferStore(gm.out, value, out_idx)))))
+        i, 0, 4, "unrolled", IfThenElse(ok, out_store))))
     thread = seq(
         For(i, 0, MT * NT * 4, "unrolled", BufferStore(acc, const(0.0, f32), [i])),
         main_loop,
@@ -741,6 +845,6 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
                thread_tag="blockIdx.x")
     body = For(by, 0, floordiv(M + (BM - 1), BM), "thread_binding", body,
                thread_tag="blockIdx.y")
-    if gm.batch_vars:
-        body = For(bz, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.z")
+    if gm.batch_vars or parts > 1:
+        body = For(bzv, 0, nbatch * parts, "thread_binding", body, thread_tag="blockIdx.z")
     return body
