@@ -85,7 +85,6 @@ __all__ = ["TensorCoreGemm", "TensorCoreOptions", "TensorCoreTile", "TC_TILES", 
 
 _PAD = 4             # words added to the shared tiles' rows (banks; 16-byte alignment kept)
 _OPAQUE = 8          # relax OpPattern.OPAQUE
-_SHARED_BYTES = 48 * 1024    # NVIDIA OpenCL's __local memory a work-group
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,8 @@ class TensorCoreOptions:
     * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 2): 1 stages the next k-step's tiles
       in registers; 2 or 3 copy them with ``cp.async`` into a ring of that many shared tiles
       (for plain operands only — ``a_mode`` ``"rows"``, ``b_mode`` ``"nk"``, or ``"kn"`` with
-      ``ldmatrix`` — else 1; fewer where the ring would pass 48 KB of shared memory);
+      ``ldmatrix`` — else 1; where the ring of k-steps of 32 would pass the target's shared
+      memory, k-steps of 16, else fewer stages);
     * ``split_k`` (``TILECRAFT_TC_SPLITK=0/1``, default 1): a GEMM whose tiles fill few
       multiprocessors and whose K is long (``split_parts``) runs as two kernels: the
       tensor-core kernel over ``S`` parts of K writing float32 partials, then their sum with
@@ -494,17 +494,18 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
         raise ValueError(f"{target} has no tensor cores (Target('opencl -device=nvidia'))")
     gm = match_fp16_gemm(func)
     opts = TensorCoreOptions.from_env()
+    limit = target.max_shared_memory_per_block
     M = gm.M
     m_const = M if isinstance(M, int) else None
     n_nominal = gm.N if isinstance(gm.N, int) else TC_NOMINAL_ROWS
     if tile is not None or m_const is not None:
         tile = tile or choose_tile(m_const, n_nominal)
-        body, tiles = _gemm(gm, M, tile, opts, m_const or TC_NOMINAL_ROWS)
+        body, tiles = _gemm(gm, M, tile, opts, m_const or TC_NOMINAL_ROWS, limit)
     else:
         large = choose_tile(None, n_nominal)
         small = choose_tile(TC_SMALL_NOMINAL_ROWS, n_nominal)
-        body, tiles = _gemm(gm, M, large, opts, TC_NOMINAL_ROWS)
-        small_body, small_tiles = _gemm(gm, M, small, opts, TC_SMALL_NOMINAL_ROWS)
+        body, tiles = _gemm(gm, M, large, opts, TC_NOMINAL_ROWS, limit)
+        small_body, small_tiles = _gemm(gm, M, small, opts, TC_SMALL_NOMINAL_ROWS, limit)
         if small_tiles != tiles:
             # the condition is over symbolic dims only: the host picks one of the two kernels
             body = IfThenElse(M < TC_SMALL_ROWS, small_body, body)
@@ -523,7 +524,8 @@ def _k_step(gm: TensorCoreGemm) -> int:
     return 32 if gm.K % 32 == 0 or (gm.a_mode == gm.b_mode == "gather" and gm.K > 16) else 16
 
 
-def _gemm(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions, rows: int):
+def _gemm(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions, rows: int,
+          shared_limit: int):
     """``(body, description)``: the kernel of ``gm`` with ``tile`` — split-K's two kernels
     and their float32 partials where ``opts`` and the rule (``split_parts`` at ``rows``
     rows) split it."""
@@ -531,10 +533,11 @@ def _gemm(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions, 
     parts = split_parts(rows, gm.N, gm.K, BK, tile, gm.product(gm.batch_vars)) \
         if opts.split_k and gm.K % BK == 0 else 1
     if parts == 1:
-        return _kernel(gm, M, tile, opts), str(tile)
+        return _kernel(gm, M, tile, opts, shared_limit), str(tile)
     nbatch = gm.product(gm.batch_vars)
     partials = Buffer("tc_partials", (parts, nbatch, M, gm.N), "float32", scope="global")
-    body = seq(_kernel(gm, M, tile, opts, parts, partials), _sum_kernel(gm, M, partials))
+    body = seq(_kernel(gm, M, tile, opts, shared_limit, parts, partials),
+               _sum_kernel(gm, M, partials))
     return Allocate(partials, body), f"{tile} split-K {parts}"
 
 
@@ -567,9 +570,11 @@ def _sum_kernel(gm: TensorCoreGemm, M, partials: Buffer):
 
 
 def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions,
-            parts: int = 1, partials: Buffer | None = None):
+            shared_limit: int, parts: int = 1, partials: Buffer | None = None):
     """The thread-bound loop nest of the kernel of ``gm`` with ``tile`` and ``opts`` (fresh
-    variables and buffers of its own); with ``parts`` > 1, work-group ``z`` of a batch
+    variables and buffers of its own), its shared tiles within ``shared_limit`` bytes (a
+    ring of ``opts.stages`` that would pass it takes k-steps of 16, else fewer stages); with
+    ``parts`` > 1, work-group ``z`` of a batch
     computes part ``z % parts`` of K into ``partials`` (float32, ``(parts, batch, M, N)``)
     instead of the output."""
     BM, BN, WM, WN = tile.BM, tile.BN, tile.WM, tile.WN
@@ -578,29 +583,40 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
                          f"must divide BM x BN")
     K, N = gm.K, gm.N
     BK = _k_step(gm)
-    KT = -(-K // BK)
     MT, NT = WM // 16, WN // 8
     warps_n = BN // WN
     threads = 32 * tile.warps
-    ldw = BK // 2 + _PAD                 # words a shared row: BK halves and the padding
     # a kn weight with ldmatrix: its tile k-major (rows of BN halves, copied in 16-byte
     # pieces; ldmatrix.trans makes the fragments), else column-major (k-contiguous) as a's
     b_kmajor = opts.ldmatrix and gm.b_mode == "kn"
     ldb = BN // 2 + _PAD
     plain = gm.a_mode == "rows" and (gm.b_mode == "nk" or b_kmajor)
     stages = opts.stages if plain else 1
-    stage_bytes = 4 * (BM * ldw + (BK * ldb if b_kmajor else BN * ldw))
-    while stages > 1 and stages * stage_bytes > _SHARED_BYTES:
+
+    def stage_bytes(bk):
+        return 4 * (BM * (bk // 2 + _PAD) + (bk * ldb if b_kmajor else BN * (bk // 2 + _PAD)))
+    if stages > 1 and BK == 32 and stages * stage_bytes(32) > shared_limit and \
+            stages * stage_bytes(16) <= shared_limit:
+        BK = 16          # the ring of k-steps of 16 rather than fewer stages
+    while stages > 1 and stages * stage_bytes(BK) > shared_limit:
         stages -= 1
     ring = stages > 1
+    KT = -(-K // BK)
+    ldw = BK // 2 + _PAD                 # words a shared row: BK halves and the padding
     u32, f32 = "uint32", "float32"
     S = stages if ring else 1
-    # explicit strides: the allocation compaction keeps the padding
-    As = Buffer("A_shared", (S * BM, BK // 2), u32, strides=(ldw, 1), scope="shared")
+    # one buffer a ring stage (the lowering places barriers buffer by buffer: a step's copies
+    # into one stage and its mma from another need none between them); explicit strides:
+    # the allocation compaction keeps the padding
+    names = [""] if S == 1 else [str(st) for st in range(S)]
+    As_l = [Buffer(f"A_shared{n}", (BM, BK // 2), u32, strides=(ldw, 1), scope="shared")
+            for n in names]
     if b_kmajor:
-        Bs = Buffer("B_shared", (S * BK, BN // 2), u32, strides=(ldb, 1), scope="shared")
+        Bs_l = [Buffer(f"B_shared{n}", (BK, BN // 2), u32, strides=(ldb, 1), scope="shared")
+                for n in names]
     else:
-        Bs = Buffer("B_shared", (S * BN, BK // 2), u32, strides=(ldw, 1), scope="shared")
+        Bs_l = [Buffer(f"B_shared{n}", (BN, BK // 2), u32, strides=(ldw, 1), scope="shared")
+                for n in names]
     acc = Buffer("acc", (MT * NT * 4,), f32, scope="local")
     af = Buffer("a_frag", (MT * 4,), u32, scope="local")
     bf = Buffer("b_frag", (NT * 2,), u32, scope="local")
@@ -658,16 +674,16 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
     cols8 = BN // 8
 
     def a_piece(u, k0, st):
-        return (As[st * BM + floordiv(u, chunks), floormod(u, chunks) * 4],
+        return (As_l[st][floordiv(u, chunks), floormod(u, chunks) * 4],
                 a_at(clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 8))
 
     def b_piece(u, k0, st):
         if b_kmajor:       # row k of 8 columns
             n0 = bx * BN + floormod(u, cols8) * 8
             n0 = Select(n0 < N, n0, N - 8)
-            return (Bs[st * BK + floordiv(u, cols8), floormod(u, cols8) * 4],
+            return (Bs_l[st][floordiv(u, cols8), floormod(u, cols8) * 4],
                     b_at(n0, k0 + floordiv(u, cols8)))
-        return (Bs[st * BN + floordiv(u, chunks), floormod(u, chunks) * 4],
+        return (Bs_l[st][floordiv(u, chunks), floormod(u, chunks) * 4],
                 b_at(clamp(bx * BN + floordiv(u, chunks), N), k0 + floormod(u, chunks) * 8))
 
     # Without a ring the tiles of step kt + 1 are read from global memory into registers
@@ -697,7 +713,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
 
         def stash_a():
             return each(words, na, lambda u: BufferStore(
-                As, ra[e], [floordiv(u, BK // 2), floormod(u, BK // 2)]))
+                As_l[0], ra[e], [floordiv(u, BK // 2), floormod(u, BK // 2)]))
 
     if b_kmajor or gm.b_mode == "nk":
         units_b = BK * cols8 if b_kmajor else BN * chunks
@@ -726,7 +742,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         def stash_b():
             def unit(u):
                 kp, c = floordiv(u, cols8), floormod(u, cols8)
-                return seq(*[BufferStore(Bs, call(
+                return seq(*[BufferStore(Bs_l[0], call(
                     E.TC_PACK_LO if jj % 2 == 0 else E.TC_PACK_HI, rb[e * 8 + jj // 2],
                     rb[e * 8 + 4 + jj // 2], dtype=u32), [c * 8 + jj, kp]) for jj in range(8)])
             return each((BK // 2) * cols8, nb, unit)
@@ -743,16 +759,16 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
 
         def stash_b():
             return each(words, nb, lambda u: BufferStore(
-                Bs, rb[e], [floormod(u, BN), floordiv(u, BN)]))
+                Bs_l[0], rb[e], [floormod(u, BN), floordiv(u, BN)]))
 
     def fragments(st):
         """The fragment loads of k16 step ``ks`` from ring stage ``st``."""
         if not opts.ldmatrix:
             frag_a = For(x, 0, MT, "unrolled", seq(*[
-                BufferStore(af, As[st * BM + wm * WM + x * 16 + g + 8 * (r % 2),
+                BufferStore(af, As_l[st][wm * WM + x * 16 + g + 8 * (r % 2),
                                    ks * 8 + t + 4 * (r // 2)], [x * 4 + r]) for r in range(4)]))
             frag_b = For(y, 0, NT, "unrolled", seq(*[
-                BufferStore(bf, Bs[st * BN + wn * WN + y * 8 + g, ks * 8 + t + 4 * r],
+                BufferStore(bf, Bs_l[st][wn * WN + y * 8 + g, ks * 8 + t + 4 * r],
                             [y * 2 + r]) for r in range(2)]))
             return seq(frag_a, frag_b)
         # ldmatrix: lane l gives row l % 8 of matrix j = l // 8. A's x4: j % 2 the row half,
@@ -760,15 +776,15 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         # half (b0, b1 of y, then of y + 1)
         r8, j = floormod(lane, 8), floordiv(lane, 8)
         frag_a = For(x, 0, MT, "unrolled", Evaluate(call(
-            E.TC_LDMATRIX_X4, af[x * 4], As[st * BM + wm * WM + x * 16 + r8 + 8 * floormod(j, 2),
+            E.TC_LDMATRIX_X4, af[x * 4], As_l[st][wm * WM + x * 16 + r8 + 8 * floormod(j, 2),
                                             ks * 8 + 4 * floordiv(j, 2)], IntImm(0, "int32"),
             dtype="int32")))
 
         def b_rows(y0, blk):
             if b_kmajor:       # rows k of the k-major tile, the column block's 4 words
-                return Bs[st * BK + ks * 16 + 8 * floormod(j, 2) + r8,
+                return Bs_l[st][ks * 16 + 8 * floormod(j, 2) + r8,
                           wn * (WN // 2) + (y0 + blk) * 4]
-            return Bs[st * BN + wn * WN + (y0 + blk) * 8 + r8, ks * 8 + 4 * floormod(j, 2)]
+            return Bs_l[st][wn * WN + (y0 + blk) * 8 + r8, ks * 8 + 4 * floormod(j, 2)]
         trans = IntImm(1 if b_kmajor else 0, "int32")
         parts = [For(y, 0, NT // 2, "unrolled", Evaluate(call(
             E.TC_LDMATRIX_X4, bf[y * 4], b_rows(y * 2, floordiv(j, 2)), trans,
@@ -787,7 +803,8 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         # cp.async ring of S stages: the tiles of step s go to stage s % S; step kt waits for
         # its own group (at most S - 2 younger ones pending), and the barrier the device
         # lowering puts before the next copies (they overwrite the stage step kt - 1 read)
-        # also publishes every thread's copies before the mma read them
+        # also publishes every thread's copies before the mma read them: one barrier a step.
+        # The k-steps go S at a time, so that each step's stages are constants
         def issue(k0, st):
             return seq(each(BM * chunks, -(-BM * chunks // threads),
                             lambda u: cp_async(*a_piece(u, k0, st))),
@@ -800,12 +817,18 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
             if p < KTL:
                 prologue.append(issue(kb + p * BK, p))
             prologue.append(commit)
-        nxt = kt + (S - 1)
-        step = seq(Evaluate(call(E.TC_CP_WAIT, IntImm(S - 2, "int32"), dtype="int32")),
-                   IfThenElse(nxt < KTL, issue(kb + nxt * BK, floormod(nxt, S))),
-                   commit,
-                   compute(floormod(kt, S)))
-        main_loop = seq(*prologue, For(kt, 0, KTL, "serial", step))
+        steps = []
+        for jj in range(S):
+            step_k = kt * S + jj
+            nxt = step_k + (S - 1)
+            mma = compute(jj)
+            if KTL % S:
+                mma = IfThenElse(step_k < KTL, mma)
+            steps.append(seq(
+                Evaluate(call(E.TC_CP_WAIT, IntImm(S - 2, "int32"), dtype="int32")),
+                IfThenElse(nxt < KTL, issue(kb + nxt * BK, (jj + S - 1) % S)),
+                commit, mma))
+        main_loop = seq(*prologue, For(kt, 0, -(-KTL // S), "serial", seq(*steps)))
     else:
         more = kt + 1 < KTL
         nk = kb + (kt + 1) * BK
@@ -840,7 +863,8 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
     for buf in (*stage_bufs, bf, af, acc):
         thread = Allocate(buf, thread)
     body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
-    body = Allocate(Bs, Allocate(As, body))
+    for buf in (*Bs_l, *As_l):
+        body = Allocate(buf, body)
     body = For(bx, 0, floordiv(N + (BN - 1), BN), "thread_binding", body,
                thread_tag="blockIdx.x")
     body = For(by, 0, floordiv(M + (BM - 1), BM), "thread_binding", body,
