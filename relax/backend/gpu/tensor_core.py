@@ -19,12 +19,14 @@ dim), the reduction dims together K. Where the function is not of that form it r
 The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` per warp):
 
 * per step of ``BK`` (32, else 16) along k, the work-group copies a's ``BM x BK`` tile and b's
-  ``BK x BN`` tile into shared memory as pairs of halves (uint32 words), staged in registers:
-  the next step's tiles are read from global memory before this step's mma and written to
-  shared memory after them, so the loads' latency hides behind the mma. Both tiles are stored
-  k-contiguous, rows ``BK / 2 + 4`` words long (the 4 words of padding put the 8 rows a
-  fragment load touches into different banks and keep rows 16-byte aligned). How a tile is
-  read from global memory (``a_mode`` / ``b_mode``):
+  ``BK x BN`` tile into shared memory as pairs of halves (uint32 words): with a ``cp.async``
+  ring of 2 or 3 stages (``TensorCoreOptions.stages``; plain operands), the copy of step
+  ``kt + S - 1`` in flight during step ``kt``'s mma, else staged in registers (the next
+  step's tiles read from global memory before this step's mma, written to shared memory
+  after them). a's tile is stored k-contiguous, rows ``BK / 2 + 4`` words long (the 4 words
+  of padding put the 8 rows a fragment load touches into different banks and keep rows
+  16-byte aligned), b's too, except a ``kn`` weight under ``ldmatrix``: k-major, rows of
+  ``BN / 2 + 4`` words. How a tile is read from global memory (``a_mode`` / ``b_mode``):
 
   - ``"rows"`` (a) / ``"nk"`` (b): a plain ``(.., rows, K)`` / ``(.., N, K)`` float16 tensor,
     16-byte loads of 8 halves (``TC_LOAD_B128``);
@@ -37,10 +39,14 @@ The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` 
     columns fastest (a convolution's neighbouring pixels);
 
   rows and columns past M and N are read clamped (their results are never stored);
-* per k16 each warp loads its fragments from shared memory as 32-bit words (the PTX fragment
-  layout, ``targets.opencl_backend.tensor_core``) and issues ``WM / 16 x WN / 8`` mma;
+* per k16 each warp loads its fragments from shared memory with ``ldmatrix.x4`` (``.trans``
+  for the k-major tile; ``TensorCoreOptions.ldmatrix``), else as 32-bit words (the PTX
+  fragment layout, ``targets.opencl_backend.tensor_core``), and issues ``WM / 16 x WN / 8``
+  mma;
 * the accumulators (``WM x WN / 32`` floats a thread) go through the epilogue into the output,
-  rows past M and columns past N not stored.
+  rows past M and columns past N not stored; under split-K (few work-groups, a long K:
+  ``split_parts``) each of ``S`` work-groups of a tile sums its part of K into float32
+  partials instead, and a second kernel adds them up through the epilogue.
 
 M, N and the batch may be symbolic; K is a constant. A symbolic M gets two kernels where their
 tiles differ, the host choosing per call: one sized for few rows (BERT at batch 1) and one for
