@@ -16,15 +16,15 @@ VARIANTS=${VARIANTS:-base,ldm,ldm_async2,ldm_async3,async2,split,all,all3,all:12
 TEST_VARIANTS=${TEST_VARIANTS:-all ldm all3}
 latest() { ls -t "$1"/*.json 2>/dev/null | head -1; }
 PYTEST="python3 -m pytest -q -x -p no:cacheprovider"
-if [ "${TEST_LIMIT:-30}" != 0 ]; then
+if [ "${TEST_LIMIT:-25}" != 0 ]; then
   # the intrinsics alone and every (ldmatrix, stages) on both weight layouts
-  TILECRAFT_TC_DEVICE=nvidia timeout ${TEST_LIMIT:-30} $PYTEST tests/targets/test_opencl_tensor_core.py \
+  TILECRAFT_TC_DEVICE=nvidia timeout ${TEST_LIMIT:-25} $PYTEST tests/targets/test_opencl_tensor_core.py \
     tests/relax/test_tensor_core_gpu.py -k "ldmatrix or cp_async or mma or pack or fragment_loads" \
     > $OUT/tc_tests_options.log 2>&1
   echo "options: $(tail -1 $OUT/tc_tests_options.log)"
   for v in $TEST_VARIANTS; do
     ( eval "$(python3 -m benchmarks.gpu_tensor_core --env $v)"
-      TILECRAFT_TC_DEVICE=nvidia timeout ${TEST_LIMIT:-30} $PYTEST tests/relax/test_tensor_core_gpu.py \
+      TILECRAFT_TC_DEVICE=nvidia timeout ${TEST_LIMIT:-25} $PYTEST tests/relax/test_tensor_core_gpu.py \
         -k "not fragment_loads" > $OUT/tc_tests_$v.log 2>&1 )
     echo "$v: $(tail -1 $OUT/tc_tests_$v.log)"
   done
@@ -36,14 +36,14 @@ if [ "${BENCH_LIMIT:-70}" != 0 ]; then
   tail -22 $OUT/tc_bench.log
 fi
 BEST=$(grep -h "^best variant: " $OUT/tc_bench.log 2>/dev/null | tail -1 | cut -d' ' -f3)
-if [ "${BERT_LIMIT:-90}" != 0 ]; then
+if [ "${BERT_LIMIT:-80}" != 0 ]; then
   # the BERT layer under the best variant (its tile, if it names one, is dropped: the layer's
   # GEMMs have other shapes than one forced tile suits), else the defaults
   ( if [ -n "$BEST" ] && [ "$BEST" != None ]; then
       eval "$(python3 -m benchmarks.gpu_tensor_core --env ${BEST%%:*})"; fi
     echo "BERT layer with variant ${BEST%%:*} ($(env | grep TILECRAFT_TC_ | tr '\n' ' '))"
     TILECRAFT_LOWP_TARGETS=opencl-tc,opencl TILECRAFT_LOWP_MODELS=bert_layer_s128 \
-      timeout ${BERT_LIMIT:-90} python3 -m benchmarks.lowp_fp16 ) > $OUT/tc_bert.log 2>&1
+      timeout ${BERT_LIMIT:-80} python3 -m benchmarks.lowp_fp16 ) > $OUT/tc_bert.log 2>&1
   cp "$(latest benchmarks/results/lowp_fp16)" $OUT/lowp_fp16.json 2>/dev/null
   head -1 $OUT/tc_bert.log
   grep -h "speedup\|Error" $OUT/tc_bert.log | tail -8
