@@ -17,7 +17,8 @@ Each layer is one kernel ``x @ W + bias`` with ``x`` of shape ``(n, 128, K)`` (a
 Every result is checked against float64 numpy of the float16-rounded operands before it is
 timed (``time_evaluator``: best of 3 repeats of 20 calls). ``tc_vs_fp32`` = fp32 time / fp16_tc
 time; ``tc_vs_torch`` = PyTorch's time / ours (above 1: we are faster); ``tflops`` of fp16_tc.
-``TILECRAFT_TC_TILE=BMxBNxWMxWN`` forces a tile (``tensor_core.choose_tile``).
+``TILECRAFT_TC_TILE=BMxBNxWMxWN`` forces a tile (``tensor_core.choose_tile``);
+``TILECRAFT_TC_TARGET`` replaces the tensor-core target string (``opencl -device=nvidia``).
 
 ``TILECRAFT_TC_VARIANTS`` (comma-separated) times several builds of the tensor-core kernel in
 the same run, each checked against the same reference: a variant is a name of ``VARIANTS``
@@ -55,7 +56,10 @@ SMOKE = os.environ.get("TILECRAFT_TC_SMOKE", "") not in ("", "0")
 SEQ = 16 if SMOKE else 128
 SHAPES = ((64, 128),) if SMOKE else ((768, 768), (768, 3072), (3072, 768))
 BATCHES = (1, 2) if SMOKE else (1, 16)
-TC_TARGET = "opencl -device=nvidia-emulated" if SMOKE else "opencl -device=nvidia"
+# TILECRAFT_TC_TARGET: another tensor-core target string (e.g. with
+# -max-shared-memory-per-block=49152: the cp.async ring of the 128 x 128 tile at k-steps of 32)
+TC_TARGET = os.environ.get("TILECRAFT_TC_TARGET") or (
+    "opencl -device=nvidia-emulated" if SMOKE else "opencl -device=nvidia")
 # the variants' environment (tensor_core.TensorCoreOptions)
 VARIANTS = {
     name: {"TILECRAFT_TC_LDMATRIX": ldm, "TILECRAFT_TC_STAGES": stages,
