@@ -444,6 +444,18 @@ NIBBLE_F32 = "nibble_f32"
 # * ``TC_LOAD_B128``: ``[dst[i], src[j]]``, the 16 bytes at ``src[j]`` into ``dst[i..i+3]``
 #   (uint32): from a global buffer into registers (local), from registers into a shared tile
 #   (global and shared addresses multiples of 16 bytes).
+# * ``TC_LDMATRIX_X4`` / ``TC_LDMATRIX_X2``: ``[dst[i], src[j], trans]``, a warp's ``ldmatrix.
+#   sync.aligned.m8n8.x4`` / ``.x2 .shared.b16`` (``.trans`` where the integer constant
+#   ``trans`` is 1): this lane gives the address of ``src[j]`` (a shared uint32 buffer,
+#   16-byte aligned: a row of 8 halves) as row ``lane % 8`` of matrix ``lane // 8`` (lanes
+#   0..15 only for x2), and receives in ``dst[i + r]`` (local uint32) the word ``lane % 4`` of
+#   row ``lane // 4`` of matrix ``r`` (r < 4, resp. 2); with ``trans``, the halves of column
+#   ``lane // 4`` in rows ``2 (lane % 4)`` (low half) and ``2 (lane % 4) + 1``;
+# * ``TC_CP_ASYNC``: ``[dst[i], src[j]]``, an asynchronous 16-byte copy of ``src[j..j+3]``
+#   (global) into ``dst[i..i+3]`` (shared uint32), both 16-byte aligned (``cp.async.cg``);
+#   ``TC_CP_COMMIT`` (no arguments) closes this thread's group of copies issued since the last,
+#   ``TC_CP_WAIT`` ``[n]`` (an integer constant) waits until at most ``n`` of its groups are
+#   pending (a work-group barrier must follow before other threads read the copied words).
 # ``TC_PACK_LO`` / ``TC_PACK_HI`` (uint32 expressions of two uint32 ``a``, ``b``): the low
 # halves of both as one word (``a & 0xffff | b << 16``), the high halves (``a >> 16 | b &
 # 0xffff0000``). ``TC_PACK_HALF2`` (uint32 of two float32 ``lo``, ``hi``): both rounded to
@@ -453,6 +465,11 @@ TC_LOAD_B128 = "tc_load_b128"
 TC_PACK_LO = "tc_pack_lo"
 TC_PACK_HI = "tc_pack_hi"
 TC_PACK_HALF2 = "tc_pack_half2"
+TC_LDMATRIX_X4 = "tc_ldmatrix_x4"
+TC_LDMATRIX_X2 = "tc_ldmatrix_x2"
+TC_CP_ASYNC = "tc_cp_async"
+TC_CP_COMMIT = "tc_cp_commit"
+TC_CP_WAIT = "tc_cp_wait"
 # The 3xTF32 float32 GEMM's (``relax.backend.gpu.tensor_core_tf32``):
 # * ``TC_MMA_TF32``: ``[acc[i], a[j], b[k]]`` as ``TC_MMA``, one ``mma.sync.aligned.m16n8k8.
 #   row.col.f32.tf32.tf32.f32``: A 16 x 8 (``a[j..j+3]``: uint32, one tf32 each), B 8 x 8
@@ -466,10 +483,12 @@ TC_TF32_BIG = "tc_tf32_big"
 TC_TF32_SMALL = "tc_tf32_small"
 # the intrinsics that write the elements their first argument names (the device lowering's
 # barrier placement counts them as writes of that buffer)
-WRITES_FIRST_ARG = (TC_MMA, TC_LOAD_B128, TC_MMA_TF32)
+WRITES_FIRST_ARG = (TC_MMA, TC_LOAD_B128, TC_LDMATRIX_X4, TC_LDMATRIX_X2, TC_CP_ASYNC,
+                    TC_MMA_TF32)
 # how many consecutive elements (along the last dim) each buffer-element argument of an
 # intrinsic names (the allocation compaction keeps them all)
-INTRINSIC_ELEMENTS = {TC_MMA: (4, 4, 2), TC_LOAD_B128: (4, 4), TC_MMA_TF32: (4, 4, 2)}
+INTRINSIC_ELEMENTS = {TC_MMA: (4, 4, 2), TC_LOAD_B128: (4, 4), TC_LDMATRIX_X4: (4, 4),
+                      TC_LDMATRIX_X2: (2, 4), TC_CP_ASYNC: (4, 4), TC_MMA_TF32: (4, 4, 2)}
 
 # An Intel AMX int8 block product (``relax.backend.cpu.dense_amx``; only the LLVM back end
 # emits it, ``targets.llvm.amx``): ``Evaluate(Call("int32", AMX_U8I8, [c[..], a[..], b[..],

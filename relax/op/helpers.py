@@ -470,7 +470,8 @@ def with_checks(func: PrimFunc, checks: Sequence[tuple[PrimExpr, str]]) -> PrimF
 
 
 def call_te(bb, te_func: Callable, *args, checks: Sequence = (), scalars: Sequence = (),
-            primfunc_name_hint: str | None = None, **kwargs) -> Call:
+            primfunc_name_hint: str | None = None, attrs: dict | None = None,
+            **kwargs) -> Call:
     """``bb.call_te(te_func, *args, **kwargs)`` with run-time checks and extra scalar parameters.
 
     Parameters
@@ -485,6 +486,9 @@ def call_te(bb, te_func: Callable, *args, checks: Sequence = (), scalars: Sequen
         arguments (``n`` of an input of shape ``(n * 12, 64)``). The VM passes their values.
     primfunc_name_hint : str, optional
         The kernel's name (made unique in ``bb``).
+    attrs : dict, optional
+        Attributes of the kernel's PrimFunc (``RESHAPE_VIEW``: the kernel copies its input
+        unchanged into another shape, so a call of it alone may be a view instead).
 
     The kernel is built by ``call_te`` in a scratch BlockBuilder, amended, and added to ``bb``
     (identical kernels are still shared). Without checks or scalars, a kernel ``bb`` made before
@@ -517,6 +521,8 @@ def call_te(bb, te_func: Callable, *args, checks: Sequence = (), scalars: Sequen
         func = func.replace(params=list(func.params) + extra)
     if unique:
         func = with_checks(func, unique)
+    for key, value in (attrs or {}).items():
+        func = func.with_attr(key, value)
     new_gvar = bb.add_func(func, gvar.name_hint)
     if not tir_vars and not extra:
         bb.remember_te_kernel(keyed, new_gvar.name_hint, list(call.sinfo_args[0].fields)
@@ -547,6 +553,12 @@ def call_prim(bb, func: PrimFunc, name: str, args, out_sinfo, tir_vars=None) -> 
         func = func.replace(params=list(func.params) + extra)
     gvar = bb.add_func(func, name)
     return call_tir(gvar, list(args), out_sinfo, tir_vars=(tir_vars + extra) or None)
+
+
+# The attribute of a kernel that only copies its one input, row-major, into another shape
+# (reshape, flatten, expand_dims, a squeeze of static unit dims): where such a call is not fused
+# with anything, ``relax.transform.RewriteReshapeView`` makes it a view of its input.
+RESHAPE_VIEW = "relax.reshape_view"
 
 
 def te_reshape(a: te.Tensor, new_shape) -> te.Tensor:

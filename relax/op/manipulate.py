@@ -30,10 +30,10 @@ from tilecraft.tensorir.structural import structural_equal
 from ..expr import Call, Expr, RelaxError, Tuple, TupleGetItem
 from ..struct_info import StructInfo, TensorStructInfo, TupleStructInfo, shape_of_sinfo
 from .base import OpPattern, as_expr, call as _make_call, register_op
-from .helpers import (broadcast_assumptions, broadcast_index, broadcast_shapes, call_te, fmt_dim,
-                      fmt_shape, imm, int64_expr, max_expr, min_expr, normalize_axis, product,
-                      shape_analyzer, shape_expr, shape_values, te_reshape, tensor_sinfo,
-                      unravel_index)
+from .helpers import (RESHAPE_VIEW, broadcast_assumptions, broadcast_index, broadcast_shapes,
+                      call_te, fmt_dim, fmt_shape, imm, int64_expr, max_expr, min_expr,
+                      normalize_axis, product, shape_analyzer, shape_expr, shape_values,
+                      te_reshape, tensor_sinfo, unravel_index)
 
 __all__ = ["reshape", "flatten", "permute_dims", "transpose", "expand_dims", "squeeze", "concat",
            "split", "strided_slice", "tile", "broadcast_to", "pad", "flip", "repeat"]
@@ -201,7 +201,7 @@ def _legalize_reshape(bb, call: Call):
                          f"shape of known rank and dims first", call)
     old = shape_of_sinfo(x.struct_info, f"{call.op.name} input")
     return call_te(bb, te_reshape, x, new, checks=_reshape_checks(call, old, new),
-                    primfunc_name_hint="reshape")
+                   primfunc_name_hint="reshape", attrs={RESHAPE_VIEW: True})
 
 
 register_op("relax.reshape", _infer_reshape, _legalize_reshape, OpPattern.INJECTIVE,
@@ -345,7 +345,7 @@ def _legalize_expand_dims(bb, call: Call):
     def expand(a):
         keep = [d for d in range(len(shape)) if d not in axes]
         return te.compute(shape, lambda *i: a[tuple(i[d] for d in keep)], "T_expand_dims")
-    return call_te(bb, expand, x, primfunc_name_hint="expand_dims")
+    return call_te(bb, expand, x, primfunc_name_hint="expand_dims", attrs={RESHAPE_VIEW: True})
 
 
 register_op("relax.expand_dims", _infer_expand_dims, _legalize_expand_dims, OpPattern.INJECTIVE,
@@ -402,8 +402,10 @@ def _legalize_squeeze(bb, call: Call):
     checks = [_check(ana, si.shape[d] == 1,
                      f"{call.op.name}: dimension {d} of {fmt_shape(si.shape)} must be 1")
               for d in axes]
+    # only a squeeze of dims known to be 1 moves no element whatever the input: a view
+    view = {RESHAPE_VIEW: True} if not [c for c in checks if c is not None] else None
     return call_te(bb, te_reshape, x, call.struct_info.shape, checks=checks,
-                   primfunc_name_hint="squeeze")
+                   primfunc_name_hint="squeeze", attrs=view)
 
 
 register_op("relax.squeeze", _infer_squeeze, _legalize_squeeze, OpPattern.INJECTIVE,

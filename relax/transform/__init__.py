@@ -7,6 +7,8 @@
 - ``FuseOps(fuse_opt_level=2, max_fuse_depth=256)``: TVM's operator fusion into ``Primitive``
   functions.
 - ``FuseTIR()``: each ``Primitive`` function becomes one PrimFunc.
+- ``RewriteReshapeView()``: a reshape kernel no fusion took becomes a view of its input
+  (``vm.builtin.reshape``).
 - ``DecomposeOpsForInference()``: inference ``batch_norm`` becomes a per-channel scale and shift.
 - ``FoldScaleAxis()``: constant per-channel scales fold into conv2d / matmul / linear weights.
 - ``FoldPad()``: an explicit constant ``pad`` folds into the padding of the conv2d / pooling
@@ -39,6 +41,7 @@ from .dead_code_elimination import DeadCodeElimination
 from .canonicalize_bindings import CanonicalizeBindings
 from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
+from .rewrite_reshape_view import RewriteReshapeView
 from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
 from .fold_pad import FoldPad
@@ -57,7 +60,7 @@ from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
-           "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "get_pipeline",
+           "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "RewriteReshapeView", "get_pipeline",
            "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "SinkReshape", "FuseAttention", "FoldCastIntoGEMM", "GPUWinograd", "AlterLayout", "ConvertLayout",
            "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static",
            "QuantizeInt4Weight", "LowerDenseQ4GEMV"]

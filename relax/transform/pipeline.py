@@ -24,6 +24,7 @@ from .fold_scale_axis import FoldScaleAxis
 from .fuse_attention import FuseAttention
 from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
+from .rewrite_reshape_view import RewriteReshapeView
 from .gpu_winograd import GPUWinograd
 from .legalize_ops import LegalizeOps
 from .sink_reshape import SinkReshape
@@ -71,6 +72,7 @@ def _default(check: bool = False, target: "Target | str | None" = None,
         CanonicalizeBindings(),   # copies and no-op match_casts
         FuseOps(),                # groups -> Primitive functions
         FuseTIR(),                # each Primitive function -> one PrimFunc
+        RewriteReshapeView(),     # a reshape kernel no fusion took -> a view of its input
         DeadCodeElimination(),
         # Memory planning (StaticPlanBlockMemory) runs in relax.build, after fusion, so that it
         # sees the final kernels.

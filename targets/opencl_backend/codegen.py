@@ -163,6 +163,43 @@ class OpenCLCodegen(CodegenC):
                 self.emit(tc.mma_tf32_emulated(self._tc_address(c), self._tc_address(a),
                                                self._tc_address(b)))
             return
+        if isinstance(v, E.Call) and v.op in (E.TC_LDMATRIX_X4, E.TC_LDMATRIX_X2):
+            mode = self._tc_mode(v)
+            dst, src, trans = v.args
+            trans = bool(E.as_int(trans))
+            n = 4 if v.op == E.TC_LDMATRIX_X4 else 2
+            if src.buffer.scope != "shared" or dst.buffer.scope != "local":
+                raise self.error(f"{v.op} reads a shared buffer into a local one", v)
+            if mode == "ptx":
+                self.needs.add("tc_ptx")
+                self.emit(tc.ldmatrix_asm([self._tc_ref(dst, i) for i in range(n)],
+                                          self._tc_address(src), trans))
+            else:
+                self.needs.add("tc_emulated")
+                self.needs.add("tc_ldmatrix_emulated")
+                e = self._tc_element(src)
+                self.emit(tc.ldmatrix_emulated(self._tc_address(dst), self.name_of(e.buffer),
+                                               self.buffer_index(e.indices[0], e.buffer), n,
+                                               trans))
+            return
+        if isinstance(v, E.Call) and v.op == E.TC_CP_ASYNC:
+            mode = self._tc_mode(v)
+            dst, src = v.args
+            if dst.buffer.scope != "shared" or self._tc_space(src.buffer) != "__global":
+                raise self.error(f"{v.op} copies from a global buffer into a shared one", v)
+            if mode == "ptx":
+                self.needs.add("tc_ptx")
+                self.emit(tc.cp_async_asm(self._tc_address(dst), self._tc_address(src)))
+            else:                   # a plain copy: the barrier after the wait orders it
+                self.emit(tc.load_b128(self._tc_address(dst), "__local",
+                                       self._tc_address(src), "__global"))
+            return
+        if isinstance(v, E.Call) and v.op in (E.TC_CP_COMMIT, E.TC_CP_WAIT):
+            if self._tc_mode(v) == "ptx":
+                self.needs.add("tc_ptx")
+                self.emit(tc.cp_commit_asm() if v.op == E.TC_CP_COMMIT else
+                          tc.cp_wait_asm(E.as_int(v.args[0])))
+            return
         if isinstance(v, E.Call) and v.op == E.TC_LOAD_B128:
             self._tc_mode(v)
             dst, src = v.args
@@ -338,6 +375,8 @@ def opencl_source(kernels: Sequence[DeviceKernel],
         head.append(tc.TF32_SPLIT_PTX_SOURCE)
     if "tc_tf32_split_emulated" in needs:
         head.append(tc.TF32_SPLIT_EMULATED_SOURCE)
+    if "tc_ldmatrix_emulated" in needs:
+        head.append(tc.LDMATRIX_EMULATION_SOURCE)
     if "tc_pack_half2" in needs:
         head.append(tc.PACK_HALF2_SOURCE)
     for n in sorted(x for x in needs if x.startswith("roundhalf_")):

@@ -28,6 +28,16 @@ Three modes, by the target's ``tensor_cores`` (``Target("opencl -device=nvidia")
   speed means nothing;
 * none: a kernel using the intrinsics is a ``CodegenError`` naming the targets that run it.
 
+The fragment loads ``ldmatrix.sync.aligned.m8n8.x4`` / ``.x2`` (``.shared.b16``, each lane
+giving one 16-byte row address of four / two 8 x 8 matrices of halves and receiving its word of
+each, the same layout as an mma fragment) and the asynchronous copies ``cp.async.cg.shared.
+global`` (16 bytes, with ``cp.async.commit_group`` / ``cp.async.wait_group n``) have the same two
+forms: in the emulation the ldmatrix goes through the same ``__local`` scratch (each lane
+stores its row's word index, a barrier, each lane reads its words from the rows the others
+gave: the layout is checked on PoCL), a ``cp.async`` is a plain 16-byte copy and commit / wait
+are nothing (the barrier the kernel has after the wait makes the copies visible). A shared
+address is the ``__local`` pointer's value as a 32-bit integer (``(uint)(size_t)p``).
+
 Examples
 --------
 >>> print(mma_asm(["c[0]", "c[1]", "c[2]", "c[3]"], ["a[0]", "a[1]", "a[2]", "a[3]"],
@@ -79,6 +89,66 @@ void tc_mma_emulated(__local uint* warp_scratch, float* c, const uint* a, const 
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 }"""
+
+
+LDMATRIX_PTX = "ldmatrix.sync.aligned.m8n8.x{n}.shared.b16"
+CP_ASYNC_PTX = "cp.async.cg.shared.global [%0], [%1], 16;"
+
+LDMATRIX_EMULATION_SOURCE = """// ldmatrix.sync.aligned.m8n8.x{1,2,4}(.trans).shared.b16 of one warp, emulated through
+// __local memory: each lane puts its row's word index into the warp's scratch; lane l then
+// reads word l % 4 of row l / 4 of each matrix r from the row addresses lanes 8 r.. gave
+void tc_ldmatrix_emulated(__local uint* warp_scratch, uint* d, __local const uint* base,
+                          int index, int n, int trans) {
+  int lane = (int)(get_local_id(0) & 31);
+  __local uint* s = warp_scratch + (get_local_id(0) >> 5) * (32 * 6);
+  s[lane] = (uint)index;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  int g = lane >> 2, t = lane & 3;
+  for (int r = 0; r < n; ++r) {
+    if (trans) {          // column g of rows 2t and 2t + 1
+      uint lo = base[s[r * 8 + 2 * t] + (g >> 1)], hi = base[s[r * 8 + 2 * t + 1] + (g >> 1)];
+      int sh = (g & 1) * 16;
+      d[r] = ((lo >> sh) & 0xffffu) | (((hi >> sh) & 0xffffu) << 16);
+    } else {
+      d[r] = base[s[r * 8 + g] + t];
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}"""
+
+
+def ldmatrix_asm(dst: Sequence[str], address: str, trans: bool = False) -> str:
+    """The ``asm volatile`` statement of one ``ldmatrix .x1/.x2/.x4`` (by ``len(dst)``,
+    ``.trans`` with ``trans``): the uint lvalues ``dst`` receive the lane's words;
+    ``address`` is this lane's row, a ``__local`` pointer (its 32-bit shared-window address
+    is the pointer's value)."""
+    n = len(dst)
+    op = LDMATRIX_PTX.format(n=n).replace(".shared", ".trans.shared" if trans else ".shared")
+    regs = ",".join(f"%{i}" for i in range(n))
+    outs = ", ".join(f'"=r"({x})' for x in dst)
+    return (f'asm volatile("{op} {{{regs}}}, [%{n}];" : {outs} : '
+            f'"r"((uint)(size_t)({address})));')
+
+
+def ldmatrix_emulated(dst: str, base: str, index: str, n: int, trans: bool = False) -> str:
+    """The call of the ldmatrix emulation: ``dst`` the address of the first private word,
+    ``base`` the shared buffer, ``index`` this lane's row's word index in it."""
+    return f"tc_ldmatrix_emulated({SCRATCH_NAME}, {dst}, {base}, {index}, {n}, {int(trans)});"
+
+
+def cp_async_asm(dst: str, src: str) -> str:
+    """``cp.async.cg`` of 16 bytes from the ``__global`` address ``src`` to the ``__local``
+    address ``dst``."""
+    return (f'asm volatile("{CP_ASYNC_PTX}" :: "r"((uint)(size_t)({dst})), '
+            f'"l"((ulong)(size_t)({src})));')
+
+
+def cp_commit_asm() -> str:
+    return 'asm volatile("cp.async.commit_group;");'
+
+
+def cp_wait_asm(n: int) -> str:
+    return f'asm volatile("cp.async.wait_group {int(n)};");'
 
 
 def mma_asm(c: Sequence[str], a: Sequence[str], b: Sequence[str]) -> str:
@@ -210,8 +280,9 @@ def mma_tf32_emulated(c: str, a: str, b: str) -> str:
     return f"tc_mma_tf32_emulated({SCRATCH_NAME}, {c}, {a}, {b});"
 
 
-__all__ = ["CVT_TF32_PTX", "EMULATION_TF32_SOURCE", "MMA_TF32_PTX", "TF32_SPLIT_EMULATED_SOURCE",
-           "TF32_SPLIT_PTX_SOURCE", "mma_tf32_asm", "mma_tf32_emulated",
-           "EMULATION_SCRATCH", "EMULATION_SOURCE", "MMA_PTX", "MODES", "PACK_HALF2_SOURCE",
-           "REQUIREMENT",
-           "SCRATCH_NAME", "load_b128", "mma_asm", "mma_emulated", "pack_hi", "pack_lo"]
+__all__ = ["CP_ASYNC_PTX", "CVT_TF32_PTX", "EMULATION_SCRATCH", "EMULATION_SOURCE",
+           "EMULATION_TF32_SOURCE", "LDMATRIX_EMULATION_SOURCE", "LDMATRIX_PTX", "MMA_PTX",
+           "MMA_TF32_PTX", "MODES", "PACK_HALF2_SOURCE", "REQUIREMENT", "SCRATCH_NAME",
+           "TF32_SPLIT_EMULATED_SOURCE", "TF32_SPLIT_PTX_SOURCE", "cp_async_asm",
+           "cp_commit_asm", "cp_wait_asm", "ldmatrix_asm", "ldmatrix_emulated", "load_b128",
+           "mma_asm", "mma_emulated", "mma_tf32_asm", "mma_tf32_emulated", "pack_hi", "pack_lo"]

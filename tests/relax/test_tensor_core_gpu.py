@@ -285,7 +285,8 @@ def test_nvidia_source_has_the_ptx():
     src = mod.get_source()
     assert 'asm volatile("' + tc_text.MMA_PTX in src
     assert '"+f"(acc[' in src and "tc_mma_emulated" not in src
-    assert "__global const uint4*" in src        # 16-byte global loads
+    # 16-byte global loads, or cp.async copies (TILECRAFT_TC_STAGES >= 2)
+    assert "__global const uint4*" in src or tc_text.CP_ASYNC_PTX in src
     assert tc_text.REQUIREMENT in mod.extensions
 
 
@@ -363,3 +364,129 @@ def test_device_target_and_refusal(dev):
     c = targets.empty((16, 128), "float32", dev)
     with pytest.raises(OpenCLError, match="compute capability 8.0"):
         mod["main"](a, w, c)
+
+
+def _gemm_func(K, N, weight):
+    """``A (n, K) @ W`` with W ``(K, N)`` (``weight="kn"``) or ``(N, K)`` used transposed
+    (``"nk"``), float32 out."""
+    n = te.var("n")
+    A = te.placeholder((n, K), "float16", "A")
+    k = te.reduce_axis((0, K), "k")
+    if weight == "kn":
+        W = te.placeholder((K, N), "float16", "W")
+        C = te.compute((n, N), lambda i, j: te.sum(A[i, k].astype("float32") *
+                                                    W[k, j].astype("float32"), axis=k), "C")
+    else:
+        W = te.placeholder((N, K), "float16", "W")
+        C = te.compute((n, N), lambda i, j: te.sum(A[i, k].astype("float32") *
+                                                    W[j, k].astype("float32"), axis=k), "C")
+    return te.create_prim_func([A, W, C])
+
+
+# (ldmatrix, stages): the shipped default, the 32-bit fragment loads, the cp.async rings
+OPTIONS = [(1, 1), (0, 1), (1, 2), (1, 3), (0, 2)]
+
+
+@pytest.mark.parametrize("ldm,stages", OPTIONS)
+@pytest.mark.parametrize("weight", ["kn", "nk"])
+@pytest.mark.parametrize("K,tile", [(96, "64x48x32x24"), (48, "32x64x32x32"),
+                                    (32, "64x128x32x64")])
+def test_fragment_loads_and_stages(dev, monkeypatch, ldm, stages, weight, K, tile):
+    """Each ``TensorCoreOptions`` (``ldmatrix`` x4 and, for an odd number of 8-column blocks
+    a warp (WN = 24), x2; ``.trans`` for the ``kn`` weight's k-major tile; a ``cp.async`` ring
+    of 2 or 3 stages, with fewer k-steps than stages for K = 32) on both plain weight layouts,
+    rows 1 to past two tiles, against numpy."""
+    if not ldm and weight == "kn" and tile == "64x48x32x24":
+        pytest.skip("the register-staged kn copy (pairing rows k, k + 1) needs its units to "
+                    "fill the work-group evenly, which no tile of an odd WN / 8 does")
+    monkeypatch.setenv("TILECRAFT_TC_LDMATRIX", str(ldm))
+    monkeypatch.setenv("TILECRAFT_TC_STAGES", str(stages))
+    monkeypatch.setenv("TILECRAFT_TC_TILE", tile)
+    N = 96
+    t = Target(TARGET)
+    func = tc.tensor_core_kernel(_gemm_func(K, N, weight), t)
+    assert func.attr_dict["tensor_core_options"].startswith(f"ldmatrix={ldm} stages={stages} ")
+    mod = targets.build(func, t)
+    src = mod.get_source()
+    ring = stages > 1 and (ldm or weight == "nk")
+    assert ("tc_ldmatrix_emulated(" in src or "ldmatrix.sync" in src) == bool(ldm)
+    assert (tc_text.CP_ASYNC_PTX in src or "cp.async" not in src) and \
+        (("cp.async.cg" in src) == (ring and REAL))
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((K, N) if weight == "kn" else (N, K)).astype(np.float16)
+    wd = targets.array(w, dev)
+    for n in (1, 70, 150):
+        a = rng.standard_normal((n, K)).astype(np.float16)
+        c = targets.empty((n, N), "float32", dev)
+        mod["main"](targets.array(a, dev), wd, c)
+        wk = w.astype(np.float64) if weight == "kn" else w.astype(np.float64).T
+        _check(c.numpy(), a.astype(np.float64) @ wk, 2e-3)
+
+
+def test_options_from_env(monkeypatch):
+    """The defaults, and a bad value named."""
+    monkeypatch.delenv("TILECRAFT_TC_LDMATRIX", raising=False)
+    monkeypatch.delenv("TILECRAFT_TC_STAGES", raising=False)
+    assert tc.TensorCoreOptions.from_env() == tc.TensorCoreOptions()
+    monkeypatch.setenv("TILECRAFT_TC_STAGES", "4")
+    with pytest.raises(ValueError, match="TILECRAFT_TC_STAGES"):
+        tc.TensorCoreOptions.from_env()
+    monkeypatch.setenv("TILECRAFT_TC_STAGES", "x")
+    with pytest.raises(ValueError, match="TILECRAFT_TC_STAGES"):
+        tc.TensorCoreOptions.from_env()
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_split_k_dense_epilogue(dev, monkeypatch, stages):
+    """Few output tiles and a long K (1024 -> 64 at up to 130 rows): split-K's two kernels
+    (float32 partials, then their sum with the bias and GELU), against numpy; and the same
+    built unsplit (``TILECRAFT_TC_SPLITK=0``) has one kernel."""
+    monkeypatch.setenv("TILECRAFT_TC_STAGES", str(stages))
+    K, N = 1024, 64
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((K, N)).astype(np.float32) / 32
+    bias = rng.standard_normal(N).astype(np.float32)
+
+    def body(e, x):
+        return e(nn.gelu(e(op.add(e(op.matmul(x, const(w))), const(bias)))))
+    exe, misses = _build([("x", ("n", K), "float32")], body, {"n": 130})
+    assert _uses_tensor_cores(exe) >= 1, misses
+    src = exe.kernel_module.get_source()
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 37, 130):
+        x = rng.standard_normal((n, K)).astype(np.float32)
+        y = _h(x) @ _h(w) + bias
+        _check(vm["main"](x).numpy(), 0.5 * y * (1 + _erf(y / np.sqrt(2))), 3e-3)
+    monkeypatch.setenv("TILECRAFT_TC_SPLITK", "0")
+    plain = _build([("x", ("n", K), "float32")], body, {"n": 130})[0]
+    assert src.count("__kernel") > plain.kernel_module.get_source().count("__kernel")
+
+
+def test_split_k_batch_matmul(dev):
+    """Split-K over a batch: (3, s, 1024) x (3, 1024, 32), parts and batch on blockIdx.z."""
+    t = Target(TARGET)
+    s = te.var("s")
+    A = te.placeholder((3, s, 1024), "float16", "A")
+    B = te.placeholder((3, 1024, 32), "float16", "B")
+    k = te.reduce_axis((0, 1024), "k")
+    C = te.compute((3, s, 32), lambda b, i, j: te.sum(
+        A[b, i, k].astype("float32") * B[b, k, j].astype("float32"), axis=k), "C")
+    func = tc.tensor_core_kernel(te.create_prim_func([A, B, C]), t)
+    assert "split-K" in func.attr_dict["tensor_core_tiles"]
+    mod = targets.build(func, t)
+    rng = np.random.default_rng(13)
+    for rows in (5, 70):
+        a = rng.standard_normal((3, rows, 1024)).astype(np.float16)
+        b = rng.standard_normal((3, 1024, 32)).astype(np.float16)
+        c = targets.empty((3, rows, 32), "float32", dev)
+        mod["main"](targets.array(a, dev), targets.array(b, dev), c)
+        _check(c.numpy(), a.astype(np.float64) @ b.astype(np.float64), 2e-3)
+
+
+def test_split_parts_rule():
+    """BERT-base at batch 1: the 3072 -> 768 layer split in 3, the 768-deep ones not; at
+    batch 16 none."""
+    small = tc.choose_tile(tc.TC_SMALL_NOMINAL_ROWS, 768)
+    assert tc.split_parts(128, 768, 3072, 32, small) == 3
+    assert tc.split_parts(128, 768, 768, 32, small) == 1
+    assert tc.split_parts(2048, 768, 3072, 32, tc.choose_tile(2048, 768)) == 1

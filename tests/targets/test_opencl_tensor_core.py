@@ -106,3 +106,80 @@ def test_source_forms():
     assert f"__local uint {tc.SCRATCH_NAME}[192]" in emu          # one warp: 32 x 6 words
     with pytest.raises(Exception, match="-device=nvidia"):
         targets.build(_mma_func(), Target("opencl"))
+
+
+def _ldmatrix_func(op, trans: int, mul: int, add: int) -> PrimFunc:
+    """One warp: a (64, 4)-word shared tile (64 rows of 8 halves) copied from ``S``; lane
+    ``l`` gives row ``(mul l + add) % 64`` (``mul`` odd: distinct rows) to ``op`` and writes
+    the words it receives to ``O[l]``."""
+    n = 4 if op == E.TC_LDMATRIX_X4 else 2
+    Sg = Buffer("S", (64, 4), "uint32")
+    O = Buffer("O", (32, n), "uint32")
+    sh = Buffer("tile", (64, 4), "uint32", scope="shared")
+    d = Buffer("d", (n,), "uint32", scope="local")
+    tx, i = Var("tx"), Var("i")
+    body = seq(
+        For(i, 0, 2, "unrolled", Evaluate(call(E.TC_LOAD_B128, sh[tx * 2 + i, 0],
+                                                Sg[tx * 2 + i, 0], dtype="int32"))),
+        Evaluate(call(op, d[0], sh[floormod(tx * mul + add, 64), 0], const(trans, "int32"), dtype="int32")),
+        For(i, 0, n, "unrolled", BufferStore(O, d[i], [tx, i])))
+    body = For(tx, 0, 32, "thread_binding", Allocate(d, body), thread_tag="threadIdx.x")
+    body = Allocate(sh, body)
+    handles = [Var(x.name, "handle") for x in (Sg, O)]
+    return PrimFunc(handles, body, dict(zip(handles, (Sg, O))),
+                    attrs={"global_symbol": "ldm", "tir.is_scheduled": True})
+
+
+@pytest.mark.parametrize("trans", [0, 1])
+@pytest.mark.parametrize("op", [E.TC_LDMATRIX_X4, E.TC_LDMATRIX_X2])
+def test_ldmatrix_matches_numpy(dev, op, trans):
+    """``ldmatrix`` (.x4 / .x2, with and without ``.trans``) from row addresses in random
+    order (an odd stride): each lane's words as the PTX ISA lays them out."""
+    n = 4 if op == E.TC_LDMATRIX_X4 else 2
+    rng = np.random.default_rng(2)
+    mul, add = 2 * int(rng.integers(0, 32)) + 1, int(rng.integers(0, 64))
+    mod = targets.build(_ldmatrix_func(op, trans, mul, add), TARGET)
+    src = mod.get_source()
+    assert ('asm volatile("ldmatrix' in src) == REAL
+    assert (".trans.shared" in src) == bool(REAL and trans)
+    S = rng.integers(0, 2 ** 32, (64, 4), dtype=np.uint64).astype(np.uint32)
+    P = (np.arange(32) * mul + add) % 64
+    out = targets.empty((32, n), "uint32", dev)
+    mod["ldm"](targets.array(S, dev), out)
+    H = S.view(np.uint16)                     # (64, 8) halves
+    want = np.zeros((32, n), np.uint32)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for r in range(n):
+            if trans:
+                lo, hi = H[P[8 * r + 2 * t], g], H[P[8 * r + 2 * t + 1], g]
+                want[lane, r] = np.uint32(lo) | (np.uint32(hi) << np.uint32(16))
+            else:
+                want[lane, r] = S[P[8 * r + g], t]
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_cp_async(dev):
+    """``cp.async`` of 16 bytes a lane into a shared tile, commit, wait; each lane then reads
+    another lane's row (the barrier the lowering inserts after the wait)."""
+    G = Buffer("G", (64, 4), "uint32")
+    O = Buffer("O", (64, 4), "uint32")
+    sh = Buffer("tile", (64, 4), "uint32", scope="shared")
+    tx, i = Var("tx"), Var("i")
+    body = For(tx, 0, 64, "thread_binding", seq(
+        Evaluate(call(E.TC_CP_ASYNC, sh[63 - tx, 0], G[tx, 0], dtype="int32")),
+        Evaluate(call(E.TC_CP_COMMIT, dtype="int32")),
+        Evaluate(call(E.TC_CP_WAIT, const(0, "int32"), dtype="int32")),
+        For(i, 0, 4, "unrolled", BufferStore(O, sh[floormod(tx + 5, 64), i], [tx, i]))),
+        thread_tag="threadIdx.x")
+    body = Allocate(sh, body)
+    handles = [Var(x.name, "handle") for x in (G, O)]
+    func = PrimFunc(handles, body, dict(zip(handles, (G, O))),
+                    attrs={"global_symbol": "cp", "tir.is_scheduled": True})
+    mod = targets.build(func, TARGET)
+    assert ("cp.async.wait_group 0" in mod.get_source()) == REAL
+    rng = np.random.default_rng(3)
+    g = rng.integers(0, 2 ** 32, (64, 4), dtype=np.uint64).astype(np.uint32)
+    out = targets.empty((64, 4), "uint32", dev)
+    mod["cp"](targets.array(g, dev), out)
+    np.testing.assert_array_equal(out.numpy(), g[63 - (np.arange(64) + 5) % 64])

@@ -19,12 +19,14 @@ dim), the reduction dims together K. Where the function is not of that form it r
 The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` per warp):
 
 * per step of ``BK`` (32, else 16) along k, the work-group copies a's ``BM x BK`` tile and b's
-  ``BK x BN`` tile into shared memory as pairs of halves (uint32 words), staged in registers:
-  the next step's tiles are read from global memory before this step's mma and written to
-  shared memory after them, so the loads' latency hides behind the mma. Both tiles are stored
-  k-contiguous, rows ``BK / 2 + 4`` words long (the 4 words of padding put the 8 rows a
-  fragment load touches into different banks and keep rows 16-byte aligned). How a tile is
-  read from global memory (``a_mode`` / ``b_mode``):
+  ``BK x BN`` tile into shared memory as pairs of halves (uint32 words): with a ``cp.async``
+  ring of 2 or 3 stages (``TensorCoreOptions.stages``; plain operands), the copy of step
+  ``kt + S - 1`` in flight during step ``kt``'s mma, else staged in registers (the next
+  step's tiles read from global memory before this step's mma, written to shared memory
+  after them). a's tile is stored k-contiguous, rows ``BK / 2 + 4`` words long (the 4 words
+  of padding put the 8 rows a fragment load touches into different banks and keep rows
+  16-byte aligned), b's too, except a ``kn`` weight under ``ldmatrix``: k-major, rows of
+  ``BN / 2 + 4`` words. How a tile is read from global memory (``a_mode`` / ``b_mode``):
 
   - ``"rows"`` (a) / ``"nk"`` (b): a plain ``(.., rows, K)`` / ``(.., N, K)`` float16 tensor,
     16-byte loads of 8 halves (``TC_LOAD_B128``);
@@ -37,10 +39,14 @@ The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` 
     columns fastest (a convolution's neighbouring pixels);
 
   rows and columns past M and N are read clamped (their results are never stored);
-* per k16 each warp loads its fragments from shared memory as 32-bit words (the PTX fragment
-  layout, ``targets.opencl_backend.tensor_core``) and issues ``WM / 16 x WN / 8`` mma;
+* per k16 each warp loads its fragments from shared memory with ``ldmatrix.x4`` (``.trans``
+  for the k-major tile; ``TensorCoreOptions.ldmatrix``), else as 32-bit words (the PTX
+  fragment layout, ``targets.opencl_backend.tensor_core``), and issues ``WM / 16 x WN / 8``
+  mma;
 * the accumulators (``WM x WN / 32`` floats a thread) go through the epilogue into the output,
-  rows past M and columns past N not stored.
+  rows past M and columns past N not stored; under split-K (few work-groups, a long K:
+  ``split_parts``) each of ``S`` work-groups of a tile sums its part of K into float32
+  partials instead, and a second kernel adds them up through the epilogue.
 
 M, N and the batch may be symbolic; K is a constant. A symbolic M gets two kernels where their
 tiles differ, the host choosing per call: one sized for few rows (BERT at batch 1) and one for
@@ -78,12 +84,52 @@ from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer,
 
 from .schedule_utils import inline_spatial_producers, is_reduction, is_spatial, node_of
 
-__all__ = ["TensorCoreGemm", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS", "TC_NOMINAL_ROWS",
-           "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "match_fp16_gemm", "tensor_core_kernel",
-           "choose_tile"]
+__all__ = ["TensorCoreGemm", "TensorCoreOptions", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS", "TC_NOMINAL_ROWS",
+           "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "TC_SPLITK_GROUPS", "TC_SPLITK_MIN_K",
+           "TC_SPLITK_MIN_STEPS", "TC_SPLITK_MAX", "match_fp16_gemm", "tensor_core_kernel",
+           "choose_tile", "split_parts"]
 
 _PAD = 4             # words added to the shared tiles' rows (banks; 16-byte alignment kept)
 _OPAQUE = 8          # relax OpPattern.OPAQUE
+
+
+@dataclass(frozen=True)
+class TensorCoreOptions:
+    """The kernel's code-generation choices, read from the environment at build time
+    (``TensorCoreOptions.from_env``) so that one GPU run can time each:
+
+    * ``ldmatrix`` (``TILECRAFT_TC_LDMATRIX=0/1``, default 1): fragments loaded with
+      ``ldmatrix.x4`` (four 8 x 8 matrices a warp an instruction; ``.trans`` for a ``kn``
+      weight, whose shared tile is then k-major, copied in 16-byte rows) instead of one 32-bit
+      shared load a register;
+    * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 2): 1 stages the next k-step's tiles
+      in registers; 2 or 3 copy them with ``cp.async`` into a ring of that many shared tiles
+      (for plain operands only — ``a_mode`` ``"rows"``, ``b_mode`` ``"nk"``, or ``"kn"`` with
+      ``ldmatrix`` — else 1; where the ring of k-steps of 32 would pass the target's shared
+      memory, k-steps of 16, else fewer stages);
+    * ``split_k`` (``TILECRAFT_TC_SPLITK=0/1``, default 1): a GEMM whose tiles fill few
+      multiprocessors and whose K is long (``split_parts``) runs as two kernels: the
+      tensor-core kernel over ``S`` parts of K writing float32 partials, then their sum with
+      the epilogue.
+    """
+    ldmatrix: bool = True
+    stages: int = 2
+    split_k: bool = True
+
+    @staticmethod
+    def from_env() -> "TensorCoreOptions":
+        def flag(name, default):
+            v = os.environ.get(name, "")
+            if v == "":
+                return default
+            if v not in ("0", "1", "2", "3"):
+                raise ValueError(f"{name}={v!r}: expected an integer 0..3")
+            return int(v)
+        stages = flag("TILECRAFT_TC_STAGES", TensorCoreOptions.stages)
+        if stages not in (1, 2, 3):
+            raise ValueError(f"TILECRAFT_TC_STAGES={stages}: expected 1, 2 or 3")
+        return TensorCoreOptions(ldmatrix=bool(flag("TILECRAFT_TC_LDMATRIX", 1)),
+                                 stages=stages, split_k=bool(flag("TILECRAFT_TC_SPLITK", 1)))
 
 
 @dataclass(frozen=True)
@@ -115,6 +161,16 @@ TC_NOMINAL_ROWS = 2048    # BERT at batch 16, sequence 128
 # 12 work-groups)
 TC_SMALL_ROWS = 512
 TC_SMALL_NOMINAL_ROWS = 128
+# Split-K (TensorCoreOptions.split_k): where a kernel's work-groups (at its nominal row count)
+# are fewer than TC_SPLITK_GROUPS and K is at least TC_SPLITK_MIN_K, K is split into the
+# fewest parts (dividing its k-steps, at least TC_SPLITK_MIN_STEPS each, at most
+# TC_SPLITK_MAX) whose work-groups reach TC_MIN_GROUPS. BERT-base at batch 1: the 3072 -> 768
+# layer (48 work-groups of 32 x 64, 96 k-steps) in 3 parts.
+TC_SPLITK_GROUPS = TC_MIN_GROUPS // 2
+TC_SPLITK_MIN_K = 1024
+TC_SPLITK_MIN_STEPS = 8
+TC_SPLITK_MAX = 8
+SUM_THREADS = 256        # threads a work-group of the partials' sum
 
 
 @dataclass(frozen=True)
@@ -400,6 +456,29 @@ def choose_tile(m, N: int) -> TensorCoreTile:
     return TC_TILES[-1]
 
 
+def split_parts(m, N, K: int, BK: int, tile: TensorCoreTile, nbatch=1) -> int:
+    """The parts split-K cuts K into (1: none) for ``m`` rows (a constant, or the kernel's
+    nominal row count), ``N`` columns (a symbolic one counted as ``TC_NOMINAL_ROWS``), a
+    constant batch ``nbatch`` (a symbolic one: 1) and ``tile``, by the rule of
+    ``TC_SPLITK_GROUPS``.
+
+    >>> split_parts(128, 768, 3072, 32, TensorCoreTile(32, 64, 32, 32))
+    3
+    """
+    N = N if isinstance(N, int) else TC_NOMINAL_ROWS
+    nbatch = nbatch if isinstance(nbatch, int) else 1
+    groups = -(-m // tile.BM) * -(-N // tile.BN) * nbatch
+    steps = K // BK
+    if K % BK or K < TC_SPLITK_MIN_K or groups >= TC_SPLITK_GROUPS:
+        return 1
+    allowed = [s for s in range(2, TC_SPLITK_MAX + 1)
+               if steps % s == 0 and steps // s >= TC_SPLITK_MIN_STEPS]
+    for s in allowed:
+        if groups * s >= TC_MIN_GROUPS:
+            return s
+    return allowed[-1] if allowed else 1
+
+
 def _unflatten(flat, extents) -> list:
     """The indices of the flat index ``flat`` over dims of ``extents`` (the last fastest)."""
     out, rest = [], flat
@@ -425,54 +504,146 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     if target.tensor_cores is None:
         raise ValueError(f"{target} has no tensor cores (Target('opencl -device=nvidia'))")
     gm = match_fp16_gemm(func)
+    opts = TensorCoreOptions.from_env()
+    limit = target.max_shared_memory_per_block
     M = gm.M
     m_const = M if isinstance(M, int) else None
     n_nominal = gm.N if isinstance(gm.N, int) else TC_NOMINAL_ROWS
     if tile is not None or m_const is not None:
         tile = tile or choose_tile(m_const, n_nominal)
-        body = _kernel(gm, M, tile)
-        tiles = str(tile)
+        body, tiles = _gemm(gm, M, tile, opts, m_const or TC_NOMINAL_ROWS, limit)
     else:
         large = choose_tile(None, n_nominal)
         small = choose_tile(TC_SMALL_NOMINAL_ROWS, n_nominal)
-        body = _kernel(gm, M, large)
-        tiles = str(large)
-        if small != large:
+        body, tiles = _gemm(gm, M, large, opts, TC_NOMINAL_ROWS, limit)
+        small_body, small_tiles = _gemm(gm, M, small, opts, TC_SMALL_NOMINAL_ROWS, limit)
+        if small_tiles != tiles:
             # the condition is over symbolic dims only: the host picks one of the two kernels
-            body = IfThenElse(M < TC_SMALL_ROWS, _kernel(gm, M, small), body)
-            tiles = f"{small} below {TC_SMALL_ROWS} rows, else {large}"
+            body = IfThenElse(M < TC_SMALL_ROWS, small_body, body)
+            tiles = f"{small_tiles} below {TC_SMALL_ROWS} rows, else {tiles}"
     for cond, message in reversed(_host_asserts(func)):
         body = AssertStmt(cond, message, body)     # the function's own checks (equal dims)
     attrs = dict(func.attr_dict)
-    attrs.update({"tir.is_scheduled": True, "tensor_core_tiles": tiles})
+    attrs.update({"tir.is_scheduled": True, "tensor_core_tiles": tiles,
+                  "tensor_core_options": f"ldmatrix={int(opts.ldmatrix)} stages={opts.stages} "
+                                         f"split_k={int(opts.split_k)}"})
     return func.replace(body=body, attrs=attrs)
 
 
-def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
-    """The thread-bound loop nest of the kernel of ``gm`` with ``tile`` (fresh variables and
-    buffers of its own)."""
+def _k_step(gm: TensorCoreGemm) -> int:
+    """BK: 32 where K allows, else 16."""
+    return 32 if gm.K % 32 == 0 or (gm.a_mode == gm.b_mode == "gather" and gm.K > 16) else 16
+
+
+def _gemm(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions, rows: int,
+          shared_limit: int):
+    """``(body, description)``: the kernel of ``gm`` with ``tile`` — split-K's two kernels
+    and their float32 partials where ``opts`` and the rule (``split_parts`` at ``rows``
+    rows) split it."""
+    BK = _k_step(gm)
+    parts = split_parts(rows, gm.N, gm.K, BK, tile, gm.product(gm.batch_vars)) \
+        if opts.split_k and gm.K % BK == 0 else 1
+    if parts == 1:
+        return _kernel(gm, M, tile, opts, shared_limit), str(tile)
+    nbatch = gm.product(gm.batch_vars)
+    partials = Buffer("tc_partials", (parts, nbatch, M, gm.N), "float32", scope="global")
+    body = seq(_kernel(gm, M, tile, opts, shared_limit, parts, partials),
+               _sum_kernel(gm, M, partials))
+    return Allocate(partials, body), f"{tile} split-K {parts}"
+
+
+def _sum_kernel(gm: TensorCoreGemm, M, partials: Buffer):
+    """The second kernel of split-K: each output the sum of its ``partials`` through the
+    epilogue (``SUM_THREADS`` consecutive columns a work-group, a row on ``blockIdx.y``, the
+    batch on ``blockIdx.z``)."""
+    parts, N = partials.shape[0], gm.N
+    tx, bx, by, bz, p = Var("tx"), Var("bx"), Var("by"), Var("bz"), Var("p")
+    total = Buffer("total", (1,), "float32", scope="local")
+    col = bx * SUM_THREADS + tx
+    vals = gm.values(bz, by, col, None)
+    out_idx = [vals[v] for v in gm.out_vars]
+    value = gm.epilogue(out_idx, total[0])
+    if value.dtype != gm.out.dtype:
+        value = Cast(gm.out.dtype, value)
+    body = seq(BufferStore(total, partials[0, bz, by, col], [0]),
+               For(p, 1, parts - 1, "unrolled", BufferStore(
+                   total, total[0] + partials[p, bz, by, col], [0])),
+               BufferStore(gm.out, value, out_idx))
+    if not isinstance(N, int) or N % SUM_THREADS:
+        body = IfThenElse(col < N, body)
+    body = For(tx, 0, SUM_THREADS, "thread_binding", Allocate(total, body),
+               thread_tag="threadIdx.x")
+    body = For(bx, 0, floordiv(N + (SUM_THREADS - 1), SUM_THREADS), "thread_binding", body,
+               thread_tag="blockIdx.x")
+    body = For(by, 0, M, "thread_binding", body, thread_tag="blockIdx.y")
+    return For(bz, 0, gm.product(gm.batch_vars), "thread_binding", body,
+               thread_tag="blockIdx.z")
+
+
+def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions,
+            shared_limit: int, parts: int = 1, partials: Buffer | None = None):
+    """The thread-bound loop nest of the kernel of ``gm`` with ``tile`` and ``opts`` (fresh
+    variables and buffers of its own), its shared tiles within ``shared_limit`` bytes (a
+    ring of ``opts.stages`` that would pass it takes k-steps of 16, else fewer stages); with
+    ``parts`` > 1, work-group ``z`` of a batch
+    computes part ``z % parts`` of K into ``partials`` (float32, ``(parts, batch, M, N)``)
+    instead of the output."""
     BM, BN, WM, WN = tile.BM, tile.BN, tile.WM, tile.WN
     if BM % WM or BN % WN or WM % 16 or WN % 8:
         raise ValueError(f"tensor-core tile {tile}: warps of WM x WN (multiples of 16 x 8) "
                          f"must divide BM x BN")
     K, N = gm.K, gm.N
-    BK = 32 if K % 32 == 0 or (gm.a_mode == gm.b_mode == "gather" and K > 16) else 16
-    KT = -(-K // BK)
+    BK = _k_step(gm)
     MT, NT = WM // 16, WN // 8
     warps_n = BN // WN
     threads = 32 * tile.warps
+    # a kn weight with ldmatrix: its tile k-major (rows of BN halves, copied in 16-byte
+    # pieces; ldmatrix.trans makes the fragments), else column-major (k-contiguous) as a's
+    b_kmajor = opts.ldmatrix and gm.b_mode == "kn"
+    ldb = BN // 2 + _PAD
+    plain = gm.a_mode == "rows" and (gm.b_mode == "nk" or b_kmajor)
+    stages = opts.stages if plain else 1
+
+    def stage_bytes(bk):
+        return 4 * (BM * (bk // 2 + _PAD) + (bk * ldb if b_kmajor else BN * (bk // 2 + _PAD)))
+    if stages > 1 and BK == 32 and stages * stage_bytes(32) > shared_limit and \
+            stages * stage_bytes(16) <= shared_limit:
+        BK = 16          # the ring of k-steps of 16 rather than fewer stages
+    while stages > 1 and stages * stage_bytes(BK) > shared_limit:
+        stages -= 1
+    ring = stages > 1
+    KT = -(-K // BK)
     ldw = BK // 2 + _PAD                 # words a shared row: BK halves and the padding
     u32, f32 = "uint32", "float32"
-    # explicit strides: the allocation compaction keeps the padding
-    As = Buffer("A_shared", (BM, BK // 2), u32, strides=(ldw, 1), scope="shared")
-    Bs = Buffer("B_shared", (BN, BK // 2), u32, strides=(ldw, 1), scope="shared")
+    S = stages if ring else 1
+    # one buffer a ring stage (the lowering places barriers buffer by buffer: a step's copies
+    # into one stage and its mma from another need none between them); explicit strides:
+    # the allocation compaction keeps the padding
+    names = [""] if S == 1 else [str(st) for st in range(S)]
+    As_l = [Buffer(f"A_shared{n}", (BM, BK // 2), u32, strides=(ldw, 1), scope="shared")
+            for n in names]
+    if b_kmajor:
+        Bs_l = [Buffer(f"B_shared{n}", (BK, BN // 2), u32, strides=(ldb, 1), scope="shared")
+                for n in names]
+    else:
+        Bs_l = [Buffer(f"B_shared{n}", (BN, BK // 2), u32, strides=(ldw, 1), scope="shared")
+                for n in names]
     acc = Buffer("acc", (MT * NT * 4,), f32, scope="local")
     af = Buffer("a_frag", (MT * 4,), u32, scope="local")
     bf = Buffer("b_frag", (NT * 2,), u32, scope="local")
 
-    tx, bx, by, bz = Var("tx"), Var("bx"), Var("by"), Var("bz")
+    tx, bx, by, bzv = Var("tx"), Var("bx"), Var("by"), Var("bz")
     kt, e, x, y, i, ks = Var("kt"), Var("e"), Var("x"), Var("y"), Var("i"), Var("ks")
     nbatch = gm.product(gm.batch_vars)
+    # split-K: blockIdx.z is (batch, part); a part's k-steps KTL from its own first k ``kb``
+    if KT % parts:
+        raise ValueError(f"split-K: {KT} k-steps do not divide into {parts} parts")
+    KTL = KT // parts
+    if parts > 1:
+        bz, part = floordiv(bzv, parts), floormod(bzv, parts)
+        kb = part * (KTL * BK)
+    else:
+        bz, part, kb = bzv, None, 0
     warp, lane = floordiv(tx, 32), floormod(tx, 32)
     g, t = floordiv(lane, 4), floormod(lane, 4)
     wm, wn = floordiv(warp, warps_n), floormod(warp, warps_n)
@@ -488,6 +659,9 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
 
     def copy(dst, src):
         return Evaluate(call(E.TC_LOAD_B128, dst, src, dtype="int32"))
+
+    def cp_async(dst, src):
+        return Evaluate(call(E.TC_CP_ASYNC, dst, src, dtype="int32"))
 
     def each(total, n, body_of):
         flat = e * threads + tx
@@ -505,21 +679,37 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
             return Select(kk < K, Cast(f32, elem(Select(kk < K, kk, K - 1))), const(0.0, f32))
         return call(E.TC_PACK_HALF2, half(k), half(k + 1), dtype=u32)
 
-    # The tiles of step kt + 1 are read from global memory into registers (``fetch``) before
-    # the mma of step kt, and written into shared memory after them (``stash``): the loads'
-    # latency hides behind the mma. A copy unit ``u`` of a thread is ``e * threads + tx``.
+    # The 16-byte pieces of the plain modes: (units, the shared element, the global element)
+    # of piece ``u`` of the tiles at k0 into ring stage ``st`` (0 without a ring)
     chunks = BK // 8                     # 16-byte chunks along k a row
+    cols8 = BN // 8
+
+    def a_piece(u, k0, st):
+        return (As_l[st][floordiv(u, chunks), floormod(u, chunks) * 4],
+                a_at(clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 8))
+
+    def b_piece(u, k0, st):
+        if b_kmajor:       # row k of 8 columns
+            n0 = bx * BN + floormod(u, cols8) * 8
+            n0 = Select(n0 < N, n0, N - 8)
+            return (Bs_l[st][floordiv(u, cols8), floormod(u, cols8) * 4],
+                    b_at(n0, k0 + floordiv(u, cols8)))
+        return (Bs_l[st][floordiv(u, chunks), floormod(u, chunks) * 4],
+                b_at(clamp(bx * BN + floordiv(u, chunks), N), k0 + floormod(u, chunks) * 8))
+
+    # Without a ring the tiles of step kt + 1 are read from global memory into registers
+    # (``fetch``) before the mma of step kt, and written into shared memory after them
+    # (``stash``): the loads' latency hides behind the mma. A copy unit ``u`` of a thread is
+    # ``e * threads + tx``.
     if gm.a_mode == "rows":
         na = -(-BM * chunks // threads)
         ra = Buffer("a_stage", (na * 4,), u32, scope="local")
 
         def fetch_a(k0):
-            return each(BM * chunks, na, lambda u: copy(ra[e * 4], a_at(
-                clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 8)))
+            return each(BM * chunks, na, lambda u: copy(ra[e * 4], a_piece(u, k0, 0)[1]))
 
         def stash_a():
-            return each(BM * chunks, na, lambda u: copy(
-                As[floordiv(u, chunks), floormod(u, chunks) * 4], ra[e * 4]))
+            return each(BM * chunks, na, lambda u: copy(a_piece(u, 0, 0)[0], ra[e * 4]))
     else:
         # any operand expression (an im2col window with its padding, a transposed or cast
         # read): one word (two halves along k) a unit, k fastest
@@ -534,12 +724,21 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
 
         def stash_a():
             return each(words, na, lambda u: BufferStore(
-                As, ra[e], [floordiv(u, BK // 2), floormod(u, BK // 2)]))
+                As_l[0], ra[e], [floordiv(u, BK // 2), floormod(u, BK // 2)]))
 
-    if gm.b_mode == "kn":
+    if b_kmajor or gm.b_mode == "nk":
+        units_b = BK * cols8 if b_kmajor else BN * chunks
+        nb = -(-units_b // threads)
+        rb = Buffer("b_stage", (nb * 4,), u32, scope="local")
+
+        def fetch_b(k0):
+            return each(units_b, nb, lambda u: copy(rb[e * 4], b_piece(u, k0, 0)[1]))
+
+        def stash_b():
+            return each(units_b, nb, lambda u: copy(b_piece(u, 0, 0)[0], rb[e * 4]))
+    elif gm.b_mode == "kn":
         # rows k and k + 1 of 8 columns (two 16-byte loads), their halves paired into the 8
         # columns' words of the column-major tile
-        cols8 = BN // 8
         nb = -(-(BK // 2) * cols8 // threads)
         rb = Buffer("b_stage", (nb * 8,), u32, scope="local")
 
@@ -554,21 +753,10 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
         def stash_b():
             def unit(u):
                 kp, c = floordiv(u, cols8), floormod(u, cols8)
-                return seq(*[BufferStore(Bs, call(
+                return seq(*[BufferStore(Bs_l[0], call(
                     E.TC_PACK_LO if jj % 2 == 0 else E.TC_PACK_HI, rb[e * 8 + jj // 2],
                     rb[e * 8 + 4 + jj // 2], dtype=u32), [c * 8 + jj, kp]) for jj in range(8)])
             return each((BK // 2) * cols8, nb, unit)
-    elif gm.b_mode == "nk":
-        nb = -(-BN * chunks // threads)
-        rb = Buffer("b_stage", (nb * 4,), u32, scope="local")
-
-        def fetch_b(k0):
-            return each(BN * chunks, nb, lambda u: copy(rb[e * 4], b_at(
-                clamp(bx * BN + floordiv(u, chunks), N), k0 + floormod(u, chunks) * 8)))
-
-        def stash_b():
-            return each(BN * chunks, nb, lambda u: copy(
-                Bs[floordiv(u, chunks), floormod(u, chunks) * 4], rb[e * 4]))
     else:
         # one word a unit, the columns fastest (an activation's contiguous pixels)
         words = BN * (BK // 2)
@@ -582,48 +770,116 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile):
 
         def stash_b():
             return each(words, nb, lambda u: BufferStore(
-                Bs, rb[e], [floormod(u, BN), floordiv(u, BN)]))
+                Bs_l[0], rb[e], [floormod(u, BN), floordiv(u, BN)]))
 
-    frag_a = For(x, 0, MT, "unrolled", seq(*[
-        BufferStore(af, As[wm * WM + x * 16 + g + 8 * (r % 2), ks * 8 + t + 4 * (r // 2)],
-                    [x * 4 + r]) for r in range(4)]))
-    frag_b = For(y, 0, NT, "unrolled", seq(*[
-        BufferStore(bf, Bs[wn * WN + y * 8 + g, ks * 8 + t + 4 * r], [y * 2 + r])
-        for r in range(2)]))
-    mma = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", Evaluate(call(
-        E.TC_MMA, acc[(x * NT + y) * 4], af[x * 4], bf[y * 2], dtype="int32"))))
-    compute = For(ks, 0, BK // 16, "unrolled", seq(frag_a, frag_b, mma))
-    more = kt + 1 < KT
-    step = seq(IfThenElse(more, seq(fetch_a((kt + 1) * BK), fetch_b((kt + 1) * BK))),
-               compute,
-               IfThenElse(more, seq(stash_a(), stash_b())))
+    def fragments(st):
+        """The fragment loads of k16 step ``ks`` from ring stage ``st``."""
+        if not opts.ldmatrix:
+            frag_a = For(x, 0, MT, "unrolled", seq(*[
+                BufferStore(af, As_l[st][wm * WM + x * 16 + g + 8 * (r % 2),
+                                   ks * 8 + t + 4 * (r // 2)], [x * 4 + r]) for r in range(4)]))
+            frag_b = For(y, 0, NT, "unrolled", seq(*[
+                BufferStore(bf, Bs_l[st][wn * WN + y * 8 + g, ks * 8 + t + 4 * r],
+                            [y * 2 + r]) for r in range(2)]))
+            return seq(frag_a, frag_b)
+        # ldmatrix: lane l gives row l % 8 of matrix j = l // 8. A's x4: j % 2 the row half,
+        # j // 2 the k half (a0..a3); B's x4: j // 2 the column block y, y + 1, j % 2 the k
+        # half (b0, b1 of y, then of y + 1)
+        r8, j = floormod(lane, 8), floordiv(lane, 8)
+        frag_a = For(x, 0, MT, "unrolled", Evaluate(call(
+            E.TC_LDMATRIX_X4, af[x * 4], As_l[st][wm * WM + x * 16 + r8 + 8 * floormod(j, 2),
+                                            ks * 8 + 4 * floordiv(j, 2)], IntImm(0, "int32"),
+            dtype="int32")))
+
+        def b_rows(y0, blk):
+            if b_kmajor:       # rows k of the k-major tile, the column block's 4 words
+                return Bs_l[st][ks * 16 + 8 * floormod(j, 2) + r8,
+                          wn * (WN // 2) + (y0 + blk) * 4]
+            return Bs_l[st][wn * WN + (y0 + blk) * 8 + r8, ks * 8 + 4 * floormod(j, 2)]
+        trans = IntImm(1 if b_kmajor else 0, "int32")
+        parts = [For(y, 0, NT // 2, "unrolled", Evaluate(call(
+            E.TC_LDMATRIX_X4, bf[y * 4], b_rows(y * 2, floordiv(j, 2)), trans,
+            dtype="int32")))] if NT >= 2 else []
+        if NT % 2:
+            parts.append(Evaluate(call(E.TC_LDMATRIX_X2, bf[(NT - 1) * 2],
+                                       b_rows(NT - 1, 0), trans, dtype="int32")))
+        return seq(frag_a, *parts)
+
+    def compute(st):
+        mma = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", Evaluate(call(
+            E.TC_MMA, acc[(x * NT + y) * 4], af[x * 4], bf[y * 2], dtype="int32"))))
+        return For(ks, 0, BK // 16, "unrolled", seq(fragments(st), mma))
+
+    if ring:
+        # cp.async ring of S stages: the tiles of step s go to stage s % S; step kt waits for
+        # its own group (at most S - 2 younger ones pending), and the barrier the device
+        # lowering puts before the next copies (they overwrite the stage step kt - 1 read)
+        # also publishes every thread's copies before the mma read them: one barrier a step.
+        # The k-steps go S at a time, so that each step's stages are constants
+        def issue(k0, st):
+            return seq(each(BM * chunks, -(-BM * chunks // threads),
+                            lambda u: cp_async(*a_piece(u, k0, st))),
+                       each(BK * cols8 if b_kmajor else BN * chunks,
+                            -(-(BK * cols8 if b_kmajor else BN * chunks) // threads),
+                            lambda u: cp_async(*b_piece(u, k0, st))))
+        commit = Evaluate(call(E.TC_CP_COMMIT, dtype="int32"))
+        prologue = []
+        for p in range(S - 1):
+            if p < KTL:
+                prologue.append(issue(kb + p * BK, p))
+            prologue.append(commit)
+        steps = []
+        for jj in range(S):
+            step_k = kt * S + jj
+            nxt = step_k + (S - 1)
+            mma = compute(jj)
+            if KTL % S:
+                mma = IfThenElse(step_k < KTL, mma)
+            steps.append(seq(
+                Evaluate(call(E.TC_CP_WAIT, IntImm(S - 2, "int32"), dtype="int32")),
+                IfThenElse(nxt < KTL, issue(kb + nxt * BK, (jj + S - 1) % S)),
+                commit, mma))
+        main_loop = seq(*prologue, For(kt, 0, -(-KTL // S), "serial", seq(*steps)))
+    else:
+        more = kt + 1 < KTL
+        nk = kb + (kt + 1) * BK
+        step = seq(IfThenElse(more, seq(fetch_a(nk), fetch_b(nk))),
+                   compute(0),
+                   IfThenElse(more, seq(stash_a(), stash_b())))
+        main_loop = seq(fetch_a(kb), fetch_b(kb), stash_a(), stash_b(),
+                        For(kt, 0, KTL, "serial", step))
 
     # the epilogue, accumulator (x, y, i): row g (+ 8 for i >= 2), column 2t (+ 1 for odd i)
     row = by * BM + wm * WM + x * 16 + g + 8 * floordiv(i, 2)
     col = bx * BN + wn * WN + y * 8 + t * 2 + floormod(i, 2)
-    vals = gm.values(bz, row, col, None)
-    out_idx = [vals[v] for v in gm.out_vars]
-    value = gm.epilogue(out_idx, acc[(x * NT + y) * 4 + i])
-    if value.dtype != gm.out.dtype:
-        value = Cast(gm.out.dtype, value)
+    if parts > 1:      # the part's float32 sums, the epilogue in the second kernel
+        out_store = BufferStore(partials, acc[(x * NT + y) * 4 + i], [part, bz, row, col])
+    else:
+        vals = gm.values(bz, row, col, None)
+        out_idx = [vals[v] for v in gm.out_vars]
+        value = gm.epilogue(out_idx, acc[(x * NT + y) * 4 + i])
+        if value.dtype != gm.out.dtype:
+            value = Cast(gm.out.dtype, value)
+        out_store = BufferStore(gm.out, value, out_idx)
     ok = row < M
     if not isinstance(N, int) or N % BN:
         ok = ok & (col < N)
     store = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", For(
-        i, 0, 4, "unrolled", IfThenElse(ok, BufferStore(gm.out, value, out_idx)))))
+        i, 0, 4, "unrolled", IfThenElse(ok, out_store))))
     thread = seq(
         For(i, 0, MT * NT * 4, "unrolled", BufferStore(acc, const(0.0, f32), [i])),
-        fetch_a(0), fetch_b(0), stash_a(), stash_b(),
-        For(kt, 0, KT, "serial", step),
+        main_loop,
         store)
-    for buf in (rb, ra, bf, af, acc):
+    stage_bufs = () if ring else (rb, ra)
+    for buf in (*stage_bufs, bf, af, acc):
         thread = Allocate(buf, thread)
     body = For(tx, 0, threads, "thread_binding", thread, thread_tag="threadIdx.x")
-    body = Allocate(Bs, Allocate(As, body))
+    for buf in (*Bs_l, *As_l):
+        body = Allocate(buf, body)
     body = For(bx, 0, floordiv(N + (BN - 1), BN), "thread_binding", body,
                thread_tag="blockIdx.x")
     body = For(by, 0, floordiv(M + (BM - 1), BM), "thread_binding", body,
                thread_tag="blockIdx.y")
-    if gm.batch_vars:
-        body = For(bz, 0, nbatch, "thread_binding", body, thread_tag="blockIdx.z")
+    if gm.batch_vars or parts > 1:
+        body = For(bzv, 0, nbatch * parts, "thread_binding", body, thread_tag="blockIdx.z")
     return body
