@@ -490,13 +490,17 @@ WRITES_FIRST_ARG = (TC_MMA, TC_LOAD_B128, TC_LDMATRIX_X4, TC_LDMATRIX_X2, TC_CP_
 INTRINSIC_ELEMENTS = {TC_MMA: (4, 4, 2), TC_LOAD_B128: (4, 4), TC_LDMATRIX_X4: (4, 4),
                       TC_LDMATRIX_X2: (2, 4), TC_CP_ASYNC: (4, 4), TC_MMA_TF32: (4, 4, 2)}
 
-# An Intel AMX int8 block product (``relax.backend.cpu.dense_amx``; only the LLVM back end
-# emits it, ``targets.llvm.amx``): ``Evaluate(Call("int32", AMX_U8I8, [c[..], a[..], b[..],
-# rows, lda, ldb, ldc, ksteps, col_tiles]))`` adds to the int32 block at ``c`` (``rows`` x
-# ``16 col_tiles``) the product of the uint8 rows at ``a`` (``64 ksteps`` bytes each) and the
-# int8 weight words at ``b`` in the VNNI layout (``16 ksteps`` rows of words). The first three
-# arguments are BufferLoads naming the first element (never loaded), strides are in int32
-# elements, all but ``rows`` integer constants.
+# An Intel AMX int8 block product (the tensor intrinsic ``amx_u8s8s32_{M}x{N}x{K}``,
+# ``tensorir.schedule.intrinsics``; only the LLVM back end emits it, ``targets.llvm.amx``):
+# ``Evaluate(Call("int32", AMX_U8I8, [c[..], a[..], b[..], c_next[..], a_next[..], b_next[..],
+# rows, ksteps, col_tiles]))`` adds to the int32 block at ``c`` (``rows`` x ``16 col_tiles``)
+# the product of the uint8 rows at ``a`` (``64 ksteps`` bytes each, as int32 words) and the
+# int8 weight words at ``b`` in the VNNI layout (``16 ksteps`` rows of words, word ``[kw, n]``
+# holding ``W[4 kw + p, n]`` in byte ``p``). The first six arguments are BufferLoads naming
+# elements (never loaded): each operand's first element and the first element of its next
+# row, so that a row stride is the distance between the two in whatever layout the buffer
+# has by then (compacted, flattened). ``rows`` (1..32) may vary; ``ksteps`` and ``col_tiles``
+# are integer constants.
 AMX_U8I8 = "amx_u8i8"
 AMX_U8I8_ARGS = 9
 
@@ -523,9 +527,10 @@ class Call(PrimExpr):
             raise TIRError(f"intrinsic {PREFETCH} takes one buffer element (a BufferLoad), got "
                            f"{list(args)!r}", args[0] if args else None)
         if op == AMX_U8I8 and (len(args) != AMX_U8I8_ARGS or
-                               not all(isinstance(a, BufferLoad) for a in args[:3])):
-            raise TIRError(f"intrinsic {AMX_U8I8} takes three buffer elements (BufferLoads) "
-                           f"and six integers, got {list(args)!r}", args[0] if args else None)
+                               not all(isinstance(a, BufferLoad) for a in args[:6])):
+            raise TIRError(f"intrinsic {AMX_U8I8} takes six buffer elements (BufferLoads: "
+                           f"each operand's first element and that of its next row) and three "
+                           f"integers, got {list(args)!r}", args[0] if args else None)
         if op in FLOAT_INTRINSICS:
             for a in args:
                 if not dt.is_float(a.dtype):

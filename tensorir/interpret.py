@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from . import dtype as dt
-from .expr import (Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE, GT,
+from .expr import (AMX_U8I8, Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE, GT,
                    IntImm, LE, LT, Let, Max, Min, Mod, Mul, NE, Not, Or, PrimExpr, Select, Sub,
                    TIRError, Var)
 from .function import IRModule, PrimFunc
@@ -729,6 +729,53 @@ def _dot4_u8i8(a, b):
     return total if total.shape else np.int32(total)
 
 
+def _amx_operand(arr, first, nxt, rows: int, width: int, name: str):
+    """The flat view of the C-contiguous ``arr``, the offset of the element at index tuple
+    ``first`` and the row stride (the offset of ``nxt`` less it) of an AMX operand tile of
+    ``rows`` x ``width`` elements; each tile row must lie within one row of the layout and the
+    whole tile within the buffer."""
+    if not arr.flags.c_contiguous:
+        raise TIRError(f"interpret: the AMX operand {name} is not a contiguous buffer")
+    steps = [st // arr.itemsize for st in arr.strides]
+    off = sum(int(i) * st for i, st in zip(first, steps))
+    ld = sum(int(i) * st for i, st in zip(nxt, steps)) - off
+    if rows > 1 and (ld < width or off % ld + width > ld):
+        raise TIRError(f"interpret: an AMX tile row of {width} elements of {name} at offset "
+                       f"{off} does not lie within one row of stride {ld}: the tile overruns "
+                       f"its rows (pad the buffer to whole tiles)")
+    end = off + ld * (rows - 1) + width
+    if off < 0 or end > arr.size:
+        raise IndexError(f"interpret: the AMX tile of {name} ({rows} x {width} elements from "
+                         f"offset {off}, row stride {ld}) lies outside the buffer of {arr.size} "
+                         f"elements")
+    return arr.reshape(-1), off, ld
+
+
+def _amx_u8i8(c, ci, a, ai, b, bi, cn, an, bn, rows, ksteps, col_tiles, names):
+    """The Intel AMX int8 block product ``AMX_U8I8`` (``tensorir.expr``): ``C`` (``rows`` x
+    ``16 col_tiles`` int32) += the uint8 bytes of ``A``'s words (``rows`` x ``16 ksteps``) times
+    the int8 bytes of ``B``'s words (``16 ksteps`` x ``16 col_tiles``, VNNI layout), exact, the
+    int32 sums wrapping as ``tdpbusd``'s do. ``ci``/``cn`` ... index the first element and the
+    next row's first element of each operand."""
+    rows, ksteps, col_tiles = int(rows), int(ksteps), int(col_tiles)
+    if not 1 <= rows <= 32:
+        raise TIRError(f"interpret: an AMX block product of {rows} rows (1..32 are possible)")
+    n, kw = 16 * col_tiles, 16 * ksteps
+    tiles = []
+    for arr, first, nxt, r, w, name in ((a, ai, an, rows, kw, names[1]),
+                                        (b, bi, bn, kw, n, names[2])):
+        flat, off, ld = _amx_operand(arr, first, nxt, r, w, name)
+        idx = off + ld * np.arange(r)[:, None] + np.arange(w)
+        tiles.append(flat[idx].astype(np.int64))
+    words_a, words_b = tiles
+    ua = np.stack([(words_a >> (8 * p)) & 255 for p in range(4)], -1)           # rows, kw, 4
+    sb = np.stack([(((words_b >> (8 * p)) & 255) ^ 128) - 128 for p in range(4)], -1)
+    prod = ua.reshape(rows, kw * 4) @ sb.transpose(0, 2, 1).reshape(kw * 4, n)
+    flat, off, ld = _amx_operand(c, ci, cn, rows, n, names[0])
+    idx = off + ld * np.arange(rows)[:, None] + np.arange(n)
+    flat[idx] = (flat[idx].astype(np.int64) + prod).astype(np.int32)
+
+
 def _nibble_f32(w, s):
     """The float32 of bits ``s .. s+3`` of the int32 ``w`` (``targets.llvm.codegen``)."""
     out = ((np.asarray(w, np.int32) >> np.asarray(s, np.int32)) & 15).astype(np.float32)
@@ -838,6 +885,7 @@ _RUNTIME = {
     "_floormod": _floormod, "_truncdiv": _truncdiv, "_truncmod": _truncmod,
     "_truncdiv_c": _truncdiv_c, "_rsqrt": _rsqrt, "_sigmoid": _sigmoid, "_erf": _erf,
     "_dot4_u8i8": _dot4_u8i8,
+    "_amx_u8i8": _amx_u8i8,
     "_nibble_f32": _nibble_f32,
     "_rreduce": _rreduce, "_alloc": _alloc, "_alias_view": _alias_view, "_CAP": _CAP,
 }
@@ -1048,6 +1096,11 @@ class _BodyInfo:
         self.inner: dict = {}      # inner loop var -> (lo, ext) or None
         self.private: set = set()  # buffers allocated inside
         self.bounds: list = []     # loop bounds and allocation shapes (normalized)
+        self.opaque = False        # an intrinsic writes memory no store shows (AMX tiles)
+
+
+def _is_amx(s) -> bool:
+    return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == AMX_U8I8
 
 
 def _collect(stmt, defs, consts) -> _BodyInfo:
@@ -1095,6 +1148,8 @@ def _collect(stmt, defs, consts) -> _BodyInfo:
             loads(s.condition, defs)
             visit(s.body, defs)
         elif isinstance(s, Evaluate):
+            if _is_amx(s):
+                info.opaque = True      # writes a tile no store shows: the loops stay serial
             if not is_prefetch(s):      # a hint: it reads nothing
                 loads(s.value, defs)
         elif isinstance(s, Allocate):
@@ -1389,7 +1444,27 @@ class _Compiler(IRFunctor):
         if is_prefetch(s):
             self.emit("pass")       # a cache hint: nothing to compute
             return
+        if _is_amx(s):
+            self.amx_block(s.value, m)
+            return
         self.emit(self.expr(s.value, m))
+
+    def amx_block(self, call: Call, m):
+        """``AMX_U8I8``: the block product on the operands' arrays (``_amx_u8i8``); never
+        inside a vectorized loop (``_collect`` marks the loops around it opaque)."""
+        if self.axes:
+            raise TIRError("interpret: an AMX block product inside a vectorized loop", call)
+        parts, names = [], []
+        for ld in call.args[:6]:
+            info = self.buf(ld.buffer)
+            if info.npre:
+                raise TIRError(f"interpret: the AMX operand {ld.buffer.name} is allocated "
+                               f"inside a vectorized loop", call)
+            idx = "".join(self.expr(i, m) + ", " for i in ld.indices)
+            parts.append(f"{info.arr}, ({idx})" if len(parts) < 3 else f"({idx})")
+            names.append(ld.buffer.name)
+        rest = ", ".join(self.expr(x, m) for x in call.args[6:])
+        self.emit(f"_amx_u8i8({', '.join(parts)}, {rest}, {tuple(names[:3])!r})")
 
     def in_bounds(self, buf: Buffer, indices) -> bool:
         """Are the indices provably inside ``buf`` (given the ranges of the loops around)?"""
@@ -1652,6 +1727,8 @@ class _Compiler(IRFunctor):
         return None
 
     def independent(self, info: _BodyInfo, vinfo) -> bool:
+        if info.opaque:
+            return False
         vset = {v for v, _, _ in vinfo}
         for b in info.bounds:
             if _has_load(b) or any(v in vset for v in free_vars(b)):

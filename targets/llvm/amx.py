@@ -1,13 +1,15 @@
 """Intel AMX int8 tiles in LLVM IR: the block kernel behind the TIR intrinsic ``AMX_U8I8``.
 
-``Evaluate(Call("int32", AMX_U8I8, [c[..], a[..], b[..], rows, lda, ldb, ldc, ksteps,
-col_tiles]))`` adds to the int32 block ``C`` (``rows`` x ``16 * col_tiles``, row stride ``ldc``
-elements, starting at the element ``c[..]`` names) the product of the uint8 activations ``A``
-(``rows`` rows of ``64 * ksteps`` bytes, row stride ``lda`` int32 words, from ``a[..]``) and
-the int8 weight panel ``B`` in the VNNI layout (``16 * ksteps`` rows of words, row stride
-``ldb`` words, word ``[kw, n]`` holding ``W[4 kw + p, n]`` in byte ``p``, from ``b[..]``): the
-``dense_u8i8`` kernel's operands (``relax.backend.cpu.dense_amx``). ``rows`` is 1..32, the
-rest are constants.
+``Evaluate(Call("int32", AMX_U8I8, [c[..], a[..], b[..], c'[..], a'[..], b'[..], rows, ksteps,
+col_tiles]))`` (the impl of the tensor intrinsic ``amx_u8s8s32_{M}x{N}x{K}``,
+``tensorir.schedule.intrinsics``) adds to the int32 block ``C`` (``rows`` x ``16 * col_tiles``,
+starting at the element ``c[..]`` names) the product of the uint8 activations ``A`` (``rows``
+rows of ``64 * ksteps`` bytes, from ``a[..]``) and the int8 weight panel ``B`` in the VNNI
+layout (``16 * ksteps`` rows of words, word ``[kw, n]`` holding ``W[4 kw + p, n]`` in byte
+``p``, from ``b[..]``): the ``dense_u8i8`` kernel's operands (``relax.backend.cpu.dense_amx``).
+``c'``, ``a'``, ``b'`` name each operand's next row: the row strides ``ldc``, ``lda``, ``ldb``
+are the distances to them in the flattened buffers. ``rows`` is 1..32, ``ksteps`` and
+``col_tiles`` are constants.
 
 The code generator calls one internal function per ``col_tiles`` (``tilecraft.amx.u8i8.<n>``,
 ``emit_block``). It writes the 64-byte palette-1 tile configuration on its stack (C tiles 0-3,
@@ -191,10 +193,14 @@ def block_function(mb: ModuleBuilder, col_tiles: int) -> ir.Function:
     return fn
 
 
-def emit_block(mb: ModuleBuilder, b: ir.IRBuilder, c, a, w, rows, lda: int, ldb: int, ldc: int,
+def emit_block(mb: ModuleBuilder, b: ir.IRBuilder, c, a, w, rows, lda, ldb, ldc,
                ksteps: int, col_tiles: int) -> None:
     """Call ``block_function(mb, col_tiles)`` on element pointers ``c`` (int32), ``a``, ``w``
-    and the row count ``rows`` (an integer value); strides in int32 elements."""
+    and the row count ``rows`` (an integer value); strides in int32 elements (ints, or i64
+    values)."""
     fn = block_function(mb, col_tiles)
     rows = b.sext(rows, I64) if rows.type.width < 64 else rows
-    b.call(fn, [c, a, w, rows, I64(4 * lda), I64(4 * ldb), I64(4 * ldc), I64(ksteps)])
+
+    def nbytes(ld):
+        return I64(4 * ld) if isinstance(ld, int) else b.mul(ld, I64(4))
+    b.call(fn, [c, a, w, rows, nbytes(lda), nbytes(ldb), nbytes(ldc), I64(ksteps)])

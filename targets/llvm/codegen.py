@@ -517,14 +517,26 @@ class CodeGenLLVM(EntryEmitter, IRFunctor):
             raise TIRError(f"{amx.AMX_U8I8} needs a target with +amx-int8 (this one: "
                            f"{self.opt.target_str})", call)
         c, a, w = (self._element_ptr(x) for x in call.args[:3])
-        rows = self._scalar(self.visit(call.args[3]), "the AMX row count")
+        # each operand's row stride: the distance from its first element to its next row's,
+        # in the flattened layout (a constant once the scratch buffers are compacted)
+        strides = []
+        for first, nxt in zip(call.args[:3], call.args[3:6]):
+            if first.buffer is not nxt.buffer:
+                raise TIRError(f"{amx.AMX_U8I8}: an operand's next row must be in its own "
+                               f"buffer ({first.buffer.name} / {nxt.buffer.name})", call)
+            d = self.ctx.analyzer.simplify(nxt.indices[0] - first.indices[0])
+            strides.append(d.value if isinstance(d, IntImm) else
+                           self._to_i64(self._scalar(self.visit(d), "an AMX row stride"),
+                                        d.dtype))
+        rows = self._scalar(self.visit(call.args[6]), "the AMX row count")
         consts = []
-        for x in call.args[4:]:
+        for x in call.args[7:]:
             if not isinstance(x, IntImm):
-                raise TIRError(f"{amx.AMX_U8I8}: strides and counts must be constants, got "
-                               f"{x!r}", call)
+                raise TIRError(f"{amx.AMX_U8I8}: the K steps and the column tiles must be "
+                               f"constants, got {x!r}", call)
             consts.append(x.value)
-        amx.emit_block(self.mb, self.b, c, a, w, rows, *consts)
+        lda, ldb, ldc = strides[1], strides[2], strides[0]
+        amx.emit_block(self.mb, self.b, c, a, w, rows, lda, ldb, ldc, *consts)
         self._amx_functions = True
 
     def _prefetch(self, at: BufferLoad):

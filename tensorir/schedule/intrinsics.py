@@ -36,6 +36,11 @@ lists the default sizes):
   ``dot4_u8i8`` per lane on words of four bytes, ``A``'s word broadcast (the int8 kernels'
   step: ``vpdpbusd`` with AVX-512 VNNI, ``sdot`` with ``+dotprod``, an exact widening sequence
   elsewhere; ``targets.llvm.dot4``). Portable: no isa.
+* ``amx_u8s8s32_{M}x{N}x{K}``: ``C[i, j] += sum_kw dot4_u8i8(A[i, kw], B[kw, j])`` over
+  ``M x N`` int32 results and ``K`` bytes (``K / 4`` words) of the reduction, on Intel AMX
+  tiles (``amx_funcs``; isa ``amx``, where ``Target.amx_int8``): a whole block of
+  ``relax.backend.cpu.dense_amx`` in one call, its last rows possibly ragged (a *partial*
+  tile, ``TensorIntrin.partial``).
 
 ``isa`` is ``avx2`` (256-bit, 8 fp32 lanes), ``avx512`` (16 lanes) or ``neon`` (4 lanes).
 
@@ -52,9 +57,11 @@ import re
 from typing import Callable, Sequence
 
 from .. import dtype as dt
-from ..expr import DOT4_U8I8, Cast, FloatImm, IntImm, PrimExpr, TIRError, Var, call
+from ..expr import (AMX_U8I8, DOT4_U8I8, Call, Cast, FloatImm, IntImm, PrimExpr, TIRError,
+                    Var, call)
 from ..function import PrimFunc
-from ..stmt import (Block, BlockRealize, Buffer, BufferStore, For, IterVar, Range, Stmt, seq)
+from ..stmt import (Block, BlockRealize, Buffer, BufferStore, Evaluate, For, IterVar, Range,
+                    Stmt, seq)
 from ..structural import structural_equal
 from .regions import with_regions
 from .tree import walk as _walk
@@ -80,8 +87,17 @@ class TensorIntrin:
         The implementation, with buffer parameters of the same shapes and dtypes as ``desc``,
         in the same order. Its root block (if any) may allocate scratch buffers.
     isa : str, optional
-        The instruction set the impl is tuned for (``avx2``, ``avx512``, ``neon``); None for a
-        portable intrinsic. ``available(target)`` uses it.
+        The instruction set the impl is tuned for (``avx2``, ``avx512``, ``neon``, ``amx``);
+        None for a portable intrinsic. ``available(target)`` uses it.
+    partial : dict[int, Var | None], optional
+        The loops of ``desc`` (by depth, 0 the outermost) along which the impl can compute a
+        *partial tile*: a block whose predicate bounds that loop (``base + i < bound``, as
+        ``split`` leaves at a ragged edge) still matches. A ``Var`` (used in the impl) is then
+        bound to the count of valid iterations, ``min(extent, bound - base)`` (the extent on
+        a whole tile); ``None`` means the impl computes the whole tile along that loop anyway,
+        which tensorize allows only where the block writes no parameter buffer (the extra
+        results land in scratch the block's iteration domain never reaches, e.g. padding).
+        Without it a predicated block does not match.
 
     Examples
     --------
@@ -95,19 +111,22 @@ class TensorIntrin:
     _families: list[tuple[re.Pattern, Callable[[re.Match], "TensorIntrin"],
                           Callable[[], list[str]], str]] = []
 
-    def __init__(self, name: str, desc: PrimFunc, impl: PrimFunc, isa: str | None = None):
+    def __init__(self, name: str, desc: PrimFunc, impl: PrimFunc, isa: str | None = None,
+                 partial: dict[int, Var | None] | None = None):
         _check_pair(name, desc, impl)
         self.name = name
         self.desc = desc
         self.impl = impl
         self.isa = isa
+        self.partial = _check_partial(name, desc, partial)
 
     def __repr__(self):
         return f"TensorIntrin({self.name!r})"
 
     @staticmethod
     def register(name: str, desc: PrimFunc, impl: PrimFunc, override: bool = False,
-                 isa: str | None = None) -> "TensorIntrin":
+                 isa: str | None = None, partial: dict[int, Var | None] | None = None
+                 ) -> "TensorIntrin":
         """Register an intrinsic under ``name`` (``override=True`` to replace an existing one).
 
         Examples
@@ -120,7 +139,7 @@ class TensorIntrin:
         if name in TensorIntrin._registry and not override:
             raise TIRError(f"TensorIntrin.register: an intrinsic named {name!r} is already "
                            f"registered; pass override=True to replace it")
-        intrin = TensorIntrin(name, desc, impl, isa)
+        intrin = TensorIntrin(name, desc, impl, isa, partial)
         TensorIntrin._registry[name] = intrin
         return intrin
 
@@ -181,6 +200,26 @@ def _check_pair(name: str, desc: PrimFunc, impl: PrimFunc) -> None:
             raise TIRError(f"tensor intrinsic {name!r}: desc buffer {d.name} {d.dtype}"
                            f"{_shape(d)} and impl buffer {i.name} {i.dtype}{_shape(i)} differ; "
                            f"they must have one shape and dtype")
+
+
+def _check_partial(name: str, desc: PrimFunc, partial) -> dict[int, Var | None]:
+    if not partial:
+        return {}
+    depth = 0
+    s, _ = strip_root(desc)
+    while isinstance(s, For):
+        depth += 1
+        s = s.body
+    out = {}
+    for k, v in dict(partial).items():
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < depth:
+            raise TIRError(f"tensor intrinsic {name!r}: partial names loop {k!r}, but desc has "
+                           f"loops 0..{depth - 1}")
+        if v is not None and not (isinstance(v, Var) and v.dtype.startswith("int")):
+            raise TIRError(f"tensor intrinsic {name!r}: partial[{k}] must be an integer Var "
+                           f"of the impl or None, got {v!r}")
+        out[k] = v
+    return out
 
 
 def _shape(b: Buffer) -> str:
@@ -427,6 +466,69 @@ def dot4_name(order: str, L: int) -> str:
     return name
 
 
+AMX_MAX_ROWS = 32   # two 16-row A tiles (targets.llvm.amx)
+
+
+def amx_funcs(M: int, N: int, K: int) -> tuple[PrimFunc, PrimFunc, Var]:
+    """``(desc, impl, rows)`` of the Intel AMX int8 block product
+    ``C[i, j] += sum_kw dot4_u8i8(A[i, kw], B[kw, j])``, ``i < M``, ``j < N``, ``kw < K / 4``:
+    ``A`` (M, K/4) the uint8 activations as int32 words (four bytes of a row each), ``B``
+    (K/4, N) the int8 weight in the VNNI layout (word ``[kw, j]`` holding ``W[4 kw + p, j]`` in
+    byte ``p``), ``C`` (M, N) int32 (the operand layouts of ``relax.backend.cpu.dense_int8``).
+
+    The impl is one ``AMX_U8I8`` call (``tensorir.expr``; ``targets.llvm.amx`` emits the tile
+    configuration, ``tileloadd`` / ``tdpbusd`` / ``tilestored``): the C tiles stay in tile
+    registers across the whole ``K``. ``rows`` (a Var of the impl, ``partial[0]``) is the
+    count of valid rows, so a ragged last block of rows is one call too; along ``j`` the call
+    computes whole tiles (``partial[1] = None``). ``M`` is 1..32, ``N`` a multiple of 16 (C
+    tiles of 16 int32 columns), ``K`` (bytes) a multiple of 64 (one ``tdpbusd`` step).
+
+    Examples
+    --------
+    >>> desc, impl, rows = amx_funcs(32, 64, 256)
+    >>> [b.shape for b in desc.buffers]                       # doctest: +SKIP
+    [(32, 64), (64, 64), (32, 64)]
+    """
+    for n, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise TIRError(f"amx_funcs: {n} must be a positive int, got {v!r}")
+    if M > AMX_MAX_ROWS or N % 16 or K % 64:
+        raise TIRError(f"amx_funcs: the AMX tile is up to {AMX_MAX_ROWS} rows (M={M}), whole C "
+                       f"tiles of 16 int32 columns (N={N}) and whole steps of 64 bytes of K "
+                       f"(K={K})")
+    KW = K // 4
+
+    def buffers():
+        return (Buffer("A", (M, KW), "int32"), Buffer("B", (KW, N), "int32"),
+                Buffer("C", (M, N), "int32"))
+
+    A, B, C = buffers()
+    desc = _func([A, B, C], _block_nest(
+        "update", [("i", M, "spatial"), ("j", N, "spatial"), ("kw", KW, "reduce")],
+        lambda vi, vj, vk: BufferStore(
+            C, C[vi, vj] + call(DOT4_U8I8, A[vi, vk], B[vk, vj], dtype="int32"), [vi, vj])))
+    A, B, C = buffers()
+    rows = Var("rows", "int64")
+    nxt = min(1, M - 1)     # the next row's first element: the row stride in any layout
+    impl = _func([A, B, C], Evaluate(Call("int32", AMX_U8I8, [
+        C[0, 0], A[0, 0], B[0, 0], C[nxt, 0], A[nxt, 0], B[1, 0], rows, KW // 16, N // 16])))
+    return desc, impl, rows
+
+
+def amx_name(M: int, N: int, K: int) -> str:
+    """The registered name of the AMX int8 block product of ``M x N`` int32 results over
+    ``K`` bytes (built if needed).
+
+    Examples
+    --------
+    >>> amx_name(32, 64, 768)
+    'amx_u8s8s32_32x64x768'
+    """
+    name = f"amx_u8s8s32_{M}x{N}x{K}"
+    TensorIntrin.get(name)
+    return name
+
+
 # =============================================================================================
 # the built-in families
 
@@ -461,6 +563,11 @@ def _dot4(m: re.Match) -> TensorIntrin:
     return TensorIntrin(m.group(0), *dot4_funcs(int(m.group(2)), m.group(1)))
 
 
+def _amx(m: re.Match) -> TensorIntrin:
+    desc, impl, rows = amx_funcs(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    return TensorIntrin(m.group(0), desc, impl, isa="amx", partial={0: rows, 1: None})
+
+
 def _tile_names(prefix: str) -> Callable[[], list[str]]:
     def names():
         return [f"{prefix}_{isa}_{mr}x{lanes * nv}" for isa, lanes in ISA_LANES.items()
@@ -493,6 +600,10 @@ TensorIntrin._register_family(rf"dot_product_i8i32_({_isa_alt()})_{_N}", _dot_i8
 TensorIntrin._register_family(rf"dot4_(u8i8|i8u8)_{_N}", _dot4,
                               lambda: [f"dot4_{o}_{L}" for o in DOT4_DTYPES for L in (4, 8, 16)],
                               "dot4_{u8i8|i8u8}_{L}")
+TensorIntrin._register_family(rf"amx_u8s8s32_{_N}x{_N}x{_N}", _amx,
+                              lambda: [f"amx_u8s8s32_{m}x{n}x64" for m in (16, 32)
+                                       for n in (16, 32, 64)],
+                              "amx_u8s8s32_{M}x{N}x{K}")
 
 
 def outer_product_name(isa: str, MR: int, NR: int) -> str:
@@ -562,10 +673,12 @@ def available(target) -> list[str]:
     True
     """
     isas = set(target_isas(target))
+    if getattr(target, "amx_int8", False):
+        isas.add("amx")       # Intel AMX int8 tiles (targets.Target.amx_int8)
     names: dict[str, None] = {}
     for _, _, defaults, _ in TensorIntrin._families:
         for n in defaults():
-            if any(f"_{isa}_" in n for isa in isas):
+            if any(f"_{isa}_" in n or n.startswith(f"{isa}_") for isa in isas):
                 names[n] = None
     for n, intrin in TensorIntrin._registry.items():
         if intrin.isa is None or intrin.isa in isas:
@@ -574,5 +687,5 @@ def available(target) -> list[str]:
 
 
 __all__ = ["TensorIntrin", "ISA_LANES", "outer_product_funcs", "fill_funcs", "dot_product_funcs",
-           "dot4_funcs", "dot4_name", "outer_product_name", "target_isas", "available",
+           "dot4_funcs", "dot4_name", "amx_funcs", "amx_name", "outer_product_name", "target_isas", "available",
            "strip_root"]

@@ -21,7 +21,7 @@ from typing import Sequence
 from tilecraft.errors import TilecraftError
 
 from .. import arith
-from ..expr import (Add, And, BufferLoad, EQ, IntImm, Let, Max, Min, Mul, NE, Or,
+from ..expr import (Add, And, BufferLoad, EQ, IntImm, LT, Let, Max, Min, Mul, NE, Or,
                     PrimExpr, Sub, TIRError, Var, floordiv, floormod)
 from ..function import PrimFunc
 from ..functor import IRMutator, substitute
@@ -391,11 +391,17 @@ class _Matcher:
     access shifted by one fixed offset).
     """
 
-    def __init__(self):
+    def __init__(self, partial: dict | None = None):
         self.vmap: dict[Var, Var] = {}
         self.bufs: dict[Buffer, Buffer] = {}
         self.accesses: dict[Buffer, list[tuple[tuple, tuple]]] = {}
         self.ana = arith.Analyzer()
+        # the loops the intrinsic may cut short (TensorIntrin.partial), the block's loops
+        # matched so far (outermost first: (real loop, extent)), and per partial loop the
+        # bounds ``(base, bound)`` of its predicate: valid iterations ``i < bound - base``
+        self.partial = dict(partial or {})
+        self.loops: list[tuple[Var, PrimExpr]] = []
+        self.bounds: dict[int, list[tuple[PrimExpr, PrimExpr]]] = {}
 
     # -- state for the commutative retry
     def _save(self):
@@ -431,7 +437,34 @@ class _Matcher:
             raise _Mismatch(f"loop {r.loop_var.name} starts at {r.min!r}, the intrinsic's loop "
                             f"{d.loop_var.name} at {d.min!r}")
         self.vmap[d.loop_var] = r.loop_var
+        self.loops.append((r.loop_var, r.extent))
         self.stmt(d.body, r.body)
+
+    def _partial_predicate(self, r: BlockRealize) -> bool:
+        """Whether every conjunct of the block's predicate bounds one loop the intrinsic may
+        cut short (``base + i < bound``, ``base`` and ``bound`` free of the tile's loops);
+        records the bounds."""
+        if not self.partial:
+            return False
+        inner = {v for v, _ in self.loops}
+        found: dict[int, list] = {}
+        for c in conjuncts(r.predicate):
+            if is_true(c):
+                continue
+            if not isinstance(c, LT):
+                return False
+            for depth in self.partial:
+                if depth >= len(self.loops):
+                    continue
+                v = self.loops[depth][0]
+                base = self.ana.simplify(c.a - v)
+                if not (vars_in(base) & inner) and not (vars_in(c.b) & inner):
+                    found.setdefault(depth, []).append((base, c.b))
+                    break
+            else:
+                return False
+        self.bounds = found
+        return True
 
     def _s_BlockRealize(self, d: BlockRealize, r: BlockRealize):
         db, rb = d.block, r.block
@@ -452,7 +485,9 @@ class _Matcher:
             if not self._same_value(dval, rval):
                 raise _Mismatch(f"iter var {riv.var.name} of block {rb.name} is bound to "
                                 f"{rval!r}, the intrinsic's {div.var.name} to {dval!r}")
-        if is_true(d.predicate) != is_true(r.predicate) or \
+        if is_true(d.predicate) and not is_true(r.predicate) and self._partial_predicate(r):
+            pass  # a partial tile along loops the intrinsic can cut short
+        elif is_true(d.predicate) != is_true(r.predicate) or \
                 (not is_true(d.predicate) and not self._same_value(d.predicate, r.predicate)):
             theirs = "none" if is_true(d.predicate) else repr(d.predicate)
             raise _Mismatch(f"block {rb.name} has the predicate {r.predicate!r}, the "
@@ -630,7 +665,8 @@ class _Matcher:
                     k = dims.index(q)
                     diff = self.ana.simplify(rix[q] - substitute(dix[k], self.vmap))
                 else:
-                    diff = rix[q]
+                    # (vj_o * 64 + vj_i) // 64 of a panel index is vj_o: no tile var left
+                    diff = self.ana.simplify(rix[q]) if vars_in(rix[q]) & inner else rix[q]
                 if vars_in(diff) & inner:
                     return None
                 cur.append(diff)
@@ -711,7 +747,10 @@ def tensorize_block(func: PrimFunc, block_name: str, intrin: TensorIntrin) -> Pr
     br, _ = tree.find_block(func, block_name)
     block = br.block
     desc_body, _ = strip_root(intrin.desc)
-    m = _Matcher()
+    m = _Matcher(intrin.partial)
+    for iv in block.iter_vars:
+        # the tile's base (vj_o * 64) is then known to be >= 0 and a whole number of tiles
+        m.ana.bind(iv.var, iv.dom)
     try:
         m.stmt(desc_body, block.body)
         bindings = m.buffer_bindings(intrin.desc.buffers, block)
@@ -731,9 +770,41 @@ def tensorize_block(func: PrimFunc, block_name: str, intrin: TensorIntrin) -> Pr
         scratch[b] = Buffer(nm, b.shape, b.dtype, b.strides, b.scope, b.align)
     targets = {ib: bind for ib, bind in zip(intrin.impl.buffers, bindings)}
     body = _Instantiate(targets, scratch).visit(impl_body)
+    counts = _partial_counts(func, block_name, block, intrin, m)
+    if counts:
+        body = substitute(body, counts)
     new_block = block.replace(body=body, alloc_buffers=block.alloc_buffers + tuple(
         scratch[b] for b in impl_alloc), annotations=dict(block.annotations))
     return tree.replace(func, br, br.replace(block=new_block))
+
+
+def _partial_counts(func: PrimFunc, block_name: str, block: Block, intrin: TensorIntrin,
+                    m: _Matcher) -> dict[Var, PrimExpr]:
+    """The values of the impl's count variables (``TensorIntrin.partial``) for the matched
+    tile: ``min(extent, bound - base)`` over the predicate's bounds of that loop, else the
+    extent. A loop the impl computes whole (no count variable) under a predicate is allowed
+    only where the block writes no parameter buffer of ``func``."""
+    out: dict[Var, PrimExpr] = {}
+    params = {id(b) for b in func.buffers}
+    for depth, var in intrin.partial.items():
+        extent = m.loops[depth][1]
+        bounds = m.bounds.get(depth, [])
+        if var is None:
+            written = [w.buffer.name for w in block.writes if id(w.buffer) in params]
+            if bounds and written:
+                raise ScheduleError("tensorize", f"block {block_name!r}: the tensor intrinsic "
+                                    f"{intrin.name!r} computes whole tiles along loop "
+                                    f"{m.loops[depth][0].name}, which the block's predicate cuts "
+                                    f"short, and the block writes the parameter buffer(s) "
+                                    f"{written}: give it a scratch buffer padded to whole tiles "
+                                    f"(cache_write, transform_layout)", block)
+            continue
+        count: PrimExpr = extent
+        for base, bound in bounds:
+            count = Min(count, bound - base)
+        count = m.ana.simplify(count)
+        out[var] = count if count.dtype == var.dtype else count.astype(var.dtype)
+    return out
 
 
 def _get_intrin(name, primitive: str) -> TensorIntrin:

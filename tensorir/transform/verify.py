@@ -27,7 +27,7 @@ import contextlib
 import itertools
 from dataclasses import dataclass, field
 
-from ..expr import BufferLoad, Call, IntImm, Let, Not, Or, PrimExpr, Select, TIRError
+from ..expr import AMX_U8I8, BufferLoad, Call, IntImm, Let, Not, Or, PrimExpr, Select, TIRError
 from ..function import PrimFunc
 from ..functor import IRMutator
 from ..stmt import (Allocate, AssertStmt, Block, BlockRealize, BufferStore, Evaluate, For,
@@ -351,6 +351,15 @@ class _Verifier(IRMutator):
         return Select(cond, t, f)
 
     def visit_Call(self, e: Call):
+        if e.op == AMX_U8I8:
+            # the next-row elements only give the operands' row strides: never accessed (the
+            # last block's next row may lie past the buffer), so not checked
+            args = list(e.args[:3]) + [
+                BufferLoad(a.buffer, [self.visit(i) for i in a.indices]) for a in e.args[3:6]] \
+                + list(e.args[6:])
+            args[:3] = [self.visit(a) for a in args[:3]]
+            args[6:] = [self.visit(a) for a in args[6:]]
+            return Call(e.dtype, e.op, args)
         if e.op != "if_then_else":
             return self.generic_visit(e)
         cond = self.visit(e.args[0])

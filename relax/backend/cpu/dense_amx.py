@@ -24,10 +24,11 @@ Examples
 from __future__ import annotations
 
 from tilecraft.targets import Target
-from tilecraft.tensorir.expr import AMX_U8I8, BufferLoad, Call, IntImm, Min, PrimExpr
-from tilecraft.tensorir.functor import IRMutator, post_order_visit, substitute
-from tilecraft.tensorir.schedule import Schedule, tree
-from tilecraft.tensorir.stmt import Evaluate, For
+from tilecraft.tensorir.expr import AMX_U8I8, Call
+from tilecraft.tensorir.functor import post_order_visit
+from tilecraft.tensorir.schedule import Schedule
+from tilecraft.tensorir.schedule.index_map import IndexMap
+from tilecraft.tensorir.schedule.intrinsics import amx_name
 
 from .geometry import ceil_div
 from .params import num_cores
@@ -58,9 +59,8 @@ def amx_words(k: int) -> int:
 
 
 def uses_amx(func) -> bool:
-    """Whether the scheduled ``func`` calls the AMX block kernel. Such a kernel is not tuned
-    (``relax.extract_tasks`` leaves it out): the call replaces a loop nest outside the
-    schedule's trace, which the tuner's records could not reproduce.
+    """Whether the scheduled ``func`` calls the AMX block kernel (a block tensorized with
+    ``amx_u8s8s32_*``).
 
     Examples
     --------
@@ -73,42 +73,16 @@ def uses_amx(func) -> bool:
     return bool(found)
 
 
-class _ReplaceLoop(IRMutator):
-    """The loop over ``var`` replaced by ``stmt``."""
-
-    def __init__(self, var, stmt):
-        super().__init__()
-        self.var, self.stmt = var, stmt
-
-    def visit_For(self, s: For):
-        if s.loop_var is self.var:
-            return self.stmt
-        return self.generic_visit(s)
-
-
-def _operands(sch: Schedule, block_rv) -> tuple:
-    """The accumulator store and the activation and weight loads of the reduction block
-    ``acc[..] = acc[..] + dot4_u8i8(words[..], weight[..])``, their indices in terms of the
-    loops (the block's iter vars replaced by their bindings)."""
-    block = sch.get(block_rv)
-    realize, _ = tree.find_block(sch.func, block.name)
-    binding = {iv.var: v for iv, v in zip(block.iter_vars, realize.iter_values)}
-    store = block.body
-    words, weight = store.value.b.args
-    return [(load.buffer, [substitute(i, binding) for i in load.indices])
-            for load in (store, words, weight)]
-
-
 def schedule_dense_amx(sch: Schedule, name: str, target: Target) -> None:
     """Schedule the ``dense_u8i8`` block ``name`` on AMX tiles (see the module docstring)."""
     block = sch.get_block(name)
     width = ann_int(sch.get(block), "width")
     *lead, i, j, k = sch.get_loops(block)
-    m = sch.get(i).extent
     k_words = loop_extent(sch.get(k))
-    if k_words is None or k_words % 16 or width % 16:
+    n = loop_extent(sch.get(j))
+    if k_words is None or k_words % 16 or width % 16 or n is None:
         raise ValueError(f"{name}: the AMX kernel needs K in whole 16-word tiles and panels "
-                         f"of whole 16 columns (K words {k_words}, panel {width})")
+                         f"of whole 16 columns (K words {k_words}, panel {width}, N {n})")
     jo, ji = sch.split(j, [None, width])
     io, ii = sch.split(i, [None, ROWS])
     sch.reorder(jo, *lead, io, ii, ji, k)
@@ -126,24 +100,12 @@ def schedule_dense_amx(sch: Schedule, name: str, target: Target) -> None:
         sch.parallel(jo)
     else:
         sch.parallel(io)
-    # the reduction's loop nest becomes one call of the AMX block kernel; its zeroed
-    # accumulators and the write-back stay as scheduled
-    io_v, ii_v, ji_v, k_v = (sch.get(rv).loop_var for rv in (io, ii, ji, k))
-    (acc_buf, acc_idx), (a_buf, a_idx), (w_buf, w_idx) = _operands(sch, block)
-    first = {ii_v: IntImm(0, ii_v.dtype), ji_v: IntImm(0, ji_v.dtype),
-             k_v: IntImm(0, k_v.dtype)}
-
-    def at(buf, idx):
-        return BufferLoad(buf, [substitute(x, first) for x in idx])
-
-    dtype = io_v.dtype
-    m = m if m.dtype == dtype else m.astype(dtype)
-    rows: PrimExpr = Min(IntImm(ROWS, dtype), m - io_v * IntImm(ROWS, dtype))
-    call = Call("int32", AMX_U8I8, [at(acc_buf, acc_idx), at(a_buf, a_idx), at(w_buf, w_idx),
-                                    rows, k_words, width, width, k_words // 16, width // 16])
-    func = sch.func
-    body = _ReplaceLoop(ii_v, Evaluate(call)).visit(func.body)
-    # no schedule primitive puts a call in place of a loop nest (tensorize matches a fixed
-    # tile, not a ragged last block): the function is replaced outside the trace, which is
-    # why relax.extract_tasks leaves these kernels out (uses_amx)
-    sch._set_func(func.replace(body=body))
+    if n % width:
+        # the tile product computes the last panel's columns whole: its accumulators get a
+        # scratch padded to whole panels (the padding is written, never read)
+        ndim = len(lead) + 2
+        sch.transform_layout(block, 0, IndexMap.from_func(
+            lambda *idx: (*idx[:-1], idx[-1] // width, idx[-1] % width), ndim=ndim))
+    # the block's ROWS x width x K product is one call of the AMX block kernel (a ragged last
+    # block of rows passes its row count: the intrinsic's partial tile)
+    sch.tensorize(ii, amx_name(ROWS, width, 4 * k_words))
