@@ -10,9 +10,9 @@ __all__ = ["TuneError"]
 
 # --- SPACE: design space (schedule rules, postprocessors, mutators, space generator) ---------
 from .schedule_rule import (AddRFactor, AutoBind, AutoInline, CrossThreadReduction,
-                            MultiLevelTiling, MultiLevelTilingDot4, MultiLevelTilingWithIntrin,
-                            ParallelVectorizeUnroll, RandomComputeLocation, ReuseConfig,
-                            ScheduleRule, SpaceContext)
+                            MultiLevelTiling, MultiLevelTilingAMX, MultiLevelTilingDot4,
+                            MultiLevelTilingWithIntrin, ParallelVectorizeUnroll,
+                            RandomComputeLocation, ReuseConfig, ScheduleRule, SpaceContext)
 from .postproc import (DisallowDynamicLoop, Postproc, RewriteCooperativeFetch,
                        RewritePackedLayout, RewriteParallelVectorizeUnroll,
                        RewriteReductionBlock, RewriteTensorize, RewriteUnboundBlock,
@@ -23,7 +23,8 @@ from .space_generator import SpaceGenerator, default_space
 from .knob_space import Knob, KnobRule, KnobSpace, knob_values
 
 __all__ += ["ScheduleRule", "SpaceContext", "AutoInline", "MultiLevelTiling",
-            "MultiLevelTilingWithIntrin", "MultiLevelTilingDot4", "ReuseConfig",
+            "MultiLevelTilingWithIntrin", "MultiLevelTilingDot4", "MultiLevelTilingAMX",
+            "ReuseConfig",
             "ParallelVectorizeUnroll",
             "RandomComputeLocation", "CrossThreadReduction", "AddRFactor", "AutoBind",
             "Postproc", "DisallowDynamicLoop", "RewriteCooperativeFetch", "RewritePackedLayout",

@@ -43,9 +43,10 @@ from .postproc import (DisallowDynamicLoop, Postproc, RewriteCooperativeFetch,
                        RewriteReductionBlock, RewriteTensorize, RewriteUnboundBlock,
                        VerifyGPUCode)
 from .schedule_rule import (AddRFactor, AutoBind, AutoInline, CrossThreadReduction,
-                            MultiLevelTiling, MultiLevelTilingDot4, MultiLevelTilingWithIntrin,
-                            ParallelVectorizeUnroll, RandomComputeLocation, ReuseConfig,
-                            ScheduleRule, has_dot_instruction)
+                            MultiLevelTiling, MultiLevelTilingAMX, MultiLevelTilingDot4,
+                            MultiLevelTilingWithIntrin, ParallelVectorizeUnroll,
+                            RandomComputeLocation, ReuseConfig, ScheduleRule, has_amx,
+                            has_dot_instruction)
 from .schedule_rule.analysis import all_blocks, has_block
 from .schedule_rule.base import CPU_KINDS, GPU_KINDS, SHARED_LAYOUTS, SpaceContext
 
@@ -138,7 +139,8 @@ GPU_TILE_CAPS = {"S": (None, 1, 32, 2, 4), "R": (None, 32, 4)}
 def default_rules(target: Target) -> list[ScheduleRule]:
     """The schedule rules of ``default_space`` for a target (TVM's ``DefaultLLVM`` /
     ``DefaultCUDA`` lists, with our micro-kernel rule and ``local`` caches on CPUs, and on
-    CPUs with a dot-product instruction ``MultiLevelTilingDot4`` for 8-bit blocks)."""
+    CPUs with a dot-product instruction ``MultiLevelTilingDot4`` for 8-bit blocks, and with
+    Intel AMX ``MultiLevelTilingAMX`` for int8 dense blocks on packed words)."""
     if target.kind in GPU_KINDS:
         return [
             MultiLevelTiling("SSSRRSRS", tile_binds=("blockIdx.x", "vthread.x", "threadIdx.x"),
@@ -155,10 +157,13 @@ def default_rules(target: Target) -> list[ScheduleRule]:
         ]
     # 8-bit multiply-accumulates tiled around the dot-product instruction where there is one
     dot4 = [MultiLevelTilingDot4()] if has_dot_instruction(target) else []
+    # int8 dense blocks on words around the AMX block product where there are AMX tiles
+    amx = [MultiLevelTilingAMX()] if has_amx(target) else []
     return [
         AutoInline(into_producer=False, into_consumer=True, disallow_if_then_else=True,
                    require_injective=True, disallow_op=("exp",)),
         AddRFactor(max_jobs_per_core=16, max_innermost_factor=64),
+        *amx,
         *dot4,
         MultiLevelTilingWithIntrin(),
         MultiLevelTiling("SSRSRS", max_innermost_factor=64,

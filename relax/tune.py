@@ -6,8 +6,10 @@ calls into a ``metaschedule.Task``: identical kernels (the same structural hash,
 names) become one task whose ``weight`` is how many call sites they have; a kernel's symbolic
 dims get shape hints from ``shape_hints``, else ``upper_bounds``, else
 ``metaschedule.DEFAULT_SHAPE_HINT``. Kernels that already carry a schedule (hand-written ones)
-are left out, as are the int8 dense kernels on AMX tiles (``backend.cpu.dense_amx``: a
-micro-kernel call outside the schedule's trace). On a CPU target each task's ``baseline`` is the default schedule ``relax.build``
+are left out. The int8 dense kernels on Intel AMX tiles (``backend.cpu.dense_amx``) are tasks
+like the others: their default schedule ends in ``tensorize`` with the tensor intrinsic
+``amx_u8s8s32_*``, a trace that replays, and the tuner's ``MultiLevelTilingAMX`` searches
+their tiles. On a CPU target each task's ``baseline`` is the default schedule ``relax.build``
 gives the kernel without a record (``relax.default_schedules``, the packed kernels of
 ``AlterLayout`` included), on a GPU target the default GPU schedule (``relax.gpu_schedules``;
 none for a GEMM whose default is several schedules chosen per call by a symbolic batch):
@@ -44,7 +46,6 @@ from tilecraft.tensorir.structural import structural_hash
 from . import default_schedules, gpu_schedules
 from .build import _called_kernels, _layout_pipeline, _run_pipeline, legalize
 from .tune_layouts import tune_layouts
-from .backend.cpu.dense_amx import uses_amx
 from .default_schedules import is_scheduled
 from .gpu_space import gpu_space
 from .expr import Call, Function, RelaxError
@@ -92,17 +93,6 @@ def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
     # apply may do more than one trace can say (two versions of the body on a symbolic row
     # count): only an identical program is a baseline
     return sch if workload_hash(sch.func) == workload_hash(built) else None
-
-
-def _amx_kernel(func: PrimFunc, target: Target) -> bool:
-    """Whether ``func``'s default schedule runs on AMX tiles (``backend.cpu.dense_amx``): a
-    hand-written micro-kernel call, left out of tuning like a scheduled kernel."""
-    if target.kind != "llvm" or not target.amx_int8:
-        return False
-    try:
-        return uses_amx(default_schedules.apply(func, target))
-    except (ScheduleError, RelaxError):
-        return False
 
 
 def _knob_baselines(tasks: list[Task], space: KnobSpace, target: Target) -> None:
@@ -178,7 +168,7 @@ def extract_tasks(mod: IRModule, target="llvm", *, upper_bounds: Mapping[str, in
         func = prepared[name]
         if not isinstance(func, PrimFunc):
             raise RelaxError(f"relax.extract_tasks: call_tir of {name}, which is not a PrimFunc")
-        if is_scheduled(func) or _amx_kernel(func, target):
+        if is_scheduled(func):
             continue
         shash = workload_hash(func)
         if shash in tasks:

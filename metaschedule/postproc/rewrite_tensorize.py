@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
 from tilecraft.tensorir.schedule.intrinsics import (DOT4_DTYPES, ISA_LANES, TensorIntrin,
-                                                     target_isas)
+                                                     amx_name, target_isas)
 
 from ..schedule_rule import analysis as A
 from ..schedule_rule.base import ANN_TENSORIZE
+from ..schedule_rule.multi_level_tiling_amx import AMX_FAMILY
 from ..schedule_rule.multi_level_tiling_dot4 import DOT4_FAMILY
 from .base import Postproc
 
@@ -39,16 +40,40 @@ class RewriteTensorize(Postproc):
 
     def apply(self, sch: Schedule) -> bool:
         isas = target_isas(self.context.target) if self.context else []
+        self.reason = None
         for br in list(A.all_blocks(sch.func)):
             family = dict(br.block.annotations).get(ANN_TENSORIZE)
             if family is None or not A.is_reduction(br.block):
                 continue  # (decompose_reduction copies the annotation to the init block)
             name = br.block.name
             try:
-                self._rewrite(sch, name, str(family), isas)
-            except ScheduleError:
+                if str(family) == AMX_FAMILY:
+                    self._rewrite_amx(sch, name)
+                else:
+                    self._rewrite(sch, name, str(family), isas)
+            except ScheduleError as err:
+                self.reason = str(err)
                 return False
         return True
+
+    def _rewrite_amx(self, sch: Schedule, name: str) -> None:
+        """The ``M x N x KT`` tile of ``MultiLevelTilingAMX`` (its three innermost loops)
+        becomes one AMX block product (``amx_u8s8s32_{M}x{N}x{4 KT}``); the init and the
+        write-back of the accumulators get their columns vectorized. A tile the intrinsic
+        does not match rejects the schedule (its plain loops would be a slow scalar GEMM)."""
+        info = A.find_block_info(sch.func, name)
+        acc = info.block.writes[0].buffer
+        m, n, kt = (A.const_extent(f) for f in info.loops[-3:])
+        if None in (m, n, kt):
+            raise ScheduleError("RewriteTensorize", f"block {name}: the AMX tile's loops have "
+                                f"no constant extents", info.block)
+        loops = sch.get_loops(sch.get_block(name))
+        sch.tensorize(loops[-3], amx_name(m, n, 4 * kt))
+        for br in list(A.all_blocks(sch.func)):
+            b = br.block
+            if b.name == name + "_init" or (b.name != name + "_o" and
+                                            any(r.buffer is acc for r in b.reads)):
+                _unroll_rows_vectorize_columns(sch, b.name)
 
     def _rewrite(self, sch: Schedule, name: str, family: str, isas: list[str]) -> None:
         info = A.find_block_info(sch.func, name)

@@ -402,6 +402,7 @@ class _Matcher:
         self.partial = dict(partial or {})
         self.loops: list[tuple[Var, PrimExpr]] = []
         self.bounds: dict[int, list[tuple[PrimExpr, PrimExpr]]] = {}
+        self.realize: BlockRealize | None = None    # the matched (inner) block
 
     # -- state for the commutative retry
     def _save(self):
@@ -493,6 +494,7 @@ class _Matcher:
             raise _Mismatch(f"block {rb.name} has the predicate {r.predicate!r}, the "
                             f"intrinsic's block has {theirs} (a partial tile cannot be "
                             f"tensorized)")
+        self.realize = r
         for div, riv in zip(db.iter_vars, rb.iter_vars):
             self.vmap[div.var] = riv.var
             # the inner iter vars' ranges let accesses such as a packed operand's
@@ -790,14 +792,8 @@ def _partial_counts(func: PrimFunc, block_name: str, block: Block, intrin: Tenso
         extent = m.loops[depth][1]
         bounds = m.bounds.get(depth, [])
         if var is None:
-            written = [w.buffer.name for w in block.writes if id(w.buffer) in params]
-            if bounds and written:
-                raise ScheduleError("tensorize", f"block {block_name!r}: the tensor intrinsic "
-                                    f"{intrin.name!r} computes whole tiles along loop "
-                                    f"{m.loops[depth][0].name}, which the block's predicate cuts "
-                                    f"short, and the block writes the parameter buffer(s) "
-                                    f"{written}: give it a scratch buffer padded to whole tiles "
-                                    f"(cache_write, transform_layout)", block)
+            if bounds:
+                _check_whole_tile(func, block_name, block, intrin, m, depth, params)
             continue
         count: PrimExpr = extent
         for base, bound in bounds:
@@ -805,6 +801,40 @@ def _partial_counts(func: PrimFunc, block_name: str, block: Block, intrin: Tenso
         count = m.ana.simplify(count)
         out[var] = count if count.dtype == var.dtype else count.astype(var.dtype)
     return out
+
+
+def _check_whole_tile(func: PrimFunc, block_name: str, block: Block, intrin: TensorIntrin,
+                      m: _Matcher, depth: int, params: set) -> None:
+    """A tile the impl computes whole along loop ``depth`` although the predicate cuts it
+    short: it must write no parameter buffer, and every access along that loop must stay in
+    its buffer over the whole tile (padding, not another row)."""
+    loop = m.loops[depth][0]
+    written = [w.buffer.name for w in block.writes if id(w.buffer) in params]
+    why = None
+    if written:
+        why = f"the block writes the parameter buffer(s) {written}"
+    else:
+        r = m.realize
+        along = {iv.var for iv, val in zip(r.block.iter_vars, r.iter_values)
+                 if loop in vars_in(val)}
+        for d, accs in m.accesses.items():
+            buf = m.bufs[d]
+            for _, ridx in accs:
+                for q, e in enumerate(ridx):
+                    if vars_in(e) & along and not m.ana.can_prove(e < buf.shape[q]):
+                        why = (f"its access {buf.name}{_show_idx(ridx)} may leave the buffer "
+                               f"(dimension {q}) over the whole tile")
+                        break
+                if why:
+                    break
+            if why:
+                break
+    if why:
+        raise ScheduleError("tensorize", f"block {block_name!r}: the tensor intrinsic "
+                            f"{intrin.name!r} computes whole tiles along loop {loop.name}, "
+                            f"which the block's predicate cuts short, and {why}: give it "
+                            f"buffers padded to whole tiles (a scratch from cache_write with "
+                            f"transform_layout, operands packed in panels)", block)
 
 
 def _get_intrin(name, primitive: str) -> TensorIntrin:
