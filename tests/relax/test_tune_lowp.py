@@ -11,7 +11,10 @@ from tilecraft.metaschedule import (AutoInline, LocalRunner, MultiLevelTiling,
                                     ParallelVectorizeUnroll, ReuseConfig, SpaceGenerator,
                                     apply_best)
 from tilecraft.metaschedule.search import trace_key
-from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, default_schedules, op
+from tilecraft.targets.target import host_cpu_flags
+from tilecraft.tensorir.schedule import Schedule
+from tilecraft.tensorir.structural import structural_equal
 from tilecraft.relax.transform.quantize_int4 import dequantize_int4, quantize_weight_int4
 
 CPU = targets.cpu(0)
@@ -117,7 +120,7 @@ def test_tuned_int8_layer_keeps_or_beats_the_default(tmp_path, layer):
         want = sum(np.einsum("nchw,oc->nohw", xp[:, :, ry:ry + 28, rx:rx + 28],
                              w[:, :, ry, rx].astype(np.int64))
                    for ry in range(3) for rx in range(3))
-    # the VNNI kernel (on an AMX CPU the AMX one is not tuned: test_amx_kernels_are_not_tuned)
+    # the VNNI kernel (the AMX one: test_tune_amx_dense_then_build)
     target = "llvm -mattr=-amx-int8"
     db = relax.tune(mod, target, max_trials=12, work_dir=tmp_path, num_trials_per_iter=4,
                     search={"population_size": 16, "genetic_num_iters": 1}, seed=0,
@@ -143,15 +146,42 @@ def test_tuned_int8_layer_keeps_or_beats_the_default(tmp_path, layer):
     assert checked, "the tuning run re-measured no task"
 
 
-def test_amx_kernels_are_not_tuned():
-    """On an AMX target the int8 dense kernel's default schedule calls the AMX block kernel
-    outside the schedule's trace: extract_tasks leaves it out (the build keeps it), and keeps
-    it in without AMX."""
+def test_amx_kernels_are_tasks_with_a_replayable_baseline():
+    """On an AMX target the int8 dense kernel's default schedule ends in ``tensorize`` with the
+    AMX block product: extract_tasks keeps it, with that schedule as its baseline, whose trace
+    replays to the kernel relax.build compiles without a record."""
     rng = np.random.default_rng(4)
     w = rng.integers(-128, 128, (128, 64)).astype(np.int8)
     mod = _module(lambda x: op.matmul(x, const(w), out_dtype="int32"), (32, 128), "uint8")
-    spr = "llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"
-    names = [t.name for t in relax.extract_tasks(mod, spr)]
-    assert not any("dense_u8i8" in n for n in names), names
-    names = [t.name for t in relax.extract_tasks(mod, spr + " -mattr=-amx-int8")]
-    assert any("dense_u8i8" in n for n in names), names
+    spr = targets.Target("llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids")
+    task = next(t for t in relax.extract_tasks(mod, spr) if "dense_u8i8" in t.name)
+    assert task.baseline is not None
+    assert "amx_u8s8s32_32x64x128" in str(task.baseline.trace)
+    replayed = Schedule(task.func)
+    replayed.replay(task.baseline.trace)
+    assert structural_equal(replayed.func, default_schedules.apply(task.func, spr))
+
+
+@pytest.mark.skipif(not {"amx_int8", "amx_tile"} <= host_cpu_flags(),
+                    reason="this CPU has no AMX int8 tiles (cpuinfo lacks amx_int8 / amx_tile)")
+def test_tune_amx_dense_then_build(tmp_path):
+    """relax.tune on this AMX machine: the int8 dense task is searched in the default space
+    (MultiLevelTilingAMX among its rules), its AMX candidates measured, and the tuned build is
+    bit-exact."""
+    rng = np.random.default_rng(5)
+    w = rng.integers(-128, 128, (256, 128)).astype(np.int8)
+    w[0] = -128
+    mod = _module(lambda x: op.matmul(x, const(w), out_dtype="int32"), (48, 256), "uint8")
+    runner = LocalRunner(number=2, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)
+    db = relax.tune(mod, "llvm", max_trials=6, work_dir=tmp_path, runner=runner,
+                    num_trials_per_iter=3, search={"population_size": 6, "genetic_num_iters": 1},
+                    seed=0, progress=False, remeasure=0)
+    task = next(t for t in relax.extract_tasks(mod, "llvm") if "dense_u8i8" in t.name)
+    amx = [r for r in db.get_top_k(task.func, "llvm", 100)
+           if r.ok and "amx_u8s8s32_" in str(r.trace)
+           and trace_key(r.trace) != trace_key(task.baseline.trace)]
+    assert amx, [r.error for r in db.get_all_tuning_records()]
+    vm = relax.VirtualMachine(relax.build(mod, "llvm", database=db, strict=True), CPU)
+    x = rng.integers(0, 256, (48, 256)).astype(np.uint8)
+    x[0] = 255
+    np.testing.assert_array_equal(vm["main"](x).numpy(), x.astype(np.int64) @ w.astype(np.int64))

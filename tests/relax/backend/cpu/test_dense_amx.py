@@ -1,6 +1,7 @@
 """The int8 dense kernel on Intel AMX tiles (``relax.backend.cpu.dense_amx``,
-``targets.llvm.amx``): bit-exact int32 accumulators against numpy on random data with the
-extreme bytes, odd and symbolic shapes; the same results as the VNNI kernel
+``targets.llvm.amx``): its schedule (a trace ending in ``tensorize`` with the AMX intrinsic)
+interpreted bit-exactly on any machine; compiled, bit-exact int32 accumulators against numpy
+on random data with the extreme bytes, odd and symbolic shapes; the same results as the VNNI kernel
 (``-mattr=-amx-int8``) through the fused epilogue of a quantized BERT layer; the target
 choice; the Linux permission request and its refusal."""
 from __future__ import annotations
@@ -13,7 +14,14 @@ import pytest
 from tilecraft import relax, targets
 from tilecraft.models import bert_encoder_layer
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax.backend.cpu.dense import dense_panel_width
 from tilecraft.relax.backend.cpu.dense_amx import amx_applies, amx_words
+from tilecraft.relax.backend.cpu.dense_int8 import dense_u8i8
+from tilecraft.relax.default_schedules import schedule_blocks
+from tilecraft.tensorir import te
+from tilecraft.tensorir.interpret import interpret
+from tilecraft.tensorir.schedule import Schedule
+from tilecraft.tensorir.structural import structural_equal
 from tilecraft.targets import Target
 from tilecraft.targets.target import host_cpu_flags
 from tilecraft.targets.llvm.amx import has_amx_int8
@@ -39,6 +47,45 @@ def _matmul_module(k: int, n: int, rng, m="m"):
             gv = bb.emit_output(bb.emit(op.matmul(x, const(w), out_dtype="int32")))
         bb.emit_func_output(gv)
     return bb.get(), w
+
+
+SPR = Target("llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids")
+
+
+@pytest.mark.parametrize("k,n", [(200, 130), (64, 32), (768, 192)])
+def test_amx_schedule_interprets_bit_exact(k, n):
+    """The AMX schedule of the kernel (for a Sapphire Rapids target, on any machine): one
+    ``tensorize`` with ``amx_u8s8s32_*`` whose trace replays, run by ``tensorir.interpret``
+    bit-exactly against numpy for symbolic rows (a ragged last block of rows, a ragged last
+    panel of columns into the padded accumulators)."""
+    rng = np.random.default_rng(k + n)
+    width = dense_panel_width(n, 16, 32)
+    kw = amx_words(k)
+    panels = -(-n // width)
+    xw = te.placeholder((te.var("m"), kw), "int32", "x")
+    ww = te.placeholder((panels, kw, width), "int32", "w")
+    func = te.create_prim_func([xw, ww, dense_u8i8(xw, ww, n)])
+    sch = Schedule(func)
+    schedule_blocks(sch, SPR)
+    assert "amx_u8s8s32_32x" in str(sch.trace)
+    again = Schedule(func)
+    again.replay(sch.trace)
+    assert structural_equal(again.func, sch.func)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    w[0] = -128
+    wp = np.zeros((4 * kw, panels * width), np.int8)
+    wp[:k, :n] = w
+    words = wp.reshape(kw, 4, panels * width).transpose(0, 2, 1).copy().view("<i4")[..., 0]
+    panel_words = words.reshape(kw, panels, width).transpose(1, 0, 2).astype(np.int32).copy()
+    for m in (1, 33, 70):
+        x = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        x[0] = 255
+        xp = np.zeros((m, 4 * kw), np.uint8)
+        xp[:, :k] = x
+        out = np.zeros((m, n), np.int32)
+        interpret(sch.func, xp.view("<i4").astype(np.int32), panel_words, out)
+        np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64),
+                                      err_msg=f"m={m}")
 
 
 def test_target_choice():
