@@ -7,12 +7,18 @@ layouts, padded along K to whole 64-byte tiles (``amx_words``; ``AlterOpImpl`` p
 the activations' rows of words are A tiles (16 rows x 64 bytes), and each 16-word step of a
 weight panel ``[K/4, NR]`` is a B tile per 16 columns (16 rows of K-quads x 64 bytes).
 
-The schedule: panels outermost (parallel), then blocks of ``ROWS`` = 32 rows; per block, the
-``32 x NR`` int32 accumulators on the stack are zeroed (the reduction's init), one
-``AMX_U8I8`` call (``targets.llvm.amx``) adds the whole reduction to them — per pair of
-16-column tiles, 2 x 2 C tiles in the tile registers across all of K, stored once — and the
-write-back computes the fused epilogue (dequantize, bias, GELU, residual) from them,
-vectorized. The last block of a symbolic or ragged row count passes its row count (1..32).
+The schedule (ordinary primitives, one trace that replays): panels outermost (parallel), then
+blocks of ``ROWS`` = 32 rows; per block, the ``32 x NR`` int32 accumulators on the stack
+(``cache_write``) are zeroed (the reduction's init, ``decompose_reduction``), the block's
+product is tensorized with the intrinsic ``amx_u8s8s32_32x{NR}x{K}``
+(``tensorir.schedule.intrinsics.amx_funcs``): one ``AMX_U8I8`` call (``targets.llvm.amx``)
+adds the whole reduction to them — per pair of 16-column tiles, 2 x 2 C tiles in the tile
+registers across all of K, stored once — and the write-back computes the fused epilogue
+(dequantize, bias, GELU, residual) from them, vectorized. The last block of a symbolic or
+ragged row count is a partial tile of the intrinsic (it passes its row count, 1..32); a ragged
+last panel of columns is computed whole into accumulators padded to whole panels
+(``transform_layout``). ``tensorir.interpret`` runs the scheduled kernel (the AMX call in
+numpy), and the tuner searches such kernels (``metaschedule``'s ``MultiLevelTilingAMX``).
 The symbolic small version of a layer (``gemv_rows``) and fewer than ``AMX_MIN_ROWS``
 constant rows keep the VNNI kernels.
 
