@@ -41,6 +41,10 @@ Semantics
   storage scopes are ignored.
 - Out-of-bounds accesses raise ``IndexError`` naming the buffer (negative indices never wrap);
   a failing ``AssertStmt`` raises ``RuntimeError`` with its message.
+- ``AMX_U8I8`` (the Intel AMX block product, the impl of the ``amx_u8s8s32_*`` tensor
+  intrinsics) runs in numpy on the operands' memory: exact, int32 sums wrapping like
+  ``tdpbusd``'s; a tile row that would run past its row (an unpadded ragged tile) or the buffer
+  raises. Loops around it stay serial.
 - Buffers allocated by the function (``alloc_buffers``, ``Allocate``) start filled with NaN
   (floats) or the byte 0xA5 (integers), so that reading before writing shows up in results.
 """

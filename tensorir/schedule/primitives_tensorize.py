@@ -959,7 +959,10 @@ class TensorizePrimitives:
         every access of a buffer the description's access shifted by one fixed offset (the
         base of the matched region, whose extents must be the description buffer's shape).
         The body is then replaced by the intrinsic's impl, its accesses re-expressed on the
-        real buffers at those bases; the block keeps its iter vars, regions and init.
+        real buffers at those bases; the block keeps its iter vars, regions and init. A block
+        with a predicate (a partial tile at a ragged edge) matches only along loops the
+        intrinsic declares partial (``TensorIntrin.partial``: the impl gets the count of valid
+        iterations, or computes the whole tile into buffers padded for it).
 
         Parameters
         ----------
