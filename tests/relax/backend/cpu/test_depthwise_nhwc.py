@@ -163,3 +163,33 @@ def test_rows_kernel_rejects_a_dense_convolution():
     wt = te.placeholder((1, 3, 3, 16, 16), "float32", "w")
     with pytest.raises(ValueError, match="not a depthwise convolution"):
         depthwise_nhwc.depthwise_conv2d_nhwc_rows(x, wt, NhwcPlan(g, 8, 16, 16), "float32")
+
+
+@pytest.mark.parametrize("c, hw, k, s, d, rows, width", [
+    (96, 112, 3, 2, 1, 8, 16),      # MobileNet-V2's 16 -> 96 expansion's depthwise layer
+    (144, 56, 3, 1, 1, 14, 16),
+    (64, 30, 5, 1, 2, 6, 32),       # two vectors a panel, dilated 5x5
+])
+def test_prefetch_spec_covers_the_tile_ahead_in_the_last_window_row(c, hw, k, s, d, rows, width):
+    """The lines the panels of a tile prefetch are the input pixels the tile
+    PREFETCH_TILES_AHEAD on reads in its window's last row: every channel of ``rows x
+    stride`` pixels, starting ``(K - 1) x dilation`` rows down from the tile's first tap."""
+    g = ConvGeometry(c, hw, hw, c, (k, k), (s, s), (1, 1, 1, 1), (d, d), c)
+    ahead, lines = depthwise_nhwc.depthwise_prefetch_spec(g, rows, width)
+    tiles = depthwise_nhwc.PREFETCH_TILES_AHEAD
+    row, rest = divmod(ahead, hw * c)
+    assert row == (k - 1) * d and rest == tiles * rows * s * c
+    panels = -(-c // width)
+    assert panels * lines * 16 == rows * s * c        # 16 floats a line
+
+
+def test_kernel_prefetches_its_input():
+    """The scheduled kernel carries the prefetches (``llvm.prefetch``), and numbers match
+    numpy with them on a batch past one tile row (covered above too)."""
+    mod, w, b = _module(96, 57, 59, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1))
+    exe = relax.build(mod, "llvm")
+    assert "llvm.prefetch" in exe.kernel_module.get_source("ll-raw")
+    x = rand(2, 57, 59, 96)
+    want = np.clip(depthwise_ref(x, w, (2, 2), (0, 0, 1, 1), (1, 1)) + b, 0, 6)
+    np.testing.assert_allclose(relax.VirtualMachine(exe)["main"](x).numpy(), want,
+                               rtol=1e-4, atol=1e-4)
