@@ -29,6 +29,7 @@ from collections import defaultdict
 from tilecraft import targets
 from tilecraft.relax import VirtualMachine, build, extract_tasks
 from tilecraft.relax.backend.cpu.registry import block_rule
+from tilecraft.relax.backend.cpu.expand_depthwise import RULE_EXPAND
 from tilecraft.relax.backend.cpu.winograd import RULE_WINOGRAD_GEMM
 from tilecraft.relax.frontend import from_onnx
 from tilecraft.tensorir import dtype as dt
@@ -89,6 +90,21 @@ def _reduction_length(func) -> int:
     return max(lengths)
 
 
+def _expansion_macs(func) -> int:
+    """The multiply-adds of a fused expansion in ``func`` (``expand_depthwise``'s 1x1
+    convolution computed under the depthwise one: its blocks' whole iteration domain), 0
+    where there is none. The kernel's output and longest reduction count the depthwise
+    layer's alone."""
+    total = [0]
+
+    def visit(node):
+        if isinstance(node, Block) and block_rule(node) == RULE_EXPAND:
+            total[0] += math.prod(int(iv.dom.extent.value) for iv in node.iter_vars)
+
+    post_order_visit(func.body, visit)
+    return total[0]
+
+
 def _our_shapes(mod) -> dict[str, tuple]:
     """Kernel name -> (output shape without the batch, channels first whatever the kernel's
     layout; for a convolution its input channels and multiply-adds per output, else ""),
@@ -109,8 +125,8 @@ def _our_shapes(mod) -> dict[str, tuple]:
 
 def kernel_work(mod, byte_macs: float = 0.0) -> dict[str, int]:
     """Kernel name -> its multiply-adds per call (output elements x the longest reduction's
-    length; an elementwise kernel or a copy: its output elements), for the kernels ``build``
-    schedules for ``mod`` (static shapes).
+    length, plus a fused expansion's, ``_expansion_macs``; an elementwise kernel or a copy:
+    its output elements), for the kernels ``build`` schedules for ``mod`` (static shapes).
 
     With ``byte_macs`` > 0, a kernel is charged at least ``byte_macs`` multiply-adds per byte
     of its parameters (every input and the output, once each): the roofline's memory side,
@@ -122,7 +138,7 @@ def kernel_work(mod, byte_macs: float = 0.0) -> dict[str, int]:
     for task in extract_tasks(mod, "llvm", baselines=False):
         buffers = [b for _, b in task.func.buffer_map]
         macs = math.prod(int(d.value) for d in buffers[-1].shape) * \
-            _reduction_length(task.func)
+            _reduction_length(task.func) + _expansion_macs(task.func)
         moved = sum(math.prod(int(d.value) for d in b.shape) * dt.bits(b.dtype) // 8
                     for b in buffers)
         work[task.name] = max(macs, int(byte_macs * moved))

@@ -21,6 +21,9 @@
   3x3) kernels (GPU targets).
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
   elementwise operators between them) run in NHWC, with one permutation at each end.
+- ``FuseExpandDepthwise(target)``: an inverted-residual block's 1x1 expansion (bias, clip) and
+  the depthwise convolution reading it -> one kernel that never writes the expanded tensor
+  (CPU targets).
 - ``AlterLayout(target)``: conv2d / matmul / linear run on weights packed at build time.
 - ``ToMixedPrecision(out_dtype="float32")``: matmul, dense and convolution on float16 inputs
   (accumulating in ``out_dtype``), the sensitive ops in float32, what lies between following;
@@ -45,6 +48,7 @@ from .rewrite_reshape_view import RewriteReshapeView
 from .decompose_ops import DecomposeOpsForInference
 from .fold_scale_axis import FoldScaleAxis
 from .fold_pad import FoldPad
+from .fuse_expand_depthwise import FuseExpandDepthwise
 from .sink_reshape import SinkReshape
 from .fold_cast_into_gemm import FoldCastIntoGEMM
 from .fuse_attention import FuseAttention
@@ -61,6 +65,6 @@ from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "RewriteReshapeView", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "SinkReshape", "FuseAttention", "FoldCastIntoGEMM", "GPUWinograd", "AlterLayout", "ConvertLayout",
+           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseExpandDepthwise", "SinkReshape", "FuseAttention", "FoldCastIntoGEMM", "GPUWinograd", "AlterLayout", "ConvertLayout",
            "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static",
            "QuantizeInt4Weight", "LowerDenseQ4GEMV"]

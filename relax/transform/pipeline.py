@@ -20,6 +20,7 @@ from .decompose_ops import DecomposeOpsForInference
 from .fold_cast_into_gemm import FoldCastIntoGEMM
 from .fold_constant import FoldConstant
 from .fold_pad import FoldPad
+from .fuse_expand_depthwise import FuseExpandDepthwise
 from .fold_scale_axis import FoldScaleAxis
 from .fuse_attention import FuseAttention
 from .fuse_ops import FuseOps
@@ -49,6 +50,8 @@ def _default(check: bool = False, target: "Target | str | None" = None,
         # are folded with numpy now, not legalized into kernels to be run by the FoldConstant
         # after LegalizeOps
         passes.append(FoldConstant())
+        # 1x1 expansion (bias, clip) + the depthwise layer reading it -> one kernel
+        passes.append(FuseExpandDepthwise(target))
         # conv / dense -> kernels on packed weights
         passes.append(AlterLayout(target, conv_plans=conv_plans))
     if target.kind in ("opencl", "webgpu"):
@@ -91,7 +94,7 @@ def get_pipeline(name: str = "default", check: bool = False,
     ----------
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
-        ConvertLayout, FoldConstant and AlterLayout (CPU targets only), FuseAttention,
+        ConvertLayout, FoldConstant, FuseExpandDepthwise and AlterLayout (CPU targets only), FuseAttention,
         FoldCastIntoGEMM, GPUWinograd and LowerDenseQ4GEMV (GPU targets only), SinkReshape, LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool

@@ -76,3 +76,25 @@ def test_share_offenders_rate_is_of_the_multiply_adds():
     assert share_offenders(report, {"dw": 40_000_000, "gemm": 99_000_000}, macs=macs) == []
     (o,) = share_offenders(report, {"dw": 20_000_000, "gemm": 99_000_000}, macs=macs)
     assert abs(o["gmacs"] - 1_000_000 / 5.0 / 1e6) < 1e-12
+
+
+def test_fused_expansion_is_charged_both_layers(monkeypatch):
+    """A depthwise kernel with its 1x1 expansion fused in (relax.transform.FuseExpandDepthwise)
+    is charged the expansion's multiply-adds beside its own."""
+    from tilecraft.relax.backend.cpu import expand_depthwise
+    monkeypatch.setattr(expand_depthwise, "FUSE_MIN_IMAGE_BYTES", 0)
+    k, c, hw = 8, 32, 10
+    w1 = RNG.standard_normal((c, k, 1, 1)).astype("float32")
+    w2 = RNG.standard_normal((c, 1, 3, 3)).astype("float32")
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((2, hw, hw, k), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(op.nn.conv2d(x, const(w1), data_layout="NHWC"))
+            y = bb.emit(op.nn.relu6(bb.emit(op.add(y, const(np.ones((1, 1, 1, c), "float32"))))))
+            y = bb.emit(op.nn.conv2d(y, const(w2), strides=2, padding=(0, 0, 1, 1), groups=c,
+                                     data_layout="NHWC"))
+            gv = bb.emit_output(y)
+        bb.emit_func_output(gv)
+    work = {k_: v for k_, v in kernel_work(bb.get()).items() if "expand" in k_}
+    assert list(work.values()) == [2 * hw * hw * c * k + 2 * 5 * 5 * c * 9]

@@ -54,13 +54,19 @@ def test_symbolic_build_matches_concrete_builds(name):
                                        err_msg=f"{name} at {batch} x {seq}")
 
 
-def test_mobilenet_v2_symbolic_batch_through_torch_export():
+@pytest.mark.parametrize("fuse_all", [False, True], ids=["as-built", "every-expansion-fused"])
+def test_mobilenet_v2_symbolic_batch_through_torch_export(fuse_all, monkeypatch):
     """The image rows of ``benchmarks.hf_models_cpu`` through ``torch.export``: MobileNet-V2 at
     width 1.0 (every channel count of the 224 model: the 24-channel projections on their
     three-half-vector tile, the 144-channel depthwise layers, TF-style padding folded) on 64 x
     64 images, exported with a dynamic batch and built once, against PyTorch eager at batches
-    1 and 3 and against the build for batch 3."""
+    1 and 3 and against the build for batch 3. ``every-expansion-fused``: each block's
+    expansion fused into its depthwise layer (``FuseExpandDepthwise``, whatever the size: at
+    64 x 64 none reaches ``FUSE_MIN_IMAGE_BYTES``), every stride and plane of the model."""
     from tilecraft.models.hf_zoo import randomize
+    from tilecraft.relax.backend.cpu import expand_depthwise
+    if fuse_all:
+        monkeypatch.setattr(expand_depthwise, "FUSE_MIN_IMAGE_BYTES", 0)
     import transformers
     model = randomize(transformers.MobileNetV2Model(
         transformers.MobileNetV2Config(image_size=64)).eval())
@@ -76,8 +82,13 @@ def test_mobilenet_v2_symbolic_batch_through_torch_export():
     net = Hidden(model).eval()
     rng = np.random.default_rng(8)
     example = torch.from_numpy(rng.standard_normal((2, 3, 64, 64)).astype(np.float32))
-    sym_vm = relax.VirtualMachine(relax.build(_export(
-        net, example, ({0: torch.export.Dim("batch", max=8)},)), TARGET), targets.cpu(0))
+    sym_exe = relax.build(_export(net, example, ({0: torch.export.Dim("batch", max=8)},)),
+                          TARGET)
+    # 16 of its 17 blocks expand (the first one does not): 9 kernels, the same block
+    # shapes sharing one
+    fused = [name for name in sym_exe.kernel_names if "expand" in name]
+    assert len(fused) == (9 if fuse_all else 0), fused
+    sym_vm = relax.VirtualMachine(sym_exe, targets.cpu(0))
     for batch in (1, 3):
         x = rng.standard_normal((batch, 3, 64, 64)).astype(np.float32)
         with torch.no_grad():

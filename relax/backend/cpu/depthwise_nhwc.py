@@ -36,6 +36,7 @@ from tilecraft.tensorir.stmt import ANN_NONTEMPORAL_STORE
 from tilecraft.tensorir.transform import ANN_SOFTWARE_PREFETCH
 
 from .conv2d_nhwc import NhwcPlan, pack_conv2d_nhwc_weight
+from .expand_depthwise import RULE_EXPAND, RULE_EXPAND_ACT, expand_nhwc, schedule_expand_band
 from .geometry import ConvGeometry
 from .registry import SCHEDULE_RULE, KernelFamily, block_rule
 from .params import NONTEMPORAL_MIN_BYTES, nontemporal_output
@@ -44,7 +45,7 @@ from .schedule_utils import (MIN_PARALLEL_WORK, ann_int, finish_tile_block, fuse
 
 __all__ = ["RULE_DW_NHWC", "RULE_DW_NHWC_ROWS", "NHWC_ROW_BLOCK",
            "PREFETCH_TILES_AHEAD", "depthwise_nhwc_applies", "depthwise_streams_output",
-           "depthwise_prefetch_spec",
+           "depthwise_prefetch_spec", "expand_depthwise_nhwc",
            "depthwise_conv2d_nhwc_rows", "schedule_depthwise_nhwc_rows", "FAMILY"]
 
 RULE_DW_NHWC = "tilecraft.depthwise_nhwc_rows"             # the convolution, channels in lanes
@@ -190,6 +191,32 @@ def depthwise_conv2d_nhwc_rows(data: te.Tensor, weight: te.Tensor, plan: NhwcPla
     return te.compute((n, g.out_h, g.out_w, g.out_channels), out, "conv2d_nhwc", attrs=attrs)
 
 
+def expand_depthwise_nhwc(data: te.Tensor, weight1: te.Tensor, bias1: te.Tensor,
+                          weight2: te.Tensor, plan1: NhwcPlan, plan2: NhwcPlan,
+                          lo: float | None, hi: float | None, out_dtype: str) -> te.Tensor:
+    """``depthwise(clip(conv1x1(data, weight1) + bias1, lo, hi), weight2)`` in NHWC, one
+    kernel (``expand_depthwise``): ``expand_depthwise.expand_nhwc``'s blocks (``plan1``:
+    the expansion's tile; ``weight1`` packed for its width) under
+    ``depthwise_conv2d_nhwc_rows``'s (``plan2``; ``weight2`` packed for its width), whose
+    schedule computes the expansion band by band of rows (``schedule_expand_band``).
+
+    Examples
+    --------
+    >>> e = ConvGeometry(8, 10, 10, 32, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    >>> d = ConvGeometry(32, 10, 10, 32, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1), 32)
+    >>> x = te.placeholder((te.var("n"), 10, 10, 8), "float32", "x")
+    >>> w1 = te.placeholder((1, 1, 1, 8, 32), "float32", "w1")
+    >>> b1 = te.placeholder((32,), "float32", "b1")
+    >>> w2 = te.placeholder((2, 3, 3, 1, 16), "float32", "w2")
+    >>> out = expand_depthwise_nhwc(x, w1, b1, w2, NhwcPlan(e, 5, 32, 16),
+    ...                             NhwcPlan(d, 5, 16, 16), 0.0, 6.0, "float32")
+    >>> [str(d) for d in out.shape]
+    ['n', '5', '5', '32']
+    """
+    expanded = expand_nhwc(data, weight1, bias1, plan1, lo, hi, out_dtype)
+    return depthwise_conv2d_nhwc_rows(expanded, weight2, plan2, out_dtype)
+
+
 def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
                                  gemv_rows: PrimExpr | None = None) -> None:
     """``depthwise_conv2d_nhwc_rows``: blocks of ``row_block`` output rows x channel panels
@@ -241,6 +268,8 @@ def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
         # a large output written without reading its lines in, from NONTEMPORAL_MIN_BYTES of
         # the whole output (``depthwise_streams_output``)
         sch.annotate(sch.get_loops(acc)[-1], ANN_NONTEMPORAL_STORE, NONTEMPORAL_MIN_BYTES)
+    if schedule_expand_band(sch, block, par):
+        return      # its input is the band of expanded rows, in the caches
     if ann_int(blk, "prefetch_lines", 0):
         # the input of the tile PREFETCH_TILES_AHEAD on in its window's last row, a part
         # each panel (``depthwise_prefetch_spec``)
@@ -251,4 +280,5 @@ def schedule_depthwise_nhwc_rows(sch: Schedule, name: str, target: Target,
 FAMILY = KernelFamily(
     name="depthwise_nhwc_rows", rule=RULE_DW_NHWC, plan=depthwise_nhwc_applies,
     compute=depthwise_conv2d_nhwc_rows, pack=pack_conv2d_nhwc_weight,
-    schedule=schedule_depthwise_nhwc_rows, tile=True, stages={RULE_DW_NHWC_ROWS: None})
+    schedule=schedule_depthwise_nhwc_rows, tile=True,
+    stages={RULE_DW_NHWC_ROWS: None, RULE_EXPAND: None, RULE_EXPAND_ACT: None})
