@@ -662,13 +662,14 @@ def test_pipeline_default_symbolic_and_well_formed():
     seq = get_pipeline()
     assert [p.name for p in seq.passes] == ["DecomposeOpsForInference", "FoldConstant",
                                            "FoldScaleAxis", "FoldPad", "ConvertLayout",
-                                           "FoldConstant", "AlterLayout",
-                                           "SinkReshape", "LegalizeOps",
+                                           "FoldConstant", "FuseExpandDepthwise",
+                                           "AlterLayout", "SinkReshape", "LegalizeOps",
                                            "FoldConstant", "DeadCodeElimination",
                                            "CanonicalizeBindings", "FuseOps", "FuseTIR",
-                                           "DeadCodeElimination"]
+                                           "RewriteReshapeView", "DeadCodeElimination"]
     gpu = [p.name for p in get_pipeline(target="opencl").passes]
-    assert "AlterLayout" not in gpu and "ConvertLayout" not in gpu
+    assert "AlterLayout" not in gpu and "ConvertLayout" not in gpu and \
+        "FuseExpandDepthwise" not in gpu
     out = get_pipeline(check=True)(mod)
     assert well_formed(out)
     # add(c, c) is folded before legalization (the first FoldConstant), so the one add kernel

@@ -1,6 +1,6 @@
 """The CPU kernel library's table (relax.backend.cpu.KERNELS): every family is complete and
 registered once, every rule AlterLayout's kernels carry (on AVX2, AVX-512, AArch64 and 32-bit
-Arm targets) has a family or is a family's stage, every registered rule is carried by some
+Arm targets; FuseExpandDepthwise's before it) has a family or is a family's stage, every registered rule is carried by some
 kernel, and the table's schedule is what the default schedules give those blocks."""
 import importlib
 import pkgutil
@@ -14,7 +14,7 @@ from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax import default_schedules as ds
 from tilecraft.relax.backend import cpu
 from tilecraft.relax.backend.cpu import KERNELS, KernelFamily, KernelRegistry, block_rule
-from tilecraft.relax.transform import AlterLayout
+from tilecraft.relax.transform import AlterLayout, FuseExpandDepthwise
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import post_order_visit
 from tilecraft.tensorir.stmt import Block
@@ -49,6 +49,21 @@ def _conv(cin, cout, k, stride=1, pad=0, groups=1, layout="NCHW"):
                                   data_layout=layout, kernel_layout=kl)
 
 
+def _expand_depthwise():
+    """FuseExpandDepthwise's pattern, each step bound (1.2 MB an image expanded)."""
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((1, 56, 56, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(_conv(8, 96, 1, layout="NHWC")(x))
+            y = bb.emit(op.nn.relu6(bb.emit(op.add(y, const(rand(1, 1, 1, 96))))))
+            y = bb.emit(_conv(96, 96, 3, stride=2, pad=(0, 0, 1, 1), groups=96,
+                              layout="NHWC")(y))
+            gv = bb.emit_output(y)
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
 # Each operator AlterLayout rewrites, in the variants its plans tell apart
 MODULES = {
     "conv nchw 3x3": _module(("n", 16, 12, 12), _conv(16, 32, 3, pad=1)),
@@ -65,6 +80,7 @@ MODULES = {
                                                           layout="NHWC")),
     "conv nhwc 3x3 s2": _module((1, 14, 14, 64), _conv(64, 64, 3, stride=2, pad=1,
                                                        layout="NHWC")),
+    "nhwc expansion + depthwise": _expand_depthwise(),
     "max pool s2": _module((1, 8, 11, 11), lambda x: op.nn.max_pool2d(x, pool_size=3, strides=2,
                                                                      padding=1)),
     "linear": _module(("n", 64), lambda x: op.linear(x, const(rand(48, 64)), const(rand(48)))),
@@ -90,7 +106,7 @@ def _kernels(target: str):
     """(case, PrimFunc, the rules its blocks carry) of every kernel AlterLayout makes."""
     out = []
     for case, mod in MODULES.items():
-        for func in AlterLayout(target)(mod).functions.values():
+        for func in AlterLayout(target)(FuseExpandDepthwise(target)(mod)).functions.values():
             if isinstance(func, PrimFunc):
                 out.append((case, func, {block_rule(b) for b in _blocks(func)} - {None}))
     return out
