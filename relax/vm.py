@@ -86,12 +86,14 @@ class _Ctx:
 # Top-level instructions whose result depends on nothing but the values that the parameters'
 # shapes bind (the "shape key": batch, sequence length...), the constants and static storage:
 # run once per distinct key, when its plan is made. A builtin is one of them only when it is a
-# pure check of such values (the range asserts a torch.export model starts with).
+# pure check of such values (the range asserts a torch.export model starts with) or a view of
+# one (``vm.builtin.reshape`` of a planned tensor: RewriteReshapeView's reshapes between
+# kernels), so that the kernels reading the view keep their argument words fixed too.
 _SHAPE_OPS = ("const", "alloc_storage", "alloc_tensor", "shape", "prim")
 # ... and these, when every register they read is such a value (a tuple of planned tensors, an
 # item of one: a split's outputs), so the kernels that read them are the plan's too
 _PURE_IF_KNOWN = ("tuple", "get_item", "move")
-_PURE_BUILTINS = frozenset({"vm.builtin.assert_op"})
+_PURE_BUILTINS = frozenset({"vm.builtin.assert_op", "vm.builtin.reshape"})
 # plans kept per function (distinct shape keys); the oldest goes, its pool buffers back to the
 # pool, when another key comes
 MAX_PLANS = 8
