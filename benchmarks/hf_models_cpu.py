@@ -20,8 +20,10 @@ Rows: ``model``, ``path``, ``size``, ``symbolic_ms``, ``concrete_ms``, ``onnxrun
 ``vm.profile``), ``over_share`` and ``offenders`` (the kernels of the concrete build whose share
 of its kernel time is more than ``SHARE_SLACK`` = 2 times their share of its work and at least
 ``SHARE_FLOOR`` = 2% of the time: issue 30's "no kernel takes more than its share"; a kernel's
-work is its multiply-adds, or ``BYTE_MACS`` = 2 per byte it reads and writes where that is
-more, since a depthwise layer is bound by its bytes; each printed as it is found), ``max_rel_err`` (against onnxruntime), ``measured`` and
+work is its multiply-adds, or ``byte_macs`` per byte it reads and writes where that is
+more, since a depthwise layer is bound by its bytes: the machine's roofline ridge,
+``machine_byte_macs``, measured at the start and kept in each row; each printed as it is
+found), ``max_rel_err`` (against onnxruntime), ``measured`` and
 ``load_avg`` (the machine's one-minute load average after the row: other processes' work).
 
 Timing: every side on one thread (``TILECRAFT_HF_THREADS``, default 1: tilecraft's
@@ -34,7 +36,6 @@ that does the work does not (``TILECRAFT_HF_CLOCK=wall`` for wall time, with mor
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
@@ -58,10 +59,12 @@ WRITES_RESULTS = False   # benchmarks.run writes the rows (hf_models_cpu/<machin
 
 # issue 30's "no kernel takes more than its share": a kernel whose share of the time is above
 # SHARE_SLACK x its share of the work, and at least SHARE_FLOOR of the time. A kernel's work
-# is its multiply-adds, or BYTE_MACS per byte it reads and writes where that is more (the
-# roofline's memory side: one thread of Zen 4 ran the 1x1 layers at 51-58 GMAC/s and
-# streamed a 14.5 MB copy at 22-27 GB/s, about 2 multiply-adds per byte; a depthwise layer,
-# 9 multiply-adds per output, is bound by its bytes: see docs/zoo.md)
+# is its multiply-adds, or "byte MACs" per byte it reads and writes where that is more: the
+# roofline's ridge point, this machine's one-thread multiply-add rate over its one-thread copy
+# bandwidth (``machine_byte_macs``), since a depthwise layer (9 multiply-adds per output) is
+# bound by its bytes. Zen 4 ran the 1x1 layers at 51-58 GMAC/s and copied at 22-27 GB/s, about
+# 2 per byte (BYTE_MACS, the value where the measurement is off); the Intel AVX-512 guest
+# 65-72 GMAC/s against 13.6-14 GB/s, about 5 (docs/zoo.md)
 SHARE_SLACK = 2.0
 SHARE_FLOOR = 0.02
 BYTE_MACS = 2.0
@@ -197,12 +200,66 @@ def profile_top(vm, args) -> tuple[str, float]:
     return top["name"], top["percent"] / 100.0
 
 
-def share_check(mod, vm, args) -> list[dict]:
+_RIDGE: dict[int, float] = {}
+
+
+def machine_byte_macs(threads: int = 1) -> float:
+    """Multiply-adds per byte at this machine's roofline ridge on ``threads`` threads: the
+    rate of our float32 GEMM (1024 x 1024 x 1024, weights packed at build time) over the
+    bytes a numpy copy of 64 MB reads and writes per second (one thread; the best of 5 each,
+    thread CPU time). Measured once per process; ``TILECRAFT_HF_BYTE_MACS`` overrides it.
+
+    Examples
+    --------
+    >>> 0.5 < machine_byte_macs() < 50          # doctest: +SKIP
+    True
+    """
+    forced = os.environ.get("TILECRAFT_HF_BYTE_MACS")
+    if forced:
+        return float(forced)
+    if threads in _RIDGE:
+        return _RIDGE[threads]
+    from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+    n = 1024
+    rng = np.random.default_rng(0)
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((n, n), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(bb.emit(op.matmul(x, const(rng.standard_normal((n, n))
+                                                             .astype("float32")))))
+        bb.emit_func_output(y)
+    exe = relax.build(bb.get(), "llvm")
+    exe.kernel_module.num_threads = threads
+    vm = relax.VirtualMachine(exe, targets.cpu(0))
+    a = targets.array(rng.standard_normal((n, n)).astype("float32"))
+    vm["main"](a)
+    gemm = []
+    for _ in range(5):
+        t = time.thread_time()
+        vm["main"](a)
+        gemm.append(time.thread_time() - t)
+    src = np.ones(16 << 20, "float32")
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    copy = []
+    for _ in range(5):
+        t = time.thread_time()
+        np.copyto(dst, src)
+        copy.append(time.thread_time() - t)
+    macs_per_s = n ** 3 / min(gemm)
+    bytes_per_s = 2 * src.nbytes / min(copy)
+    _RIDGE[threads] = macs_per_s / bytes_per_s
+    return _RIDGE[threads]
+
+
+def share_check(mod, vm, args, byte_macs: float = BYTE_MACS) -> list[dict]:
     """The kernels of the concrete build ``vm`` (of ``mod``) that take more than their share
     of its time: more than ``SHARE_SLACK`` times their share of the work (multiply-adds, or
-    ``BYTE_MACS`` per byte moved where that is more: ``layer_profile.kernel_work``) and at
-    least ``SHARE_FLOOR`` of the time (``layer_profile.share_offenders``). The profile is the fastest of
-    three, kernel by kernel, so another process's burst does not make an offender."""
+    ``byte_macs`` per byte moved where that is more: ``layer_profile.kernel_work``;
+    ``measure`` passes ``machine_byte_macs()``) and at least ``SHARE_FLOOR`` of the time
+    (``layer_profile.share_offenders``). The profile is the fastest of three, kernel by
+    kernel, so another process's burst does not make an offender."""
     reports = [vm.profile(*args, number=3) for _ in range(3)]
     best = {}
     for rep in reports:
@@ -210,7 +267,7 @@ def share_check(mod, vm, args) -> list[dict]:
             if r["name"] not in best or r["total_ms"] < best[r["name"]]["total_ms"]:
                 best[r["name"]] = r
     report = SimpleNamespace(rows=list(best.values()))
-    return share_offenders(report, kernel_work(mod, BYTE_MACS), SHARE_SLACK, SHARE_FLOOR,
+    return share_offenders(report, kernel_work(mod, byte_macs), SHARE_SLACK, SHARE_FLOOR,
                            macs=kernel_work(mod))
 
 
@@ -255,6 +312,7 @@ def measure(name: str, sizes=("small", "large"), threads: int | None = None,
     model, kind = build_model(name)
     onnx_model = export_onnx(model, kind)
     sess = ort_session(onnx_model, threads)
+    byte_macs = machine_byte_macs(threads)
     sym_vms = {}
     for path in paths:
         sym_exe = relax.build(symbolic_module(path, model, kind, onnx_model), "llvm",
@@ -285,7 +343,7 @@ def measure(name: str, sizes=("small", "large"), threads: int | None = None,
             sym, con, ort_s, eager_s = interleaved_clock(
                 fns, number, rounds, time.perf_counter if wall else time.thread_time)
             top, share = profile_top(sym_vm, args)
-            offenders = share_check(con_mod, con_vm, args)
+            offenders = share_check(con_mod, con_vm, args, byte_macs)
             for o in offenders:
                 print(f"  {name} {path} {size}: {o['name']} takes {o['time_share']:.1%} of the "
                       f"kernel time for {o['work_share']:.1%} of the work "
@@ -299,7 +357,7 @@ def measure(name: str, sizes=("small", "large"), threads: int | None = None,
                 "over_share": len(offenders), "offenders": [
                     {k: (round(v, 4) if isinstance(v, float) else v) for k, v in o.items()}
                     for o in offenders],
-                "max_rel_err": err, "threads": threads,
+                "max_rel_err": err, "threads": threads, "byte_macs": round(byte_macs, 2),
                 "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "load_avg": round(os.getloadavg()[0], 2),   # the machine's other work, 1 min
                 "clock": "wall" if wall else "thread CPU time"})
