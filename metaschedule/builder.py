@@ -32,7 +32,7 @@ from tilecraft.tensorir.expr import Node
 from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from tilecraft import targets
-from tilecraft.targets import Target
+from tilecraft.targets import Target, parallel
 
 from .popen_worker import PopenWorker, WorkerDied, WorkerError, WorkerTimeout
 
@@ -128,7 +128,8 @@ class LocalBuilder:
     Parameters
     ----------
     max_workers : int, optional
-        Worker processes (default: the number of cores this process may use).
+        Worker processes (default: ``$TILECRAFT_JOBS``, else the number of cores this process
+        may use; ``targets.parallel.default_jobs``).
     timeout_sec : float
         The longest one build may take; past it the build fails and its worker is restarted.
     work_dir : str, optional
@@ -156,10 +157,7 @@ class LocalBuilder:
     def __init__(self, max_workers: int | None = None, timeout_sec: float = 60.0,
                  work_dir: str | None = None, cache: "str | bool | None" = None):
         if max_workers is None:
-            try:
-                max_workers = len(os.sched_getaffinity(0))
-            except (AttributeError, OSError):
-                max_workers = os.cpu_count() or 1
+            max_workers = parallel.default_jobs()
         if max_workers < 1:
             raise ValueError(f"LocalBuilder: max_workers must be >= 1, got {max_workers}")
         if not timeout_sec > 0:

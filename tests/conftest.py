@@ -2,21 +2,27 @@
 
 * The ``requires`` mark (``capabilities.needs``): a missing driver, tool or library skips the
   test on a developer's machine and fails it under ``CI=true`` (tests/capabilities.py).
-* ``tilecraft_wheel``: the wheel built from this tree, once per session.
+* ``tilecraft_wheel``: the wheel built from this tree, once per run (the workers of
+  ``pytest -n N`` share it).
 * ``arm64_board``: the emulated arm64 board's root file system (built when missing) and the
   wheel installed for it the board's way, numpy being Debian's.
+* Under ``pytest -n N`` (pytest-xdist) the workers share the cores: each worker's parallel
+  kernel builds and tuning builders take ``$TILECRAFT_JOBS`` = cores / N unless it is set.
 * The pre-0.2 top-level names (``import relax``, ``from tensorir import te``) do not import: the
   checkout's root is on sys.path while tests run, so without this such an import would load a
   second copy of a package beside ``tilecraft.relax`` and pass by accident (docs/migration.md).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.abc
 import os
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +62,20 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "requires(what, available, how_to_install): skip (CI=true: fail) when a "
                    "driver, tool or library is missing (tests/capabilities.py)")
+    _share_the_cores()
+
+
+def _share_the_cores() -> None:
+    """In a pytest-xdist worker, ``$TILECRAFT_JOBS`` = this machine's cores / the workers
+    (unless set): N workers each forking one build process per core would run N x cores
+    processes on the cores (targets.parallel, metaschedule.LocalBuilder read it). A setting of
+    the worker process, made before any test runs; tests that need another use monkeypatch."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers or os.environ.get("TILECRAFT_JOBS"):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    os.environ["TILECRAFT_JOBS"] = str(max(1, cores // int(workers)))
 
 
 def pytest_report_header(config):
@@ -68,11 +88,36 @@ def pytest_runtest_setup(item):
         capabilities.requires(**mark.kwargs)
 
 
+@contextlib.contextmanager
+def exclusive(lock_file: "str | os.PathLike"):
+    """Hold an exclusive lock on ``lock_file`` (created if missing): one process at a time, e.g.
+    one pytest-xdist worker making what the others then reuse."""
+    with open(lock_file, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def run_shared_dir(tmp_path_factory, name: str) -> Path:
+    """A folder ``name`` shared by the workers of one ``pytest -n N`` run (their common base
+    temporary folder, as pytest-xdist's documentation suggests), or this process's own
+    without xdist. Make its contents under ``exclusive(<folder>.lock)``."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    folder = base / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 def build_wheel(dest: str) -> str:
     """Build the wheel of this tree into ``dest`` (``pip wheel --no-deps --no-build-isolation``)
     from a copy of the tree, so that neither the build's ``build/`` and ``*.egg-info`` land in
     the checkout nor a stale ``build/lib`` (files since deleted) lands in the wheel."""
     src = os.path.join(dest, "src")
+    shutil.rmtree(src, ignore_errors=True)       # what a failed build left
     shutil.copytree(REPO, src, ignore=_not_built, symlinks=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                            "--no-build-isolation", "--no-index", "--wheel-dir", dest, src],
@@ -87,8 +132,11 @@ def build_wheel(dest: str) -> str:
 
 @pytest.fixture(scope="session")
 def tilecraft_wheel(tmp_path_factory) -> str:
-    """The path of the wheel built from this tree."""
-    return build_wheel(str(tmp_path_factory.mktemp("wheel")))
+    """The path of the wheel built from this tree (built by the first worker that asks)."""
+    folder = run_shared_dir(tmp_path_factory, "wheel")
+    with exclusive(f"{folder}.lock"):
+        built = [f for f in os.listdir(folder) if f.endswith(".whl")]
+        return os.path.join(folder, built[0]) if built else build_wheel(str(folder))
 
 
 @dataclass
@@ -114,5 +162,10 @@ def arm64_board(tilecraft_wheel, tmp_path_factory) -> EmulatedBoard:
     servers with ``Proc(board.server_command(...), env=board.env(), cwd=board.path)``."""
     from tilecraft.rpc.board import emulated_board as eb
     root = capabilities.arm64_board_root()
-    site = eb.install_wheel(tilecraft_wheel, str(tmp_path_factory.mktemp("arm64-site")))
-    return EmulatedBoard(root, site)
+    site = run_shared_dir(tmp_path_factory, "arm64-site")
+    with exclusive(f"{site}.lock"):
+        done = site / ".installed"          # the workers of `pytest -n N` install it once
+        if not done.exists():
+            eb.install_wheel(tilecraft_wheel, str(site))
+            done.write_text(tilecraft_wheel)
+    return EmulatedBoard(root, str(site))

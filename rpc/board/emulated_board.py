@@ -43,6 +43,7 @@ is not imported by the board side of ``rpc``.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import glob
 import os
 import shutil
@@ -184,11 +185,24 @@ def precompile(root: str, log=print) -> bool:
 
 
 def ensure_root(root: str | None = None, log=print) -> str:
-    """The root at ``root``, built first if it is not there yet (and precompiled)."""
+    """The root at ``root``, built first if it is not there yet (and precompiled).
+
+    Concurrent callers (the workers of ``pytest -n N``, two boards started at once) take turns
+    on ``<root>.lock``: one builds, the others find the root ready. Without the lock each would
+    build its own and the last one's rename would replace a root the others already run from.
+    """
     root = os.path.abspath(root or default_root())
-    if not root_ready(root):
-        build_root(root, log=log)
-    precompile(root, log=log)
+    if root_ready(root) and os.path.exists(os.path.join(root, BYTECODE_MARKER)):
+        return root
+    os.makedirs(os.path.dirname(root), exist_ok=True)
+    with open(f"{root}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not root_ready(root):
+                build_root(root, log=log)
+            precompile(root, log=log)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
     return root
 
 

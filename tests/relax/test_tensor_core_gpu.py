@@ -12,6 +12,7 @@ machine, where ``TILECRAFT_TC_DEVICE=nvidia`` runs this file on the real driver
 import math
 import os
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -53,11 +54,8 @@ def _build(params, body, upper):
     mod16 = relax.quantize(bb.get(), "fp16")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        os.environ["TILECRAFT_DEBUG_SCHEDULES"] = "1"
-        try:
+        with mock.patch.dict(os.environ, {"TILECRAFT_DEBUG_SCHEDULES": "1"}):
             exe = relax.build(mod16, TARGET, upper_bounds=upper)
-        finally:
-            del os.environ["TILECRAFT_DEBUG_SCHEDULES"]
     misses = [str(w.message) for w in caught if "tensor-core GEMM" in str(w.message)]
     return exe, misses
 
