@@ -66,12 +66,19 @@ demo: venv
 # for the whole suite aborted in LLVM's JIT linker after ~2,500 tests (fixed since, see
 # docs/known-issues.md; the split stays, so that a crash in one folder hides no other's results).
 # Exit status 5 (no tests collected in a folder) is not a failure.
+# Inside a folder the test files run in parallel (pytest-xdist): TEST_WORKERS processes, one per
+# core by default (at most 8), each taking whole files (--dist loadfile: a file's module-level
+# state, its module fixtures and its random draws stay in one process, in order); a worker that
+# crashes is replaced and its test reported failed. TEST_WORKERS=0 (or PYTEST_ARGS="-n 0") runs
+# a folder in one process, e.g. to debug.
+TEST_WORKERS ?= auto
 test: system-deps venv
 	@failed=""; \
 	for group in tests/*/ tests/test_*.py; do \
 	  case "$$group" in */__pycache__/) continue;; esac; \
 	  echo "== $$group"; \
-	  $(VPY) -m pytest -q -m "not slow" $(PYTEST_ARGS) "$$group"; rc=$$?; \
+	  $(VPY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --maxprocesses 8 --dist loadfile \
+	    $(PYTEST_ARGS) "$$group"; rc=$$?; \
 	  if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then failed="$$failed $$group"; fi; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test groups that failed:$$failed" >&2; exit 1; fi
