@@ -69,15 +69,17 @@ demo: venv
 # Inside a folder the test files run in parallel (pytest-xdist): TEST_WORKERS processes, one per
 # core by default (at most 8), each taking whole files (--dist loadfile: a file's module-level
 # state, its module fixtures and its random draws stay in one process, in order); a worker that
-# crashes is replaced and its test reported failed. TEST_WORKERS=0 (or PYTEST_ARGS="-n 0") runs
-# a folder in one process, e.g. to debug.
+# crashes is replaced and its test reported failed. A single file runs in one process (-n 0:
+# starting workers only costs it). TEST_WORKERS=0 (or PYTEST_ARGS="-n 0") runs a folder in one
+# process, e.g. to debug.
 TEST_WORKERS ?= auto
 test: system-deps venv
 	@failed=""; \
 	for group in tests/*/ tests/test_*.py; do \
 	  case "$$group" in */__pycache__/) continue;; esac; \
+	  case "$$group" in *.py) workers=0;; *) workers=$(TEST_WORKERS);; esac; \
 	  echo "== $$group"; \
-	  $(VPY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --maxprocesses 8 --dist loadfile \
+	  $(VPY) -m pytest -q -m "not slow" -n $$workers --maxprocesses 8 --dist loadfile \
 	    $(PYTEST_ARGS) "$$group"; rc=$$?; \
 	  if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then failed="$$failed $$group"; fi; \
 	done; \
