@@ -1,12 +1,12 @@
 """Cost models: XGBModel ranks held-out measured GEMM candidates better than random, predicts
 from the analytic prior before any data, trains online, and saves / loads; RandomModel."""
 import math
-import os
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
 
+from tilecraft.targets import parallel
 from tilecraft.tensorir import Trace
 from tilecraft.metaschedule.cost_model import RandomModel, XGBModel
 from tilecraft.metaschedule.feature import NUM_FEATURES, PerStoreFeature
@@ -29,8 +29,9 @@ def _measure(seed: int):
 @pytest.fixture(scope="module")
 def measured():
     """~100 really measured random schedules of a 128^3 GEMM (built and timed once per
-    module, in two worker processes): (features, seconds)."""
-    with ProcessPoolExecutor(min(2, os.cpu_count() or 1)) as ex:
+    module, in up to two worker processes: the cores this test may use, fewer under
+    ``pytest -n N``, where ``$TILECRAFT_JOBS`` shares them out): (features, seconds)."""
+    with ProcessPoolExecutor(min(2, parallel.default_jobs())) as ex:
         results = list(ex.map(_measure, range(1000, 1000 + NUM_CANDIDATES)))
     f = gemm_func(SIZE, SIZE, SIZE)
     funcs = [Trace.from_json(t).apply(f).func for t, _ in results]
