@@ -12,6 +12,7 @@ measures the tensor cores' own summation.
 import math
 import os
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -57,11 +58,8 @@ def _build(params, body, upper, target=TARGET):
         bb.emit_func_output(gv)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        os.environ["TILECRAFT_DEBUG_SCHEDULES"] = "1"
-        try:
+        with mock.patch.dict(os.environ, {"TILECRAFT_DEBUG_SCHEDULES": "1"}):
             exe = relax.build(bb.get(), target, upper_bounds=upper)
-        finally:
-            del os.environ["TILECRAFT_DEBUG_SCHEDULES"]
     misses = [str(w.message) for w in caught if "TF32 tensor-core GEMM" in str(w.message)]
     return exe, misses
 
