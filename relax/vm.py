@@ -100,12 +100,14 @@ MAX_PLANS = 8
 
 
 def _expr_regs(e, out: set) -> set:
-    """The registers a shape expression reads (``["r", reg]`` anywhere in it)."""
+    """The registers a shape expression, or a list of them (a shape's dims), reads
+    (``["r", reg]`` anywhere in it). An expression node starts with its operator's name; a
+    list of dims does not, and every element is read (its first dim too)."""
     if isinstance(e, list) and e:
         if e[0] == "r":
             out.add(e[1])
         else:
-            for x in e[1:]:
+            for x in (e[1:] if isinstance(e[0], str) else e):
                 _expr_regs(x, out)
     return out
 

@@ -119,8 +119,8 @@ def reshape(x, shape) -> NDArray:
     arr = _ndarray(x, "reshape")._data
     shape = tuple(int(s) for s in shape)
     if int(np.prod(shape, dtype=np.int64)) != arr.size:
-        raise ValueError(f"reshape: cannot view a tensor of shape {arr.shape} ({arr.size} "
-                         f"elements) as {shape}")
+        raise ValueError(f"reshape: the element count of the input {arr.shape} ({arr.size}) "
+                         f"differs from that of the output {shape}")
     return as_ndarray(arr.reshape(shape))
 
 

@@ -237,8 +237,9 @@ class GPUTensorOps:
             def reshape(regs):
                 x, shape = regs[arg_regs[0]], tuple(int(s) for s in regs[arg_regs[1]])
                 if int(np.prod(shape, dtype=np.int64)) != x.size:
-                    raise ValueError(f"{fname}: reshape: cannot view a tensor of shape {x.shape} "
-                                     f"as {shape}")
+                    raise ValueError(f"{fname}: reshape: the element count of the input "
+                                     f"{x.shape} ({x.size}) differs from that of the output "
+                                     f"{shape}")
                 view = getattr(x, "_view", None)
                 regs[dst] = view(shape) if view is not None else to_device(
                     x.numpy().reshape(shape), dev)
