@@ -102,18 +102,23 @@ class TensorCoreOptions:
       ``ldmatrix.x4`` (four 8 x 8 matrices a warp an instruction; ``.trans`` for a ``kn``
       weight, whose shared tile is then k-major, copied in 16-byte rows) instead of one 32-bit
       shared load a register;
-    * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 2): 1 stages the next k-step's tiles
+    * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 1): 1 stages the next k-step's tiles
       in registers; 2 or 3 copy them with ``cp.async`` into a ring of that many shared tiles
       (for plain operands only — ``a_mode`` ``"rows"``, ``b_mode`` ``"nk"``, or ``"kn"`` with
       ``ldmatrix`` — else 1; where the ring of k-steps of 32 would pass the target's shared
-      memory, k-steps of 16, else fewer stages);
+      memory, k-steps of 16, else fewer stages). **Experimental, off by default:** on an H200
+      through NVIDIA's driver the ring gives wrong results in some kernels (batch matmul, the
+      128 x 128 tiles, a fused input cast; which ones changes from run to run: a missing wait
+      or barrier, which the PoCL emulation, a plain copy, cannot show), while the register
+      staging with ``ldmatrix`` passes every test there and times within 0-9% of the ring on
+      BERT's layers;
     * ``split_k`` (``TILECRAFT_TC_SPLITK=0/1``, default 1): a GEMM whose tiles fill few
       multiprocessors and whose K is long (``split_parts``) runs as two kernels: the
       tensor-core kernel over ``S`` parts of K writing float32 partials, then their sum with
       the epilogue.
     """
     ldmatrix: bool = True
-    stages: int = 2
+    stages: int = 1
     split_k: bool = True
 
     @staticmethod
