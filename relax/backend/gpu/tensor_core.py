@@ -84,10 +84,10 @@ from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer,
 
 from .schedule_utils import inline_spatial_producers, is_reduction, is_spatial, node_of
 
-__all__ = ["TensorCoreGemm", "TensorCoreOptions", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS", "TC_NOMINAL_ROWS",
-           "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "TC_SPLITK_GROUPS", "TC_SPLITK_MIN_K",
-           "TC_SPLITK_MIN_STEPS", "TC_SPLITK_MAX", "match_fp16_gemm", "tensor_core_kernel",
-           "choose_tile", "split_parts"]
+__all__ = ["TensorCoreGemm", "TensorCoreOptions", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS",
+           "TC_NOMINAL_ROWS", "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "TC_SPLITK_GROUPS",
+           "TC_SPLITK_MIN_K", "TC_SPLITK_MIN_STEPS", "TC_SPLITK_MAX", "match_fp16_gemm",
+           "tensor_core_kernel", "choose_tile", "split_parts", "clamp_index", "load_b128"]
 
 _PAD = 4             # words added to the shared tiles' rows (banks; 16-byte alignment kept)
 _OPAQUE = 8          # relax OpPattern.OPAQUE
@@ -218,6 +218,14 @@ class TensorCoreGemm:
     @property
     def M(self):
         return self.product(self.row_vars)
+
+    def a_at(self, bz, row, k):
+        """``a``'s expression at flat batch ``bz``, flat row ``row`` and flat ``k``."""
+        return substitute(self.a, self.values(bz, row, None, k))
+
+    def b_at(self, bz, col, k):
+        """``b``'s expression at flat batch ``bz``, flat column ``col`` and flat ``k``."""
+        return substitute(self.b, self.values(bz, None, col, k))
 
     def values(self, bz, row, col, k) -> dict:
         """The iteration variables' values at flat batch ``bz``, row, column and ``k``."""
@@ -484,6 +492,17 @@ def split_parts(m, N, K: int, BK: int, tile: TensorCoreTile, nbatch=1) -> int:
     return allowed[-1] if allowed else 1
 
 
+def clamp_index(v, n):
+    """``v``, or ``n - 1`` past the end: rows and columns past M and N are read clamped (their
+    results are never stored)."""
+    return Select(v < n, v, n - 1)
+
+
+def load_b128(dst, src):
+    """A 16-byte copy of ``src`` to ``dst`` (``TC_LOAD_B128``: 8 halves / 4 words)."""
+    return Evaluate(call(E.TC_LOAD_B128, dst, src, dtype="int32"))
+
+
 def _unflatten(flat, extents) -> list:
     """The indices of the flat index ``flat`` over dims of ``extents`` (the last fastest)."""
     out, rest = [], flat
@@ -653,18 +672,6 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
     g, t = floordiv(lane, 4), floormod(lane, 4)
     wm, wn = floordiv(warp, warps_n), floormod(warp, warps_n)
 
-    def a_at(row, k):
-        return substitute(gm.a, gm.values(bz, row, None, k))
-
-    def b_at(col, k):
-        return substitute(gm.b, gm.values(bz, None, col, k))
-
-    def clamp(v, n):
-        return Select(v < n, v, n - 1)
-
-    def copy(dst, src):
-        return Evaluate(call(E.TC_LOAD_B128, dst, src, dtype="int32"))
-
     def cp_async(dst, src):
         return Evaluate(call(E.TC_CP_ASYNC, dst, src, dtype="int32"))
 
@@ -691,16 +698,18 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
 
     def a_piece(u, k0, st):
         return (As_l[st][floordiv(u, chunks), floormod(u, chunks) * 4],
-                a_at(clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 8))
+                gm.a_at(bz, clamp_index(by * BM + floordiv(u, chunks), M),
+                        k0 + floormod(u, chunks) * 8))
 
     def b_piece(u, k0, st):
         if b_kmajor:       # row k of 8 columns
             n0 = bx * BN + floormod(u, cols8) * 8
             n0 = Select(n0 < N, n0, N - 8)
             return (Bs_l[st][floordiv(u, cols8), floormod(u, cols8) * 4],
-                    b_at(n0, k0 + floordiv(u, cols8)))
+                    gm.b_at(bz, n0, k0 + floordiv(u, cols8)))
         return (Bs_l[st][floordiv(u, chunks), floormod(u, chunks) * 4],
-                b_at(clamp(bx * BN + floordiv(u, chunks), N), k0 + floormod(u, chunks) * 8))
+                gm.b_at(bz, clamp_index(bx * BN + floordiv(u, chunks), N),
+                        k0 + floormod(u, chunks) * 8))
 
     # Without a ring the tiles of step kt + 1 are read from global memory into registers
     # (``fetch``) before the mma of step kt, and written into shared memory after them
@@ -711,10 +720,10 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         ra = Buffer("a_stage", (na * 4,), u32, scope="local")
 
         def fetch_a(k0):
-            return each(BM * chunks, na, lambda u: copy(ra[e * 4], a_piece(u, k0, 0)[1]))
+            return each(BM * chunks, na, lambda u: load_b128(ra[e * 4], a_piece(u, k0, 0)[1]))
 
         def stash_a():
-            return each(BM * chunks, na, lambda u: copy(a_piece(u, 0, 0)[0], ra[e * 4]))
+            return each(BM * chunks, na, lambda u: load_b128(a_piece(u, 0, 0)[0], ra[e * 4]))
     else:
         # any operand expression (an im2col window with its padding, a transposed or cast
         # read): one word (two halves along k) a unit, k fastest
@@ -724,7 +733,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
 
         def fetch_a(k0):
             return each(words, na, lambda u: BufferStore(ra, gathered(
-                lambda kk: a_at(clamp(by * BM + floordiv(u, BK // 2), M), kk),
+                lambda kk: gm.a_at(bz, clamp_index(by * BM + floordiv(u, BK // 2), M), kk),
                 k0 + floormod(u, BK // 2) * 2), [e]))
 
         def stash_a():
@@ -737,10 +746,10 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         rb = Buffer("b_stage", (nb * 4,), u32, scope="local")
 
         def fetch_b(k0):
-            return each(units_b, nb, lambda u: copy(rb[e * 4], b_piece(u, k0, 0)[1]))
+            return each(units_b, nb, lambda u: load_b128(rb[e * 4], b_piece(u, k0, 0)[1]))
 
         def stash_b():
-            return each(units_b, nb, lambda u: copy(b_piece(u, 0, 0)[0], rb[e * 4]))
+            return each(units_b, nb, lambda u: load_b128(b_piece(u, 0, 0)[0], rb[e * 4]))
     elif gm.b_mode == "kn":
         # rows k and k + 1 of 8 columns (two 16-byte loads), their halves paired into the 8
         # columns' words of the column-major tile
@@ -752,7 +761,8 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
                 n0 = bx * BN + floormod(u, cols8) * 8
                 n0 = Select(n0 < N, n0, N - 8)
                 k = k0 + floordiv(u, cols8) * 2
-                return seq(copy(rb[e * 8], b_at(n0, k)), copy(rb[e * 8 + 4], b_at(n0, k + 1)))
+                return seq(load_b128(rb[e * 8], gm.b_at(bz, n0, k)),
+                           load_b128(rb[e * 8 + 4], gm.b_at(bz, n0, k + 1)))
             return each((BK // 2) * cols8, nb, unit)
 
         def stash_b():
@@ -770,7 +780,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
 
         def fetch_b(k0):
             return each(words, nb, lambda u: BufferStore(rb, gathered(
-                lambda kk: b_at(clamp(bx * BN + floormod(u, BN), N), kk),
+                lambda kk: gm.b_at(bz, clamp_index(bx * BN + floormod(u, BN), N), kk),
                 k0 + floordiv(u, BN) * 2), [e]))
 
         def stash_b():

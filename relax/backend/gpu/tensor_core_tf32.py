@@ -62,13 +62,12 @@ from tilecraft.targets import Target
 from tilecraft.tensorir import expr as E
 from tilecraft.tensorir.expr import Select, Var, call, const, floordiv, floormod
 from tilecraft.tensorir.function import PrimFunc
-from tilecraft.tensorir.functor import substitute
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, Buffer, BufferStore, Evaluate, For,
                                      IfThenElse, seq)
 
 from .tensor_core import (TC_NOMINAL_ROWS, TC_SMALL_NOMINAL_ROWS, TC_SMALL_ROWS,
                           TensorCoreGemm, TensorCoreTile, _host_asserts, choose_tile,
-                          match_fp16_gemm)
+                          clamp_index, load_b128, match_fp16_gemm)
 
 __all__ = ["SPLITS", "TF32_BK", "TF32_MIN_OUTPUTS", "min_outputs", "small_acc_default",
            "tf32_kernel"]
@@ -189,18 +188,6 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str, small_acc: 
     g, t = floordiv(lane, 4), floormod(lane, 4)
     wm, wn = floordiv(warp, warps_n), floormod(warp, warps_n)
 
-    def a_at(row, k):
-        return substitute(gm.a, gm.values(bz, row, None, k))
-
-    def b_at(col, k):
-        return substitute(gm.b, gm.values(bz, None, col, k))
-
-    def clamp(v, n):
-        return Select(v < n, v, n - 1)
-
-    def copy(dst, src):
-        return Evaluate(call(E.TC_LOAD_B128, dst, src, dtype="int32"))
-
     def each(total, n, body_of):
         flat = e * threads + tx
         body = body_of(flat)
@@ -223,11 +210,11 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str, small_acc: 
         ra = Buffer("a_stage", (na * 4,), u32, scope="local")
 
         def fetch_a(k0):
-            return each(BM * chunks, na, lambda u: copy(ra[e * 4], a_at(
-                clamp(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 4)))
+            return each(BM * chunks, na, lambda u: load_b128(ra[e * 4], gm.a_at(bz,
+                clamp_index(by * BM + floordiv(u, chunks), M), k0 + floormod(u, chunks) * 4)))
 
         def stash_a():
-            return each(BM * chunks, na, lambda u: copy(
+            return each(BM * chunks, na, lambda u: load_b128(
                 As[floordiv(u, chunks), floormod(u, chunks) * 4], ra[e * 4]))
     else:
         na = -(-BM * BK // threads)
@@ -235,7 +222,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str, small_acc: 
 
         def fetch_a(k0):
             return each(BM * BK, na, lambda u: BufferStore(ra, tail(
-                lambda kk: a_at(clamp(by * BM + floordiv(u, BK), M), kk),
+                lambda kk: gm.a_at(bz, clamp_index(by * BM + floordiv(u, BK), M), kk),
                 k0 + floormod(u, BK)), [e]))
 
         def stash_a():
@@ -252,22 +239,22 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str, small_acc: 
             def unit(u):
                 n0 = bx * BN + floormod(u, cols4) * 4
                 n0 = Select(n0 < N, n0, N - 4)        # N is a multiple of 8 in this mode
-                return copy(rb[e * 4], b_at(n0, k0 + floordiv(u, cols4)))
+                return load_b128(rb[e * 4], gm.b_at(bz, n0, k0 + floordiv(u, cols4)))
             return each(BK * cols4, nb, unit)
 
         def stash_b():
-            return each(BK * cols4, nb, lambda u: copy(
+            return each(BK * cols4, nb, lambda u: load_b128(
                 Bs[floordiv(u, cols4), floormod(u, cols4) * 4], rb[e * 4]))
     elif b_nk:
         nb = -(-BN * chunks // threads)
         rb = Buffer("b_stage", (nb * 4,), u32, scope="local")
 
         def fetch_b(k0):
-            return each(BN * chunks, nb, lambda u: copy(rb[e * 4], b_at(
-                clamp(bx * BN + floordiv(u, chunks), N), k0 + floormod(u, chunks) * 4)))
+            return each(BN * chunks, nb, lambda u: load_b128(rb[e * 4], gm.b_at(bz,
+                clamp_index(bx * BN + floordiv(u, chunks), N), k0 + floormod(u, chunks) * 4)))
 
         def stash_b():
-            return each(BN * chunks, nb, lambda u: copy(
+            return each(BN * chunks, nb, lambda u: load_b128(
                 Bs[floordiv(u, chunks), floormod(u, chunks) * 4], rb[e * 4]))
     else:
         # one float a unit, the columns fastest (a convolution's neighbouring pixels)
@@ -276,7 +263,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, split: str, small_acc: 
 
         def fetch_b(k0):
             return each(BN * BK, nb, lambda u: BufferStore(rb, tail(
-                lambda kk: b_at(clamp(bx * BN + floormod(u, BN), N), kk),
+                lambda kk: gm.b_at(bz, clamp_index(bx * BN + floormod(u, BN), N), kk),
                 k0 + floordiv(u, BN)), [e]))
 
         def stash_b():
