@@ -6,10 +6,14 @@ device program) covers it; every function runs at two values of its symbolic bat
 The test files keep the device fixture, the target string and the target-specific asserts.
 """
 import math
+import os
+import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
 
+from capabilities import opencl_device
 from tilecraft import relax
 from tilecraft import targets
 from tilecraft.relax import BlockBuilder, TensorStructInfo, Tuple, Var, const
@@ -240,3 +244,46 @@ def vm_errors(dev, target, wrong_device_match):
     cpu_exe = relax.build(mod, "llvm")
     with pytest.raises(ValueError, match="run on the CPU"):
         VirtualMachine(cpu_exe, dev)
+
+
+def tensor_core_device(real: bool):
+    """The OpenCL device of the tensor-core tests: NVIDIA's (``real``: the inline PTX on the
+    GPU machine, ``TILECRAFT_TC_DEVICE=nvidia``), else the local one (PoCL, the emulation)."""
+    return targets.opencl("NVIDIA") if real else opencl_device()[0]
+
+
+def build_logging_misses(mod, target, upper, marker: str):
+    """``relax.build(mod, target)`` under ``TILECRAFT_DEBUG_SCHEDULES=1``, and the schedule
+    warnings that name ``marker`` (the kernels a rule did not take, and why)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with mock.patch.dict(os.environ, {"TILECRAFT_DEBUG_SCHEDULES": "1"}):
+            exe = relax.build(mod, target, upper_bounds=upper)
+    return exe, [str(w.message) for w in caught if marker in str(w.message)]
+
+
+def emitted_module(params, body):
+    """``main(*params)`` whose dataflow block is ``body(bb.emit, *vars)`` — one binding per
+    operator, as the importers make — returning its tensor or tuple."""
+    bb = BlockBuilder()
+    vs = [Var(name, TensorStructInfo(shape, dtype)) for name, shape, dtype in params]
+    with bb.function("main", vs):
+        with bb.dataflow():
+            out = body(bb.emit, *vs)
+            gv = bb.emit_output(Tuple(list(out)) if isinstance(out, tuple) else out)
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def conv2d_nchw_reference(x, w, stride, pad):
+    """NCHW convolution in float64 numpy (no bias), the tensor-core tests' oracle."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for r in range(kh):
+        for q in range(kw):
+            win = xp[:, :, r:r + stride * oh:stride, q:q + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, r, q])
+    return out

@@ -11,15 +11,14 @@ machine, where ``TILECRAFT_TC_DEVICE=nvidia`` runs this file on the real driver
 """
 import math
 import os
-import warnings
-from unittest import mock
 
 import numpy as np
 import pytest
 
-from capabilities import opencl_device
+from gpu_testutil import (build_logging_misses, conv2d_nchw_reference, emitted_module,
+                          tensor_core_device)
 from tilecraft import relax, targets
-from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax import const, op
 from tilecraft.relax.op import nn
 from tilecraft.targets import Target
 from tilecraft.targets.opencl_backend import tensor_core as tc_text
@@ -33,9 +32,7 @@ _erf = np.vectorize(math.erf)
 
 @pytest.fixture(scope="module")
 def dev():
-    if REAL:
-        return targets.opencl("NVIDIA")
-    return opencl_device()[0]
+    return tensor_core_device(REAL)
 
 
 def _h(x):
@@ -44,20 +41,8 @@ def _h(x):
 
 
 def _build(params, body, upper):
-    bb = BlockBuilder()
-    vs = [Var(name, TensorStructInfo(shape, dtype)) for name, shape, dtype in params]
-    with bb.function("main", vs):
-        with bb.dataflow():
-            out = body(bb.emit, *vs)     # one binding per operator (as the importers make)
-            gv = bb.emit_output(relax.Tuple(list(out)) if isinstance(out, tuple) else out)
-        bb.emit_func_output(gv)
-    mod16 = relax.quantize(bb.get(), "fp16")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with mock.patch.dict(os.environ, {"TILECRAFT_DEBUG_SCHEDULES": "1"}):
-            exe = relax.build(mod16, TARGET, upper_bounds=upper)
-    misses = [str(w.message) for w in caught if "tensor-core GEMM" in str(w.message)]
-    return exe, misses
+    mod16 = relax.quantize(emitted_module(params, body), "fp16")
+    return build_logging_misses(mod16, TARGET, upper, "tensor-core GEMM")
 
 
 def _uses_tensor_cores(exe) -> int:
@@ -212,17 +197,7 @@ def test_dense_with_its_input_cast_fused(dev):
         _check(vm["main"](x).numpy(), _h(x) @ _h(w), 2e-3)
 
 
-def _conv_ref(x, w, stride, pad):
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
-    out = np.zeros((n, o, oh, ow))
-    for r in range(kh):
-        for q in range(kw):
-            win = xp[:, :, r:r + stride * oh:stride, q:q + stride * ow:stride]
-            out += np.einsum("nchw,oc->nohw", win, w[:, :, r, q])
-    return out
+_conv_ref = conv2d_nchw_reference
 
 
 @pytest.mark.parametrize("kernel,stride,pad,size", [(1, 1, 0, 8), (1, 1, 0, 10), (3, 2, 1, 10),

@@ -11,15 +11,15 @@ measures the tensor cores' own summation.
 """
 import math
 import os
-import warnings
-from unittest import mock
 
 import numpy as np
 import pytest
 
 from capabilities import opencl_device
+from gpu_testutil import (build_logging_misses, conv2d_nchw_reference, emitted_module,
+                          tensor_core_device)
 from tilecraft import relax, targets
-from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+from tilecraft.relax import const, op
 from tilecraft.relax import gpu_schedules
 from tilecraft.relax.op import nn
 from tilecraft.relax.backend.gpu import tensor_core_tf32 as tf32
@@ -36,9 +36,7 @@ TOL = 2e-6
 
 @pytest.fixture(scope="module")
 def dev():
-    if REAL:
-        return targets.opencl("NVIDIA")
-    return opencl_device()[0]
+    return tensor_core_device(REAL)
 
 
 @pytest.fixture(autouse=True)
@@ -49,19 +47,8 @@ def tf32_at_every_size(monkeypatch):
 
 
 def _build(params, body, upper, target=TARGET):
-    bb = BlockBuilder()
-    vs = [Var(name, TensorStructInfo(shape, dtype)) for name, shape, dtype in params]
-    with bb.function("main", vs):
-        with bb.dataflow():
-            out = body(bb.emit, *vs)
-            gv = bb.emit_output(relax.Tuple(list(out)) if isinstance(out, tuple) else out)
-        bb.emit_func_output(gv)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with mock.patch.dict(os.environ, {"TILECRAFT_DEBUG_SCHEDULES": "1"}):
-            exe = relax.build(bb.get(), target, upper_bounds=upper)
-    misses = [str(w.message) for w in caught if "TF32 tensor-core GEMM" in str(w.message)]
-    return exe, misses
+    return build_logging_misses(emitted_module(params, body), target, upper,
+                                "TF32 tensor-core GEMM")
 
 
 def _tf32_kernels(exe) -> int:
@@ -302,17 +289,7 @@ def test_off_by_default(dev):
     assert _tf32_kernels(exe) == 0
 
 
-def _conv_ref(x, w, stride, pad):
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
-    out = np.zeros((n, o, oh, ow))
-    for r in range(kh):
-        for q in range(kw):
-            win = xp[:, :, r:r + stride * oh:stride, q:q + stride * ow:stride]
-            out += np.einsum("nchw,oc->nohw", win, w[:, :, r, q])
-    return out
+_conv_ref = conv2d_nchw_reference
 
 
 @pytest.mark.parametrize("kernel,stride,pad,size", [(1, 1, 0, 8), (1, 1, 0, 10), (3, 2, 1, 10),
