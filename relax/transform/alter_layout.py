@@ -67,7 +67,7 @@ from __future__ import annotations
 
 from tilecraft.targets import Target
 from tilecraft.tensorir.expr import IntImm
-from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.function import IRModule
 
 from ..backend.cpu import (ConvGeometry, conv2d_geometry, conv2d_int8, conv2d_nchw,
                            conv2d_nchw_cvec, conv2d_nhwc, conv2d_strategy, cpu_tile_params, dense,
@@ -192,12 +192,7 @@ class _Alter(ExprMutator):
     # -- helpers ------------------------------------------------------------------------------
     def kernel(self, te_func, *args, name: str, pattern: int, **kwargs) -> Call:
         """``call_te`` of ``te_func`` with the kernel's ``"op_pattern"`` set."""
-        c = self.builder.call_te(te_func, *args, primfunc_name_hint=name, **kwargs)
-        gname = c.args[0].name_hint
-        func = self.builder.get_func(gname)
-        if isinstance(func, PrimFunc) and "op_pattern" not in func.attr_dict:
-            self.builder.update_func(gname, func.with_attr("op_pattern", int(pattern)))
-        return c
+        return self.builder.call_te_kernel(te_func, *args, name=name, pattern=pattern, **kwargs)
 
     # -- conv2d -------------------------------------------------------------------------------
     def depthwise_rows(self, g: ConvGeometry) -> bool:

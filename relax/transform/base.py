@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tilecraft.tensorir.function import IRModule
+from tilecraft.tensorir.function import IRModule, PrimFunc
 
 from ..analysis import bound_vars, check_well_formed, struct_info_base_check
 from ..block_builder import BlockBuilder
@@ -210,6 +210,17 @@ class RewriteBuilder(BlockBuilder):
     def remove_func(self, name: str) -> None:
         self._funcs.pop(name, None)
         self._forget_kernel(name)
+
+    def call_te_kernel(self, te_func, *args, name: str, pattern: int, **kwargs) -> Call:
+        """``call_te`` of ``te_func`` whose kernel carries ``"op_pattern"`` (``FuseOps`` reads
+        it): for passes that add kernels after ``LegalizeOps`` (``AlterLayout``,
+        ``GPUWinograd``, ``FuseExpandDepthwise``)."""
+        c = self.call_te(te_func, *args, primfunc_name_hint=name, **kwargs)
+        gname = c.args[0].name_hint
+        func = self.get_func(gname)
+        if isinstance(func, PrimFunc) and "op_pattern" not in func.attr_dict:
+            self.update_func(gname, func.with_attr("op_pattern", int(pattern)))
+        return c
 
     def note_binding(self, var: Var, value: Expr) -> None:
         """Record what ``var`` is bound to (for ``lookup_binding``) without emitting it."""

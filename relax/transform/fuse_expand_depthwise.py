@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.targets import Target
-from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.function import IRModule
 
 from ..analysis import udchain
 from ..backend.cpu import conv2d_geometry, conv2d_nhwc, conv2d_strategy, cpu_tile_params
@@ -169,11 +169,6 @@ class _Fuser(ExprMutator):
                            Constant(bias), w2, plan1, plan2, lo, hi, "float32",
                            name="conv2d_nhwc_expand", pattern=OpPattern.OUT_EWISE_FUSABLE)
 
-    def kernel(self, te_func, *args, name: str, pattern: int) -> Call:
+    def kernel(self, te_func, *args, name: str, pattern: int, **kwargs) -> Call:
         """``call_te`` of ``te_func`` with the kernel's ``"op_pattern"`` set."""
-        c = self.builder.call_te(te_func, *args, primfunc_name_hint=name)
-        gname = c.args[0].name_hint
-        func = self.builder.get_func(gname)
-        if isinstance(func, PrimFunc) and "op_pattern" not in func.attr_dict:
-            self.builder.update_func(gname, func.with_attr("op_pattern", int(pattern)))
-        return c
+        return self.builder.call_te_kernel(te_func, *args, name=name, pattern=pattern, **kwargs)

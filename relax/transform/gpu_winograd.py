@@ -30,7 +30,7 @@ import os
 import numpy as np
 
 from tilecraft.targets import Target
-from tilecraft.tensorir.function import IRModule, PrimFunc
+from tilecraft.tensorir.function import IRModule
 
 from ..backend.cpu.geometry import conv2d_geometry
 from ..backend.gpu import winograd
@@ -103,14 +103,9 @@ class _Rewrite(ExprMutator):
             return call
         return self.conv2d(call) or call
 
-    def kernel(self, te_func, *args, name: str, pattern: int) -> Call:
+    def kernel(self, te_func, *args, name: str, pattern: int, **kwargs) -> Call:
         """``call_te`` of ``te_func`` with the kernel's ``"op_pattern"`` set."""
-        c = self.builder.call_te(te_func, *args, primfunc_name_hint=name)
-        gname = c.args[0].name_hint
-        func = self.builder.get_func(gname)
-        if isinstance(func, PrimFunc) and "op_pattern" not in func.attr_dict:
-            self.builder.update_func(gname, func.with_attr("op_pattern", int(pattern)))
-        return c
+        return self.builder.call_te_kernel(te_func, *args, name=name, pattern=pattern, **kwargs)
 
     def conv2d(self, call: Call) -> Expr | None:
         a = call.attr_dict
