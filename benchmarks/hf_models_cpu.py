@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from tilecraft import relax, targets
+from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
 from tilecraft.relax.frontend import from_onnx
 from tilecraft.timing import calls_per_round
 from tilecraft.zoo.run import ort_session
@@ -219,7 +220,6 @@ def machine_byte_macs(threads: int = 1) -> float:
         return float(forced)
     if threads in _RIDGE:
         return _RIDGE[threads]
-    from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
     n = 1024
     rng = np.random.default_rng(0)
     bb = BlockBuilder()
