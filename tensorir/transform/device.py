@@ -673,6 +673,10 @@ class _Sync:
         return out, st
 
     def _stmt(self, s: Stmt, st: _State):
+        if is_barrier(s):
+            # a barrier already in the kernel (a cp.async ring's, after its wait) publishes
+            # every access before it: none needs another
+            return s, _State()
         acc = self._accesses(s)
         if not acc.reads and not acc.writes:
             return s, st

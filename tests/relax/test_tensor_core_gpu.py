@@ -408,6 +408,24 @@ def test_fragment_loads_and_stages(request, dev, monkeypatch, ldm, stages, weigh
         _check(c.numpy(), a.astype(np.float64) @ wk, 2e-3)
 
 
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("K", [32, 96, 128, 512])
+def test_ring_has_a_barrier_after_every_wait(monkeypatch, stages, K):
+    """The cp.async ring's NVIDIA source: every ``cp.async.wait_group`` is followed at once by
+    a barrier, on every k-step — also the last S - 1 steps, which issue no copies (whose
+    missing barrier let the mma read other threads' copies before they landed), and with
+    fewer k-steps than stages."""
+    monkeypatch.setenv("TILECRAFT_TC_STAGES", str(stages))
+    monkeypatch.setenv("TILECRAFT_TC_TILE", "64x48x32x24")
+    t = Target("opencl -device=nvidia")
+    func = tc.tensor_core_kernel(_gemm_func(K, 96, "nk"), t)
+    lines = [ln.strip() for ln in targets.build(func, t).get_source().splitlines()]
+    waits = [i for i, ln in enumerate(lines) if ln.startswith('asm volatile("cp.async.wait')]
+    assert waits and lines.count('asm volatile("cp.async.commit_group;");') >= len(waits)
+    for i in waits:
+        assert lines[i + 1] == "barrier(CLK_LOCAL_MEM_FENCE);", lines[i:i + 3]
+
+
 def test_options_from_env(monkeypatch):
     """The defaults, and a bad value named."""
     monkeypatch.delenv("TILECRAFT_TC_LDMATRIX", raising=False)

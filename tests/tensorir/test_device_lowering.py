@@ -7,10 +7,10 @@ import pytest
 
 from tilecraft.tensorir import Schedule, te, transform
 from tilecraft.tensorir.expr import IntImm, Var
-from tilecraft.tensorir.functor import IRVisitor
-from tilecraft.tensorir.stmt import Allocate, BufferStore, For
+from tilecraft.tensorir.functor import IRMutator, IRVisitor
+from tilecraft.tensorir.stmt import Allocate, BufferStore, For, seq
 from tilecraft.tensorir.transform import DeviceLimitError, LaunchKernel, lower_device
-from tilecraft.tensorir.transform.device import is_barrier
+from tilecraft.tensorir.transform.device import barrier, is_barrier
 
 LIMITS = {"max_threads_per_block": 256, "max_shared_memory_per_block": 16384}
 
@@ -144,6 +144,28 @@ def test_shared_tile_compacted_hoisted_and_synchronized():
     barriers = [s for s in ko.body.seq if is_barrier(s)]
     assert len(barriers) == 2
     assert is_barrier(ko.body.seq[0])
+
+
+def test_a_barrier_in_the_kernel_counts():
+    """A barrier the kernel already has (a cp.async ring's) publishes the accesses before it:
+    the lowering adds none right after it."""
+    func = _tiled_matmul(te.var("n"))
+    with_barrier = func.replace(body=_prepend_barrier_to_k_loop(func.body))
+    k, = lower_device(with_barrier, LIMITS).kernels
+    ko = [f for f in _stmts(k.func.body, For) if f.loop_var.name == "k_0"][0]
+    seq_ = ko.body.seq
+    assert is_barrier(seq_[0]) and not is_barrier(seq_[1])
+    assert sum(is_barrier(s) for s in seq_) == 2     # ours, and the one after the fetch
+
+
+def _prepend_barrier_to_k_loop(body):
+    class M(IRMutator):
+        def visit_For(self, f):
+            f = self.visit_default(f)
+            if f.loop_var.name == "k_0":
+                return f.replace(body=seq(barrier(), f.body))
+            return f
+    return M().visit(body)
 
 
 def test_shared_memory_limit():

@@ -79,6 +79,7 @@ from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRMutator, post_order_visit, substitute
 from tilecraft.tensorir.schedule import Schedule
 from tilecraft.tensorir.structural import structural_equal
+from tilecraft.tensorir.transform.device import barrier
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer, BufferStore,
                                      Evaluate, For, IfThenElse, seq)
 
@@ -827,9 +828,13 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
 
     if ring:
         # cp.async ring of S stages: the tiles of step s go to stage s % S; step kt waits for
-        # its own group (at most S - 2 younger ones pending), and the barrier the device
-        # lowering puts before the next copies (they overwrite the stage step kt - 1 read)
-        # also publishes every thread's copies before the mma read them: one barrier a step.
+        # its own group (at most S - 2 younger ones pending), then an explicit barrier: it
+        # publishes every thread's copies of stage kt before the mma read them, and orders
+        # the next copies (into the stage step kt - 1 read) after every thread's mma of step
+        # kt - 1. One barrier a step, and it must be there on every step: the barrier the
+        # device lowering would place before the next copies is gone on the last S - 1 steps
+        # (no copies left), and the lowering cannot see that a cp.async lands only at the
+        # wait (that is how the ring gave wrong results on NVIDIA's driver).
         # The k-steps go S at a time, so that each step's stages are constants
         def issue(k0, st):
             return seq(each(BM * chunks, -(-BM * chunks // threads),
@@ -852,6 +857,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
                 mma = IfThenElse(step_k < KTL, mma)
             steps.append(seq(
                 Evaluate(call(E.TC_CP_WAIT, IntImm(S - 2, "int32"), dtype="int32")),
+                barrier(),
                 IfThenElse(nxt < KTL, issue(kb + nxt * BK, (jj + S - 1) % S)),
                 commit, mma))
         main_loop = seq(*prologue, For(kt, 0, -(-KTL // S), "serial", seq(*steps)))
