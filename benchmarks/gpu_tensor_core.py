@@ -24,8 +24,9 @@ time; ``tc_vs_torch`` = PyTorch's time / ours (above 1: we are faster); ``tflops
 the same run, each checked against the same reference: a variant is a name of ``VARIANTS``
 (``base``: 32-bit fragment loads, register staging, no split-K; ``ldm``: ``ldmatrix``;
 ``ldm_async2`` / ``ldm_async3``: ``ldmatrix`` and a ``cp.async`` ring of 2 / 3 stages;
-``async2``: the ring without ``ldmatrix``; ``split``: ``base`` with split-K; ``all`` /
-``all3``: ``ldmatrix``, the ring of 2 / 3 stages and split-K — ``all`` is the default build),
+``async2``: the ring without ``ldmatrix``; ``split``: ``base`` with split-K; ``ldm_split``:
+``ldmatrix``, register staging and split-K, the default build; ``all`` / ``all3``:
+``ldmatrix``, the ring of 2 / 3 stages and split-K),
 optionally with a tile, ``ldm_async2:64x128x32x64``. Each gives the
 columns ``<variant>_ms``, ``<variant>_err``, ``<variant>_tflops``; ``best`` names the fastest
 correct variant of the row, and ``fp16_tc_ms`` (with ``tc_vs_fp32``, ``tc_vs_torch``,
@@ -67,7 +68,7 @@ VARIANTS = {
     for name, (ldm, stages, split) in {
         "base": ("0", "1", "0"), "ldm": ("1", "1", "0"), "ldm_async2": ("1", "2", "0"),
         "ldm_async3": ("1", "3", "0"), "async2": ("0", "2", "0"), "split": ("0", "1", "1"),
-        "all": ("1", "2", "1"), "all3": ("1", "3", "1")}.items()}
+        "ldm_split": ("1", "1", "1"), "all": ("1", "2", "1"), "all3": ("1", "3", "1")}.items()}
 TC_VARIANTS = [v for v in os.environ.get("TILECRAFT_TC_VARIANTS", "").split(",") if v]
 
 
