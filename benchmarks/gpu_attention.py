@@ -12,7 +12,8 @@ matmul, fp32, TF32 off) beside it in the same process.
 Variants: ``unfused``; ``fused`` (the tiled kernel, ``attention.flash_kernel``); ``fused
 rows`` (the former kernel, ``ATTENTION_KERNEL = "rows"``: the before / after in one run).
 ``TILECRAFT_ATTN_TARGETS`` (``opencl,webgpu``; ``webgpu-adapter``: WebGPU built for the
-adapter's limits, ``targets.webgpu(0).target()``), ``TILECRAFT_ATTN_BATCHES`` (``1,16``),
+adapter's limits, ``targets.webgpu(0).target()``; ``webgpu-adapter-trusted``: the same with
+``trusted_shaders``, no naga run-time checks), ``TILECRAFT_ATTN_BATCHES`` (``1,16``),
 ``TILECRAFT_ATTN_SEQ`` (128), ``TILECRAFT_ATTN_ROWS_KERNEL`` (1; 0 leaves the former kernel
 out), ``TILECRAFT_ATTN_TILES``: tiled-kernel tiles to compare, ``BR x BC x TR x TC``
 comma-separated (default: the module's ``FLASH_TILE`` / ``FLASH_TILE_WEBGPU`` only; where a
@@ -139,7 +140,7 @@ def run() -> list[dict]:
     cuda = torch.cuda.is_available()
     gpu_name = torch.cuda.get_device_name(0) if cuda else "no-cuda"
     kinds = os.environ.get("TILECRAFT_ATTN_TARGETS", "opencl,webgpu").split(",")
-    if "webgpu-adapter" in kinds:
+    if any(k.startswith("webgpu-adapter") for k in kinds):
         # the device opened with the adapter target's limits before anything uses it: both
         # WebGPU builds then run on one device (as benchmarks/gpu_models.py does)
         from tilecraft.targets.webgpu_backend import runtime
@@ -152,7 +153,12 @@ def run() -> list[dict]:
             dev = targets.opencl(0) if kind.startswith("opencl") else targets.webgpu(0)
             # webgpu-adapter: the adapter's own limits (more workgroup storage: the tiled
             # kernel's Qᵀ-in-shared-memory tile where it fits)
-            target = dev.target() if kind == "webgpu-adapter" else Target(kind)
+            if kind.startswith("webgpu-adapter"):
+                target = dev.target()
+                if kind == "webgpu-adapter-trusted":
+                    target = Target(dict(target.export(), trusted_shaders=True))
+            else:
+                target = Target(kind)
             for variant, pipeline, kernel, cfg in _variants(target):
                 attention.FLASH_TILE, attention.FLASH_TILE_WEBGPU = \
                     (cfg, cfg) if cfg else defaults

@@ -2,7 +2,7 @@
 device run to choose the GPU GEMM family's constants (``relax.backend.gpu.gemm``: tile, k-step,
 register fragments, vector fetch) before a tuning run.
 
-``python -m benchmarks.gpu_gemm_variants [opencl] [webgpu]`` prints one JSON row per variant and
+``python -m benchmarks.gpu_gemm_variants [opencl] [webgpu] [webgpu-adapter[-trusted]]`` prints one JSON row per variant and
 writes them to ``benchmarks/results/gpu_gemm_variants/<machine>.json`` (the machine: the GPU
 measured), copied to ``$OUT/gpu_gemm_variants.json`` when ``OUT`` is set (a device run's
 output folder). Every variant's result is checked against float64 numpy.
@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from tilecraft import targets
+from tilecraft.targets.webgpu_backend import runtime
 from benchmarks.common import write_results
 from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
 from tilecraft.relax import gpu_schedules
@@ -38,15 +39,28 @@ OPENCL = [
 ]
 WEBGPU = [{"GEMM_FRAGMENTS_WEBGPU": False}, {"GEMM_REGISTER_PREFETCH": False}, {},
           {"GEMM_BK": 8}]
+# WebGPU with the adapter's limits (``webgpu-adapter``, ``webgpu-adapter-trusted``: no naga
+# run-time checks): the k-step of 16 with the padded row tile its 48 KB of workgroup storage hold
+WEBGPU_ADAPTER = [{}, {"GEMM_BK_WEBGPU": 16, "WEBGPU_SHARED_BYTES": 49152},
+                  {"GEMM_BK_WEBGPU": 16}, {"GEMM_REGISTER_PREFETCH": False}]
 
 
 def _device(kind):
-    """(device, Target, name, is_gpu) of the first OpenCL device / WebGPU adapter."""
+    """(device, Target, name, is_gpu) of the first OpenCL device / WebGPU adapter; for
+    ``webgpu-adapter`` (``-trusted``) the target has the adapter's own limits (and
+    ``trusted_shaders``)."""
     if kind == "opencl":
         from benchmarks.tune_gpu import _opencl
         return _opencl()
     from benchmarks.tune_gpu import _webgpu
-    return _webgpu()
+    dev, target, name, gpu = _webgpu()
+    if kind.startswith("webgpu-adapter"):
+        target = dev.target()
+        if kind == "webgpu-adapter-trusted":
+            target = targets.Target(dict(target.export(), trusted_shaders=True))
+        # the device opens with these limits (run a webgpu-adapter kind before plain webgpu)
+        runtime.note_target(target)
+    return dev, target, name, gpu
 
 
 def run(kinds) -> list[dict]:
@@ -71,7 +85,9 @@ def run(kinds) -> list[dict]:
             gpu_name = name
         A, B = targets.array(a, dev), targets.array(b, dev)
         C = targets.empty((N, N), "float32", dev)
-        for variant in (OPENCL if kind == "opencl" else WEBGPU):
+        variants = OPENCL if kind == "opencl" else \
+            WEBGPU_ADAPTER if kind.startswith("webgpu-adapter") else WEBGPU
+        for variant in variants:
             saved = {k: getattr(G, k) for k in variant}
             row = {"target": kind, "variant": {k: v for k, v in variant.items()}}
             try:
