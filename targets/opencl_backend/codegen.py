@@ -190,15 +190,22 @@ class OpenCLCodegen(CodegenC):
             if mode == "ptx":
                 self.needs.add("tc_ptx")
                 self.emit(tc.cp_async_asm(self._tc_address(dst), self._tc_address(src)))
-            else:                   # a plain copy: the barrier after the wait orders it
-                self.emit(tc.load_b128(self._tc_address(dst), "__local",
-                                       self._tc_address(src), "__global"))
+            else:                   # queued: it lands in shared memory at a wait
+                self.needs.add("tc_cp_emulated")
+                self.emit(tc.cp_async_emulated(self._tc_address(dst), self._tc_address(src)))
             return
         if isinstance(v, E.Call) and v.op in (E.TC_CP_COMMIT, E.TC_CP_WAIT):
-            if self._tc_mode(v) == "ptx":
+            mode = self._tc_mode(v)
+            n = None if v.op == E.TC_CP_COMMIT else E.as_int(v.args[0])
+            if v.op == E.TC_CP_WAIT and (n is None or n < 0):
+                raise self.error(f"{v.op} takes a constant number of groups >= 0, "
+                                 f"got {v.args[0]!r}", v)
+            if mode == "ptx":
                 self.needs.add("tc_ptx")
-                self.emit(tc.cp_commit_asm() if v.op == E.TC_CP_COMMIT else
-                          tc.cp_wait_asm(E.as_int(v.args[0])))
+                self.emit(tc.cp_commit_asm() if n is None else tc.cp_wait_asm(n))
+            else:
+                self.needs.add("tc_cp_emulated")
+                self.emit(tc.cp_commit_emulated() if n is None else tc.cp_wait_emulated(n))
             return
         if isinstance(v, E.Call) and v.op == E.TC_LOAD_B128:
             self._tc_mode(v)
@@ -210,13 +217,23 @@ class OpenCLCodegen(CodegenC):
 
     def kernel_source(self, kernel: DeviceKernel, nonneg_scalars=()) -> str:
         text = super().kernel_source(kernel, nonneg_scalars)
-        if not self.needs & {"tc_emulated", "tc_tf32_emulated"}:
+        decls = []        # the emulation's own arrays (no IR buffer has them)
+        if self.needs & {"tc_emulated", "tc_tf32_emulated"}:
+            # the emulated mma's scratch: 6 words a lane
+            words = tc.EMULATION_SCRATCH * 32 * (-(-kernel.block[0] // 32))
+            decls.append(f"__local uint {tc.SCRATCH_NAME}[{words}] "
+                         f"__attribute__((aligned(16)));")
+        if "tc_cp_emulated" in self.needs:
+            # the emulated cp.async's queue, for the most copies a work-item has pending
+            try:
+                capacity = tc.cp_async_queue_capacity(kernel.func.body)
+            except E.TIRError as err:
+                raise self.error(str(err), err.node) from None
+            decls += tc.cp_queue_decls(max(capacity, 1))
+        if not decls:
             return text
-        # the emulated mma's scratch: 6 words a lane (declared here: no IR buffer has it)
-        words = tc.EMULATION_SCRATCH * 32 * (-(-kernel.block[0] // 32))
         head, _, rest = text.partition("\n")
-        return (f"{head}\n{self.INDENT}__local uint {tc.SCRATCH_NAME}[{words}] "
-                f"__attribute__((aligned(16)));\n{rest}")
+        return "\n".join([head] + [self.INDENT + d for d in decls] + [rest])
 
     # -- float16 ---------------------------------------------------------------------------------
     def float_literal(self, value: float, dtype: str) -> str:
@@ -377,6 +394,8 @@ def opencl_source(kernels: Sequence[DeviceKernel],
         head.append(tc.TF32_SPLIT_EMULATED_SOURCE)
     if "tc_ldmatrix_emulated" in needs:
         head.append(tc.LDMATRIX_EMULATION_SOURCE)
+    if "tc_cp_emulated" in needs:
+        head.append(tc.CP_ASYNC_EMULATION_SOURCE)
     if "tc_pack_half2" in needs:
         head.append(tc.PACK_HALF2_SOURCE)
     for n in sorted(x for x in needs if x.startswith("roundhalf_")):

@@ -32,11 +32,29 @@ The fragment loads ``ldmatrix.sync.aligned.m8n8.x4`` / ``.x2`` (``.shared.b16``,
 giving one 16-byte row address of four / two 8 x 8 matrices of halves and receiving its word of
 each, the same layout as an mma fragment) and the asynchronous copies ``cp.async.cg.shared.
 global`` (16 bytes, with ``cp.async.commit_group`` / ``cp.async.wait_group n``) have the same two
-forms: in the emulation the ldmatrix goes through the same ``__local`` scratch (each lane
-stores its row's word index, a barrier, each lane reads its words from the rows the others
-gave: the layout is checked on PoCL), a ``cp.async`` is a plain 16-byte copy and commit / wait
-are nothing (the barrier the kernel has after the wait makes the copies visible). A shared
-address is the ``__local`` pointer's value as a 32-bit integer (``(uint)(size_t)p``).
+forms. In the emulation the ldmatrix goes through the same ``__local`` scratch: each lane
+reads the row it gives into it, a barrier, each lane takes its words from the rows the others
+read (the layout is checked on PoCL). The row is read before that barrier, as the work-item
+sees shared memory then, so a row another work-item has not yet made visible (a copy of its
+not yet landed, or landed with no barrier since) reads stale, as it may on the hardware.
+
+The emulated ``cp.async`` keeps its asynchrony (``CP_ASYNC_EMULATION_SOURCE``): the copy
+reads its 16 source bytes when issued (global memory the kernel does not write) into a queue
+private to the work-item (the value, the ``__local`` destination, the group: the number of
+commits so far); a commit closes the group; ``wait_group n`` writes to shared memory every
+queued copy of every committed group but the newest ``n`` (never the copies not yet
+committed). So a copy is in shared memory only from its own work-item's wait on, and other
+work-items see it only after a barrier that follows that wait. A CPU driver such as PoCL runs
+a work-group's items one after another between barriers: a kernel that reads another item's
+copies after its own wait and no barrier reads stale data there and fails, where a plain copy
+passed (how the ring of ``relax.backend.gpu.tensor_core`` missed its barrier after the wait on
+PoCL and gave wrong results on NVIDIA's driver). The queue holds the most copies a work-item
+has pending at once, which ``cp_async_queue_capacity`` finds in the kernel's IR (following the
+commits and waits through its conditionals and loops); a kernel where that has no bound is a
+``CodegenError``.
+
+A shared address of the PTX forms is the ``__local`` pointer's value as a 32-bit integer
+(``(uint)(size_t)p``).
 
 Examples
 --------
@@ -46,7 +64,11 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import FrozenSet, Sequence, Tuple
+
+from tilecraft.tensorir import expr as E
+from tilecraft.tensorir import stmt as S
+from tilecraft.tensorir.functor import IRFunctor, children
 
 MODES = ("ptx", "emulated")
 
@@ -95,22 +117,25 @@ LDMATRIX_PTX = "ldmatrix.sync.aligned.m8n8.x{n}.shared.b16"
 CP_ASYNC_PTX = "cp.async.cg.shared.global [%0], [%1], 16;"
 
 LDMATRIX_EMULATION_SOURCE = """// ldmatrix.sync.aligned.m8n8.x{1,2,4}(.trans).shared.b16 of one warp, emulated through
-// __local memory: each lane puts its row's word index into the warp's scratch; lane l then
-// reads word l % 4 of row l / 4 of each matrix r from the row addresses lanes 8 r.. gave
+// __local memory: each lane giving a row (lanes 0 .. 8 n - 1) reads its row's four words into
+// the warp's scratch, as this work-item sees shared memory (before the exchange's barrier: a
+// row another work-item has not yet made visible reads stale, as on the hardware); lane l
+// then takes word l % 4 of row l / 4 of each matrix r from the rows lanes 8 r.. read
 void tc_ldmatrix_emulated(__local uint* warp_scratch, uint* d, __local const uint* base,
                           int index, int n, int trans) {
   int lane = (int)(get_local_id(0) & 31);
   __local uint* s = warp_scratch + (get_local_id(0) >> 5) * (32 * 6);
-  s[lane] = (uint)index;
+  if (lane < 8 * n)
+    for (int w = 0; w < 4; ++w) s[lane * 4 + w] = base[index + w];
   barrier(CLK_LOCAL_MEM_FENCE);
   int g = lane >> 2, t = lane & 3;
   for (int r = 0; r < n; ++r) {
     if (trans) {          // column g of rows 2t and 2t + 1
-      uint lo = base[s[r * 8 + 2 * t] + (g >> 1)], hi = base[s[r * 8 + 2 * t + 1] + (g >> 1)];
+      uint lo = s[(r * 8 + 2 * t) * 4 + (g >> 1)], hi = s[(r * 8 + 2 * t + 1) * 4 + (g >> 1)];
       int sh = (g & 1) * 16;
       d[r] = ((lo >> sh) & 0xffffu) | (((hi >> sh) & 0xffffu) << 16);
     } else {
-      d[r] = base[s[r * 8 + g] + t];
+      d[r] = s[(r * 8 + g) * 4 + t];
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -141,6 +166,176 @@ def cp_async_asm(dst: str, src: str) -> str:
     address ``dst``."""
     return (f'asm volatile("{CP_ASYNC_PTX}" :: "r"((uint)(size_t)({dst})), '
             f'"l"((ulong)(size_t)({src})));')
+
+
+# The emulated cp.async's queue: one work-item's pending copies, private arrays the kernel
+# declares (``cp_queue_decls``), sized by ``cp_async_queue_capacity``
+CP_QUEUE_NAME = "tc_cp_queue"
+CP_PENDING_NAME = "tc_cp_pending"
+CP_GROUP_NAME = "tc_cp_group"
+# the most copies a work-item may have pending at once (16 bytes each, private memory)
+CP_QUEUE_LIMIT = 256
+
+CP_ASYNC_EMULATION_SOURCE = """// cp.async.cg.shared.global (16 bytes), cp.async.commit_group and
+// cp.async.wait_group n of one work-item, emulated with their asynchrony: a copy reads its
+// (global, read-only) source when issued into the work-item's queue of pending copies,
+// tagged with the open group; a commit closes the open group (tc_cp_group += 1); wait n
+// writes to shared memory, in issue order, every pending copy of every committed group but
+// the newest n. Until then shared memory keeps its old value, and other work-items see a
+// landed copy only after a barrier
+typedef struct { uint4 value; __local uint4* dst; int group; } tc_cp_copy;
+void tc_cp_async_emulated(tc_cp_copy* queue, int* pending, int group, __local void* dst,
+                          __global const void* src) {
+  queue[*pending].value = *((__global const uint4*)src);
+  queue[*pending].dst = (__local uint4*)dst;
+  queue[*pending].group = group;
+  *pending += 1;
+}
+void tc_cp_wait_emulated(tc_cp_copy* queue, int* pending, int group, int n) {
+  int kept = 0;
+  for (int i = 0; i < *pending; ++i) {
+    if (queue[i].group < group - n) *queue[i].dst = queue[i].value;
+    else queue[kept++] = queue[i];
+  }
+  *pending = kept;
+}"""
+
+
+def cp_async_emulated(dst: str, src: str) -> str:
+    """The call of the ``cp.async`` emulation: 16 bytes from the ``__global`` address ``src``
+    queued for the ``__local`` address ``dst``."""
+    return (f"tc_cp_async_emulated({CP_QUEUE_NAME}, &{CP_PENDING_NAME}, {CP_GROUP_NAME}, "
+            f"{dst}, {src});")
+
+
+def cp_commit_emulated() -> str:
+    return f"{CP_GROUP_NAME} += 1;  // cp.async.commit_group"
+
+
+def cp_wait_emulated(n: int) -> str:
+    return (f"tc_cp_wait_emulated({CP_QUEUE_NAME}, &{CP_PENDING_NAME}, {CP_GROUP_NAME}, "
+            f"{int(n)});")
+
+
+def cp_queue_decls(capacity: int) -> list[str]:
+    """The declarations of the emulated ``cp.async`` queue of ``capacity`` copies (at the top
+    of the kernel: private to each work-item)."""
+    return [f"tc_cp_copy {CP_QUEUE_NAME}[{capacity}];",
+            f"int {CP_PENDING_NAME} = 0, {CP_GROUP_NAME} = 0;"]
+
+
+# A state of the queue: (the pending copies of each committed group, oldest first, without
+# leading empty groups; the copies of the open group)
+_State = Tuple[Tuple[int, ...], int]
+_CP_OPS = (E.TC_CP_ASYNC, E.TC_CP_COMMIT, E.TC_CP_WAIT)
+_MAX_STATES = 4096       # distinct queue states a loop of unknown trip count may reach
+_UNROLL_LIMIT = 1024     # loops of a constant trip count up to this are followed trip by trip
+
+
+class _PendingCopies(IRFunctor):
+    """The states the emulated queue of one work-item can be in, statement by statement
+    (``visit(stmt, states) -> states``), and the most copies pending in any of them."""
+
+    def __init__(self):
+        self.most = 0
+        self._has_cp: dict[int, bool] = {}
+
+    def has_cp(self, node) -> bool:
+        key = id(node)
+        if key not in self._has_cp:
+            if isinstance(node, S.Evaluate):
+                self._has_cp[key] = isinstance(node.value, E.Call) and node.value.op in _CP_OPS
+            else:
+                self._has_cp[key] = any(self.has_cp(c) for c in children(node)
+                                        if isinstance(c, S.Stmt))
+        return self._has_cp[key]
+
+    def visit_default(self, node, states: FrozenSet[_State]) -> FrozenSet[_State]:
+        # a statement holding others (Allocate, LetStmt, AssertStmt, SeqStmt, ...): in order
+        for c in children(node):
+            if isinstance(c, S.Stmt) and self.has_cp(c):
+                states = self.visit(c, states)
+        return states
+
+    def visit_IfThenElse(self, s: S.IfThenElse, states):
+        if not self.has_cp(s):
+            return states
+        other = states if s.else_case is None else self.visit(s.else_case, states)
+        return self.visit(s.then_case, states) | other
+
+    def visit_For(self, s: S.For, states):
+        if not self.has_cp(s.body):
+            return states
+        extent = E.as_int(s.extent)
+        if s.kind == "thread_binding":     # one work-item runs the body once
+            return self.visit(s.body, states)
+        if extent is not None and extent <= _UNROLL_LIMIT:
+            for _ in range(extent):
+                after = self.visit(s.body, states)
+                if after == states:        # every later trip gives the same states
+                    break
+                states = after
+            return states
+        # an unknown (or long) trip count: the states after any number of trips
+        reached, frontier = states, states
+        while frontier:
+            frontier = self.visit(s.body, frontier) - reached
+            reached |= frontier
+            if len(reached) > _MAX_STATES:
+                raise E.TIRError(f"the cp.async emulation cannot bound the copies and groups "
+                                 f"pending in loop {s.loop_var.name} (commits without waits?)",
+                                 s)
+        return reached
+
+    def visit_Evaluate(self, s: S.Evaluate, states):
+        if not self.has_cp(s):
+            return states
+        op, args = s.value.op, s.value.args
+        if op == E.TC_CP_ASYNC:
+            states = frozenset((done, open_ + 1) for done, open_ in states)
+            self.most = max([self.most] + [sum(done) + open_ for done, open_ in states])
+            if self.most > CP_QUEUE_LIMIT:
+                raise E.TIRError(f"the cp.async emulation: a work-item may have more than "
+                                 f"{CP_QUEUE_LIMIT} copies pending (a copy in a loop without a "
+                                 f"wait?)", s)
+            return states
+        if op == E.TC_CP_COMMIT:
+            return frozenset((_strip(done + (open_,)), 0) for done, open_ in states)
+        n = E.as_int(args[0])
+        if n is None or n < 0:
+            raise E.TIRError(f"{op} takes a constant number of groups >= 0, got {args[0]!r}", s)
+        return frozenset((_strip(done[max(len(done) - n, 0):]), open_) for done, open_ in states)
+
+
+def _strip(done: Tuple[int, ...]) -> Tuple[int, ...]:
+    """``done`` without its leading empty groups (no wait can land anything of them)."""
+    i = 0
+    while i < len(done) and done[i] == 0:
+        i += 1
+    return done[i:]
+
+
+def cp_async_queue_capacity(body: S.Stmt) -> int:
+    """The most ``cp.async`` copies one work-item running ``body`` has pending (issued, not
+    landed by a wait) at once: the capacity of the emulation's queue. Follows the commits and
+    waits through the statements, both branches of a conditional and every trip of a loop (a
+    loop of unknown trip count until its states repeat); a ``TIRError`` where that has no
+    bound (more than ``CP_QUEUE_LIMIT`` copies, or groups growing without a wait).
+
+    Examples
+    --------
+    >>> from tilecraft.tensorir.stmt import Buffer, Evaluate, seq
+    >>> from tilecraft.tensorir.expr import call, const
+    >>> G, sh = Buffer("G", (8,), "uint32"), Buffer("sh", (8,), "uint32", scope="shared")
+    >>> copy = Evaluate(call(E.TC_CP_ASYNC, sh[0], G[0], dtype="int32"))
+    >>> commit = Evaluate(call(E.TC_CP_COMMIT, dtype="int32"))
+    >>> wait1 = Evaluate(call(E.TC_CP_WAIT, const(1, "int32"), dtype="int32"))
+    >>> cp_async_queue_capacity(seq(copy, copy, commit, copy, commit, wait1, copy))
+    3
+    """
+    walk = _PendingCopies()
+    walk.visit(body, frozenset({((), 0)}))
+    return walk.most
 
 
 def cp_commit_asm() -> str:
@@ -280,9 +475,12 @@ def mma_tf32_emulated(c: str, a: str, b: str) -> str:
     return f"tc_mma_tf32_emulated({SCRATCH_NAME}, {c}, {a}, {b});"
 
 
-__all__ = ["CP_ASYNC_PTX", "CVT_TF32_PTX", "EMULATION_SCRATCH", "EMULATION_SOURCE",
-           "EMULATION_TF32_SOURCE", "LDMATRIX_EMULATION_SOURCE", "LDMATRIX_PTX", "MMA_PTX",
-           "MMA_TF32_PTX", "MODES", "PACK_HALF2_SOURCE", "REQUIREMENT", "SCRATCH_NAME",
-           "TF32_SPLIT_EMULATED_SOURCE", "TF32_SPLIT_PTX_SOURCE", "cp_async_asm",
-           "cp_commit_asm", "cp_wait_asm", "ldmatrix_asm", "ldmatrix_emulated", "load_b128",
-           "mma_asm", "mma_emulated", "mma_tf32_asm", "mma_tf32_emulated", "pack_hi", "pack_lo"]
+__all__ = ["CP_ASYNC_EMULATION_SOURCE", "CP_ASYNC_PTX", "CP_GROUP_NAME", "CP_PENDING_NAME",
+           "CP_QUEUE_LIMIT", "CP_QUEUE_NAME", "CVT_TF32_PTX", "EMULATION_SCRATCH",
+           "EMULATION_SOURCE", "EMULATION_TF32_SOURCE", "LDMATRIX_EMULATION_SOURCE",
+           "LDMATRIX_PTX", "MMA_PTX", "MMA_TF32_PTX", "MODES", "PACK_HALF2_SOURCE", "REQUIREMENT",
+           "SCRATCH_NAME", "TF32_SPLIT_EMULATED_SOURCE", "TF32_SPLIT_PTX_SOURCE", "cp_async_asm",
+           "cp_async_emulated", "cp_async_queue_capacity", "cp_commit_asm", "cp_commit_emulated",
+           "cp_queue_decls", "cp_wait_asm", "cp_wait_emulated", "ldmatrix_asm",
+           "ldmatrix_emulated", "load_b128", "mma_asm", "mma_emulated", "mma_tf32_asm",
+           "mma_tf32_emulated", "pack_hi", "pack_lo"]

@@ -16,7 +16,7 @@ from tilecraft.targets import Target
 from tilecraft.tensorir import expr as E
 from tilecraft.tensorir.expr import Var, call, const, floordiv, floormod
 from tilecraft.tensorir.function import PrimFunc
-from tilecraft.tensorir.stmt import Allocate, Buffer, BufferStore, Evaluate, For, seq
+from tilecraft.tensorir.stmt import Allocate, Buffer, BufferStore, Evaluate, For, IfThenElse, seq
 
 REAL = os.environ.get("TILECRAFT_TC_DEVICE", "") == "nvidia"
 TARGET = Target("opencl -device=nvidia" if REAL else "opencl -device=nvidia-emulated")
@@ -183,3 +183,120 @@ def test_cp_async(dev):
     out = targets.empty((64, 4), "uint32", dev)
     mod["cp"](targets.array(g, dev), out)
     np.testing.assert_array_equal(out.numpy(), g[63 - (np.arange(64) + 5) % 64])
+
+
+def _cp_groups_func() -> PrimFunc:
+    """64 work-items: each fills its rows of two shared tiles from ``Old``, issues a
+    ``cp.async`` of its row of ``G1`` into the first (group 0) and of ``G2`` into the second
+    (group 1), and writes its own rows to ``O``: (0) tile 1 before any wait, (1, 2) tiles 1
+    and 2 after ``wait_group 1``, (3) tile 2 after ``wait_group 0``; and (4) the row of tile 2
+    that work-item ``(tx + 32) % 64`` copied, after its own ``wait_group 0`` and no barrier
+    (the lowering places its barrier after the copies, as if they landed when issued)."""
+    Old = Buffer("Old", (2, 64, 4), "uint32")
+    G1 = Buffer("G1", (64, 4), "uint32")
+    G2 = Buffer("G2", (64, 4), "uint32")
+    O = Buffer("O", (5, 64, 4), "uint32")
+    sh1 = Buffer("tile1", (64, 4), "uint32", scope="shared")
+    sh2 = Buffer("tile2", (64, 4), "uint32", scope="shared")
+    tx, i = Var("tx"), Var("i")
+
+    def out(k, tile):
+        return For(i, 0, 4, "unrolled", BufferStore(O, tile[tx, i], [k, tx, i]))
+    commit = Evaluate(call(E.TC_CP_COMMIT, dtype="int32"))
+    body = For(tx, 0, 64, "thread_binding", seq(
+        For(i, 0, 4, "unrolled", seq(BufferStore(sh1, Old[0, tx, i], [tx, i]),
+                                     BufferStore(sh2, Old[1, tx, i], [tx, i]))),
+        Evaluate(call(E.TC_CP_ASYNC, sh1[tx, 0], G1[tx, 0], dtype="int32")), commit,
+        Evaluate(call(E.TC_CP_ASYNC, sh2[tx, 0], G2[tx, 0], dtype="int32")), commit,
+        out(0, sh1),
+        Evaluate(call(E.TC_CP_WAIT, const(1, "int32"), dtype="int32")),
+        out(1, sh1), out(2, sh2),
+        Evaluate(call(E.TC_CP_WAIT, const(0, "int32"), dtype="int32")),
+        out(3, sh2),
+        For(i, 0, 4, "unrolled", BufferStore(O, sh2[floormod(tx + 32, 64), i], [4, tx, i]))),
+        thread_tag="threadIdx.x")
+    body = Allocate(sh1, Allocate(sh2, body))
+    handles = [Var(x.name, "handle") for x in (Old, G1, G2, O)]
+    return PrimFunc(handles, body, dict(zip(handles, (Old, G1, G2, O))),
+                    attrs={"global_symbol": "cp_groups", "tir.is_scheduled": True})
+
+
+def _runs_work_items_in_turn() -> bool:
+    """Does the OpenCL device run a work-group's items one after another between barriers
+    (a CPU driver: PoCL), so that what one reads of another's shared memory is determined?"""
+    from tilecraft.targets.opencl_backend import list_devices
+    return "CPU" in list_devices()[0]["type"].upper()
+
+
+def test_cp_async_lands_at_its_wait(dev):
+    """The emulation's ``cp.async`` is asynchronous: a work-item's copy is not in shared
+    memory before its ``wait_group`` (a barrier between does not land it), ``wait_group 1``
+    lands the older group only and ``wait_group 0`` the newer one too. Another work-item sees
+    the copy only once the copier's wait has run: on a CPU driver, which runs work-items
+    0..63 in turn up to the next barrier, items 0..31 read the old rows of items 32..63 (not
+    yet at their wait) and items 32..63 the copied rows of 0..31."""
+    if REAL:
+        pytest.skip("on the hardware a copy may land any time before its wait: what a thread "
+                    "reads before the wait is undefined (this checks the emulation's order)")
+    if not _runs_work_items_in_turn():
+        pytest.skip("the OpenCL device is not a CPU driver: the order in which work-items "
+                    "run, which the test reads, is not defined")
+    mod = targets.build(_cp_groups_func(), TARGET)
+    src = mod.get_source()
+    assert "tc_cp_copy tc_cp_queue[2];" in src            # two copies pending at most
+    rng = np.random.default_rng(4)
+
+    def words(*shape):
+        return rng.integers(0, 2 ** 32, shape, dtype=np.uint64).astype(np.uint32)
+    old, g1, g2 = words(2, 64, 4), words(64, 4), words(64, 4)
+    out = targets.empty((5, 64, 4), "uint32", dev)
+    mod["cp_groups"](targets.array(old, dev), targets.array(g1, dev), targets.array(g2, dev),
+                     out)
+    got = out.numpy()
+    np.testing.assert_array_equal(got[0], old[0])          # before the wait: not there
+    np.testing.assert_array_equal(got[1], g1)              # wait_group 1: group 0 landed,
+    np.testing.assert_array_equal(got[2], old[1])          # group 1 still pending
+    np.testing.assert_array_equal(got[3], g2)              # wait_group 0: all landed
+    np.testing.assert_array_equal(got[4][:32], old[1][32:])   # not yet landed by 32..63
+    np.testing.assert_array_equal(got[4][32:], g2[:32])       # landed by 0..31
+
+
+def _cp_stmt(op, *args):
+    return Evaluate(call(op, *args, dtype="int32"))
+
+
+def test_cp_async_queue_capacity():
+    """The emulated queue's size: the most copies pending at once, through groups, waits,
+    both branches of a conditional and the trips of a loop; a clear error where a loop keeps
+    adding copies without a wait."""
+    from tilecraft.targets.gpu_codegen import CodegenError
+    from tilecraft.targets.opencl_backend.tensor_core import cp_async_queue_capacity
+    G = Buffer("G", (64, 4), "uint32")
+    sh = Buffer("sh", (64, 4), "uint32", scope="shared")
+    k, n = Var("k"), Var("n")
+    copy = _cp_stmt(E.TC_CP_ASYNC, sh[0, 0], G[0, 0])
+    commit = _cp_stmt(E.TC_CP_COMMIT)
+
+    def wait(m):
+        return _cp_stmt(E.TC_CP_WAIT, const(m, "int32"))
+    # a ring of 3 stages, 2 copies a stage, the copies of a step conditional
+    two = For(Var("e"), 0, 2, "unrolled", copy)
+    ring = seq(two, commit, two, commit,
+               For(k, 0, n, "serial", seq(wait(1), IfThenElse(k < n - 2, two), commit)))
+    assert cp_async_queue_capacity(ring) == 4
+    # wait_group 1 keeps the one committed group; the copies not committed it never waits for
+    assert cp_async_queue_capacity(seq(two, commit, two, wait(1), two)) == 6
+    assert cp_async_queue_capacity(seq(two, commit, two, commit, wait(1), two)) == 4
+    assert cp_async_queue_capacity(seq(two, commit, wait(0), two, commit, wait(0))) == 2
+    endless = For(k, 0, n, "serial", seq(copy, commit))       # no wait: grows with n
+    with pytest.raises(Exception, match="cp.async emulation"):
+        cp_async_queue_capacity(endless)
+    # building such a kernel for the emulation fails the same way, naming the kernel
+    tx = Var("tx")
+    body = Allocate(sh, For(tx, 0, 32, "thread_binding", seq(endless, wait(0)),
+                            thread_tag="threadIdx.x"))
+    handles = [Var(x.name, "handle") for x in (G,)] + [n]
+    func = PrimFunc(handles, body, {handles[0]: G},
+                    attrs={"global_symbol": "endless", "tir.is_scheduled": True})
+    with pytest.raises(CodegenError, match="cp.async emulation"):
+        targets.build(func, Target("opencl -device=nvidia-emulated"))
