@@ -108,11 +108,15 @@ class TensorCoreOptions:
       (for plain operands only — ``a_mode`` ``"rows"``, ``b_mode`` ``"nk"``, or ``"kn"`` with
       ``ldmatrix`` — else 1; where the ring of k-steps of 32 would pass the target's shared
       memory, k-steps of 16, else fewer stages). **Experimental, off by default:** on an H200
-      through NVIDIA's driver the ring gives wrong results in some kernels (batch matmul, the
-      128 x 128 tiles, a fused input cast; which ones changes from run to run: a missing wait
-      or barrier, which the PoCL emulation, a plain copy, cannot show), while the register
-      staging with ``ldmatrix`` passes every test there and times within 0-9% of the ring on
-      BERT's layers;
+      through NVIDIA's driver the ring gave wrong results in some kernels (batch matmul, the
+      128 x 128 tiles, a fused input cast; which ones changed from run to run). One cause is
+      found and fixed: the last S - 1 k-steps (and every step of a kernel with fewer k-steps
+      than stages) had no barrier after their wait, so the mma read other threads' copies
+      before they landed; each step now has one, and the emulation, whose ``cp.async`` now
+      lands at the wait, fails without it. The ring stays off until a GPU run passes its
+      device tests (``TEST_VARIANTS=all3 bash benchmarks/tc_device.sh``); the register staging
+      with ``ldmatrix`` passes every test there and times within 0-9% of the ring on BERT's
+      layers;
     * ``split_k`` (``TILECRAFT_TC_SPLITK=0/1``, default 1): a GEMM whose tiles fill few
       multiprocessors and whose K is long (``split_parts``) runs as two kernels: the
       tensor-core kernel over ``S`` parts of K writing float32 partials, then their sum with
