@@ -41,12 +41,15 @@ class Headline:
     """One line of the table.
 
     ``figure`` says what was measured, ``ratio`` is the peer's time over ours (None when the
-    benchmark has no peer: the figure then carries the number), ``peer`` names the peer.
+    benchmark has no peer: the figure then carries the number), ``peer`` names the peer,
+    ``measured`` the row's own date where a file gathers rows of several runs (else the
+    file's ``time``).
     """
 
     figure: str
     ratio: float | None = None
     peer: str = ""
+    measured: str = ""
 
 
 def latest_results(root: str = RESULTS_DIR) -> list[tuple[str, str, dict]]:
@@ -86,7 +89,7 @@ def table(root: str = RESULTS_DIR) -> str:
         for h in headlines(bench, doc):
             ratio = "" if h.ratio is None else f"{h.ratio:.2f}x"
             lines.append(f"| [{bench}]({bench}/{machine}.json) | {machine} | {h.figure} | "
-                         f"{ratio} | {h.peer} | {str(doc.get('time', ''))[:10]} |")
+                         f"{ratio} | {h.peer} | {str(h.measured or doc.get('time', ''))[:10]} |")
     return "\n".join(lines)
 
 
@@ -322,7 +325,8 @@ def _gpu_models(doc):
             continue          # an error row
         label = _GPU_MODEL_LABELS.get(r["model"], r["model"])
         out.append(Headline(f"{label} batch {r['batch']}, {r['target']}, untuned",
-                            r["vs_torch"], f"PyTorch eager ({r['torch_device']})"))
+                            r["vs_torch"], f"PyTorch eager ({r['torch_device']})",
+                            str(r.get("measured", ""))))
     return out
 
 
