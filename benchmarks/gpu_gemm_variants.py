@@ -40,9 +40,9 @@ OPENCL = [
 WEBGPU = [{"GEMM_FRAGMENTS_WEBGPU": False}, {"GEMM_REGISTER_PREFETCH": False}, {},
           {"GEMM_BK": 8}]
 # WebGPU with the adapter's limits (``webgpu-adapter``, ``webgpu-adapter-trusted``: no naga
-# run-time checks): the k-step of 16 with the padded row tile its 48 KB of workgroup storage hold
-WEBGPU_ADAPTER = [{}, {"GEMM_BK_WEBGPU": 16, "WEBGPU_SHARED_BYTES": 49152},
-                  {"GEMM_BK_WEBGPU": 16}, {"GEMM_REGISTER_PREFETCH": False}]
+# run-time checks): the default (the k-step 16 with the padded row tile its 48 KB of workgroup
+# storage hold), the k-step 8 of the spec's limits (the rule before it read the target)
+WEBGPU_ADAPTER = [{}, {"GEMM_BK_WEBGPU_WIDE": 8}, {"GEMM_REGISTER_PREFETCH": False}]
 
 
 def _device(kind):

@@ -15,10 +15,12 @@ Run: ``python -m benchmarks.run gpu_models`` (needs torch; PyTorch's column need
 ``TILECRAFT_GPU_MODELS`` picks models (comma-separated names of ``MODELS``),
 ``TILECRAFT_GPU_MODEL_TARGETS`` targets (``opencl,webgpu,webgpu-adapter``: WebGPU built for the
 spec's default limits — what any browser grants — and for the adapter's own,
-``targets.webgpu(0).target()``; ``webgpu-adapter-k16`` too, not by default: the adapter's
-limits with the GEMM k-step of 16 they allow, patched in while building;
-``webgpu-adapter-trusted`` and ``webgpu-adapter-k16-trusted``, not by default: the same with
-the target's ``trusted_shaders`` on, shader modules without naga's run-time checks),
+``targets.webgpu(0).target()``, whose workgroup storage gives the GEMM family the k-step 16
+(``relax.backend.gpu.gemm.webgpu_k_step``); ``webgpu-adapter-k8`` too, not by default: the
+adapter's limits with the GEMM k-step of 8 the rule gave before (patched in while building:
+the A/B of the k-step in one call); ``webgpu-adapter-trusted`` and
+``webgpu-adapter-k8-trusted``, not by default: the same with the target's ``trusted_shaders``
+on, shader modules without naga's run-time checks),
 ``TILECRAFT_GPU_MODEL_BATCHES``
 batches (``1,16``), ``TILECRAFT_GPU_MODEL_PROFILE=1`` a per-kernel profile in every row
 (``kernels_us``: WebGPU's from GPU timestamps, OpenCL's from ``vm.profile``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
@@ -176,7 +178,7 @@ def _torch_time(module, x: np.ndarray, device: str, number: int = 10, repeat: in
 
 def _options(kind: str) -> tuple[str, set, int | None]:
     """A name of ``TILECRAFT_GPU_MODEL_TARGETS`` as (base, options, submit_every): the words
-    ``k16`` and ``trusted`` after ``webgpu-adapter``, and ``submitN`` after any WebGPU kind
+    ``k8`` and ``trusted`` after ``webgpu-adapter``, and ``submitN`` after any WebGPU kind
     (``webgpu-adapter-trusted-submit512``: the WebGPU runtime submits every 512 commands
     while this kind is timed)."""
     words = kind.split("-")
@@ -190,8 +192,8 @@ def _options(kind: str) -> tuple[str, set, int | None]:
 
 def _target(kind: str):
     """What ``relax.build`` gets for a name of ``TILECRAFT_GPU_MODEL_TARGETS``:
-    ``webgpu-adapter`` (and ``webgpu-adapter-k16``) is WebGPU with the adapter's own limits,
-    ``webgpu-adapter-trusted`` (``webgpu-adapter-k16-trusted``) the same with
+    ``webgpu-adapter`` (and ``webgpu-adapter-k8``) is WebGPU with the adapter's own limits,
+    ``webgpu-adapter-trusted`` (``webgpu-adapter-k8-trusted``) the same with
     ``trusted_shaders`` (no naga run-time checks), the others are target strings."""
     base, options, _ = _options(kind)
     if base == "webgpu-adapter":
@@ -220,20 +222,20 @@ def _submit_every(kind: str, dev):
 
 
 @contextlib.contextmanager
-def _gemm_kstep(kind: str, target):
-    """For ``webgpu-adapter-k16``: the GEMM family's WebGPU k-step raised to 16 within the
-    target's workgroup storage while the model builds (what the GEMM schedule would do if it
-    read the target's limit rather than the spec's 16 KiB; restored after)."""
+def _gemm_kstep(kind: str):
+    """For ``webgpu-adapter-k8``: the GEMM family's WebGPU k-step held at 8 while the model
+    builds (the rule before it read the target's workgroup storage: ``gemm.GEMM_BK_WEBGPU_WIDE``
+    set to ``GEMM_BK_WEBGPU``; restored after)."""
     from tilecraft.relax.backend.gpu import gemm
-    if "k16" not in _options(kind)[1]:
+    if "k8" not in _options(kind)[1]:
         yield
         return
-    saved = gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES
-    gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES = 16, target.max_shared_memory_per_block
+    saved = gemm.GEMM_BK_WEBGPU_WIDE
+    gemm.GEMM_BK_WEBGPU_WIDE = gemm.GEMM_BK_WEBGPU
     try:
         yield
     finally:
-        gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES = saved
+        gemm.GEMM_BK_WEBGPU_WIDE = saved
 
 
 def _open_webgpu_for(kinds) -> None:
@@ -301,9 +303,9 @@ def run() -> list[dict]:
                 dev = gpu_device(kind)
                 t0 = time.perf_counter()
                 target = _target(kind)
-                key = (str(target), "k16" in _options(kind)[1])
+                key = (str(target), "k8" in _options(kind)[1])
                 if key not in built:
-                    with _gemm_kstep(kind, target):
+                    with _gemm_kstep(kind):
                         built[key] = relax.build(mod, target, upper_bounds=bounds)
                 exe = built[key]
                 build_s = time.perf_counter() - t0

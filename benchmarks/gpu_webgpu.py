@@ -11,8 +11,9 @@ numpy's wall clock. ``python -m benchmarks.run gpu_webgpu``.
 
 ``python -m benchmarks.gpu_webgpu probe`` (``probe()``, under a minute on a GPU): a BERT FFN
 GEMM (2048 x 768 x 3072) and a ResNet-50 3x3 convolution (16 x 256 x 14 x 14) on WebGPU with
-the spec's limits, with the adapter's limits (``targets.webgpu(0).target()``), with the GEMM
-k-step of 16 those allow, and without naga's run-time checks (native only), beside OpenCL and
+the spec's limits, with the adapter's limits (``targets.webgpu(0).target()``: the GEMM k-step
+of 16 those allow), with them and the k-step 8 of the spec's limits (the rule before it read
+the target), and without naga's run-time checks (native only), beside OpenCL and
 PyTorch on the same GPU, in one process.
 
 ``python -m benchmarks.gpu_webgpu probe resnet`` (under two minutes on a GPU): the ResNet-50
@@ -266,8 +267,9 @@ def _resnet_workloads(gpu: bool, adapter_target) -> list[dict]:
     64 -> 256 layer (``fused_conv2d3_*``: 10x slower than OpenCL in issue 32's profile), the
     7x7 stride-2 stem (7x) and a 14 x 14 1x1 1024 -> 256 layer (``fused_conv2d15_*``: 2.5x).
     Small on a CPU adapter. Variants: the adapter's limits as generated now, with the WGSL
-    unroll rule from before issue 32's fix (``_unroll_rule_before_fix``), and with OpenCL's
-    k-step of 16 (16 input channels per step of a 1x1 layer instead of 8)."""
+    unroll rule from before issue 32's fix (``_unroll_rule_before_fix``), and with the k-step 8
+    of the spec's limits (8 input channels per step of a 1x1 layer instead of the adapter's
+    16)."""
     from tilecraft.relax import const
     from tilecraft.relax.op import nn
     rng = np.random.default_rng(1)
@@ -304,7 +306,7 @@ def _resnet_workloads(gpu: bool, adapter_target) -> list[dict]:
                 ("webgpu adapter limits", adapter_target, False, True, None),
                 ("webgpu, the WGSL unroll rule before issue 32's fix", adapter_target, False,
                  True, "unroll-before-fix"),
-                ("webgpu adapter limits, GEMM k-step 16", adapter_target, True, True, None)]})
+                ("webgpu adapter limits, GEMM k-step 8", adapter_target, True, True, None)]})
     return out
 
 
@@ -409,34 +411,33 @@ def _gemm_mkn(m: int, k: int, n: int):
 
 
 def _limit_variants(adapter_target) -> list[tuple]:
-    """(label, target, k-step 16, naga's checks, WGSL rewrite) of the GEMM-like workloads'
+    """(label, target, k-step 8, naga's checks, WGSL rewrite) of the GEMM-like workloads'
     WebGPU rows; the rows without naga's checks last, left out with
     ``WEBGPU_PROBE_UNCHECKED=0``."""
     out = [("webgpu portable (spec limits)", targets.Target("webgpu"), False, True, None),
            ("webgpu adapter limits", adapter_target, False, True, None),
-           ("webgpu adapter limits, GEMM k-step 16", adapter_target, True, True, None)]
+           ("webgpu adapter limits, GEMM k-step 8", adapter_target, True, True, None)]
     if os.environ.get("WEBGPU_PROBE_UNCHECKED", "1") != "0":
         out += [("webgpu adapter limits, no naga checks (native only)", adapter_target, False,
                  False, None),
-                ("webgpu adapter limits, k-step 16, no naga checks", adapter_target, True, False,
+                ("webgpu adapter limits, k-step 8, no naga checks", adapter_target, True, False,
                  None)]
     return out
 
 
-def _scheduled_for(func, target, kstep16: bool):
-    """``func`` with the default GPU schedule for ``target``; ``kstep16``: the GEMM family's
-    WebGPU k-step raised to OpenCL's 16 within the target's workgroup storage (what the
-    schedule would do if it read the target's limit instead of the spec's 16 KiB; patched here
-    for the measurement and restored)."""
+def _scheduled_for(func, target, kstep8: bool):
+    """``func`` with the default GPU schedule for ``target``; ``kstep8``: the GEMM family's
+    WebGPU k-step held at 8 whatever the target's workgroup storage (the rule before it read
+    the target; patched here for the measurement and restored)."""
     from tilecraft.relax import gpu_schedules
     from tilecraft.relax.backend.gpu import gemm
-    saved = gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES
-    if kstep16:
-        gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES = 16, target.max_shared_memory_per_block
+    saved = gemm.GEMM_BK_WEBGPU_WIDE
+    if kstep8:
+        gemm.GEMM_BK_WEBGPU_WIDE = gemm.GEMM_BK_WEBGPU
     try:
         return gpu_schedules.apply(func, target)
     finally:
-        gemm.GEMM_BK_WEBGPU, gemm.WEBGPU_SHARED_BYTES = saved
+        gemm.GEMM_BK_WEBGPU_WIDE = saved
 
 
 def _kernel_shape(mod) -> str:
@@ -459,8 +460,8 @@ def _opencl_gpu():
 
 
 def probe(workloads: str = "limits") -> list[dict]:
-    """The probe's rows: each workload on WebGPU (spec limits; the adapter's limits; with the
-    GEMM k-step of 16 they allow; without naga's run-time checks), on OpenCL (NVIDIA) and in
+    """The probe's rows: each workload on WebGPU (spec limits; the adapter's limits, the GEMM
+    k-step of 16 they allow; with them and the k-step 8; without naga's run-time checks), on OpenCL (NVIDIA) and in
     PyTorch (CUDA, TF32 off), GPU times (timestamps / CUDA events), every result checked.
     Written to ``benchmarks/results/gpu_webgpu_limits/<gpu>.json`` on a GPU adapter.
     ``workloads="resnet"``: ResNet-50's convolutions before and after issue 32's unroll fix
@@ -496,13 +497,13 @@ def probe(workloads: str = "limits") -> list[dict]:
             scale = 1e12 if unit == "tflops" else 1e9
             return {"bench": name, "variant": variant, **more, "ms": t * 1e3,
                     unit: work / t / scale}
-        for label, target, kstep16, checks, rewrite in w["variants"]:
+        for label, target, kstep8, checks, rewrite in w["variants"]:
             t0 = time.perf_counter()
             ctx.bounds_checks = checks
             try:
                 before = rewrite == "unroll-before-fix"
                 with _unroll_rule_before_fix() if before else contextlib.nullcontext():
-                    mod = targets.build(_scheduled_for(func, target, kstep16), target)
+                    mod = targets.build(_scheduled_for(func, target, kstep8), target)
                 if rewrite is not None and not before:
                     mod = WebGPUModule(rewrite(mod.metadata))
                 build_s = time.perf_counter() - t0

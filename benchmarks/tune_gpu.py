@@ -111,7 +111,7 @@ def default_tiling(target=None) -> tuple:
     """The default GEMM schedule's tiling for ``target`` (OpenCL when None): ((threads,
     registers) of rows, of columns, k-tile)."""
     if target is not None and target.kind == "webgpu":
-        return gemm.GEMM_TILE_WEBGPU, gemm.GEMM_TILE_WEBGPU, gemm.GEMM_BK_WEBGPU
+        return gemm.GEMM_TILE_WEBGPU, gemm.GEMM_TILE_WEBGPU, gemm.webgpu_k_step(target)
     return gemm.GEMM_TILE, gemm.GEMM_TILE_J, gemm.GEMM_BK
 
 

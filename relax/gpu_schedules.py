@@ -206,12 +206,9 @@ def _scheduled(func: PrimFunc, strategy, target: Target, **kw) -> PrimFunc:
     """``func`` scheduled by ``strategy``, checked by lowering it for ``target``. Where the
     strategy split-K'd a kernel and that failed (a primitive refused, or over a limit), the
     same strategy without split-K (the design's fallback: the kernel as one GEMM tile)."""
-    sch = Schedule(func)
     try:
-        strategy(sch, target, **kw)
-        out = sch.func
-        lower_device(out, target)      # over a limit -> the caller tries the next strategy
-        return out
+        # over a limit -> the caller tries the next strategy
+        return _run_strategy(func, strategy, target, **kw)[0].func
     except (ScheduleError, ValueError, TIRError) as err:
         if kw.get("split_k") is False or not _splits(func, strategy, target, kw):
             raise
@@ -219,6 +216,57 @@ def _scheduled(func: PrimFunc, strategy, target: Target, **kw) -> PrimFunc:
             warnings.warn(f"split-K of {func.attr_dict.get('global_symbol', 'main')} "
                           f"({_name_of(strategy)}): {type(err).__name__}: {err}; without it")
     return _scheduled(func, strategy, target, **kw, split_k=False)
+
+
+def _run_strategy(func: PrimFunc, strategy, target: Target, **kw):
+    """``(schedule, k_step)``: ``func`` scheduled by ``strategy`` (a new ``Schedule``, its trace
+    the schedule's) and checked by lowering it for ``target``, and the GEMM k-step decided
+    here (None where not). A GEMM-family kernel on a WebGPU target whose k-step the tile
+    decisions leave open and whose workgroup storage allows the wide one
+    (``gemm.webgpu_k_step``) is tried at that step first; where it does not schedule, does not
+    fit a limit, or leaves the WGSL generator's unroll budget (``gemm.wgsl_within_unroll_budget``:
+    a register tile would stay a dynamically indexed array, ResNet-50's classifier at 16), it
+    gets ``gemm.GEMM_BK_WEBGPU`` (8), the reason named under ``TILECRAFT_DEBUG_SCHEDULES``."""
+    wide = _wide_k_step(func, strategy, target, kw)
+    if wide is None:
+        return _apply_strategy(func, strategy, target, kw)[0], None
+    try:
+        sch, split = _apply_strategy(func, strategy, target, kw, wide)
+        if gemm.wgsl_within_unroll_budget(split):
+            return sch, wide
+        reason = "its WGSL would leave the unroll budget"
+    except (ScheduleError, ValueError, TIRError) as err:
+        reason = f"{type(err).__name__}: {err}"
+    if os.environ.get("TILECRAFT_DEBUG_SCHEDULES"):
+        warnings.warn(f"{_name_of(strategy)} of {func.attr_dict.get('global_symbol', 'main')}: "
+                      f"GEMM k-step {wide}: {reason}; k-step {gemm.GEMM_BK_WEBGPU}")
+    sch, _ = _apply_strategy(func, strategy, target, kw, gemm.GEMM_BK_WEBGPU)
+    return sch, gemm.GEMM_BK_WEBGPU
+
+
+def _apply_strategy(func: PrimFunc, strategy, target: Target, kw: dict,
+                    k_step: int | None = None):
+    """``(schedule, split)``: ``func`` scheduled by ``strategy`` (with ``kw``; ``k_step``: the
+    GEMM k-step, None: as ``kw`` says) on a new ``Schedule``, and its ``lower_device`` for
+    ``target`` (over a limit: an error)."""
+    if k_step is not None:
+        kw = {**kw, "gemm_config": {**(kw.get("gemm_config") or {}), "k_step": k_step}}
+    sch = Schedule(func)
+    strategy(sch, target, **kw)
+    return sch, lower_device(sch.func, target)
+
+
+def _wide_k_step(func: PrimFunc, strategy, target: Target, kw: dict) -> int | None:
+    """The WebGPU GEMM k-step ``_run_strategy`` tries first for ``strategy`` on ``func``: the
+    target's wide one (``gemm.webgpu_k_step``) for a GEMM-family strategy on a kernel with a
+    GEMM-like block, the k-step not given; else None (the strategy as it is)."""
+    if target.kind != "webgpu" or not getattr(strategy, "sizes_gemm", False) or \
+            "k_step" in (kw.get("gemm_config") or {}):
+        return None
+    step = gemm.default_config(target)["k_step"]
+    if step == gemm.GEMM_BK_WEBGPU or not _has_gemm(func):
+        return None
+    return step
 
 
 def _splits(func: PrimFunc, strategy, target: Target, kw: dict) -> bool:
@@ -385,17 +433,18 @@ def default_strategy(func: PrimFunc, target: Target):
         return None
     built = apply(func, target)
     for strategy in _STRATEGIES:
-        sch = Schedule(func)
         try:
-            strategy(sch, target)
-            lower_device(sch.func, target)
+            sch, k_step = _run_strategy(func, strategy, target)
         except (ScheduleError, ValueError, TIRError):
             continue
         except Exception:   # noqa: BLE001 - apply skipped this strategy as well (a bug in it)
             continue
         if structural_hash(sch.func) != structural_hash(built):
             return None
-        return (strategy.options if strategy.sizes_gemm else None), sch
+        if not strategy.sizes_gemm:
+            return None, sch
+        # (the WebGPU k-step where _run_strategy decided it for this kernel)
+        return dict(strategy.options, **({} if k_step is None else {"k_step": k_step})), sch
     return None
 
 
@@ -429,6 +478,8 @@ def gemm_default_schedule(func: PrimFunc, target: Target):
         config["tile_rows"] = tuple(max(1, x // 2) for x in config["tile_rows"])
         config["tile_cols"] = tuple(max(1, x // 2) for x in config["tile_cols"])
     config["shared"] = options.get("shared", "all")
+    if "k_step" in options:        # decided for this kernel (WebGPU: the unroll budget)
+        config["k_step"] = options["k_step"]
     return config, sch
 
 

@@ -1103,6 +1103,52 @@ def _unroll_wanted(s: S.For, ext: int | None) -> bool:
     return s.kind == "serial" and ext <= 16 and _indexes_local(s.body, s.loop_var)
 
 
+def unroll_budget_fits(kernel) -> bool:
+    """Whether generating ``kernel`` (a ``DeviceKernel`` of ``split_host_device``) unrolls every
+    loop it wants unrolled within ``UNROLL_BODY_LIMIT`` statements: then no loop is left rolled
+    for the budget and ``emit_kernel`` gives no ``UnrollBudgetWarning``. Walks the body as
+    ``visit_For`` spends the budget, without generating (far cheaper than ``emit_kernel``),
+    and errs towards False: both branches of every ``if`` count (generation may fold one
+    away), every vectorized loop counts as unrolled (a ``vec4`` one is not), and a loop it may
+    unroll whose bounds are not constants without the generator's bindings does not fit.
+    (The GEMM rule's WebGPU k-step asks this of its kernels: ``relax.backend.gpu.gemm``.)
+
+    Examples
+    --------
+    >>> split = lower_device(scheduled_func, Target("webgpu"))            # doctest: +SKIP
+    >>> all(unroll_budget_fits(k) for k in split.kernels)                # doctest: +SKIP
+    True
+    """
+    analyzer = arith.Analyzer()
+    budget = UNROLL_BODY_LIMIT
+
+    def fits(s) -> bool:
+        nonlocal budget
+        if isinstance(s, S.SeqStmt):
+            return all(fits(x) for x in s.seq)
+        if isinstance(s, S.IfThenElse):
+            return fits(s.then_case) and (s.else_case is None or fits(s.else_case))
+        if isinstance(s, (S.LetStmt, S.AssertStmt, S.Allocate)):
+            return fits(s.body)
+        if not isinstance(s, S.For):
+            return True
+        ext = E.as_int(analyzer.simplify(s.extent))
+        lo = E.as_int(analyzer.simplify(s.min))
+        candidate = s.kind in ("unrolled", "vectorized") or \
+            (s.kind == "serial" and _indexes_local(s.body, s.loop_var))
+        if candidate and (ext is None or lo is None):
+            return False        # the generator might know them (its bindings): unknown
+        if not _unroll_wanted(s, ext):
+            return fits(s.body)
+        size = _stmt_size(s.body) * ext
+        if size > budget:
+            return False
+        budget -= size
+        return all(fits(s.body) for _ in range(ext))
+
+    return fits(kernel_body(kernel)[1])
+
+
 def _scalarize_locals(body: list[str], arrays: list[tuple[str, str]]) -> list[str]:
     """Local arrays indexed only by constants (register tiles after unrolling) become one
     variable per element: ``acc[5i]`` -> ``acc_5``. Drivers keep scalars in registers, while a

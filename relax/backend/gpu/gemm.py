@@ -8,9 +8,11 @@ group: a matmul's ``j``, a convolution's output image as a 2-D ``h x w`` tile) a
 both inputs read, the other loops of a group, a symbolic outer loop such as a convolution's
 batch: ``blockIdx.z``). A block tile of ``BM x BN`` outputs per work-group — 128 x 128 from
 16 x 16 threads of 8 x 8 registers — accumulated in registers (``cache_write`` local); the
-reduction split by ``BK`` (16, WebGPU 8; a convolution steps over whole input channels times its
-window) with both input tiles staged in shared memory (``cache_read`` shared + a cooperative
-fetch over all threads, OpenCL's as float4 loads). Each step of the inner reduction reads a
+reduction split by ``BK`` (16; WebGPU 16 where the target's workgroup storage holds the padded
+tiles and the kernel's WGSL stays within the unroll budget, else 8: ``webgpu_k_step``; a
+convolution steps over whole input channels times its window) with both input tiles staged in
+shared memory (``cache_read`` shared + a cooperative fetch over all threads, OpenCL's as float4
+loads). Each step of the inner reduction reads a
 thread's rows of the row tile and columns of the column tile into register fragments
 (``cache_read`` local at the inner reduction loop) as 4-element vector reads: the row tile
 stored transposed (rows padded by 4 words where the tiles fit), the column tile in runs of 4
@@ -19,6 +21,9 @@ columns per thread. The k-step loop is annotated ``register_prefetch``
 tile unrolled; epilogues (bias, activation, residual add) inlined into the register write-back.
 
 - which blocks: ``is_gemm_like``;
+- WebGPU's k-step: ``webgpu_k_step(target)`` (16 where the target's workgroup storage holds the
+  two padded tiles, else 8), per kernel back to 8 where its WGSL would leave the unroll budget
+  (``wgsl_within_unroll_budget``: ``relax.gpu_schedules`` tries the kernel at 16 first);
 - schedule: ``schedule_gemm(sch, block, target, shared, small)``, ``shared`` naming the inputs
   staged in shared memory (``"all"``, ``"compact"``: those read at plain indices, a
   convolution's weights; ``"none"``) and ``small`` a quarter-size tile: the fallbacks where a
@@ -46,10 +51,12 @@ from __future__ import annotations
 import os
 
 from tilecraft.targets import Target
+from tilecraft.targets.webgpu_backend.wgsl import unroll_budget_fits
 from tilecraft.tensorir.expr import IntImm, Var
 from tilecraft.tensorir.schedule import Schedule, ScheduleError
 from tilecraft.tensorir.schedule.index_map import IndexMap
 from tilecraft.tensorir.stmt import Block
+from tilecraft.tensorir.transform import HostDeviceSplit
 from tilecraft.tensorir.transform._common import uses_any
 from tilecraft.tensorir.transform.register_prefetch import ANN_REGISTER_PREFETCH
 
@@ -57,10 +64,10 @@ from .schedule_utils import (SYMBOLIC, is_reduction, is_under, iter_values, loop
                              node_of, spatial_loops)
 
 __all__ = ["GEMM_TILE", "GEMM_TILE_J", "GEMM_TILE_CPU", "GEMM_BK_CPU", "GEMM_BK",
-           "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_MIN_GROUPS", "GEMM_BALANCE_MPS",
-           "GEMM_BALANCE_MIN_REGS", "GEMM_BALANCE_GAIN", "GEMM_NOMINAL_BATCH",
+           "GEMM_TILE_WEBGPU", "GEMM_BK_WEBGPU", "GEMM_BK_WEBGPU_WIDE", "GEMM_MIN_GROUPS",
+           "GEMM_BALANCE_MPS", "GEMM_BALANCE_MIN_REGS", "GEMM_BALANCE_GAIN", "GEMM_NOMINAL_BATCH",
            "GEMM_SMALL_BATCH", "GEMM_LARGE_BATCH", "GEMM_LARGE_NOMINAL_BATCH",
-           "reduce_inputs",
+           "reduce_inputs", "padded_tiles_bytes", "webgpu_k_step", "wgsl_within_unroll_budget",
            "is_gemm_like", "compact_read", "for_cpu", "default_config", "schedule_gemm"]
 
 
@@ -86,6 +93,13 @@ GEMM_BK = 16           # reduction step staged in shared memory (H200: 16 beats 
 # ``(k, j % 8, j // 8)``: 0.48x).
 GEMM_TILE_WEBGPU = (16, 8)
 GEMM_BK_WEBGPU = 8
+# The k-step a WebGPU target gets where its workgroup storage holds the two padded tiles of
+# that step (``webgpu_k_step``: 4 * 16 * (128 + 4 + 128) bytes, over the spec's 16 KiB, within
+# the 32-48 KiB a desktop adapter grants) and the kernel's WGSL stays within the generator's
+# unroll budget (``wgsl_within_unroll_budget``; else GEMM_BK_WEBGPU). OpenCL's GEMM_BK: on the
+# H100 with the adapter's 48 KiB, 2048 x 768 x 3072 in 0.336 ms (0.362 ms at k-step 8).
+# 8 turns it off (the rule before: benchmarks.gpu_models' ``webgpu-adapter-k8`` kind).
+GEMM_BK_WEBGPU_WIDE = 16
 GEMM_FETCH_VECTOR = 1  # elements per thread and step of the shared-memory fetch without fragments
 # GPU GEMM tiles read through register fragments: each reduction step's slice of the shared
 # tiles a thread multiplies (its rows of A, its columns of B) copied into registers first, as
@@ -99,7 +113,6 @@ GEMM_FETCH_VECTOR_FRAGMENTS = 4   # OpenCL's global -> shared fetch with fragmen
 # the k-step loop annotated for tensorir.transform.register_prefetch: the next step's tiles
 # are loaded into registers during this step's multiply-adds (OpenCL 0.82x -> 0.88x cuBLAS)
 GEMM_REGISTER_PREFETCH = True
-WEBGPU_SHARED_BYTES = 16384       # the WebGPU spec's default maxComputeWorkgroupStorageSize
 # Work-groups a GEMM-like kernel should have at least: smaller register tiles until it does
 # (the H200 has 132 multiprocessors).
 GEMM_MIN_GROUPS = 128
@@ -205,13 +218,66 @@ def default_config(target: Target) -> dict:
     return {
         "tile_rows": GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE,
         "tile_cols": GEMM_TILE_CPU if cpu else GEMM_TILE_WEBGPU if webgpu else GEMM_TILE_J,
-        "k_step": GEMM_BK_CPU if cpu else GEMM_BK_WEBGPU if webgpu else GEMM_BK,
+        "k_step": GEMM_BK_CPU if cpu else webgpu_k_step(target) if webgpu else GEMM_BK,
         "fragments": fragments,
         "fragment_vector": GEMM_FRAGMENT_VECTOR,
         "fetch_vector": GEMM_FETCH_VECTOR_FRAGMENTS if fragments else GEMM_FETCH_VECTOR,
         "register_prefetch": GEMM_REGISTER_PREFETCH,
         "min_groups": GEMM_MIN_GROUPS,
     }
+
+
+def padded_tiles_bytes(step: int, tile_rows: tuple, tile_cols: tuple) -> int:
+    """Bytes of shared memory the two float32 input tiles of one k-step ``step`` take, the row
+    tile stored transposed with its rows padded by 4 words: ``4 * step * (ti * ri + 4 + tj *
+    rj)`` for ``tile_rows = (ti, ri)`` and ``tile_cols = (tj, rj)`` (threads, registers).
+
+    Examples
+    --------
+    >>> padded_tiles_bytes(16, (16, 8), (16, 8))     # over the WebGPU spec's 16 KiB
+    16640
+    """
+    (ti, ri), (tj, rj) = tile_rows, tile_cols
+    return 4 * step * (ti * ri + 4 + tj * rj)
+
+
+def webgpu_k_step(target: Target) -> int:
+    """The GEMM k-step of a WebGPU ``target``: ``GEMM_BK_WEBGPU_WIDE`` (16) where its workgroup
+    storage (``target.max_shared_memory_per_block``) holds the two padded tiles of the full
+    block tile (``GEMM_TILE_WEBGPU``) at that step, else ``GEMM_BK_WEBGPU`` (8). A kernel
+    whose WGSL at the wide step would not fit the generator's unroll budget gets 8 too
+    (``relax.gpu_schedules`` checks each with ``wgsl_within_unroll_budget``). The full tile
+    decides, not the kernel's (a smaller tile would fit at 16 under the spec's limits too):
+    under the spec's limits every kernel keeps the k-step 8 it had.
+
+    Examples
+    --------
+    >>> webgpu_k_step(Target("webgpu"))                                     # 16 KiB
+    8
+    >>> webgpu_k_step(Target("webgpu -max-shared-memory-per-block=49152"))  # an adapter's
+    16
+    """
+    wide = GEMM_BK_WEBGPU_WIDE
+    if wide > GEMM_BK_WEBGPU and padded_tiles_bytes(wide, GEMM_TILE_WEBGPU, GEMM_TILE_WEBGPU) \
+            <= target.max_shared_memory_per_block:
+        return wide
+    return GEMM_BK_WEBGPU
+
+
+def wgsl_within_unroll_budget(split: HostDeviceSplit) -> bool:
+    """Whether every kernel of ``split`` (``tensorir.transform.lower_device`` of a scheduled
+    function for a WebGPU target) generates WGSL within the generator's unroll budget, so that
+    no register tile stays a dynamically indexed array (``UnrollBudgetWarning``: function-scope
+    memory, slow on a GPU). Asked without generating (``wgsl.unroll_budget_fits``, which errs
+    towards False).
+
+    Examples
+    --------
+    >>> split = lower_device(scheduled_func, target)             # doctest: +SKIP
+    >>> wgsl_within_unroll_budget(split)                          # doctest: +SKIP
+    True
+    """
+    return all(unroll_budget_fits(k) for k in split.kernels)
 
 
 def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
@@ -337,9 +403,10 @@ def schedule_gemm(sch: Schedule, block, target: Target, shared: str = "all",
         if idx == col_input and col_var is not None and (fragments or webgpu and rj > 1):
             _permute_columns(sch, sh, node, idx, col_var, rj, frag_vec if fragments else 1)
         if fragments and idx == row_input and row_var is not None:
-            # padded rows where the tiles still fit (WebGPU's 16 KiB of workgroup storage
-            # hold two 128 x 16 tiles exactly)
-            pad = not webgpu or 4 * step * (ti * ri + 4 + tj * rj) <= WEBGPU_SHARED_BYTES
+            # padded rows where the tiles still fit the target's workgroup storage (the
+            # WebGPU spec's 16 KiB hold two 128 x 16 tiles exactly)
+            pad = not webgpu or padded_tiles_bytes(step, (ti, ri), (tj, rj)) <= \
+                target.max_shared_memory_per_block
             _transpose_rows(sch, sh, node, idx, row_var, pad=pad)
     if fragments and cached:
         _register_fragments(sch, block, cached, k1, frag_vec)
