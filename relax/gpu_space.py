@@ -10,7 +10,9 @@ prefetch, so it rarely beats the recipe. ``GemmKnobs`` makes those decisions kno
 ``metaschedule.KnobSpace``: each a ``sample_categorical`` in the schedule's trace (the database
 replays them, the cost model sees the program they make), the recipe's own values the defaults
 and the seed. ``gpu_space(target)`` is that space, with ``default_space(target)`` for every
-other kernel; ``relax.tune`` uses it for ``opencl`` and ``webgpu`` targets.
+other kernel; ``relax.tune`` uses it for ``opencl`` and ``webgpu`` targets. On a target with
+tensor cores (``Target.tensor_cores``) the tensor-core fp16 GEMM's knobs come first
+(``relax.tensor_core_space.TensorCoreKnobs``), then these, then the generic space.
 
 Knobs (``GEMM_KNOBS``): ``rows_threads``, ``rows_regs``, ``cols_threads``, ``cols_regs`` (the
 configured tile; the recipe gives unused column threads to the rows and halves registers until
@@ -39,6 +41,7 @@ from tilecraft.metaschedule import Knob, KnobRule, KnobSpace, default_space
 
 from . import gpu_schedules
 from .backend.gpu.gemm import for_cpu
+from .tensor_core_space import TensorCoreKnobs
 
 __all__ = ["GEMM_KNOBS", "GemmKnobs", "gpu_space", "SHARED_MODES"]
 
@@ -134,7 +137,9 @@ class GemmKnobs(KnobRule):
 
 def gpu_space(target: Target) -> KnobSpace:
     """The tuner's GPU space: ``GemmKnobs`` for GEMM-like kernels, ``default_space(target)``
-    for the others.
+    for the others; on a target with tensor cores ``TensorCoreKnobs`` first, for the kernels
+    ``relax.build`` gives the tensor-core fp16 GEMM (a ``KnobSpace`` whose fallback is the
+    ``GemmKnobs`` one).
 
     Examples
     --------
@@ -143,4 +148,7 @@ def gpu_space(target: Target) -> KnobSpace:
     'GemmKnobs'
     """
     target = target if isinstance(target, Target) else Target(target)
-    return KnobSpace(GemmKnobs(), fallback=default_space(target))
+    space = KnobSpace(GemmKnobs(), fallback=default_space(target))
+    if target.tensor_cores is not None:
+        space = KnobSpace(TensorCoreKnobs(), fallback=space)
+    return space

@@ -16,9 +16,11 @@ none for a GEMM whose default is several schedules chosen per call by a symbolic
 ``tune`` measures it first, so a tuned record is used only where it beats it, and a tuned build
 is never slower, kernel by kernel, than the untuned one (as measured by the tuner's runner). On
 a GPU target the GEMM-like kernels are searched in the knob space of the default GEMM recipe
-(``relax.gpu_space``), their baseline the space's point at the defaults. ``tune(mod, target, max_trials, work_dir)`` tunes those tasks with
-``metaschedule.tune_tasks`` and returns the database, which ``relax.build(mod, target,
-database=db)`` then uses for every kernel it covers (the rest get the default schedules).
+(``relax.gpu_space``), their baseline the space's point at the defaults; on a target with
+tensor cores the fp16 GEMMs in the tensor-core kernel's (``relax.tensor_core_space``).
+``tune(mod, target, max_trials, work_dir)`` tunes those tasks with ``metaschedule.tune_tasks``
+and returns the database, which ``relax.build(mod, target, database=db)`` then uses for
+every kernel it covers (the rest get the default schedules).
 
 Examples
 --------
@@ -95,15 +97,26 @@ def default_schedule(func: PrimFunc, target: Target) -> Schedule | None:
     return sch if workload_hash(sch.func) == workload_hash(built) else None
 
 
-def _knob_baselines(tasks: list[Task], space: KnobSpace, target: Target) -> None:
-    """Each task the knob space has knobs for gets the space's point at the defaults as its
-    baseline (the same program as its default schedule, but a trace of the space, so the
-    search moves its knobs from it)."""
+def _knob_baselines(tasks: list[Task], space: KnobSpace, target: Target,
+                    baselines: bool = True) -> None:
+    """Each task a knob space has knobs for (``space``, else the first of its ``KnobSpace``
+    fallbacks that has) gets that space's point at the defaults as its baseline (the same
+    program as its default schedule, but a trace of the space, so the search moves its knobs
+    from it). A kernel whose default is built whole, not as a schedule trace (the tensor-core
+    GEMM: ``default_schedule`` is None), gets it too where ``baselines``: a rule has knobs
+    only where its defaults make the default kernel."""
     for task in tasks:
-        if task.baseline is None or space.knobs_of(task.func, target, task.shape_hints) is None:
+        own = space
+        while isinstance(own, KnobSpace) and \
+                own.knobs_of(task.func, target, task.shape_hints) is None:
+            own = own.fallback
+        if not isinstance(own, KnobSpace) or (task.baseline is None and not baselines):
             continue
-        seeds = space.seeds(task.func, target, task.shape_hints)
-        if seeds and structural_hash(seeds[0].func) == structural_hash(task.baseline.func):
+        seeds = own.seeds(task.func, target, task.shape_hints)
+        if not seeds:
+            continue
+        if task.baseline is None or \
+                structural_hash(seeds[0].func) == structural_hash(task.baseline.func):
             task.baseline = seeds[0]
 
 
@@ -246,7 +259,7 @@ def tune(mod: IRModule, target="llvm", max_trials: int = 1000, work_dir="tune", 
     if space is None and target.kind in gpu_schedules.GPU_KINDS:
         space = gpu_space(target)
     if isinstance(space, KnobSpace):
-        _knob_baselines(tasks, space, target)
+        _knob_baselines(tasks, space, target, baselines)
     own_runner = runner is None and target.kind == "llvm"
     if own_runner:
         # kernels of a model run on activations their producer just wrote, not on cold caches:

@@ -44,6 +44,7 @@ from .primitives_memory import MemoryPrimitives
 from .primitives_reduction import ReductionPrimitives
 from .primitives_tensorize import TensorizePrimitives
 from .sampling import SamplingPrimitives
+from .templates import TemplatePrimitives
 from .index_map import IndexMap
 from .rv import BlockRV, ExprRV, Instruction, LoopRV, _RV, traced
 
@@ -51,7 +52,7 @@ TRACE_VERSION = 1
 
 
 class Schedule(LoopPrimitives, ComputeLocationPrimitives, MemoryPrimitives, ReductionPrimitives,
-               TensorizePrimitives, SamplingPrimitives):
+               TensorizePrimitives, SamplingPrimitives, TemplatePrimitives):
     """Schedule a PrimFunc (or the function ``func_name`` of an IRModule).
 
     Parameters

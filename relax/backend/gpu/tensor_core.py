@@ -77,7 +77,7 @@ from tilecraft.tensorir.expr import (BufferLoad, Cast, IntImm, Select, Var, call
                                      floordiv, floormod)
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.functor import IRMutator, post_order_visit, substitute
-from tilecraft.tensorir.schedule import Schedule
+from tilecraft.tensorir.schedule import KernelTemplate, Schedule
 from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.transform.device import barrier
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer, BufferStore,
@@ -88,7 +88,8 @@ from .schedule_utils import inline_spatial_producers, is_reduction, is_spatial, 
 __all__ = ["TensorCoreGemm", "TensorCoreOptions", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS",
            "TC_NOMINAL_ROWS", "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "TC_SPLITK_GROUPS",
            "TC_SPLITK_MIN_K", "TC_SPLITK_MIN_STEPS", "TC_SPLITK_MAX", "match_fp16_gemm",
-           "tensor_core_kernel", "choose_tile", "split_parts", "clamp_index", "load_b128"]
+           "tensor_core_kernel", "tile_problem", "choose_tile", "split_parts", "clamp_index",
+           "load_b128", "k_step", "TC_TUNE_TILES", "TEMPLATE"]
 
 _PAD = 4             # words added to the shared tiles' rows (banks; 16-byte alignment kept)
 _OPAQUE = 8          # relax OpPattern.OPAQUE
@@ -164,6 +165,9 @@ class TensorCoreTile:
 # 128, and with the fragments and staging registers NVIDIA's 255 a thread are close)
 TC_TILES = (TensorCoreTile(128, 128, 64, 32), TensorCoreTile(64, 128, 32, 64),
             TensorCoreTile(64, 64, 32, 32), TensorCoreTile(32, 64, 32, 32))
+# The tiles the tuner tries (``relax.tensor_core_space``): those above and a few more shapes
+# (4 warps of 64 x 64; 4 warps of 64 x 32 in a 128 x 64 tile)
+TC_TUNE_TILES = TC_TILES + (TensorCoreTile(128, 128, 64, 64), TensorCoreTile(128, 64, 64, 32))
 TC_MIN_GROUPS = 132       # the H100's multiprocessors
 TC_NOMINAL_ROWS = 2048    # BERT at batch 16, sequence 128
 # A symbolic row count below TC_SMALL_ROWS runs a second kernel, its tile chosen for
@@ -517,33 +521,54 @@ def _unflatten(flat, extents) -> list:
     return ([rest] if extents else []) + out[::-1]
 
 
-def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = None
-                       ) -> PrimFunc:
+def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = None,
+                       opts: TensorCoreOptions | None = None,
+                       small_tile: TensorCoreTile | None = None) -> PrimFunc:
     """``func`` (an fp16 GEMM with its epilogue, ``match_fp16_gemm``) as the tensor-core kernel
     for ``target`` (whose ``tensor_cores`` is set), with the parameters of ``func``. With a
-    symbolic row count and no ``tile`` given, two kernels where their tiles differ: the tile
-    for ``TC_SMALL_NOMINAL_ROWS`` rows while M is below ``TC_SMALL_ROWS``, the tile for
-    ``TC_NOMINAL_ROWS`` from there on (chosen per call on the host).
+    symbolic row count, two kernels where their tiles differ: ``small_tile`` (default: the
+    tile for ``TC_SMALL_NOMINAL_ROWS`` rows) while M is below ``TC_SMALL_ROWS``, ``tile``
+    (default: the tile for ``TC_NOMINAL_ROWS``) from there on (chosen per call on the host);
+    a ``tile`` given without ``small_tile`` is used for every row count. ``opts`` default to
+    ``TensorCoreOptions.from_env()`` (what ``relax.build`` uses); the tuner passes its own
+    (``relax.tensor_core_space``).
 
     Raises
     ------
     ValueError
-        ``func`` is not such a GEMM, or the target has no tensor cores.
+        ``func`` is not such a GEMM, the target has no tensor cores, a tile is not made of
+        warps or is over the target's threads or shared memory (``tile_problem``), or
+        ``small_tile`` is given for a constant row count.
+
+    Examples
+    --------
+    >>> f = tensor_core_kernel(dense16, Target("opencl -device=nvidia"),
+    ...                        TensorCoreTile(64, 64, 32, 32),
+    ...                        TensorCoreOptions(ldmatrix=False))      # doctest: +SKIP
     """
     if target.tensor_cores is None:
         raise ValueError(f"{target} has no tensor cores (Target('opencl -device=nvidia'))")
     gm = match_fp16_gemm(func)
-    opts = TensorCoreOptions.from_env()
+    opts = TensorCoreOptions.from_env() if opts is None else opts
+    if not isinstance(opts, TensorCoreOptions) or opts.stages not in (1, 2, 3):
+        raise ValueError(f"opts must be TensorCoreOptions with stages 1, 2 or 3, got {opts!r}")
     limit = target.max_shared_memory_per_block
     M = gm.M
     m_const = M if isinstance(M, int) else None
     n_nominal = gm.N if isinstance(gm.N, int) else TC_NOMINAL_ROWS
-    if tile is not None or m_const is not None:
+    if small_tile is not None and m_const is not None:
+        raise ValueError(f"small_tile {small_tile}: the row count {m_const} is a constant "
+                         f"(one kernel, one tile)")
+    for t in (tile, small_tile):
+        why = tile_problem(t, gm, target) if t is not None else None
+        if why:
+            raise ValueError(why)
+    if m_const is not None or (tile is not None and small_tile is None):
         tile = tile or choose_tile(m_const, n_nominal)
         body, tiles = _gemm(gm, M, tile, opts, m_const or TC_NOMINAL_ROWS, limit)
     else:
-        large = choose_tile(None, n_nominal)
-        small = choose_tile(TC_SMALL_NOMINAL_ROWS, n_nominal)
+        large = tile or choose_tile(None, n_nominal)
+        small = small_tile or choose_tile(TC_SMALL_NOMINAL_ROWS, n_nominal)
         body, tiles = _gemm(gm, M, large, opts, TC_NOMINAL_ROWS, limit)
         small_body, small_tiles = _gemm(gm, M, small, opts, TC_SMALL_NOMINAL_ROWS, limit)
         if small_tiles != tiles:
@@ -559,7 +584,37 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     return func.replace(body=body, attrs=attrs)
 
 
-def _k_step(gm: TensorCoreGemm) -> int:
+def tile_problem(tile: TensorCoreTile, gm: TensorCoreGemm, target: Target) -> str | None:
+    """Why ``tile`` cannot make ``gm``'s kernel on ``target`` (None: it can): warps of
+    ``WM x WN`` (multiples of 16 x 8) that do not divide ``BM x BN``, threads (32 a warp) over
+    the target's limit, or shared tiles (one k-step, the register-staged kernel; the
+    ``cp.async`` ring shrinks itself to fit) over its shared memory.
+
+    >>> tile_problem(TensorCoreTile(64, 64, 24, 32), gm, target)     # doctest: +SKIP
+    'tensor-core tile 64x64x24x32: warps of WM x WN (multiples of 16 x 8) must divide BM x BN'
+    """
+    if not isinstance(tile, TensorCoreTile):
+        return f"a tensor-core tile must be a TensorCoreTile, got {tile!r}"
+    BM, BN, WM, WN = tile.BM, tile.BN, tile.WM, tile.WN
+    if min(BM, BN, WM, WN) <= 0 or BM % WM or BN % WN or WM % 16 or WN % 8:
+        return (f"tensor-core tile {tile}: warps of WM x WN (multiples of 16 x 8) must "
+                f"divide BM x BN")
+    threads = 32 * tile.warps
+    if threads > target.max_threads_per_block:
+        return (f"tensor-core tile {tile}: {tile.warps} warps = {threads} threads per "
+                f"work-group, over the target's {target.max_threads_per_block}")
+    BK = k_step(gm)
+    b_words = BN * (BK // 2 + _PAD)
+    if gm.b_mode == "kn":        # k-major under ldmatrix: the larger of the two layouts
+        b_words = max(b_words, BK * (BN // 2 + _PAD))
+    words = BM * (BK // 2 + _PAD) + b_words
+    if 4 * words > target.max_shared_memory_per_block:
+        return (f"tensor-core tile {tile}: {4 * words} bytes of shared memory, over the "
+                f"target's {target.max_shared_memory_per_block}")
+    return None
+
+
+def k_step(gm: TensorCoreGemm) -> int:
     """BK: 32 where K allows, else 16."""
     return 32 if gm.K % 32 == 0 or (gm.a_mode == gm.b_mode == "gather" and gm.K > 16) else 16
 
@@ -569,7 +624,7 @@ def _gemm(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions, 
     """``(body, description)``: the kernel of ``gm`` with ``tile`` — split-K's two kernels
     and their float32 partials where ``opts`` and the rule (``split_parts`` at ``rows``
     rows) split it."""
-    BK = _k_step(gm)
+    BK = k_step(gm)
     parts = split_parts(rows, gm.N, gm.K, BK, tile, gm.product(gm.batch_vars)) \
         if opts.split_k and gm.K % BK == 0 else 1
     if parts == 1:
@@ -622,7 +677,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         raise ValueError(f"tensor-core tile {tile}: warps of WM x WN (multiples of 16 x 8) "
                          f"must divide BM x BN")
     K, N = gm.K, gm.N
-    BK = _k_step(gm)
+    BK = k_step(gm)
     MT, NT = WM // 16, WN // 8
     warps_n = BN // WN
     threads = 32 * tile.warps
@@ -908,3 +963,33 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
     if gm.batch_vars or parts > 1:
         body = For(bzv, 0, nbatch * parts, "thread_binding", body, thread_tag="blockIdx.z")
     return body
+
+
+# The kernel as a template of the schedule language (``Schedule.apply_template``): what the
+# tuner's points are (``relax.tensor_core_space``), so that a tuning record's trace replays
+TEMPLATE = "tensor_core_fp16"
+
+
+def _template_tile(value):
+    return TensorCoreTile(*(int(x) for x in value)) if value else None
+
+
+def _build_template(func: PrimFunc, target: str, params: dict) -> PrimFunc:
+    """``tensor_core_kernel`` at a trace's parameters: ``tile`` / ``small_tile`` (``[BM, BN,
+    WM, WN]``, or ``[]`` for the default), ``ldmatrix``, ``stages``, ``split_k``."""
+    known = {"tile", "small_tile", "ldmatrix", "stages", "split_k"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"unknown parameters {unknown} (known: {sorted(known)})")
+    for key in ("tile", "small_tile"):
+        if len(params.get(key) or []) not in (0, 4):
+            raise ValueError(f"{key} must be [BM, BN, WM, WN], got {params[key]!r}")
+    default = TensorCoreOptions()
+    opts = TensorCoreOptions(ldmatrix=bool(params.get("ldmatrix", default.ldmatrix)),
+                             stages=int(params.get("stages", default.stages)),
+                             split_k=bool(params.get("split_k", default.split_k)))
+    return tensor_core_kernel(func, Target(target), _template_tile(params.get("tile")), opts,
+                              _template_tile(params.get("small_tile")))
+
+
+KernelTemplate.register(TEMPLATE, _build_template, override=True)
