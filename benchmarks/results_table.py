@@ -597,6 +597,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "tune_cpu_suite": _tune_cpu_suite,
     "tune_gpu": _tune_gpu,
     "tune_gpu_models": _tune_gpu_models,
+    "tune_gpu_models_fp16": _tune_gpu_models,
     "tune_resnet50": _tune_resnet50,
     "vm_overhead": _vm_overhead,
     "winograd": _winograd,

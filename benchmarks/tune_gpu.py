@@ -38,6 +38,14 @@ knobs that changed, and per model the untuned and the tuned build (each checked 
 PyTorch, then timed in interleaved rounds) beside PyTorch eager (CUDA, TF32 off; on a machine
 without CUDA, PyTorch on the CPU). Results: ``benchmarks/results/tune_gpu_models/<machine>.json``;
 the databases in ``TUNE_GPU_WORK_DIR/models/<model>-<target>``.
+
+**fp16 on the tensor cores** (issue 31): ``TUNE_GPU_FP16=1 python -m benchmarks.tune_gpu models
+opencl`` tunes ``relax.quantize(model, "fp16")`` for ``opencl -device=nvidia`` (on an NVIDIA
+device; ``-device=nvidia-emulated`` on another, to try it on PoCL): its fp16 GEMMs in the
+tensor-core kernel's knob space (``relax.tensor_core_space``: tile, ldmatrix, split-K), the
+rest as above; the builds are checked against PyTorch fp32 at a relative tolerance of
+``FP16_TOL``. Results: ``benchmarks/results/tune_gpu_models_fp16/<machine>.json``; the
+databases in ``TUNE_GPU_WORK_DIR/models/<model>-fp16-<target>``.
 """
 from __future__ import annotations
 
@@ -66,6 +74,8 @@ POPULATION = int(os.environ.get("TUNE_GPU_POPULATION", "64"))
 SECONDS = float(os.environ.get("TUNE_GPU_SECONDS", "0"))    # per target; 0: no budget
 WORK_DIR = os.environ.get("TUNE_GPU_WORK_DIR", ".tune_gpu")
 SPACE = os.environ.get("TUNE_GPU_SPACE", "knobs")
+FP16 = os.environ.get("TUNE_GPU_FP16", "") == "1"
+FP16_TOL = 2e-2          # fp16 operands (float32 accumulation) against PyTorch fp32
 
 
 # -- devices and targets --------------------------------------------------------------------
@@ -79,7 +89,10 @@ def _opencl():
     config = {"kind": "opencl", "max_threads_per_block": min(1024, info["max_work_group_size"]),
               "max_shared_memory_per_block": info["local_mem_size"]}
     gpu = "CPU" not in info["type"].upper()
-    if not gpu:
+    if FP16:         # the tensor cores (emulated elsewhere: the same kernels, on PoCL)
+        config["device"] = "nvidia" if "NVIDIA" in f"{info['vendor']} {info['name']}".upper() \
+            else "nvidia-emulated"
+    elif not gpu:
         config["device"] = "cpu"
     return targets.opencl(info["index"]), targets.Target(config), info["name"], gpu
 
@@ -332,10 +345,22 @@ def _model(name: str, batch: int):
     return module, _export(module, [torch.from_numpy(x)], ["input"]), x
 
 
+def _knobs_of(space, task, target):
+    """The knobs of the first knob space (``space`` or one of its fallbacks: the tensor-core
+    kernel's, then the GEMM recipe's) that has some for the task; None for the generic one."""
+    from tilecraft.metaschedule import KnobSpace
+    while isinstance(space, KnobSpace):
+        knobs = space.knobs_of(task.func, target, task.shape_hints)
+        if knobs is not None:
+            return knobs
+        space = space.fallback
+    return None
+
+
 def _knob_change(space, task, target, trace) -> str:
     """The knobs of the selected record that differ from the defaults ('' for none)."""
     from tilecraft.metaschedule import knob_values
-    knobs = space.knobs_of(task.func, target, task.shape_hints)
+    knobs = _knobs_of(space, task, target)
     if knobs is None:
         return "(generic space)"
     values = knob_values(trace, knobs) or {}
@@ -354,9 +379,14 @@ def tune_model(name: str, kind: str, work_dir: str, seed: int = 0):
     dev, target, dev_name, gpu = found
     module, onnx_model, x = _model(name, MODEL_BATCH)
     mod = from_onnx(onnx_model)
+    if FP16:
+        mod = relax.quantize(mod, "fp16")
+        name = f"{name}-fp16"
     tasks = relax.extract_tasks(mod, target)
     space = gpu_space(target)
-    n_knob = sum(space.knobs_of(t.func, target, t.shape_hints) is not None for t in tasks)
+    n_knob = sum(_knobs_of(space, t, target) is not None for t in tasks)
+    n_tc = sum(space.knobs_of(t.func, target, t.shape_hints) is not None for t in tasks) \
+        if target.tensor_cores else 0
     trials = int(os.environ.get("TUNE_GPU_MODEL_TRIALS", "0")) or \
         len(tasks) * (1 + TRIALS_PER_TASK)
     wd = os.path.join(work_dir, "models", f"{name}-{kind}")
@@ -364,8 +394,8 @@ def tune_model(name: str, kind: str, work_dir: str, seed: int = 0):
     builder = LocalBuilder(max_workers=cores)
     runner = LocalRunner(timeout_sec=20 if gpu else 60, number=3, repeat=2, min_repeat_ms=0,
                          enable_cpu_cache_flush=False)
-    print(f"{name} {kind}: {len(tasks)} tasks ({n_knob} in the GEMM knob space), {trials} "
-          f"trials", file=sys.stderr, flush=True)
+    print(f"{name} {kind}: {len(tasks)} tasks ({n_knob} in a knob space, {n_tc} of them the "
+          f"tensor-core kernel's), {trials} trials", file=sys.stderr, flush=True)
     t0 = time.time()
     try:
         db = relax.tune(mod, target, max_trials=trials, work_dir=wd, builder=builder,
@@ -406,7 +436,7 @@ def tune_model(name: str, kind: str, work_dir: str, seed: int = 0):
         out = vm["main"](x_dev)
         out = (out[0] if isinstance(out, tuple) else out).numpy()
         err = float(np.max(np.abs(out - ref)) / (np.max(np.abs(ref)) + 1e-30))
-        if err > 1e-3:
+        if err > (FP16_TOL if FP16 else 1e-3):
             raise AssertionError(f"{name} {kind} {label}: differs from PyTorch (rel {err:.1e})")
         built[label] = (vm, err)
     secs = {label: math.inf for label in built}
@@ -423,14 +453,14 @@ def tune_model(name: str, kind: str, work_dir: str, seed: int = 0):
         print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in rows[-1].items()), file=sys.stderr, flush=True)
     extra = {"target": str(target), "device": dev_name, "tasks": len(tasks),
-             "knob_tasks": n_knob, "trials": trials, "tune_seconds": tune_s,
+             "knob_tasks": n_knob, "tensor_core_tasks": n_tc, "trials": trials, "tune_seconds": tune_s,
              "tuned_vs_default": secs["default"] / secs["tuned"]}
     return rows, extra
 
 
 def run_models(kinds=None) -> list[dict]:
-    kinds = kinds or [k for k in os.environ.get("TUNE_GPU_TARGETS", "opencl,webgpu").split(",")
-                      if k]
+    kinds = kinds or [k for k in os.environ.get(
+        "TUNE_GPU_TARGETS", "opencl" if FP16 else "opencl,webgpu").split(",") if k]
     names = [m for m in os.environ.get("TUNE_GPU_MODELS", ",".join(MODELS)).split(",") if m]
     rows, extras, gpu_name = [], {}, None
     for kind in kinds:
@@ -442,7 +472,8 @@ def run_models(kinds=None) -> list[dict]:
             rows += r
             extras[f"{name} {kind}"] = extra
             # written after every model, so a run cut short keeps its rows
-            path = write_results("tune_gpu_models", rows, {"tuning": extras}, gpu=gpu_name)
+            path = write_results("tune_gpu_models_fp16" if FP16 else "tune_gpu_models", rows,
+                                 {"tuning": extras}, gpu=gpu_name)
     print(f"(written to {path})")
     return rows
 

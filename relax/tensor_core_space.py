@@ -23,8 +23,8 @@ Knobs (``TC_KNOBS``):
   large one's); ``small_tile`` is the other range's tile, then fixed at its default (the
   tuner measures one row count: it cannot time the other kernel);
 * ``ldmatrix`` (0 / 1);
-* ``split_k`` (0 / 1; only where some candidate tile would split K at the measured rows,
-  else fixed at its default);
+* ``split_k`` (0 / 1; only where some candidate tile would split K, else fixed at its
+  default);
 * ``stages``: 1 (registers) only, unless ``TILECRAFT_TUNE_TC_RING=1`` adds the experimental
   ``cp.async`` ring's 2 and 3 (``TensorCoreOptions.stages``: off by default until a GPU run
   passes its device tests).
@@ -125,10 +125,13 @@ class TensorCoreKnobs(KnobRule):
                 knobs = [Knob("tile", (li,), li), Knob("small_tile", sorted(set(ok) | {si}), si)]
             else:
                 knobs.append(Knob("small_tile", (si,), si))
+        # split-K is decided per kernel at its nominal rows (a symbolic count's two kernels:
+        # TC_SMALL_NOMINAL_ROWS and TC_NOMINAL_ROWS); the knob only where some tile splits
         BK = tc.k_step(gm)
-        splits = any(tc.split_parts(rows, gm.N, gm.K, BK, tiles[i],
-                                    gm.product(gm.batch_vars)) > 1 for i in ok) \
-            and gm.K % BK == 0
+        nominal = (tc.TC_SMALL_NOMINAL_ROWS, tc.TC_NOMINAL_ROWS) if symbolic else (gm.M,)
+        splits = gm.K % BK == 0 and any(
+            tc.split_parts(r, gm.N, gm.K, BK, tiles[i], gm.product(gm.batch_vars)) > 1
+            for i in ok for r in nominal)
         ring = (2, 3) if os.environ.get(RING_ENV, "") == "1" else ()
         knobs += [
             Knob("ldmatrix", (0, 1), int(opts.ldmatrix)),
