@@ -243,6 +243,8 @@ def test_relax_tune_of_an_fp16_mlp_then_build_matches_numpy(tmp_path, dev):
     tasks = relax.extract_tasks(mod, TARGET, upper_bounds=upper)
     tc_tasks = [t for t in tasks if space.knobs_of(t.func, TARGET, t.shape_hints) is not None]
     assert len(tc_tasks) == 2, [t.name for t in tasks]
+    # no schedule trace makes the tensor-core kernel: relax.tune gives them the seed
+    assert all(t.baseline is None for t in tc_tasks)
     runner = LocalRunner(timeout_sec=120, number=1, repeat=1, min_repeat_ms=0,
                          enable_cpu_cache_flush=False)
     db = relax.tune(mod, TARGET, max_trials=len(tasks) + 6, work_dir=tmp_path, runner=runner,
@@ -259,8 +261,10 @@ def test_relax_tune_of_an_fp16_mlp_then_build_matches_numpy(tmp_path, dev):
             assert values is not None
             again = space.point(task.func, TARGET, values, shape_hints=task.shape_hints)
             assert structural_equal(rec.trace.apply(task.func).func, again.func)
-        searched += sum(knob_values(r.trace, knobs) != {k.name: k.default for k in knobs}
-                        for r in recs)
+        defaults = {k.name: k.default for k in knobs}
+        # the untuned kernel (the seed) was measured as the task's baseline
+        assert any(knob_values(r.trace, knobs) == defaults for r in recs)
+        searched += sum(knob_values(r.trace, knobs) != defaults for r in recs)
         sch = db.query_schedule(task.func, TARGET)
         assert any(i.kind == "apply_template" for i in sch.trace.instructions)
     assert searched >= 1          # not only the seeds were measured
