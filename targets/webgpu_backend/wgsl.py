@@ -242,7 +242,7 @@ class WGSLCodegen(CodegenC):
 
     def __init__(self, kernel, bindings: list[Binding], limits: dict, *,
                  supports_float16: bool, nonneg_scalars: Sequence = (),
-                 vec4_storage: Sequence | None = None):
+                 vec4_storage: Sequence | None = None, vec4_shared: Sequence | None = None):
         super().__init__()
         self.kernel = kernel
         self.kernel_name = kernel.name
@@ -289,8 +289,11 @@ class WGSLCodegen(CodegenC):
         # float32 / float16 workgroup arrays read as vectors somewhere (a vectorized loop of 4
         # copying neighbouring elements: a GEMM's register fragment) are declared
         # array<vec4<f32>> / array<vec4<f16>>,
-        # so that such a read is one 128-bit load; element accesses index a component
-        self.vec4_shared = _vec4_shared(self.body, self.shared)
+        # so that such a read is one 128-bit load; element accesses index a component. By
+        # default the candidates; ``emit_kernel`` keeps those with a provably aligned vector
+        # access (in a vec4 array, an element whose lane is not constant costs two clamps)
+        self.vec4_shared = (_vec4_shared(self.body, self.shared) if vec4_shared is None
+                            else set(vec4_shared))
         # float32 storage buffers bound as array<vec4<f32>> (ids): by default the candidates,
         # those some vectorized loop of 4 accesses at ``base + v`` (``emit_kernel`` keeps those
         # for which the generation proved at least one such access aligned)
@@ -579,9 +582,10 @@ class WGSLCodegen(CodegenC):
         base = self.analyzer.simplify(E.Add(base, lo)) if not E.is_const_int(lo, 0) else base
         return base if self._aligned(buf, base, 4) else None
 
-    def _vec4_index(self, base, buf) -> str:
-        four = E.IntImm(4, base.dtype)
-        return self.buffer_index(self.analyzer.simplify(E.FloorDiv(base, four)), buf)
+    def _vec4_ref(self, base, buf) -> str:
+        """The reference of the vector whose lane 0 is element ``base`` (a multiple of 4)."""
+        q = self.analyzer.simplify(E.FloorDiv(base, E.IntImm(4, base.dtype)))
+        return self._vector_ref(buf, q)
 
     def _lane_invariant(self, cond, v, lo: int):
         """``cond`` when it has one value for the four lanes ``v = lo .. lo+3``: the same
@@ -648,15 +652,14 @@ class WGSLCodegen(CodegenC):
         if guard is not None:
             self.emit(f"if ({self.visit(guard)}) {{")
             self.depth += 1
-        temps = {}                  # (buffer id, vector index code) -> temporary
+        temps = {}                  # (buffer id, vector reference) -> temporary
         for key, (ld, base) in vec_loads.items():
-            q = self._vec4_index(base, ld.buffer)
-            tkey = (id(ld.buffer), q)
+            ref = self._vec4_ref(base, ld.buffer)
+            tkey = (id(ld.buffer), ref)
             if tkey not in temps:
                 self.vec4_temps += 1
                 temps[tkey] = f"tc_v4_{self.vec4_temps}"
-                self.emit(self.let_decl(temps[tkey], _vec4_type(ld.buffer.dtype),
-                                        f"{self.name_of(ld.buffer)}[{q}]"))
+                self.emit(self.let_decl(temps[tkey], _vec4_type(ld.buffer.dtype), ref))
                 self._note_f16(ld.buffer.dtype)
             self.vec4_loads[key] = temps[tkey]
             self.vec4_proven.add(id(ld.buffer))
@@ -667,26 +670,25 @@ class WGSLCodegen(CodegenC):
                 # the value as one vector expression where WGSL has it (a ReLU: max(x, 0))
                 code = self._vec4_expr(st.value, v, st.buffer.dtype)
                 if code is not None:
-                    q = self._vec4_index(vec_stores[id(st)], st.buffer)
+                    ref = self._vec4_ref(vec_stores[id(st)], st.buffer)
                     self.vec4_proven.add(id(st.buffer))
-                    self.emit(f"{self.name_of(st.buffer)}[{q}] = {code};")
+                    self.emit(f"{ref} = {code};")
                     continue
-            values, indices = [], []
+            values, refs = [], []
             for lane in range(4):
                 self.var_code[v] = _int_literal(lo + lane, v.dtype, v)
                 self.analyzer.bind(v, E.IntImm(lo + lane, v.dtype))
                 self.vec4_lane = lane
                 values.append(self.store_value(st.buffer, self.visit(st.value)))
                 if id(st) not in vec_stores:
-                    indices.append(self.buffer_index(st.indices[0], st.buffer))
+                    refs.append(self._element(st.buffer, st.indices[0], st))
             if id(st) in vec_stores:
-                q = self._vec4_index(vec_stores[id(st)], st.buffer)
+                ref = self._vec4_ref(vec_stores[id(st)], st.buffer)
                 self.vec4_proven.add(id(st.buffer))
-                self.emit(f"{self.name_of(st.buffer)}[{q}] = "
-                          f"{_vec4_type(st.buffer.dtype)}({', '.join(values)});")
+                self.emit(f"{ref} = {_vec4_type(st.buffer.dtype)}({', '.join(values)});")
             else:
-                for idx, val in zip(indices, values):
-                    self.emit(f"{self.element_ref(st.buffer, idx, st)} = {val};")
+                for ref, val in zip(refs, values):
+                    self.emit(f"{ref} = {val};")
         self.unrolling -= 1
         self.vec4_lane = None
         for key in vec_loads:
@@ -802,7 +804,11 @@ class WGSLCodegen(CodegenC):
         tmp = self.vec4_loads.get(id(e))
         if tmp is not None:          # lane of a vec4 loaded before the lanes
             return f"{tmp}[{self.vec4_lane}]"
-        return super().visit_BufferLoad(e)
+        return self.load_value(e.buffer, self._element(e.buffer, e.indices[0], e))
+
+    def visit_BufferStore(self, s):
+        ref = self._element(s.buffer, s.indices[0], s)
+        self.emit(f"{ref} = {self.store_value(s.buffer, self.visit(s.value))};")
 
     # =========================================================================================
     # buffers
@@ -826,6 +832,49 @@ class WGSLCodegen(CodegenC):
     def _packed(self, buf) -> bool:
         hit = self.binding_of.get(id(buf))
         return hit is not None and hit[0].packed
+
+    # naga (and Tint) clamp every index into a workgroup or function array, and every index
+    # into a vector, that is not a constant (``BoundsCheckPolicy::Restrict``: one ``UMin``
+    # each; storage buffers are left to the driver's robust buffer access). An element of a
+    # vec4 array whose lane is provably constant is therefore a constant component of a
+    # dynamically indexed vector (``s[q][2i]``: one clamp), not ``s[i >> 2u][i & 3i]`` (two);
+    # and a workgroup array that no access reads or writes as whole vectors stays a flat
+    # ``array<f32>`` (``emit_kernel``). The trusted build (``-trusted-shaders=1``) compiles the
+    # same WGSL without the clamps.
+
+    def _element(self, buf, idx, node) -> str:
+        """The WGSL reference of element ``idx`` (an IR index) of ``buf``."""
+        if self.unrolling and not isinstance(idx, (E.IntImm, E.Var)):
+            try:                 # as ``buffer_index`` folds it: the loop variables are constants
+                idx = self.analyzer.simplify(idx)
+            except TIRError:
+                pass
+        if self._is_vec4(buf) and not isinstance(idx, E.IntImm):
+            lane = self._const_lane(idx)
+            if lane is not None:
+                q, c = lane
+                return f"{self._vector_ref(buf, q)}[{c}i]"
+        return self.element_ref(buf, self.buffer_index(idx, buf), node)
+
+    def _vector_ref(self, buf, q) -> str:
+        """The reference of vector ``q`` (an IR index) of the vec4 array ``buf``."""
+        return f"{self.name_of(buf)}[{self.buffer_index(q, buf)}]"
+
+    def _const_lane(self, idx):
+        """``(q, c)`` with ``idx == 4 q + c`` and ``c`` a constant lane, where the analyzer
+        proves ``idx`` non-negative and ``idx % 4`` constant (a register fragment's element
+        ``4 k + 2``); else None."""
+        four = E.IntImm(4, idx.dtype)
+        try:
+            if not self.analyzer.can_prove(idx >= 0):
+                return None
+            c = E.as_int(self.analyzer.simplify(E.FloorMod(idx, four)))
+            if c is None:
+                return None
+            q = self.analyzer.simplify(E.FloorDiv(idx, four))
+        except TIRError:
+            return None
+        return q, c
 
     def element_ref(self, buf, index: str, node) -> str:
         if self._is_vec4(buf):
@@ -1204,12 +1253,15 @@ def emit_kernel(kernel, bindings: list[Binding], limits: dict, *, supports_float
     gen = WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
                       nonneg_scalars=nonneg_scalars)
     src = gen.generate()
-    if gen.vec4_storage - gen.vec4_proven:
-        # a candidate with no provably aligned vector access gains nothing from vec4
-        # (its accesses would only index components): generate again with array<f32>
+    if (gen.vec4_storage | gen.vec4_shared) - gen.vec4_proven:
+        # a candidate with no provably aligned vector access gains nothing from vec4: its
+        # accesses would only index components (a workgroup array's, at a lane the thread
+        # decides, clamped twice by naga: the array index and the lane). Generate again
+        # with array<f32> for those.
         gen = WGSLCodegen(kernel, bindings, limits, supports_float16=supports_float16,
                           nonneg_scalars=nonneg_scalars,
-                          vec4_storage=gen.vec4_storage & gen.vec4_proven)
+                          vec4_storage=gen.vec4_storage & gen.vec4_proven,
+                          vec4_shared=gen.vec4_shared & gen.vec4_proven)
         src = gen.generate()
     _warn_register_arrays(gen, src)
     return src
