@@ -31,7 +31,11 @@ What WGSL changes, and how the generator handles it:
   ``workgroupBarrier()``. A float32 (float16) shared array that a vectorized loop of 4 reads
   at ``base + v`` (a GEMM's register fragment) is an ``array<vec4<f32>>``
   (``array<vec4<f16>>``): such a read, at a provable multiple of 4, is one ``vec4`` load
-  stored lane by lane; other accesses index a component (``s[i >> 2u][i & 3i]``).
+  stored lane by lane; other accesses index a component, by a constant where the lane is
+  provably constant (``s[q][2i]``), else ``s[i >> 2u][i & 3i]``. An array with no provably
+  aligned vector read stays ``array<f32>`` (``emit_kernel`` generates once more): browsers'
+  WebGPU clamps every dynamic index into a workgroup array and into a vector, so a component
+  at a lane of the thread's costs two clamps, a flat element one.
 * **Launch geometry**: ``@workgroup_size`` is the constant ``threadIdx`` extents (checked against
   the invocation and per-dimension limits); the workgroup counts are expressions of the shape
   variables evaluated at launch. A grid that may exceed 65535 workgroups in a dimension is
