@@ -69,7 +69,7 @@ from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.stmt import Range
 from tilecraft.tensorir.transform._common import uses_any
 
-from ..gpu_codegen import BARRIER_OPS, CodegenC, kernel_body
+from ..gpu_codegen import BARRIER_OPS, CodegenC, kernel_body, written_buffers
 from . import exprjson, storage
 
 INT32_MAX = 2 ** 31 - 1
@@ -307,6 +307,16 @@ class WGSLCodegen(CodegenC):
         self.vec4_proven: set = set()        # ids of buffers with an aligned vec4 access
         self.vec4_loads: dict = {}           # id(BufferLoad) -> its vec4 temporary's name
         self.vec4_lane: int | None = None
+        # workgroup elements already read into a variable (``_cached_load``): (branch path,
+        # buffer id, reference) -> variable, the path the conditions under which the read ran
+        # (``_enter_branch``); the variables' declarations; > 0 where a read must stay where
+        # it is (an index, a loop bound, an operand of && / ||)
+        self.loaded: dict[tuple, str] = {}
+        self.path: list = []
+        self.branches = 0
+        self.load_vars: list[str] = []
+        self.no_reuse = 0
+        self.invariant_vars = set(kernel.thread_vars.values()) | set(kernel.scalar_params)
         self.has_blocks = any(t.startswith("blockIdx") for t in kernel.thread_vars)
         self.begin_kernel(kernel, nonneg_scalars)
 
@@ -424,6 +434,7 @@ class WGSLCodegen(CodegenC):
         out.append(f"@compute @workgroup_size({wg[0]}, {wg[1]}, {wg[2]})")
         out.append("fn main(@builtin(workgroup_id) tc_wid: vec3<u32>, "
                    "@builtin(local_invocation_id) tc_lid: vec3<u32>) {")
+        out.extend(f"{self.INDENT}{d}" for d in self.load_vars)
         out.extend(_scalarize_locals(body, self.local_arrays))
         out.append("}")
         wgsl = "\n".join(out) + "\n"
@@ -506,6 +517,8 @@ class WGSLCodegen(CodegenC):
         if not isinstance(v, E.IntImm) and not (isinstance(v, E.Call) and v.op in BARRIER_OPS):
             raise self.error(f"cannot emit the statement evaluate({v!r}) in WGSL", s)
         super().visit_Evaluate(s)
+        if isinstance(v, E.Call) and v.op in BARRIER_OPS:
+            self.loaded.clear()          # other invocations' stores are visible from here
 
     def visit_IfThenElse(self, s):
         if self.unrolling:
@@ -520,16 +533,75 @@ class WGSLCodegen(CodegenC):
                 return self.visit(s.else_case) if s.else_case is not None else None
             if cond is not s.condition:
                 s = S.IfThenElse(cond, s.then_case, s.else_case)
-        super().visit_IfThenElse(s)
+        code = self.visit(s.condition)
+        self.emit(f"if ({code}) {{")
+        self._enter_branch(s.condition, code)
+        self.depth += 1
+        with self.analyzer.with_constraint(s.condition):
+            self.visit(s.then_case)
+        self.depth -= 1
+        self.path.pop()
+        if s.else_case is not None:
+            self.emit("} else {")
+            self._enter_branch(s.condition, code, negated=True)
+            self.depth += 1
+            with self.analyzer.with_constraint(E.Not(s.condition)):
+                self.visit(s.else_case)
+            self.depth -= 1
+            self.path.pop()
+        self.emit("}")
 
     def visit_AssertStmt(self, s):
         # Checks that depend only on host values were taken out by the host/device split; one
         # that depends on the thread's indices becomes a guard (WGSL cannot raise an error).
-        self.emit(f"if ({self.visit(s.condition)}) {{")
+        code = self.visit(s.condition)
+        self.emit(f"if ({code}) {{")
+        self._enter_branch(s.condition, code)
         self.depth += 1
         self.visit(s.body)
         self.depth -= 1
+        self.path.pop()
         self.emit("}")
+
+    # Reads of workgroup elements reused (``_cached_load``). A read may be reused where it
+    # ran for certain: after it in the same branch, or in a later branch under the same
+    # conditions (each a condition of thread indices and scalars only, the same value every
+    # time: a convolution's row guard around each window read), never past a barrier or a
+    # store to its array, nor out of a loop body into the next iteration or after the loop.
+
+    def _enter_branch(self, cond, code: str, negated: bool = False) -> None:
+        """Push the branch under ``cond`` (its WGSL ``code``) on the path: the condition itself
+        where it reads only thread indices, scalars and constants, else a key of its own."""
+        if self._invariant(cond):
+            self.path.append(("!" if negated else "") + code)
+        else:
+            self._enter_body()
+
+    def _enter_body(self) -> None:
+        """Push a key no later branch matches (a loop body, a branch of another condition)."""
+        self.branches += 1
+        self.path.append(self.branches)
+
+    def _invariant(self, e) -> bool:
+        """Whether ``e`` reads only thread indices, scalar parameters and constants."""
+        ok = True
+
+        def visit(n):
+            nonlocal ok
+            if isinstance(n, E.BufferLoad) or \
+                    (isinstance(n, E.Var) and n not in self.invariant_vars):
+                ok = False
+        post_order_visit(e, visit)
+        return ok
+
+    def _forget_changed_in(self, s) -> None:
+        """Before a rolled loop of body ``s``: a later iteration may see its stores and its
+        barriers' effects."""
+        if _has_barrier(s):
+            self.loaded.clear()
+            return
+        stored = {id(b) for b in written_buffers(s)}
+        self.loaded = {k: v for k, v in self.loaded.items() if k[1] not in stored}
 
     def visit_For(self, s):
         v = s.loop_var
@@ -563,7 +635,11 @@ class WGSLCodegen(CodegenC):
                 self.analyzer.bind(v, Range(s.min, s.extent))
                 return
             self.over_budget.append(f"{v.name} ({ext} x {size // ext} statements)")
+        # a rolled loop: an iteration may see the stores and barriers of the one before
+        self._forget_changed_in(s.body)
+        self._enter_body()
         super().visit_For(s)
+        self.path.pop()
 
     def loop_bound(self, e) -> str:
         self.index_depth += 1
@@ -654,7 +730,9 @@ class WGSLCodegen(CodegenC):
         if not vec_loads and not vec_stores:
             return False
         if guard is not None:
-            self.emit(f"if ({self.visit(guard)}) {{")
+            code = self.visit(guard)
+            self.emit(f"if ({code}) {{")
+            self._enter_branch(guard, code)
             self.depth += 1
         temps = {}                  # (buffer id, vector reference) -> temporary
         for key, (ld, base) in vec_loads.items():
@@ -677,6 +755,7 @@ class WGSLCodegen(CodegenC):
                     ref = self._vec4_ref(vec_stores[id(st)], st.buffer)
                     self.vec4_proven.add(id(st.buffer))
                     self.emit(f"{ref} = {code};")
+                    self._forget(st.buffer)
                     continue
             values, refs = [], []
             for lane in range(4):
@@ -693,6 +772,7 @@ class WGSLCodegen(CodegenC):
             else:
                 for ref, val in zip(refs, values):
                     self.emit(f"{ref} = {val};")
+            self._forget(st.buffer)
         self.unrolling -= 1
         self.vec4_lane = None
         for key in vec_loads:
@@ -701,6 +781,7 @@ class WGSLCodegen(CodegenC):
         if guard is not None:
             self.depth -= 1
             self.emit("}")
+            self.path.pop()
         return True
 
     def _try_half_pair(self, s) -> bool:
@@ -727,7 +808,9 @@ class WGSLCodegen(CodegenC):
                for ld in loads):
             return False
         if guard is not None:
-            self.emit(f"if ({self.visit(guard)}) {{")
+            code = self.visit(guard)
+            self.emit(f"if ({code}) {{")
+            self._enter_branch(guard, code)
             self.depth += 1
         self.unrolling += 1
         try:
@@ -745,6 +828,7 @@ class WGSLCodegen(CodegenC):
         if guard is not None:
             self.depth -= 1
             self.emit("}")
+            self.path.pop()
         self._note_f16("float16")
         return True
 
@@ -808,11 +892,50 @@ class WGSLCodegen(CodegenC):
         tmp = self.vec4_loads.get(id(e))
         if tmp is not None:          # lane of a vec4 loaded before the lanes
             return f"{tmp}[{self.vec4_lane}]"
-        return self.load_value(e.buffer, self._element(e.buffer, e.indices[0], e))
+        ref = self._element(e.buffer, e.indices[0], e)
+        if e.buffer.scope == "shared" and not self.index_depth and not self.no_reuse and \
+                e.buffer.dtype in ("float32", "float16", "int32"):
+            return self._cached_load(e.buffer, ref)
+        return self.load_value(e.buffer, ref)
+
+    def _cached_load(self, buf, ref: str) -> str:
+        """A workgroup element read once into a function-scope variable, and reused where the
+        read certainly ran and the element cannot have changed (above): naga clamps the index
+        of every read (a 7x7 convolution's window read 245 elements 833 times), a variable
+        not at all."""
+        for depth in range(len(self.path), -1, -1):     # read here or under a prefix
+            name = self.loaded.get((tuple(self.path[:depth]), id(buf), ref))
+            if name is not None:
+                return name
+        name = f"tc_w{len(self.load_vars) + 1}"
+        self.load_vars.append(f"var {name}: {self.type_name(buf.dtype, buf)};")
+        self.emit(f"{name} = {self.load_value(buf, ref)};")
+        self.loaded[(tuple(self.path), id(buf), ref)] = name
+        return name
+
+    def _forget(self, buf) -> None:
+        """A store to ``buf``: its elements read before may have changed."""
+        if buf.scope == "shared":
+            self.loaded = {k: v for k, v in self.loaded.items() if k[1] != id(buf)}
 
     def visit_BufferStore(self, s):
         ref = self._element(s.buffer, s.indices[0], s)
         self.emit(f"{ref} = {self.store_value(s.buffer, self.visit(s.value))};")
+        self._forget(s.buffer)
+
+    def visit_And(self, e):
+        self.no_reuse += 1           # WGSL's && and || skip their second operand
+        try:
+            return super().visit_And(e)
+        finally:
+            self.no_reuse -= 1
+
+    def visit_Or(self, e):
+        self.no_reuse += 1
+        try:
+            return super().visit_Or(e)
+        finally:
+            self.no_reuse -= 1
 
     # =========================================================================================
     # buffers
@@ -1108,6 +1231,17 @@ def _vec4_storage_candidates(body, bindings: list[Binding]) -> set:
                 found.add(id(m.buffer))
         post_order_visit(n.body, access)
     post_order_visit(body, visit)
+    return found
+
+
+def _has_barrier(s) -> bool:
+    found = False
+
+    def visit(n):
+        nonlocal found
+        if isinstance(n, E.Call) and n.op in BARRIER_OPS:
+            found = True
+    post_order_visit(s, visit)
     return found
 
 

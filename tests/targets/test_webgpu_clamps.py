@@ -4,18 +4,22 @@ A browser's WebGPU (naga, Tint) clamps every index into a workgroup array, and e
 a vector, that is not a constant. An element of an ``array<vec4<f32>>`` workgroup array read at
 ``s[(i) >> 2u][(i) & 3i]`` costs two clamps, at ``s[q][2i]`` (a provably constant lane) one;
 a workgroup array that no access reads or writes as a whole vector is a flat ``array<f32>``.
-The counts are read from the WGSL here (the SPIR-V count, ``benchmarks/webgpu_spirv.py``,
-needs system packages); every kernel also runs on the adapter (lavapipe in CI) against numpy.
+A workgroup element read several times between barriers is read once into a variable. The
+counts are read from the WGSL here (the SPIR-V count, ``benchmarks/webgpu_spirv.py``, needs
+system packages); every kernel also runs on the adapter (lavapipe in CI) against numpy.
 """
 import re
 
 import numpy as np
 import pytest
 
-from tilecraft import relax
+from tilecraft import relax, targets
 from tilecraft.models import bert_encoder_layer
 from tilecraft.models.resnet import resnet_bottleneck
 from tilecraft.relax import VirtualMachine
+from tilecraft.tensorir.expr import Var, const, floormod
+from tilecraft.tensorir.function import PrimFunc
+from tilecraft.tensorir.stmt import Allocate, Buffer, BufferStore, For, IfThenElse, seq
 from webgpu_testutil import webgpu_device
 
 
@@ -92,3 +96,48 @@ def test_conv3x3_window_is_a_flat_workgroup_array(dev):
     y = VirtualMachine(exe, dev)["main"](x).numpy()
     ref = model.reference(x)
     np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+
+
+def _reuse_func() -> PrimFunc:
+    """64 invocations and a shared tile: each reads its neighbour's element twice after a
+    barrier (one read, reused), adds 1 to its own, reads it inside a branch taken by half of
+    them and after it (read again: the branch's read may not have run), adds 1 four times in
+    a rolled loop (each iteration reads what the one before stored) and reads it last."""
+    G = Buffer("G", (64,), "float32")
+    O = Buffer("O", (5, 64), "float32")
+    sh = Buffer("tile", (64,), "float32", scope="shared")
+    tx, k = Var("tx"), Var("k")
+    one = const(1.0, "float32")
+    own_plus_one = BufferStore(sh, sh[tx] + one, [tx])
+    body = seq(
+        BufferStore(sh, G[tx], [tx]),
+        BufferStore(O, sh[floormod(tx + 1, 64)], [0, tx]),
+        BufferStore(O, sh[floormod(tx + 1, 64)] * const(2.0, "float32"), [1, tx]),
+        own_plus_one,
+        IfThenElse(floormod(tx, 2) == 0,
+                   BufferStore(O, sh[tx] * const(3.0, "float32"), [2, tx])),
+        BufferStore(O, sh[tx], [3, tx]),
+        For(k, 0, 4, "serial", own_plus_one),
+        BufferStore(O, sh[tx], [4, tx]))
+    body = Allocate(sh, For(tx, 0, 64, "thread_binding", body, thread_tag="threadIdx.x"))
+    handles = [Var(x.name, "handle") for x in (G, O)]
+    return PrimFunc(handles, body, dict(zip(handles, (G, O))),
+                    attrs={"global_symbol": "main", "tir.is_scheduled": True})
+
+
+def test_workgroup_reads_are_reused_until_a_store_barrier_or_branch_end(dev, rng):
+    """A workgroup element read twice between barriers is read once (naga clamps every read);
+    a store to the array, a barrier or the end of a branch makes the next read read again."""
+    mod = targets.build(_reuse_func(), "webgpu")
+    src = mod.get_source()
+    assert src.count("s_tile[((i32(tc_lid.x) + 1i) & 63i)]") == 1
+    g = rng.standard_normal(64).astype("float32")
+    out = targets.array(np.zeros((5, 64), "float32"), dev)
+    mod["main"](targets.array(g, dev), out)
+    want = np.zeros((5, 64), "float32")
+    want[0] = np.roll(g, -1)
+    want[1] = want[0] * 2
+    want[2, ::2] = (g[::2] + 1) * 3
+    want[3] = g + 1
+    want[4] = g + 1 + 1 + 1 + 1 + 1
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6, atol=1e-6)
