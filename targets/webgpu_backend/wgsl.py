@@ -35,7 +35,9 @@ What WGSL changes, and how the generator handles it:
   provably constant (``s[q][2i]``), else ``s[i >> 2u][i & 3i]``. An array with no provably
   aligned vector read stays ``array<f32>`` (``emit_kernel`` generates once more): browsers'
   WebGPU clamps every dynamic index into a workgroup array and into a vector, so a component
-  at a lane of the thread's costs two clamps, a flat element one.
+  at a lane of the thread's costs two clamps, a flat element one; for the same reason a
+  workgroup element read several times between barriers is read once into a variable
+  (``_cached_load``).
 * **Launch geometry**: ``@workgroup_size`` is the constant ``threadIdx`` extents (checked against
   the invocation and per-dimension limits); the workgroup counts are expressions of the shape
   variables evaluated at launch. A grid that may exceed 65535 workgroups in a dimension is
@@ -901,7 +903,7 @@ class WGSLCodegen(CodegenC):
     def _cached_load(self, buf, ref: str) -> str:
         """A workgroup element read once into a function-scope variable, and reused where the
         read certainly ran and the element cannot have changed (above): naga clamps the index
-        of every read (a 7x7 convolution's window read 245 elements 833 times), a variable
+        of every read (a 7x7 convolution's tile: 833 reads of 245 elements), a variable
         not at all."""
         for depth in range(len(self.path), -1, -1):     # read here or under a prefix
             name = self.loaded.get((tuple(self.path[:depth]), id(buf), ref))
