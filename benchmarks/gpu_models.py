@@ -20,7 +20,9 @@ spec's default limits — what any browser grants — and for the adapter's own,
 adapter's limits with the GEMM k-step of 8 the rule gave before (patched in while building:
 the A/B of the k-step in one call); ``webgpu-adapter-trusted`` and
 ``webgpu-adapter-k8-trusted``, not by default: the same with the target's ``trusted_shaders``
-on, shader modules without naga's run-time checks),
+on, shader modules without naga's run-time checks; the word ``noreuse`` after
+``webgpu-adapter`` (``webgpu-adapter-noreuse``, ``webgpu-adapter-noreuse-trusted``) builds
+with ``wgsl.WORKGROUP_READ_REUSE`` off: every workgroup read its own access, as before),
 ``TILECRAFT_GPU_MODEL_BATCHES``
 batches (``1,16``), ``TILECRAFT_GPU_MODEL_PROFILE=1`` a per-kernel profile in every row
 (``kernels_us``: WebGPU's from GPU timestamps, OpenCL's from ``vm.profile``), ``TILECRAFT_GPU_MODEL_NOMINAL_BATCH`` the batch the GEMM tiles are sized
@@ -178,7 +180,7 @@ def _torch_time(module, x: np.ndarray, device: str, number: int = 10, repeat: in
 
 def _options(kind: str) -> tuple[str, set, int | None]:
     """A name of ``TILECRAFT_GPU_MODEL_TARGETS`` as (base, options, submit_every): the words
-    ``k8`` and ``trusted`` after ``webgpu-adapter``, and ``submitN`` after any WebGPU kind
+    ``k8``, ``noreuse`` and ``trusted`` after ``webgpu-adapter``, and ``submitN`` after any WebGPU kind
     (``webgpu-adapter-trusted-submit512``: the WebGPU runtime submits every 512 commands
     while this kind is timed)."""
     words = kind.split("-")
@@ -236,6 +238,20 @@ def _gemm_kstep(kind: str):
         yield
     finally:
         gemm.GEMM_BK_WEBGPU_WIDE = saved
+
+
+@contextlib.contextmanager
+def _wgsl_reuse(kind: str):
+    """For a ``...-noreuse`` kind: ``wgsl.WORKGROUP_READ_REUSE`` off while the model builds."""
+    from tilecraft.targets.webgpu_backend import wgsl
+    if "noreuse" not in _options(kind)[1]:
+        yield
+        return
+    saved, wgsl.WORKGROUP_READ_REUSE = wgsl.WORKGROUP_READ_REUSE, False
+    try:
+        yield
+    finally:
+        wgsl.WORKGROUP_READ_REUSE = saved
 
 
 def _open_webgpu_for(kinds) -> None:
@@ -303,9 +319,9 @@ def run() -> list[dict]:
                 dev = gpu_device(kind)
                 t0 = time.perf_counter()
                 target = _target(kind)
-                key = (str(target), "k8" in _options(kind)[1])
+                key = (str(target), "k8" in _options(kind)[1], "noreuse" in _options(kind)[1])
                 if key not in built:
-                    with _gemm_kstep(kind):
+                    with _gemm_kstep(kind), _wgsl_reuse(kind):
                         built[key] = relax.build(mod, target, upper_bounds=bounds)
                 exe = built[key]
                 build_s = time.perf_counter() - t0

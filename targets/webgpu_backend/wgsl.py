@@ -78,6 +78,10 @@ INT32_MAX = 2 ** 31 - 1
 MAX_WORKGROUPS = 65535
 UNROLL_LIMIT = 64          # unrolled/vectorized loops up to this constant extent are unrolled
 UNROLL_BODY_LIMIT = 8192   # ... unless the unrolled code would exceed this many statements
+# A workgroup element read once into a variable and reused (``WGSLCodegen._cached_load``): naga
+# clamps every read. False: every read its own access, as before (a GPU A/B: the reused values
+# live longer in registers; ``benchmarks.gpu_models`` kind ``webgpu-adapter-noreuse``).
+WORKGROUP_READ_REUSE = True
 
 _RESERVED = set("""
 alias break case const const_assert continue continuing default diagnostic discard else enable
@@ -895,8 +899,8 @@ class WGSLCodegen(CodegenC):
         if tmp is not None:          # lane of a vec4 loaded before the lanes
             return f"{tmp}[{self.vec4_lane}]"
         ref = self._element(e.buffer, e.indices[0], e)
-        if e.buffer.scope == "shared" and not self.index_depth and not self.no_reuse and \
-                e.buffer.dtype in ("float32", "float16", "int32"):
+        if WORKGROUP_READ_REUSE and e.buffer.scope == "shared" and not self.index_depth and \
+                not self.no_reuse and e.buffer.dtype in ("float32", "float16", "int32"):
             return self._cached_load(e.buffer, ref)
         return self.load_value(e.buffer, ref)
 

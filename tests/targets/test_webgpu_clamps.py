@@ -20,6 +20,7 @@ from tilecraft.relax import VirtualMachine
 from tilecraft.tensorir.expr import Var, const, floormod
 from tilecraft.tensorir.function import PrimFunc
 from tilecraft.tensorir.stmt import Allocate, Buffer, BufferStore, For, IfThenElse, seq
+from tilecraft.targets.webgpu_backend import wgsl as wgsl_codegen
 from webgpu_testutil import webgpu_device
 
 
@@ -141,3 +142,16 @@ def test_workgroup_reads_are_reused_until_a_store_barrier_or_branch_end(dev, rng
     want[3] = g + 1
     want[4] = g + 1 + 1 + 1 + 1 + 1
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_reuse_switch_reads_every_access_again(dev, rng, monkeypatch):
+    """``wgsl.WORKGROUP_READ_REUSE = False`` (the GPU A/B, ``gpu_models``' ``noreuse`` kinds):
+    every read of a workgroup element is its own access again, and the kernel still computes
+    the same."""
+    monkeypatch.setattr(wgsl_codegen, "WORKGROUP_READ_REUSE", False)
+    mod = targets.build(_reuse_func(), "webgpu")
+    assert mod.get_source().count("s_tile[((i32(tc_lid.x) + 1i) & 63i)]") > 1
+    g = rng.standard_normal(64).astype("float32")
+    out = targets.array(np.zeros((5, 64), "float32"), dev)
+    mod["main"](targets.array(g, dev), out)
+    np.testing.assert_allclose(out.numpy()[3], g + 1, rtol=1e-6, atol=1e-6)
