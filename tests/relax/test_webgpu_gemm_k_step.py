@@ -19,7 +19,7 @@ from tilecraft.relax import gpu_schedules as gs
 from tilecraft.relax.backend.gpu import gemm
 from tilecraft.relax.vm import VirtualMachine
 from tilecraft.targets import Target
-from tilecraft.targets.webgpu_backend import UnrollBudgetWarning, wgsl
+from tilecraft.targets.webgpu_backend import UnrollBudgetWarning, runtime, wgsl
 from tilecraft.targets.webgpu_backend.build import compile_function
 from tilecraft.tensorir.transform import lower_device
 from capabilities import webgpu_device
@@ -186,6 +186,9 @@ def _adapter_target():
     if gemm.webgpu_k_step(target) != 16:
         pytest.skip(f"the adapter's {target.max_shared_memory_per_block} bytes of workgroup "
                     f"storage do not hold the k-step 16's padded tiles")
+    # another test file of this process may have opened the device with the spec's limits
+    runtime.note_target(target)
+    runtime.close_device(dev.index)     # opened again with the target's limits
     return dev, target
 
 
