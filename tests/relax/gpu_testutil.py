@@ -276,10 +276,10 @@ def emitted_module(params, body):
 
 
 def conv2d_nchw_reference(x, w, stride, pad):
-    """NCHW convolution in float64 numpy (no bias), the tensor-core tests' oracle."""
+    """NCHW convolution in float64 numpy (no bias), the GPU convolution tests' oracle."""
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    xp = np.pad(np.asarray(x, np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
     out = np.zeros((n, o, oh, ow))
     for r in range(kh):
