@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 from .common import print_table, write_results
+from .gpu_common import webgpu_adapter_target
 
 HEADS, HEAD = 12, 64
 SEQ = int(os.environ.get("TILECRAFT_ATTN_SEQ", "128"))
@@ -144,7 +145,7 @@ def run() -> list[dict]:
         # the device opened with the adapter target's limits before anything uses it: both
         # WebGPU builds then run on one device (as benchmarks/gpu_models.py does)
         from tilecraft.targets.webgpu_backend import runtime
-        runtime.note_target(targets.webgpu(0).target())
+        runtime.note_target(webgpu_adapter_target())
     defaults = (attention.FLASH_TILE, attention.FLASH_TILE_WEBGPU)
     rows = []
     for case in CASES:
@@ -153,12 +154,8 @@ def run() -> list[dict]:
             dev = targets.opencl(0) if kind.startswith("opencl") else targets.webgpu(0)
             # webgpu-adapter: the adapter's own limits (more workgroup storage: the tiled
             # kernel's Qᵀ-in-shared-memory tile where it fits)
-            if kind.startswith("webgpu-adapter"):
-                target = dev.target()
-                if kind == "webgpu-adapter-trusted":
-                    target = Target(dict(target.export(), trusted_shaders=True))
-            else:
-                target = Target(kind)
+            target = webgpu_adapter_target(kind == "webgpu-adapter-trusted") \
+                if kind.startswith("webgpu-adapter") else Target(kind)
             for variant, pipeline, kernel, cfg in _variants(target):
                 attention.FLASH_TILE, attention.FLASH_TILE_WEBGPU = \
                     (cfg, cfg) if cfg else defaults

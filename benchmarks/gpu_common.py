@@ -49,6 +49,16 @@ def gpu_device(target: str):
     return targets.webgpu(0)
 
 
+def webgpu_adapter_target(trusted: bool = False):
+    """The first WebGPU adapter's own limits as a target (``targets.webgpu(0).target()``:
+    more workgroup storage and larger buffers than the spec's defaults), with
+    ``trusted_shaders`` (no naga run-time checks) when ``trusted``: the benchmarks'
+    ``webgpu-adapter`` and ``webgpu-adapter-trusted`` kinds."""
+    from tilecraft.targets import Target
+    adapter = gpu_device("webgpu").target()
+    return Target(dict(adapter.export(), trusted_shaders=True)) if trusted else adapter
+
+
 def torch_cuda_seconds(torch, fn, number: int, repeat: int, best: bool = False) -> float:
     """Median (``best``: smallest) seconds per call of ``fn`` (a PyTorch CUDA op) from CUDA
     events: one warm-up call, then ``repeat`` measurements of ``number`` calls each."""

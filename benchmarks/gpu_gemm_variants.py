@@ -20,7 +20,7 @@ import numpy as np
 from tilecraft import targets
 from tilecraft.targets.webgpu_backend import runtime
 from benchmarks.common import write_results
-from benchmarks.gpu_common import gemm_func, torch_cuda_seconds
+from benchmarks.gpu_common import gemm_func, torch_cuda_seconds, webgpu_adapter_target
 from tilecraft.relax import gpu_schedules
 from tilecraft.relax.backend.gpu import gemm as G
 
@@ -55,9 +55,7 @@ def _device(kind):
     from benchmarks.tune_gpu import _webgpu
     dev, target, name, gpu = _webgpu()
     if kind.startswith("webgpu-adapter"):
-        target = dev.target()
-        if kind == "webgpu-adapter-trusted":
-            target = targets.Target(dict(target.export(), trusted_shaders=True))
+        target = webgpu_adapter_target(kind == "webgpu-adapter-trusted")
         # the device opens with these limits (run a webgpu-adapter kind before plain webgpu)
         runtime.note_target(target)
     return dev, target, name, gpu

@@ -52,7 +52,7 @@ import time
 import numpy as np
 
 from .common import machine_name, print_table, results_path, write_results
-from .gpu_common import gpu_device
+from .gpu_common import gpu_device, webgpu_adapter_target
 
 BATCHES = [int(b) for b in os.environ.get("TILECRAFT_GPU_MODEL_BATCHES", "1,16").split(",")]
 
@@ -199,11 +199,7 @@ def _target(kind: str):
     ``trusted_shaders`` (no naga run-time checks), the others are target strings."""
     base, options, _ = _options(kind)
     if base == "webgpu-adapter":
-        from tilecraft.targets import Target
-        adapter = gpu_device("webgpu").target()
-        if "trusted" in options:
-            return Target(dict(adapter.export(), trusted_shaders=True))
-        return adapter
+        return webgpu_adapter_target("trusted" in options)
     return base
 
 
