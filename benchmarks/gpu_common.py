@@ -59,6 +59,23 @@ def webgpu_adapter_target(trusted: bool = False):
     return Target(dict(adapter.export(), trusted_shaders=True)) if trusted else adapter
 
 
+def kernel_profile(kind: str, vm, dev, x_dev, calls: int = 3) -> dict:
+    """Microseconds per model call of each kernel, slowest first: on WebGPU the GPU's own
+    time (``timing_kernels``: each dispatch between two timestamps), on OpenCL
+    ``vm.profile`` (the wall clock around each kernel and a ``clFinish``)."""
+    if kind.startswith("webgpu"):
+        from tilecraft.targets.webgpu_backend import runtime
+        with runtime.context(dev.index).timing_kernels() as times:
+            for _ in range(calls):
+                vm["main"](x_dev)
+        per_call = {k: secs * 1e6 / calls for k, (_, secs) in times.items()}
+    else:
+        report = vm.profile(x_dev, number=calls)
+        per_call = {r["name"]: r["total_ms"] * 1e3 / calls for r in report.rows
+                    if r["name"] != "(vm)"}
+    return dict(sorted(per_call.items(), key=lambda kv: -kv[1]))
+
+
 def torch_cuda_seconds(torch, fn, number: int, repeat: int, best: bool = False) -> float:
     """Median (``best``: smallest) seconds per call of ``fn`` (a PyTorch CUDA op) from CUDA
     events: one warm-up call, then ``repeat`` measurements of ``number`` calls each."""

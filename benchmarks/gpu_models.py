@@ -52,7 +52,7 @@ import time
 import numpy as np
 
 from .common import machine_name, print_table, results_path, write_results
-from .gpu_common import gpu_device, webgpu_adapter_target
+from .gpu_common import gpu_device, kernel_profile, webgpu_adapter_target
 
 BATCHES = [int(b) for b in os.environ.get("TILECRAFT_GPU_MODEL_BATCHES", "1,16").split(",")]
 
@@ -261,23 +261,6 @@ def _open_webgpu_for(kinds) -> None:
 PROFILE = os.environ.get("TILECRAFT_GPU_MODEL_PROFILE", "") not in ("", "0")
 
 
-def _kernel_profile(kind: str, vm, dev, x_dev, calls: int = 3) -> dict:
-    """Microseconds per model call of each kernel, slowest first: on WebGPU the GPU's own
-    time (``timing_kernels``: each dispatch between two timestamps), on OpenCL
-    ``vm.profile`` (the wall clock around each kernel and a ``clFinish``)."""
-    if kind.startswith("webgpu"):
-        from tilecraft.targets.webgpu_backend import runtime
-        with runtime.context(dev.index).timing_kernels() as times:
-            for _ in range(calls):
-                vm["main"](x_dev)
-        per_call = {k: secs * 1e6 / calls for k, (_, secs) in times.items()}
-    else:
-        report = vm.profile(x_dev, number=calls)
-        per_call = {r["name"]: r["total_ms"] * 1e3 / calls for r in report.rows
-                    if r["name"] != "(vm)"}
-    return dict(sorted(per_call.items(), key=lambda kv: -kv[1]))
-
-
 # run() writes the results itself, under the GPU's name (``benchmarks.run`` does not)
 WRITES_RESULTS = True
 
@@ -341,7 +324,7 @@ def run() -> list[dict]:
                         err = float(np.max(np.abs(got - ref)) / (np.max(np.abs(ref)) + 1e-30))
                         ours = vm.time_evaluator("main", dev, number=10, repeat=3)(x_dev)
                         ours_s = min(ours.results)
-                        kernels = _kernel_profile(kind, vm, dev, x_dev) if PROFILE else None
+                        kernels = kernel_profile(kind, vm, dev, x_dev) if PROFILE else None
                     except Exception as e:  # keep the other rows
                         rows.append({"model": name, "target": kind, "batch": b,
                                      "error": f"{type(e).__name__}: {str(e)[:300]}"})

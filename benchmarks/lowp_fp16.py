@@ -43,6 +43,8 @@ this CPU's name when only ``llvm`` ran); ``TILECRAFT_LOWP_BATCHES`` (default ``1
 A run of some targets or models replaces only their rows in the file (the others are kept),
 so the targets can be measured one command at a time; the file is written after each (model,
 target) once a GPU row names it, so a run stopped part-way keeps what it measured.
+``TILECRAFT_LOWP_PROFILE=1`` adds each row's kernels, slowest first, in microseconds a call
+(``kernels_us_fp32`` and ``kernels_us_fp16``: ``benchmarks.gpu_models``' per-kernel profile).
 ``opencl-half`` on a device without ``cl_khr_fp16`` (NVIDIA's driver, PoCL) gives its error row
 at once, without building the models.
 On the GPU machine: ``python -m benchmarks.lowp_fp16`` (all targets); here, the CPU row:
@@ -60,6 +62,7 @@ import time
 import numpy as np
 
 from .common import machine_name, print_table, results_path, write_results
+from .gpu_common import kernel_profile
 
 SMOKE = os.environ.get("TILECRAFT_LOWP_SMOKE", "") not in ("", "0")
 BATCHES = [int(b) for b in os.environ.get("TILECRAFT_LOWP_BATCHES",
@@ -78,6 +81,7 @@ TARGET_STRINGS = {"opencl": "opencl", "opencl-tc": "opencl -device=nvidia",
 # TILECRAFT_LOWP_ACCUMULATE (e.g. ``float32`` or ``float32,float16``) sets it for every target.
 ACCUMULATE = [a for a in os.environ.get("TILECRAFT_LOWP_ACCUMULATE", "").split(",") if a]
 HALF_ARITHMETIC = ("webgpu", "opencl-half")
+PROFILE = os.environ.get("TILECRAFT_LOWP_PROFILE", "") not in ("", "0")
 
 
 def accumulations(kind: str) -> list[str]:
@@ -318,6 +322,14 @@ def measure(on_rows=None) -> list[dict]:
                     xd = targets.array(x, dev)
                     number = 1 if SMOKE or kind == "llvm" else 3
                     t32, *t16 = _interleaved([vm32, *vms16.values()], dev, xd, number)
+                    if PROFILE and kind != "llvm":
+                        row["kernels_us_fp32"] = kernel_profile(kind, vm32, dev, xd)
+                        row["kernels_us_fp16"] = kernel_profile(kind, next(iter(
+                            vms16.values())), dev, xd)
+                        for which in ("fp32", "fp16"):
+                            top = list(row[f"kernels_us_{which}"].items())[:10]
+                            print(f"  {which}: " + ", ".join(f"{k} {v:.0f}" for k, v in top)
+                                  + " (us)", flush=True)
                 except Exception as err:  # keep the other rows
                     row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
                     rows.append(row)
