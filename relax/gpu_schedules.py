@@ -127,7 +127,7 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
         out = _tensor_core_gemm(func, target, name, tensor_core_tf32.tf32_kernel, "TF32 ")
         if out is not None:
             return _with_simt_below(func, out, target, name)
-    if target.tensor_cores is not None:
+    if target.tensor_cores is not None and not _simt_window_conv(func):
         out = _tensor_core_gemm(func, target, name)
         if out is not None:
             return out
@@ -147,6 +147,19 @@ def apply(func: PrimFunc, target: Target) -> PrimFunc:
     warnings.warn(f"no GPU default schedule applies to {name}; it runs as one thread",
                   DefaultScheduleWarning)
     return func
+
+
+def _simt_window_conv(func: PrimFunc) -> bool:
+    """Whether ``TILECRAFT_TC_WINDOW_CONV=0`` sends ``func``, a convolution over a window
+    (several reduction dims, its input gathered), to the SIMT rules instead of the tensor
+    cores (default: the tensor cores take it)."""
+    if os.environ.get("TILECRAFT_TC_WINDOW_CONV", "1").strip() != "0":
+        return False
+    try:
+        gm = tensor_core.match_fp16_gemm(func)
+    except ValueError:
+        return False
+    return len(gm.k_vars) > 1 and "gather" in (gm.a_mode, gm.b_mode)
 
 
 def _tensor_core_gemm(func: PrimFunc, target: Target, name: str,

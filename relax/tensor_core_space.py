@@ -25,9 +25,7 @@ Knobs (``TC_KNOBS``):
 * ``ldmatrix`` (0 / 1);
 * ``split_k`` (0 / 1; only where some candidate tile would split K, else fixed at its
   default);
-* ``stages``: 1 (registers) only, unless ``TILECRAFT_TUNE_TC_RING=1`` adds the experimental
-  ``cp.async`` ring's 2 and 3 (``TensorCoreOptions.stages``: off by default until a GPU run
-  passes its device tests).
+* ``stages``: 1 (registers), 2 and 3 (the ``cp.async`` ring; ``TensorCoreOptions.stages``).
 
 A combination the target cannot run (a tile over its threads or shared memory) is rejected
 before any build by ``check``, naming why; anything else over a limit when the kernel is
@@ -60,11 +58,9 @@ from tilecraft.metaschedule.space_generator import DEFAULT_SHAPE_HINT, shape_var
 from . import gpu_schedules
 from .backend.gpu import tensor_core as tc
 
-__all__ = ["TC_KNOBS", "TensorCoreKnobs", "RING_ENV", "tile_list"]
+__all__ = ["TC_KNOBS", "TensorCoreKnobs", "tile_list"]
 
 TC_KNOBS = ("tile", "small_tile", "ldmatrix", "split_k", "stages")
-# Set to 1 to let the tuner try the experimental cp.async ring (stages 2 and 3)
-RING_ENV = "TILECRAFT_TUNE_TC_RING"
 
 
 def tile_list() -> tuple:
@@ -132,11 +128,10 @@ class TensorCoreKnobs(KnobRule):
         splits = gm.K % BK == 0 and any(
             tc.split_parts(r, gm.N, gm.K, BK, tiles[i], gm.product(gm.batch_vars)) > 1
             for i in ok for r in nominal)
-        ring = (2, 3) if os.environ.get(RING_ENV, "") == "1" else ()
         knobs += [
             Knob("ldmatrix", (0, 1), int(opts.ldmatrix)),
             Knob("split_k", (0, 1) if splits else (int(opts.split_k),), int(opts.split_k)),
-            Knob("stages", sorted({1, *ring, opts.stages}), opts.stages),
+            Knob("stages", (1, 2, 3), opts.stages),
         ]
         # the kernel at the defaults must be what relax.build gives untuned (the seed)
         sch = Schedule(func)

@@ -14,6 +14,8 @@ fuses its bias, residual add and activation, which the default GPU schedule inli
 output transform. A constant weight (every imported model's) is transformed here, in numpy
 (``winograd.winograd_weight_numpy``): ``u`` is a constant and no kernel is built for it.
 
+On a target with tensor cores (``opencl -device=nvidia``) float16 convolutions are left to
+the tensor-core GEMM (implicit GEMMs) unless ``TILECRAFT_GPU_WINOGRAD_TC=1``.
 ``TILECRAFT_GPU_WINOGRAD=0`` in the environment (read when the pass is made) or
 ``GPUWinograd(target, enabled=False)`` keeps the direct implicit-GEMM convolution (for
 comparing the two; their float32 results round differently).
@@ -38,9 +40,16 @@ from ..expr import Call, Constant, Expr
 from ..op.base import Op, OpPattern
 from .base import ExprMutator, Pass
 
-__all__ = ["GPUWinograd", "winograd_enabled"]
+__all__ = ["GPUWinograd", "winograd_enabled", "winograd_on_tensor_cores"]
 
 GPU_KINDS = ("opencl", "webgpu")
+
+
+def winograd_on_tensor_cores() -> bool:
+    """Whether ``TILECRAFT_GPU_WINOGRAD_TC=1`` asks for float16 Winograd also on a target with
+    tensor cores (default: off there, the tensor-core GEMM taking float16 3x3 convolutions as
+    implicit GEMMs)."""
+    return os.environ.get("TILECRAFT_GPU_WINOGRAD_TC", "0").strip() in ("1", "true", "on")
 
 
 def winograd_enabled() -> bool:
@@ -86,7 +95,7 @@ class GPUWinograd(Pass):
             return mod
         # float16 convolutions only where no tensor core takes them (the tensor-core GEMM runs
         # a float16 3x3 convolution as an implicit GEMM; Winograd's batched GEMMs are SIMT)
-        half = self.target.tensor_cores is None
+        half = self.target.tensor_cores is None or winograd_on_tensor_cores()
         return _Rewrite(mod, self.min_channels, half).visit_module()
 
 

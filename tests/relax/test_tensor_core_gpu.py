@@ -364,28 +364,15 @@ def _gemm_func(K, N, weight):
 OPTIONS = [(1, 1), (0, 1), (1, 2), (1, 3), (0, 2)]
 
 
-def _ring_known_wrong_on_nvidia(request, stages: int) -> None:
-    """The cp.async ring (stages >= 2) is experimental: on an H200 through NVIDIA's driver it
-    gave wrong results in some kernels, varying from run to run (TensorCoreOptions.stages),
-    while the PoCL emulation passes (since its cp.async is asynchronous, also with the
-    barrier after each wait, whose absence it catches). On the real driver such cases still
-    run, marked as the known failure they are."""
-    if stages > 1 and os.environ.get("TILECRAFT_TC_DEVICE") == "nvidia":
-        request.node.add_marker(pytest.mark.xfail(
-            reason="cp.async ring: wrong results on NVIDIA's driver (off by default)",
-            strict=False))
-
-
 @pytest.mark.parametrize("ldm,stages", OPTIONS)
 @pytest.mark.parametrize("weight", ["kn", "nk"])
 @pytest.mark.parametrize("K,tile", [(96, "64x48x32x24"), (48, "32x64x32x32"),
                                     (32, "64x128x32x64")])
-def test_fragment_loads_and_stages(request, dev, monkeypatch, ldm, stages, weight, K, tile):
+def test_fragment_loads_and_stages(dev, monkeypatch, ldm, stages, weight, K, tile):
     """Each ``TensorCoreOptions`` (``ldmatrix`` x4 and, for an odd number of 8-column blocks
     a warp (WN = 24), x2; ``.trans`` for the ``kn`` weight's k-major tile; a ``cp.async`` ring
     of 2 or 3 stages, with fewer k-steps than stages for K = 32) on both plain weight layouts,
     rows 1 to past two tiles, against numpy."""
-    _ring_known_wrong_on_nvidia(request, stages)
     if not ldm and weight == "kn" and tile == "64x48x32x24":
         pytest.skip("the register-staged kn copy (pairing rows k, k + 1) needs its units to "
                     "fill the work-group evenly, which no tile of an odd WN / 8 does")
@@ -489,11 +476,10 @@ def test_options_from_env(monkeypatch):
 
 
 @pytest.mark.parametrize("stages", [1, 2])
-def test_split_k_dense_epilogue(request, dev, monkeypatch, stages):
+def test_split_k_dense_epilogue(dev, monkeypatch, stages):
     """Few output tiles and a long K (1024 -> 64 at up to 130 rows): split-K's two kernels
     (float32 partials, then their sum with the bias and GELU), against numpy; and the same
     built unsplit (``TILECRAFT_TC_SPLITK=0``) has one kernel."""
-    _ring_known_wrong_on_nvidia(request, stages)
     monkeypatch.setenv("TILECRAFT_TC_STAGES", str(stages))
     K, N = 1024, 64
     rng = np.random.default_rng(12)

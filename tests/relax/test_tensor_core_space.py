@@ -15,7 +15,7 @@ from tilecraft.relax import const, gpu_schedules, op
 from tilecraft.relax.backend.gpu import tensor_core as tc
 from tilecraft.relax.gpu_space import GemmKnobs, gpu_space
 from tilecraft.relax.op import nn
-from tilecraft.relax.tensor_core_space import RING_ENV, TC_KNOBS, TensorCoreKnobs, tile_list
+from tilecraft.relax.tensor_core_space import TC_KNOBS, TensorCoreKnobs, tile_list
 from tilecraft.targets import Target
 from tilecraft.tensorir import te
 from tilecraft.tensorir.schedule import Schedule, ScheduleError, Trace
@@ -92,7 +92,7 @@ def test_knobs_and_the_seed_is_the_untuned_kernel(name):
     assert len(by_name["tile"].candidates) > 1
     assert all(tc.tile_problem(tiles[i], tc.match_fp16_gemm(func), TARGET) is None
                for i in by_name["tile"].candidates)
-    assert by_name["stages"].candidates == (1,)          # the ring only on request
+    assert by_name["stages"].candidates == (1, 2, 3)
     seed, = space.seeds(func, TARGET)
     untuned = gpu_schedules.apply(func, TARGET)
     assert structural_equal(seed.func, untuned)
@@ -156,14 +156,14 @@ def test_options_are_used():
     sch = space.point(func, TARGET, {"tile": i, "ldmatrix": 0, "split_k": 0})
     assert sch is not None, space.last_rejection
     assert sch.func.attr_dict["tensor_core_tiles"] == "64x64x32x32"
-    assert sch.func.attr_dict["tensor_core_options"] == "ldmatrix=0 stages=1 split_k=0"
+    assert sch.func.attr_dict["tensor_core_options"] == "ldmatrix=0 stages=3 split_k=0"
 
 
-def test_the_ring_only_on_request(monkeypatch):
-    monkeypatch.setenv(RING_ENV, "1")
+def test_the_stages_knob_defaults_to_the_untuned_ring():
     func = KERNELS["dense"][0]()
     knobs = {k.name: k for k in KnobSpace(TensorCoreKnobs()).knobs_of(func, TARGET)}
-    assert knobs["stages"].candidates == (1, 2, 3) and knobs["stages"].default == 1
+    assert knobs["stages"].candidates == (1, 2, 3)
+    assert knobs["stages"].default == tc.TensorCoreOptions().stages == 3
 
 
 def test_over_the_targets_limits_is_rejected_naming_why():

@@ -227,3 +227,20 @@ def test_float16_convolutions_stay_direct_where_tensor_cores_take_them():
                                       lambda x: [nn.conv2d(x, const(w), padding=(1, 1))]), "fp16")
     assert "conv2d_nchw_winograd" in GPUWinograd("opencl")(mod16).script()
     assert "conv2d_nchw_winograd" not in GPUWinograd("opencl -device=nvidia")(mod16).script()
+
+
+def test_float16_winograd_on_tensor_cores_on_request(monkeypatch):
+    """``TILECRAFT_GPU_WINOGRAD_TC=1``: float16 Winograd also where tensor cores are (for the
+    GPU's A/B of the two); and ``TILECRAFT_TC_WINDOW_CONV=0`` sends the direct 3x3 convolution
+    to the SIMT rules instead of the tensor-core kernel."""
+    w = RNG.standard_normal((64, 64, 3, 3)).astype("float32")
+    mod16 = relax.quantize(gpu.module([("x", ("n", 64, 14, 14), "float32")],
+                                      lambda x: [nn.conv2d(x, const(w), padding=(1, 1))]), "fp16")
+    monkeypatch.setenv("TILECRAFT_GPU_WINOGRAD_TC", "1")
+    assert "conv2d_nchw_winograd" in GPUWinograd("opencl -device=nvidia")(mod16).script()
+    monkeypatch.delenv("TILECRAFT_GPU_WINOGRAD_TC")
+    target = Target("opencl -device=nvidia-emulated")
+    for window, tensor_cores in (("1", True), ("0", False)):
+        monkeypatch.setenv("TILECRAFT_TC_WINDOW_CONV", window)
+        exe = relax.build(mod16, target, upper_bounds={"n": 2})
+        assert ("mma" in exe.kernel_module.get_source()) == tensor_cores, window

@@ -20,7 +20,7 @@ The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` 
 
 * per step of ``BK`` (32, else 16) along k, the work-group copies a's ``BM x BK`` tile and b's
   ``BK x BN`` tile into shared memory as pairs of halves (uint32 words): with a ``cp.async``
-  ring of 2 or 3 stages (``TensorCoreOptions.stages``; plain operands), the copy of step
+  ring of 3 stages by default (``TensorCoreOptions.stages``; plain operands), the copy of step
   ``kt + S - 1`` in flight during step ``kt``'s mma, else staged in registers (the next
   step's tiles read from global memory before this step's mma, written to shared memory
   after them). a's tile is stored k-contiguous, rows ``BK / 2 + 4`` words long (the 4 words
@@ -104,27 +104,23 @@ class TensorCoreOptions:
       ``ldmatrix.x4`` (four 8 x 8 matrices a warp an instruction; ``.trans`` for a ``kn``
       weight, whose shared tile is then k-major, copied in 16-byte rows) instead of one 32-bit
       shared load a register;
-    * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 1): 1 stages the next k-step's tiles
-      in registers; 2 or 3 copy them with ``cp.async`` into a ring of that many shared tiles
-      (for plain operands only — ``a_mode`` ``"rows"``, ``b_mode`` ``"nk"``, or ``"kn"`` with
-      ``ldmatrix`` — else 1; where the ring of k-steps of 32 would pass the target's shared
-      memory, k-steps of 16, else fewer stages). **Experimental, off by default:** on an H200
-      through NVIDIA's driver the ring gave wrong results in some kernels (batch matmul, the
-      128 x 128 tiles, a fused input cast; which ones changed from run to run). One cause is
-      found and fixed: the last S - 1 k-steps (and every step of a kernel with fewer k-steps
-      than stages) had no barrier after their wait, so the mma read other threads' copies
-      before they landed; each step now has one, and the emulation, whose ``cp.async`` now
-      lands at the wait, fails without it. The ring stays off until a GPU run passes its
-      device tests (``TEST_VARIANTS=all3 bash benchmarks/tc_device.sh``); the register staging
-      with ``ldmatrix`` passes every test there and times within 0-9% of the ring on BERT's
-      layers;
+    * ``stages`` (``TILECRAFT_TC_STAGES=1/2/3``, default 3): 2 or 3 copy the next k-steps'
+      tiles with ``cp.async`` into a ring of that many shared tiles (for plain operands only —
+      ``a_mode`` ``"rows"``, ``b_mode`` ``"nk"``, or ``"kn"`` with ``ldmatrix`` — else 1;
+      where the ring of k-steps of 32 would pass the target's shared memory, k-steps of 16,
+      else fewer stages); 1 stages the next k-step's tiles in registers. Every k-step has a
+      barrier after its wait, so no warp reads a stage before every thread's copies into it
+      have landed (the last S - 1 k-steps once lacked it: wrong results on the GPU, which the
+      emulation, whose ``cp.async`` lands at the wait, now catches); on an H100 every device
+      test passes under 2 and 3 stages, and 3 times as fast as register staging or faster
+      (``benchmarks.gpu_tensor_core``'s variants ``all3`` / ``ldm_split``);
     * ``split_k`` (``TILECRAFT_TC_SPLITK=0/1``, default 1): a GEMM whose tiles fill few
       multiprocessors and whose K is long (``split_parts``) runs as two kernels: the
       tensor-core kernel over ``S`` parts of K writing float32 partials, then their sum with
       the epilogue.
     """
     ldmatrix: bool = True
-    stages: int = 1
+    stages: int = 3
     split_k: bool = True
 
     @staticmethod
