@@ -27,6 +27,8 @@ Examples
 """
 from __future__ import annotations
 
+import math
+
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -271,6 +273,10 @@ class OpenCLCodegen(CodegenC):
     def visit_Call(self, e: E.Call):
         if e.op == E.TC_PACK_HALF2:
             self._tc_mode(e)
+            lo, hi = (self._half_bits(a) for a in e.args)
+            if lo is not None and hi is not None:
+                # float16 values read as they are: their bits, no round trip through float
+                return tc.pack_bits(lo, hi)
             self.needs.add("tc_pack_half2")
             return f"tc_pack_half2({self.visit(e.args[0])}, {self.visit(e.args[1])})"
         if e.op in (E.TC_TF32_BIG, E.TC_TF32_SMALL):
@@ -287,6 +293,26 @@ class OpenCLCodegen(CodegenC):
                 and e is not self.stored:
             return self.round_half(code)
         return code
+
+    def _half_bits(self, e) -> str | None:
+        """The 16 bits (a uint) of the float16 value of ``e``, a float16 load from global
+        memory widened to float32, or a choice (``Select`` / ``if_then_else``) between such
+        loads and zeros; None for anything else (its value is then rounded to float16)."""
+        if isinstance(e, E.Cast) and e.value.dtype == "float16":
+            return self._half_bits(e.value)
+        if isinstance(e, E.FloatImm) and e.value == 0.0 and not math.copysign(1.0, e.value) < 0:
+            return "0u"
+        if isinstance(e, E.BufferLoad) and self._storage_half(e.buffer) and \
+                len(e.indices) == 1 and e.dtype == "float16":
+            return (f"((uint)(((__global const ushort*){self.name_of(e.buffer)})"
+                    f"[{self.buffer_index(e.indices[0], e.buffer)}]))")
+        if isinstance(e, E.Select) or (isinstance(e, E.Call) and e.op == "if_then_else"):
+            cond, a, b = (e.condition, e.true_value, e.false_value) \
+                if isinstance(e, E.Select) else e.args
+            a, b = self._half_bits(a), self._half_bits(b)
+            if a is not None and b is not None:
+                return f"({self.visit(cond)} ? {a} : {b})"
+        return None
 
     def visit_BufferLoad(self, e: E.BufferLoad):
         buf = e.buffer

@@ -379,6 +379,12 @@ inline uint tc_pack_half2(float lo, float hi) {
 }"""
 
 
+def pack_bits(lo: str, hi: str) -> str:
+    """Two float16 values given as their bits (uints below 65536) in one word, ``lo`` in the
+    low half (what ``tc_pack_half2`` makes of their float32 values, without converting)."""
+    return f"(({lo}) | (({hi}) << 16))"
+
+
 def pack_lo(a: str, b: str) -> str:
     """The low halves of two words as one (``a``'s in the low half)."""
     return f"((({a}) & 0xffffu) | (({b}) << 16))"

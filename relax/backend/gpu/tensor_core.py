@@ -72,6 +72,7 @@ from dataclasses import dataclass
 
 from tilecraft.targets import Target
 from tilecraft.tensorir import arith
+from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import expr as E
 from tilecraft.tensorir.expr import (BufferLoad, Cast, IntImm, Select, Var, call, const,
                                      floordiv, floormod)
@@ -81,7 +82,7 @@ from tilecraft.tensorir.schedule import KernelTemplate, Schedule
 from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.transform.device import barrier
 from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer, BufferStore,
-                                     Evaluate, For, IfThenElse, seq)
+                                     Evaluate, For, IfThenElse, LetStmt, seq)
 
 from .schedule_utils import inline_spatial_producers, is_reduction, is_spatial, node_of
 
@@ -313,11 +314,20 @@ def match_fp16_gemm(func: PrimFunc, dtype: str = "float16") -> TensorCoreGemm:
         raise ValueError("no output dim is read by one operand only (not an outer product)")
     _check_batch_bounds((a, b), set(idx), extents)
 
-    gm = dict(func=func, a=a, b=b, batch_vars=batch_vars, row_vars=row_vars,
-              col_vars=col_vars, k_vars=k_vars, extents=extents, out_vars=tuple(idx))
     K = 1
     for kv in k_vars:
         K *= E.as_int(extents[kv])
+    # Several reduction dims (a convolution's c, kh, kw): the one whose extent is a multiple
+    # of 16 (the channels) goes last, fastest along k. Both operands read k in the same
+    # order, so any order is the same sum; in this one a k-step of 16 or 32 runs over
+    # channels alone, the window position (kh, kw) uniform a step: the gathered copy then
+    # computes its window's bounds and base address once a step, not once an element
+    # (``_gather_plan``).
+    channel = [kv for kv in k_vars if E.as_int(extents[kv]) % 16 == 0]
+    if len(k_vars) > 1 and channel and channel[0] is not k_vars[-1]:
+        k_vars = tuple(kv for kv in k_vars if kv is not channel[0]) + (channel[0],)
+    gm = dict(func=func, a=a, b=b, batch_vars=batch_vars, row_vars=row_vars,
+              col_vars=col_vars, k_vars=k_vars, extents=extents, out_vars=tuple(idx))
     kv = k_vars[0] if len(k_vars) == 1 else None
     a_mode = "gather"
     ai = _significant(a) if _plain_load(a, params) else None
@@ -517,6 +527,151 @@ def _unflatten(flat, extents) -> list:
     return ([rest] if extents else []) + out[::-1]
 
 
+def _step(k0, BK: int):
+    """The k-step of a first k ``k0`` (a multiple of ``BK``)."""
+    return arith.simplify(floordiv(k0, BK))
+
+
+def _split_unit(e: Var, tx: Var, threads: int, m: int):
+    """``(q_e, q_t, r)``: copy unit ``u = e * threads + tx`` as ``u // m = q_e + q_t`` and
+    ``u % m = r``, with the part that depends on the unrolled ``e`` apart (``q_e``; a
+    constant once unrolled) where ``threads`` and ``m`` allow, so that what a thread's units
+    share is an expression of its own."""
+    if threads % m == 0:
+        return e * (threads // m), floordiv(tx, m), floormod(tx, m)
+    if m % threads == 0:
+        per = m // threads
+        return floordiv(e, per), IntImm(0, tx.dtype), floormod(e, per) * threads + tx
+    u = e * threads + tx
+    return IntImm(0, tx.dtype), floordiv(u, m), floormod(u, m)
+
+
+def _clamped_values(gm: TensorCoreGemm, group, flat, total) -> dict:
+    """The values of the iteration variables ``group`` at flat index ``flat`` (>= 0), read
+    clamped past ``total`` (their product): the outermost is at most its extent - 1, so that
+    every index stays in bounds by the ranges alone (no run-time check) and an index past
+    the end reads some element (never stored)."""
+    exts = [gm.extents[v] for v in group]
+    vals = _unflatten(flat, exts)
+    if len(group) == 1:
+        vals[0] = clamp_index(flat, total)
+    else:
+        vals[0] = E.max_(E.min_(vals[0], exts[0] - 1), 0)
+    return dict(zip(group, vals))
+
+
+class _Hoist(IRMutator):
+    """``e`` with each maximal integer or boolean subexpression of index arithmetic (no
+    load, no call) that uses variables but none of ``varying`` replaced by a let variable;
+    ``lets``: ``(var, value)`` in order, equal values sharing one."""
+
+    def __init__(self, varying, prefix: str):
+        super().__init__()
+        self.varying, self.prefix, self.lets = set(varying), prefix, []
+
+    def visit_Buffer(self, buf):
+        return buf
+
+    def visit(self, node, *args):
+        if isinstance(node, E.PrimExpr) and not isinstance(node, (Var, IntImm, E.FloatImm)) and \
+                (dt.is_integer(node.dtype) or node.dtype == "bool"):
+            found, pure = set(), [True]
+
+            def look(n):
+                if isinstance(n, Var):
+                    found.add(n)
+                elif isinstance(n, (BufferLoad, E.Call)):
+                    pure[0] = False
+            post_order_visit(node, look)
+            if pure[0] and found and not (found & self.varying):
+                for var, value in self.lets:
+                    if structural_equal(value, node):
+                        return var
+                var = Var(f"{self.prefix}{len(self.lets)}", node.dtype)
+                self.lets.append((var, node))
+                return var
+        return super().visit(node, *args)
+
+
+def _lets(lets, body):
+    for var, value in reversed(lets):
+        body = LetStmt(var, value, body)
+    return body
+
+
+@dataclass
+class _GatherPlan:
+    """A gathered operand's copy with what does not change along k computed once: its
+    thread's row / column decomposition and everything of it (``thread_lets``, bound around
+    the k loop), each k-step's window position and what follows from it (bounds checks,
+    base addresses: ``step_lets``, bound once a step from ``step``), leaving a unit's two
+    halves the loads at its own offset."""
+    step: Var
+    step_lets: list
+    thread_lets: list
+    word: object
+    nonempty: object         # ``extent >= 1`` of a symbolic outermost dim of the group
+
+    def fetch(self, step_value, each_unit) -> object:
+        """The copy of k-step ``step_value``: ``each_unit(word)`` (the units' loop storing
+        ``self.word``) under the step's lets."""
+        return LetStmt(self.step, step_value, _lets(self.step_lets, each_unit(self.word)))
+
+    def wrap_thread(self, body):
+        return _lets(self.thread_lets, body)
+
+
+def _gather_plan(gm: TensorCoreGemm, operand, group, total, flat_of, m: int,
+                 group_fastest: bool, BK: int, threads: int, e: Var, tx: Var, bz,
+                 prefix: str) -> _GatherPlan | None:
+    """The hoisted copy of ``operand`` (``gm.a`` over the rows, ``gm.b`` over the columns:
+    ``group``, ``total`` of them), a unit ``u = e * threads + tx`` one word (two halves along
+    k): its ``group`` index ``flat_of(u % m)`` and k pair ``u // m`` where ``group_fastest``
+    (b: the columns fastest), else ``flat_of(u // m)`` and ``u % m`` (a: k fastest). None
+    where a k-step does not stay within the fastest reduction dim (its extent not a multiple
+    of ``BK``): the plain gather then.
+
+    Along k the operand's fastest reduction dim ``kc`` (a convolution's input channels:
+    ``match_fp16_gemm`` puts them last) runs ``c0 + r`` in a step (``c0`` the step's first,
+    ``r`` the unit's k), the others (the window's ``kh``, ``kw``) are the step's own. So a
+    unit's halves differ from the step's values only by their ``kc``, and every other
+    subexpression (bounds checks of the padding, the pixel's row and column, the image) is
+    bound once a step or, where it uses no k at all, once a thread."""
+    kc = gm.k_vars[-1]
+    inner = E.as_int(gm.extents[kc])
+    if inner is None or inner % BK:
+        return None
+    outer = list(gm.k_vars[:-1])
+    step = Var(f"{prefix}_step", "int64")
+    per = inner // BK                       # k-steps along kc
+    c0 = floormod(step, per) * BK if per > 1 else IntImm(0, "int64")
+    kvals = dict(zip(outer, _unflatten(floordiv(step, per) if per > 1 else step,
+                                       [gm.extents[v] for v in outer]))) if outer else {}
+    q_e, q_t, r = _split_unit(e, tx, threads, m)
+    if group_fastest:
+        flat, kp_e, kp_t = flat_of(r), q_e, q_t
+    else:
+        flat, kp_e, kp_t = flat_of(q_e + q_t), IntImm(0, "int64"), r
+    values = _clamped_values(gm, group, flat, total)
+    values.update(kvals)
+    if gm.batch_vars:
+        values.update(gm.values(bz, None, None, None))
+    k_thread = c0 + kp_t * 2                # the unit's first k in kc, but its e part
+
+    def half(j):
+        vals = dict(values)
+        vals[kc] = k_thread + (kp_e * 2 + j)
+        return Cast("float32", _SimplifyIndices().visit(substitute(operand, vals)))
+    word = call(E.TC_PACK_HALF2, half(0), half(1), dtype="uint32")
+    per_step = _Hoist({e}, f"{prefix}_s")
+    word = per_step.visit(word)
+    per_thread = _Hoist({e, step}, f"{prefix}_t")
+    step_lets = [(var, per_thread.visit(value)) for var, value in per_step.lets]
+    ext0 = gm.extents[group[0]]
+    nonempty = ext0 >= 1 if len(group) > 1 and E.as_int(ext0) is None else None
+    return _GatherPlan(step, step_lets, per_thread.lets, word, nonempty)
+
+
 def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = None,
                        opts: TensorCoreOptions | None = None,
                        small_tile: TensorCoreTile | None = None) -> PrimFunc:
@@ -611,7 +766,14 @@ def tile_problem(tile: TensorCoreTile, gm: TensorCoreGemm, target: Target) -> st
 
 
 def k_step(gm: TensorCoreGemm) -> int:
-    """BK: 32 where K allows, else 16."""
+    """BK: 32 where K allows, else 16. With a gathered operand, a k-step within the fastest
+    reduction dim (its extent a multiple of 32, else of 16: ``_gather_plan``)."""
+    if "gather" in (gm.a_mode, gm.b_mode):
+        inner = E.as_int(gm.extents[gm.k_vars[-1]])
+        if inner % 32 == 0:
+            return 32
+        if inner % 16 == 0:
+            return 16
     return 32 if gm.K % 32 == 0 or (gm.a_mode == gm.b_mode == "gather" and gm.K > 16) else 16
 
 
@@ -726,6 +888,7 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         bz, part, kb = bzv, None, 0
     warp, lane = floordiv(tx, 32), floormod(tx, 32)
     g, t = floordiv(lane, 4), floormod(lane, 4)
+    plan_a = plan_b = None               # the gathered operands' hoisted copies
     wm, wn = floordiv(warp, warps_n), floormod(warp, warps_n)
 
     def cp_async(dst, src):
@@ -787,7 +950,14 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         na = -(-words // threads)
         ra = Buffer("a_stage", (na,), u32, scope="local")
 
+        # the row of a unit: u // (BK / 2), its k pair u % (BK / 2)
+        plan_a = _gather_plan(gm, gm.a, gm.row_vars, M, lambda q: by * BM + q, BK // 2, False,
+                              BK, threads, e, tx, bz, "a")
+
         def fetch_a(k0):
+            if plan_a is not None:
+                return plan_a.fetch(_step(k0, BK), lambda word: each(
+                    words, na, lambda u: BufferStore(ra, word, [e])))
             return each(words, na, lambda u: BufferStore(ra, gathered(
                 lambda kk: gm.a_at(bz, clamp_index(by * BM + floordiv(u, BK // 2), M), kk),
                 k0 + floormod(u, BK // 2) * 2), [e]))
@@ -834,7 +1004,14 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         nb = -(-words // threads)
         rb = Buffer("b_stage", (nb,), u32, scope="local")
 
+        # the column of a unit: u % BN, its k pair u // BN
+        plan_b = _gather_plan(gm, gm.b, gm.col_vars, N, lambda q: bx * BN + q, BN, True,
+                              BK, threads, e, tx, bz, "b")
+
         def fetch_b(k0):
+            if plan_b is not None:
+                return plan_b.fetch(_step(k0, BK), lambda word: each(
+                    words, nb, lambda u: BufferStore(rb, word, [e])))
             return each(words, nb, lambda u: BufferStore(rb, gathered(
                 lambda kk: gm.b_at(bz, clamp_index(bx * BN + floormod(u, BN), N), kk),
                 k0 + floordiv(u, BN) * 2), [e]))
@@ -924,6 +1101,13 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
                    IfThenElse(more, seq(stash_a(), stash_b())))
         main_loop = seq(fetch_a(kb), fetch_b(kb), stash_a(), stash_b(),
                         For(kt, 0, KTL, "serial", step))
+    for plan in (plan_a, plan_b):
+        if plan is not None:         # what a thread's copies share over every k-step, once
+            main_loop = plan.wrap_thread(main_loop)
+            if plan.nonempty is not None:
+                # always true where a work-group runs; it proves the clamped index of a
+                # symbolic dim in bounds (no run-time check an element)
+                main_loop = IfThenElse(plan.nonempty, main_loop)
 
     # the epilogue, accumulator (x, y, i): row g (+ 8 for i >= 2), column 2t (+ 1 for odd i)
     row = by * BM + wm * WM + x * 16 + g + 8 * floordiv(i, 2)
