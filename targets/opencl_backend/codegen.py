@@ -37,6 +37,7 @@ from tilecraft.tensorir import dtype as dt
 from tilecraft.tensorir import expr as E
 from tilecraft.tensorir import stmt as S
 from tilecraft.tensorir.expr import Var
+from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.transform.device import DeviceKernel
 
 from ..gpu_codegen import CodegenC
@@ -273,6 +274,13 @@ class OpenCLCodegen(CodegenC):
     def visit_Call(self, e: E.Call):
         if e.op == E.TC_PACK_HALF2:
             self._tc_mode(e)
+            guarded = [self._zero_or(a) for a in e.args]
+            if None not in guarded and structural_equal(guarded[0][0], guarded[1][0]):
+                # both halves under one condition (a convolution's padding, a k-step's
+                # window): one choice for the word
+                lo, hi = (self._half_bits(v) for _, v in guarded)
+                if lo is not None and hi is not None:
+                    return f"({self.visit(guarded[0][0])} ? {tc.pack_bits(lo, hi)} : 0u)"
             lo, hi = (self._half_bits(a) for a in e.args)
             if lo is not None and hi is not None:
                 # float16 values read as they are: their bits, no round trip through float
@@ -293,6 +301,23 @@ class OpenCLCodegen(CodegenC):
                 and e is not self.stored:
             return self.round_half(code)
         return code
+
+    @staticmethod
+    def _zero_or(e):
+        """``(cond, value)`` where ``e`` is ``value`` under ``cond``, else 0 (a ``Select`` or
+        ``if_then_else``, maybe widened to float32); None otherwise."""
+        if isinstance(e, E.Cast):
+            e = e.value
+        if isinstance(e, E.Select):
+            cond, a, b = e.condition, e.true_value, e.false_value
+        elif isinstance(e, E.Call) and e.op == "if_then_else":
+            cond, a, b = e.args
+        else:
+            return None
+        if isinstance(b, E.Cast):
+            b = b.value
+        zero = isinstance(b, E.FloatImm) and b.value == 0.0 and math.copysign(1.0, b.value) > 0
+        return (cond, a) if zero else None
 
     def _half_bits(self, e) -> str | None:
         """The 16 bits (a uint) of the float16 value of ``e``, a float16 load from global

@@ -235,6 +235,108 @@ def test_convolution_implicit_gemm(dev, kernel, stride, pad, size):
         _check(got, ref, 3e-3)
 
 
+def conv_func(C, O, size, kernel, stride, pad, out_dtype="float32", residual=True):
+    """``relu(conv2d(x, w) + bias (+ residual))`` on NCHW float16 ``x`` (a symbolic batch),
+    the padding a producer inlined into the window (as a legalized Relax convolution has it),
+    float32 bias and residual, ``out_dtype`` output: the fused function the tensor-core
+    kernel takes."""
+    n = te.var("n")
+    x = te.placeholder((n, C, size, size), "float16", "x")
+    w = te.placeholder((O, C, kernel, kernel), "float16", "w")
+    bias = te.placeholder((O,), "float32", "bias")
+    osz = (size + 2 * pad - kernel) // stride + 1
+    res = te.placeholder((n, O, osz, osz), "float32", "res")
+    xp = te.compute((n, C, size + 2 * pad, size + 2 * pad), lambda b, c, h, v: te.if_then_else(
+        te.all(h >= pad, h < size + pad, v >= pad, v < size + pad), x[b, c, h - pad, v - pad],
+        te.const(0.0, "float16")), "pad") if pad else x
+    c = te.reduce_axis((0, C), "c")
+    r = te.reduce_axis((0, kernel), "r")
+    q = te.reduce_axis((0, kernel), "q")
+    y = te.compute((n, O, osz, osz), lambda b, o, h, v: te.sum(
+        w[o, c, r, q].astype("float32") *
+        xp[b, c, h * stride + r, v * stride + q].astype("float32"), axis=[c, r, q]), "conv")
+
+    def epilogue(b, o, h, v):
+        val = y[b, o, h, v] + bias[o]
+        if residual:
+            val = val + res[b, o, h, v]
+        val = te.maximum(val, te.const(0.0, "float32"))
+        return val.astype(out_dtype) if out_dtype != "float32" else val
+    out = te.compute((n, O, osz, osz), epilogue, "out")
+    return te.create_prim_func([x, w, bias, res, out] if residual else [x, w, bias, out])
+
+
+# ResNet-50's convolution geometries at small channel counts: 3 x 3 pad 1 stride 1 and 2,
+# 1 x 1 stride 1 (16-byte runs where H x W is a multiple of 8, else gathered) and 2, the 7 x 7
+# stride 2 pad 3 stem (3 channels: K = 147, the tail zero-filled); odd image sizes; channels
+# 16 (k-steps of 16), 32 and 48 (k-steps of 32, 16)
+CONV_CASES = [
+    # C, O, size, kernel, stride, pad, out dtype
+    (32, 64, 14, 3, 1, 1, "float16"),
+    (16, 32, 7, 3, 1, 1, "float32"),
+    (48, 32, 10, 3, 2, 1, "float16"),
+    (32, 32, 7, 3, 2, 1, "float32"),
+    (64, 96, 7, 1, 1, 0, "float16"),
+    (32, 64, 14, 1, 1, 0, "float32"),
+    (16, 32, 8, 1, 1, 0, "float32"),
+    (32, 64, 10, 1, 2, 0, "float16"),
+    (3, 16, 10, 7, 2, 3, "float32"),
+]
+
+
+@pytest.mark.parametrize("C,O,size,kernel,stride,pad,out_dtype", CONV_CASES)
+def test_convolution_geometries(dev, C, O, size, kernel, stride, pad, out_dtype):
+    """Each geometry's tensor-core kernel (bias, residual, ReLU; float16 or float32 out) at
+    batch 1 and 3 against numpy of the float16 operands."""
+    t = Target(TARGET)
+    func = conv_func(C, O, size, kernel, stride, pad, out_dtype)
+    mod = targets.build(tc.tensor_core_kernel(func, t), t)
+    rng = np.random.default_rng(C * 1000 + size * 10 + kernel)
+    osz = (size + 2 * pad - kernel) // stride + 1
+    for n in (1, 3):
+        x = rng.standard_normal((n, C, size, size)).astype(np.float16)
+        w = (rng.standard_normal((O, C, kernel, kernel)) / kernel).astype(np.float16)
+        bias = rng.standard_normal(O).astype(np.float32)
+        res = rng.standard_normal((n, O, osz, osz)).astype(np.float32)
+        y = targets.empty((n, O, osz, osz), out_dtype, dev)
+        mod["main"](targets.array(x, dev), targets.array(w, dev), targets.array(bias, dev),
+                    targets.array(res, dev), y)
+        ref = np.maximum(_conv_ref(x.astype(np.float64), w.astype(np.float64), stride, pad) +
+                         bias[None, :, None, None] + res, 0)
+        _check(y.numpy(), ref, 3e-3 if out_dtype == "float32" else 2e-3)
+
+
+def _copy_section(src: str) -> str:
+    """The k loop's copies of the next k-step (from the loop's head to its first barrier)."""
+    loop = src[src.index("for (int kt = 0"):]
+    return loop[:loop.index("barrier(")]
+
+
+@pytest.mark.parametrize("kernel,stride,pad,size", [(3, 1, 1, 14), (3, 2, 1, 14),
+                                                   (1, 1, 0, 7), (1, 2, 0, 14)])
+def test_conv_copy_hoisted(kernel, stride, pad, size):
+    """The gathered copies of a convolution (symbolic batch) divide nothing an element: a
+    thread's pixel and a k-step's window position, its padding checks and base addresses are
+    bound outside the units' loops, every index proven in bounds (no in-kernel check), and
+    each word is two 16-bit loads packed (no float round trip)."""
+    t = Target("opencl -device=nvidia")
+    gm = tc.match_fp16_gemm(conv_func(64, 64, size, kernel, stride, pad))
+    assert gm.b_mode == "gather"
+    assert E.as_int(gm.extents[gm.k_vars[-1]]) == 64             # the channels fastest
+    mod = targets.build(tc.tensor_core_kernel(conv_func(64, 64, size, kernel, stride, pad),
+                                              t), t)
+    src = mod.get_source()
+    assert "kernel_error" not in src and "tc_pack_half2" not in src
+    copy = _copy_section(src)
+    units = [block.split("}")[0] for block in copy.split("for (int e = 0;")[1:]]
+    gathered = [u for u in units if "b_stage[e] =" in u or ("a_stage[e] =" in u and
+                                                            kernel > 1)]
+    assert len(gathered) == (2 if kernel > 1 else 1), copy
+    for unit in gathered:
+        assert "/" not in unit and "%" not in unit, unit
+        assert "ushort*" in unit
+
+
 # -- without a device ----------------------------------------------------------------------------
 
 def _dense_func(K=64, N=128):

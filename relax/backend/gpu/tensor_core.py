@@ -637,6 +637,8 @@ def _gather_plan(gm: TensorCoreGemm, operand, group, total, flat_of, m: int,
     unit's halves differ from the step's values only by their ``kc``, and every other
     subexpression (bounds checks of the padding, the pixel's row and column, the image) is
     bound once a step or, where it uses no k at all, once a thread."""
+    if os.environ.get("TILECRAFT_TC_GATHER_PLAN", "1") == "0":
+        return None           # the GPU A/B of the hoisting (benchmarks.gpu_tc_conv nohoist)
     kc = gm.k_vars[-1]
     inner = E.as_int(gm.extents[kc])
     if inner is None or inner % BK:
@@ -1109,23 +1111,30 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
                 # symbolic dim in bounds (no run-time check an element)
                 main_loop = IfThenElse(plan.nonempty, main_loop)
 
-    # the epilogue, accumulator (x, y, i): row g (+ 8 for i >= 2), column 2t (+ 1 for odd i)
-    row = by * BM + wm * WM + x * 16 + g + 8 * floordiv(i, 2)
-    col = bx * BN + wn * WN + y * 8 + t * 2 + floormod(i, 2)
+    # the epilogue, accumulator (x, y, i = 2 ir + ic): row g (+ 8 for ir = 1), column 2t
+    # (+ 1 for ic = 1). Over y and ic outside x and ir: what a column decides (a
+    # convolution's image and pixel: divisions; the column's bound) is bound once a column
+    # (``_Hoist``), not once an accumulator
+    ir, ic = Var("ir"), Var("ic")
+    i_acc = (x * NT + y) * 4 + ir * 2 + ic
+    row = by * BM + wm * WM + x * 16 + g + 8 * ir
+    col = bx * BN + wn * WN + y * 8 + t * 2 + ic
     if parts > 1:      # the part's float32 sums, the epilogue in the second kernel
-        out_store = BufferStore(partials, acc[(x * NT + y) * 4 + i], [part, bz, row, col])
+        out_store = BufferStore(partials, acc[i_acc], [part, bz, row, col])
     else:
         vals = gm.values(bz, row, col, None)
         out_idx = [vals[v] for v in gm.out_vars]
-        value = gm.epilogue(out_idx, acc[(x * NT + y) * 4 + i])
+        value = gm.epilogue(out_idx, acc[i_acc])
         if value.dtype != gm.out.dtype:
             value = Cast(gm.out.dtype, value)
         out_store = BufferStore(gm.out, value, out_idx)
     ok = row < M
     if not isinstance(N, int) or N % BN:
         ok = ok & (col < N)
-    store = For(x, 0, MT, "unrolled", For(y, 0, NT, "unrolled", For(
-        i, 0, 4, "unrolled", IfThenElse(ok, out_store))))
+    per_column = _Hoist({x, ir}, "col")
+    inner = per_column.visit(IfThenElse(ok, out_store))
+    store = For(y, 0, NT, "unrolled", For(ic, 0, 2, "unrolled", _lets(per_column.lets, For(
+        x, 0, MT, "unrolled", For(ir, 0, 2, "unrolled", inner)))))
     thread = seq(
         For(i, 0, MT * NT * 4, "unrolled", BufferStore(acc, const(0.0, f32), [i])),
         main_loop,

@@ -1,0 +1,316 @@
+"""ResNet-50's convolutions on the tensor-core fp16 kernel (``relax.backend.gpu.tensor_core``,
+an implicit GEMM on ``mma.sync``) beside our float32 build of the same layer and PyTorch's
+float16 ``conv2d`` (cuDNN) on CUDA, in one process.
+
+Each of ResNet-50's 23 distinct convolution shapes (``LAYERS``; ``count``: how often the
+model has it, 53 in all) is ``relu(conv2d(x, W) + b)`` on NCHW data, at batch 1 and 16:
+
+- ``fp32``: the float32 Relax function built for ``Target("opencl -device=nvidia")`` with the
+  default pipeline (Winograd where ``GPUWinograd`` takes the layer, else the implicit-GEMM
+  schedule), as the float32 model runs it; ``vm.time_evaluator``;
+- ``tc`` (and one column a variant, ``TILECRAFT_TC_CONV_VARIANTS``): the fused float16
+  function a quantized model has (float16 ``x`` and ``W``, float32 bias, float16 out) through
+  ``gpu_schedules.apply`` for the tensor-core target: the kernel alone,
+  ``time_evaluator``;
+- ``torch_fp16``: ``relu(conv2d(x, W, b))`` in float16 on CUDA, ``cudnn.benchmark`` on, CUDA
+  events.
+
+Every tensor-core result is checked before it is timed: at batch 1 against float64 numpy of
+the float16 operands, at batch 16 against PyTorch's float16 output (where CUDA is there).
+``<variant>_ms`` is the best of 3 repeats of 20 calls; ``tc_vs_fp32`` = fp32 time / tc time,
+``tc_vs_torch`` = PyTorch's time / ours (above 1: we are faster); ``tflops`` of ``tc``. The
+last rows (``layer`` = ``total``) add up ``count x ms`` per batch: the model's convolutions.
+
+Variants (comma-separated names): ``tc`` (the default build), ``nohoist`` (the gathered
+copies without their hoisting, ``TILECRAFT_TC_GATHER_PLAN=0``: the copy as it was),
+``tile:BMxBNxWMxWN`` (a forced tile, ``TILECRAFT_TC_TILE``). Default ``tc,nohoist``.
+
+Run on the GPU machine: ``python -m benchmarks.gpu_tc_conv`` (about 3-5 minutes: the builds);
+``TILECRAFT_TC_CONV_LAYERS`` picks layers by name, ``TILECRAFT_TC_CONV_BATCHES`` (``1,16``).
+Here (PoCL, ``opencl -device=nvidia-emulated``): ``TILECRAFT_TC_CONV_SMOKE=1 python -m
+benchmarks.gpu_tc_conv``, a check of the script on small shapes (no timing worth reading, no
+results written). Results: ``benchmarks/results/gpu_tc_conv/<gpu>.json``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+
+from .common import print_table, write_results
+from .gpu_common import gpu_device, torch_cuda_seconds
+
+SMOKE = os.environ.get("TILECRAFT_TC_CONV_SMOKE", "") not in ("", "0")
+# (name, in channels, image side, out channels, kernel, stride, padding, count in ResNet-50)
+LAYERS = (
+    ("stem_7x7s2", 3, 224, 64, 7, 2, 3, 1),
+    ("s1_1x1_64to64", 64, 56, 64, 1, 1, 0, 1),
+    ("s1_3x3", 64, 56, 64, 3, 1, 1, 3),
+    ("s1_1x1_64to256", 64, 56, 256, 1, 1, 0, 4),
+    ("s1_1x1_256to64", 256, 56, 64, 1, 1, 0, 2),
+    ("s2_1x1_256to128", 256, 56, 128, 1, 1, 0, 1),
+    ("s2_3x3s2", 128, 56, 128, 3, 2, 1, 1),
+    ("s2_1x1s2_256to512", 256, 56, 512, 1, 2, 0, 1),
+    ("s2_3x3", 128, 28, 128, 3, 1, 1, 3),
+    ("s2_1x1_128to512", 128, 28, 512, 1, 1, 0, 4),
+    ("s2_1x1_512to128", 512, 28, 128, 1, 1, 0, 3),
+    ("s3_1x1_512to256", 512, 28, 256, 1, 1, 0, 1),
+    ("s3_3x3s2", 256, 28, 256, 3, 2, 1, 1),
+    ("s3_1x1s2_512to1024", 512, 28, 1024, 1, 2, 0, 1),
+    ("s3_3x3", 256, 14, 256, 3, 1, 1, 5),
+    ("s3_1x1_256to1024", 256, 14, 1024, 1, 1, 0, 6),
+    ("s3_1x1_1024to256", 1024, 14, 256, 1, 1, 0, 5),
+    ("s4_1x1_1024to512", 1024, 14, 512, 1, 1, 0, 1),
+    ("s4_3x3s2", 512, 14, 512, 3, 2, 1, 1),
+    ("s4_1x1s2_1024to2048", 1024, 14, 2048, 1, 2, 0, 1),
+    ("s4_3x3", 512, 7, 512, 3, 1, 1, 2),
+    ("s4_1x1_512to2048", 512, 7, 2048, 1, 1, 0, 3),
+    ("s4_1x1_2048to512", 2048, 7, 512, 1, 1, 0, 2),
+)
+# the smoke run: each kind of geometry at small channel counts and image sides
+SMOKE_LAYERS = (
+    ("stem_7x7s2", 3, 20, 16, 7, 2, 3, 1),
+    ("3x3", 32, 14, 32, 3, 1, 1, 1),
+    ("3x3s2", 16, 14, 32, 3, 2, 1, 1),
+    ("1x1_7", 64, 7, 32, 1, 1, 0, 1),
+    ("1x1_8", 32, 8, 64, 1, 1, 0, 1),
+    ("1x1s2", 32, 10, 32, 1, 2, 0, 1),
+)
+BATCHES = [int(b) for b in os.environ.get(
+    "TILECRAFT_TC_CONV_BATCHES", "1,2" if SMOKE else "1,16").split(",")]
+TC_TARGET = "opencl -device=nvidia-emulated" if SMOKE else "opencl -device=nvidia"
+VARIANTS = [v for v in os.environ.get("TILECRAFT_TC_CONV_VARIANTS", "tc,nohoist").split(",")
+            if v]
+
+
+def variant_env(variant: str) -> dict:
+    """The build environment of a variant name (see the module docstring).
+
+    >>> variant_env("tile:64x64x32x32")
+    {'TILECRAFT_TC_TILE': '64x64x32x32'}
+    """
+    if variant == "tc":
+        return {}
+    if variant == "nohoist":
+        return {"TILECRAFT_TC_GATHER_PLAN": "0"}
+    if variant.startswith("tile:"):
+        return {"TILECRAFT_TC_TILE": variant[len("tile:"):]}
+    raise ValueError(f"TILECRAFT_TC_CONV_VARIANTS: unknown variant {variant!r} "
+                     f"(tc, nohoist, tile:BMxBNxWMxWN)")
+
+
+def conv_func(cin: int, size: int, cout: int, k: int, stride: int, pad: int):
+    """The fused float16 function of a quantized ResNet layer: ``relu(conv2d(x, W) + b)``
+    with float16 ``x`` (a symbolic batch) and ``W``, float32 bias, float16 output; the padding
+    a producer inlined into the window, as a legalized Relax convolution has it."""
+    from tilecraft.tensorir import te
+    n = te.var("n")
+    x = te.placeholder((n, cin, size, size), "float16", "x")
+    w = te.placeholder((cout, cin, k, k), "float16", "w")
+    bias = te.placeholder((cout,), "float32", "bias")
+    osz = (size + 2 * pad - k) // stride + 1
+    xp = te.compute((n, cin, size + 2 * pad, size + 2 * pad), lambda b, c, h, v: te.if_then_else(
+        te.all(h >= pad, h < size + pad, v >= pad, v < size + pad), x[b, c, h - pad, v - pad],
+        te.const(0.0, "float16")), "pad") if pad else x
+    c = te.reduce_axis((0, cin), "c")
+    r = te.reduce_axis((0, k), "r")
+    q = te.reduce_axis((0, k), "q")
+    y = te.compute((n, cout, osz, osz), lambda b, o, h, v: te.sum(
+        w[o, c, r, q].astype("float32") *
+        xp[b, c, h * stride + r, v * stride + q].astype("float32"), axis=[c, r, q]), "conv")
+    out = te.compute((n, cout, osz, osz), lambda b, o, h, v: te.maximum(
+        y[b, o, h, v] + bias[o], te.const(0.0, "float32")).astype("float16"), "out")
+    return te.create_prim_func([x, w, bias, out])
+
+
+def _fp32_module(cin, size, cout, k, stride, pad, w, b):
+    """``relu(conv2d(x, W) + b)`` in float32 with a symbolic batch (Relax)."""
+    from tilecraft import tensorir
+    from tilecraft.relax import BlockBuilder, TensorStructInfo, Var, const, op
+    from tilecraft.relax.op import nn
+    x = Var("x", TensorStructInfo((tensorir.var("n"), cin, size, size), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(nn.conv2d(x, const(w), strides=(stride, stride), padding=(pad, pad)))
+            out = bb.emit_output(bb.emit(nn.relu(op.add(y, const(b.reshape(1, -1, 1, 1))))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _with_env(env: dict, build):
+    """``build()`` with ``env`` set (the kernel reads it at build time)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return build()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def reference(x, w, b, stride, pad):
+    """float64 ``relu(conv2d(x, w) + b)`` (NCHW)."""
+    n, c, h, _ = x.shape
+    o, _, k, _ = w.shape
+    p = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - k) // stride + 1
+    out = np.zeros((n, o, oh, oh))
+    for dy in range(k):
+        for dx in range(k):
+            win = p[:, :, dy:dy + stride * oh:stride, dx:dx + stride * oh:stride]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, dy, dx].astype(np.float64))
+    return np.maximum(out + b.reshape(1, -1, 1, 1), 0)
+
+
+def _rel_err(got, ref) -> float:
+    return float(np.abs(got.astype(np.float64) - ref).max() / (np.abs(ref).max() + 1e-30))
+
+
+def run() -> list[dict]:
+    from tilecraft import relax, targets
+    from tilecraft.relax import gpu_schedules
+    from tilecraft.targets import Target
+    dev = gpu_device("opencl")
+    try:
+        import torch
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        torch, cuda = None, False
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+    pick = [s for s in os.environ.get("TILECRAFT_TC_CONV_LAYERS", "").split(",") if s]
+    layers = SMOKE_LAYERS if SMOKE else LAYERS
+    unknown = set(pick) - {layer[0] for layer in layers}
+    if unknown:
+        raise SystemExit(f"unknown layers {sorted(unknown)}; known: {[l[0] for l in layers]}")
+    for v in VARIANTS:
+        variant_env(v)
+    tc_target = Target(TC_TARGET)
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, cin, size, cout, k, stride, pad, count in layers:
+        if pick and name not in pick:
+            continue
+        osz = (size + 2 * pad - k) // stride + 1
+        w = (rng.standard_normal((cout, cin, k, k)) / math.sqrt(cin * k * k)).astype(np.float32)
+        b = rng.standard_normal(cout).astype(np.float32)
+        w16 = w.astype(np.float16)
+        mods = {}
+        try:
+            vm32 = relax.VirtualMachine(relax.build(
+                _fp32_module(cin, size, cout, k, stride, pad, w, b), "opencl -device=nvidia"
+                if not SMOKE else "opencl"), dev)
+        except Exception as err:       # a build failure is a row's error, the rest go on
+            vm32 = err
+        for v in VARIANTS:
+            try:
+                mods[v] = _with_env(variant_env(v), lambda: targets.build(gpu_schedules.apply(
+                    conv_func(cin, size, cout, k, stride, pad), tc_target), tc_target))
+                src = mods[v].get_source()
+                if "mma.sync" not in src and "tc_mma_emulated(" not in src:
+                    mods[v] = ValueError("not on the tensor cores (a fall-back schedule)")
+            except Exception as err:
+                mods[v] = err
+        for batch in BATCHES:
+            x = rng.standard_normal((batch, cin, size, size)).astype(np.float32)
+            x16 = x.astype(np.float16)
+            row = {"layer": name, "batch": batch, "count": count, "C": cin, "O": cout,
+                   "size": size, "kernel": k, "stride": stride}
+            peer = None
+            if cuda:
+                F = torch.nn.functional
+                xt, wt = torch.from_numpy(x16).cuda(), torch.from_numpy(w16).cuda()
+                bt = torch.from_numpy(b).cuda().half()
+
+                def conv():
+                    return F.relu(F.conv2d(xt, wt, bt, stride=stride, padding=pad))
+                with torch.no_grad():
+                    peer = conv().float().cpu().numpy().astype(np.float64)
+                    row["torch_fp16_ms"] = torch_cuda_seconds(torch, conv, 20, 3, best=True) * 1e3
+            ref = reference(x16, w16, b, stride, pad) if batch == 1 or peer is None else peer
+            if isinstance(vm32, Exception):
+                row["fp32_error"] = f"{type(vm32).__name__}: {str(vm32)[:200]}"
+            else:
+                x_dev = targets.array(x, dev)
+                row["fp32_err"] = _rel_err(vm32["main"](x_dev).numpy(), ref)
+                row["fp32_ms"] = min(vm32.time_evaluator("main", dev, number=20, repeat=3)(
+                    x_dev).results) * 1e3
+            for v, mod in mods.items():
+                if isinstance(mod, Exception):
+                    row[f"{v}_error"] = f"{type(mod).__name__}: {str(mod)[:200]}"
+                    continue
+                args = [targets.array(x16, dev), targets.array(w16, dev), targets.array(b, dev),
+                        targets.empty((batch, cout, osz, osz), "float16", dev)]
+                try:
+                    mod["main"](*args)
+                except Exception as err:     # a driver refusal: its error, the rest go on
+                    row[f"{v}_error"] = f"{type(err).__name__}: {str(err)[:200]}"
+                    continue
+                err = _rel_err(args[-1].numpy(), ref)
+                row[f"{v}_err"] = err
+                if err > 1e-2:
+                    row[f"{v}_error"] = f"relative error {err:.2e}"
+                    continue
+                row[f"{v}_ms"] = min(mod.time_evaluator("main", dev, number=20, repeat=3)(
+                    *args).results) * 1e3
+            flops = 2.0 * batch * cout * osz * osz * cin * k * k
+            if row.get("tc_ms"):
+                row["tflops"] = flops / (row["tc_ms"] * 1e-3) / 1e12
+                if row.get("fp32_ms"):
+                    row["tc_vs_fp32"] = row["fp32_ms"] / row["tc_ms"]
+                if row.get("torch_fp16_ms"):
+                    row["tc_vs_torch"] = row["torch_fp16_ms"] / row["tc_ms"]
+            rows.append(row)
+            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()},
+                  flush=True)
+    rows += totals(rows)
+    if SMOKE:
+        print("(smoke run: no results written)")
+        return rows
+    gpu = torch.cuda.get_device_name(0) if cuda else None
+    write_results("gpu_tc_conv", rows, {"variants": {v: variant_env(v) for v in VARIANTS},
+                                        "tc_target": TC_TARGET}, gpu=gpu)
+    return rows
+
+
+def totals(rows: list[dict]) -> list[dict]:
+    """One row a batch: ``count x ms`` summed over the layers of every timed column (a
+    column missing in some layer: left out), and the ratios of the sums."""
+    out = []
+    for batch in sorted({r["batch"] for r in rows}):
+        mine = [r for r in rows if r["batch"] == batch]
+        total = {"layer": "total", "batch": batch, "count": sum(r["count"] for r in mine)}
+        cols = {c for r in mine for c in r if c.endswith("_ms")}
+        for c in sorted(cols):
+            if all(r.get(c) for r in mine):
+                total[c] = sum(r["count"] * r[c] for r in mine)
+        if total.get("tc_ms"):
+            if total.get("fp32_ms"):
+                total["tc_vs_fp32"] = total["fp32_ms"] / total["tc_ms"]
+            if total.get("torch_fp16_ms"):
+                total["tc_vs_torch"] = total["torch_fp16_ms"] / total["tc_ms"]
+        out.append(total)
+    return out
+
+
+def main(argv=None) -> int:
+    rows = run()
+    print_table(rows, ["layer", "batch", "count", "fp32_ms", *[f"{v}_ms" for v in VARIANTS],
+                       "torch_fp16_ms", "tc_vs_fp32", "tc_vs_torch", "tflops"])
+    print_table([r for r in rows if r["layer"] != "total"],
+                ["layer", "batch", "fp32_err", *[f"{v}_err" for v in VARIANTS]])
+    errors = [(r["layer"], r["batch"], k, v) for r in rows for k, v in r.items()
+              if k.endswith("_error")]
+    for e in errors:
+        print("error:", *e)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
