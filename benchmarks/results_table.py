@@ -281,6 +281,25 @@ def _gpu_tensor_core(doc):
     return out
 
 
+def _gpu_tc_conv(doc):
+    """ResNet-50's convolutions on the fp16 tensor-core kernel: the ``total`` rows (count x ms
+    over its 23 conv shapes) at each batch, against our fp32 build and torch's fp16 cuDNN."""
+    out = []
+    for r in doc["rows"]:
+        if r.get("layer") != "total" or not r.get("tc_ms"):
+            continue
+        what = (f"ResNet-50's {r['count']} convs at batch {r['batch']}, fp16 tensor cores "
+                f"(OpenCL PTX)")
+        if r.get("fp32_ms"):
+            out.append(Headline(f"{what} vs our fp32", r["fp32_ms"] / r["tc_ms"],
+                                "our fp32 build (Winograd where it applies)"))
+        if r.get("torch_fp16_ms"):
+            out.append(Headline(what, r["torch_fp16_ms"] / r["tc_ms"],
+                                "torch fp16 F.conv2d (cuDNN)"))
+    return out or [Headline("ResNet-50 convs on the tensor cores: no total measured (see the "
+                            "file's errors)")]
+
+
 def _gpu_tf32(doc):
     """3xTF32 on BERT's dense layers at the largest batch measured: the summed time of torch
     fp32 (TF32 off) and of our SIMT fp32 over 3xTF32's, and the largest error ratio to SIMT."""
@@ -582,6 +601,7 @@ HEADLINES: dict[str, Callable[[dict], list[Headline]]] = {
     "gpu_convs": _gpu_convs,
     "gpu_dense": _gpu_dense,
     "gpu_tensor_core": _gpu_tensor_core,
+    "gpu_tc_conv": _gpu_tc_conv,
     "gpu_tf32": _gpu_tf32,
     "gpu_webgpu": _gpu_webgpu,
     "gpu_webgpu_limits": _gpu_webgpu_limits,
