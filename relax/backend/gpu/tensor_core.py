@@ -36,9 +36,17 @@ The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` 
     GEMM), an input whose float32 -> float16 cast is fused in, several reduction dims, K not a
     multiple of 16 (the tail zero-filled) — one word (two halves along k) a thread per unit,
     each half read through the fused function's own expression; a's units k fastest, b's the
-    columns fastest (a convolution's neighbouring pixels);
+    columns fastest (a convolution's neighbouring pixels). Several reduction dims run with
+    the one of a multiple of 16 (a convolution's input channels) fastest, so that a k-step
+    is one window position (``_gather_word``);
 
-  rows and columns past M and N are read clamped (their results are never stored);
+  every copy binds what its units share once a k-step and, of that, what no k-step changes
+  once a thread (``_CopyHoist``: a thread's row or pixel, a step's window position, padding
+  checks and base address), leaving each unit its own constant offset;
+
+  rows and columns past M and N are read clamped, the outermost variable of a flattened
+  group at its extent - 1 (provably in bounds: no in-kernel check; their results are never
+  stored);
 * per k16 each warp loads its fragments from shared memory with ``ldmatrix.x4`` (``.trans``
   for the k-major tile; ``TensorCoreOptions.ldmatrix``), else as 32-bit words (the PTX
   fragment layout, ``targets.opencl_backend.tensor_core``), and issues ``WM / 16 x WN / 8``
@@ -553,10 +561,10 @@ def _clamped_values(gm: TensorCoreGemm, group, flat, total) -> dict:
     the end reads some element (never stored)."""
     exts = [gm.extents[v] for v in group]
     vals = _unflatten(flat, exts)
-    if len(group) == 1:
-        vals[0] = clamp_index(flat, total)
-    else:
-        vals[0] = E.max_(E.min_(vals[0], exts[0] - 1), 0)
+    last = (total if len(group) == 1 else exts[0]) - 1
+    vals[0] = E.min_(vals[0], last)
+    if E.as_int(exts[0]) is None:       # (``_nonempty`` then proves ``last >= 0``)
+        vals[0] = E.max_(vals[0], 0)
     return dict(zip(group, vals))
 
 
@@ -599,44 +607,47 @@ def _lets(lets, body):
     return body
 
 
-@dataclass
-class _GatherPlan:
-    """A gathered operand's copy with what does not change along k computed once: its
-    thread's row / column decomposition and everything of it (``thread_lets``, bound around
-    the k loop), each k-step's window position and what follows from it (bounds checks,
-    base addresses: ``step_lets``, bound once a step from ``step``), leaving a unit's two
-    halves the loads at its own offset."""
-    step: Var
-    step_lets: list
-    thread_lets: list
-    word: object
-    nonempty: object         # ``extent >= 1`` of a symbolic outermost dim of the group
+class _CopyHoist:
+    """The copies of a kernel's k-steps with what does not change along k computed once:
+    ``copy(build, k0)`` is ``build``'s copy of the k-step from ``k0`` with every index
+    subexpression that its units (the unrolled ``e``) share bound once a step, and of those,
+    the ones that do not depend on the step (a thread's row or pixel, its image, its base
+    address) bound once a thread, around the k loop (``wrap``)."""
 
-    def fetch(self, step_value, each_unit) -> object:
-        """The copy of k-step ``step_value``: ``each_unit(word)`` (the units' loop storing
-        ``self.word``) under the step's lets."""
-        return LetStmt(self.step, step_value, _lets(self.step_lets, each_unit(self.word)))
+    # (the let variables' names sort before the units' ``e``: the simplifier orders a sum's
+    # terms by name, so a unit's index is the shared sum plus its own constant last, a
+    # common subexpression of all the units)
+    def __init__(self, e: Var, BK: int):
+        self.e, self.BK, self.copies = e, BK, 0
+        self.thread = _Hoist({e}, "c_t")
 
-    def wrap_thread(self, body):
-        return _lets(self.thread_lets, body)
+    def copy(self, build, k0):
+        """``build(step * BK)`` (the copy's statement at a k-step ``step``) at ``k0``."""
+        step = Var(f"c_step{self.copies}", "int64")
+        self.copies += 1
+        self.thread.varying.add(step)
+        per_step = _Hoist({self.e}, f"c_s{self.copies - 1}_")
+        stmt = per_step.visit(build(step * self.BK))
+        lets = [(var, self.thread.visit(value)) for var, value in per_step.lets]
+        return LetStmt(step, _step(k0, self.BK), _lets(lets, stmt))
+
+    def wrap(self, body):
+        return _lets(self.thread.lets, body)
 
 
-def _gather_plan(gm: TensorCoreGemm, operand, group, total, flat_of, m: int,
-                 group_fastest: bool, BK: int, threads: int, e: Var, tx: Var, bz,
-                 prefix: str) -> _GatherPlan | None:
-    """The hoisted copy of ``operand`` (``gm.a`` over the rows, ``gm.b`` over the columns:
-    ``group``, ``total`` of them), a unit ``u = e * threads + tx`` one word (two halves along
-    k): its ``group`` index ``flat_of(u % m)`` and k pair ``u // m`` where ``group_fastest``
-    (b: the columns fastest), else ``flat_of(u // m)`` and ``u % m`` (a: k fastest). None
-    where a k-step does not stay within the fastest reduction dim (its extent not a multiple
-    of ``BK``): the plain gather then.
+def _gather_word(gm: TensorCoreGemm, operand, values: dict, k0, kp_e, kp_t, BK: int):
+    """The word (two halves along k, packed) of a gathered unit of ``operand`` whose row or
+    column variables are at ``values`` and whose k pair is ``kp_e + kp_t`` (``kp_e`` the part
+    that depends on the unrolled unit: a constant once unrolled) in the k-step from ``k0``;
+    None where a k-step does not stay within the fastest reduction dim (its extent not a
+    multiple of ``BK``): the plain gather then.
 
     Along k the operand's fastest reduction dim ``kc`` (a convolution's input channels:
     ``match_fp16_gemm`` puts them last) runs ``c0 + r`` in a step (``c0`` the step's first,
-    ``r`` the unit's k), the others (the window's ``kh``, ``kw``) are the step's own. So a
-    unit's halves differ from the step's values only by their ``kc``, and every other
-    subexpression (bounds checks of the padding, the pixel's row and column, the image) is
-    bound once a step or, where it uses no k at all, once a thread."""
+    ``r`` the unit's k), the others (the window's ``kh``, ``kw``) are the step's own: a
+    unit's halves differ from the step's values only by their ``kc``, so that every other
+    subexpression (the padding's bounds checks, the pixel's row and column, the image) is the
+    step's or the thread's (``_CopyHoist``), not the unit's."""
     if os.environ.get("TILECRAFT_TC_GATHER_PLAN", "1") == "0":
         return None           # the GPU A/B of the hoisting (benchmarks.gpu_tc_conv nohoist)
     kc = gm.k_vars[-1]
@@ -644,34 +655,30 @@ def _gather_plan(gm: TensorCoreGemm, operand, group, total, flat_of, m: int,
     if inner is None or inner % BK:
         return None
     outer = list(gm.k_vars[:-1])
-    step = Var(f"{prefix}_step", "int64")
+    step = _step(k0, BK)
     per = inner // BK                       # k-steps along kc
     c0 = floormod(step, per) * BK if per > 1 else IntImm(0, "int64")
-    kvals = dict(zip(outer, _unflatten(floordiv(step, per) if per > 1 else step,
-                                       [gm.extents[v] for v in outer]))) if outer else {}
-    q_e, q_t, r = _split_unit(e, tx, threads, m)
-    if group_fastest:
-        flat, kp_e, kp_t = flat_of(r), q_e, q_t
-    else:
-        flat, kp_e, kp_t = flat_of(q_e + q_t), IntImm(0, "int64"), r
-    values = _clamped_values(gm, group, flat, total)
-    values.update(kvals)
-    if gm.batch_vars:
-        values.update(gm.values(bz, None, None, None))
+    vals = dict(values)
+    if outer:
+        vals.update(zip(outer, _unflatten(floordiv(step, per) if per > 1 else step,
+                                          [gm.extents[v] for v in outer])))
     k_thread = c0 + kp_t * 2                # the unit's first k in kc, but its e part
 
     def half(j):
-        vals = dict(values)
         vals[kc] = k_thread + (kp_e * 2 + j)
         return Cast("float32", _SimplifyIndices().visit(substitute(operand, vals)))
-    word = call(E.TC_PACK_HALF2, half(0), half(1), dtype="uint32")
-    per_step = _Hoist({e}, f"{prefix}_s")
-    word = per_step.visit(word)
-    per_thread = _Hoist({e, step}, f"{prefix}_t")
-    step_lets = [(var, per_thread.visit(value)) for var, value in per_step.lets]
-    ext0 = gm.extents[group[0]]
-    nonempty = ext0 >= 1 if len(group) > 1 and E.as_int(ext0) is None else None
-    return _GatherPlan(step, step_lets, per_thread.lets, word, nonempty)
+    return call(E.TC_PACK_HALF2, half(0), half(1), dtype="uint32")
+
+
+def _nonempty(gm: TensorCoreGemm):
+    """``extent >= 1`` of each symbolic outermost row or column variable (None: no such): always true where a work-group runs, it proves the clamped indices of
+    ``_clamped_values`` in bounds (no run-time check a unit)."""
+    cond = None
+    for group in (gm.row_vars, gm.col_vars):
+        ext0 = gm.extents[group[0]] if group else None
+        if group and E.as_int(ext0) is None:
+            cond = ext0 >= 1 if cond is None else cond & (ext0 >= 1)
+    return cond
 
 
 def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | None = None,
@@ -890,8 +897,34 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         bz, part, kb = bzv, None, 0
     warp, lane = floordiv(tx, 32), floormod(tx, 32)
     g, t = floordiv(lane, 4), floormod(lane, 4)
-    plan_a = plan_b = None               # the gathered operands' hoisted copies
     wm, wn = floordiv(warp, warps_n), floormod(warp, warps_n)
+    hoist = _CopyHoist(e, BK)
+    batch = gm.values(bz, None, None, None)
+
+    def unit(m):
+        """``(u // m, u % m)`` of a copy unit ``u = e * threads + tx`` (``_split_unit``)."""
+        q_e, q_t, r = _split_unit(e, tx, threads, m)
+        return q_e + q_t, r
+
+    def a_read(row, k):
+        """``a`` at flat row ``row`` (read clamped past M) and flat ``k``."""
+        vals = {**batch, **_clamped_values(gm, gm.row_vars, row, M)}
+        vals.update(gm.values(None, None, None, k))
+        return substitute(gm.a, vals)
+
+    def b_read(col, k):
+        vals = {**batch, **_clamped_values(gm, gm.col_vars, col, N)}
+        vals.update(gm.values(None, None, None, k))
+        return substitute(gm.b, vals)
+
+    def b_read8(n0, k):
+        """``b`` at 8 columns from ``n0`` (a multiple of 8; past N: 8 columns in bounds)."""
+        rest = 1
+        for v in gm.col_vars[1:]:
+            rest = rest * (E.as_int(gm.extents[v]) or 0)
+        if len(gm.col_vars) > 1 and rest and rest % 8 == 0:
+            return b_read(n0, k)     # the 8 share the outer column variable: it is clamped
+        return gm.b_at(bz, Select(n0 < N, n0, N - 8), k)
 
     def cp_async(dst, src):
         return Evaluate(call(E.TC_CP_ASYNC, dst, src, dtype="int32"))
@@ -918,19 +951,15 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
     cols8 = BN // 8
 
     def a_piece(u, k0, st):
-        return (As_l[st][floordiv(u, chunks), floormod(u, chunks) * 4],
-                gm.a_at(bz, clamp_index(by * BM + floordiv(u, chunks), M),
-                        k0 + floormod(u, chunks) * 8))
+        q, r = unit(chunks)
+        return (As_l[st][q, r * 4], a_read(by * BM + q, k0 + r * 8))
 
     def b_piece(u, k0, st):
         if b_kmajor:       # row k of 8 columns
-            n0 = bx * BN + floormod(u, cols8) * 8
-            n0 = Select(n0 < N, n0, N - 8)
-            return (Bs_l[st][floordiv(u, cols8), floormod(u, cols8) * 4],
-                    gm.b_at(bz, n0, k0 + floordiv(u, cols8)))
-        return (Bs_l[st][floordiv(u, chunks), floormod(u, chunks) * 4],
-                gm.b_at(bz, clamp_index(bx * BN + floordiv(u, chunks), N),
-                        k0 + floormod(u, chunks) * 8))
+            q, r = unit(cols8)
+            return (Bs_l[st][q, r * 4], b_read8(bx * BN + r * 8, k0 + q))
+        q, r = unit(chunks)
+        return (Bs_l[st][q, r * 4], b_read(bx * BN + q, k0 + r * 8))
 
     # Without a ring the tiles of step kt + 1 are read from global memory into registers
     # (``fetch``) before the mma of step kt, and written into shared memory after them
@@ -941,7 +970,8 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         ra = Buffer("a_stage", (na * 4,), u32, scope="local")
 
         def fetch_a(k0):
-            return each(BM * chunks, na, lambda u: load_b128(ra[e * 4], a_piece(u, k0, 0)[1]))
+            return hoist.copy(lambda k: each(BM * chunks, na, lambda u: load_b128(
+                ra[e * 4], a_piece(u, k, 0)[1])), k0)
 
         def stash_a():
             return each(BM * chunks, na, lambda u: load_b128(a_piece(u, 0, 0)[0], ra[e * 4]))
@@ -953,16 +983,17 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         ra = Buffer("a_stage", (na,), u32, scope="local")
 
         # the row of a unit: u // (BK / 2), its k pair u % (BK / 2)
-        plan_a = _gather_plan(gm, gm.a, gm.row_vars, M, lambda q: by * BM + q, BK // 2, False,
-                              BK, threads, e, tx, bz, "a")
+        def word_a(k0):
+            q_e, q_t, r = _split_unit(e, tx, threads, BK // 2)
+            values = {**batch, **_clamped_values(gm, gm.row_vars, by * BM + q_e + q_t, M)}
+            word = _gather_word(gm, gm.a, values, k0, IntImm(0, "int64"), r, BK)
+            if word is None:
+                word = gathered(lambda kk: a_read(by * BM + q_e + q_t, kk), k0 + r * 2)
+            return word
 
         def fetch_a(k0):
-            if plan_a is not None:
-                return plan_a.fetch(_step(k0, BK), lambda word: each(
-                    words, na, lambda u: BufferStore(ra, word, [e])))
-            return each(words, na, lambda u: BufferStore(ra, gathered(
-                lambda kk: gm.a_at(bz, clamp_index(by * BM + floordiv(u, BK // 2), M), kk),
-                k0 + floormod(u, BK // 2) * 2), [e]))
+            return hoist.copy(lambda k: each(words, na, lambda u: BufferStore(
+                ra, word_a(k), [e])), k0)
 
         def stash_a():
             return each(words, na, lambda u: BufferStore(
@@ -974,7 +1005,8 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         rb = Buffer("b_stage", (nb * 4,), u32, scope="local")
 
         def fetch_b(k0):
-            return each(units_b, nb, lambda u: load_b128(rb[e * 4], b_piece(u, k0, 0)[1]))
+            return hoist.copy(lambda k: each(units_b, nb, lambda u: load_b128(
+                rb[e * 4], b_piece(u, k, 0)[1])), k0)
 
         def stash_b():
             return each(units_b, nb, lambda u: load_b128(b_piece(u, 0, 0)[0], rb[e * 4]))
@@ -985,13 +1017,13 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         rb = Buffer("b_stage", (nb * 8,), u32, scope="local")
 
         def fetch_b(k0):
-            def unit(u):
-                n0 = bx * BN + floormod(u, cols8) * 8
-                n0 = Select(n0 < N, n0, N - 8)
-                k = k0 + floordiv(u, cols8) * 2
-                return seq(load_b128(rb[e * 8], gm.b_at(bz, n0, k)),
-                           load_b128(rb[e * 8 + 4], gm.b_at(bz, n0, k + 1)))
-            return each((BK // 2) * cols8, nb, unit)
+            def pair(k_first):
+                q, r = unit(cols8)
+                n0 = bx * BN + r * 8
+                k = k_first + q * 2
+                return seq(load_b128(rb[e * 8], b_read8(n0, k)),
+                           load_b128(rb[e * 8 + 4], b_read8(n0, k + 1)))
+            return hoist.copy(lambda k: each((BK // 2) * cols8, nb, lambda u: pair(k)), k0)
 
         def stash_b():
             def unit(u):
@@ -1007,16 +1039,17 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         rb = Buffer("b_stage", (nb,), u32, scope="local")
 
         # the column of a unit: u % BN, its k pair u // BN
-        plan_b = _gather_plan(gm, gm.b, gm.col_vars, N, lambda q: bx * BN + q, BN, True,
-                              BK, threads, e, tx, bz, "b")
+        def word_b(k0):
+            q_e, q_t, r = _split_unit(e, tx, threads, BN)
+            values = {**batch, **_clamped_values(gm, gm.col_vars, bx * BN + r, N)}
+            word = _gather_word(gm, gm.b, values, k0, q_e, q_t, BK)
+            if word is None:
+                word = gathered(lambda kk: b_read(bx * BN + r, kk), k0 + (q_e + q_t) * 2)
+            return word
 
         def fetch_b(k0):
-            if plan_b is not None:
-                return plan_b.fetch(_step(k0, BK), lambda word: each(
-                    words, nb, lambda u: BufferStore(rb, word, [e])))
-            return each(words, nb, lambda u: BufferStore(rb, gathered(
-                lambda kk: gm.b_at(bz, clamp_index(bx * BN + floormod(u, BN), N), kk),
-                k0 + floordiv(u, BN) * 2), [e]))
+            return hoist.copy(lambda k: each(words, nb, lambda u: BufferStore(
+                rb, word_b(k), [e])), k0)
 
         def stash_b():
             return each(words, nb, lambda u: BufferStore(
@@ -1071,11 +1104,12 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         # wait (that is how the ring gave wrong results on NVIDIA's driver).
         # The k-steps go S at a time, so that each step's stages are constants
         def issue(k0, st):
-            return seq(each(BM * chunks, -(-BM * chunks // threads),
-                            lambda u: cp_async(*a_piece(u, k0, st))),
-                       each(BK * cols8 if b_kmajor else BN * chunks,
-                            -(-(BK * cols8 if b_kmajor else BN * chunks) // threads),
-                            lambda u: cp_async(*b_piece(u, k0, st))))
+            return hoist.copy(lambda k: seq(
+                each(BM * chunks, -(-BM * chunks // threads),
+                     lambda u: cp_async(*a_piece(u, k, st))),
+                each(BK * cols8 if b_kmajor else BN * chunks,
+                     -(-(BK * cols8 if b_kmajor else BN * chunks) // threads),
+                     lambda u: cp_async(*b_piece(u, k, st)))), k0)
         commit = Evaluate(call(E.TC_CP_COMMIT, dtype="int32"))
         prologue = []
         for p in range(S - 1):
@@ -1103,13 +1137,9 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
                    IfThenElse(more, seq(stash_a(), stash_b())))
         main_loop = seq(fetch_a(kb), fetch_b(kb), stash_a(), stash_b(),
                         For(kt, 0, KTL, "serial", step))
-    for plan in (plan_a, plan_b):
-        if plan is not None:         # what a thread's copies share over every k-step, once
-            main_loop = plan.wrap_thread(main_loop)
-            if plan.nonempty is not None:
-                # always true where a work-group runs; it proves the clamped index of a
-                # symbolic dim in bounds (no run-time check an element)
-                main_loop = IfThenElse(plan.nonempty, main_loop)
+    main_loop = hoist.wrap(main_loop)    # what a thread's copies share over every k-step
+    if _nonempty(gm) is not None:
+        main_loop = IfThenElse(_nonempty(gm), main_loop)
 
     # the epilogue, accumulator (x, y, i = 2 ir + ic): row g (+ 8 for ir = 1), column 2t
     # (+ 1 for ic = 1). Over y and ic outside x and ir: what a column decides (a
