@@ -306,6 +306,15 @@ def test_convolution_geometries(dev, C, O, size, kernel, stride, pad, out_dtype)
         _check(y.numpy(), ref, 3e-3 if out_dtype == "float32" else 2e-3)
 
 
+@pytest.mark.parametrize("tile", ["64x48x32x24", "128x128x64x64", "128x64x64x32"])
+def test_convolution_tiles(dev, monkeypatch, tile):
+    """A 3 x 3 convolution under tiles whose threads do not divide into the columns (64 x 48:
+    a unit's column and k pair both vary with it) and that do (each thread's k pairs one run,
+    stored 16 bytes at a time), at batch 1 and 3."""
+    monkeypatch.setenv("TILECRAFT_TC_TILE", tile)
+    test_convolution_geometries(dev, 32, 64, 10, 3, 1, 1, "float32")
+
+
 def _copy_section(src: str) -> str:
     """The k loop's copies of the next k-step (from the loop's head to its first barrier)."""
     loop = src[src.index("for (int kt = 0"):]

@@ -1038,9 +1038,18 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
         nb = -(-words // threads)
         rb = Buffer("b_stage", (nb,), u32, scope="local")
 
-        # the column of a unit: u % BN, its k pair u // BN
+        # the column of a unit: u % BN, its k pair u // BN; where every thread has whole
+        # runs of 4 words, a thread's k pairs are consecutive instead ((tx // BN) * nb + e),
+        # so that its words go to shared memory as 16-byte stores
+        runs = threads % BN == 0 and words % threads == 0 and nb % 4 == 0
+
+        def unit_b():
+            if runs:
+                return e, floordiv(tx, BN) * nb, floormod(tx, BN)
+            return _split_unit(e, tx, threads, BN)
+
         def word_b(k0):
-            q_e, q_t, r = _split_unit(e, tx, threads, BN)
+            q_e, q_t, r = unit_b()
             values = {**batch, **_clamped_values(gm, gm.col_vars, bx * BN + r, N)}
             word = _gather_word(gm, gm.b, values, k0, q_e, q_t, BK)
             if word is None:
@@ -1052,6 +1061,10 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
                 rb, word_b(k), [e])), k0)
 
         def stash_b():
+            if runs:
+                _, q_t, r = unit_b()
+                return For(e, 0, nb // 4, "unrolled", load_b128(
+                    Bs_l[0][r, q_t + e * 4], rb[e * 4]))
             return each(words, nb, lambda u: BufferStore(
                 Bs_l[0], rb[e], [floormod(u, BN), floordiv(u, BN)]))
 
