@@ -560,10 +560,12 @@ def _clamped_values(gm: TensorCoreGemm, group, flat, total) -> dict:
     every index stays in bounds by the ranges alone (no run-time check) and an index past
     the end reads some element (never stored)."""
     exts = [gm.extents[v] for v in group]
+    if len(group) == 1:
+        return {group[0]: E.min_(flat, total - 1) if E.as_int(total) is not None
+                else clamp_index(flat, total)}
     vals = _unflatten(flat, exts)
-    last = (total if len(group) == 1 else exts[0]) - 1
-    vals[0] = E.min_(vals[0], last)
-    if E.as_int(exts[0]) is None:       # (``_nonempty`` then proves ``last >= 0``)
+    vals[0] = E.min_(vals[0], exts[0] - 1)
+    if E.as_int(exts[0]) is None:       # (``_nonempty`` then proves ``exts[0] - 1 >= 0``)
         vals[0] = E.max_(vals[0], 0)
     return dict(zip(group, vals))
 
@@ -671,12 +673,13 @@ def _gather_word(gm: TensorCoreGemm, operand, values: dict, k0, kp_e, kp_t, BK: 
 
 
 def _nonempty(gm: TensorCoreGemm):
-    """``extent >= 1`` of each symbolic outermost row or column variable (None: no such): always true where a work-group runs, it proves the clamped indices of
+    """``extent >= 1`` of each symbolic outermost row or column variable of several (None:
+    no such): always true where a work-group runs, it proves the clamped indices of
     ``_clamped_values`` in bounds (no run-time check a unit)."""
     cond = None
     for group in (gm.row_vars, gm.col_vars):
         ext0 = gm.extents[group[0]] if group else None
-        if group and E.as_int(ext0) is None:
+        if len(group) > 1 and E.as_int(ext0) is None:
             cond = ext0 >= 1 if cond is None else cond & (ext0 >= 1)
     return cond
 
