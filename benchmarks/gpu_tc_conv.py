@@ -21,9 +21,12 @@ the float16 operands, at batch 16 against PyTorch's float16 output (where CUDA i
 ``tc_vs_torch`` = PyTorch's time / ours (above 1: we are faster); ``tflops`` of ``tc``. The
 last rows (``layer`` = ``total``) add up ``count x ms`` per batch: the model's convolutions.
 
-Variants (comma-separated names): ``tc`` (the default build), ``nohoist`` (the gathered
-copies without their hoisting, ``TILECRAFT_TC_GATHER_PLAN=0``: the copy as it was),
-``tile:BMxBNxWMxWN`` (a forced tile, ``TILECRAFT_TC_TILE``). Default ``tc,nohoist``.
+Variants (comma-separated names): ``tc`` (the default build), ``onekernel`` (no column
+dispatch, ``TILECRAFT_TC_COLUMN_DISPATCH=0``: one kernel sized for many columns at every
+batch, as before the few-columns kernel), ``nohoist`` (the gathered copies without their
+hoisting, ``TILECRAFT_TC_GATHER_PLAN=0``: the copy as it was), ``tile:BMxBNxWMxWN`` (a forced
+tile, ``TILECRAFT_TC_TILE``, both kernels). Default ``tc,onekernel``. ``<variant>_tiles``
+says which kernel the batch ran (its tile and split-K), ``tc_vs_<variant>`` = its time / tc's.
 
 Run on the GPU machine: ``python -m benchmarks.gpu_tc_conv`` (about 3-5 minutes: the builds);
 ``TILECRAFT_TC_CONV_LAYERS`` picks layers by name, ``TILECRAFT_TC_CONV_BATCHES`` (``1,16``).
@@ -79,9 +82,9 @@ SMOKE_LAYERS = (
     ("1x1s2", 32, 10, 32, 1, 2, 0, 1),
 )
 BATCHES = [int(b) for b in os.environ.get(
-    "TILECRAFT_TC_CONV_BATCHES", "1,2" if SMOKE else "1,16").split(",")]
+    "TILECRAFT_TC_CONV_BATCHES", "1,5" if SMOKE else "1,16").split(",")]
 TC_TARGET = "opencl -device=nvidia-emulated" if SMOKE else "opencl -device=nvidia"
-VARIANTS = [v for v in os.environ.get("TILECRAFT_TC_CONV_VARIANTS", "tc,nohoist").split(",")
+VARIANTS = [v for v in os.environ.get("TILECRAFT_TC_CONV_VARIANTS", "tc,onekernel").split(",")
             if v]
 
 
@@ -93,12 +96,28 @@ def variant_env(variant: str) -> dict:
     """
     if variant == "tc":
         return {}
+    if variant == "onekernel":
+        return {"TILECRAFT_TC_COLUMN_DISPATCH": "0"}
     if variant == "nohoist":
         return {"TILECRAFT_TC_GATHER_PLAN": "0"}
     if variant.startswith("tile:"):
         return {"TILECRAFT_TC_TILE": variant[len("tile:"):]}
     raise ValueError(f"TILECRAFT_TC_CONV_VARIANTS: unknown variant {variant!r} "
-                     f"(tc, nohoist, tile:BMxBNxWMxWN)")
+                     f"(tc, onekernel, nohoist, tile:BMxBNxWMxWN)")
+
+
+def kernel_at(tiles: str, columns: int) -> str:
+    """The kernel a call of ``columns`` columns runs, from a kernel's ``tensor_core_tiles``
+    (``"<few> below <n> columns, else <many>"`` under the column dispatch).
+
+    >>> kernel_at("32x32x16x16 split-K 6 below 196 columns, else 64x64x32x32", 49)
+    '32x32x16x16 split-K 6'
+    """
+    few, sep, rest = tiles.partition(" below ")
+    if not sep or " columns, else " not in rest:
+        return tiles
+    bound, _, many = rest.partition(" columns, else ")
+    return few if columns < int(bound) else many
 
 
 def conv_func(cin: int, size: int, cout: int, k: int, stride: int, pad: int):
@@ -201,7 +220,7 @@ def run() -> list[dict]:
         w = (rng.standard_normal((cout, cin, k, k)) / math.sqrt(cin * k * k)).astype(np.float32)
         b = rng.standard_normal(cout).astype(np.float32)
         w16 = w.astype(np.float16)
-        mods = {}
+        mods, tiles = {}, {}
         try:
             vm32 = relax.VirtualMachine(relax.build(
                 _fp32_module(cin, size, cout, k, stride, pad, w, b), "opencl -device=nvidia"
@@ -210,8 +229,10 @@ def run() -> list[dict]:
             vm32 = err
         for v in VARIANTS:
             try:
-                mods[v] = _with_env(variant_env(v), lambda: targets.build(gpu_schedules.apply(
-                    conv_func(cin, size, cout, k, stride, pad), tc_target), tc_target))
+                func = _with_env(variant_env(v), lambda: gpu_schedules.apply(
+                    conv_func(cin, size, cout, k, stride, pad), tc_target))
+                tiles[v] = str(func.attr_dict.get("tensor_core_tiles", "?"))
+                mods[v] = targets.build(func, tc_target)
                 src = mods[v].get_source()
                 if "mma.sync" not in src and "tc_mma_emulated(" not in src:
                     mods[v] = ValueError("not on the tensor cores (a fall-back schedule)")
@@ -252,6 +273,7 @@ def run() -> list[dict]:
                 except Exception as err:     # a driver refusal: its error, the rest go on
                     row[f"{v}_error"] = f"{type(err).__name__}: {str(err)[:200]}"
                     continue
+                row[f"{v}_tiles"] = kernel_at(tiles[v], batch * osz * osz)
                 err = _rel_err(args[-1].numpy(), ref)
                 row[f"{v}_err"] = err
                 if err > 1e-2:
@@ -266,6 +288,7 @@ def run() -> list[dict]:
                     row["tc_vs_fp32"] = row["fp32_ms"] / row["tc_ms"]
                 if row.get("torch_fp16_ms"):
                     row["tc_vs_torch"] = row["torch_fp16_ms"] / row["tc_ms"]
+                row.update(_variant_ratios(row))
             rows.append(row)
             print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()},
                   flush=True)
@@ -295,14 +318,24 @@ def totals(rows: list[dict]) -> list[dict]:
                 total["tc_vs_fp32"] = total["fp32_ms"] / total["tc_ms"]
             if total.get("torch_fp16_ms"):
                 total["tc_vs_torch"] = total["torch_fp16_ms"] / total["tc_ms"]
+            total.update(_variant_ratios(total))
         out.append(total)
     return out
 
 
+def _variant_ratios(row: dict) -> dict:
+    """``tc_vs_<variant>``: each other variant's time over tc's (above 1: tc is faster)."""
+    return {f"tc_vs_{c[:-3]}": row[c] / row["tc_ms"] for c in row
+            if c.endswith("_ms") and c not in ("tc_ms", "fp32_ms", "torch_fp16_ms") and row[c]}
+
+
 def main(argv=None) -> int:
     rows = run()
+    others = [f"tc_vs_{v}" for v in VARIANTS if v != "tc"]
     print_table(rows, ["layer", "batch", "count", "fp32_ms", *[f"{v}_ms" for v in VARIANTS],
-                       "torch_fp16_ms", "tc_vs_fp32", "tc_vs_torch", "tflops"])
+                       "torch_fp16_ms", "tc_vs_fp32", "tc_vs_torch", *others, "tflops"])
+    print_table([r for r in rows if r["layer"] != "total"],
+                ["layer", "batch", *[f"{v}_tiles" for v in VARIANTS]])
     print_table([r for r in rows if r["layer"] != "total"],
                 ["layer", "batch", "fp32_err", *[f"{v}_err" for v in VARIANTS]])
     errors = [(r["layer"], r["batch"], k, v) for r in rows for k, v in r.items()

@@ -21,7 +21,10 @@ Knobs (``TC_KNOBS``):
   ``tensor_core.tile_problem``). With a symbolic row count this is the tile of the row range
   the task's shape hint falls in (below ``TC_SMALL_ROWS`` rows the small kernel's, else the
   large one's); ``small_tile`` is the other range's tile, then fixed at its default (the
-  tuner measures one row count: it cannot time the other kernel);
+  tuner measures one row count: it cannot time the other kernel). A constant row count and
+  a symbolic column count (a convolution's batch) likewise, where the untuned build has a
+  few-columns kernel (``tensor_core.few_columns_tile``): ``small_tile`` is its tile, searched
+  where the hint's columns are below ``TC_SMALL_COLUMNS_FACTOR`` times its columns;
 * ``ldmatrix`` (0 / 1);
 * ``split_k`` (0 / 1; only where some candidate tile would split K, else fixed at its
   default);
@@ -71,14 +74,14 @@ def tile_list() -> tuple:
     return tiles + ((forced,) if forced is not None and forced not in tiles else ())
 
 
-def _rows_at_hint(gm: tc.TensorCoreGemm, func: PrimFunc, hints: dict) -> int:
-    """The row count at the shape hints (missing ones ``DEFAULT_SHAPE_HINT``)."""
-    if isinstance(gm.M, int):
-        return gm.M
+def _at_hint(count, func: PrimFunc, hints: dict) -> int:
+    """A row or column count at the shape hints (missing ones ``DEFAULT_SHAPE_HINT``)."""
+    if isinstance(count, int):
+        return count
     vmap = {v: E.IntImm(int(hints.get(v.name, DEFAULT_SHAPE_HINT)), v.dtype)
             for v in shape_vars(func)}
-    rows = E.as_int(arith.simplify(substitute(gm.M, vmap)))
-    return rows if rows is not None else tc.TC_NOMINAL_ROWS
+    n = E.as_int(arith.simplify(substitute(count, vmap)))
+    return n if n is not None else tc.TC_NOMINAL_ROWS
 
 
 class TensorCoreKnobs(KnobRule):
@@ -103,31 +106,38 @@ class TensorCoreKnobs(KnobRule):
         tiles = tile_list()
         ok = [i for i, t in enumerate(tiles) if tc.tile_problem(t, gm, target) is None]
         n_nominal = gm.N if isinstance(gm.N, int) else tc.TC_NOMINAL_ROWS
-        rows = _rows_at_hint(gm, func, hints)
         symbolic = not isinstance(gm.M, int)
+        few_cols = tc.column_dispatch(gm)
         if symbolic:
             large = tc.choose_tile(None, n_nominal)
             small = tc.choose_tile(tc.TC_SMALL_NOMINAL_ROWS, n_nominal)
+            # the hint runs the small kernel: tune its tile
+            small_hinted = _at_hint(gm.M, func, hints) < tc.TC_SMALL_ROWS
+            nominal = ((tc.TC_SMALL_NOMINAL_ROWS, gm.N), (tc.TC_NOMINAL_ROWS, gm.N))
         else:
-            large, small = tc.choose_tile(gm.M, n_nominal), None
+            large = tc.choose_tile(gm.M, n_nominal)
+            # a symbolic column count: the few-columns kernel where the untuned build has one
+            small = tc.few_columns_tile(gm, opts, large)
+            small_hinted = small is not None and _at_hint(gm.N, func, hints) < \
+                tc.TC_SMALL_COLUMNS_FACTOR * few_cols
+            nominal = ((gm.M, gm.N),) + (((gm.M, few_cols),) if small is not None else ())
         if large not in tiles or (small is not None and small not in tiles):
             return None
         li = tiles.index(large)
-        tile_knob = Knob("tile", sorted(set(ok) | {li}), li)
-        knobs = [tile_knob]
-        if symbolic:
+        knobs = [Knob("tile", sorted(set(ok) | {li}), li)]
+        if small is not None:
             si = tiles.index(small)
-            if rows < tc.TC_SMALL_ROWS:      # the hint runs the small kernel: tune its tile
+            if small_hinted:
                 knobs = [Knob("tile", (li,), li), Knob("small_tile", sorted(set(ok) | {si}), si)]
             else:
                 knobs.append(Knob("small_tile", (si,), si))
-        # split-K is decided per kernel at its nominal rows (a symbolic count's two kernels:
-        # TC_SMALL_NOMINAL_ROWS and TC_NOMINAL_ROWS); the knob only where some tile splits
+        # split-K is decided per kernel at its nominal rows and columns (a symbolic count's two
+        # kernels: TC_SMALL_NOMINAL_ROWS and TC_NOMINAL_ROWS rows, or the few columns and
+        # TC_NOMINAL_ROWS); the knob only where some tile splits
         BK = tc.k_step(gm)
-        nominal = (tc.TC_SMALL_NOMINAL_ROWS, tc.TC_NOMINAL_ROWS) if symbolic else (gm.M,)
         splits = gm.K % BK == 0 and any(
-            tc.split_parts(r, gm.N, gm.K, BK, tiles[i], gm.product(gm.batch_vars)) > 1
-            for i in ok for r in nominal)
+            tc.split_parts(r, c, gm.K, BK, tiles[i], gm.product(gm.batch_vars)) > 1
+            for i in ok for r, c in nominal)
         knobs += [
             Knob("ldmatrix", (0, 1), int(opts.ldmatrix)),
             Knob("split_k", (0, 1) if splits else (int(opts.split_k),), int(opts.split_k)),

@@ -16,17 +16,27 @@ def test_layers_are_resnet50s_53_convolutions():
 def test_variants():
     assert bench.variant_env("tc") == {}
     assert bench.variant_env("nohoist") == {"TILECRAFT_TC_GATHER_PLAN": "0"}
+    assert bench.variant_env("onekernel") == {"TILECRAFT_TC_COLUMN_DISPATCH": "0"}
     assert bench.variant_env("tile:64x64x32x32") == {"TILECRAFT_TC_TILE": "64x64x32x32"}
     with pytest.raises(ValueError, match="unknown variant"):
         bench.variant_env("fast")
 
 
+def test_kernel_at():
+    tiles = "32x32x16x16 split-K 6 below 196 columns, else 64x64x32x32"
+    assert bench.kernel_at(tiles, 49) == "32x32x16x16 split-K 6"
+    assert bench.kernel_at(tiles, 196) == "64x64x32x32"
+    assert bench.kernel_at("32x64x32x32", 5) == "32x64x32x32"
+
+
 def test_totals_and_headline():
-    rows = [{"layer": "a", "batch": 1, "count": 2, "tc_ms": 1.0, "fp32_ms": 3.0},
+    rows = [{"layer": "a", "batch": 1, "count": 2, "tc_ms": 1.0, "fp32_ms": 3.0,
+             "onekernel_ms": 2.0},
             {"layer": "b", "batch": 1, "count": 1, "tc_ms": 2.0, "fp32_ms": 2.0,
-             "torch_fp16_ms": 1.0}]
+             "torch_fp16_ms": 1.0, "onekernel_ms": 2.0}]
     total, = bench.totals(rows)
     assert total["count"] == 3 and total["tc_ms"] == 4.0 and total["fp32_ms"] == 8.0
+    assert total["tc_vs_onekernel"] == 1.5
     assert "torch_fp16_ms" not in total          # not timed in every layer
     assert total["tc_vs_fp32"] == 2.0
     lines = headlines("gpu_tc_conv", {"rows": rows + [total]})

@@ -287,13 +287,14 @@ CONV_CASES = [
 @pytest.mark.parametrize("C,O,size,kernel,stride,pad,out_dtype", CONV_CASES)
 def test_convolution_geometries(dev, C, O, size, kernel, stride, pad, out_dtype):
     """Each geometry's tensor-core kernel (bias, residual, ReLU; float16 or float32 out) at
-    batch 1 and 3 against numpy of the float16 operands."""
+    batch 1, 3 (the few-columns kernel, where the column dispatch gives one) and 5 (the
+    many-columns kernel) against numpy of the float16 operands."""
     t = Target(TARGET)
     func = conv_func(C, O, size, kernel, stride, pad, out_dtype)
     mod = targets.build(tc.tensor_core_kernel(func, t), t)
     rng = np.random.default_rng(C * 1000 + size * 10 + kernel)
     osz = (size + 2 * pad - kernel) // stride + 1
-    for n in (1, 3):
+    for n in (1, 3, 5):
         x = rng.standard_normal((n, C, size, size)).astype(np.float16)
         w = (rng.standard_normal((O, C, kernel, kernel)) / kernel).astype(np.float16)
         bias = rng.standard_normal(O).astype(np.float32)
@@ -313,6 +314,122 @@ def test_convolution_tiles(dev, monkeypatch, tile):
     stored 16 bytes at a time), at batch 1 and 3."""
     monkeypatch.setenv("TILECRAFT_TC_TILE", tile)
     test_convolution_geometries(dev, 32, 64, 10, 3, 1, 1, "float32")
+
+
+def _run_conv(dev, mod, C, O, size, kernel, stride, pad, out_dtype, n, rng):
+    """``mod`` (a ``conv_func`` build) at batch ``n`` against numpy."""
+    osz = (size + 2 * pad - kernel) // stride + 1
+    x = rng.standard_normal((n, C, size, size)).astype(np.float16)
+    w = (rng.standard_normal((O, C, kernel, kernel)) / kernel).astype(np.float16)
+    bias = rng.standard_normal(O).astype(np.float32)
+    res = rng.standard_normal((n, O, osz, osz)).astype(np.float32)
+    y = targets.empty((n, O, osz, osz), out_dtype, dev)
+    mod["main"](targets.array(x, dev), targets.array(w, dev), targets.array(bias, dev),
+                targets.array(res, dev), y)
+    ref = np.maximum(_conv_ref(x.astype(np.float64), w.astype(np.float64), stride, pad) +
+                     bias[None, :, None, None] + res, 0)
+    _check(y.numpy(), ref, 3e-3 if out_dtype == "float32" else 2e-3)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The work-group sizes (threads) of the OpenCL kernels launched, in order."""
+    from tilecraft.targets.opencl_backend import runtime
+    seen = []
+    original = runtime.LoadedProgram.launcher
+
+    def launcher(self, name):
+        launch = original(self, name)
+        threads = math.prod(int(b) for b in self.blocks.get(name, (1, 1, 1)))
+
+        def logged(*args, **kwargs):
+            seen.append(threads)
+            return launch(*args, **kwargs)
+        return logged
+    monkeypatch.setattr(runtime.LoadedProgram, "launcher", launcher)
+    return seen
+
+
+# (C, O, size, kernel, stride, pad, out dtype): a 3 x 3 layer (few columns: 32 x 32 tiles), a
+# 3 x 3 with K = 1152 (both kernels split K: the partials' sum through the epilogue), a 1 x 1
+COLUMN_CASES = [(32, 64, 8, 3, 1, 1, "float16"), (128, 32, 7, 3, 1, 1, "float32"),
+                (64, 128, 7, 1, 1, 0, "float16")]
+
+
+@pytest.mark.parametrize("C,O,size,kernel,stride,pad,out_dtype", COLUMN_CASES)
+def test_column_dispatch(dev, launches, C, O, size, kernel, stride, pad, out_dtype):
+    """A convolution's symbolic batch (its columns) gets two kernels in one build: below
+    ``TC_SMALL_COLUMNS_FACTOR`` x the columns at batch 1 the few-columns one (its tile of
+    ``TC_SMALL_COLUMN_TILES``), from there on today's; the host launches the one of the call's
+    batch (checked by the launched work-group's size), each against numpy."""
+    t = Target(TARGET)
+    func = conv_func(C, O, size, kernel, stride, pad, out_dtype)
+    gm = tc.match_fp16_gemm(func)
+    osz = (size + 2 * pad - kernel) // stride + 1
+    assert tc.column_dispatch(gm) == osz * osz
+    kernel_fn = tc.tensor_core_kernel(func, t)
+    tiles = kernel_fn.attr_dict["tensor_core_tiles"]
+    bound = tc.TC_SMALL_COLUMNS_FACTOR * osz * osz
+    assert f"below {bound} columns" in tiles, tiles
+    small = tc.choose_tile(O, osz * osz, tc.TC_SMALL_COLUMN_TILES)
+    large = tc.choose_tile(O, tc.TC_NOMINAL_ROWS)
+    assert small.warps != large.warps          # the launches tell the two apart
+    splits = "split-K" in tiles
+    mod = targets.build(kernel_fn, t)
+    rng = np.random.default_rng(C + O + size)
+    for n, tile in ((1, small), (3, small), (tc.TC_SMALL_COLUMNS_FACTOR, large), (5, large)):
+        launches.clear()
+        _run_conv(dev, mod, C, O, size, kernel, stride, pad, out_dtype, n, rng)
+        assert launches[0] == 32 * tile.warps, (n, launches, tiles)
+        assert len(launches) == (2 if splits else 1), (n, launches, tiles)
+
+
+def test_column_dispatch_off(monkeypatch):
+    """``TILECRAFT_TC_COLUMN_DISPATCH=0``: one kernel, today's; a conv whose many-columns kernel
+    fills the GPU at batch 1 gets one kernel too."""
+    t = Target("opencl -device=nvidia")
+    func = conv_func(128, 512, 14, 3, 1, 1)
+    assert "below" in tc.tensor_core_kernel(func, t).attr_dict["tensor_core_tiles"]
+    monkeypatch.setenv("TILECRAFT_TC_COLUMN_DISPATCH", "0")
+    assert tc.column_dispatch(tc.match_fp16_gemm(func)) is None
+    assert "below" not in tc.tensor_core_kernel(func, t).attr_dict["tensor_core_tiles"]
+    monkeypatch.delenv("TILECRAFT_TC_COLUMN_DISPATCH")
+    # 256 x 3136 columns at batch 1: 392 work-groups of 32 x 64 already
+    wide = tc.tensor_core_kernel(conv_func(64, 256, 56, 1, 1, 0), t)
+    assert "below" not in wide.attr_dict["tensor_core_tiles"]
+
+
+def test_symbolic_columns_matmul(dev, launches):
+    """``W @ X`` with X of a symbolic column count: the few-columns kernel (sized for
+    ``TC_SMALL_NOMINAL_ROWS`` columns, a lone symbolic dim) below
+    ``TC_SMALL_COLUMNS_FACTOR`` times that, the many-columns one from there, with a bias and
+    a float16 cast."""
+    M, K = 64, 96
+    n = te.var("n")
+    W = te.placeholder((M, K), "float16", "W")
+    X = te.placeholder((K, n), "float16", "X")
+    bias = te.placeholder((M,), "float32", "bias")
+    k = te.reduce_axis((0, K), "k")
+    C = te.compute((M, n), lambda i, j: te.sum(W[i, k].astype("float32") *
+                                                X[k, j].astype("float32"), axis=k), "C")
+    out = te.compute((M, n), lambda i, j: (C[i, j] + bias[i]).astype("float16"), "out")
+    t = Target(TARGET)
+    func = tc.tensor_core_kernel(te.create_prim_func([W, X, bias, out]), t)
+    bound = tc.TC_SMALL_COLUMNS_FACTOR * tc.TC_SMALL_NOMINAL_ROWS
+    assert f"below {bound} columns" in func.attr_dict["tensor_core_tiles"]
+    small = tc.choose_tile(M, tc.TC_SMALL_NOMINAL_ROWS, tc.TC_SMALL_COLUMN_TILES)
+    large = tc.choose_tile(M, tc.TC_NOMINAL_ROWS)
+    mod = targets.build(func, t)
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal(M).astype(np.float32)
+    for cols in (1, 77, bound - 1, bound, bound + 45):
+        x = rng.standard_normal((K, cols)).astype(np.float16)
+        y = targets.empty((M, cols), "float16", dev)
+        launches.clear()
+        mod["main"](targets.array(w, dev), targets.array(x, dev), targets.array(b, dev), y)
+        assert launches == [32 * (small if cols < bound else large).warps], (cols, launches)
+        _check(y.numpy(), w.astype(np.float64) @ x.astype(np.float64) + b[:, None], 2e-3)
 
 
 def _copy_section(src: str) -> str:

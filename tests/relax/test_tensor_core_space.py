@@ -119,6 +119,54 @@ def test_symbolic_rows_tune_the_tile_of_the_hinted_range():
         assert "below 512 rows" in seed.func.attr_dict["tensor_core_tiles"]
 
 
+def _conv3x3(C, O, size):
+    """A 3 x 3 convolution (pad 1) of a symbolic batch ``n`` in NCHW: its columns symbolic."""
+    n = te.var("n")
+    x = te.placeholder((n, C, size + 2, size + 2), "float16", "x")
+    w = te.placeholder((O, C, 3, 3), "float16", "w")
+    c = te.reduce_axis((0, C), "c")
+    r = te.reduce_axis((0, 3), "r")
+    q = te.reduce_axis((0, 3), "q")
+    y = te.compute((n, O, size, size), lambda b, o, h, v: te.sum(
+        w[o, c, r, q].astype("float32") * x[b, c, h + r, v + q].astype("float32"),
+        axis=[c, r, q]), "conv")
+    return te.create_prim_func([x, w, y])
+
+
+def test_symbolic_columns_tune_the_tile_of_the_hinted_batch(dev):
+    """A convolution's symbolic batch (its columns): the few-columns kernel's tile is
+    ``small_tile``, searched where the hinted batch runs it (batch 1), ``tile`` at batch 16;
+    the seed is the untuned pair of kernels; a sampled point of the small tile runs right."""
+    func = _conv3x3(64, 64, 7)
+    small = tc.few_columns_tile(tc.match_fp16_gemm(func), tc.TensorCoreOptions())
+    assert small is not None
+    for hint, searched in ((1, "small_tile"), (16, "tile")):
+        space = gpu_space(TARGET)
+        knobs = {k.name: k for k in space.knobs_of(func, TARGET, {"n": hint})}
+        fixed = "tile" if searched == "small_tile" else "small_tile"
+        assert len(knobs[searched].candidates) > 1 and len(knobs[fixed].candidates) == 1
+        assert tile_list()[knobs["small_tile"].default] == small
+        seed, = space.seeds(func, TARGET, {"n": hint})
+        assert structural_equal(seed.func, gpu_schedules.apply(func, TARGET))
+        assert "below 196 columns" in seed.func.attr_dict["tensor_core_tiles"]
+    # a point of another small tile (the hint: batch 1) against numpy at batch 1 and 5
+    space = gpu_space(TARGET)
+    other = tile_list().index(tc.TensorCoreTile(64, 32, 32, 16))
+    sch = space.point(func, TARGET, {"small_tile": other}, shape_hints={"n": 1})
+    assert sch is not None, space.last_rejection
+    assert sch.func.attr_dict["tensor_core_tiles"].startswith("64x32x32x16 below 196")
+    mod = targets.build(sch.func, TARGET)
+    for n in (1, 5):
+        x = RNG.standard_normal((n, 64, 9, 9)).astype(np.float16)
+        w = (RNG.standard_normal((64, 64, 3, 3)) / 8).astype(np.float16)
+        y = targets.empty((n, 64, 7, 7), "float32", dev)
+        mod["main"](targets.array(x, dev), targets.array(w, dev), y)
+        x64, w64 = x.astype(np.float64), w.astype(np.float64)
+        ref = sum(np.einsum("bchw,oc->bohw", x64[:, :, r:r + 7, q:q + 7], w64[:, :, r, q])
+                  for r in range(3) for q in range(3))
+        _check(y.numpy(), ref)
+
+
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_sampled_and_mutated_points_match_numpy(dev, name):
     func = KERNELS[name][0]()

@@ -58,7 +58,11 @@ The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` 
 
 M, N and the batch may be symbolic; K is a constant. A symbolic M gets two kernels where their
 tiles differ, the host choosing per call: one sized for few rows (BERT at batch 1) and one for
-many (``TC_SMALL_ROWS``).
+many (``TC_SMALL_ROWS``). So does a symbolic N under a constant M (a convolution's batch in
+NCHW: its columns are ``(n, h, w)``; ``TILECRAFT_TC_COLUMN_DISPATCH=0``: one kernel): one
+sized for the columns at batch 1 (``small_columns``: the tile of ``TC_SMALL_COLUMN_TILES``
+and the split-K of those columns) below ``TC_SMALL_COLUMNS_FACTOR`` times them, and the
+many-columns kernel (sized for ``TC_NOMINAL_ROWS`` columns) from there on.
 
 Examples
 --------
@@ -95,7 +99,9 @@ from tilecraft.tensorir.stmt import (Allocate, AssertStmt, BlockRealize, Buffer,
 from .schedule_utils import inline_spatial_producers, is_reduction, is_spatial, node_of
 
 __all__ = ["TensorCoreGemm", "TensorCoreOptions", "TensorCoreTile", "TC_TILES", "TC_MIN_GROUPS",
-           "TC_NOMINAL_ROWS", "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "TC_SPLITK_GROUPS",
+           "TC_NOMINAL_ROWS", "TC_SMALL_ROWS", "TC_SMALL_NOMINAL_ROWS", "TC_SMALL_COLUMN_TILES",
+           "TC_SMALL_COLUMN_PIXELS", "TC_SMALL_COLUMNS_FACTOR", "small_columns",
+           "column_dispatch", "few_columns_tile", "TC_SPLITK_GROUPS",
            "TC_SPLITK_MIN_K", "TC_SPLITK_MIN_STEPS", "TC_SPLITK_MAX", "match_fp16_gemm",
            "tensor_core_kernel", "tile_problem", "choose_tile", "split_parts", "clamp_index",
            "load_b128", "k_step", "TC_TUNE_TILES", "TEMPLATE"]
@@ -170,9 +176,17 @@ class TensorCoreTile:
 # 128, and with the fragments and staging registers NVIDIA's 255 a thread are close)
 TC_TILES = (TensorCoreTile(128, 128, 64, 32), TensorCoreTile(64, 128, 32, 64),
             TensorCoreTile(64, 64, 32, 32), TensorCoreTile(32, 64, 32, 32))
+# The few-columns kernel of a symbolic column count (a convolution at batch 1: 49 to 3136
+# columns) picks from these, the same way: TC_TILES and two smaller tiles of 4 warps each
+# (64 x 32 of warps 32 x 16, 32 x 32 of warps 16 x 16), which give the 7x7 and 14x14 layers of
+# ResNet-50 4x to 8x the work-groups of 32 x 64 (512 x 49 columns: 32 of 32 x 32, then
+# split-K; 32 x 64 gave 16)
+TC_SMALL_COLUMN_TILES = TC_TILES + (TensorCoreTile(64, 32, 32, 16),
+                                    TensorCoreTile(32, 32, 16, 16))
 # The tiles the tuner tries (``relax.tensor_core_space``): those above and a few more shapes
 # (4 warps of 64 x 64; 4 warps of 64 x 32 in a 128 x 64 tile)
-TC_TUNE_TILES = TC_TILES + (TensorCoreTile(128, 128, 64, 64), TensorCoreTile(128, 64, 64, 32))
+TC_TUNE_TILES = TC_TILES + (TensorCoreTile(128, 128, 64, 64), TensorCoreTile(128, 64, 64, 32)) \
+    + TC_SMALL_COLUMN_TILES[len(TC_TILES):]
 TC_MIN_GROUPS = 132       # the H100's multiprocessors
 TC_NOMINAL_ROWS = 2048    # BERT at batch 16, sequence 128
 # A symbolic row count below TC_SMALL_ROWS runs a second kernel, its tile chosen for
@@ -180,6 +194,13 @@ TC_NOMINAL_ROWS = 2048    # BERT at batch 16, sequence 128
 # 12 work-groups)
 TC_SMALL_ROWS = 512
 TC_SMALL_NOMINAL_ROWS = 128
+# A symbolic column count under a constant row count (column dispatch, ``small_columns``): the
+# few-columns kernel is sized for the columns with every symbolic dim at 1 (a convolution at
+# batch 1) where those are at least TC_SMALL_COLUMN_PIXELS (a convolution's output pixels),
+# else for them times the least factor reaching TC_SMALL_NOMINAL_ROWS (a lone symbolic dim:
+# as rows); it runs below TC_SMALL_COLUMNS_FACTOR times that (a 7x7 layer up to batch 3)
+TC_SMALL_COLUMN_PIXELS = 16
+TC_SMALL_COLUMNS_FACTOR = TC_SMALL_ROWS // TC_SMALL_NOMINAL_ROWS
 # Split-K (TensorCoreOptions.split_k): where a kernel's work-groups (at its nominal row count)
 # are fewer than TC_SPLITK_GROUPS and K is at least TC_SPLITK_MIN_K, K is split into the
 # fewest parts (dividing its k-steps, at least TC_SPLITK_MIN_STEPS each, at most
@@ -478,18 +499,53 @@ def _host_asserts(func: PrimFunc) -> list:
     return out
 
 
-def choose_tile(m, N: int) -> TensorCoreTile:
-    """The first of ``TC_TILES`` (``TILECRAFT_TC_TILE=BMxBNxWMxWN`` overrides) whose
+def choose_tile(m, N: int, tiles: tuple = TC_TILES) -> TensorCoreTile:
+    """The first of ``tiles`` (``TILECRAFT_TC_TILE=BMxBNxWMxWN`` overrides) whose
     work-groups reach ``TC_MIN_GROUPS`` at ``m`` rows (None: ``TC_NOMINAL_ROWS``), else the
-    smallest."""
+    last (the smallest).
+
+    >>> choose_tile(512, 49, TC_SMALL_COLUMN_TILES)
+    TensorCoreTile(BM=32, BN=32, WM=16, WN=16)
+    """
     forced = os.environ.get("TILECRAFT_TC_TILE")
     if forced:
         return TensorCoreTile(*(int(x) for x in forced.lower().split("x")))
     m = TC_NOMINAL_ROWS if m is None else m
-    for tile in TC_TILES:
+    for tile in tiles:
         if -(-m // tile.BM) * -(-N // tile.BN) >= TC_MIN_GROUPS:
             return tile
-    return TC_TILES[-1]
+    return tiles[-1]
+
+
+def small_columns(gm: TensorCoreGemm) -> int | None:
+    """The column count the few-columns kernel of ``gm`` is sized for (None: the columns are
+    a constant): ``gm.N`` with its symbolic dims at 1 (a convolution's output pixels at batch
+    1) where that is at least ``TC_SMALL_COLUMN_PIXELS``, else that times the least factor
+    reaching ``TC_SMALL_NOMINAL_ROWS``."""
+    N = gm.N
+    if isinstance(N, int):
+        return None
+    free = []
+
+    def visit(n):
+        if isinstance(n, Var) and all(n is not v for v in free):
+            free.append(n)
+    post_order_visit(N, visit)
+    at1 = E.as_int(arith.simplify(substitute(N, {v: IntImm(1, v.dtype) for v in free})))
+    if at1 is None or at1 < 1:
+        return None
+    if at1 >= TC_SMALL_COLUMN_PIXELS:
+        return at1
+    return at1 * -(-TC_SMALL_NOMINAL_ROWS // at1)
+
+
+def column_dispatch(gm: TensorCoreGemm) -> int | None:
+    """The few-columns kernel's column count where ``gm`` gets the column dispatch (a
+    constant row count, a symbolic column count, ``TILECRAFT_TC_COLUMN_DISPATCH`` not 0),
+    else None. It runs while ``N < TC_SMALL_COLUMNS_FACTOR * small_columns(gm)``."""
+    if os.environ.get("TILECRAFT_TC_COLUMN_DISPATCH", "1") == "0" or not isinstance(gm.M, int):
+        return None
+    return small_columns(gm)
 
 
 def split_parts(m, N, K: int, BK: int, tile: TensorCoreTile, nbatch=1) -> int:
@@ -692,16 +748,20 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     symbolic row count, two kernels where their tiles differ: ``small_tile`` (default: the
     tile for ``TC_SMALL_NOMINAL_ROWS`` rows) while M is below ``TC_SMALL_ROWS``, ``tile``
     (default: the tile for ``TC_NOMINAL_ROWS``) from there on (chosen per call on the host);
-    a ``tile`` given without ``small_tile`` is used for every row count. ``opts`` default to
-    ``TensorCoreOptions.from_env()`` (what ``relax.build`` uses); the tuner passes its own
-    (``relax.tensor_core_space``).
+    a ``tile`` given without ``small_tile`` is used for every row count. A constant row count
+    and a symbolic column count (``column_dispatch``) likewise: ``small_tile`` (default: of
+    ``TC_SMALL_COLUMN_TILES`` for ``small_columns`` columns, split-K at those) while N is
+    below ``TC_SMALL_COLUMNS_FACTOR * small_columns(gm)``, ``tile`` from there on (one
+    kernel where ``few_columns_tile`` finds the latter fills the GPU already). ``opts``
+    default to ``TensorCoreOptions.from_env()`` (what ``relax.build`` uses); the tuner passes
+    its own (``relax.tensor_core_space``).
 
     Raises
     ------
     ValueError
         ``func`` is not such a GEMM, the target has no tensor cores, a tile is not made of
         warps or is over the target's threads or shared memory (``tile_problem``), or
-        ``small_tile`` is given for a constant row count.
+        ``small_tile`` is given for a constant row and column count.
 
     Examples
     --------
@@ -719,14 +779,30 @@ def tensor_core_kernel(func: PrimFunc, target: Target, tile: TensorCoreTile | No
     M = gm.M
     m_const = M if isinstance(M, int) else None
     n_nominal = gm.N if isinstance(gm.N, int) else TC_NOMINAL_ROWS
-    if small_tile is not None and m_const is not None:
-        raise ValueError(f"small_tile {small_tile}: the row count {m_const} is a constant "
-                         f"(one kernel, one tile)")
+    few_cols = column_dispatch(gm)
+    if small_tile is not None and m_const is not None and few_cols is None:
+        raise ValueError(f"small_tile {small_tile}: the row count {m_const} and the column "
+                         f"count {gm.N} are not symbolic (one kernel, one tile)")
     for t in (tile, small_tile):
         why = tile_problem(t, gm, target) if t is not None else None
         if why:
             raise ValueError(why)
-    if m_const is not None or (tile is not None and small_tile is None):
+    if few_cols is not None and (tile is None or small_tile is not None):
+        # the many-columns kernel as without the dispatch; the few-columns one sized for
+        # the columns at batch 1 (its tile and split-K)
+        tile = tile or choose_tile(m_const, n_nominal)
+        body, tiles = _gemm(gm, M, tile, opts, m_const, limit)
+        small = small_tile or few_columns_tile(gm, opts, tile)
+        if small is None:
+            small_body, small_tiles = body, tiles   # the many-columns kernel fills the GPU
+        else:
+            small_body, small_tiles = _gemm(gm, M, small, opts, m_const, limit, few_cols)
+        if small_tiles != tiles:
+            # over symbolic dims only: the host picks one of the two kernels
+            bound = TC_SMALL_COLUMNS_FACTOR * few_cols
+            body = IfThenElse(gm.N < bound, small_body, body)
+            tiles = f"{small_tiles} below {bound} columns, else {tiles}"
+    elif m_const is not None or (tile is not None and small_tile is None):
         tile = tile or choose_tile(m_const, n_nominal)
         body, tiles = _gemm(gm, M, tile, opts, m_const or TC_NOMINAL_ROWS, limit)
     else:
@@ -789,14 +865,50 @@ def k_step(gm: TensorCoreGemm) -> int:
     return 32 if gm.K % 32 == 0 or (gm.a_mode == gm.b_mode == "gather" and gm.K > 16) else 16
 
 
+def few_columns_tile(gm: TensorCoreGemm, opts: TensorCoreOptions,
+                     tile: TensorCoreTile | None = None) -> TensorCoreTile | None:
+    """The default tile of ``gm``'s few-columns kernel (``column_dispatch``), or None where
+    there is none: no column dispatch, or the many-columns kernel of ``tile`` (default: its
+    own) already has ``TC_MIN_GROUPS`` work-groups at the few columns.
+
+    >>> few_columns_tile(tc_conv_512_7x7, TensorCoreOptions())        # doctest: +SKIP
+    TensorCoreTile(BM=32, BN=32, WM=16, WN=16)
+    """
+    cols = column_dispatch(gm)
+    if cols is None:
+        return None
+    tile = tile or choose_tile(gm.M, TC_NOMINAL_ROWS)
+    if _groups(gm, tile, opts, gm.M, cols) >= TC_MIN_GROUPS:
+        return None
+    return choose_tile(gm.M, cols, TC_SMALL_COLUMN_TILES)
+
+
+def _parts(gm: TensorCoreGemm, tile: TensorCoreTile, opts: TensorCoreOptions, rows: int,
+           cols) -> int:
+    """The parts split-K cuts ``gm``'s K into with ``tile`` at ``rows`` rows and ``cols``
+    columns (a symbolic count: ``split_parts``'s nominal one), where ``opts`` allow it."""
+    BK = k_step(gm)
+    if not opts.split_k or gm.K % BK:
+        return 1
+    return split_parts(rows, cols, gm.K, BK, tile, gm.product(gm.batch_vars))
+
+
+def _groups(gm: TensorCoreGemm, tile: TensorCoreTile, opts: TensorCoreOptions, rows: int,
+            cols: int) -> int:
+    """The work-groups of the kernel of ``tile`` sized for the many columns (its split-K at
+    ``gm.N``) at ``cols`` columns and ``rows`` rows (a symbolic batch counted as 1)."""
+    nbatch = gm.product(gm.batch_vars)
+    nbatch = nbatch if isinstance(nbatch, int) else 1
+    return -(-rows // tile.BM) * -(-cols // tile.BN) * nbatch * \
+        _parts(gm, tile, opts, rows, gm.N)
+
+
 def _gemm(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions, rows: int,
-          shared_limit: int):
+          shared_limit: int, cols: int | None = None):
     """``(body, description)``: the kernel of ``gm`` with ``tile`` — split-K's two kernels
     and their float32 partials where ``opts`` and the rule (``split_parts`` at ``rows``
-    rows) split it."""
-    BK = k_step(gm)
-    parts = split_parts(rows, gm.N, gm.K, BK, tile, gm.product(gm.batch_vars)) \
-        if opts.split_k and gm.K % BK == 0 else 1
+    rows and ``cols`` columns, None: ``gm.N``) split it."""
+    parts = _parts(gm, tile, opts, rows, gm.N if cols is None else cols)
     if parts == 1:
         return _kernel(gm, M, tile, opts, shared_limit), str(tile)
     nbatch = gm.product(gm.batch_vars)
