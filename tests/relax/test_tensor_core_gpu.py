@@ -207,8 +207,9 @@ _conv_ref = conv2d_nchw_reference
 @pytest.mark.parametrize("kernel,stride,pad,size", [(1, 1, 0, 8), (1, 1, 0, 10), (3, 2, 1, 10),
                                                    (3, 1, 1, 10)])
 def test_convolution_implicit_gemm(dev, kernel, stride, pad, size):
-    """NCHW convolutions + bias + ReLU as implicit GEMMs (the weights as A, the input as B):
-    1 x 1 on an 8 x 8 and a 10 x 10 image,
+    """NCHW convolutions + bias + ReLU as implicit GEMMs (the weights as A, the input as B)
+    through ``relax.build`` at batch 1, 2 (the few-columns kernel) and 5 (the many-columns
+    one): 1 x 1 on an 8 x 8 and a 10 x 10 image,
     3 x 3 stride 2 and 3 x 3 stride 1 (the padded window gathered; stride 1 may go to Winograd
     in the GPU pipeline instead: then only the results are checked)."""
     rng = np.random.default_rng(9)
@@ -222,11 +223,11 @@ def test_convolution_implicit_gemm(dev, kernel, stride, pad, size):
         lambda e, x, y: (e(nn.relu(e(op.add(e(nn.conv2d(e(op.add(x, y)), const(w),
                                                        strides=stride, padding=pad)),
                                             const(bias))))), e(op.add(x, y))),
-        {"n": 2})
+        {"n": 5})
     if (kernel, stride) != (3, 1):
-        assert _uses_tensor_cores(exe) >= 1, misses
+        assert _uses_tensor_cores(exe) >= 2, misses      # the few- and many-columns kernels
     vm = relax.VirtualMachine(exe, dev)
-    for n in (1, 2):
+    for n in (1, 2, 5):
         x = rng.standard_normal((n, C, size, size)).astype(np.float32)
         y = rng.standard_normal((n, C, size, size)).astype(np.float32)
         got = vm["main"](x, y)[0].numpy()
