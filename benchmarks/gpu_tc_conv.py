@@ -25,7 +25,8 @@ Variants (comma-separated names): ``tc`` (the default build), ``onekernel`` (no 
 dispatch, ``TILECRAFT_TC_COLUMN_DISPATCH=0``: one kernel sized for many columns at every
 batch, as before the few-columns kernel), ``nohoist`` (the gathered copies without their
 hoisting, ``TILECRAFT_TC_GATHER_PLAN=0``: the copy as it was), ``tile:BMxBNxWMxWN`` (a forced
-tile, ``TILECRAFT_TC_TILE``, both kernels). Default ``tc,onekernel``. ``<variant>_tiles``
+tile, ``TILECRAFT_TC_TILE``, both kernels), ``small:BMxBNxWMxWN`` (the few-columns kernel's
+tile forced, ``TILECRAFT_TC_SMALL_TILE``; split-K decided for it). Default ``tc,onekernel``. ``<variant>_tiles``
 says which kernel the batch ran (its tile and split-K), ``tc_vs_<variant>`` = its time / tc's.
 
 Run on the GPU machine: ``python -m benchmarks.gpu_tc_conv`` (about 3-5 minutes: the builds);
@@ -102,8 +103,10 @@ def variant_env(variant: str) -> dict:
         return {"TILECRAFT_TC_GATHER_PLAN": "0"}
     if variant.startswith("tile:"):
         return {"TILECRAFT_TC_TILE": variant[len("tile:"):]}
+    if variant.startswith("small:"):
+        return {"TILECRAFT_TC_SMALL_TILE": variant[len("small:"):]}
     raise ValueError(f"TILECRAFT_TC_CONV_VARIANTS: unknown variant {variant!r} "
-                     f"(tc, onekernel, nohoist, tile:BMxBNxWMxWN)")
+                     f"(tc, onekernel, nohoist, tile:BMxBNxWMxWN, small:BMxBNxWMxWN)")
 
 
 def kernel_at(tiles: str, columns: int) -> str:

@@ -67,11 +67,16 @@ TC_KNOBS = ("tile", "small_tile", "ldmatrix", "split_k", "stages")
 
 
 def tile_list() -> tuple:
-    """The tiles the ``tile`` knobs index: ``TC_TUNE_TILES``, and a tile forced by
-    ``TILECRAFT_TC_TILE`` (the untuned build's) where it is not one of them."""
+    """The tiles the ``tile`` knobs index: ``TC_TUNE_TILES``, and the tiles forced by
+    ``TILECRAFT_TC_TILE`` and ``TILECRAFT_TC_SMALL_TILE`` (the untuned build's) where they are
+    not among them."""
     tiles = tc.TC_TUNE_TILES
-    forced = tc.choose_tile(None, 1) if os.environ.get("TILECRAFT_TC_TILE") else None
-    return tiles + ((forced,) if forced is not None and forced not in tiles else ())
+    for name in ("TILECRAFT_TC_TILE", "TILECRAFT_TC_SMALL_TILE"):
+        value = os.environ.get(name)
+        if value:
+            forced = tc.TensorCoreTile(*(int(x) for x in value.lower().split("x")))
+            tiles += (forced,) if forced not in tiles else ()
+    return tiles
 
 
 def _at_hint(count, func: PrimFunc, hints: dict) -> int:

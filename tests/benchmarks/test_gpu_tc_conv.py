@@ -17,6 +17,7 @@ def test_variants():
     assert bench.variant_env("tc") == {}
     assert bench.variant_env("nohoist") == {"TILECRAFT_TC_GATHER_PLAN": "0"}
     assert bench.variant_env("onekernel") == {"TILECRAFT_TC_COLUMN_DISPATCH": "0"}
+    assert bench.variant_env("small:64x32x32x16") == {"TILECRAFT_TC_SMALL_TILE": "64x32x32x16"}
     assert bench.variant_env("tile:64x64x32x32") == {"TILECRAFT_TC_TILE": "64x64x32x32"}
     with pytest.raises(ValueError, match="unknown variant"):
         bench.variant_env("fast")

@@ -149,6 +149,15 @@ def test_symbolic_columns_tune_the_tile_of_the_hinted_batch(dev):
         seed, = space.seeds(func, TARGET, {"n": hint})
         assert structural_equal(seed.func, gpu_schedules.apply(func, TARGET))
         assert "below 196 columns" in seed.func.attr_dict["tensor_core_tiles"]
+    # a few-columns tile forced for a GPU A/B (TILECRAFT_TC_SMALL_TILE) is the seed's too
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILECRAFT_TC_SMALL_TILE", "32x64x16x16")
+        space = gpu_space(TARGET)
+        knobs = {k.name: k for k in space.knobs_of(func, TARGET, {"n": 1})}
+        assert tile_list()[knobs["small_tile"].default] == tc.TensorCoreTile(32, 64, 16, 16)
+        seed, = space.seeds(func, TARGET, {"n": 1})
+        assert structural_equal(seed.func, gpu_schedules.apply(func, TARGET))
+        assert seed.func.attr_dict["tensor_core_tiles"].startswith("32x64x16x16 below 196")
     # a point of another small tile (the hint: batch 1) against numpy at batch 1 and 5
     space = gpu_space(TARGET)
     other = tile_list().index(tc.TensorCoreTile(64, 32, 32, 16))

@@ -867,9 +867,10 @@ def k_step(gm: TensorCoreGemm) -> int:
 
 def few_columns_tile(gm: TensorCoreGemm, opts: TensorCoreOptions,
                      tile: TensorCoreTile | None = None) -> TensorCoreTile | None:
-    """The default tile of ``gm``'s few-columns kernel (``column_dispatch``), or None where
-    there is none: no column dispatch, or the many-columns kernel of ``tile`` (default: its
-    own) already has ``TC_MIN_GROUPS`` work-groups at the few columns.
+    """The default tile of ``gm``'s few-columns kernel (``column_dispatch``; of
+    ``TC_SMALL_COLUMN_TILES``, ``TILECRAFT_TC_SMALL_TILE=BMxBNxWMxWN`` overrides), or None
+    where there is none: no column dispatch, or the many-columns kernel of ``tile`` (default:
+    its own) already has ``TC_MIN_GROUPS`` work-groups at the few columns.
 
     >>> few_columns_tile(tc_conv_512_7x7, TensorCoreOptions())        # doctest: +SKIP
     TensorCoreTile(BM=32, BN=32, WM=16, WN=16)
@@ -880,6 +881,9 @@ def few_columns_tile(gm: TensorCoreGemm, opts: TensorCoreOptions,
     tile = tile or choose_tile(gm.M, TC_NOMINAL_ROWS)
     if _groups(gm, tile, opts, gm.M, cols) >= TC_MIN_GROUPS:
         return None
+    forced = os.environ.get("TILECRAFT_TC_SMALL_TILE")     # a GPU A/B of this kernel alone
+    if forced:
+        return TensorCoreTile(*(int(x) for x in forced.lower().split("x")))
     return choose_tile(gm.M, cols, TC_SMALL_COLUMN_TILES)
 
 
