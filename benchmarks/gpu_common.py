@@ -8,6 +8,7 @@ Examples
 """
 from __future__ import annotations
 
+import os
 import statistics
 
 from tilecraft.tensorir import te
@@ -74,6 +75,21 @@ def kernel_profile(kind: str, vm, dev, x_dev, calls: int = 3) -> dict:
         per_call = {r["name"]: r["total_ms"] * 1e3 / calls for r in report.rows
                     if r["name"] != "(vm)"}
     return dict(sorted(per_call.items(), key=lambda kv: -kv[1]))
+
+
+def with_env(env: dict, build):
+    """``build()`` with ``env`` set in the environment (kernels that read switches at build
+    time: the tensor-core options, tiles), the previous values restored after."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return build()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def torch_cuda_seconds(torch, fn, number: int, repeat: int, best: bool = False) -> float:

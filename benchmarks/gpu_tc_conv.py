@@ -44,7 +44,7 @@ import sys
 import numpy as np
 
 from .common import print_table, write_results
-from .gpu_common import gpu_device, torch_cuda_seconds
+from .gpu_common import gpu_device, torch_cuda_seconds, with_env
 
 SMOKE = os.environ.get("TILECRAFT_TC_CONV_SMOKE", "") not in ("", "0")
 # (name, in channels, image side, out channels, kernel, stride, padding, count in ResNet-50)
@@ -162,20 +162,6 @@ def _fp32_module(cin, size, cout, k, stride, pad, w, b):
     return bb.get()
 
 
-def _with_env(env: dict, build):
-    """``build()`` with ``env`` set (the kernel reads it at build time)."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return build()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def reference(x, w, b, stride, pad):
     """float64 ``relu(conv2d(x, w) + b)`` (NCHW)."""
     n, c, h, _ = x.shape
@@ -232,7 +218,7 @@ def run() -> list[dict]:
             vm32 = err
         for v in VARIANTS:
             try:
-                func = _with_env(variant_env(v), lambda: gpu_schedules.apply(
+                func = with_env(variant_env(v), lambda: gpu_schedules.apply(
                     conv_func(cin, size, cout, k, stride, pad), tc_target))
                 tiles[v] = str(func.attr_dict.get("tensor_core_tiles", "?"))
                 mods[v] = targets.build(func, tc_target)

@@ -49,7 +49,7 @@ import sys
 import numpy as np
 
 from .common import print_table, write_results
-from .gpu_common import gpu_device, torch_cuda_seconds
+from .gpu_common import gpu_device, torch_cuda_seconds, with_env
 
 # TILECRAFT_TC_SMOKE=1: small shapes, the emulated tensor cores, no timing worth reading (a
 # check of the script on PoCL)
@@ -87,20 +87,6 @@ def variant_env(variant: str) -> dict:
     if tile:
         env["TILECRAFT_TC_TILE"] = tile
     return env
-
-
-def _with_env(env: dict, build):
-    """``build()`` with ``env`` set in the environment (the kernel reads it at build time)."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return build()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def dense_func(K: int, N: int, dtype: str):
@@ -142,7 +128,7 @@ def run() -> list[dict]:
         for name in tc_names:
             env = variant_env(name) if TC_VARIANTS else {}
             try:
-                mods[name] = _with_env(env, lambda: _kernel(K, N, "float16", TC_TARGET))
+                mods[name] = with_env(env, lambda: _kernel(K, N, "float16", TC_TARGET))
             except Exception as err:     # a variant that does not build: its error, the rest
                 print(f"{name} {K}x{N}: {type(err).__name__}: {err}", flush=True)
                 mods[name] = err
