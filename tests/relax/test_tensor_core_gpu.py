@@ -294,18 +294,8 @@ def test_convolution_geometries(dev, C, O, size, kernel, stride, pad, out_dtype)
     func = conv_func(C, O, size, kernel, stride, pad, out_dtype)
     mod = targets.build(tc.tensor_core_kernel(func, t), t)
     rng = np.random.default_rng(C * 1000 + size * 10 + kernel)
-    osz = (size + 2 * pad - kernel) // stride + 1
     for n in (1, 3, 5):
-        x = rng.standard_normal((n, C, size, size)).astype(np.float16)
-        w = (rng.standard_normal((O, C, kernel, kernel)) / kernel).astype(np.float16)
-        bias = rng.standard_normal(O).astype(np.float32)
-        res = rng.standard_normal((n, O, osz, osz)).astype(np.float32)
-        y = targets.empty((n, O, osz, osz), out_dtype, dev)
-        mod["main"](targets.array(x, dev), targets.array(w, dev), targets.array(bias, dev),
-                    targets.array(res, dev), y)
-        ref = np.maximum(_conv_ref(x.astype(np.float64), w.astype(np.float64), stride, pad) +
-                         bias[None, :, None, None] + res, 0)
-        _check(y.numpy(), ref, 3e-3 if out_dtype == "float32" else 2e-3)
+        _run_conv(dev, mod, C, O, size, kernel, stride, pad, out_dtype, n, rng)
 
 
 @pytest.mark.parametrize("tile", ["64x48x32x24", "128x128x64x64", "128x64x64x32"])
