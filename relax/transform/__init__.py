@@ -19,6 +19,9 @@
   cast would be a kernel of its own (GPU targets).
 - ``GPUWinograd(target)``: NCHW 3x3 stride-1 convolutions of 64+ channels -> Winograd F(2x2,
   3x3) kernels (GPU targets).
+- ``ConvWeightOHWI(target)``: the constant float16 weights of NCHW 3x3 (and larger)
+  convolutions stored OHWI at build time, read by the tensor-core GEMM in 16-byte rows
+  (targets with tensor cores; ``TILECRAFT_TC_CONV_OHWI=0``: OIHW).
 - ``ConvertLayout(target)``: NCHW convolutions whose NHWC tiles run faster (and the pooling and
   elementwise operators between them) run in NHWC, with one permutation at each end.
 - ``FuseExpandDepthwise(target)``: an inverted-residual block's 1x1 expansion (bias, clip) and
@@ -53,6 +56,7 @@ from .sink_reshape import SinkReshape
 from .fold_cast_into_gemm import FoldCastIntoGEMM
 from .fuse_attention import FuseAttention
 from .gpu_winograd import GPUWinograd
+from .conv_weight_ohwi import ConvWeightOHWI
 from .alter_layout import AlterLayout
 from .convert_layout import ConvertLayout
 from .to_mixed_precision import FoldConstantCasts, ToMixedPrecision
@@ -65,6 +69,6 @@ from .static_plan_block_memory import StaticPlanBlockMemory, plan_summary
 __all__ = ["ExprMutator", "Pass", "RewriteBuilder", "Sequential", "LegalizeOps", "FoldConstant",
            "StaticPlanBlockMemory", "plan_summary",
            "DeadCodeElimination", "CanonicalizeBindings", "FuseOps", "FuseTIR", "RewriteReshapeView", "get_pipeline",
-           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseExpandDepthwise", "SinkReshape", "FuseAttention", "FoldCastIntoGEMM", "GPUWinograd", "AlterLayout", "ConvertLayout",
+           "DecomposeOpsForInference", "FoldScaleAxis", "FoldPad", "FuseExpandDepthwise", "SinkReshape", "FuseAttention", "FoldCastIntoGEMM", "GPUWinograd", "ConvWeightOHWI", "AlterLayout", "ConvertLayout",
            "ToMixedPrecision", "FoldConstantCasts", "QuantizeInt8Dynamic", "QuantizeInt8Static",
            "QuantizeInt4Weight", "LowerDenseQ4GEMV"]

@@ -27,6 +27,7 @@ from .fuse_ops import FuseOps
 from .fuse_tir import FuseTIR
 from .rewrite_reshape_view import RewriteReshapeView
 from .gpu_winograd import GPUWinograd
+from .conv_weight_ohwi import ConvWeightOHWI
 from .legalize_ops import LegalizeOps
 from .sink_reshape import SinkReshape
 from .lower_dense_q4_gemv import LowerDenseQ4GEMV
@@ -63,6 +64,8 @@ def _default(check: bool = False, target: "Target | str | None" = None,
             passes.append(FoldCastIntoGEMM())
         # 3x3 stride-1 convolutions with 64+ channels -> Winograd F(2x2, 3x3)
         passes.append(GPUWinograd(target))
+        # float16 convolutions' constant weights the tensor cores take -> OHWI (16-byte rows)
+        passes.append(ConvWeightOHWI(target))
         # int4 weight-only dense layers of few rows -> the GPU int4 GEMV kernel (bias fused)
         passes.append(LowerDenseQ4GEMV(target))
     passes += [
@@ -95,7 +98,8 @@ def get_pipeline(name: str = "default", check: bool = False,
     name : str
         ``"default"``: DecomposeOpsForInference, FoldConstant, FoldScaleAxis, FoldPad,
         ConvertLayout, FoldConstant, FuseExpandDepthwise and AlterLayout (CPU targets only), FuseAttention,
-        FoldCastIntoGEMM, GPUWinograd and LowerDenseQ4GEMV (GPU targets only), SinkReshape, LegalizeOps, FoldConstant,
+        FoldCastIntoGEMM, GPUWinograd, ConvWeightOHWI (tensor-core targets) and LowerDenseQ4GEMV
+        (GPU targets only), SinkReshape, LegalizeOps, FoldConstant,
         DeadCodeElimination, CanonicalizeBindings, FuseOps, FuseTIR, DeadCodeElimination.
     check : bool
         Check well-formedness after every pass (slower; for debugging and tests).

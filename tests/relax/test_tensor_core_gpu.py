@@ -236,14 +236,18 @@ def test_convolution_implicit_gemm(dev, kernel, stride, pad, size):
         _check(got, ref, 3e-3)
 
 
-def conv_func(C, O, size, kernel, stride, pad, out_dtype="float32", residual=True):
+def conv_func(C, O, size, kernel, stride, pad, out_dtype="float32", residual=True,
+              weight_layout="OIHW"):
     """``relu(conv2d(x, w) + bias (+ residual))`` on NCHW float16 ``x`` (a symbolic batch),
     the padding a producer inlined into the window (as a legalized Relax convolution has it),
     float32 bias and residual, ``out_dtype`` output: the fused function the tensor-core
-    kernel takes."""
+    kernel takes. ``weight_layout="OHWI"``: ``w`` is ``(O, KH, KW, C)``, as
+    ``ConvWeightOHWI`` stores a constant weight."""
     n = te.var("n")
     x = te.placeholder((n, C, size, size), "float16", "x")
-    w = te.placeholder((O, C, kernel, kernel), "float16", "w")
+    ohwi = weight_layout == "OHWI"
+    w = te.placeholder((O, kernel, kernel, C) if ohwi else (O, C, kernel, kernel), "float16",
+                       "w")
     bias = te.placeholder((O,), "float32", "bias")
     osz = (size + 2 * pad - kernel) // stride + 1
     res = te.placeholder((n, O, osz, osz), "float32", "res")
@@ -254,7 +258,7 @@ def conv_func(C, O, size, kernel, stride, pad, out_dtype="float32", residual=Tru
     r = te.reduce_axis((0, kernel), "r")
     q = te.reduce_axis((0, kernel), "q")
     y = te.compute((n, O, osz, osz), lambda b, o, h, v: te.sum(
-        w[o, c, r, q].astype("float32") *
+        (w[o, r, q, c] if ohwi else w[o, c, r, q]).astype("float32") *
         xp[b, c, h * stride + r, v * stride + q].astype("float32"), axis=[c, r, q]), "conv")
 
     def epilogue(b, o, h, v):
@@ -307,7 +311,24 @@ def test_convolution_tiles(dev, monkeypatch, tile):
     test_convolution_geometries(dev, 32, 64, 10, 3, 1, 1, "float32")
 
 
-def _run_conv(dev, mod, C, O, size, kernel, stride, pad, out_dtype, n, rng):
+@pytest.mark.parametrize("C,O,size,kernel,stride,pad,out_dtype", [
+    (32, 64, 14, 3, 1, 1, "float16"), (48, 32, 10, 3, 2, 1, "float16"),
+    (16, 32, 7, 3, 1, 1, "float32"), (64, 32, 9, 5, 2, 2, "float32")])
+def test_convolution_ohwi_weight(dev, C, O, size, kernel, stride, pad, out_dtype):
+    """An OHWI weight (``ConvWeightOHWI``'s) read as rows of K = KH * KW * C halves in 16-byte
+    pieces (channels 16: k-steps of 16; 48: of 16 over 3 channel steps; 64: of 32 over 2),
+    3 x 3 stride 1 and 2 and a 5 x 5, at batch 1 and 3 against numpy."""
+    t = Target(TARGET)
+    func = conv_func(C, O, size, kernel, stride, pad, out_dtype, weight_layout="OHWI")
+    assert tc.match_fp16_gemm(func).a_mode == "rows"
+    mod = targets.build(tc.tensor_core_kernel(func, t), t)
+    rng = np.random.default_rng(C * 1000 + size * 10 + kernel + 1)
+    for n in (1, 3):
+        _run_conv(dev, mod, C, O, size, kernel, stride, pad, out_dtype, n, rng, "OHWI")
+
+
+def _run_conv(dev, mod, C, O, size, kernel, stride, pad, out_dtype, n, rng,
+              weight_layout="OIHW"):
     """``mod`` (a ``conv_func`` build) at batch ``n`` against numpy."""
     osz = (size + 2 * pad - kernel) // stride + 1
     x = rng.standard_normal((n, C, size, size)).astype(np.float16)
@@ -315,7 +336,8 @@ def _run_conv(dev, mod, C, O, size, kernel, stride, pad, out_dtype, n, rng):
     bias = rng.standard_normal(O).astype(np.float32)
     res = rng.standard_normal((n, O, osz, osz)).astype(np.float32)
     y = targets.empty((n, O, osz, osz), out_dtype, dev)
-    mod["main"](targets.array(x, dev), targets.array(w, dev), targets.array(bias, dev),
+    w_arg = np.ascontiguousarray(w.transpose(0, 2, 3, 1)) if weight_layout == "OHWI" else w
+    mod["main"](targets.array(x, dev), targets.array(w_arg, dev), targets.array(bias, dev),
                 targets.array(res, dev), y)
     ref = np.maximum(_conv_ref(x.astype(np.float64), w.astype(np.float64), stride, pad) +
                      bias[None, :, None, None] + res, 0)
@@ -518,6 +540,13 @@ def test_operand_modes():
     assert (tc.match_fp16_gemm(_conv1x1_func(8)).a_mode,
             tc.match_fp16_gemm(_conv1x1_func(8)).b_mode) == ("rows", "kn")
     assert tc.match_fp16_gemm(_conv1x1_func(10)).b_mode == "gather"
+    # a 3 x 3 weight: OIHW gathered (k = (kh, kw, c) at a stride of 9); OHWI rows of
+    # K = 9 C where the channels are a multiple of 16, else gathered too
+    assert tc.match_fp16_gemm(conv_func(32, 64, 14, 3, 1, 1)).a_mode == "gather"
+    assert tc.match_fp16_gemm(conv_func(32, 64, 14, 3, 1, 1, weight_layout="OHWI")).a_mode \
+        == "rows"
+    assert tc.match_fp16_gemm(conv_func(24, 64, 14, 3, 1, 1, weight_layout="OHWI")).a_mode \
+        == "gather"
 
 
 def test_conv1x1_16_byte_runs(dev):

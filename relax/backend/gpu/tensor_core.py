@@ -355,8 +355,6 @@ def match_fp16_gemm(func: PrimFunc, dtype: str = "float16") -> TensorCoreGemm:
     channel = [kv for kv in k_vars if E.as_int(extents[kv]) % 16 == 0]
     if len(k_vars) > 1 and channel and channel[0] is not k_vars[-1]:
         k_vars = tuple(kv for kv in k_vars if kv is not channel[0]) + (channel[0],)
-    gm = dict(func=func, a=a, b=b, batch_vars=batch_vars, row_vars=row_vars,
-              col_vars=col_vars, k_vars=k_vars, extents=extents, out_vars=tuple(idx))
     kv = k_vars[0] if len(k_vars) == 1 else None
     a_mode = "gather"
     ai = _significant(a) if _plain_load(a, params) else None
@@ -364,6 +362,15 @@ def match_fp16_gemm(func: PrimFunc, dtype: str = "float16") -> TensorCoreGemm:
             _same(ai, [x for x in idx if x in ua] + [kv]) and \
             _same(ai[-1 - len(row_vars):-1], row_vars):
         a_mode = "rows"           # (batch.., rows.., k): a row is K contiguous halves
+    elif ai is not None and len(k_vars) > 1 and _rows_of_dims(ai, idx, ua, row_vars, k_vars,
+                                                               extents):
+        # a convolution's weight stored OHWI (``relax.transform.ConvWeightOHWI``):
+        # W[o, kh, kw, c], its trailing dims the reduction's, channels fastest — a row is
+        # K contiguous halves too; k runs in the tensor's order (any order is the same sum)
+        a_mode = "rows"
+        k_vars = tuple(ai[len(ai) - len(k_vars):])
+    gm = dict(func=func, a=a, b=b, batch_vars=batch_vars, row_vars=row_vars,
+              col_vars=col_vars, k_vars=k_vars, extents=extents, out_vars=tuple(idx))
     b_mode = "gather"
     bi = _significant(b) if _plain_load(b, params) else None
     if bi is not None and kv is not None and K % 16 == 0 and any(x is kv for x in bi):
@@ -409,6 +416,27 @@ def match_fp16_gemm(func: PrimFunc, dtype: str = "float16") -> TensorCoreGemm:
         def epilogue(out_idx, acc, evars=evars, value=value, C=C):
             return _Epilogue(C, acc, dict(zip(evars, out_idx))).visit(value)
     return TensorCoreGemm(**gm, a_mode=a_mode, b_mode=b_mode, out=out, epilogue=epilogue)
+
+
+def _rows_of_dims(ai, idx, ua, row_vars, k_vars, extents) -> bool:
+    """Whether a plain read of ``a`` at ``ai`` is ``(batch.., rows.., k1, .., kn)`` with its
+    trailing dims exactly the reduction variables ``k_vars`` (in any order) — contiguous
+    rows of K halves, as an OHWI convolution weight's ``W[o, kh, kw, c]`` — with K a multiple
+    of 16 and the fastest of them (the channels) a multiple of 16 too (a k-step of 16 or 32
+    stays in one window position, as the gathered operand's copy has it:
+    ``_gather_word``), so each 8-half piece is 16-byte aligned."""
+    n = len(k_vars)
+    if len(ai) <= n:
+        return False
+    tail = ai[len(ai) - n:]
+    if {id(x) for x in tail} != {id(x) for x in k_vars} or len({id(x) for x in tail}) != n:
+        return False
+    K = 1
+    for x in tail:
+        K *= E.as_int(extents[x])
+    return K % 16 == 0 and E.as_int(extents[tail[-1]]) % 16 == 0 and \
+        _same(ai[:len(ai) - n], [x for x in idx if x in ua]) and \
+        _same(ai[len(ai) - n - len(row_vars):len(ai) - n], row_vars)
 
 
 def _same(xs, ys) -> bool:
@@ -691,6 +719,24 @@ class _CopyHoist:
 
     def wrap(self, body):
         return _lets(self.thread.lets, body)
+
+
+def _split_k(gm: TensorCoreGemm, k0, off, BK: int) -> dict:
+    """The reduction variables' values at ``k0 + off`` (``k0`` a multiple of ``BK``, ``0 <=
+    off < BK``) where the fastest one's extent (a convolution's channels) is a multiple of
+    ``BK``: the others (the window position) the k-step's own, the fastest ``c0 + off`` — so
+    a row piece's address is the step's base plus a constant, not a division a piece."""
+    kc = gm.k_vars[-1]
+    inner = E.as_int(gm.extents[kc])
+    if inner is None or inner % BK:
+        return gm.values(None, None, None, k0 + off)
+    step = _step(k0, BK)
+    per = inner // BK
+    vals = {kc: (floormod(step, per) * BK if per > 1 else IntImm(0, "int64")) + off}
+    outer = list(gm.k_vars[:-1])
+    vals.update(zip(outer, _unflatten(floordiv(step, per) if per > 1 else step,
+                                      [gm.extents[v] for v in outer])))
+    return vals
 
 
 def _gather_word(gm: TensorCoreGemm, operand, values: dict, k0, kp_e, kp_t, BK: int):
@@ -1071,6 +1117,10 @@ def _kernel(gm: TensorCoreGemm, M, tile: TensorCoreTile, opts: TensorCoreOptions
 
     def a_piece(u, k0, st):
         q, r = unit(chunks)
+        if len(gm.k_vars) > 1:      # an OHWI weight: its k dims from the step (_split_k)
+            vals = {**batch, **_clamped_values(gm, gm.row_vars, by * BM + q, M),
+                    **_split_k(gm, k0, r * 8, BK)}
+            return (As_l[st][q, r * 4], _SimplifyIndices().visit(substitute(gm.a, vals)))
         return (As_l[st][q, r * 4], a_read(by * BM + q, k0 + r * 8))
 
     def b_piece(u, k0, st):
