@@ -26,7 +26,10 @@ dispatch, ``TILECRAFT_TC_COLUMN_DISPATCH=0``: one kernel sized for many columns 
 batch, as before the few-columns kernel), ``nohoist`` (the gathered copies without their
 hoisting, ``TILECRAFT_TC_GATHER_PLAN=0``: the copy as it was), ``tile:BMxBNxWMxWN`` (a forced
 tile, ``TILECRAFT_TC_TILE``, both kernels), ``small:BMxBNxWMxWN`` (the few-columns kernel's
-tile forced, ``TILECRAFT_TC_SMALL_TILE``; split-K decided for it). Default ``tc,onekernel``. ``<variant>_tiles``
+tile forced, ``TILECRAFT_TC_SMALL_TILE``; split-K decided for it), ``oihw`` (the weight
+left OIHW and gathered a half at a time, ``TILECRAFT_TC_CONV_OHWI=0``; every other variant
+gets the weight as ``relax.transform.ConvWeightOHWI`` stores it: OHWI where ``ohwi_rows``
+takes the layer — 3 x 3 on 16k channels — read in 16-byte rows). Default ``tc,onekernel``. ``<variant>_tiles``
 says which kernel the batch ran (its tile and split-K), ``tc_vs_<variant>`` = its time / tc's.
 
 Run on the GPU machine: ``python -m benchmarks.gpu_tc_conv`` (about 3-5 minutes: the builds);
@@ -101,12 +104,26 @@ def variant_env(variant: str) -> dict:
         return {"TILECRAFT_TC_COLUMN_DISPATCH": "0"}
     if variant == "nohoist":
         return {"TILECRAFT_TC_GATHER_PLAN": "0"}
+    if variant == "oihw":
+        return {"TILECRAFT_TC_CONV_OHWI": "0"}
     if variant.startswith("tile:"):
         return {"TILECRAFT_TC_TILE": variant[len("tile:"):]}
     if variant.startswith("small:"):
         return {"TILECRAFT_TC_SMALL_TILE": variant[len("small:"):]}
     raise ValueError(f"TILECRAFT_TC_CONV_VARIANTS: unknown variant {variant!r} "
-                     f"(tc, onekernel, nohoist, tile:BMxBNxWMxWN, small:BMxBNxWMxWN)")
+                     f"(tc, onekernel, nohoist, oihw, tile:BMxBNxWMxWN, small:BMxBNxWMxWN)")
+
+
+def weight_layout(variant: str, cin: int, k: int) -> str:
+    """The weight layout a variant's build gets: ``"OHWI"`` where ``ConvWeightOHWI`` would
+    store the layer's constant weight so under the variant's environment, else ``"OIHW"``.
+
+    >>> weight_layout("tc", 64, 3), weight_layout("oihw", 64, 3), weight_layout("tc", 64, 1)
+    ('OHWI', 'OIHW', 'OIHW')
+    """
+    from tilecraft.relax.transform.conv_weight_ohwi import conv_ohwi_enabled, ohwi_rows
+    on = with_env(variant_env(variant), conv_ohwi_enabled)
+    return "OHWI" if on and ohwi_rows(cin, k, k) else "OIHW"
 
 
 def kernel_at(tiles: str, columns: int) -> str:
@@ -123,14 +140,75 @@ def kernel_at(tiles: str, columns: int) -> str:
     return few if columns < int(bound) else many
 
 
-def conv_func(cin: int, size: int, cout: int, k: int, stride: int, pad: int):
+def weight_loads(src: str, weight: str = "w") -> tuple[int, int]:
+    r"""``(loads, halves)``: the global loads of ``weight`` a work-group's threads issue in the
+    OpenCL C ``src`` (one thread's load lines, each times its unrolled ``for (int e ...)``
+    loops) and the float16 values they bring — 2-byte (``ushort``) loads bring one, 16-byte
+    (``uint4``) loads eight — summed over the kernels; ``loads / halves`` is the loads per
+    weight half, the same for every k-step.
+
+    >>> weight_loads("  for (int e = 0; e < 4; ++e) {\n    a[e] = ((__global const "
+    ...              "ushort*)w)[e] | ((__global const ushort*)w)[e + 1];\n  }\n")
+    (8, 8)
+    """
+    import re
+    short = f"(__global const ushort*){weight})["
+    wide = f"(__global const uint4*)(({weight} +"
+    loops, loads, halves = [], 0, 0       # loops: (indent, extent) of the enclosing e loops
+    for line in src.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        while loops and indent <= loops[-1][0]:
+            loops.pop()
+        times = 1
+        for _, n in loops:
+            times *= n
+        n16, n2 = line.count(wide), line.count(short)
+        loads += (n16 + n2) * times
+        halves += (8 * n16 + n2) * times
+        m = re.match(r"\s*for \(int e = 0; e < (\d+); \+\+e\) \{", line)
+        if m:
+            loops.append((indent, int(m.group(1))))
+    return loads, halves
+
+
+def count_weight_loads(layers=None) -> list[dict]:
+    """Loads per weight half of each 3 x 3 (and larger) layer's tensor-core kernels, with the
+    weight OIHW (gathered) and as ``ConvWeightOHWI`` stores it, from the generated OpenCL
+    (``Target("opencl -device=nvidia")``; no device needed): ``python -c "from
+    benchmarks.gpu_tc_conv import count_weight_loads; count_weight_loads()"``."""
+    from tilecraft import targets
+    from tilecraft.relax import gpu_schedules
+    from tilecraft.targets import Target
+    t = Target("opencl -device=nvidia")
+    rows = []
+    for name, cin, size, cout, k, stride, pad, count in layers or LAYERS:
+        if k == 1:
+            continue
+        row = {"layer": name, "count": count, "tc_layout": weight_layout("tc", cin, k)}
+        for v in ("oihw", "tc"):
+            func = gpu_schedules.apply(conv_func(cin, size, cout, k, stride, pad,
+                                                 weight_layout(v, cin, k)), t)
+            loads, halves = weight_loads(targets.build(func, t).get_source())
+            row[f"{v}_loads_per_half"] = loads / halves
+        rows.append(row)
+    print_table(rows, ["layer", "count", "tc_layout", "oihw_loads_per_half",
+                       "tc_loads_per_half"])
+    return rows
+
+
+def conv_func(cin: int, size: int, cout: int, k: int, stride: int, pad: int,
+              layout: str = "OIHW"):
     """The fused float16 function of a quantized ResNet layer: ``relu(conv2d(x, W) + b)``
-    with float16 ``x`` (a symbolic batch) and ``W``, float32 bias, float16 output; the padding
-    a producer inlined into the window, as a legalized Relax convolution has it."""
+    with float16 ``x`` (a symbolic batch) and ``W`` (``layout`` ``"OIHW"``, or ``"OHWI"``
+    as ``ConvWeightOHWI`` stores it), float32 bias, float16 output; the padding a producer
+    inlined into the window, as a legalized Relax convolution has it."""
     from tilecraft.tensorir import te
     n = te.var("n")
     x = te.placeholder((n, cin, size, size), "float16", "x")
-    w = te.placeholder((cout, cin, k, k), "float16", "w")
+    ohwi = layout == "OHWI"
+    w = te.placeholder((cout, k, k, cin) if ohwi else (cout, cin, k, k), "float16", "w")
     bias = te.placeholder((cout,), "float32", "bias")
     osz = (size + 2 * pad - k) // stride + 1
     xp = te.compute((n, cin, size + 2 * pad, size + 2 * pad), lambda b, c, h, v: te.if_then_else(
@@ -140,7 +218,7 @@ def conv_func(cin: int, size: int, cout: int, k: int, stride: int, pad: int):
     r = te.reduce_axis((0, k), "r")
     q = te.reduce_axis((0, k), "q")
     y = te.compute((n, cout, osz, osz), lambda b, o, h, v: te.sum(
-        w[o, c, r, q].astype("float32") *
+        (w[o, r, q, c] if ohwi else w[o, c, r, q]).astype("float32") *
         xp[b, c, h * stride + r, v * stride + q].astype("float32"), axis=[c, r, q]), "conv")
     out = te.compute((n, cout, osz, osz), lambda b, o, h, v: te.maximum(
         y[b, o, h, v] + bias[o], te.const(0.0, "float32")).astype("float16"), "out")
@@ -216,10 +294,11 @@ def run() -> list[dict]:
                 if not SMOKE else "opencl"), dev)
         except Exception as err:       # a build failure is a row's error, the rest go on
             vm32 = err
+        layouts = {v: weight_layout(v, cin, k) for v in VARIANTS}
         for v in VARIANTS:
             try:
                 func = with_env(variant_env(v), lambda: gpu_schedules.apply(
-                    conv_func(cin, size, cout, k, stride, pad), tc_target))
+                    conv_func(cin, size, cout, k, stride, pad, layouts[v]), tc_target))
                 tiles[v] = str(func.attr_dict.get("tensor_core_tiles", "?"))
                 mods[v] = targets.build(func, tc_target)
                 src = mods[v].get_source()
@@ -255,7 +334,9 @@ def run() -> list[dict]:
                 if isinstance(mod, Exception):
                     row[f"{v}_error"] = f"{type(mod).__name__}: {str(mod)[:200]}"
                     continue
-                args = [targets.array(x16, dev), targets.array(w16, dev), targets.array(b, dev),
+                w_v = w16 if layouts[v] == "OIHW" else np.ascontiguousarray(
+                    w16.transpose(0, 2, 3, 1))
+                args = [targets.array(x16, dev), targets.array(w_v, dev), targets.array(b, dev),
                         targets.empty((batch, cout, osz, osz), "float16", dev)]
                 try:
                     mod["main"](*args)

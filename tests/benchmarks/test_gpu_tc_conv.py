@@ -19,8 +19,20 @@ def test_variants():
     assert bench.variant_env("onekernel") == {"TILECRAFT_TC_COLUMN_DISPATCH": "0"}
     assert bench.variant_env("small:64x32x32x16") == {"TILECRAFT_TC_SMALL_TILE": "64x32x32x16"}
     assert bench.variant_env("tile:64x64x32x32") == {"TILECRAFT_TC_TILE": "64x64x32x32"}
+    assert bench.variant_env("oihw") == {"TILECRAFT_TC_CONV_OHWI": "0"}
     with pytest.raises(ValueError, match="unknown variant"):
         bench.variant_env("fast")
+
+
+def test_weight_layout(monkeypatch):
+    """The variants' weights as ConvWeightOHWI would store them: OHWI for a 3 x 3 on 16k
+    channels (not ``oihw``, not the 7 x 7 stem's 3 channels, not a 1 x 1)."""
+    monkeypatch.delenv("TILECRAFT_TC_CONV_OHWI", raising=False)
+    assert bench.weight_layout("tc", 64, 3) == "OHWI"
+    assert bench.weight_layout("onekernel", 512, 3) == "OHWI"
+    assert bench.weight_layout("oihw", 64, 3) == "OIHW"
+    assert bench.weight_layout("tc", 3, 7) == "OIHW"
+    assert bench.weight_layout("tc", 256, 1) == "OIHW"
 
 
 def test_kernel_at():

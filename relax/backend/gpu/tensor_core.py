@@ -29,7 +29,9 @@ The kernel (``TensorCoreTile``: ``BM x BN`` outputs per work-group, ``WM x WN`` 
   ``BN / 2 + 4`` words. How a tile is read from global memory (``a_mode`` / ``b_mode``):
 
   - ``"rows"`` (a) / ``"nk"`` (b): a plain ``(.., rows, K)`` / ``(.., N, K)`` float16 tensor,
-    16-byte loads of 8 halves (``TC_LOAD_B128``);
+    16-byte loads of 8 halves (``TC_LOAD_B128``); for ``a`` also a tensor whose trailing dims
+    are the reduction's, fastest a multiple of 16 (an OHWI convolution weight ``W[o, kh, kw,
+    c]``, as ``relax.transform.ConvWeightOHWI`` stores a constant one), k then in its order;
   - ``"kn"`` (b): a plain ``(.., K, N)`` tensor (a weight as ``matmul`` takes it): rows ``k``
     and ``k + 1`` of 8 columns as two 16-byte loads, their halves paired into 8 words;
   - ``"gather"``: anything else — a convolution's window over its padded input (an implicit
