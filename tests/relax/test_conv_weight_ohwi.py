@@ -153,3 +153,18 @@ def test_weight_parameter_left_oihw(dev):
         ref = np.maximum(conv2d_nchw_reference(_h(x), _h(w), 1, 1), 0)
         err = np.abs(got - ref).max() / np.abs(ref).max()
         assert err < 1e-2, (n, err, misses)
+
+
+def test_simt_window_conv_reads_ohwi(dev, monkeypatch):
+    """``TILECRAFT_TC_WINDOW_CONV=0`` (the 3 x 3 convolutions on the SIMT schedule) with the
+    OHWI weights: still right at batch 1 and 3."""
+    monkeypatch.setenv("TILECRAFT_TC_WINDOW_CONV", "0")
+    rng = np.random.default_rng(5)
+    p = _weights(rng)
+    exe = relax.build(relax.quantize(_model(p), "fp16"), TARGET, upper_bounds={"n": 3})
+    vm = relax.VirtualMachine(exe, dev)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 3, 20, 20)).astype(np.float32)
+        got = vm["main"](x).numpy().astype(np.float64)
+        ref = _reference(p, x)
+        assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-2, n
