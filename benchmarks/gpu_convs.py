@@ -33,29 +33,16 @@ import time
 import numpy as np
 
 from .common import print_table, write_results
-from .gpu_common import gpu_device, torch_cuda_seconds
+from .gpu_common import RESNET50_CONVS, gpu_device, torch_cuda_seconds
 
-# (name, in channels, image side, out channels, kernel, stride, padding, count in ResNet-50),
-# the most telling first (the time budget may cut the list): the stride-1 3x3 layers (direct
+# ResNet-50's layers (``gpu_common.RESNET50_CONVS``: name, in channels, image side, out
+# channels, kernel, stride, padding, count in ResNet-50) this benchmark times, the most telling first (the time budget may cut the list): the stride-1 3x3 layers (direct
 # and Winograd), then the small-image 1x1 and strided layers, then the rest
-LAYERS = (
-    ("s3_3x3", 256, 14, 256, 3, 1, 1, 5),
-    ("s1_3x3", 64, 56, 64, 3, 1, 1, 3),
-    ("s2_3x3", 128, 28, 128, 3, 1, 1, 3),
-    ("s4_3x3", 512, 7, 512, 3, 1, 1, 2),
-    ("s3_1x1_1024to256", 1024, 14, 256, 1, 1, 0, 5),
-    ("s3_1x1_256to1024", 256, 14, 1024, 1, 1, 0, 6),
-    ("s4_1x1_2048to512", 2048, 7, 512, 1, 1, 0, 2),
-    ("s4_1x1_512to2048", 512, 7, 2048, 1, 1, 0, 3),
-    ("s4_3x3s2", 512, 14, 512, 3, 2, 1, 1),
-    ("s3_3x3s2", 256, 28, 256, 3, 2, 1, 1),
-    ("s2_3x3s2", 128, 56, 128, 3, 2, 1, 1),
-    ("s2_1x1_512to128", 512, 28, 128, 1, 1, 0, 3),
-    ("s2_1x1_128to512", 128, 28, 512, 1, 1, 0, 4),
-    ("s1_1x1_256to64", 256, 56, 64, 1, 1, 0, 2),
-    ("s1_1x1_64to256", 64, 56, 256, 1, 1, 0, 4),
-    ("stem_7x7s2", 3, 224, 64, 7, 2, 3, 1),
-)
+_BY_NAME = {layer[0]: layer for layer in RESNET50_CONVS}
+LAYERS = tuple(_BY_NAME[name] for name in (
+    "s3_3x3", "s1_3x3", "s2_3x3", "s4_3x3", "s3_1x1_1024to256", "s3_1x1_256to1024",
+    "s4_1x1_2048to512", "s4_1x1_512to2048", "s4_3x3s2", "s3_3x3s2", "s2_3x3s2",
+    "s2_1x1_512to128", "s2_1x1_128to512", "s1_1x1_256to64", "s1_1x1_64to256", "stem_7x7s2"))
 BATCHES = [int(b) for b in os.environ.get("TILECRAFT_GPU_CONV_BATCHES", "1,16").split(",")]
 
 WRITES_RESULTS = True

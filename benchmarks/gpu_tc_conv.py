@@ -47,35 +47,10 @@ import sys
 import numpy as np
 
 from .common import print_table, write_results
-from .gpu_common import gpu_device, torch_cuda_seconds, with_env
+from .gpu_common import RESNET50_CONVS, gpu_device, torch_cuda_seconds, with_env
 
 SMOKE = os.environ.get("TILECRAFT_TC_CONV_SMOKE", "") not in ("", "0")
-# (name, in channels, image side, out channels, kernel, stride, padding, count in ResNet-50)
-LAYERS = (
-    ("stem_7x7s2", 3, 224, 64, 7, 2, 3, 1),
-    ("s1_1x1_64to64", 64, 56, 64, 1, 1, 0, 1),
-    ("s1_3x3", 64, 56, 64, 3, 1, 1, 3),
-    ("s1_1x1_64to256", 64, 56, 256, 1, 1, 0, 4),
-    ("s1_1x1_256to64", 256, 56, 64, 1, 1, 0, 2),
-    ("s2_1x1_256to128", 256, 56, 128, 1, 1, 0, 1),
-    ("s2_3x3s2", 128, 56, 128, 3, 2, 1, 1),
-    ("s2_1x1s2_256to512", 256, 56, 512, 1, 2, 0, 1),
-    ("s2_3x3", 128, 28, 128, 3, 1, 1, 3),
-    ("s2_1x1_128to512", 128, 28, 512, 1, 1, 0, 4),
-    ("s2_1x1_512to128", 512, 28, 128, 1, 1, 0, 3),
-    ("s3_1x1_512to256", 512, 28, 256, 1, 1, 0, 1),
-    ("s3_3x3s2", 256, 28, 256, 3, 2, 1, 1),
-    ("s3_1x1s2_512to1024", 512, 28, 1024, 1, 2, 0, 1),
-    ("s3_3x3", 256, 14, 256, 3, 1, 1, 5),
-    ("s3_1x1_256to1024", 256, 14, 1024, 1, 1, 0, 6),
-    ("s3_1x1_1024to256", 1024, 14, 256, 1, 1, 0, 5),
-    ("s4_1x1_1024to512", 1024, 14, 512, 1, 1, 0, 1),
-    ("s4_3x3s2", 512, 14, 512, 3, 2, 1, 1),
-    ("s4_1x1s2_1024to2048", 1024, 14, 2048, 1, 2, 0, 1),
-    ("s4_3x3", 512, 7, 512, 3, 1, 1, 2),
-    ("s4_1x1_512to2048", 512, 7, 2048, 1, 1, 0, 3),
-    ("s4_1x1_2048to512", 2048, 7, 512, 1, 1, 0, 2),
-)
+LAYERS = RESNET50_CONVS
 # the smoke run: each kind of geometry at small channel counts and image sides
 SMOKE_LAYERS = (
     ("stem_7x7s2", 3, 20, 16, 7, 2, 3, 1),

@@ -91,7 +91,7 @@ from tilecraft.tensorir import expr as E
 from tilecraft.tensorir.expr import (BufferLoad, Cast, IntImm, Select, Var, call, const,
                                      floordiv, floormod)
 from tilecraft.tensorir.function import PrimFunc
-from tilecraft.tensorir.functor import IRMutator, post_order_visit, substitute
+from tilecraft.tensorir.functor import IRMutator, free_vars, post_order_visit, substitute
 from tilecraft.tensorir.schedule import KernelTemplate, Schedule
 from tilecraft.tensorir.structural import structural_equal
 from tilecraft.tensorir.transform.device import barrier
@@ -555,13 +555,7 @@ def small_columns(gm: TensorCoreGemm) -> int | None:
     N = gm.N
     if isinstance(N, int):
         return None
-    free = []
-
-    def visit(n):
-        if isinstance(n, Var) and all(n is not v for v in free):
-            free.append(n)
-    post_order_visit(N, visit)
-    at1 = E.as_int(arith.simplify(substitute(N, {v: IntImm(1, v.dtype) for v in free})))
+    at1 = E.as_int(arith.simplify(substitute(N, {v: IntImm(1, v.dtype) for v in free_vars(N)})))
     if at1 is None or at1 < 1:
         return None
     if at1 >= TC_SMALL_COLUMN_PIXELS:
